@@ -4,7 +4,10 @@
 //! procedure is deterministic in its inputs.
 
 pub mod error;
+pub mod check;
+pub mod conventional;
 pub mod lean;
+pub mod procedures;
 pub mod schema;
 pub mod storage;
 

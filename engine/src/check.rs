@@ -1,0 +1,1 @@
+//! TPC-C consistency conditions (placeholder until the checker lands).

@@ -1,0 +1,1 @@
+//! The conventional stack (issue 3): placeholder until its module lands.
