@@ -1,1 +1,8 @@
-//! placeholder
+//! glass's workload: the TPC-C loader and input generator, dumps, the benchmark driver, its
+//! metrics and reports. Everything random is drawn from seeded generators passed in.
+
+pub mod dump;
+pub mod error;
+pub mod gen;
+pub mod loader;
+pub mod rng;
