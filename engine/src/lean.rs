@@ -501,11 +501,7 @@ impl Storage for LeanDb {
     }
 
     #[inline]
-    fn update<T: Table, R>(
-        &mut self,
-        key: u64,
-        f: impl FnOnce(&mut T::Row) -> R,
-    ) -> Result<Option<R>, StorageError> {
+    fn update<T: Table, R>(&mut self, key: u64, f: impl FnOnce(&mut T::Row) -> R) -> Result<Option<R>, StorageError> {
         if T::ORG == Organisation::Heap {
             return Err(StorageError::Unsupported { table: T::ID, op: "update by key" });
         }

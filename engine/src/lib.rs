@@ -3,9 +3,10 @@
 //! main-memory kernel ([`lean`]) and (later) the conventional stack. No networking; every
 //! procedure is deterministic in its inputs.
 
-pub mod error;
 pub mod check;
 pub mod conventional;
+pub mod digest;
+pub mod error;
 pub mod lean;
 pub mod procedures;
 pub mod schema;

@@ -139,3 +139,466 @@ impl TxnInput {
         }
     }
 }
+
+/// NewOrder's answer to the terminal (clause 2.4.3.3), trimmed to what replicas compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewOrderOutput {
+    pub o_id: u32,
+    /// Total amount in cents after discount and taxes.
+    pub total: i64,
+    pub c_discount: u32,
+    pub w_tax: u32,
+    pub d_tax: u32,
+    /// Lines whose brand-generic flag is "B" (both I_DATA and S_DATA contain "ORIGINAL").
+    pub brand_lines: u8,
+}
+
+/// Payment's answer (clause 2.5.3.3), trimmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaymentOutput {
+    pub c_id: u32,
+    pub c_balance: i64,
+    pub bad_credit: bool,
+}
+
+/// OrderStatus's answer (clause 2.6.3.3), trimmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrderStatusOutput {
+    pub c_id: u32,
+    pub c_balance: i64,
+    /// The customer's latest order, if any: (O_ID, O_CARRIER_ID, number of lines, Σ OL_AMOUNT).
+    pub last_order: Option<(u32, u8, u8, i64)>,
+}
+
+/// Delivery's answer: the delivered O_ID per district (0 where the district was skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryOutput {
+    pub delivered: [u32; DISTRICTS_PER_WAREHOUSE as usize],
+}
+
+/// StockLevel's answer (clause 2.8.3.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StockLevelOutput {
+    pub low_stock: u32,
+}
+
+/// A committed transaction's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnOutput {
+    NewOrder(NewOrderOutput),
+    Payment(PaymentOutput),
+    OrderStatus(OrderStatusOutput),
+    Delivery(DeliveryOutput),
+    StockLevel(StockLevelOutput),
+}
+
+impl TxnOutput {
+    /// A 64-bit digest of the result, which replicas compare to detect divergence.
+    pub fn digest(&self) -> u64 {
+        let s = format!("{self:?}");
+        xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+    }
+}
+
+/// Runs one transaction at timestamp `ts`: begin, the procedure, then commit — or abort when
+/// the procedure fails, so a failed transaction leaves no trace.
+pub fn execute<S: Storage>(db: &mut S, ts: u64, input: &TxnInput) -> Result<TxnOutput, TxnError> {
+    db.begin(ts);
+    let result = match input {
+        TxnInput::NewOrder(i) => new_order(db, i).map(TxnOutput::NewOrder),
+        TxnInput::Payment(i) => payment(db, i).map(TxnOutput::Payment),
+        TxnInput::OrderStatus(i) => order_status(db, i).map(TxnOutput::OrderStatus),
+        TxnInput::Delivery(i) => delivery(db, i).map(TxnOutput::Delivery),
+        TxnInput::StockLevel(i) => stock_level(db, i).map(TxnOutput::StockLevel),
+    };
+    match result {
+        Ok(out) => match db.commit() {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                db.abort();
+                Err(e.into())
+            }
+        },
+        Err(e) => {
+            db.abort();
+            Err(e)
+        }
+    }
+}
+
+fn missing<T: Table>(key: u64) -> TxnError {
+    TxnError::NotFound { table: T::ID, key }
+}
+
+#[inline]
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// NewOrder (clause 2.4.2.2):
+///
+/// ```sql
+/// SELECT c_discount, c_last, c_credit, w_tax FROM customer, warehouse
+///   WHERE w_id = :w_id AND c_w_id = w_id AND c_d_id = :d_id AND c_id = :c_id;
+/// SELECT d_next_o_id, d_tax FROM district WHERE d_id = :d_id AND d_w_id = :w_id;
+/// UPDATE district SET d_next_o_id = :d_next_o_id + 1 WHERE d_id = :d_id AND d_w_id = :w_id;
+/// INSERT INTO orders (o_id, o_d_id, o_w_id, o_c_id, o_entry_d, o_ol_cnt, o_all_local)
+///   VALUES (:o_id, :d_id, :w_id, :c_id, :datetime, :o_ol_cnt, :o_all_local);
+/// INSERT INTO new_order (no_o_id, no_d_id, no_w_id) VALUES (:o_id, :d_id, :w_id);
+/// -- for each line:
+/// SELECT i_price, i_name, i_data FROM item WHERE i_id = :ol_i_id;   -- none: ROLLBACK
+/// SELECT s_quantity, s_data, s_dist_01 .. s_dist_10 FROM stock
+///   WHERE s_i_id = :ol_i_id AND s_w_id = :ol_supply_w_id;
+/// UPDATE stock SET s_quantity = :s_quantity, s_ytd = s_ytd + :ol_quantity,
+///   s_order_cnt = s_order_cnt + 1, s_remote_cnt = s_remote_cnt + :remote
+///   WHERE s_i_id = :ol_i_id AND s_w_id = :ol_supply_w_id;
+/// INSERT INTO order_line (ol_o_id, ol_d_id, ol_w_id, ol_number, ol_i_id, ol_supply_w_id,
+///   ol_quantity, ol_amount, ol_dist_info)
+///   VALUES (:o_id, :d_id, :w_id, :ol_number, :ol_i_id, :ol_supply_w_id, :ol_quantity,
+///   :ol_amount, :ol_dist_info);
+/// ```
+pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOutput, TxnError> {
+    let lines = i.lines();
+    debug_assert!((1..=ORDER_LINES_MAX).contains(&lines.len()));
+    // The item and stock lookups are independent: start their cache misses together.
+    let mut item_keys = [0u64; ORDER_LINES_MAX];
+    let mut stock_keys = [0u64; ORDER_LINES_MAX];
+    for (n, l) in lines.iter().enumerate() {
+        item_keys[n] = keys::item(l.i_id);
+        stock_keys[n] = keys::stock(l.supply_w_id, l.i_id);
+    }
+    db.prefetch::<t::Items>(&item_keys[..lines.len()]);
+    db.prefetch::<t::Stocks>(&stock_keys[..lines.len()]);
+
+    let wk = keys::warehouse(i.w_id);
+    let w_tax = db.get::<t::Warehouses, _>(wk, |w| w.w_tax)?.ok_or_else(|| missing::<t::Warehouses>(wk))?;
+    let ck = keys::customer(i.w_id, i.d_id, i.c_id);
+    let c_discount = db.get::<t::Customers, _>(ck, |c| c.c_discount)?.ok_or_else(|| missing::<t::Customers>(ck))?;
+    let dk = keys::district(i.w_id, i.d_id);
+    let (o_id, d_tax) = db
+        .update::<t::Districts, _>(dk, |d| {
+            let o_id = d.d_next_o_id;
+            d.d_next_o_id += 1;
+            (o_id, d.d_tax)
+        })?
+        .ok_or_else(|| missing::<t::Districts>(dk))?;
+
+    let all_local = lines.iter().all(|l| l.supply_w_id == i.w_id);
+    db.insert::<t::Orders>(&schema::Order {
+        o_entry_d: i.entry_d,
+        o_id,
+        o_c_id: i.c_id,
+        o_w_id: i.w_id,
+        o_d_id: i.d_id,
+        o_carrier_id: 0,
+        o_ol_cnt: i.ol_cnt,
+        o_all_local: all_local as u8,
+        _pad: [0; 2],
+    })?;
+    db.insert::<t::NewOrders>(&schema::NewOrder { no_o_id: o_id, no_w_id: i.w_id, no_d_id: i.d_id, _pad: 0 })?;
+
+    let mut sum: i64 = 0;
+    let mut brand_lines = 0u8;
+    let dist = (i.d_id as usize).checked_sub(1).filter(|&d| d < DISTRICTS_PER_WAREHOUSE as usize);
+    let dist = dist.ok_or_else(|| missing::<t::Districts>(dk))?;
+    for (n, l) in lines.iter().enumerate() {
+        let Some((i_price, i_original)) =
+            db.get::<t::Items, _>(item_keys[n], |it| (it.i_price, contains(schema::text(&it.i_data), b"ORIGINAL")))?
+        else {
+            // Clause 2.4.2.3: an unused item number rolls the whole transaction back.
+            return Err(TxnError::Rollback("item number is not valid"));
+        };
+        let q = l.quantity as i32;
+        let remote = (l.supply_w_id != i.w_id) as u32;
+        let (dist_info, s_original) = db
+            .update::<t::Stocks, _>(stock_keys[n], |s| {
+                s.s_quantity = if s.s_quantity - q >= 10 { s.s_quantity - q } else { s.s_quantity - q + 91 };
+                s.s_ytd += q as u32;
+                s.s_order_cnt += 1;
+                s.s_remote_cnt += remote;
+                (s.s_dist[dist], contains(schema::text(&s.s_data), b"ORIGINAL"))
+            })?
+            .ok_or_else(|| missing::<t::Stocks>(stock_keys[n]))?;
+        let ol_amount = l.quantity as i64 * i_price;
+        sum += ol_amount;
+        brand_lines += (i_original && s_original) as u8;
+        db.insert::<t::OrderLines>(&schema::OrderLine {
+            ol_delivery_d: 0,
+            ol_amount,
+            ol_o_id: o_id,
+            ol_i_id: l.i_id,
+            ol_w_id: i.w_id,
+            ol_supply_w_id: l.supply_w_id,
+            ol_d_id: i.d_id,
+            ol_number: n as u8 + 1,
+            ol_quantity: l.quantity,
+            ol_dist_info: dist_info,
+            _pad: 0,
+        })?;
+    }
+    // total = Σ OL_AMOUNT × (1 − C_DISCOUNT) × (1 + W_TAX + D_TAX), rates in basis points.
+    let total = sum * (10_000 - c_discount as i64) * (10_000 + w_tax as i64 + d_tax as i64) / 100_000_000;
+    Ok(NewOrderOutput { o_id, total, c_discount, w_tax, d_tax, brand_lines })
+}
+
+/// Finds the customer a Payment or OrderStatus names (clause 2.5.2.2 / 2.6.2.2). By last name:
+///
+/// ```sql
+/// SELECT count(c_id) INTO :namecnt FROM customer
+///   WHERE c_last = :c_last AND c_d_id = :d_id AND c_w_id = :w_id;
+/// DECLARE c_byname CURSOR FOR SELECT c_id FROM customer
+///   WHERE c_w_id = :w_id AND c_d_id = :d_id AND c_last = :c_last ORDER BY c_first;
+/// -- fetch until position ceil(namecnt / 2)
+/// ```
+pub fn find_customer<S: Storage>(db: &mut S, w_id: u16, d_id: u8, sel: CustomerSelector) -> Result<u32, TxnError> {
+    match sel {
+        CustomerSelector::ById(c) => Ok(c),
+        CustomerSelector::ByLastName(last) => {
+            let lo = schema::CustomerNameKey { w_id, d_id, last, first: [0; 16], c_id: 0 };
+            let hi = schema::CustomerNameKey { w_id, d_id, last, first: [0xFF; 16], c_id: u32::MAX };
+            let mut matches: Vec<u64> = Vec::new();
+            db.scan_secondary::<t::Customers>(lo, hi, ScanDir::Forward, |k| {
+                matches.push(k);
+                true
+            })?;
+            if matches.is_empty() {
+                return Err(TxnError::NotFound { table: TableId::Customer, key: keys::district(w_id, d_id) });
+            }
+            // Position ⌈n/2⌉ counting from 1, i.e. index (n − 1) / 2.
+            let k = matches[(matches.len() - 1) / 2];
+            Ok((k & 0xFFFF_FFFF) as u32)
+        }
+    }
+}
+
+/// Payment (clause 2.5.2.2):
+///
+/// ```sql
+/// UPDATE warehouse SET w_ytd = w_ytd + :h_amount WHERE w_id = :w_id;
+/// SELECT w_street_1, w_street_2, w_city, w_state, w_zip, w_name FROM warehouse WHERE w_id = :w_id;
+/// UPDATE district SET d_ytd = d_ytd + :h_amount WHERE d_w_id = :w_id AND d_id = :d_id;
+/// SELECT d_street_1, d_street_2, d_city, d_state, d_zip, d_name FROM district
+///   WHERE d_w_id = :w_id AND d_id = :d_id;
+/// -- customer by id, or by last name (see find_customer)
+/// SELECT c_first, c_middle, c_last, c_street_1, ..., c_credit, c_credit_lim, c_discount,
+///   c_balance, c_since FROM customer WHERE c_w_id = :c_w_id AND c_d_id = :c_d_id AND c_id = :c_id;
+/// UPDATE customer SET c_balance = :c_balance - :h_amount,
+///   c_ytd_payment = c_ytd_payment + :h_amount, c_payment_cnt = c_payment_cnt + 1
+///   WHERE c_w_id = :c_w_id AND c_d_id = :c_d_id AND c_id = :c_id;
+/// -- if c_credit = 'BC':
+/// SELECT c_data FROM customer WHERE ...;
+/// UPDATE customer SET c_data = :c_new_data WHERE ...;  -- "c_id c_d_id c_w_id d_id w_id amount|" || c_data, 500 chars
+/// INSERT INTO history (h_c_d_id, h_c_w_id, h_c_id, h_d_id, h_w_id, h_date, h_amount, h_data)
+///   VALUES (:c_d_id, :c_w_id, :c_id, :d_id, :w_id, :datetime, :h_amount, :w_name || '    ' || :d_name);
+/// ```
+pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput, TxnError> {
+    let wk = keys::warehouse(i.w_id);
+    let w_name = db
+        .update::<t::Warehouses, _>(wk, |w| {
+            w.w_ytd += i.h_amount;
+            w.w_name
+        })?
+        .ok_or_else(|| missing::<t::Warehouses>(wk))?;
+    let dk = keys::district(i.w_id, i.d_id);
+    let d_name = db
+        .update::<t::Districts, _>(dk, |d| {
+            d.d_ytd += i.h_amount;
+            d.d_name
+        })?
+        .ok_or_else(|| missing::<t::Districts>(dk))?;
+    let c_id = find_customer(db, i.c_w_id, i.c_d_id, i.customer)?;
+    let ck = keys::customer(i.c_w_id, i.c_d_id, c_id);
+    let (c_balance, bad_credit) = db
+        .update::<t::Customers, _>(ck, |c| {
+            c.c_balance -= i.h_amount;
+            c.c_ytd_payment += i.h_amount;
+            c.c_payment_cnt += 1;
+            let bad = &c.c_credit == b"BC";
+            if bad {
+                prepend_c_data(c, i, c_id);
+            }
+            (c.c_balance, bad)
+        })?
+        .ok_or_else(|| missing::<t::Customers>(ck))?;
+    let mut h_data = [0u8; 24];
+    let wn = schema::text(&w_name);
+    let dn = schema::text(&d_name);
+    for (slot, &b) in h_data.iter_mut().zip(wn.iter().chain(b"    ").chain(dn)) {
+        *slot = b;
+    }
+    db.insert::<t::Histories>(&schema::History {
+        h_amount: i.h_amount,
+        h_date: i.date,
+        h_c_id: c_id,
+        h_c_w_id: i.c_w_id,
+        h_w_id: i.w_id,
+        h_c_d_id: i.c_d_id,
+        h_d_id: i.d_id,
+        h_data,
+        _pad: [0; 6],
+    })?;
+    Ok(PaymentOutput { c_id, c_balance, bad_credit })
+}
+
+/// Clause 2.5.2.2: C_ID, C_D_ID, C_W_ID, D_ID, W_ID and H_AMOUNT are inserted at the left of
+/// C_DATA, shifting the old contents right; the result is kept to 500 characters.
+fn prepend_c_data(c: &mut schema::Customer, i: &PaymentInput, c_id: u32) {
+    use std::io::Write;
+    let mut buf = [0u8; 560];
+    let mut cur = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(
+        cur,
+        "{} {} {} {} {} {}.{:02}|",
+        c_id,
+        i.c_d_id,
+        i.c_w_id,
+        i.d_id,
+        i.w_id,
+        i.h_amount / 100,
+        i.h_amount % 100
+    );
+    let p = cur.position() as usize;
+    let old = schema::text(&c.c_data);
+    let keep = old.len().min(c.c_data.len() - p.min(c.c_data.len()));
+    let mut new = [0u8; 500];
+    new[..p].copy_from_slice(&buf[..p]);
+    new[p..p + keep].copy_from_slice(&old[..keep]);
+    c.c_data = new;
+}
+
+/// OrderStatus (clause 2.6.2.2):
+///
+/// ```sql
+/// -- customer by id, or by last name (see find_customer)
+/// SELECT c_balance, c_first, c_middle, c_last FROM customer
+///   WHERE c_id = :c_id AND c_d_id = :d_id AND c_w_id = :w_id;
+/// SELECT o_id, o_carrier_id, o_entry_d FROM orders
+///   WHERE o_w_id = :w_id AND o_d_id = :d_id AND o_c_id = :c_id ORDER BY o_id DESC;  -- first row
+/// SELECT ol_i_id, ol_supply_w_id, ol_quantity, ol_amount, ol_delivery_d FROM order_line
+///   WHERE ol_o_id = :o_id AND ol_d_id = :d_id AND ol_w_id = :w_id;
+/// ```
+pub fn order_status<S: Storage>(db: &mut S, i: &OrderStatusInput) -> Result<OrderStatusOutput, TxnError> {
+    let c_id = find_customer(db, i.w_id, i.d_id, i.customer)?;
+    let ck = keys::customer(i.w_id, i.d_id, c_id);
+    let c_balance = db.get::<t::Customers, _>(ck, |c| c.c_balance)?.ok_or_else(|| missing::<t::Customers>(ck))?;
+    let lo = keys::order_by_customer(i.w_id, i.d_id, c_id, 0);
+    let hi = keys::order_by_customer(i.w_id, i.d_id, c_id, u32::MAX);
+    let mut latest = None;
+    db.scan_secondary::<t::Orders>(lo, hi, ScanDir::Backward, |k| {
+        latest = Some(k);
+        false
+    })?;
+    let last_order = match latest {
+        None => None,
+        Some(ok) => {
+            let (o_id, carrier) =
+                db.get::<t::Orders, _>(ok, |o| (o.o_id, o.o_carrier_id))?.ok_or_else(|| missing::<t::Orders>(ok))?;
+            let (mut lines, mut amount) = (0u8, 0i64);
+            db.scan::<t::OrderLines>(
+                keys::order_line(i.w_id, i.d_id, o_id, 0),
+                keys::order_line(i.w_id, i.d_id, o_id, u8::MAX),
+                ScanDir::Forward,
+                |ol| {
+                    lines += 1;
+                    amount += ol.ol_amount;
+                    true
+                },
+            )?;
+            Some((o_id, carrier, lines, amount))
+        }
+    };
+    Ok(OrderStatusOutput { c_id, c_balance, last_order })
+}
+
+/// Delivery (clause 2.7.4.2), for each district 1–10 of the warehouse:
+///
+/// ```sql
+/// SELECT no_o_id FROM new_order WHERE no_d_id = :d_id AND no_w_id = :w_id
+///   ORDER BY no_o_id ASC;                               -- first row; none: skip the district
+/// DELETE FROM new_order WHERE CURRENT OF c_no;
+/// SELECT o_c_id FROM orders WHERE o_id = :no_o_id AND o_d_id = :d_id AND o_w_id = :w_id;
+/// UPDATE orders SET o_carrier_id = :o_carrier_id
+///   WHERE o_id = :no_o_id AND o_d_id = :d_id AND o_w_id = :w_id;
+/// UPDATE order_line SET ol_delivery_d = :datetime
+///   WHERE ol_o_id = :no_o_id AND ol_d_id = :d_id AND ol_w_id = :w_id;
+/// SELECT SUM(ol_amount) FROM order_line
+///   WHERE ol_o_id = :no_o_id AND ol_d_id = :d_id AND ol_w_id = :w_id;
+/// UPDATE customer SET c_balance = c_balance + :ol_total, c_delivery_cnt = c_delivery_cnt + 1
+///   WHERE c_id = :c_id AND c_d_id = :d_id AND c_w_id = :w_id;
+/// ```
+pub fn delivery<S: Storage>(db: &mut S, i: &DeliveryInput) -> Result<DeliveryOutput, TxnError> {
+    let mut delivered = [0u32; DISTRICTS_PER_WAREHOUSE as usize];
+    for d_id in 1..=DISTRICTS_PER_WAREHOUSE {
+        let mut oldest = None;
+        db.scan::<t::NewOrders>(
+            keys::new_order(i.w_id, d_id, 0),
+            keys::new_order(i.w_id, d_id, u32::MAX),
+            ScanDir::Forward,
+            |no| {
+                oldest = Some(no.no_o_id);
+                false
+            },
+        )?;
+        let Some(o_id) = oldest else { continue };
+        db.delete::<t::NewOrders>(keys::new_order(i.w_id, d_id, o_id))?;
+        let ok = keys::order(i.w_id, d_id, o_id);
+        let (c_id, ol_cnt) = db
+            .update::<t::Orders, _>(ok, |o| {
+                o.o_carrier_id = i.o_carrier_id;
+                (o.o_c_id, o.o_ol_cnt)
+            })?
+            .ok_or_else(|| missing::<t::Orders>(ok))?;
+        let mut total = 0i64;
+        for n in 1..=ol_cnt {
+            let lk = keys::order_line(i.w_id, d_id, o_id, n);
+            total += db
+                .update::<t::OrderLines, _>(lk, |ol| {
+                    ol.ol_delivery_d = i.date;
+                    ol.ol_amount
+                })?
+                .ok_or_else(|| missing::<t::OrderLines>(lk))?;
+        }
+        let ck = keys::customer(i.w_id, d_id, c_id);
+        db.update::<t::Customers, _>(ck, |c| {
+            c.c_balance += total;
+            c.c_delivery_cnt += 1;
+        })?
+        .ok_or_else(|| missing::<t::Customers>(ck))?;
+        delivered[d_id as usize - 1] = o_id;
+    }
+    Ok(DeliveryOutput { delivered })
+}
+
+/// StockLevel (clause 2.8.2.2):
+///
+/// ```sql
+/// SELECT d_next_o_id FROM district WHERE d_w_id = :w_id AND d_id = :d_id;
+/// SELECT COUNT(DISTINCT (s_i_id)) FROM order_line, stock
+///   WHERE ol_w_id = :w_id AND ol_d_id = :d_id AND ol_o_id < :o_id AND ol_o_id >= :o_id - 20
+///     AND s_w_id = :w_id AND s_i_id = ol_i_id AND s_quantity < :threshold;
+/// ```
+pub fn stock_level<S: Storage>(db: &mut S, i: &StockLevelInput) -> Result<StockLevelOutput, TxnError> {
+    let dk = keys::district(i.w_id, i.d_id);
+    let next = db.get::<t::Districts, _>(dk, |d| d.d_next_o_id)?.ok_or_else(|| missing::<t::Districts>(dk))?;
+    let mut items: Vec<u32> = Vec::with_capacity(20 * ORDER_LINES_MAX);
+    db.scan::<t::OrderLines>(
+        keys::order_line(i.w_id, i.d_id, next.saturating_sub(20), 0),
+        keys::order_line(i.w_id, i.d_id, next.saturating_sub(1), u8::MAX),
+        ScanDir::Forward,
+        |ol| {
+            items.push(ol.ol_i_id);
+            true
+        },
+    )?;
+    items.sort_unstable();
+    items.dedup();
+    let stock_keys: Vec<u64> = items.iter().map(|&it| keys::stock(i.w_id, it)).collect();
+    db.prefetch::<t::Stocks>(&stock_keys);
+    let mut low_stock = 0;
+    for k in stock_keys {
+        if db.get::<t::Stocks, _>(k, |s| s.s_quantity < i.threshold)? == Some(true) {
+            low_stock += 1;
+        }
+    }
+    Ok(StockLevelOutput { low_stock })
+}

@@ -370,7 +370,10 @@ pub mod t {
         r.no_w_id, r.no_d_id, r.no_o_id
     ));
     table!(OrderLines, OrderLine, TableId::OrderLine, Organisation::Ordered, |r| keys::order_line(
-        r.ol_w_id, r.ol_d_id, r.ol_o_id, r.ol_number
+        r.ol_w_id,
+        r.ol_d_id,
+        r.ol_o_id,
+        r.ol_number
     ));
     table!(Items, Item, TableId::Item, Organisation::Hash, |r| keys::item(r.i_id));
     table!(Stocks, Stock, TableId::Stock, Organisation::Hash, |r| keys::stock(r.s_w_id, r.s_i_id));

@@ -34,11 +34,7 @@ pub trait Storage {
     fn get<T: Table, R>(&mut self, key: u64, f: impl FnOnce(&T::Row) -> R) -> Result<Option<R>, StorageError>;
     /// Calls `f` with the row to modify in place; `Ok(None)` when there is none. `f` must not
     /// change the primary or secondary key.
-    fn update<T: Table, R>(
-        &mut self,
-        key: u64,
-        f: impl FnOnce(&mut T::Row) -> R,
-    ) -> Result<Option<R>, StorageError>;
+    fn update<T: Table, R>(&mut self, key: u64, f: impl FnOnce(&mut T::Row) -> R) -> Result<Option<R>, StorageError>;
     /// Inserts a row; a row with the same primary key is [`StorageError::Duplicate`] (heap
     /// tables have no key and always append).
     fn insert<T: Table>(&mut self, row: &T::Row) -> Result<(), StorageError>;

@@ -1,1 +1,646 @@
-//! placeholder: being written
+//! The TPC-C input generator: which transaction to run next and its inputs (clauses 2.4.1,
+//! 2.5.1, 2.6.1, 2.7.1, 2.8.1), under either the paper's profile or the standard one.
+//!
+//! Owns: [`Profile`], [`Mix`] (the transaction mix and its command-line syntax),
+//! [`GenConfig`] (every knob in one type; the profiles are just values of it) and
+//! [`Generator`].
+//!
+//! Guarantees: the sequence of inputs is a pure function of the configuration, the run seed
+//! and the load seed (the load seed fixes C_LOAD, from which the run's C_LAST constant is
+//! chosen per clause 2.1.6.1); timestamps are parameters. Every warehouse an input names lies
+//! in the configured range; a "remote" choice with a single warehouse falls back to the home
+//! warehouse.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::str::FromStr;
+
+use engine::procedures::{
+    CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput, StockLevelInput,
+    TxnInput, TxnKind, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX,
+};
+
+use crate::error::GenError;
+use crate::loader::{CUSTOMERS_PER_DISTRICT, ITEMS};
+use crate::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_ID, NURAND_A_C_LAST, NURAND_A_OL_I_ID};
+
+/// The item id a rolled-back NewOrder carries as its last item: not a valid I_ID
+/// (clause 2.4.1.4, "an unused value").
+pub const UNUSED_ITEM_ID: u32 = ITEMS + 1;
+
+/// Stream identifier of the generator's random source (separates it from other uses of the
+/// run seed).
+const STREAM_GENERATOR: u64 = 0x4745_4E45_5241_544F; // "GENERATO"
+
+/// A named set of generator settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// The Looking Glass paper's simplified TPC-C (Section 4): 50% NewOrder / 50% Payment,
+    /// 10 local items per NewOrder, no rollbacks, Payment by C_ID in the home warehouse.
+    Paper,
+    /// Standard TPC-C (clauses 2.4–2.8, 5.2.3): 45/43/4/4/4, remote items and payments, last
+    /// names, rollbacks.
+    Standard,
+}
+
+impl Profile {
+    pub const ALL: [Profile; 2] = [Profile::Paper, Profile::Standard];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Paper => "paper",
+            Profile::Standard => "standard",
+        }
+    }
+
+    /// Parses "paper" or "standard" (case-insensitive).
+    pub fn parse(s: &str) -> Result<Profile, GenError> {
+        let lower = s.trim().to_ascii_lowercase();
+        Profile::ALL
+            .into_iter()
+            .find(|p| p.name() == lower)
+            .ok_or_else(|| GenError::UnknownProfile { given: s.to_owned() })
+    }
+
+    /// The profile's transaction mix.
+    pub fn mix(self) -> Mix {
+        match self {
+            Profile::Paper => Mix::PAPER,
+            Profile::Standard => Mix::STANDARD,
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Profile {
+    type Err = GenError;
+    fn from_str(s: &str) -> Result<Profile, GenError> {
+        Profile::parse(s)
+    }
+}
+
+/// Relative weights of the five transactions, indexed by `TxnKind as usize`. A mix with a
+/// zero total is rejected by [`Mix::new`], [`Mix::parse`] and [`Generator::new`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mix {
+    pub weights: [u32; 5],
+}
+
+impl Mix {
+    /// The paper's mix: 50% NewOrder, 50% Payment.
+    pub const PAPER: Mix = Mix { weights: [50, 50, 0, 0, 0] };
+    /// The standard minimum mix (clause 5.2.3): 45/43/4/4/4.
+    pub const STANDARD: Mix = Mix { weights: [45, 43, 4, 4, 4] };
+
+    /// A mix from weights indexed by `TxnKind as usize`; all zero is an error.
+    pub fn new(weights: [u32; 5]) -> Result<Mix, GenError> {
+        if weights.iter().all(|&w| w == 0) {
+            return Err(GenError::MixAllZero);
+        }
+        Ok(Mix { weights })
+    }
+
+    /// Parses `name=weight[,name=weight...]` with names from neworder, payment, orderstatus,
+    /// delivery, stocklevel (case-insensitive; spaces around names and weights are ignored).
+    /// Names left out get weight 0; unknown or repeated names, weights that are not
+    /// non-negative integers, and an all-zero total are errors.
+    pub fn parse(s: &str) -> Result<Mix, GenError> {
+        let mut weights = [0u32; 5];
+        let mut seen = [false; 5];
+        for entry in s.split(',') {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                return Err(GenError::MixEmptyEntry { mix: s.to_owned() });
+            }
+            let (name, value) =
+                entry.split_once('=').ok_or_else(|| GenError::MixMissingWeight { entry: entry.to_owned() })?;
+            let name = name.trim().to_ascii_lowercase();
+            let value = value.trim();
+            let kind = TxnKind::from_name(&name).ok_or_else(|| GenError::MixUnknownName { name: name.clone() })?;
+            if std::mem::replace(&mut seen[kind as usize], true) {
+                return Err(GenError::MixDuplicate { name });
+            }
+            // `u32::from_str` accepts a leading '+'; a weight is plain digits.
+            if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(GenError::MixNotInteger { name, value: value.to_owned() });
+            }
+            weights[kind as usize] =
+                value.parse().map_err(|_| GenError::MixNotInteger { name, value: value.to_owned() })?;
+        }
+        Mix::new(weights)
+    }
+
+    /// The weights, indexed by `TxnKind as usize`.
+    pub fn weights(&self) -> [u32; 5] {
+        self.weights
+    }
+
+    /// The weight of one transaction.
+    pub fn weight(&self, kind: TxnKind) -> u32 {
+        self.weights[kind as usize]
+    }
+
+    /// Sum of the weights.
+    pub fn total(&self) -> u64 {
+        self.weights.iter().map(|&w| u64::from(w)).sum()
+    }
+
+    /// The share of `kind`, in percent.
+    pub fn percent(&self, kind: TxnKind) -> f64 {
+        f64::from(self.weight(kind)) * 100.0 / self.total() as f64
+    }
+
+    /// Draws a transaction kind with probability weight / total.
+    fn draw(&self, rng: &mut Rng) -> TxnKind {
+        let mut r = rng.uniform(0, self.total() - 1);
+        for kind in TxnKind::ALL {
+            let w = u64::from(self.weights[kind as usize]);
+            if r < w {
+                return kind;
+            }
+            r -= w;
+        }
+        unreachable!("a draw below the total falls in some weight")
+    }
+}
+
+/// Formats as [`Mix::parse`] reads: every transaction, in `TxnKind` order.
+impl fmt::Display for Mix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, kind) in TxnKind::ALL.into_iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}={}", kind.name(), self.weights[i])?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Mix {
+    type Err = GenError;
+    fn from_str(s: &str) -> Result<Mix, GenError> {
+        Mix::parse(s)
+    }
+}
+
+/// Every setting of the generator. The profiles are values of this type
+/// ([`GenConfig::for_profile`]); the generator never branches on the profile itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenConfig {
+    /// The profile these settings started from (for reports).
+    pub profile: Profile,
+    /// Overrides the profile's mix when set.
+    pub mix: Option<Mix>,
+    /// The warehouses this generator may use, as home warehouses and as remote ones.
+    pub warehouses: RangeInclusive<u16>,
+    /// Order lines per NewOrder (clause 2.4.1.3: 5–15; the paper: exactly 10).
+    pub order_lines: RangeInclusive<u8>,
+    /// Percent of order lines supplied by another warehouse (clause 2.4.1.5: 1).
+    pub remote_item_pct: u32,
+    /// Percent of Payments whose customer is in another warehouse (clause 2.5.1.2: 15).
+    pub remote_payment_pct: u32,
+    /// Percent of Payments and OrderStatus selecting the customer by last name
+    /// (clauses 2.5.1.2, 2.6.1.2: 60).
+    pub by_last_name_pct: u32,
+    /// Percent of NewOrders that roll back (clause 2.4.1.4: 1).
+    pub rollback_pct: u32,
+}
+
+impl GenConfig {
+    /// The settings of `profile` over `warehouses`.
+    pub fn for_profile(profile: Profile, warehouses: RangeInclusive<u16>) -> GenConfig {
+        match profile {
+            Profile::Paper => GenConfig {
+                profile,
+                mix: None,
+                warehouses,
+                order_lines: 10..=10,
+                remote_item_pct: 0,
+                remote_payment_pct: 0,
+                by_last_name_pct: 0,
+                rollback_pct: 0,
+            },
+            Profile::Standard => GenConfig {
+                profile,
+                mix: None,
+                warehouses,
+                order_lines: 5..=ORDER_LINES_MAX as u8,
+                remote_item_pct: 1,
+                remote_payment_pct: 15,
+                by_last_name_pct: 60,
+                rollback_pct: 1,
+            },
+        }
+    }
+
+    /// The mix in effect: the override, else the profile's.
+    pub fn effective_mix(&self) -> Mix {
+        self.mix.unwrap_or_else(|| self.profile.mix())
+    }
+
+    /// Checks the settings: a non-empty warehouse range without warehouse 0, a mix with a
+    /// non-zero total, order lines within 1..=15, percentages at most 100.
+    pub fn validate(&self) -> Result<(), GenError> {
+        let (start, end) = (*self.warehouses.start(), *self.warehouses.end());
+        if self.warehouses.is_empty() || start == 0 {
+            return Err(GenError::BadWarehouses { start, end });
+        }
+        if let Some(mix) = &self.mix {
+            Mix::new(mix.weights)?;
+        }
+        let (min, max) = (*self.order_lines.start(), *self.order_lines.end());
+        if min == 0 || min > max || max as usize > ORDER_LINES_MAX {
+            return Err(GenError::BadOrderLines { min, max });
+        }
+        for (what, value) in [
+            ("remote_item_pct", self.remote_item_pct),
+            ("remote_payment_pct", self.remote_payment_pct),
+            ("by_last_name_pct", self.by_last_name_pct),
+            ("rollback_pct", self.rollback_pct),
+        ] {
+            if value > 100 {
+                return Err(GenError::PercentOutOfRange { what, value });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Produces transaction inputs, one at a time.
+#[derive(Debug, Clone)]
+pub struct Generator {
+    cfg: GenConfig,
+    mix: Mix,
+    constants: NuRandConstants,
+    rng: Rng,
+}
+
+impl Generator {
+    /// A generator for `cfg`, drawing from `run_seed`; NURand's run constants are chosen
+    /// against the C_LOAD of a database loaded with `load_seed` (clause 2.1.6.1).
+    pub fn new(cfg: GenConfig, run_seed: u64, load_seed: u64) -> Result<Generator, GenError> {
+        cfg.validate()?;
+        let constants = NuRandConstants::for_run(&NuRandConstants::for_load(load_seed), run_seed);
+        Ok(Generator { mix: cfg.effective_mix(), cfg, constants, rng: Rng::stream(run_seed, STREAM_GENERATOR) })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GenConfig {
+        &self.cfg
+    }
+
+    /// The transaction mix in effect.
+    pub fn mix(&self) -> &Mix {
+        &self.mix
+    }
+
+    /// The NURand constants of this run.
+    pub fn constants(&self) -> NuRandConstants {
+        self.constants
+    }
+
+    /// The next input, for a home warehouse drawn uniformly from the configured range; `ts`
+    /// becomes the input's entry date or date.
+    pub fn next(&mut self, ts: i64) -> TxnInput {
+        let (lo, hi) = (*self.cfg.warehouses.start(), *self.cfg.warehouses.end());
+        let home = self.rng.uniform(u64::from(lo), u64::from(hi)) as u16;
+        self.next_for(home, ts)
+    }
+
+    /// The next input for home warehouse `home_w` (a terminal's fixed warehouse).
+    ///
+    /// Panics if `home_w` is outside the configured range.
+    pub fn next_for(&mut self, home_w: u16, ts: i64) -> TxnInput {
+        assert!(
+            self.cfg.warehouses.contains(&home_w),
+            "home warehouse {home_w} is outside the generator's range {:?}",
+            self.cfg.warehouses
+        );
+        match self.mix.draw(&mut self.rng) {
+            TxnKind::NewOrder => TxnInput::NewOrder(self.new_order(home_w, ts)),
+            TxnKind::Payment => TxnInput::Payment(self.payment(home_w, ts)),
+            TxnKind::OrderStatus => TxnInput::OrderStatus(self.order_status(home_w)),
+            TxnKind::Delivery => TxnInput::Delivery(self.delivery(home_w, ts)),
+            TxnKind::StockLevel => TxnInput::StockLevel(self.stock_level(home_w)),
+        }
+    }
+
+    fn district(&mut self) -> u8 {
+        self.rng.uniform(1, u64::from(DISTRICTS_PER_WAREHOUSE)) as u8
+    }
+
+    fn c_id(&mut self) -> u32 {
+        self.rng.nurand(NURAND_A_C_ID, 1, CUSTOMERS_PER_DISTRICT, self.constants.c_id)
+    }
+
+    /// A warehouse of the range other than `home`, or `home` when it is the only one.
+    fn other_warehouse(&mut self, home: u16) -> u16 {
+        let (lo, hi) = (*self.cfg.warehouses.start(), *self.cfg.warehouses.end());
+        if lo == hi {
+            return home;
+        }
+        let w = self.rng.uniform(u64::from(lo), u64::from(hi) - 1) as u16;
+        if w >= home {
+            w + 1
+        } else {
+            w
+        }
+    }
+
+    /// By last name `by_last_name_pct` of the time (C_LAST from NURand(255,0,999)), else by
+    /// C_ID NURand(1023,1,3000) (clauses 2.5.1.2, 2.6.1.2).
+    fn customer(&mut self) -> CustomerSelector {
+        if self.rng.percent(self.cfg.by_last_name_pct) {
+            let mut name = [0u8; 16];
+            last_name(self.rng.nurand(NURAND_A_C_LAST, 0, 999, self.constants.c_last), &mut name);
+            CustomerSelector::ByLastName(name)
+        } else {
+            CustomerSelector::ById(self.c_id())
+        }
+    }
+
+    /// Clause 2.4.1.
+    fn new_order(&mut self, w_id: u16, ts: i64) -> NewOrderInput {
+        let d_id = self.district();
+        let c_id = self.c_id();
+        let (min, max) = (*self.cfg.order_lines.start(), *self.cfg.order_lines.end());
+        let ol_cnt = self.rng.uniform(u64::from(min), u64::from(max)) as u8;
+        let rollback = self.rng.percent(self.cfg.rollback_pct);
+        let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
+        for line in &mut lines[..ol_cnt as usize] {
+            let i_id = self.rng.nurand(NURAND_A_OL_I_ID, 1, ITEMS, self.constants.ol_i_id);
+            let supply_w_id =
+                if self.rng.percent(self.cfg.remote_item_pct) { self.other_warehouse(w_id) } else { w_id };
+            let quantity = self.rng.uniform(1, 10) as u8;
+            *line = OrderLineInput { i_id, supply_w_id, quantity };
+        }
+        if rollback {
+            lines[ol_cnt as usize - 1].i_id = UNUSED_ITEM_ID;
+        }
+        NewOrderInput { w_id, d_id, c_id, ol_cnt, lines, entry_d: ts }
+    }
+
+    /// Clause 2.5.1.
+    fn payment(&mut self, w_id: u16, ts: i64) -> PaymentInput {
+        let d_id = self.district();
+        let (c_w_id, c_d_id) = if self.rng.percent(self.cfg.remote_payment_pct) {
+            let c_w_id = self.other_warehouse(w_id);
+            (c_w_id, self.district())
+        } else {
+            (w_id, d_id)
+        };
+        let customer = self.customer();
+        let h_amount = self.rng.uniform(100, 500_000) as i64;
+        PaymentInput { w_id, d_id, c_w_id, c_d_id, customer, h_amount, date: ts }
+    }
+
+    /// Clause 2.6.1.
+    fn order_status(&mut self, w_id: u16) -> OrderStatusInput {
+        let d_id = self.district();
+        OrderStatusInput { w_id, d_id, customer: self.customer() }
+    }
+
+    /// Clause 2.7.1.
+    fn delivery(&mut self, w_id: u16, ts: i64) -> DeliveryInput {
+        DeliveryInput { w_id, o_carrier_id: self.rng.uniform(1, 10) as u8, date: ts }
+    }
+
+    /// Clause 2.8.1 (the district is drawn per transaction rather than fixed per terminal).
+    fn stock_level(&mut self, w_id: u16) -> StockLevelInput {
+        let d_id = self.district();
+        StockLevelInput { w_id, d_id, threshold: self.rng.uniform(10, 20) as i32 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn draws(cfg: GenConfig, n: usize) -> Vec<TxnInput> {
+        let mut g = Generator::new(cfg, 17, 5).unwrap();
+        (0..n).map(|i| g.next(1_000 + i as i64)).collect()
+    }
+
+    fn counts(inputs: &[TxnInput]) -> [usize; 5] {
+        let mut c = [0; 5];
+        for i in inputs {
+            c[i.kind() as usize] += 1;
+        }
+        c
+    }
+
+    #[test]
+    fn profiles_parse_and_reject_unknown_names() {
+        assert_eq!(Profile::parse("paper").unwrap(), Profile::Paper);
+        assert_eq!("Standard".parse::<Profile>().unwrap(), Profile::Standard);
+        let err = Profile::parse("tpcc").unwrap_err();
+        assert_eq!(err, GenError::UnknownProfile { given: "tpcc".into() });
+        let msg = err.to_string();
+        assert!(msg.contains("tpcc") && msg.contains("paper") && msg.contains("standard"), "{msg}");
+    }
+
+    #[test]
+    fn mix_parses_subsets_and_round_trips() {
+        let m = Mix::parse("neworder=50,payment=50").unwrap();
+        assert_eq!(m, Mix::PAPER);
+        let m = Mix::parse(" payment = 3 , StockLevel=1").unwrap();
+        assert_eq!(m.weights(), [0, 3, 0, 0, 1]);
+        assert_eq!(Mix::parse(&Mix::STANDARD.to_string()).unwrap(), Mix::STANDARD);
+        assert_eq!(Mix::STANDARD.to_string(), "neworder=45,payment=43,orderstatus=4,delivery=4,stocklevel=4");
+        assert!((Mix::STANDARD.percent(TxnKind::NewOrder) - 45.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn mix_parse_errors_name_the_problem() {
+        let e = Mix::parse("neworder=50,refund=50").unwrap_err();
+        assert_eq!(e, GenError::MixUnknownName { name: "refund".into() });
+        assert!(e.to_string().contains("refund") && e.to_string().contains("stocklevel"));
+        let e = Mix::parse("payment=1,payment=2").unwrap_err();
+        assert_eq!(e, GenError::MixDuplicate { name: "payment".into() });
+        assert!(e.to_string().contains("more than once"));
+        for bad in ["x", "-5", "1.5", "", "+3", "99999999999"] {
+            let e = Mix::parse(&format!("neworder={bad}")).unwrap_err();
+            assert_eq!(e, GenError::MixNotInteger { name: "neworder".into(), value: bad.into() }, "{bad}");
+            assert!(e.to_string().contains("neworder"));
+        }
+        assert_eq!(Mix::parse("neworder=0,payment=0").unwrap_err(), GenError::MixAllZero);
+        assert!(matches!(Mix::parse("neworder").unwrap_err(), GenError::MixMissingWeight { .. }));
+        assert!(matches!(Mix::parse("").unwrap_err(), GenError::MixEmptyEntry { .. }));
+        assert!(matches!(Mix::parse("neworder=1,").unwrap_err(), GenError::MixEmptyEntry { .. }));
+        assert_eq!(Mix::new([0; 5]).unwrap_err(), GenError::MixAllZero);
+    }
+
+    #[test]
+    fn bad_configs_are_rejected() {
+        let mut cfg = GenConfig::for_profile(Profile::Standard, 1..=2);
+        cfg.rollback_pct = 101;
+        assert_eq!(
+            Generator::new(cfg, 1, 1).unwrap_err(),
+            GenError::PercentOutOfRange { what: "rollback_pct", value: 101 }
+        );
+        #[allow(clippy::reversed_empty_ranges)]
+        let cfg = GenConfig::for_profile(Profile::Paper, 2..=1);
+        assert!(matches!(Generator::new(cfg, 1, 1), Err(GenError::BadWarehouses { .. })));
+        let cfg = GenConfig::for_profile(Profile::Paper, 0..=1);
+        assert!(matches!(Generator::new(cfg, 1, 1), Err(GenError::BadWarehouses { .. })));
+        let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=1);
+        cfg.order_lines = 5..=16;
+        assert_eq!(Generator::new(cfg, 1, 1).unwrap_err(), GenError::BadOrderLines { min: 5, max: 16 });
+        let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=1);
+        cfg.mix = Some(Mix { weights: [0; 5] });
+        assert_eq!(Generator::new(cfg, 1, 1).unwrap_err(), GenError::MixAllZero);
+    }
+
+    #[test]
+    fn same_seeds_same_sequence() {
+        let cfg = GenConfig::for_profile(Profile::Standard, 1..=5);
+        assert_eq!(draws(cfg.clone(), 10_000), draws(cfg.clone(), 10_000));
+        let mut g = Generator::new(cfg.clone(), 18, 5).unwrap();
+        let other: Vec<TxnInput> = (0..100).map(|i| g.next(1_000 + i)).collect();
+        assert_ne!(draws(cfg, 100), other);
+    }
+
+    #[test]
+    fn standard_mix_proportions_over_100k() {
+        let inputs = draws(GenConfig::for_profile(Profile::Standard, 1..=5), 100_000);
+        let c = counts(&inputs);
+        for (kind, expected) in TxnKind::ALL.into_iter().zip([45_000, 43_000, 4_000, 4_000, 4_000]) {
+            let got = c[kind as usize];
+            assert!(got.abs_diff(expected) < 1_000, "{kind:?}: {got} vs {expected}");
+        }
+    }
+
+    /// Clauses 2.4.1–2.8.1: input domains, remote and rollback rates, last-name rate.
+    #[test]
+    fn standard_inputs_respect_the_clauses() {
+        let inputs = draws(GenConfig::for_profile(Profile::Standard, 1..=5), 100_000);
+        let (mut lines, mut remote_lines, mut rollbacks, mut new_orders) = (0, 0, 0, 0);
+        let (mut payments, mut remote_pay, mut by_name, mut by_name_status, mut status) = (0, 0, 0, 0, 0);
+        for (n, input) in inputs.iter().enumerate() {
+            match input {
+                TxnInput::NewOrder(no) => {
+                    new_orders += 1;
+                    assert_eq!(no.entry_d, 1_000 + n as i64);
+                    assert!((1..=5).contains(&no.w_id) && (1..=10).contains(&no.d_id));
+                    assert!((1..=3000).contains(&no.c_id) && (5..=15).contains(&no.ol_cnt));
+                    for (k, l) in no.lines().iter().enumerate() {
+                        lines += 1;
+                        remote_lines += usize::from(l.supply_w_id != no.w_id);
+                        assert!((1..=5).contains(&l.supply_w_id) && (1..=10).contains(&l.quantity));
+                        if l.i_id == UNUSED_ITEM_ID {
+                            assert_eq!(k + 1, no.lines().len(), "only the last item is unused");
+                            rollbacks += 1;
+                        } else {
+                            assert!((1..=100_000).contains(&l.i_id));
+                        }
+                    }
+                    assert!(no.lines[no.ol_cnt as usize..].iter().all(|l| *l == OrderLineInput::default()));
+                }
+                TxnInput::Payment(p) => {
+                    payments += 1;
+                    assert_eq!(p.date, 1_000 + n as i64);
+                    assert!((100..=500_000).contains(&p.h_amount) && (1..=10).contains(&p.c_d_id));
+                    if p.c_w_id != p.w_id {
+                        remote_pay += 1;
+                    } else {
+                        assert_eq!(p.c_d_id, p.d_id);
+                    }
+                    match p.customer {
+                        CustomerSelector::ByLastName(name) => {
+                            by_name += 1;
+                            assert!(!engine::schema::text(&name).is_empty());
+                        }
+                        CustomerSelector::ById(c) => assert!((1..=3000).contains(&c)),
+                    }
+                }
+                TxnInput::OrderStatus(o) => {
+                    status += 1;
+                    by_name_status += usize::from(matches!(o.customer, CustomerSelector::ByLastName(_)));
+                }
+                TxnInput::Delivery(d) => assert!((1..=10).contains(&d.o_carrier_id) && d.date == 1_000 + n as i64),
+                TxnInput::StockLevel(s) => assert!((10..=20).contains(&s.threshold) && (1..=10).contains(&s.d_id)),
+            }
+        }
+        let pct = |a: usize, b: usize| a as f64 * 100.0 / b as f64;
+        assert!((0.8..1.2).contains(&pct(remote_lines, lines)), "remote lines {}", pct(remote_lines, lines));
+        assert!((0.8..1.2).contains(&pct(rollbacks, new_orders)), "rollbacks {}", pct(rollbacks, new_orders));
+        assert!((14.0..16.0).contains(&pct(remote_pay, payments)), "remote payments");
+        assert!((59.0..61.0).contains(&pct(by_name, payments)), "by last name");
+        assert!((56.0..64.0).contains(&pct(by_name_status, status)), "order status by last name");
+    }
+
+    /// The paper's profile (Section 4): 50/50, 10 local items, no rollbacks, by C_ID at home.
+    #[test]
+    fn paper_profile_matches_section_4() {
+        let inputs = draws(GenConfig::for_profile(Profile::Paper, 1..=5), 100_000);
+        let c = counts(&inputs);
+        assert_eq!(c[2] + c[3] + c[4], 0);
+        assert!(c[0].abs_diff(50_000) < 1_000, "{c:?}");
+        let mut homes = [0usize; 6];
+        for input in &inputs {
+            match input {
+                TxnInput::NewOrder(no) => {
+                    homes[no.w_id as usize] += 1;
+                    assert_eq!(no.ol_cnt, 10);
+                    assert!(no.lines().iter().all(|l| l.supply_w_id == no.w_id && l.i_id <= 100_000));
+                }
+                TxnInput::Payment(p) => {
+                    homes[p.w_id as usize] += 1;
+                    assert_eq!((p.c_w_id, p.c_d_id), (p.w_id, p.d_id));
+                    assert!(matches!(p.customer, CustomerSelector::ById(_)));
+                }
+                _ => unreachable!(),
+            }
+        }
+        // Home warehouses uniform over the range.
+        assert_eq!(homes[0], 0);
+        assert!(homes[1..].iter().all(|&h| h.abs_diff(20_000) < 1_000), "{homes:?}");
+    }
+
+    #[test]
+    fn single_warehouse_falls_back_to_home_and_mix_overrides() {
+        let mut cfg = GenConfig::for_profile(Profile::Standard, 3..=3);
+        cfg.remote_item_pct = 100;
+        cfg.remote_payment_pct = 100;
+        cfg.mix = Some(Mix::parse("neworder=1,payment=1").unwrap());
+        assert_eq!(Generator::new(cfg.clone(), 1, 1).unwrap().mix().weights, [1, 1, 0, 0, 0]);
+        for input in draws(cfg, 2_000) {
+            match input {
+                TxnInput::NewOrder(no) => assert!(no.lines().iter().all(|l| l.supply_w_id == 3)),
+                TxnInput::Payment(p) => assert_eq!(p.c_w_id, 3),
+                _ => unreachable!("mix override excludes the others"),
+            }
+        }
+        // With two warehouses, "remote" always means the other one.
+        let mut cfg = GenConfig::for_profile(Profile::Standard, 1..=2);
+        cfg.remote_payment_pct = 100;
+        cfg.mix = Some(Mix::parse("payment=1").unwrap());
+        let mut g = Generator::new(cfg, 1, 1).unwrap();
+        for _ in 0..1_000 {
+            let TxnInput::Payment(p) = g.next_for(2, 0) else { unreachable!() };
+            assert_eq!((p.w_id, p.c_w_id), (2, 1));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the generator's range")]
+    fn next_for_rejects_a_foreign_home() {
+        let mut g = Generator::new(GenConfig::for_profile(Profile::Paper, 1..=2), 1, 1).unwrap();
+        g.next_for(3, 0);
+    }
+
+    #[test]
+    fn run_constants_come_from_the_load_seed() {
+        let g = Generator::new(GenConfig::for_profile(Profile::Standard, 1..=1), 11, 22).unwrap();
+        let load = NuRandConstants::for_load(22);
+        assert_eq!(g.constants(), NuRandConstants::for_run(&load, 11));
+        assert!(crate::rng::c_last_delta_ok(g.constants().c_last, load.c_last));
+    }
+}

@@ -1,0 +1,58 @@
+//! Errors of the conventional stack: configuration refusals, snapshot and log corruption found
+//! at restart, and I/O. Expected outcomes are variants, never strings. (Lives here rather than
+//! in the crate's `error.rs` because this module is owned separately; it converts into
+//! [`crate::StorageError`] where the `Storage` trait reports.)
+
+use std::path::PathBuf;
+
+use crate::error::StorageError;
+
+/// What opening, configuring, checkpointing or recovering the conventional stack can report.
+#[derive(Debug, thiserror::Error)]
+pub enum ConventionalError {
+    /// A switch that removes concurrency control (locking or latching) is only sound when one
+    /// worker runs transactions (the paper's stripped Shore runs one transaction at a time).
+    #[error("switch `{switch}` is only sound with one worker, but {workers} workers were configured")]
+    UnsafeWithWorkers { switch: &'static str, workers: usize },
+    /// A configuration must allow at least one worker.
+    #[error("a configuration needs at least one worker")]
+    NoWorkers,
+    /// More sessions than configured workers were requested at once.
+    #[error("all {workers} configured worker sessions are open")]
+    TooManySessions { workers: usize },
+    /// A checkpoint needs the components it relies on (see `ConventionalDb::checkpoint`).
+    #[error("checkpoint unavailable: {reason}")]
+    CheckpointUnavailable { reason: &'static str },
+    /// The checkpoint snapshot is damaged or not a snapshot.
+    #[error("checkpoint snapshot {path}: {what}")]
+    BadSnapshot { path: PathBuf, what: &'static str },
+    /// The snapshot was written with another page size (the page-size switch changed).
+    #[error("checkpoint snapshot has {found}-byte pages, the configuration uses {configured}-byte pages")]
+    PageSizeMismatch { found: usize, configured: usize },
+    /// The log starts after the snapshot's LSN: records between them are missing.
+    #[error("the log starts at LSN {log_start} but the snapshot is at LSN {snapshot}: records are missing")]
+    LogGap { log_start: u64, snapshot: u64 },
+    /// A log record that passed its checksum cannot be applied (the log does not belong to
+    /// this snapshot).
+    #[error("recovery cannot apply the log record at LSN {lsn}: {what}")]
+    Recovery { lsn: u64, what: &'static str },
+    /// The log device or a snapshot file failed.
+    #[error("I/O error ({what}): {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ConventionalError {
+    pub(crate) fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> ConventionalError {
+        move |source| ConventionalError::Io { what, source }
+    }
+}
+
+impl From<ConventionalError> for StorageError {
+    fn from(e: ConventionalError) -> StorageError {
+        StorageError::Io(e.to_string())
+    }
+}

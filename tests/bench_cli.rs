@@ -1,0 +1,147 @@
+//! End-to-end tests of `glass bench --embedded`: they run the built binary as a user would and
+//! check its outputs and its refusals of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn glass(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_glass")).args(args).output().expect("run glass")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("glass-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn embedded_bench_writes_json_dump_and_passes_the_check() {
+    let dir = scratch("run");
+    let json = dir.join("r.json");
+    let dump = dir.join("dump");
+    let o = glass(&[
+        "bench",
+        "--embedded",
+        "--profile",
+        "standard",
+        "--warehouses",
+        "1",
+        "--txns",
+        "3000",
+        "--warmup",
+        "0",
+        "--check",
+        "--json",
+        json.to_str().unwrap(),
+        "--dump",
+        dump.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "glass failed: {}", stderr(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.starts_with("seed: 1"), "the seed is printed first: {stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for field in [
+        "mode",
+        "profile",
+        "warehouses",
+        "seed",
+        "seconds",
+        "committed",
+        "aborted",
+        "txn_per_sec",
+        "per_txn",
+        "rss_after_load_bytes",
+        "rss_bytes",
+    ] {
+        assert!(v.get(field).is_some(), "json lacks {field}: {v}");
+    }
+    assert_eq!(v["committed"].as_u64().unwrap() + v["aborted"].as_u64().unwrap(), 3000);
+    assert_eq!(v["profile"], "standard");
+    let per_txn = v["per_txn"].as_array().unwrap();
+    assert_eq!(per_txn.len(), 5, "all five transaction types ran: {per_txn:?}");
+    for k in per_txn {
+        for f in ["txn", "count", "aborts", "p50_us", "p99_us"] {
+            assert!(k.get(f).is_some(), "per_txn entry lacks {f}");
+        }
+    }
+    for table in ["warehouse", "district", "customer", "history", "orders", "new_order", "order_line", "item", "stock"]
+    {
+        let csv = std::fs::read_to_string(dump.join(format!("{table}.csv"))).unwrap();
+        assert!(csv.lines().count() > 1, "{table}.csv has rows");
+    }
+    let header = std::fs::read_to_string(dump.join("order_line.csv")).unwrap();
+    assert!(header.lines().next().unwrap().ends_with("ol_dist_info") || header.contains("ol_delivery_d"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn dump_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Determinism contract (DESIGN.md): the same seed gives the same dump byte for byte.
+#[test]
+fn same_seed_gives_the_same_dump_byte_for_byte() {
+    let dir = scratch("determinism");
+    let run = |name: &str| {
+        let d = dir.join(name);
+        let o = glass(&[
+            "bench",
+            "--embedded",
+            "--profile",
+            "standard",
+            "--warehouses",
+            "1",
+            "--txns",
+            "2000",
+            "--warmup",
+            "0",
+            "--seed",
+            "7",
+            "--quiet",
+            "--dump",
+            d.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        dump_bytes(&d)
+    };
+    let a = run("a");
+    let b = run("b");
+    assert_eq!(a.len(), 9);
+    assert!(a == b, "dumps differ between two runs with the same seed");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn refused(args: &[&str], needle: &str) {
+    let o = glass(args);
+    assert!(!o.status.success(), "{args:?} should fail");
+    let e = stderr(&o);
+    assert!(e.contains(needle), "{args:?}: error should mention {needle:?}, got: {e}");
+    assert_eq!(e.trim().lines().count(), 1, "one-line error, got: {e}");
+}
+
+#[test]
+fn bad_input_is_refused_with_a_clear_error_and_writes_nothing() {
+    let dir = scratch("bad");
+    let json = dir.join("out.json");
+    let j = json.to_str().unwrap();
+    refused(&["bench", "--embedded", "--warehouses", "0", "--json", j], "warehouses");
+    refused(&["bench", "--embedded", "--profile", "tpch", "--json", j], "tpch");
+    refused(&["bench", "--embedded", "--mix", "neworder=50,bogus=3", "--json", j], "bogus");
+    refused(&["bench", "--embedded", "--mix", "neworder=0", "--json", j], "mix");
+    refused(&["bench", "--embedded", "--json", "/nonexistent-glass-dir/r.json"], "nonexistent-glass-dir");
+    refused(&["bench", "--embedded", "--txns", "0", "--json", j], "txns");
+    assert!(!json.exists(), "nothing is written on bad input");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no stray files");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,300 @@
+//! The embedded benchmark (`glass bench --embedded`): one thread drives one partition holding
+//! every warehouse, loading it from the seed, warming up, then running the generator's stream
+//! through the procedures and measuring each transaction.
+//!
+//! Guarantees: the stream of inputs depends only on the seed and the configuration (the
+//! commit timestamp and every "current date" are a logical clock, not the wall clock); the
+//! warm-up's transactions change the data but are not counted; only the execution of a
+//! transaction is inside its latency measurement (generation is not).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use engine::procedures::{execute, TxnKind};
+use engine::Storage;
+use serde::Serialize;
+
+use crate::gen::{GenConfig, Generator, Mix, Profile};
+use crate::loader::{self, LoadProgress};
+use crate::metrics::{rss_bytes, KindSummary, Stats};
+
+/// Why a bench could not run or finish.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A setting is impossible; the message names the flag.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Load(#[from] crate::error::LoadError),
+    #[error(transparent)]
+    Gen(#[from] crate::error::GenError),
+    /// A transaction failed in a way that is not an abort: the database is not TPC-C's.
+    #[error("transaction failed: {0}")]
+    Txn(engine::TxnError),
+    /// An output file cannot be written.
+    #[error("cannot write {path}: {why}")]
+    Output { path: PathBuf, why: String },
+}
+
+/// When the measured phase ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StopAfter {
+    Seconds(f64),
+    Transactions(u64),
+}
+
+/// Everything an embedded run depends on.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub profile: Profile,
+    pub mix: Option<Mix>,
+    pub warehouses: u16,
+    pub stop: StopAfter,
+    pub warmup_s: f64,
+    pub seed: u64,
+}
+
+impl BenchConfig {
+    /// The generator configuration this bench runs.
+    pub fn gen_config(&self) -> GenConfig {
+        let mut cfg = GenConfig::for_profile(self.profile, 1..=self.warehouses);
+        cfg.mix = self.mix;
+        cfg
+    }
+
+    /// Rejects impossible settings with an error naming the setting.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.warehouses == 0 {
+            return Err(BenchError::Invalid("--warehouses must be at least 1".into()));
+        }
+        match self.stop {
+            StopAfter::Seconds(s) if !(s > 0.0 && s.is_finite()) => {
+                return Err(BenchError::Invalid(format!("--duration must be a positive number of seconds, not {s}")))
+            }
+            StopAfter::Transactions(0) => return Err(BenchError::Invalid("--txns must be at least 1".into())),
+            _ => {}
+        }
+        if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
+            return Err(BenchError::Invalid(format!("--warmup must be zero or more seconds, not {}", self.warmup_s)));
+        }
+        Ok(())
+    }
+}
+
+/// What the caller is told while the bench runs (progress bars, per-second lines).
+pub trait Observer {
+    /// Loading progress: rows loaded of rows expected.
+    fn loading(&mut self, _done: u64, _total: u64) {}
+    /// A phase starts: "warmup" or "run", with its length if known.
+    fn phase(&mut self, _name: &str, _stop: StopAfter) {}
+    /// Progress within the phase: seconds elapsed and transactions done.
+    fn progress(&mut self, _elapsed_s: f64, _txns: u64) {}
+    /// One per-second line of the measured phase.
+    fn interval(&mut self, _line: &IntervalLine) {}
+    /// The run is over.
+    fn finished(&mut self) {}
+}
+
+/// An observer that says nothing.
+#[derive(Debug, Default)]
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// The figures of one second of the measured phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalLine {
+    pub elapsed_s: f64,
+    pub txn_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub aborts: u64,
+}
+
+/// The result of an embedded run, as printed and as written by `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub mode: String,
+    pub profile: String,
+    pub mix: [u32; 5],
+    pub warehouses: u16,
+    pub seed: u64,
+    pub load_seconds: f64,
+    pub warmup_seconds: f64,
+    pub seconds: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub txn_per_sec: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub per_txn: Vec<KindSummary>,
+    pub rss_after_load_bytes: u64,
+    pub rss_bytes: u64,
+    /// (rss_bytes − rss_after_load_bytes) / NewOrders committed, warm-up included.
+    pub rss_growth_per_neworder_bytes: f64,
+    pub timeline: Vec<IntervalLine>,
+}
+
+/// Loads a fresh database of `warehouses` warehouses into `db`.
+pub fn load<S: Storage>(db: &mut S, warehouses: u16, seed: u64, obs: &mut dyn Observer) -> Result<(), BenchError> {
+    loader::load_database(db, 1..=warehouses, seed, &mut |p: LoadProgress| obs.loading(p.rows_loaded, p.rows_total))?;
+    Ok(())
+}
+
+/// The run seed derived from the load seed (one `--seed` drives both, independently).
+pub fn run_seed(seed: u64) -> u64 {
+    seed ^ 0x5EED_0FC0_FFEE_0000
+}
+
+/// Runs the warm-up and the measured phase on an already-loaded database.
+pub fn run<S: Storage>(
+    db: &mut S,
+    cfg: &BenchConfig,
+    mode: &str,
+    load_seconds: f64,
+    obs: &mut dyn Observer,
+) -> Result<BenchReport, BenchError> {
+    cfg.validate()?;
+    let rss_after_load = rss_bytes().unwrap_or(0);
+    let mut gen = Generator::new(cfg.gen_config(), run_seed(cfg.seed), cfg.seed)?;
+    let mut ts: u64 = 0;
+    let mut neworders: u64 = 0;
+
+    // Warm-up: same stream, not measured.
+    let warmup = Duration::from_secs_f64(cfg.warmup_s);
+    if !warmup.is_zero() {
+        obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
+        let start = Instant::now();
+        let mut n = 0u64;
+        loop {
+            ts += 1;
+            let input = gen.next(loader::LOAD_TIMESTAMP + ts as i64);
+            let r = execute(db, ts, &input);
+            neworders += (r.is_ok() && input.kind() == TxnKind::NewOrder) as u64;
+            check_outcome(&r)?;
+            n += 1;
+            if n % 1024 == 0 {
+                let e = start.elapsed();
+                obs.progress(e.as_secs_f64(), n);
+                if e >= warmup {
+                    break;
+                }
+            }
+        }
+    }
+
+    obs.phase("run", cfg.stop);
+    let mut stats = Stats::default();
+    let mut interval = Stats::default();
+    let mut timeline = Vec::new();
+    let start = Instant::now();
+    let mut next_tick = Duration::from_secs(1);
+    let mut last_tick = Duration::ZERO;
+    let mut done = 0u64;
+    let limit_txns = match cfg.stop {
+        StopAfter::Transactions(n) => n,
+        StopAfter::Seconds(_) => u64::MAX,
+    };
+    let limit_time = match cfg.stop {
+        StopAfter::Seconds(s) => Duration::from_secs_f64(s),
+        StopAfter::Transactions(_) => Duration::MAX,
+    };
+    let elapsed = loop {
+        ts += 1;
+        let input = gen.next(loader::LOAD_TIMESTAMP + ts as i64);
+        let kind = input.kind();
+        let a = Instant::now();
+        let r = execute(db, ts, &input);
+        let b = Instant::now();
+        check_outcome(&r)?;
+        let ns = (b - a).as_nanos() as u64;
+        stats.record(kind, ns, r.is_ok());
+        interval.record(kind, ns, r.is_ok());
+        neworders += (r.is_ok() && kind == TxnKind::NewOrder) as u64;
+        done += 1;
+        let e = b - start;
+        if e >= next_tick || done >= limit_txns || e >= limit_time {
+            let span = (e - last_tick).as_secs_f64();
+            let h = interval.all_latencies();
+            let line = IntervalLine {
+                elapsed_s: e.as_secs_f64(),
+                txn_per_sec: interval.committed() as f64 / span.max(1e-9),
+                p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+                p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+                aborts: interval.aborted(),
+            };
+            obs.interval(&line);
+            obs.progress(e.as_secs_f64(), done);
+            timeline.push(line);
+            interval = Stats::default();
+            last_tick = e;
+            while next_tick <= e {
+                next_tick += Duration::from_secs(1);
+            }
+            if done >= limit_txns || e >= limit_time {
+                break e;
+            }
+        }
+    };
+    obs.finished();
+    let rss = rss_bytes().unwrap_or(0);
+    let secs = elapsed.as_secs_f64();
+    let all = stats.all_latencies();
+    Ok(BenchReport {
+        mode: mode.to_string(),
+        profile: cfg.profile.name().to_string(),
+        mix: gen.mix().weights,
+        warehouses: cfg.warehouses,
+        seed: cfg.seed,
+        load_seconds,
+        warmup_seconds: cfg.warmup_s,
+        seconds: secs,
+        committed: stats.committed(),
+        aborted: stats.aborted(),
+        txn_per_sec: stats.committed() as f64 / secs,
+        p50_us: all.value_at_quantile(0.50) as f64 / 1000.0,
+        p95_us: all.value_at_quantile(0.95) as f64 / 1000.0,
+        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
+        per_txn: stats.summary(),
+        rss_after_load_bytes: rss_after_load,
+        rss_bytes: rss,
+        rss_growth_per_neworder_bytes: if neworders == 0 {
+            0.0
+        } else {
+            rss.saturating_sub(rss_after_load) as f64 / neworders as f64
+        },
+        timeline,
+    })
+}
+
+/// Aborts (TPC-C rollbacks, concurrency-control victims) are outcomes; anything else means
+/// the database is broken and the run stops.
+fn check_outcome<T>(r: &Result<T, engine::TxnError>) -> Result<(), BenchError> {
+    match r {
+        Err(e) if !e.is_abort() => Err(BenchError::Txn(e.clone())),
+        _ => Ok(()),
+    }
+}
+
+/// Output paths are checked before any work so a bad path fails fast and writes nothing.
+pub fn check_writable_file(path: &Path) -> Result<(), BenchError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(BenchError::Output { path: path.to_path_buf(), why: "its directory does not exist".into() });
+    }
+    let probe = parent.join(format!(".glass-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| BenchError::Output { path: path.to_path_buf(), why: e.to_string() })?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, then rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
+    let tmp = path.with_extension("tmp-glass");
+    std::fs::write(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| BenchError::Output { path: path.to_path_buf(), why: e.to_string() })
+}
