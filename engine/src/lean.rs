@@ -10,9 +10,9 @@
 //! or process-specific hashing, so two replicas fed the same sequence are identical.
 
 use std::any::Any;
-use std::collections::BTreeMap;
-use std::ops::Bound;
 
+use crate::arena::{advise_vec, Pool};
+use crate::btree::BTree;
 use crate::error::StorageError;
 use crate::schema::{t, Organisation, Table, TableId};
 use crate::storage::{ScanDir, Storage};
@@ -40,25 +40,6 @@ fn mix(key: u64) -> u64 {
     (key ^ (key >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// Asks the kernel for transparent huge pages over a large allocation (MACHINE.md: dependent
-/// loads at hundreds of MB drop from ≈255 to ≈170 ns). Harmless where unsupported.
-fn advise_huge_pages<T>(v: &Vec<T>) {
-    const HUGE_BYTES_MIN: usize = 4 << 20;
-    let bytes = v.capacity() * std::mem::size_of::<T>();
-    if bytes < HUGE_BYTES_MIN {
-        return;
-    }
-    let page = 2 << 20;
-    let start = (v.as_ptr() as usize).div_ceil(page) * page;
-    let end = (v.as_ptr() as usize + bytes) / page * page;
-    if end > start {
-        // SAFETY: the range lies inside the vector's own allocation; madvise only sets a hint.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
 #[inline]
 fn prefetch_ptr<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
@@ -70,15 +51,26 @@ fn prefetch_ptr<T>(p: *const T) {
     let _ = p;
 }
 
+/// Prefetches every cache line of a row (a STOCK row spans five).
+#[inline]
+fn prefetch_row<R>(row: *const R) {
+    const LINE: usize = 64;
+    let p = row as *const u8;
+    let mut off = 0;
+    while off < std::mem::size_of::<R>() {
+        prefetch_ptr(p.wrapping_add(off));
+        off += LINE;
+    }
+}
+
 /// A point-access table: open-addressing (linear probing, backward-shift deletion) hash index
 /// from the packed key to a row slot in a typed arena.
 pub struct HashStore<T: Table> {
     slots: Vec<Slot>,
     shift: u32,
     len: usize,
-    rows: Vec<T::Row>,
-    free: Vec<u32>,
-    secondary: BTreeMap<T::Sec, u64>,
+    rows: Pool<T::Row>,
+    secondary: BTree<T::Sec, u64>,
 }
 
 impl<T: Table> Default for HashStore<T> {
@@ -87,9 +79,8 @@ impl<T: Table> Default for HashStore<T> {
             slots: vec![EMPTY_SLOT; HASH_CAPACITY_MIN],
             shift: 64 - HASH_CAPACITY_MIN.trailing_zeros(),
             len: 0,
-            rows: Vec::new(),
-            free: Vec::new(),
-            secondary: BTreeMap::new(),
+            rows: Pool::new(),
+            secondary: BTree::new(),
         }
     }
 }
@@ -129,7 +120,7 @@ impl<T: Table> HashStore<T> {
     fn resize(&mut self, capacity: usize) {
         let capacity = capacity.next_power_of_two().max(HASH_CAPACITY_MIN);
         let old = std::mem::replace(&mut self.slots, Vec::with_capacity(capacity));
-        advise_huge_pages(&self.slots);
+        advise_vec(&self.slots);
         self.slots.resize(capacity, EMPTY_SLOT);
         self.shift = 64 - capacity.trailing_zeros();
         for s in old.into_iter().filter(|s| s.row != EMPTY) {
@@ -143,12 +134,6 @@ impl<T: Table> HashStore<T> {
         if want * LOAD_DEN > self.slots.len() * LOAD_NUM {
             self.resize(want * LOAD_DEN / LOAD_NUM + 1);
         }
-        if self.rows.capacity() < self.rows.len() + additional {
-            let mut rows = Vec::with_capacity(self.rows.len() + additional);
-            advise_huge_pages(&rows);
-            rows.extend_from_slice(&self.rows);
-            self.rows = rows;
-        }
     }
 
     fn insert(&mut self, key: u64, row: &T::Row) -> Result<(), StorageError> {
@@ -159,16 +144,7 @@ impl<T: Table> HashStore<T> {
             Ok(_) => return Err(StorageError::Duplicate { table: T::ID, key }),
             Err(i) => i,
         };
-        let idx = match self.free.pop() {
-            Some(idx) => {
-                self.rows[idx as usize] = *row;
-                idx
-            }
-            None => {
-                self.rows.push(*row);
-                u32::try_from(self.rows.len() - 1).expect("fewer than 2^32 rows per table")
-            }
-        };
+        let idx = self.rows.alloc(*row);
         self.slots[i] = Slot { key, row: idx, _pad: 0 };
         self.len += 1;
         if T::HAS_SECONDARY {
@@ -180,8 +156,8 @@ impl<T: Table> HashStore<T> {
     fn delete(&mut self, key: u64) -> Option<T::Row> {
         let mut i = self.find_slot(key).ok()?;
         let idx = self.slots[i].row;
-        let row = self.rows[idx as usize];
-        self.free.push(idx);
+        let row = *self.rows.get(idx);
+        self.rows.release(idx);
         self.len -= 1;
         // Backward-shift deletion keeps probe sequences unbroken without tombstones.
         let mask = self.mask();
@@ -212,38 +188,37 @@ impl<T: Table> HashStore<T> {
         }
         for &k in keys {
             if let Some(idx) = self.find(k) {
-                prefetch_ptr(&self.rows[idx as usize]);
+                prefetch_row(self.rows.addr(idx));
             }
         }
     }
 
     fn for_each(&self, mut f: impl FnMut(&T::Row)) {
         for s in self.slots.iter().filter(|s| s.row != EMPTY) {
-            f(&self.rows[s.row as usize]);
+            f(self.rows.get(s.row));
         }
     }
 }
 
-/// An ordered table: a B-tree map from the packed key to the row.
+/// An ordered table: a B+tree from the packed key to a row slot in a typed arena.
 pub struct OrderedStore<T: Table> {
-    rows: BTreeMap<u64, T::Row>,
-    secondary: BTreeMap<T::Sec, u64>,
+    index: BTree<u64, u32>,
+    rows: Pool<T::Row>,
+    secondary: BTree<T::Sec, u64>,
 }
 
 impl<T: Table> Default for OrderedStore<T> {
     fn default() -> Self {
-        OrderedStore { rows: BTreeMap::new(), secondary: BTreeMap::new() }
+        OrderedStore { index: BTree::new(), rows: Pool::new(), secondary: BTree::new() }
     }
 }
 
 impl<T: Table> OrderedStore<T> {
     fn insert(&mut self, key: u64, row: &T::Row) -> Result<(), StorageError> {
-        use std::collections::btree_map::Entry;
-        match self.rows.entry(key) {
-            Entry::Occupied(_) => return Err(StorageError::Duplicate { table: T::ID, key }),
-            Entry::Vacant(v) => {
-                v.insert(*row);
-            }
+        let idx = self.rows.alloc(*row);
+        if !self.index.insert(key, idx) {
+            self.rows.release(idx);
+            return Err(StorageError::Duplicate { table: T::ID, key });
         }
         if T::HAS_SECONDARY {
             self.secondary.insert(T::secondary(row), key);
@@ -252,22 +227,35 @@ impl<T: Table> OrderedStore<T> {
     }
 
     fn delete(&mut self, key: u64) -> Option<T::Row> {
-        let row = self.rows.remove(&key)?;
+        let idx = self.index.remove(&key)?;
+        let row = *self.rows.get(idx);
+        self.rows.release(idx);
         if T::HAS_SECONDARY {
             self.secondary.remove(&T::secondary(&row));
         }
         Some(row)
     }
+
+    #[inline]
+    fn get(&self, key: u64) -> Option<&T::Row> {
+        self.index.get(&key).map(|i| self.rows.get(i))
+    }
+
+    #[inline]
+    fn get_mut(&mut self, key: u64) -> Option<&mut T::Row> {
+        let i = self.index.get(&key)?;
+        Some(self.rows.get_mut(i))
+    }
 }
 
 /// A heap table (HISTORY): rows appended in commit order.
 pub struct HeapStore<T: Table> {
-    rows: Vec<T::Row>,
+    rows: Pool<T::Row>,
 }
 
 impl<T: Table> Default for HeapStore<T> {
     fn default() -> Self {
-        HeapStore { rows: Vec::new() }
+        HeapStore { rows: Pool::new() }
     }
 }
 
@@ -404,7 +392,7 @@ impl LeanDb {
             Organisation::Hash => self.hash::<T>().insert(key, row),
             Organisation::Ordered => self.ordered::<T>().insert(key, row),
             Organisation::Heap => {
-                self.heap::<T>().rows.push(*row);
+                self.heap::<T>().rows.alloc(*row);
                 Ok(())
             }
         }
@@ -414,7 +402,13 @@ impl LeanDb {
         match T::ORG {
             Organisation::Hash => self.hash::<T>().delete(key),
             Organisation::Ordered => self.ordered::<T>().delete(key),
-            Organisation::Heap => self.heap::<T>().rows.pop(),
+            Organisation::Heap => {
+                let rows = &mut self.heap::<T>().rows;
+                let last = rows.allocated().checked_sub(1)?;
+                let row = *rows.get(last);
+                rows.pop(last);
+                Some(row)
+            }
         }
     }
 
@@ -423,9 +417,9 @@ impl LeanDb {
             Organisation::Hash => {
                 let s = self.hash::<T>();
                 let idx = s.find(key)?;
-                Some(&mut s.rows[idx as usize])
+                Some(s.rows.get_mut(idx))
             }
-            Organisation::Ordered => self.ordered::<T>().rows.get_mut(&key),
+            Organisation::Ordered => self.ordered::<T>().get_mut(key),
             Organisation::Heap => None,
         }
     }
@@ -493,9 +487,9 @@ impl Storage for LeanDb {
         match T::ORG {
             Organisation::Hash => {
                 let s = self.hash::<T>();
-                Ok(s.find(key).map(|idx| f(&s.rows[idx as usize])))
+                Ok(s.find(key).map(|idx| f(s.rows.get(idx))))
             }
-            Organisation::Ordered => Ok(self.ordered::<T>().rows.get(&key).map(f)),
+            Organisation::Ordered => Ok(self.ordered::<T>().get(key).map(f)),
             Organisation::Heap => Err(StorageError::Unsupported { table: T::ID, op: "get by key" }),
         }
     }
@@ -557,23 +551,9 @@ impl Storage for LeanDb {
         if lo > hi {
             return Ok(());
         }
-        let range = self.ordered::<T>().rows.range((Bound::Included(lo), Bound::Included(hi)));
-        match dir {
-            ScanDir::Forward => {
-                for (_, r) in range {
-                    if !f(r) {
-                        break;
-                    }
-                }
-            }
-            ScanDir::Backward => {
-                for (_, r) in range.rev() {
-                    if !f(r) {
-                        break;
-                    }
-                }
-            }
-        }
+        let store = self.ordered::<T>();
+        let rows = &store.rows;
+        store.index.range(&lo, &hi, dir == ScanDir::Forward, &mut |_, &i| f(rows.get(i)));
         Ok(())
     }
 
@@ -595,23 +575,7 @@ impl Storage for LeanDb {
             Organisation::Ordered => &self.ordered::<T>().secondary,
             Organisation::Heap => unreachable!("heap tables have no secondary index"),
         };
-        let range = index.range((Bound::Included(lo), Bound::Included(hi)));
-        match dir {
-            ScanDir::Forward => {
-                for (_, &k) in range {
-                    if !f(k) {
-                        break;
-                    }
-                }
-            }
-            ScanDir::Backward => {
-                for (_, &k) in range.rev() {
-                    if !f(k) {
-                        break;
-                    }
-                }
-            }
-        }
+        index.range(&lo, &hi, dir == ScanDir::Forward, &mut |_, &k| f(k));
         Ok(())
     }
 
@@ -627,15 +591,7 @@ impl Storage for LeanDb {
     fn reserve<T: Table>(&mut self, additional: usize) {
         match T::ORG {
             Organisation::Hash => self.hash::<T>().reserve(additional),
-            Organisation::Heap => {
-                let rows = &mut self.heap::<T>().rows;
-                if rows.capacity() < rows.len() + additional {
-                    let mut grown = Vec::with_capacity(rows.len() + additional);
-                    advise_huge_pages(&grown);
-                    grown.extend_from_slice(rows);
-                    *rows = grown;
-                }
-            }
+            Organisation::Heap => {}
             Organisation::Ordered => {}
         }
     }
@@ -643,16 +599,23 @@ impl Storage for LeanDb {
     fn for_each<T: Table>(&mut self, mut f: impl FnMut(&T::Row)) {
         match T::ORG {
             Organisation::Hash => self.hash::<T>().for_each(f),
-            Organisation::Ordered => self.ordered::<T>().rows.values().for_each(f),
-            Organisation::Heap => self.heap::<T>().rows.iter().for_each(&mut f),
+            Organisation::Ordered => {
+                let s = self.ordered::<T>();
+                let rows = &s.rows;
+                s.index.for_each(&mut |_, &i| f(rows.get(i)));
+            }
+            Organisation::Heap => {
+                let rows = &self.heap::<T>().rows;
+                (0..rows.allocated()).for_each(|i| f(rows.get(i)));
+            }
         }
     }
 
     fn count<T: Table>(&mut self) -> usize {
         match T::ORG {
             Organisation::Hash => self.hash::<T>().len,
-            Organisation::Ordered => self.ordered::<T>().rows.len(),
-            Organisation::Heap => self.heap::<T>().rows.len(),
+            Organisation::Ordered => self.ordered::<T>().index.len(),
+            Organisation::Heap => self.heap::<T>().rows.live(),
         }
     }
 }
@@ -679,7 +642,7 @@ mod tests {
             assert_eq!(s.delete(keys::item(k)).unwrap().i_id, k);
         }
         for (n, &k) in ks.iter().enumerate() {
-            let found = s.find(keys::item(k)).map(|i| s.rows[i as usize].i_id);
+            let found = s.find(keys::item(k)).map(|i| s.rows.get(i).i_id);
             assert_eq!(found, (n % 3 != 0).then_some(k), "key {k}");
         }
         assert!(matches!(s.insert(keys::item(ks[1]), &item(ks[1])), Err(StorageError::Duplicate { .. })));

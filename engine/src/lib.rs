@@ -3,6 +3,8 @@
 //! main-memory kernel ([`lean`]) and (later) the conventional stack. No networking; every
 //! procedure is deterministic in its inputs.
 
+pub mod arena;
+pub mod btree;
 pub mod check;
 pub mod conventional;
 pub mod digest;

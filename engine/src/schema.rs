@@ -84,7 +84,7 @@ pub enum Organisation {
 
 /// A secondary key: totally ordered, with an order-preserving big-endian byte encoding for
 /// byte-comparing indexes (the conventional stack's B+trees).
-pub trait SecondaryKey: Copy + Ord + fmt::Debug + Send + Sync + 'static {
+pub trait SecondaryKey: Copy + Ord + Default + fmt::Debug + Send + Sync + 'static {
     /// Length of [`SecondaryKey::encode`]'s output.
     const LEN: usize;
     /// Writes the order-preserving encoding into `out[..LEN]`.
@@ -105,7 +105,7 @@ impl SecondaryKey for u128 {
 
 /// CUSTOMER's secondary index key (C_W_ID, C_D_ID, C_LAST, C_FIRST, C_ID): Payment and
 /// OrderStatus select customers by last name ordered by first name (TPC-C 2.5.2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct CustomerNameKey {
     pub w_id: u16,
     pub d_id: u8,
