@@ -43,6 +43,18 @@ enum Split<K> {
     New(K, u32),
 }
 
+/// Deepest tree supported (fan-out ≥ 32 per level makes 2^32 entries far shallower).
+const HEIGHT_MAX: usize = 16;
+
+/// The leaf the last insert went to and the key range it covers (`lo <= key < hi`): the next
+/// insert of a nearby key (TPC-C inserts an order's lines one after another) skips the descent.
+#[derive(Clone, Copy)]
+struct Hint<K> {
+    leaf: u32,
+    lo: Option<K>,
+    hi: Option<K>,
+}
+
 /// An ordered map from `K` to `V`.
 pub struct BTree<K: Copy + Ord + Default, V: Copy + Default> {
     leaves: Pool<Leaf<K, V>>,
@@ -51,6 +63,7 @@ pub struct BTree<K: Copy + Ord + Default, V: Copy + Default> {
     /// 0: the root is a leaf.
     height: u32,
     len: usize,
+    hint: Option<Hint<K>>,
 }
 
 impl<K: Copy + Ord + Default, V: Copy + Default> Default for BTree<K, V> {
@@ -63,7 +76,7 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
     pub fn new() -> Self {
         let mut leaves = Pool::new();
         let root = leaves.alloc(Self::empty_leaf());
-        BTree { leaves, inners: Pool::new(), root, height: 0, len: 0 }
+        BTree { leaves, inners: Pool::new(), root, height: 0, len: 0, hint: None }
     }
 
     fn empty_leaf() -> Leaf<K, V> {
@@ -108,7 +121,44 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
 
     /// Inserts `key → val`; returns false (and changes nothing) if the key exists.
     pub fn insert(&mut self, key: K, val: V) -> bool {
-        let (inserted, split) = self.insert_at(self.root, self.height, key, val);
+        if let Some(h) = self.hint {
+            if h.lo.is_none_or(|lo| key >= lo) && h.hi.is_none_or(|hi| key < hi) {
+                let l = self.leaves.get(h.leaf);
+                if (l.len as usize) < LEAF_ENTRIES {
+                    let (inserted, split) = self.insert_leaf(h.leaf, key, val);
+                    debug_assert!(matches!(split, Split::None));
+                    self.len += inserted as usize;
+                    return inserted;
+                }
+            }
+        }
+        // Descend, remembering the path and the leaf's key range.
+        let mut path = [(0u32, 0usize); HEIGHT_MAX];
+        let (mut lo, mut hi) = (None, None);
+        let mut id = self.root;
+        for step in path.iter_mut().take(self.height as usize) {
+            let n = self.inners.get(id);
+            let idx = Self::child_for(n, &key);
+            if idx > 0 {
+                lo = Some(n.keys[idx - 1]);
+            }
+            if idx < n.len as usize {
+                hi = Some(n.keys[idx]);
+            }
+            *step = (id, idx);
+            id = n.children[idx];
+        }
+        let (inserted, mut split) = self.insert_leaf(id, key, val);
+        self.len += inserted as usize;
+        if matches!(split, Split::None) {
+            self.hint = Some(Hint { leaf: id, lo, hi });
+            return inserted;
+        }
+        self.hint = None;
+        for &(pid, idx) in path[..self.height as usize].iter().rev() {
+            let Split::New(sep, right) = split else { break };
+            split = self.insert_inner(pid, idx, sep, right);
+        }
         if let Split::New(sep, right) = split {
             let mut r = Self::empty_inner();
             r.len = 1;
@@ -117,25 +167,9 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
             r.children[1] = right;
             self.root = self.inners.alloc(r);
             self.height += 1;
-        }
-        if inserted {
-            self.len += 1;
+            assert!((self.height as usize) < HEIGHT_MAX, "B+tree deeper than {HEIGHT_MAX}");
         }
         inserted
-    }
-
-    fn insert_at(&mut self, id: u32, height: u32, key: K, val: V) -> (bool, Split<K>) {
-        if height == 0 {
-            return self.insert_leaf(id, key, val);
-        }
-        let (idx, child) = {
-            let n = self.inners.get(id);
-            let idx = Self::child_for(n, &key);
-            (idx, n.children[idx])
-        };
-        let (inserted, split) = self.insert_at(child, height - 1, key, val);
-        let Split::New(sep, right) = split else { return (inserted, Split::None) };
-        (inserted, self.insert_inner(id, idx, sep, right))
     }
 
     fn insert_leaf(&mut self, id: u32, key: K, val: V) -> (bool, Split<K>) {
@@ -209,7 +243,7 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
         children[..idx + 1].copy_from_slice(&n.children[..idx + 1]);
         children[idx + 1] = right;
         children[idx + 2..].copy_from_slice(&n.children[idx + 1..len + 1]);
-        let m = (INNER_KEYS + 1) / 2;
+        let m = INNER_KEYS.div_ceil(2);
         n.len = m as u32;
         n.keys[..m].copy_from_slice(&keys[..m]);
         n.children[..m + 1].copy_from_slice(&children[..m + 1]);
@@ -224,6 +258,7 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
 
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &K) -> Option<V> {
+        self.hint = None;
         let (val, emptied) = self.remove_at(self.root, self.height, key);
         let val = val?;
         self.len -= 1;

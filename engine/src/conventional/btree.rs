@@ -51,9 +51,12 @@ pub(crate) enum Comparator {
 impl Comparator {
     pub fn new(generic: bool, descriptor: &'static [KeyField], key_len: usize) -> Comparator {
         debug_assert_eq!(
-            descriptor.iter().map(|f| match f {
-                KeyField::Uint(n) | KeyField::Bytes(n) => n,
-            }).sum::<usize>(),
+            descriptor
+                .iter()
+                .map(|f| match f {
+                    KeyField::Uint(n) | KeyField::Bytes(n) => n,
+                })
+                .sum::<usize>(),
             key_len
         );
         match (generic, key_len) {
@@ -449,7 +452,7 @@ impl BTree {
         let mid = total / 2;
         let sep = KeyBuf::new(&cells[mid * lc..mid * lc + self.key_len]);
         let lsn_before = hdr::lsn(&page);
-        let (mut left_no, mut left, right_no, mut right);
+        let (left_no, mut left, right_no, mut right);
         if no == ROOT {
             let (l, lp) = self.store.allocate(stats);
             let (r, rp) = self.store.allocate(stats);
@@ -479,8 +482,6 @@ impl BTree {
         if no == ROOT {
             return Ok(());
         }
-        left_no = no;
-        let _ = left_no;
 
         // Push separators up the path of exclusively latched ancestors.
         let (mut sep, mut child_no) = (sep, right_no);

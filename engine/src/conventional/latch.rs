@@ -98,11 +98,6 @@ impl<T> Latch<T> {
         }
         WriteGuard { latch: self }
     }
-
-    /// The value, through exclusive ownership (no latch needed).
-    pub fn get_mut(&mut self) -> &mut T {
-        self.value.get_mut()
-    }
 }
 
 /// A shared hold; released on drop.

@@ -1,1 +1,702 @@
-//! The conventional stack (issue 3): placeholder until its module lands.
+//! The conventional stack (issue 3): the OLTP engine the paper measured (Shore), built the
+//! way real systems build it (Gray & Reuter; ARIES), with the paper's component removals as
+//! switches (Harizopoulos et al., SIGMOD 2008, Section 4).
+//!
+//! What it owns and where:
+//! - [`page`]: slotted 8 KiB / 32 KiB pages in a buffer pool (frames, a sharded page table,
+//!   fix/unfix with pin counts) or, switched off, in plain heap memory;
+//! - [`btree`]: B+trees over pages for every primary and secondary index, latch coupling,
+//!   a generic or a specialised key comparator;
+//! - [`heap`]: the heap file holding HISTORY;
+//! - [`lock`]: a hashed lock table, IS/IX/S/X, strict 2PL, wait-die deadlock prevention;
+//! - [`latch`]: reader/writer spin latches that the latching switch turns into no-ops;
+//! - [`log`]: ARIES log records with checksums, the log buffer, group commit with
+//!   `fdatasync` on a preallocated device behind the [`LogDevice`] trait, a crash-injecting
+//!   test double;
+//! - [`txn`]: transaction ids, the transaction table, the checkpoint gate;
+//! - [`session`]: one [`Session`] per worker, implementing [`crate::Storage`];
+//! - this module: the catalog, opening (restart recovery), checkpoints;
+//! - [`config`]: [`Step`], [`Switches`] and [`Config`], chosen in one place.
+//!
+//! Durability and recovery. The database is memory-resident and never flushed; the log is
+//! the only I/O on the commit path. A checkpoint is *transaction-consistent*: it waits until
+//! no transaction is active (holding new ones back), writes every page of every file to
+//! `checkpoint.db` (temporary file, `fsync`, rename, directory `fsync`), then starts a new
+//! log generation whose first record is a checkpoint record at the snapshot's LSN. Restart
+//! recovery (ARIES: analysis, redo, undo) loads the snapshot, scans the log's valid prefix
+//! (checksums and LSN continuity: a torn or corrupt tail is truncated and zeroed, never
+//! replayed), finds winners and losers (analysis), repeats history from the snapshot's LSN
+//! (redo: logical by key for B+tree records, with the page-LSN test for in-place updates;
+//! physical by record id for the heap), rolls losers back writing CLRs (undo, honouring the
+//! undo-next LSNs of CLRs already written), and takes a checkpoint. B+tree splits are not
+//! logged: redo is logical per key, which is sound because it starts from a
+//! transaction-consistent snapshot and replays in log order (ARIES/IM would log structure
+//! modifications instead). Bulk-loaded rows (operations outside a transaction) are not
+//! logged: they survive a crash once [`ConventionalDb::checkpoint`] has run after the load.
+//!
+//! Locks are record locks on primary keys (and heap record ids) under table intention
+//! locks; there is no key-range locking, so phantoms are possible as in Shore's default
+//! record locking; TPC-C's consistency conditions are kept by the district row locks that
+//! serialise order-id assignment.
+
+pub mod btree;
+pub mod config;
+pub mod error;
+pub mod heap;
+pub mod latch;
+pub mod lock;
+pub mod log;
+pub mod page;
+pub mod session;
+pub mod stats;
+pub mod txn;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use self::btree::{BTree, Comparator, KeyBuf, KeyField, KEY_BYTES_MAX};
+use self::heap::{HeapFile, Rid};
+use self::latch::Latch;
+use self::lock::LockManager;
+use self::log::{ClrAction, Kind, LogManager, LogScan, LSN_FIRST};
+use self::page::{BufferPool, PageNo, Store};
+use self::stats::{SharedCounters, Stats};
+use self::txn::TxnManager;
+use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
+
+pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
+pub use self::error::ConventionalError;
+pub use self::log::{CrashingLogDevice, FileLogDevice, LogDevice};
+pub use self::session::Session;
+pub use self::stats::Counters;
+
+/// File name of the checkpoint snapshot in the database directory.
+pub const SNAPSHOT_FILE: &str = "checkpoint.db";
+/// File name of the log in the database directory.
+pub const LOG_FILE: &str = "wal.log";
+const SNAPSHOT_TMP_FILE: &str = "checkpoint.tmp";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"GLASSCK1";
+
+use KeyField::{Bytes as B, Uint as U};
+/// Key descriptors of the packed primary keys (big-endian bytes of the `u64`).
+const WAREHOUSE_KEY: &[KeyField] = &[U(6), U(2)];
+const DISTRICT_KEY: &[KeyField] = &[U(5), U(2), U(1)];
+/// (pad, W_ID, D_ID, id): CUSTOMER, ORDER and NEW_ORDER.
+const DISTRICT_ID_KEY: &[KeyField] = &[U(1), U(2), U(1), U(4)];
+const ORDER_LINE_KEY: &[KeyField] = &[U(2), U(1), U(4), U(1)];
+const ITEM_KEY: &[KeyField] = &[U(4), U(4)];
+const STOCK_KEY: &[KeyField] = &[U(2), U(2), U(4)];
+/// (C_W_ID, C_D_ID, C_LAST, C_FIRST, C_ID).
+const CUSTOMER_NAME_KEY: &[KeyField] = &[U(2), U(1), B(16), B(16), U(4)];
+/// (pad, O_W_ID, O_D_ID, O_C_ID, O_ID).
+const ORDER_CUSTOMER_KEY: &[KeyField] = &[U(5), U(2), U(1), U(4), U(4)];
+
+fn primary_descriptor(id: TableId) -> &'static [KeyField] {
+    match id {
+        TableId::Warehouse => WAREHOUSE_KEY,
+        TableId::District => DISTRICT_KEY,
+        TableId::Customer | TableId::Orders | TableId::NewOrder => DISTRICT_ID_KEY,
+        TableId::OrderLine => ORDER_LINE_KEY,
+        TableId::Item => ITEM_KEY,
+        TableId::Stock => STOCK_KEY,
+        TableId::History => &[],
+    }
+}
+
+/// Store ids: a table's primary file has its table id; secondary indexes follow.
+fn secondary_store(id: TableId) -> (u16, &'static [KeyField]) {
+    match id {
+        TableId::Customer => (9, CUSTOMER_NAME_KEY),
+        TableId::Orders => (10, ORDER_CUSTOMER_KEY),
+        other => unreachable!("table {other} has no secondary index"),
+    }
+}
+
+pub(crate) enum Primary {
+    Tree(BTree),
+    Heap(HeapFile),
+}
+
+pub(crate) struct SecondaryIndex {
+    pub tree: BTree,
+    encode: fn(&[u8]) -> KeyBuf,
+}
+
+fn encode_secondary<T: Table>(row: &[u8]) -> KeyBuf {
+    let row: T::Row = bytemuck::pod_read_unaligned(row);
+    let mut buf = [0u8; KEY_BYTES_MAX];
+    T::secondary(&row).encode(&mut buf);
+    KeyBuf::new(&buf[..T::Sec::LEN])
+}
+
+/// A catalog entry: a table's primary file (B+tree or heap) and its secondary index.
+pub(crate) struct TableEntry {
+    pub id: TableId,
+    pub row_len: usize,
+    pub primary: Primary,
+    pub secondary: Option<SecondaryIndex>,
+}
+
+impl TableEntry {
+    fn new<T: Table>(pool: Option<&Arc<BufferPool>>, sw: &Switches, stats: &Stats) -> TableEntry {
+        let row_len = std::mem::size_of::<T::Row>();
+        let page_bytes = sw.page_bytes();
+        let store = |id: u16| Store::new(id, pool, page_bytes, sw.latching);
+        let primary = match T::ORG {
+            Organisation::Heap => Primary::Heap(HeapFile::new(store(T::ID as u16), row_len, sw.latching, stats)),
+            Organisation::Hash | Organisation::Ordered => {
+                let cmp = Comparator::new(sw.generic_keys, primary_descriptor(T::ID), 8);
+                Primary::Tree(BTree::new(store(T::ID as u16), 8, row_len, cmp, stats))
+            }
+        };
+        let secondary = T::HAS_SECONDARY.then(|| {
+            let (id, descriptor) = secondary_store(T::ID);
+            let cmp = Comparator::new(sw.generic_keys, descriptor, T::Sec::LEN);
+            SecondaryIndex { tree: BTree::new(store(id), T::Sec::LEN, 8, cmp, stats), encode: encode_secondary::<T> }
+        });
+        TableEntry { id: T::ID, row_len, primary, secondary }
+    }
+
+    pub fn tree(&self) -> &BTree {
+        match &self.primary {
+            Primary::Tree(t) => t,
+            Primary::Heap(_) => unreachable!("table {} is a heap", self.id),
+        }
+    }
+
+    pub fn heap(&self) -> &HeapFile {
+        match &self.primary {
+            Primary::Heap(h) => h,
+            Primary::Tree(_) => unreachable!("table {} is a B+tree", self.id),
+        }
+    }
+
+    fn stores(&self) -> Vec<&Store> {
+        let mut v = vec![match &self.primary {
+            Primary::Tree(t) => t.store(),
+            Primary::Heap(h) => h.store(),
+        }];
+        if let Some(s) = &self.secondary {
+            v.push(s.tree.store());
+        }
+        v
+    }
+
+    /// Inserts a row under `key` into the primary index (`log(page)` under the leaf latch)
+    /// and its secondary index entry; `Err(())` on a duplicate primary key.
+    #[allow(clippy::result_unit_err)]
+    pub fn insert_row(
+        &self,
+        key: u64,
+        row: &[u8],
+        stats: &Stats,
+        log: impl FnOnce(PageNo) -> Option<u64>,
+    ) -> Result<(), ()> {
+        self.tree().insert(&key.to_be_bytes(), row, stats, log)?;
+        if let Some(s) = &self.secondary {
+            let sk = (s.encode)(row);
+            let fresh = s.tree.insert(sk.as_slice(), &key.to_le_bytes(), stats, |_| None);
+            debug_assert!(fresh.is_ok(), "secondary keys of {} are unique", self.id);
+        }
+        Ok(())
+    }
+
+    /// Deletes the row under `key` (`f(before, page)` under the leaf latch) and its secondary
+    /// index entry.
+    pub fn delete_row<R>(
+        &self,
+        key: u64,
+        stats: &Stats,
+        f: impl FnOnce(&[u8], PageNo) -> (R, Option<u64>),
+    ) -> Option<R> {
+        let mut sk = None;
+        let r = self.tree().delete(&key.to_be_bytes(), stats, |before, page| {
+            sk = self.secondary.as_ref().map(|s| (s.encode)(before));
+            f(before, page)
+        })?;
+        if let (Some(s), Some(sk)) = (&self.secondary, sk) {
+            let gone = s.tree.delete(sk.as_slice(), stats, |_, _| ((), None));
+            debug_assert!(gone.is_some(), "secondary entry of {} present", self.id);
+        }
+        Some(r)
+    }
+}
+
+/// What restart recovery found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// LSN of the checkpoint snapshot loaded (`None`: none existed).
+    pub snapshot_lsn: Option<u64>,
+    /// Valid log records at or after the snapshot's LSN.
+    pub log_records: usize,
+    /// Whether bytes after the last valid record were discarded (torn or corrupt tail).
+    pub truncated_tail: bool,
+    /// Changes redone (repeating history, losers included).
+    pub redone: usize,
+    /// Transactions with a commit record.
+    pub winners: usize,
+    /// Transactions rolled back by recovery.
+    pub losers: usize,
+    /// Changes undone by recovery.
+    pub undone: usize,
+}
+
+/// The conventional stack's database: shared by its worker [`Session`]s.
+pub struct ConventionalDb {
+    config: Config,
+    dir: PathBuf,
+    tables: Vec<Arc<TableEntry>>,
+    catalog: Latch<HashMap<&'static str, Arc<TableEntry>>>,
+    pub(crate) locks: LockManager,
+    pub(crate) log: LogManager,
+    pub(crate) txns: TxnManager,
+    pub(crate) counters: SharedCounters,
+    sessions: AtomicUsize,
+    next_session: AtomicU64,
+    recovery: RecoveryReport,
+}
+
+impl std::fmt::Debug for ConventionalDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConventionalDb").field("config", &self.config).field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl ConventionalDb {
+    /// Opens the database in `dir` (created if missing) with the log in `dir/wal.log`.
+    /// When the configuration is durable (log records and log flush on), restart recovery
+    /// runs from `dir/checkpoint.db` and the log, and a checkpoint follows; otherwise the
+    /// database starts empty and `dir` is not touched.
+    pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Arc<ConventionalDb>, ConventionalError> {
+        let dir = dir.as_ref();
+        let device: Option<Box<dyn LogDevice>> = if config.switches.durable() {
+            std::fs::create_dir_all(dir).map_err(ConventionalError::io("create database directory"))?;
+            Some(Box::new(FileLogDevice::open(&dir.join(LOG_FILE)).map_err(ConventionalError::io("open log"))?))
+        } else {
+            None
+        };
+        Self::open_with_device(dir, config, device)
+    }
+
+    /// As [`ConventionalDb::open`], with the log on `device` (e.g. a [`CrashingLogDevice`]);
+    /// `dir` holds the checkpoint snapshot.
+    pub fn open_with_device(
+        dir: impl AsRef<Path>,
+        config: Config,
+        device: Option<Box<dyn LogDevice>>,
+    ) -> Result<Arc<ConventionalDb>, ConventionalError> {
+        config.validate()?;
+        let sw = config.switches;
+        let dir = dir.as_ref().to_path_buf();
+        let stats = Stats::default();
+        let pool = sw.buffer_pool.then(|| Arc::new(BufferPool::new(sw.page_bytes(), sw.latching)));
+        let tables: Vec<Arc<TableEntry>> = vec![
+            Arc::new(TableEntry::new::<t::Warehouses>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Districts>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Customers>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Histories>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Orders>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::NewOrders>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::OrderLines>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Items>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Stocks>(pool.as_ref(), &sw, &stats)),
+        ];
+        debug_assert!(tables.iter().enumerate().all(|(i, e)| e.id as usize == i));
+        let catalog = tables.iter().map(|e| (e.id.name(), Arc::clone(e))).collect();
+
+        let durable = sw.durable() && device.is_some();
+        let mut snapshot_lsn = None;
+        let mut scan = None;
+        let mut device = device;
+        if durable {
+            std::fs::create_dir_all(&dir).map_err(ConventionalError::io("create database directory"))?;
+            snapshot_lsn = load_snapshot(&dir, &tables, sw.page_bytes(), &stats)?;
+            let dev = device.as_mut().expect("durable configurations have a device");
+            let s = log::scan(dev.as_mut()).map_err(ConventionalError::io("read log"))?;
+            if s.garbage_after {
+                log::zero_tail(dev.as_mut(), s.bytes.len() as u64, s.device_size)
+                    .map_err(ConventionalError::io("truncate log tail"))?;
+            }
+            scan = Some(s);
+        }
+        let from = snapshot_lsn.unwrap_or(LSN_FIRST);
+        let (base, next, max_txn) = match &scan {
+            Some(LogScan { base: Some(base), bytes, .. }) => {
+                let max_txn = scan.as_ref().map_or(0, |s| s.records().map(|r| r.head.txn).max().unwrap_or(0));
+                (*base, base + bytes.len() as u64, max_txn)
+            }
+            _ => (from, from, 0),
+        };
+        if base > from {
+            return Err(ConventionalError::LogGap { log_start: base, snapshot: from });
+        }
+        let capacity = scan.as_ref().map_or(0, |s| s.device_size);
+        let log = LogManager::new(
+            sw.log_flush,
+            config.log_prealloc_bytes,
+            device.map(|d| (d, base, capacity)),
+            next.max(from),
+        );
+
+        let db = ConventionalDb {
+            locks: LockManager::new(sw.locking),
+            txns: TxnManager::new(sw.full_txn, sw.latching, max_txn + 1),
+            log,
+            catalog: Latch::new(catalog, sw.latching),
+            tables,
+            counters: SharedCounters::default(),
+            sessions: AtomicUsize::new(0),
+            next_session: AtomicU64::new(1),
+            recovery: RecoveryReport::default(),
+            config,
+            dir,
+        };
+        let mut db = db;
+        if let Some(scan) = &scan {
+            db.recovery = db.recover(scan, from, &stats)?;
+            db.recovery.snapshot_lsn = snapshot_lsn;
+            db.recovery.truncated_tail = scan.garbage_after;
+        }
+        db.counters.merge(&stats.take());
+        if durable && db.checkpoint_unavailable().is_none() {
+            db.checkpoint()?;
+        }
+        Ok(Arc::new(db))
+    }
+
+    /// Opens a worker session; refused when `config.workers` sessions are open.
+    pub fn session(self: &Arc<Self>) -> Result<Session, ConventionalError> {
+        let workers = self.config.workers;
+        self.sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < workers).then_some(n + 1))
+            .map_err(|_| ConventionalError::TooManySessions { workers })?;
+        Ok(Session::new(Arc::clone(self), self.next_session.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    pub(crate) fn session_closed(&self) {
+        self.sessions.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn switches(&self) -> &Switches {
+        &self.config.switches
+    }
+
+    /// The component counters merged so far from every session (sessions merge at each
+    /// transaction end and when they close), plus the log device's bytes and fsyncs.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            log_bytes_written: self.log.bytes_written.load(Ordering::Relaxed),
+            fsyncs: self.log.fsyncs.load(Ordering::Relaxed),
+            ..self.counters.load()
+        }
+    }
+
+    /// What restart recovery did when this database was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
+    }
+
+    /// The catalog lookup: by table name, under the catalog latch.
+    pub(crate) fn lookup(&self, id: TableId, stats: &Stats) -> Arc<TableEntry> {
+        Arc::clone(self.catalog.read(stats).get(id.name()).expect("every table is in the catalog"))
+    }
+
+    pub(crate) fn table(&self, id: TableId) -> &TableEntry {
+        &self.tables[id as usize]
+    }
+
+    /// Takes a transaction-consistent checkpoint (see the module documentation): waits for
+    /// active transactions to finish, holds new ones back, writes the snapshot and starts a
+    /// new log generation. Must not be called from a session inside a transaction. Needs
+    /// durable logging, real latches and full transaction bookkeeping.
+    pub fn checkpoint(&self) -> Result<(), ConventionalError> {
+        let sw = self.switches();
+        if let Some(reason) = self.checkpoint_unavailable() {
+            return Err(ConventionalError::CheckpointUnavailable { reason });
+        }
+        let _quiet = self.txns.quiesce();
+        let lsn = self.log.end();
+        self.log
+            .flush_to(lsn)
+            .map_err(|e| ConventionalError::Io { what: "flush log", source: std::io::Error::other(e) })?;
+        write_snapshot(&self.dir, &self.tables, sw.page_bytes(), lsn)?;
+        self.log
+            .restart_at(lsn)
+            .map_err(|e| ConventionalError::Io { what: "start log generation", source: std::io::Error::other(e) })
+    }
+
+    /// Why [`ConventionalDb::checkpoint`] is refused under this configuration, if it is.
+    pub fn checkpoint_unavailable(&self) -> Option<&'static str> {
+        let sw = self.switches();
+        if !sw.durable() || !self.log.has_device() {
+            Some("log records and log flush are switched off, or there is no log device")
+        } else if !sw.latching {
+            Some("latching is switched off")
+        } else if !sw.full_txn {
+            Some("transaction bookkeeping is trimmed (no checkpoint gate)")
+        } else {
+            None
+        }
+    }
+
+    /// Applies an undo or CLR action to a table without locks. `stamp(page)` runs under the
+    /// page's latch and returns the LSN to stamp; `redo_lsn`, for redo, skips a restore the
+    /// page LSN shows applied.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply(
+        &self,
+        entry: &TableEntry,
+        action: ClrAction,
+        key: u64,
+        image: &[u8],
+        redo_lsn: Option<u64>,
+        stats: &Stats,
+        stamp: &mut dyn FnMut(PageNo) -> Option<u64>,
+    ) -> Result<(), &'static str> {
+        match action {
+            ClrAction::Restore => entry
+                .tree()
+                .update(&key.to_be_bytes(), stats, |val, page, page_lsn| {
+                    if redo_lsn.is_some_and(|l| page_lsn >= l) {
+                        return ((), None);
+                    }
+                    val.copy_from_slice(image);
+                    ((), stamp(page))
+                })
+                .ok_or("restore of a missing row"),
+            ClrAction::Reinsert => {
+                entry.insert_row(key, image, stats, &mut *stamp).map_err(|()| "re-insert of a present key")
+            }
+            ClrAction::Remove => entry.delete_row(key, stats, |_, p| ((), stamp(p))).ok_or("removal of a missing row"),
+            ClrAction::Tombstone => {
+                let rid = Rid::unpack(key);
+                let lsn = stamp(rid.page);
+                entry.heap().kill(rid, stats, lsn)
+            }
+        }
+    }
+
+    /// ARIES restart: analysis, redo (repeating history), undo of losers with CLRs.
+    fn recover(&self, scan: &LogScan, from: u64, stats: &Stats) -> Result<RecoveryReport, ConventionalError> {
+        let records: Vec<_> = scan.records().filter(|r| r.lsn >= from).collect();
+        let mut report = RecoveryReport { log_records: records.len(), ..RecoveryReport::default() };
+        let stamp_lsns = self.switches().page_lsns;
+
+        // Analysis: the transaction table at the crash.
+        #[derive(PartialEq)]
+        enum Fate {
+            Running,
+            Committed,
+            Ended,
+        }
+        let mut txns: HashMap<u64, (u64, Fate)> = HashMap::new();
+        for r in &records {
+            match r.head.kind {
+                Kind::Update | Kind::Insert | Kind::Delete | Kind::Clr => {
+                    txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
+                }
+                Kind::Commit => txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Committed,
+                Kind::Abort => txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Ended,
+                Kind::Checkpoint => {}
+            }
+        }
+        report.winners = txns.values().filter(|(_, f)| *f == Fate::Committed).count();
+
+        // Redo: every change from the snapshot on, losers' too.
+        for r in &records {
+            let Some(table) = r.head.table else { continue };
+            let entry = self.table(table);
+            let fail = |what| ConventionalError::Recovery { lsn: r.lsn, what };
+            let mut stamp = |_page: PageNo| stamp_lsns.then_some(r.lsn);
+            let (action, image) = match (r.head.kind, r.head.action) {
+                (Kind::Update, _) => (ClrAction::Restore, r.after),
+                (Kind::Insert, _) if entry.row_len != r.after.len() => return Err(fail("image width")),
+                (Kind::Insert, _) if matches!(entry.primary, Primary::Heap(_)) => {
+                    entry.heap().place(Rid::unpack(r.head.key), r.after, r.lsn, stats).map_err(fail)?;
+                    report.redone += 1;
+                    continue;
+                }
+                (Kind::Insert, _) => (ClrAction::Reinsert, r.after),
+                (Kind::Delete, _) => (ClrAction::Remove, r.before),
+                (Kind::Clr, Some(action)) => (action, r.after),
+                _ => continue,
+            };
+            if !image.is_empty() && image.len() != entry.row_len {
+                return Err(fail("image width"));
+            }
+            self.apply(entry, action, r.head.key, image, Some(r.lsn), stats, &mut stamp).map_err(fail)?;
+            report.redone += 1;
+        }
+
+        // Undo: roll the losers back, newest change first across all of them.
+        let by_lsn = |lsn: u64| records.binary_search_by_key(&lsn, |r| r.lsn).ok().map(|i| &records[i]);
+        let mut to_undo: std::collections::BTreeMap<u64, u64> = txns
+            .iter()
+            .filter(|(_, (last, f))| *f == Fate::Running && *last != 0)
+            .map(|(&txn, (last, _))| (*last, txn))
+            .collect();
+        report.losers = to_undo.len();
+        let mut last_lsn: HashMap<u64, u64> = to_undo.iter().map(|(&lsn, &txn)| (txn, lsn)).collect();
+        let mut clr = Vec::new();
+        while let Some((lsn, txn)) = to_undo.pop_last() {
+            let r = by_lsn(lsn).ok_or(ConventionalError::Recovery { lsn, what: "undo chain leaves the log" })?;
+            let next = match r.head.kind {
+                Kind::Clr => r.head.extra,
+                Kind::Update | Kind::Insert | Kind::Delete => {
+                    let table = r.head.table.expect("changes name their table");
+                    let entry = self.table(table);
+                    let (action, image) = match r.head.kind {
+                        Kind::Update => (ClrAction::Restore, r.before),
+                        Kind::Delete => (ClrAction::Reinsert, r.before),
+                        _ if matches!(entry.primary, Primary::Heap(_)) => (ClrAction::Tombstone, r.before),
+                        _ => (ClrAction::Remove, r.before),
+                    };
+                    let prev = last_lsn[&txn];
+                    let mut written = None;
+                    let mut stamp = |page: PageNo| -> Option<u64> {
+                        clr.clear();
+                        let head = log::Head {
+                            table: Some(table),
+                            action: Some(action),
+                            key: r.head.key,
+                            page,
+                            extra: r.head.prev,
+                            ..log::Head::new(Kind::Clr, txn, prev)
+                        };
+                        log::encode(&mut clr, &head, &[], image);
+                        let lsn = self.log.append(&mut clr).ok()?;
+                        written = Some(lsn);
+                        stamp_lsns.then_some(lsn)
+                    };
+                    self.apply(entry, action, r.head.key, image, None, stats, &mut stamp)
+                        .map_err(|what| ConventionalError::Recovery { lsn, what })?;
+                    let clr_lsn = written.ok_or(ConventionalError::Recovery { lsn, what: "log append failed" })?;
+                    last_lsn.insert(txn, clr_lsn);
+                    report.undone += 1;
+                    r.head.prev
+                }
+                _ => return Err(ConventionalError::Recovery { lsn, what: "undo chain reaches a non-change record" }),
+            };
+            if next >= from && next != 0 {
+                to_undo.insert(next, txn);
+            } else {
+                let mut end = Vec::new();
+                log::encode(&mut end, &log::Head::new(Kind::Abort, txn, last_lsn[&txn]), &[], &[]);
+                self.log.append(&mut end).map_err(|e| ConventionalError::Io {
+                    what: "log end of rollback",
+                    source: std::io::Error::other(e),
+                })?;
+            }
+        }
+        self.log
+            .flush_to(self.log.end())
+            .map_err(|e| ConventionalError::Io { what: "flush recovery log", source: std::io::Error::other(e) })?;
+        Ok(report)
+    }
+}
+
+/// Writes every page of every file to the snapshot (temporary file, fsync, rename, directory
+/// fsync). Layout: magic, page size (u32), store count (u32), LSN (u64); per store: id
+/// (u32), page count (u32), the pages; then the xxh3-64 of everything before it.
+fn write_snapshot(
+    dir: &Path,
+    tables: &[Arc<TableEntry>],
+    page_bytes: usize,
+    lsn: u64,
+) -> Result<(), ConventionalError> {
+    let io = ConventionalError::io;
+    let stats = Stats::default();
+    let tmp = dir.join(SNAPSHOT_TMP_FILE);
+    let file = std::fs::File::create(&tmp).map_err(io("create snapshot"))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut hasher = Xxh3::new();
+    let mut put = |bytes: &[u8]| -> Result<(), ConventionalError> {
+        hasher.update(bytes);
+        out.write_all(bytes).map_err(io("write snapshot"))
+    };
+    let stores: Vec<&Store> = tables.iter().flat_map(|e| e.stores()).collect();
+    put(SNAPSHOT_MAGIC)?;
+    put(&(page_bytes as u32).to_le_bytes())?;
+    put(&(stores.len() as u32).to_le_bytes())?;
+    put(&lsn.to_le_bytes())?;
+    for (i, store) in stores.iter().enumerate() {
+        let pages = store.pages();
+        put(&(i as u32).to_le_bytes())?;
+        put(&pages.to_le_bytes())?;
+        for no in 1..=pages {
+            put(&store.read(no, &stats))?;
+        }
+    }
+    let sum = hasher.digest();
+    out.write_all(&sum.to_le_bytes()).map_err(io("write snapshot"))?;
+    let file =
+        out.into_inner().map_err(|e| ConventionalError::Io { what: "write snapshot", source: e.into_error() })?;
+    file.sync_all().map_err(io("sync snapshot"))?;
+    drop(file);
+    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE)).map_err(io("rename snapshot"))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync database directory"))
+}
+
+/// Loads the snapshot into the (empty) stores; returns its LSN, `None` when there is none.
+fn load_snapshot(
+    dir: &Path,
+    tables: &[Arc<TableEntry>],
+    page_bytes: usize,
+    stats: &Stats,
+) -> Result<Option<u64>, ConventionalError> {
+    let path = dir.join(SNAPSHOT_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(ConventionalError::Io { what: "read snapshot", source: e }),
+    };
+    let bad = |what| ConventionalError::BadSnapshot { path: path.clone(), what };
+    if bytes.len() < 32 || &bytes[..8] != SNAPSHOT_MAGIC {
+        return Err(bad("not a glass checkpoint snapshot"));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 8);
+    if xxh3_64(body) != u64::from_le_bytes(sum.try_into().expect("8 bytes")) {
+        return Err(bad("checksum mismatch"));
+    }
+    let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4 bytes"));
+    let found = u32_at(8) as usize;
+    if found != page_bytes {
+        return Err(ConventionalError::PageSizeMismatch { found, configured: page_bytes });
+    }
+    let stores: Vec<&Store> = tables.iter().flat_map(|e| e.stores()).collect();
+    if u32_at(12) as usize != stores.len() {
+        return Err(bad("store count differs"));
+    }
+    let lsn = u64::from_le_bytes(body[16..24].try_into().expect("8 bytes"));
+    let mut at = 24;
+    for (i, store) in stores.iter().enumerate() {
+        if at + 8 > body.len() || u32_at(at) as usize != i {
+            return Err(bad("store directory damaged"));
+        }
+        let pages = u32_at(at + 4);
+        at += 8;
+        if at + pages as usize * page_bytes > body.len() {
+            return Err(bad("truncated"));
+        }
+        for no in 1..=pages {
+            let mut page = if no <= store.pages() { store.write(no, stats) } else { store.allocate(stats).1 };
+            page.copy_from_slice(&body[at..at + page_bytes]);
+            at += page_bytes;
+        }
+    }
+    for e in tables {
+        if let Primary::Heap(h) = &e.primary {
+            h.reset_tail(stats);
+        }
+    }
+    Ok(Some(lsn))
+}

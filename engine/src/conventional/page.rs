@@ -5,7 +5,7 @@
 //! Owns: the page header layout shared by B+tree and heap pages, the frame arena, the
 //! [`BufferPool`] and the per-file [`Store`] that hands out fixed and latched pages.
 //!
-//! Page layout (all integers little-endian; `docs` below is the whole format):
+//! Page layout (all integers little-endian):
 //!
 //! ```text
 //! 0..8    page LSN (u64): LSN of the last logged change applied to the page
@@ -230,7 +230,10 @@ impl Arena {
         assert!(idx / ARENA_CHUNK_PAGES < ARENA_CHUNKS_MAX, "page arena full ({idx} pages)");
         let chunk = self.chunks[idx / ARENA_CHUNK_PAGES].get_or_init(|| {
             (0..ARENA_CHUNK_PAGES)
-                .map(|_| Page { latch: Latch::new(PageBuf::zeroed(self.page_bytes), self.latching), pin: AtomicU32::new(0) })
+                .map(|_| Page {
+                    latch: Latch::new(PageBuf::zeroed(self.page_bytes), self.latching),
+                    pin: AtomicU32::new(0),
+                })
                 .collect()
         });
         &chunk[idx % ARENA_CHUNK_PAGES]
