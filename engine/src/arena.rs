@@ -184,12 +184,14 @@ pub struct Pool<T> {
     cap_shift: u32,
     len: u32,
     free: Vec<u32>,
-    /// Byte offset in the newest chunk up to which pre-faulting has been requested.
+    /// Byte offset in the chunk being filled up to which pre-faulting has been requested.
     populated: usize,
+    /// The same for the chunk created ahead of need, once filling reaches it.
+    next_populated: usize,
 }
 
 /// How far ahead of the frontier of a growing pool pages are pre-faulted, and in what steps.
-const PREFAULT_LEAD_BYTES: usize = 2 * HUGE_PAGE_BYTES;
+const PREFAULT_LEAD_BYTES: usize = 4 * HUGE_PAGE_BYTES;
 const PREFAULT_STEP_BYTES: usize = 2 * HUGE_PAGE_BYTES;
 
 impl<T: Copy> Pool<T> {
@@ -200,7 +202,7 @@ impl<T: Copy> Pool<T> {
         let log2 = |n: usize| usize::BITS - 1 - n.max(1).leading_zeros();
         let base = log2(FIRST_CHUNK_BYTES / size);
         let cap_shift = log2(LAST_CHUNK_BYTES / size).max(base);
-        Pool { chunks: Vec::new(), base, cap_shift, len: 0, free: Vec::new(), populated: 0 }
+        Pool { chunks: Vec::new(), base, cap_shift, len: 0, free: Vec::new(), populated: 0, next_populated: 0 }
     }
 
     fn chunk_capacity(&self, c: usize) -> usize {
@@ -236,6 +238,9 @@ impl<T: Copy> Pool<T> {
         if c == self.chunks.len() {
             self.chunks.push(HugeBuf::new(self.chunk_capacity(c)));
             self.populated = 0;
+        } else if i == 0 {
+            // Filling reaches the chunk that was created ahead of need.
+            self.populated = std::mem::take(&mut self.next_populated);
         }
         self.chunks[c].write(i, v);
         self.len = id.checked_add(1).expect("fewer than 2^32 elements per pool");
@@ -243,33 +248,36 @@ impl<T: Copy> Pool<T> {
         id
     }
 
-    /// Keeps pre-faulting a little ahead of the frontier of a growing pool.
+    /// Keeps pre-faulting between `PREFAULT_LEAD_BYTES − PREFAULT_STEP_BYTES` and
+    /// `PREFAULT_LEAD_BYTES` ahead of the frontier of a growing pool, creating the next chunk
+    /// before the newest one fills.
     #[inline]
     fn provision(&mut self, c: usize, i: usize) {
-        let size = std::mem::size_of::<T>();
-        let frontier = (i + 1) * size;
-        if frontier + PREFAULT_LEAD_BYTES < self.populated || !prefault_enabled() {
+        let frontier = (i + 1) * std::mem::size_of::<T>();
+        if frontier + PREFAULT_LEAD_BYTES <= self.populated || !prefault_enabled() {
             return;
         }
-        let chunk = &self.chunks[c];
-        let bytes = chunk.layout.size();
+        let bytes = self.chunks[c].layout.size();
         if bytes < HUGE_PAGE_BYTES {
             return;
         }
         if self.populated < bytes {
-            let from = self.populated.max(frontier / HUGE_PAGE_BYTES * HUGE_PAGE_BYTES);
+            let from = self.populated.max(frontier.next_multiple_of(HUGE_PAGE_BYTES));
             let to = (from + PREFAULT_STEP_BYTES).min(bytes);
-            prefault_async((chunk.ptr.as_ptr() as *mut u8).wrapping_add(from), to - from);
+            if to > from {
+                prefault_async((self.chunks[c].ptr.as_ptr() as *mut u8).wrapping_add(from), to - from);
+            }
             self.populated = to;
         } else if c + 1 == self.chunks.len() {
             // Near the end of the newest chunk: create the next one and start on it.
             let next = HugeBuf::new(self.chunk_capacity(c + 1));
             let n = next.layout.size();
+            let first = PREFAULT_STEP_BYTES.min(n);
             if n >= HUGE_PAGE_BYTES {
-                prefault_async(next.ptr.as_ptr() as *mut u8, PREFAULT_STEP_BYTES.min(n));
+                prefault_async(next.ptr.as_ptr() as *mut u8, first);
             }
             self.chunks.push(next);
-            self.populated = PREFAULT_STEP_BYTES.min(n);
+            self.next_populated = first;
         }
     }
 

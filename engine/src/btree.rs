@@ -175,9 +175,13 @@ impl<K: Copy + Ord + Default, V: Copy + Default> BTree<K, V> {
     fn insert_leaf(&mut self, id: u32, key: K, val: V) -> (bool, Split<K>) {
         let l = self.leaves.get_mut(id);
         let n = l.len as usize;
-        let pos = match l.keys[..n].binary_search(&key) {
-            Ok(_) => return (false, Split::None),
-            Err(p) => p,
+        let pos = if n > 0 && l.keys[n - 1] < key {
+            n // appending: TPC-C's common case
+        } else {
+            match l.keys[..n].binary_search(&key) {
+                Ok(_) => return (false, Split::None),
+                Err(p) => p,
+            }
         };
         if n < LEAF_ENTRIES {
             l.keys.copy_within(pos..n, pos + 1);

@@ -286,11 +286,11 @@ struct UndoBuffer {
 }
 
 impl UndoBuffer {
-    fn push<T: Table>(&mut self, op: UndoOp, key: u64, image: Option<&T::Row>) {
+    /// Records an undo action; `image` is the before-image bytes to keep (a whole row for a
+    /// delete, the updatable prefix for an update).
+    fn push<T: Table>(&mut self, op: UndoOp, key: u64, image: &[u8]) {
         let at = u32::try_from(self.images.len()).expect("undo buffer under 4 GiB");
-        if let Some(row) = image {
-            self.images.extend_from_slice(bytemuck::bytes_of(row));
-        }
+        self.images.extend_from_slice(image);
         self.records.push(UndoRecord { table: T::ID, op, key, at });
     }
 
@@ -425,20 +425,21 @@ impl LeanDb {
     }
 
     fn undo_one<T: Table>(&mut self, rec: UndoRecord) {
-        let image = || -> T::Row {
-            let at = rec.at as usize;
-            bytemuck::pod_read_unaligned(&self.undo.images[at..at + std::mem::size_of::<T::Row>()])
-        };
+        let at = rec.at as usize;
         match rec.op {
             UndoOp::Inserted => {
                 self.raw_delete::<T>(rec.key).expect("undo: inserted row present");
             }
             UndoOp::Updated => {
-                let before = image();
-                *self.raw_row_mut::<T>(rec.key).expect("undo: updated row present") = before;
+                let n = T::UPDATABLE_PREFIX;
+                let images = std::mem::take(&mut self.undo.images);
+                let row = self.raw_row_mut::<T>(rec.key).expect("undo: updated row present");
+                bytemuck::bytes_of_mut(row)[..n].copy_from_slice(&images[at..at + n]);
+                self.undo.images = images;
             }
             UndoOp::Deleted => {
-                let before = image();
+                let before: T::Row =
+                    bytemuck::pod_read_unaligned(&self.undo.images[at..at + std::mem::size_of::<T::Row>()]);
                 self.raw_insert::<T>(&before).expect("undo: deleted key free");
             }
         }
@@ -505,15 +506,21 @@ impl Storage for LeanDb {
         let Some(row) = self.raw_row_mut::<T>(key) else { return Ok(None) };
         if in_txn {
             // SAFETY: `undo` points to self.undo, disjoint from the table row borrowed by `row`.
-            unsafe { (*undo).push::<T>(UndoOp::Updated, key, Some(row)) };
+            unsafe { (*undo).push::<T>(UndoOp::Updated, key, &bytemuck::bytes_of(row)[..T::UPDATABLE_PREFIX]) };
         }
         #[cfg(debug_assertions)]
-        let (pk, sk) = (T::key(row), T::HAS_SECONDARY.then(|| T::secondary(row)));
+        let (pk, sk, before) = (T::key(row), T::HAS_SECONDARY.then(|| T::secondary(row)), *row);
         let r = f(row);
         #[cfg(debug_assertions)]
         {
             assert_eq!(pk, T::key(row), "update changed the primary key of {}", T::ID);
             assert_eq!(sk, T::HAS_SECONDARY.then(|| T::secondary(row)), "update changed a secondary key");
+            let n = T::UPDATABLE_PREFIX;
+            assert!(
+                !in_txn || bytemuck::bytes_of(&before)[n..] == bytemuck::bytes_of(row)[n..],
+                "an update of {} changed bytes past its updatable prefix ({n})",
+                T::ID
+            );
         }
         Ok(Some(r))
     }
@@ -522,7 +529,7 @@ impl Storage for LeanDb {
     fn insert<T: Table>(&mut self, row: &T::Row) -> Result<(), StorageError> {
         self.raw_insert::<T>(row)?;
         if self.in_txn {
-            self.undo.push::<T>(UndoOp::Inserted, T::key(row), None);
+            self.undo.push::<T>(UndoOp::Inserted, T::key(row), &[]);
         }
         Ok(())
     }
@@ -533,7 +540,7 @@ impl Storage for LeanDb {
         }
         let row = self.raw_delete::<T>(key);
         if let (Some(r), true) = (&row, self.in_txn) {
-            self.undo.push::<T>(UndoOp::Deleted, key, Some(r));
+            self.undo.push::<T>(UndoOp::Deleted, key, bytemuck::bytes_of(r));
         }
         Ok(row)
     }

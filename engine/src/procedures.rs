@@ -267,12 +267,13 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
         item_keys[n] = keys::item(l.i_id);
         stock_keys[n] = keys::stock(l.supply_w_id, l.i_id);
     }
+    let ck = keys::customer(i.w_id, i.d_id, i.c_id);
+    db.prefetch::<t::Customers>(&[ck]);
     db.prefetch::<t::Items>(&item_keys[..lines.len()]);
     db.prefetch::<t::Stocks>(&stock_keys[..lines.len()]);
 
     let wk = keys::warehouse(i.w_id);
     let w_tax = db.get::<t::Warehouses, _>(wk, |w| w.w_tax)?.ok_or_else(|| missing::<t::Warehouses>(wk))?;
-    let ck = keys::customer(i.w_id, i.d_id, i.c_id);
     let c_discount = db.get::<t::Customers, _>(ck, |c| c.c_discount)?.ok_or_else(|| missing::<t::Customers>(ck))?;
     let dk = keys::district(i.w_id, i.d_id);
     let (o_id, d_tax) = db
@@ -392,6 +393,9 @@ pub fn find_customer<S: Storage>(db: &mut S, w_id: u16, d_id: u8, sel: CustomerS
 ///   VALUES (:c_d_id, :c_w_id, :c_id, :d_id, :w_id, :datetime, :h_amount, :w_name || '    ' || :d_name);
 /// ```
 pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput, TxnError> {
+    if let CustomerSelector::ById(c) = i.customer {
+        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)]);
+    }
     let wk = keys::warehouse(i.w_id);
     let w_name = db
         .update::<t::Warehouses, _>(wk, |w| {
