@@ -13,7 +13,7 @@ pub const ORDER_LINES_MAX: usize = 15;
 pub const DISTRICTS_PER_WAREHOUSE: u8 = 10;
 
 /// One requested item of a NewOrder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct OrderLineInput {
     pub i_id: u32,
     pub supply_w_id: u16,
@@ -21,7 +21,7 @@ pub struct OrderLineInput {
 }
 
 /// NewOrder's inputs (clause 2.4.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewOrderInput {
     pub w_id: u16,
     pub d_id: u8,
@@ -40,7 +40,7 @@ impl NewOrderInput {
 }
 
 /// How Payment and OrderStatus select the customer (clause 2.5.1.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CustomerSelector {
     ById(u32),
     /// C_LAST as a fixed-width field.
@@ -48,7 +48,7 @@ pub enum CustomerSelector {
 }
 
 /// Payment's inputs (clause 2.5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PaymentInput {
     pub w_id: u16,
     pub d_id: u8,
@@ -62,7 +62,7 @@ pub struct PaymentInput {
 }
 
 /// OrderStatus's inputs (clause 2.6.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderStatusInput {
     pub w_id: u16,
     pub d_id: u8,
@@ -70,7 +70,7 @@ pub struct OrderStatusInput {
 }
 
 /// Delivery's inputs (clause 2.7.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeliveryInput {
     pub w_id: u16,
     /// 1–10.
@@ -80,7 +80,7 @@ pub struct DeliveryInput {
 }
 
 /// StockLevel's inputs (clause 2.8.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StockLevelInput {
     pub w_id: u16,
     pub d_id: u8,
@@ -89,7 +89,7 @@ pub struct StockLevelInput {
 }
 
 /// A transaction request: which procedure and its inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TxnInput {
     NewOrder(NewOrderInput),
     Payment(PaymentInput),
@@ -99,7 +99,7 @@ pub enum TxnInput {
 }
 
 /// The five transaction types, in the order reports list them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum TxnKind {
     NewOrder = 0,
     Payment = 1,
@@ -141,7 +141,7 @@ impl TxnInput {
 }
 
 /// NewOrder's answer to the terminal (clause 2.4.3.3), trimmed to what replicas compare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NewOrderOutput {
     pub o_id: u32,
     /// Total amount in cents after discount and taxes.
@@ -154,7 +154,7 @@ pub struct NewOrderOutput {
 }
 
 /// Payment's answer (clause 2.5.3.3), trimmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PaymentOutput {
     pub c_id: u32,
     pub c_balance: i64,
@@ -162,7 +162,7 @@ pub struct PaymentOutput {
 }
 
 /// OrderStatus's answer (clause 2.6.3.3), trimmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderStatusOutput {
     pub c_id: u32,
     pub c_balance: i64,
@@ -171,19 +171,19 @@ pub struct OrderStatusOutput {
 }
 
 /// Delivery's answer: the delivered O_ID per district (0 where the district was skipped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeliveryOutput {
     pub delivered: [u32; DISTRICTS_PER_WAREHOUSE as usize],
 }
 
 /// StockLevel's answer (clause 2.8.3.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StockLevelOutput {
     pub low_stock: u32,
 }
 
 /// A committed transaction's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TxnOutput {
     NewOrder(NewOrderOutput),
     Payment(PaymentOutput),

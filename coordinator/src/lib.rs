@@ -1,0 +1,1 @@
+//! glass coordinator (being written).

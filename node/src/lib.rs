@@ -1,0 +1,1 @@
+//! glass node (being written).

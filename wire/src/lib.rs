@@ -1,0 +1,1 @@
+//! glass wire protocol (being written).
