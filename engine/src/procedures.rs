@@ -195,8 +195,47 @@ pub enum TxnOutput {
 impl TxnOutput {
     /// A 64-bit digest of the result, which replicas compare to detect divergence.
     pub fn digest(&self) -> u64 {
-        let s = format!("{self:?}");
-        xxhash_rust::xxh3::xxh3_64(s.as_bytes())
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        let mut put = |v: i64| h.update(&v.to_le_bytes());
+        match self {
+            TxnOutput::NewOrder(o) => {
+                put(0);
+                for v in [o.o_id as i64, o.total, o.c_discount as i64, o.w_tax as i64, o.d_tax as i64] {
+                    put(v);
+                }
+                put(o.brand_lines as i64);
+            }
+            TxnOutput::Payment(p) => {
+                put(1);
+                put(p.c_id as i64);
+                put(p.c_balance);
+                put(p.bad_credit as i64);
+            }
+            TxnOutput::OrderStatus(o) => {
+                put(2);
+                put(o.c_id as i64);
+                put(o.c_balance);
+                match o.last_order {
+                    None => put(-1),
+                    Some((o_id, carrier, lines, amount)) => {
+                        for v in [o_id as i64, carrier as i64, lines as i64, amount] {
+                            put(v);
+                        }
+                    }
+                }
+            }
+            TxnOutput::Delivery(d) => {
+                put(3);
+                for &o in &d.delivered {
+                    put(o as i64);
+                }
+            }
+            TxnOutput::StockLevel(l) => {
+                put(4);
+                put(l.low_stock as i64);
+            }
+        }
+        h.digest()
     }
 }
 
