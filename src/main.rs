@@ -28,6 +28,9 @@ enum Command {
     /// after each component removal, down to the lean kernel; instructions and time per
     /// transaction beside the paper's Figures 5 and 6.
     Breakdown(cmd::breakdown::BreakdownArgs),
+    /// Restart the conventional stack from its checkpoint and log (ARIES: analysis, redo,
+    /// undo), report what recovery did, verify acknowledged commits and check consistency.
+    Recover(cmd::recover::RecoverArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
+        Command::Recover(a) => cmd::recover::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,17 +1,30 @@
 //! `glass bench`: TPC-C against one database, with progress, a per-type table, JSON, dumps
-//! and the consistency check.
+//! and the consistency check; on the lean kernel (one thread) or on the conventional stack at
+//! any of the paper's switch steps, with one or several worker threads.
+//!
+//! The conventional stack is loaded through one session outside any transaction (a bulk
+//! load, not logged), then checkpointed so the loaded data is durable; the log and the
+//! checkpoint live in `--wal-dir` (default: a fresh temporary directory removed at the end).
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use engine::LeanDb;
-use workload::bench::{self, BenchConfig, StopAfter};
+use engine::conventional::{Config, ConventionalDb, Step, LOG_FILE, SNAPSHOT_FILE};
+use engine::procedures::{TxnInput, TxnOutput};
+use engine::{LeanDb, Storage};
+use workload::bench::{self, BenchConfig, BenchError, BenchReport, StopAfter};
 use workload::gen::{Mix, Profile};
 use workload::report::{self, ConsoleObserver};
+use workload::workers;
+
+use super::recover::Ack;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -57,6 +70,179 @@ pub struct BenchArgs {
     /// Do not print the once-a-second lines.
     #[arg(long)]
     quiet: bool,
+    /// Storage engine: `lean` (the lean single-threaded kernel) or `conventional` (the
+    /// conventional stack: buffer pool, B+trees, 2PL, latches, write-ahead log).
+    #[arg(long, default_value = "lean")]
+    engine: String,
+    /// The paper's switch step for the conventional stack: 0 = full stack, each step removes
+    /// one more component (1 B-tree keys, 2 log flush, 3 log records, 4 LSNs, 5 locking,
+    /// 6 latching, 7 page size, 8 directory, 9 transactions, 10 buffer pool), 11 = the lean
+    /// kernel. Default 0.
+    #[arg(long)]
+    step: Option<u8>,
+    /// Worker threads, each with its own session and input stream (more than one only on the
+    /// conventional stack with locking and latching on, i.e. steps 0–4).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Where the conventional stack keeps its log (wal.log) and checkpoint (checkpoint.db);
+    /// must not already hold a database. Default: a fresh temporary directory, removed at
+    /// the end.
+    #[arg(long)]
+    wal_dir: Option<PathBuf>,
+    /// Testing aid: after each commit returns, append a line naming the transaction (NewOrder
+    /// and Payment) to this file, for `glass recover --ack-log`.
+    #[arg(long, hide = true)]
+    ack_log: Option<PathBuf>,
+}
+
+/// What runs the transactions, decided from the flags in one place.
+#[derive(Debug, Clone)]
+enum Target {
+    /// The lean kernel (`--engine lean`, or `--engine conventional --step 11`).
+    Lean {
+        step: Option<Step>,
+    },
+    Conventional {
+        step: Step,
+        config: Config,
+    },
+}
+
+fn target(a: &BenchArgs) -> Result<Target> {
+    if a.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    if a.workers > workers::WORKERS_MAX {
+        bail!("--workers must be at most {}, not {}", workers::WORKERS_MAX, a.workers);
+    }
+    let target = match a.engine.as_str() {
+        "lean" => {
+            if let Some(n) = a.step {
+                bail!("--step {n} applies only to --engine conventional");
+            }
+            Target::Lean { step: None }
+        }
+        "conventional" => {
+            let n = a.step.unwrap_or(0);
+            let step =
+                Step::new(n).with_context(|| format!("--step must be 0 to 11 (11 = the lean kernel), not {n}"))?;
+            if step.runs_lean_kernel() {
+                Target::Lean { step: Some(step) }
+            } else {
+                let config = Config::for_step(step, a.workers);
+                config.validate().with_context(|| format!("--step {n} with --workers {}", a.workers))?;
+                Target::Conventional { step, config }
+            }
+        }
+        other => bail!("unknown --engine `{other}`; valid engines: lean, conventional"),
+    };
+    match &target {
+        Target::Lean { step } => {
+            let what = if step.is_some() { "step 11 (the lean kernel)" } else { "the lean kernel" };
+            if a.workers > 1 {
+                bail!("{what} runs one thread: --workers {} needs --engine conventional at steps 0–4", a.workers);
+            }
+            if a.wal_dir.is_some() {
+                bail!("{what} keeps no log: --wal-dir applies only to --engine conventional");
+            }
+            if a.ack_log.is_some() {
+                bail!("--ack-log needs --engine conventional at a durable step (0 or 1)");
+            }
+        }
+        Target::Conventional { step, config } => {
+            if a.ack_log.is_some() && !config.switches.durable() {
+                bail!("--ack-log needs a durable step (0 or 1); step {step} loses commits in a crash");
+            }
+            if let Some(dir) = &a.wal_dir {
+                WalDir::check(dir)?;
+            }
+            if let Some(p) = &a.ack_log {
+                bench::check_writable_file(p).context("--ack-log")?;
+            }
+        }
+    }
+    Ok(target)
+}
+
+/// The conventional stack's directory; a temporary one is removed when this drops.
+struct WalDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl WalDir {
+    /// Refuses a `--wal-dir` that is not a directory or already holds a database.
+    fn check(dir: &Path) -> Result<()> {
+        if dir.exists() && !dir.is_dir() {
+            bail!("--wal-dir {} exists and is not a directory", dir.display());
+        }
+        if dir.join(SNAPSHOT_FILE).exists() || dir.join(LOG_FILE).exists() {
+            bail!(
+                "--wal-dir {} already holds a database; recover it with `glass recover --wal-dir {}` or choose an \
+                 empty directory",
+                dir.display(),
+                dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// `--wal-dir` (checked again), else a fresh temporary directory (created only when the
+    /// configuration writes to it).
+    fn prepare(given: Option<&Path>, durable: bool) -> Result<WalDir> {
+        if let Some(dir) = given {
+            WalDir::check(dir)?;
+            return Ok(WalDir { path: dir.to_path_buf(), temporary: false });
+        }
+        let base = std::env::temp_dir();
+        for n in 0u32..10_000 {
+            let path = base.join(format!("glass-wal-{}-{n}", std::process::id()));
+            if !durable {
+                if !path.exists() {
+                    return Ok(WalDir { path, temporary: false });
+                }
+                continue;
+            }
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(WalDir { path, temporary: true }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("create a temporary --wal-dir in {}", base.display())),
+            }
+        }
+        bail!("cannot find a free temporary --wal-dir name in {}", base.display())
+    }
+}
+
+impl Drop for WalDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The record of acknowledged commits (`--ack-log`; format in `cmd::recover`).
+struct AckLog {
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl AckLog {
+    fn create(path: &Path) -> Result<AckLog> {
+        let file = File::create(path).with_context(|| format!("create --ack-log {}", path.display()))?;
+        Ok(AckLog { path: path.to_path_buf(), file: Mutex::new(file) })
+    }
+
+    /// Appends the transaction's line with one `write` (so it reaches the kernel, and
+    /// survives the process being killed, before the worker goes on).
+    fn acknowledge(&self, input: &TxnInput, output: &TxnOutput) -> Result<(), BenchError> {
+        let Some(ack) = Ack::of(input, output) else { return Ok(()) };
+        let line = ack.line();
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_all(line.as_bytes())
+            .and_then(|()| file.flush())
+            .map_err(|e| BenchError::Output { path: self.path.clone(), why: e.to_string() })
+    }
 }
 
 fn check_dump_dir(dir: &std::path::Path) -> Result<()> {
@@ -95,23 +281,106 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     if let Some(d) = &a.dump {
         check_dump_dir(d)?;
     }
+    let target = target(&a)?;
     println!("seed: {}", a.seed);
     let mut obs = ConsoleObserver::new(a.quiet);
-    let mut db = LeanDb::new();
+    match target {
+        Target::Lean { step } => {
+            let mut db = LeanDb::new();
+            let t0 = Instant::now();
+            bench::load(&mut db, cfg.warehouses, cfg.seed, &mut obs)?;
+            let load_s = t0.elapsed().as_secs_f64();
+            let mut report = bench::run(&mut db, &cfg, "embedded", load_s, &mut obs)?;
+            report.engine = Some("lean".into());
+            report.step = step.map(Step::number);
+            report.workers = Some(1);
+            print!("{}", report::render(&report));
+            finish(&mut db, &report, &a)
+        }
+        Target::Conventional { step, config } => run_conventional(&a, &cfg, step, config, &mut obs),
+    }
+}
+
+fn run_conventional(
+    a: &BenchArgs,
+    cfg: &BenchConfig,
+    step: Step,
+    config: Config,
+    obs: &mut ConsoleObserver,
+) -> Result<ExitCode> {
+    let durable = config.switches.durable();
+    let wal = WalDir::prepare(a.wal_dir.as_deref(), durable)?;
+    let ack = a.ack_log.as_deref().map(AckLog::create).transpose()?;
+    let workers = config.workers;
+    println!(
+        "engine: conventional stack, step {step}, {workers} worker{}{}",
+        if workers == 1 { "" } else { "s" },
+        if durable { format!(", log in {}", wal.path.display()) } else { String::new() }
+    );
+    let db = ConventionalDb::open(&wal.path, config)
+        .with_context(|| format!("open the conventional stack in {}", wal.path.display()))?;
     let t0 = Instant::now();
-    bench::load(&mut db, cfg.warehouses, cfg.seed, &mut obs)?;
+    {
+        let mut loader = db.session()?;
+        bench::load(&mut loader, cfg.warehouses, cfg.seed, obs)?;
+    }
+    if db.checkpoint_unavailable().is_none() {
+        let t1 = Instant::now();
+        db.checkpoint().context("checkpoint after the load")?;
+        let bytes = std::fs::metadata(wal.path.join(SNAPSHOT_FILE)).map_or(0, |m| m.len());
+        println!(
+            "checkpoint after the load: {:.0} MiB in {:.1} s",
+            bytes as f64 / (1 << 20) as f64,
+            t1.elapsed().as_secs_f64()
+        );
+    }
     let load_s = t0.elapsed().as_secs_f64();
-    let report = bench::run(&mut db, &cfg, "embedded", load_s, &mut obs)?;
+
+    let before = db.counters();
+    let sessions = (0..workers).map(|_| db.session()).collect::<Result<Vec<_>, _>>()?;
+    let on_commit = |input: &TxnInput, output: &TxnOutput| match &ack {
+        Some(log) => log.acknowledge(input, output),
+        None => Ok(()),
+    };
+    let mut report = workers::run(sessions, cfg, "embedded", load_s, obs, &on_commit)?;
+    let c = db.counters().since(&before);
+    report.engine = Some("conventional".into());
+    report.step = Some(step.number());
+    report.log_bytes = Some(c.log_bytes_written);
+    report.fsyncs = Some(c.fsyncs);
     print!("{}", report::render(&report));
+    println!(
+        "engine       conventional, step {step}, {workers} worker{}, {} retries after concurrency-control aborts",
+        if workers == 1 { "" } else { "s" },
+        report.retries.unwrap_or(0)
+    );
+    println!(
+        "components   {} locks granted ({} waits, {} wait-die deaths), {} latches, {} page fixes, {} log records",
+        c.lock_requests_granted, c.lock_waits, c.lock_conflicts, c.latches_acquired, c.pages_fixed, c.log_records
+    );
+    if c.fsyncs > 0 {
+        println!(
+            "log          {:.1} MiB written, {} fsyncs ({:.2} commits per fsync), warm-up included",
+            c.log_bytes_written as f64 / (1 << 20) as f64,
+            c.fsyncs,
+            c.committed as f64 / c.fsyncs as f64
+        );
+    }
+    let mut session = db.session()?;
+    finish(&mut session, &report, a)
+}
+
+/// JSON, the consistency check and the dump, after a run.
+fn finish<S: Storage>(db: &mut S, report: &BenchReport, a: &BenchArgs) -> Result<ExitCode> {
     if let Some(p) = &a.json {
-        let mut bytes = serde_json::to_vec_pretty(&report)?;
+        let mut bytes = serde_json::to_vec_pretty(report)?;
         bytes.push(b'\n');
         bench::write_atomic(p, &bytes)?;
         println!("wrote {}", p.display());
     }
     let mut code = ExitCode::SUCCESS;
     if a.check {
-        let r = engine::check::check(&mut db);
+        let r = engine::check::check(db);
         println!("\nTPC-C consistency (clause 3.3.2):\n{r}");
         if !r.all_passed() {
             eprintln!("glass: error: consistency check failed");
@@ -119,7 +388,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         }
     }
     if let Some(d) = &a.dump {
-        let summary = workload::dump::dump(&mut db, d)?;
+        let summary = workload::dump::dump(db, d)?;
         println!("dumped {summary} into {}", d.display());
     }
     Ok(code)

@@ -133,6 +133,24 @@ pub struct BenchReport {
     /// (rss_bytes − rss_after_load_bytes) / NewOrders committed, warm-up included.
     pub rss_growth_per_neworder_bytes: f64,
     pub timeline: Vec<IntervalLine>,
+    /// Engine that ran: "lean" or "conventional" (absent when the caller did not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The conventional stack's switch step (0 = full stack … 11 = lean kernel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u8>,
+    /// Worker threads (the multi-threaded runner, [`crate::workers`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    /// Re-executions of transactions the concurrency control aborted (measured phase).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u64>,
+    /// Bytes written to the log device during the run (warm-up included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_bytes: Option<u64>,
+    /// `fdatasync` calls on the log device during the run (warm-up included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsyncs: Option<u64>,
 }
 
 /// Loads a fresh database of `warehouses` warehouses into `db`.
@@ -264,6 +282,12 @@ pub fn run<S: Storage>(
             rss.saturating_sub(rss_after_load) as f64 / neworders as f64
         },
         timeline,
+        engine: None,
+        step: None,
+        workers: None,
+        retries: None,
+        log_bytes: None,
+        fsyncs: None,
     })
 }
 

@@ -2,6 +2,7 @@
 //! metrics and reports. Everything random is drawn from seeded generators passed in.
 
 pub mod bench;
+pub mod breakdown;
 pub mod dump;
 pub mod error;
 pub mod gen;
@@ -9,3 +10,4 @@ pub mod loader;
 pub mod metrics;
 pub mod report;
 pub mod rng;
+pub mod workers;

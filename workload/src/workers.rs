@@ -1,0 +1,331 @@
+//! The multi-threaded closed-loop bench: N worker threads, each with its own storage session
+//! and its own input stream, against one shared database (the conventional stack's workers,
+//! `glass bench --embedded --engine conventional --workers N`).
+//!
+//! Owns: [`run`] and [`worker_seed`]. Guarantees:
+//! - worker `i`'s inputs are a pure function of the run seed, `i` and the configuration
+//!   (worker 0 draws the single-thread bench's stream); timestamps come from one shared
+//!   logical clock, so every transaction has its own and none reads the wall clock;
+//! - closed loop: a worker submits its next transaction only when the previous one finished;
+//! - a transaction the concurrency control aborts ([`StorageError::Conflict`], e.g. a wait-die
+//!   victim) is re-executed with the same input and timestamp until it commits or the
+//!   procedure rolls it back; it counts once, its re-executions are counted as retries, and
+//!   its latency runs from the first attempt to the outcome;
+//! - `on_commit` sees every committed transaction (warm-up included) after its commit
+//!   returned, on the worker's thread, before the worker starts its next transaction: a
+//!   caller can keep its own record of acknowledged commits;
+//! - the per-second lines, the final report and its JSON are the single-thread bench's
+//!   ([`crate::bench`]): per-worker figures are merged; a transaction counts in the measured
+//!   phase when it started in it.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use engine::procedures::{execute, TxnInput, TxnKind, TxnOutput};
+use engine::{Storage, StorageError, TxnError};
+
+use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Observer, StopAfter};
+use crate::gen::Generator;
+use crate::loader;
+use crate::metrics::{rss_bytes, Stats};
+use crate::rng::Rng;
+
+/// Most worker threads a run may have.
+pub const WORKERS_MAX: usize = 256;
+/// Most re-executions of one transaction before the run gives up. Wait-die keeps a retried
+/// transaction's first priority, so it becomes the oldest and commits long before this.
+pub const RETRIES_PER_TXN_MAX: u32 = 1_000;
+/// Longest the driving thread sleeps between looks at the clock and the workers.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Stream identifier separating the workers' seeds from other uses of the run seed.
+const STREAM_WORKER: u64 = 0x574F_524B_4552_5300; // "WORKERS"
+
+const PHASE_WARMUP: u8 = 0;
+const PHASE_MEASURE: u8 = 1;
+const PHASE_STOP: u8 = 2;
+
+/// Called on a worker's thread after each commit returned, with the input and its result; an
+/// error stops the run.
+pub type OnCommit<'a> = &'a (dyn Fn(&TxnInput, &TxnOutput) -> Result<(), BenchError> + Sync);
+
+/// The generator seed of worker `worker` in a run with load seed `seed`: worker 0 gets the
+/// single-thread bench's run seed, the others independent streams derived from it.
+pub fn worker_seed(seed: u64, worker: usize) -> u64 {
+    let run = run_seed(seed);
+    if worker == 0 {
+        run
+    } else {
+        Rng::stream(run, STREAM_WORKER ^ worker as u64).next_u64()
+    }
+}
+
+/// What the driving thread sees of one worker (on its own cache lines).
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot {
+    /// Transactions this worker finished, both phases.
+    done: AtomicU64,
+    /// The current second's figures, swapped out by the driving thread at each tick.
+    interval: Mutex<Stats>,
+}
+
+impl Slot {
+    fn interval(&self) -> MutexGuard<'_, Stats> {
+        self.interval.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Shared {
+    phase: AtomicU8,
+    /// The logical clock: the last timestamp handed out.
+    clock: AtomicU64,
+    /// Measured transactions claimed (only with a transaction limit).
+    tickets: AtomicU64,
+    limit_txns: Option<u64>,
+}
+
+#[derive(Default)]
+struct Outcome {
+    stats: Stats,
+    retries: u64,
+    /// NewOrders committed, warm-up included.
+    neworders: u64,
+}
+
+fn is_conflict(e: &TxnError) -> bool {
+    matches!(e, TxnError::Storage(StorageError::Conflict(_)))
+}
+
+/// One worker's closed loop.
+fn worker<S: Storage>(
+    db: &mut S,
+    mut gen: Generator,
+    shared: &Shared,
+    slot: &Slot,
+    on_commit: OnCommit<'_>,
+) -> Result<Outcome, BenchError> {
+    let mut out = Outcome::default();
+    let mut done = 0u64;
+    loop {
+        let measured = match shared.phase.load(Ordering::Acquire) {
+            PHASE_STOP => break,
+            phase => phase == PHASE_MEASURE,
+        };
+        if let (true, Some(limit)) = (measured, shared.limit_txns) {
+            if shared.tickets.fetch_add(1, Ordering::Relaxed) >= limit {
+                break;
+            }
+        }
+        let ts = shared.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        let input = gen.next(loader::LOAD_TIMESTAMP + ts as i64);
+        let kind = input.kind();
+        let start = Instant::now();
+        let mut retries = 0u32;
+        let r = loop {
+            match execute(db, ts, &input) {
+                Err(e) if is_conflict(&e) && retries < RETRIES_PER_TXN_MAX => retries += 1,
+                r => break r,
+            }
+        };
+        let ns = start.elapsed().as_nanos() as u64;
+        match &r {
+            Ok(output) => {
+                on_commit(&input, output)?;
+                out.neworders += (kind == TxnKind::NewOrder) as u64;
+            }
+            Err(e) if e.is_abort() && !is_conflict(e) => {} // a TPC-C rollback
+            Err(e) => return Err(BenchError::Txn(e.clone())),
+        }
+        if measured {
+            out.stats.record(kind, ns, r.is_ok());
+            out.retries += u64::from(retries);
+            slot.interval().record(kind, ns, r.is_ok());
+        }
+        done += 1;
+        slot.done.store(done, Ordering::Relaxed);
+    }
+    Ok(out)
+}
+
+fn total_done(slots: &[Slot]) -> u64 {
+    slots.iter().map(|s| s.done.load(Ordering::Relaxed)).sum()
+}
+
+/// Swaps out every worker's figures of the current interval and merges them.
+fn take_interval(slots: &[Slot]) -> Stats {
+    let mut all = Stats::default();
+    for slot in slots {
+        let mine = std::mem::take(&mut *slot.interval());
+        all.merge(&mine);
+    }
+    all
+}
+
+fn interval_line(interval: &Stats, elapsed: Duration, span: Duration) -> IntervalLine {
+    let h = interval.all_latencies();
+    IntervalLine {
+        elapsed_s: elapsed.as_secs_f64(),
+        txn_per_sec: interval.committed() as f64 / span.as_secs_f64().max(1e-9),
+        p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+        aborts: interval.aborted(),
+    }
+}
+
+/// Runs the warm-up and the measured phase on an already-loaded database with one worker
+/// thread per session (each session must work on the same database). The report's `workers`
+/// and `retries` are set; `engine`, `step`, `log_bytes` and `fsyncs` are the caller's.
+pub fn run<S: Storage + Send>(
+    sessions: Vec<S>,
+    cfg: &BenchConfig,
+    mode: &str,
+    load_seconds: f64,
+    obs: &mut dyn Observer,
+    on_commit: OnCommit<'_>,
+) -> Result<BenchReport, BenchError> {
+    cfg.validate()?;
+    let workers = sessions.len();
+    if !(1..=WORKERS_MAX).contains(&workers) {
+        return Err(BenchError::Invalid(format!("--workers must be 1 to {WORKERS_MAX}, not {workers}")));
+    }
+    let gens = (0..workers)
+        .map(|i| Generator::new(cfg.gen_config(), worker_seed(cfg.seed, i), cfg.seed))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mix = gens[0].mix().weights;
+    let rss_after_load = rss_bytes().unwrap_or(0);
+    let warmup = Duration::from_secs_f64(cfg.warmup_s);
+    // Without a warm-up every transaction is measured (so a transaction limit covers the
+    // whole stream, as in the single-thread bench).
+    let shared = Shared {
+        phase: AtomicU8::new(if warmup.is_zero() { PHASE_MEASURE } else { PHASE_WARMUP }),
+        clock: AtomicU64::new(0),
+        tickets: AtomicU64::new(0),
+        limit_txns: match cfg.stop {
+            StopAfter::Transactions(n) => Some(n),
+            StopAfter::Seconds(_) => None,
+        },
+    };
+    let limit_time = match cfg.stop {
+        StopAfter::Seconds(s) => Duration::from_secs_f64(s),
+        StopAfter::Transactions(_) => Duration::MAX,
+    };
+    let slots: Vec<Slot> = (0..workers).map(|_| Slot::default()).collect();
+    let mut timeline = Vec::new();
+    let mut last_tick = Duration::ZERO;
+    let mut start = Instant::now();
+
+    let outcomes: Vec<Result<Outcome, BenchError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = sessions
+            .into_iter()
+            .zip(gens)
+            .zip(&slots)
+            .map(|((mut db, gen), slot)| {
+                let shared = &shared;
+                scope.spawn(move || {
+                    let r = worker(&mut db, gen, shared, slot, on_commit);
+                    if r.is_err() {
+                        shared.phase.store(PHASE_STOP, Ordering::Release);
+                    }
+                    r
+                })
+            })
+            .collect();
+        let over = || handles.iter().all(|h| h.is_finished()) || shared.phase.load(Ordering::Acquire) == PHASE_STOP;
+
+        if !warmup.is_zero() {
+            obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
+            let t0 = Instant::now();
+            loop {
+                std::thread::sleep(POLL_INTERVAL.min(warmup.saturating_sub(t0.elapsed())));
+                let e = t0.elapsed();
+                obs.progress(e.as_secs_f64(), total_done(&slots));
+                if e >= warmup || over() {
+                    break;
+                }
+            }
+        }
+
+        obs.phase("run", cfg.stop);
+        let done_before = total_done(&slots);
+        if !warmup.is_zero() {
+            start = Instant::now();
+            // Unless a failed worker already stopped the run.
+            let _ = shared.phase.compare_exchange(PHASE_WARMUP, PHASE_MEASURE, Ordering::AcqRel, Ordering::Acquire);
+        }
+        let mut next_tick = Duration::from_secs(1);
+        loop {
+            let now = start.elapsed();
+            let wake = next_tick.min(limit_time);
+            if wake > now {
+                std::thread::sleep((wake - now).min(POLL_INTERVAL));
+            }
+            let e = start.elapsed();
+            if e >= limit_time || over() {
+                shared.phase.store(PHASE_STOP, Ordering::Release);
+                break;
+            }
+            if e >= next_tick {
+                let line = interval_line(&take_interval(&slots), e, e - last_tick);
+                obs.interval(&line);
+                timeline.push(line);
+                last_tick = e;
+                while next_tick <= e {
+                    next_tick += Duration::from_secs(1);
+                }
+            }
+            obs.progress(e.as_secs_f64(), total_done(&slots) - done_before);
+        }
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let elapsed = start.elapsed();
+
+    let mut all = Outcome::default();
+    for o in outcomes {
+        let o = o?;
+        all.stats.merge(&o.stats);
+        all.retries += o.retries;
+        all.neworders += o.neworders;
+    }
+    let line = interval_line(&take_interval(&slots), elapsed, elapsed - last_tick);
+    obs.interval(&line);
+    obs.progress(elapsed.as_secs_f64(), all.stats.committed() + all.stats.aborted());
+    timeline.push(line);
+    obs.finished();
+
+    let rss = rss_bytes().unwrap_or(0);
+    let secs = elapsed.as_secs_f64();
+    let stats = &all.stats;
+    let latencies = stats.all_latencies();
+    Ok(BenchReport {
+        mode: mode.to_string(),
+        profile: cfg.profile.name().to_string(),
+        mix,
+        warehouses: cfg.warehouses,
+        seed: cfg.seed,
+        load_seconds,
+        warmup_seconds: cfg.warmup_s,
+        seconds: secs,
+        committed: stats.committed(),
+        aborted: stats.aborted(),
+        txn_per_sec: stats.committed() as f64 / secs,
+        p50_us: latencies.value_at_quantile(0.50) as f64 / 1000.0,
+        p95_us: latencies.value_at_quantile(0.95) as f64 / 1000.0,
+        p99_us: latencies.value_at_quantile(0.99) as f64 / 1000.0,
+        per_txn: stats.summary(),
+        rss_after_load_bytes: rss_after_load,
+        rss_bytes: rss,
+        rss_growth_per_neworder_bytes: if all.neworders == 0 {
+            0.0
+        } else {
+            rss.saturating_sub(rss_after_load) as f64 / all.neworders as f64
+        },
+        timeline,
+        engine: None,
+        step: None,
+        workers: Some(workers),
+        retries: Some(all.retries),
+        log_bytes: None,
+        fsyncs: None,
+    })
+}
