@@ -15,7 +15,7 @@ use crate::arena::{advise_vec, Pool};
 use crate::btree::BTree;
 use crate::error::StorageError;
 use crate::schema::{t, Organisation, Table, TableId};
-use crate::storage::{ScanDir, Storage};
+use crate::storage::{Prefetch, ScanDir, Storage};
 
 const EMPTY: u32 = u32::MAX;
 /// Hash index load factor bound: grow when `len / capacity` would exceed 5/8.
@@ -182,13 +182,19 @@ impl<T: Table> HashStore<T> {
         Some(row)
     }
 
-    fn prefetch(&self, keys: &[u64]) {
-        for &k in keys {
-            prefetch_ptr(&self.slots[self.home(k)]);
-        }
-        for &k in keys {
-            if let Some(idx) = self.find(k) {
-                prefetch_row(self.rows.addr(idx));
+    fn prefetch(&self, keys: &[u64], stage: Prefetch) {
+        match stage {
+            Prefetch::Index => {
+                for &k in keys {
+                    prefetch_ptr(&self.slots[self.home(k)]);
+                }
+            }
+            Prefetch::Rows => {
+                for &k in keys {
+                    if let Some(idx) = self.find(k) {
+                        prefetch_row(self.rows.addr(idx));
+                    }
+                }
             }
         }
     }
@@ -587,10 +593,10 @@ impl Storage for LeanDb {
     }
 
     #[inline]
-    fn prefetch<T: Table>(&self, keys: &[u64]) {
+    fn prefetch<T: Table>(&self, keys: &[u64], stage: Prefetch) {
         if T::ORG == Organisation::Hash {
             if let Some(s) = self.field_ref::<T>().downcast_ref::<HashStore<T>>() {
-                s.prefetch(keys);
+                s.prefetch(keys, stage);
             }
         }
     }

@@ -16,4 +16,4 @@ pub mod storage;
 
 pub use error::{StorageError, TxnError};
 pub use lean::LeanDb;
-pub use storage::{ScanDir, Storage};
+pub use storage::{Prefetch, ScanDir, Storage};

@@ -5,7 +5,7 @@
 
 use crate::error::TxnError;
 use crate::schema::{self, keys, t, Table, TableId};
-use crate::storage::{ScanDir, Storage};
+use crate::storage::{Prefetch, ScanDir, Storage};
 
 /// Most order lines a NewOrder can carry (clause 2.4.1.3: 5–15).
 pub const ORDER_LINES_MAX: usize = 15;
@@ -306,13 +306,17 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
         item_keys[n] = keys::item(l.i_id);
         stock_keys[n] = keys::stock(l.supply_w_id, l.i_id);
     }
+    let (item_keys, stock_keys) = (&item_keys[..lines.len()], &stock_keys[..lines.len()]);
     let ck = keys::customer(i.w_id, i.d_id, i.c_id);
-    db.prefetch::<t::Customers>(&[ck]);
-    db.prefetch::<t::Items>(&item_keys[..lines.len()]);
-    db.prefetch::<t::Stocks>(&stock_keys[..lines.len()]);
+    db.prefetch::<t::Customers>(&[ck], Prefetch::Index);
+    db.prefetch::<t::Items>(item_keys, Prefetch::Index);
+    db.prefetch::<t::Stocks>(stock_keys, Prefetch::Index);
 
     let wk = keys::warehouse(i.w_id);
     let w_tax = db.get::<t::Warehouses, _>(wk, |w| w.w_tax)?.ok_or_else(|| missing::<t::Warehouses>(wk))?;
+    db.prefetch::<t::Customers>(&[ck], Prefetch::Rows);
+    db.prefetch::<t::Items>(item_keys, Prefetch::Rows);
+    db.prefetch::<t::Stocks>(stock_keys, Prefetch::Rows);
     let c_discount = db.get::<t::Customers, _>(ck, |c| c.c_discount)?.ok_or_else(|| missing::<t::Customers>(ck))?;
     let dk = keys::district(i.w_id, i.d_id);
     let (o_id, d_tax) = db
@@ -433,7 +437,7 @@ pub fn find_customer<S: Storage>(db: &mut S, w_id: u16, d_id: u8, sel: CustomerS
 /// ```
 pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput, TxnError> {
     if let CustomerSelector::ById(c) = i.customer {
-        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)]);
+        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)], Prefetch::Index);
     }
     let wk = keys::warehouse(i.w_id);
     let w_name = db
@@ -449,6 +453,9 @@ pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput
             d.d_name
         })?
         .ok_or_else(|| missing::<t::Districts>(dk))?;
+    if let CustomerSelector::ById(c) = i.customer {
+        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)], Prefetch::Rows);
+    }
     let c_id = find_customer(db, i.c_w_id, i.c_d_id, i.customer)?;
     let ck = keys::customer(i.c_w_id, i.c_d_id, c_id);
     let (c_balance, bad_credit) = db
@@ -636,7 +643,8 @@ pub fn stock_level<S: Storage>(db: &mut S, i: &StockLevelInput) -> Result<StockL
     items.sort_unstable();
     items.dedup();
     let stock_keys: Vec<u64> = items.iter().map(|&it| keys::stock(i.w_id, it)).collect();
-    db.prefetch::<t::Stocks>(&stock_keys);
+    db.prefetch::<t::Stocks>(&stock_keys, Prefetch::Index);
+    db.prefetch::<t::Stocks>(&stock_keys, Prefetch::Rows);
     let mut low_stock = 0;
     for k in stock_keys {
         if db.get::<t::Stocks, _>(k, |s| s.s_quantity < i.threshold)? == Some(true) {

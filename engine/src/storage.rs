@@ -13,6 +13,15 @@
 use crate::error::StorageError;
 use crate::schema::Table;
 
+/// The stages of [`Storage::prefetch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Fetch the index entries of the keys.
+    Index,
+    /// Locate the rows (through the index entries fetched before) and fetch them.
+    Rows,
+}
+
 /// Direction of an ordered scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanDir {
@@ -60,8 +69,11 @@ pub trait Storage {
     ) -> Result<(), StorageError>;
 
     /// A hint that the rows with these keys are about to be accessed (lets an implementation
-    /// overlap the cache misses of independent lookups). Never changes results.
-    fn prefetch<T: Table>(&self, _keys: &[u64]) {}
+    /// overlap the cache misses of independent lookups). Never changes results. It comes in
+    /// two stages so a procedure can do other work while each stage's misses resolve:
+    /// `Index` starts fetching where the keys are indexed, `Rows` (issued later) the rows
+    /// themselves.
+    fn prefetch<T: Table>(&self, _keys: &[u64], _stage: Prefetch) {}
     /// A hint that `additional` rows are about to be bulk-loaded into table `T`.
     fn reserve<T: Table>(&mut self, _additional: usize) {}
 

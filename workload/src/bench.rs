@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::gen::{GenConfig, Generator, Mix, Profile};
 use crate::loader::{self, LoadProgress};
-use crate::metrics::{rss_bytes, KindSummary, Stats};
+use crate::metrics::{rss_bytes, thread_cpu_seconds, KindSummary, Stats};
 
 /// Why a bench could not run or finish.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +124,11 @@ pub struct BenchReport {
     pub committed: u64,
     pub aborted: u64,
     pub txn_per_sec: f64,
+    /// CPU seconds the executor thread(s) used during the measured phase (less than
+    /// `seconds` × threads when the machine's other work descheduled them).
+    pub executor_cpu_seconds: f64,
+    /// Committed transactions per executor CPU second: throughput net of descheduling.
+    pub txn_per_cpu_sec: f64,
     pub p50_us: f64,
     pub p95_us: f64,
     pub p99_us: f64,
@@ -202,6 +207,7 @@ pub fn run<S: Storage>(
     }
 
     obs.phase("run", cfg.stop);
+    let cpu_start = thread_cpu_seconds();
     let mut stats = Stats::default();
     let mut interval = Stats::default();
     let mut timeline = Vec::new();
@@ -254,6 +260,7 @@ pub fn run<S: Storage>(
             }
         }
     };
+    let cpu_seconds = thread_cpu_seconds() - cpu_start;
     obs.finished();
     let rss = rss_bytes().unwrap_or(0);
     let secs = elapsed.as_secs_f64();
@@ -270,6 +277,8 @@ pub fn run<S: Storage>(
         committed: stats.committed(),
         aborted: stats.aborted(),
         txn_per_sec: stats.committed() as f64 / secs,
+        executor_cpu_seconds: cpu_seconds,
+        txn_per_cpu_sec: stats.committed() as f64 / cpu_seconds.max(1e-9),
         p50_us: all.value_at_quantile(0.50) as f64 / 1000.0,
         p95_us: all.value_at_quantile(0.95) as f64 / 1000.0,
         p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,

@@ -96,22 +96,28 @@ pub fn render(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<12} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10}",
-        "txn", "count", "aborts", "p50_us", "p95_us", "p99_us", "max_us"
+        "{:<12} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "txn", "count", "aborts", "mean_us", "p50_us", "p95_us", "p99_us", "max_us"
     );
     for k in &r.per_txn {
         let _ = writeln!(
             s,
-            "{:<12} {:>10} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
-            k.txn, k.count, k.aborts, k.p50_us, k.p95_us, k.p99_us, k.max_us
+            "{:<12} {:>10} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            k.txn, k.count, k.aborts, k.mean_us, k.p50_us, k.p95_us, k.p99_us, k.max_us
         );
     }
     let _ = writeln!(
         s,
-        "{:<12} {:>10} {:>8} {:>10.1} {:>10.1} {:>10.1}",
-        "all", r.committed, r.aborted, r.p50_us, r.p95_us, r.p99_us
+        "{:<12} {:>10} {:>8} {:>10} {:>10.1} {:>10.1} {:>10.1}",
+        "all", r.committed, r.aborted, "", r.p50_us, r.p95_us, r.p99_us
     );
-    let _ = writeln!(s, "\nthroughput   {:.0} committed txn/s", r.txn_per_sec);
+    let _ = writeln!(
+        s,
+        "\nthroughput   {:.0} committed txn/s ({:.0} per executor CPU second; the executor ran {:.0}% of the wall time)",
+        r.txn_per_sec,
+        r.txn_per_cpu_sec,
+        100.0 * r.executor_cpu_seconds / r.seconds.max(1e-9)
+    );
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     let _ = writeln!(
         s,

@@ -214,6 +214,7 @@ pub fn run<S: Storage + Send>(
     let mut timeline = Vec::new();
     let mut last_tick = Duration::ZERO;
     let mut start = Instant::now();
+    let mut cpu_start = crate::metrics::cpu_seconds();
 
     let outcomes: Vec<Result<Outcome, BenchError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = sessions
@@ -247,6 +248,7 @@ pub fn run<S: Storage + Send>(
         }
 
         obs.phase("run", cfg.stop);
+        cpu_start = crate::metrics::cpu_seconds();
         let done_before = total_done(&slots);
         if !warmup.is_zero() {
             start = Instant::now();
@@ -294,6 +296,7 @@ pub fn run<S: Storage + Send>(
     obs.finished();
 
     let rss = rss_bytes().unwrap_or(0);
+    let cpu_seconds = crate::metrics::cpu_seconds() - cpu_start;
     let secs = elapsed.as_secs_f64();
     let stats = &all.stats;
     let latencies = stats.all_latencies();
@@ -309,6 +312,8 @@ pub fn run<S: Storage + Send>(
         committed: stats.committed(),
         aborted: stats.aborted(),
         txn_per_sec: stats.committed() as f64 / secs,
+        executor_cpu_seconds: cpu_seconds,
+        txn_per_cpu_sec: stats.committed() as f64 / cpu_seconds.max(1e-9),
         p50_us: latencies.value_at_quantile(0.50) as f64 / 1000.0,
         p95_us: latencies.value_at_quantile(0.95) as f64 / 1000.0,
         p99_us: latencies.value_at_quantile(0.99) as f64 / 1000.0,
