@@ -1,1 +1,17 @@
-//! glass coordinator (being written).
+//! glass's coordinator, as synchronous state machines that take messages and return messages
+//! (STYLE.md habit 2): the H-Store style timestamp clock ([`timestamp`]), routing of a
+//! transaction to its partition ([`router`]), per-partition batching with bounded in-flight
+//! work ([`sequencer`]), agreement of the replicas' results ([`agreement`]), and the
+//! [`Coordinator`] that combines them with the partitions' lifecycle and failure detection
+//! ([`coordinator`]). No I/O, no clock, no async runtime: the network code feeds them and
+//! carries their outputs.
+
+pub mod agreement;
+pub mod coordinator;
+pub mod error;
+pub mod router;
+pub mod sequencer;
+pub mod timestamp;
+
+pub use coordinator::{ClientId, ClientRef, Coordinator, Event, Output, PartitionStatus, Phase};
+pub use error::{CoordinatorError, RouteError};

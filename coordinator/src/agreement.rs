@@ -1,0 +1,506 @@
+//! Result agreement for one partition: every live replica executes every batch, and a
+//! transaction is answered only when all live replicas have reported its result and the
+//! results agree — VoltDB's check, a 64-bit result digest per transaction (and the full
+//! outcome, which replicas send anyway). Section 5.3 of the paper makes this the safety net of
+//! log-free replication: a replica that diverged must not serve.
+//!
+//! Guarantees:
+//! - a batch is decided only when every live replica has reported it, and batches are decided
+//!   in sequence order;
+//! - a disagreement — different result digests or outcomes for a transaction, different state
+//!   digests after a batch, results that do not match the batch (count, timestamps), or (under
+//!   `debug_assertions`) a digest that does not match its outcome — yields
+//!   [`Verdict::Diverged`] and stops the partition for good: every unanswered transaction is
+//!   handed back, and nothing more is decided;
+//! - results may arrive in any order, duplicated, late, from failed replicas or for batches
+//!   never sent: none of these changes a decision (they are [`Ignored`]);
+//! - a replica declared failed no longer counts; if none remains, [`Verdict::NoLiveReplica`].
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use wire::messages::{NodeId, PartitionId, Results, Seq, StateDigest, Timestamp, TxnOutcome};
+
+/// What a batch's results showed, once decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict<T> {
+    /// Every live replica reported batch `seq` and agreed: answer each transaction.
+    Agreed(AgreedBatch<T>),
+    /// The replicas disagreed: stop the partition; `unanswered` holds the tags of every
+    /// transaction sent and not answered (this batch's and all later ones').
+    Diverged { divergence: Divergence, unanswered: Vec<T> },
+    /// No live replica remains; `unanswered` as above.
+    NoLiveReplica { unanswered: Vec<T> },
+}
+
+/// An agreed batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgreedBatch<T> {
+    pub seq: Seq,
+    /// Each transaction's tag, timestamp and agreed outcome, in timestamp order.
+    pub answers: Vec<(T, Timestamp, TxnOutcome)>,
+    /// Each live replica's state digest after the batch (all equal), when the batch asked.
+    pub state_digests: Option<Vec<(NodeId, StateDigest)>>,
+}
+
+/// A disagreement between the replicas of a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Divergence {
+    pub partition: PartitionId,
+    /// The batch it showed in (0 for the load).
+    pub seq: Seq,
+    pub kind: DivergenceKind,
+}
+
+/// How the replicas disagreed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DivergenceKind {
+    /// Different results for transaction `ts`: each replica's result digest.
+    Outcome { ts: Timestamp, digests: Vec<(NodeId, u64)> },
+    /// Different state digests after the batch.
+    State { digests: Vec<(NodeId, StateDigest)> },
+    /// Different states right after loading.
+    Load { digests: Vec<(NodeId, StateDigest)> },
+    /// A replica's results do not fit the batch sent.
+    Shape { node: NodeId, problem: String },
+    /// A replica's result digest does not match the outcome it reported.
+    DigestMismatch { node: NodeId, ts: Timestamp },
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "REPLICAS DIVERGED on partition {} at batch {}: ", self.partition, self.seq)?;
+        match &self.kind {
+            DivergenceKind::Outcome { ts, digests } => {
+                write!(f, "transaction {ts} has different results:")?;
+                for (node, d) in digests {
+                    write!(f, " node {node} {d:016x}")?;
+                }
+                Ok(())
+            }
+            DivergenceKind::State { digests } | DivergenceKind::Load { digests } => {
+                let when =
+                    if matches!(self.kind, DivergenceKind::Load { .. }) { "after loading" } else { "after the batch" };
+                write!(f, "state digests differ {when}:")?;
+                for (node, d) in digests {
+                    write!(f, " node {node} {d}")?;
+                }
+                Ok(())
+            }
+            DivergenceKind::Shape { node, problem } => write!(f, "node {node} sent results that do not fit: {problem}"),
+            DivergenceKind::DigestMismatch { node, ts } => {
+                write!(f, "node {node}'s result digest for transaction {ts} does not match its outcome")
+            }
+        }
+    }
+}
+
+/// Why results were set aside without effect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ignored {
+    #[error("results for partition {got}, not {expected}")]
+    WrongPartition { expected: PartitionId, got: PartitionId },
+    #[error("node {node} is not a live replica")]
+    NotLive { node: NodeId },
+    #[error("batch {seq} was already decided")]
+    AlreadyDecided { seq: Seq },
+    #[error("batch {seq} was never sent")]
+    NeverSent { seq: Seq },
+    #[error("node {node} already reported batch {seq}")]
+    Duplicate { node: NodeId, seq: Seq },
+    #[error("the partition is stopped")]
+    Stopped,
+}
+
+#[derive(Debug)]
+struct PendingBatch<T> {
+    seq: Seq,
+    txns: Vec<(Timestamp, T)>,
+    digest_after: bool,
+    /// Results from live replicas, in arrival order.
+    replies: Vec<(NodeId, Results)>,
+}
+
+/// One partition's agreement tracker; `T` tags a transaction's client.
+#[derive(Debug)]
+pub struct Agreement<T> {
+    partition: PartitionId,
+    /// The live replicas, sorted.
+    live: Vec<NodeId>,
+    /// Batches sent and not decided, in sequence order without gaps.
+    pending: VecDeque<PendingBatch<T>>,
+    /// The sequence number the next batch sent must carry.
+    next_seq: Seq,
+    stopped: bool,
+}
+
+impl<T> Agreement<T> {
+    /// A tracker for `partition` whose live replicas are `replicas`; batches start at 1.
+    pub fn new(partition: PartitionId, replicas: impl IntoIterator<Item = NodeId>) -> Agreement<T> {
+        let mut live: Vec<NodeId> = replicas.into_iter().collect();
+        live.sort_unstable();
+        live.dedup();
+        Agreement { partition, live, pending: VecDeque::new(), next_seq: 1, stopped: false }
+    }
+
+    /// The live replicas, sorted: those a batch is sent to.
+    pub fn live(&self) -> &[NodeId] {
+        &self.live
+    }
+
+    /// Whether a divergence or the loss of every replica stopped the tracker.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Batches sent and not yet decided.
+    pub fn pending_batches(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Records that batch `seq` with these transactions (timestamp and tag, in batch order)
+    /// was sent to every live replica.
+    ///
+    /// Panics if `seq` is not the next number or the tracker is stopped.
+    pub fn sent(&mut self, seq: Seq, txns: Vec<(Timestamp, T)>, digest_after: bool) {
+        assert!(!self.stopped, "batch {seq} sent on stopped partition {}", self.partition);
+        assert_eq!(seq, self.next_seq, "partition {}: batches must be sent in order", self.partition);
+        self.next_seq += 1;
+        self.pending.push_back(PendingBatch { seq, txns, digest_after, replies: Vec::with_capacity(self.live.len()) });
+    }
+
+    /// Takes replica `from`'s results; returns the batches this decided, in order.
+    pub fn on_results(&mut self, from: NodeId, results: Results) -> Result<Vec<Verdict<T>>, Ignored> {
+        if self.stopped {
+            return Err(Ignored::Stopped);
+        }
+        if results.partition != self.partition {
+            return Err(Ignored::WrongPartition { expected: self.partition, got: results.partition });
+        }
+        if !self.live.contains(&from) {
+            return Err(Ignored::NotLive { node: from });
+        }
+        let seq = results.seq;
+        if seq >= self.next_seq {
+            return Err(Ignored::NeverSent { seq });
+        }
+        let first = self.pending.front().map_or(self.next_seq, |b| b.seq);
+        if seq < first {
+            return Err(Ignored::AlreadyDecided { seq });
+        }
+        let batch = &mut self.pending[(seq - first) as usize];
+        if batch.replies.iter().any(|(n, _)| *n == from) {
+            return Err(Ignored::Duplicate { node: from, seq });
+        }
+        if let Some(problem) = shape_problem(batch, &results) {
+            let divergence =
+                Divergence { partition: self.partition, seq, kind: DivergenceKind::Shape { node: from, problem } };
+            return Ok(vec![self.stop_diverged(divergence)]);
+        }
+        batch.replies.push((from, results));
+        Ok(self.decide())
+    }
+
+    /// Replica `node` failed: stop waiting for it; returns the batches this decided.
+    pub fn replica_down(&mut self, node: NodeId) -> Vec<Verdict<T>> {
+        let Ok(at) = self.live.binary_search(&node) else { return Vec::new() };
+        self.live.remove(at);
+        if self.stopped {
+            return Vec::new();
+        }
+        for b in &mut self.pending {
+            b.replies.retain(|(n, _)| *n != node);
+        }
+        if self.live.is_empty() {
+            self.stopped = true;
+            return vec![Verdict::NoLiveReplica { unanswered: self.drain_unanswered() }];
+        }
+        self.decide()
+    }
+
+    /// Stops the tracker from outside (a divergence found elsewhere, a load failure) and
+    /// returns the unanswered tags.
+    pub fn stop(&mut self) -> Vec<T> {
+        self.stopped = true;
+        self.drain_unanswered()
+    }
+
+    fn drain_unanswered(&mut self) -> Vec<T> {
+        self.pending.drain(..).flat_map(|b| b.txns.into_iter().map(|(_, t)| t)).collect()
+    }
+
+    fn stop_diverged(&mut self, divergence: Divergence) -> Verdict<T> {
+        self.stopped = true;
+        Verdict::Diverged { divergence, unanswered: self.drain_unanswered() }
+    }
+
+    /// Decides every leading batch that all live replicas reported.
+    fn decide(&mut self) -> Vec<Verdict<T>> {
+        let mut verdicts = Vec::new();
+        while self.pending.front().is_some_and(|b| b.replies.len() == self.live.len()) {
+            let batch = self.pending.pop_front().expect("checked above");
+            match self.judge(batch) {
+                Ok(agreed) => verdicts.push(Verdict::Agreed(agreed)),
+                Err((divergence, mut unanswered)) => {
+                    self.stopped = true;
+                    unanswered.extend(self.drain_unanswered());
+                    verdicts.push(Verdict::Diverged { divergence, unanswered });
+                    break;
+                }
+            }
+        }
+        verdicts
+    }
+
+    /// Compares a fully reported batch's results.
+    #[allow(clippy::type_complexity)]
+    fn judge(&self, batch: PendingBatch<T>) -> Result<AgreedBatch<T>, (Divergence, Vec<T>)> {
+        let PendingBatch { seq, txns, replies, .. } = batch;
+        let diverged = |kind, txns: Vec<(Timestamp, T)>| {
+            Err((Divergence { partition: self.partition, seq, kind }, txns.into_iter().map(|(_, t)| t).collect()))
+        };
+        let (_, first) = &replies[0];
+        for (i, reference) in first.results.iter().enumerate() {
+            if cfg!(debug_assertions) {
+                for (node, r) in &replies {
+                    if r.results[i].digest != r.results[i].outcome.digest() {
+                        return diverged(DivergenceKind::DigestMismatch { node: *node, ts: reference.ts }, txns);
+                    }
+                }
+            }
+            let agree = replies[1..]
+                .iter()
+                .all(|(_, r)| r.results[i].digest == reference.digest && r.results[i].outcome == reference.outcome);
+            if !agree {
+                let mut digests: Vec<(NodeId, u64)> = replies.iter().map(|(n, r)| (*n, r.results[i].digest)).collect();
+                digests.sort_unstable_by_key(|(n, _)| *n);
+                return diverged(DivergenceKind::Outcome { ts: reference.ts, digests }, txns);
+            }
+        }
+        let state_digests = match first.state_digest {
+            None => None,
+            Some(reference) => {
+                let mut digests: Vec<(NodeId, StateDigest)> =
+                    replies.iter().map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
+                digests.sort_unstable_by_key(|(n, _)| *n);
+                if digests.iter().any(|(_, d)| *d != reference) {
+                    return diverged(DivergenceKind::State { digests }, txns);
+                }
+                Some(digests)
+            }
+        };
+        let mut replies = replies;
+        let (_, first) = replies.swap_remove(0);
+        let answers = txns.into_iter().zip(first.results).map(|((ts, tag), r)| (tag, ts, r.outcome)).collect();
+        Ok(AgreedBatch { seq, answers, state_digests })
+    }
+}
+
+/// What is wrong with `results` as an answer to `batch`, if anything.
+fn shape_problem<T>(batch: &PendingBatch<T>, results: &Results) -> Option<String> {
+    if results.results.len() != batch.txns.len() {
+        return Some(format!("{} results for {} transactions", results.results.len(), batch.txns.len()));
+    }
+    if let Some((i, r)) = results.results.iter().enumerate().find(|(i, r)| r.ts != batch.txns[*i].0) {
+        return Some(format!("result {i} is for transaction {}, not {}", r.ts, batch.txns[i].0));
+    }
+    if results.state_digest.is_some() != batch.digest_after {
+        return Some(format!(
+            "state digest {} though the batch {} one",
+            if results.state_digest.is_some() { "sent" } else { "missing" },
+            if batch.digest_after { "asked for" } else { "did not ask for" }
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::procedures::{PaymentOutput, TxnOutput};
+    use wire::messages::TxnResult;
+
+    fn committed(c_id: u32) -> TxnOutcome {
+        TxnOutcome::Committed(TxnOutput::Payment(PaymentOutput { c_id, c_balance: 5, bad_credit: false }))
+    }
+
+    fn results(seq: Seq, outcomes: &[(u64, TxnOutcome)], state: Option<u128>) -> Results {
+        Results {
+            partition: 1,
+            seq,
+            results: outcomes
+                .iter()
+                .map(|(ts, o)| TxnResult { ts: Timestamp(*ts), outcome: o.clone(), digest: o.digest() })
+                .collect(),
+            state_digest: state.map(StateDigest),
+        }
+    }
+
+    /// Three batches of two transactions; tags are the request numbers 10, 11, 20, 21, 30, 31.
+    fn three_batches(replicas: &[NodeId]) -> Agreement<u32> {
+        let mut a = Agreement::new(1, replicas.iter().copied());
+        for seq in 1..=3u64 {
+            let t = seq as u32 * 10;
+            a.sent(seq, vec![(Timestamp(seq * 100), t), (Timestamp(seq * 100 + 1), t + 1)], false);
+        }
+        a
+    }
+
+    fn good(seq: Seq) -> Results {
+        results(seq, &[(seq * 100, committed(seq as u32)), (seq * 100 + 1, committed(seq as u32 + 50))], None)
+    }
+
+    fn agreed_seqs(v: &[Verdict<u32>]) -> Vec<Seq> {
+        v.iter()
+            .map(|v| match v {
+                Verdict::Agreed(b) => b.seq,
+                other => panic!("expected agreement, got {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_is_answered_only_when_every_live_replica_agrees() {
+        let mut a = three_batches(&[1, 2]);
+        assert_eq!(a.on_results(1, good(1)).unwrap(), vec![]);
+        let v = a.on_results(2, good(1)).unwrap();
+        let Verdict::Agreed(b) = &v[0] else { panic!("{v:?}") };
+        assert_eq!(b.seq, 1);
+        assert_eq!(b.answers.iter().map(|(t, ts, _)| (*t, ts.0)).collect::<Vec<_>>(), vec![(10, 100), (11, 101)]);
+        assert_eq!(b.answers[0].2, committed(1));
+        assert_eq!(a.pending_batches(), 2);
+    }
+
+    /// Adversarial order: every replica reports the last batch first; nothing is decided until
+    /// the first batch is complete, then all three are decided in order at once.
+    #[test]
+    fn batches_are_decided_in_order_whatever_the_arrival_order() {
+        let mut a = three_batches(&[1, 2, 3]);
+        let arrivals = [(3, 3), (2, 3), (1, 3), (3, 2), (1, 2), (2, 1), (3, 1), (2, 2)];
+        for (node, seq) in arrivals {
+            assert_eq!(a.on_results(node, good(seq)).unwrap(), vec![], "node {node} batch {seq}");
+        }
+        let v = a.on_results(1, good(1)).unwrap();
+        assert_eq!(agreed_seqs(&v), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn duplicates_late_and_unknown_results_are_ignored() {
+        let mut a = three_batches(&[1, 2]);
+        a.on_results(1, good(1)).unwrap();
+        assert_eq!(a.on_results(1, good(1)), Err(Ignored::Duplicate { node: 1, seq: 1 }));
+        a.on_results(2, good(1)).unwrap();
+        assert_eq!(a.on_results(2, good(1)), Err(Ignored::AlreadyDecided { seq: 1 }));
+        assert_eq!(a.on_results(2, good(9)), Err(Ignored::NeverSent { seq: 9 }));
+        assert_eq!(a.on_results(7, good(2)), Err(Ignored::NotLive { node: 7 }));
+        let mut other = good(2);
+        other.partition = 2;
+        assert_eq!(a.on_results(1, other), Err(Ignored::WrongPartition { expected: 1, got: 2 }));
+        // The duplicate changed nothing: batch 2 still needs both.
+        assert_eq!(a.on_results(1, good(2)).unwrap(), vec![]);
+        assert_eq!(agreed_seqs(&a.on_results(2, good(2)).unwrap()), vec![2]);
+    }
+
+    #[test]
+    fn different_results_stop_the_partition_and_hand_back_every_unanswered_transaction() {
+        let mut a = three_batches(&[1, 2]);
+        for node in [1, 2] {
+            a.on_results(node, good(1)).unwrap();
+        }
+        a.on_results(1, good(2)).unwrap();
+        let bad = results(2, &[(200, committed(2)), (201, committed(999))], None);
+        let v = a.on_results(2, bad).unwrap();
+        let [Verdict::Diverged { divergence, unanswered }] = &v[..] else { panic!("{v:?}") };
+        assert_eq!(divergence.seq, 2);
+        let DivergenceKind::Outcome { ts, digests } = &divergence.kind else { panic!("{divergence:?}") };
+        assert_eq!(*ts, Timestamp(201));
+        assert_eq!(digests.len(), 2);
+        assert_ne!(digests[0].1, digests[1].1);
+        assert_eq!(unanswered, &vec![20, 21, 30, 31]);
+        assert!(divergence.to_string().starts_with("REPLICAS DIVERGED on partition 1 at batch 2"));
+        assert!(a.is_stopped());
+        assert_eq!(a.on_results(1, good(3)), Err(Ignored::Stopped));
+    }
+
+    #[test]
+    fn an_abort_on_one_replica_and_a_commit_on_another_is_a_divergence() {
+        let mut a = three_batches(&[1, 2]);
+        a.on_results(2, good(1)).unwrap();
+        let aborted = TxnOutcome::Aborted { reason: "rolled back".into() };
+        let v = a.on_results(1, results(1, &[(100, committed(1)), (101, aborted)], None)).unwrap();
+        assert!(matches!(&v[..], [Verdict::Diverged { .. }]));
+    }
+
+    #[test]
+    fn results_that_do_not_fit_the_batch_are_a_divergence() {
+        let mut a = three_batches(&[1, 2]);
+        let v = a.on_results(1, results(1, &[(100, committed(1))], None)).unwrap();
+        assert!(matches!(
+            &v[..],
+            [Verdict::Diverged { divergence: Divergence { kind: DivergenceKind::Shape { node: 1, .. }, .. }, .. }]
+        ));
+
+        let mut a = three_batches(&[1, 2]);
+        let wrong_ts = results(1, &[(100, committed(1)), (102, committed(51))], None);
+        assert!(matches!(&a.on_results(2, wrong_ts).unwrap()[..], [Verdict::Diverged { .. }]));
+
+        let mut a = three_batches(&[1, 2]);
+        let mut lying = good(1);
+        lying.results[0].digest ^= 1;
+        lying.results[0].outcome = committed(1);
+        a.on_results(1, good(1)).unwrap();
+        let v = a.on_results(2, lying).unwrap();
+        assert!(matches!(&v[..], [Verdict::Diverged { .. }]), "{v:?}");
+    }
+
+    #[test]
+    fn state_digests_are_compared_when_asked_for() {
+        let mut a: Agreement<u32> = Agreement::new(1, [2, 1]);
+        a.sent(1, vec![], true);
+        a.sent(2, vec![], true);
+        a.on_results(2, results(1, &[], Some(7))).unwrap();
+        let v = a.on_results(1, results(1, &[], Some(7))).unwrap();
+        let [Verdict::Agreed(b)] = &v[..] else { panic!("{v:?}") };
+        assert_eq!(b.state_digests, Some(vec![(1, StateDigest(7)), (2, StateDigest(7))]));
+
+        a.on_results(1, results(2, &[], Some(7))).unwrap();
+        let v = a.on_results(2, results(2, &[], Some(8))).unwrap();
+        assert!(matches!(
+            &v[..],
+            [Verdict::Diverged { divergence: Divergence { kind: DivergenceKind::State { .. }, .. }, .. }]
+        ));
+
+        // A missing digest is a shape problem.
+        let mut a: Agreement<u32> = Agreement::new(1, [1]);
+        a.sent(1, vec![], true);
+        assert!(matches!(&a.on_results(1, results(1, &[], None)).unwrap()[..], [Verdict::Diverged { .. }]));
+    }
+
+    #[test]
+    fn a_failed_replica_stops_counting_and_its_results_are_dropped() {
+        let mut a = three_batches(&[1, 2, 3]);
+        a.on_results(1, good(1)).unwrap();
+        a.on_results(3, good(1)).unwrap();
+        // Replica 3's report of batch 2 disagrees, but it fails before batch 2 is decided.
+        a.on_results(3, results(2, &[(200, committed(0)), (201, committed(0))], None)).unwrap();
+        a.on_results(1, good(2)).unwrap();
+        assert_eq!(a.replica_down(3), vec![]);
+        assert_eq!(a.live(), &[1, 2]);
+        assert_eq!(a.on_results(3, good(3)), Err(Ignored::NotLive { node: 3 }));
+        assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
+        assert_eq!(agreed_seqs(&a.on_results(2, good(2)).unwrap()), vec![2]);
+        // The last waited-for replica failing decides batches the other had reported.
+        a.on_results(1, good(3)).unwrap();
+        assert_eq!(agreed_seqs(&a.replica_down(2)), vec![3]);
+        assert_eq!(a.replica_down(2), vec![], "a second report changes nothing");
+    }
+
+    #[test]
+    fn losing_every_replica_hands_back_everything() {
+        let mut a = three_batches(&[1]);
+        a.on_results(1, good(1)).unwrap();
+        let v = a.replica_down(1);
+        assert_eq!(v, vec![Verdict::NoLiveReplica { unanswered: vec![20, 21, 30, 31] }]);
+        assert!(a.is_stopped());
+    }
+}

@@ -1,0 +1,689 @@
+//! The coordinator's state machine: it takes client requests, replica messages and clock
+//! ticks, and returns what to send. It owns timestamp ordering ([`TimestampClock`]), routing
+//! ([`Router`]), per-partition batching and backpressure ([`Sequencer`]), result agreement
+//! ([`Agreement`]), the partitions' lifecycle (loading → serving → stopped or unavailable) and
+//! failure detection by heartbeats. It performs no I/O and reads no clock: every call takes
+//! `now_us`, microseconds on a clock the caller keeps monotonic and aligned with the Unix epoch
+//! (its milliseconds become timestamps).
+//!
+//! Guarantees:
+//! - a client is answered `Committed`/`Aborted`/`Failed` only after every live replica of the
+//!   transaction's partition executed it and all results agreed; every request gets exactly
+//!   one reply (the replies of a stopped partition included);
+//! - a partition serves only once all its live replicas loaded the same state (equal load
+//!   digests); a disagreement, at load or later, stops it for good and is reported as
+//!   [`Event::Diverged`];
+//! - each partition has at most `inflight_txns_max` transactions in flight; beyond, requests
+//!   are answered `Busy` at once and nothing is kept;
+//! - reads (OrderStatus, StockLevel) and state digests go through the same ordered path;
+//! - transactions spanning partitions are refused with "multi-partition transactions not
+//!   supported yet".
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use wire::config::ClusterConfig;
+use wire::messages::{
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, Message, NodeId, PartitionId, Rejection,
+    Results, Seq, StateDigest, Timestamp, TxnOutcome,
+};
+
+use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
+use crate::error::CoordinatorError;
+use crate::router::Router;
+use crate::sequencer::{Busy, Sequencer, SequencerLimits};
+use crate::timestamp::TimestampClock;
+
+/// Digest requests (each a full scan of the partition on every replica) one partition may
+/// have in flight; past it they are answered [`DigestOutcome::Busy`].
+pub const DIGEST_REQUESTS_INFLIGHT_MAX: usize = 16;
+
+/// A client connection, numbered by the network code.
+pub type ClientId = u64;
+
+/// Who asked for a transaction: the connection and the client's request id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientRef {
+    pub client: ClientId,
+    pub request_id: u64,
+}
+
+/// What the coordinator wants done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send `msg` to each of `nodes` (encode it once).
+    ToNodes { nodes: Vec<NodeId>, msg: Message },
+    /// Answer a client's transaction request (group replies per client into
+    /// [`Message::ClientReplies`]).
+    Reply { client: ClientId, reply: ClientReply },
+    /// Send `msg` to a client (a [`Message::DigestReply`]).
+    ToClient { client: ClientId, msg: Message },
+    /// Something to report to the operator.
+    Event(Event),
+}
+
+/// What the coordinator reports. [`Event::is_alarm`] marks those to print loudly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    LoadProgress {
+        partition: PartitionId,
+        node: NodeId,
+        rows_loaded: u64,
+        rows_total: u64,
+    },
+    /// Every live replica loaded the same state; the partition serves.
+    PartitionReady {
+        partition: PartitionId,
+        replicas: Vec<NodeId>,
+        digest: StateDigest,
+    },
+    LoadFailed {
+        partition: PartitionId,
+        node: NodeId,
+        reason: String,
+    },
+    /// The replicas of a partition disagreed; it is stopped.
+    Diverged(Divergence),
+    /// A partition stopped for another reason (its replicas did not load in time).
+    PartitionStopped {
+        partition: PartitionId,
+        reason: String,
+    },
+    /// A node was silent for `silent_ms` (or its connection was lost) and counts as failed.
+    NodeDown {
+        node: NodeId,
+        silent_ms: u64,
+    },
+    /// No live replica of the partition remains.
+    PartitionUnavailable {
+        partition: PartitionId,
+    },
+    /// A message from a node that had no effect (late, duplicated, unexpected).
+    Ignored {
+        node: NodeId,
+        what: String,
+    },
+}
+
+impl Event {
+    /// Whether the operator must see this at once (a divergence, a stop, a failure).
+    pub fn is_alarm(&self) -> bool {
+        matches!(
+            self,
+            Event::Diverged(_)
+                | Event::PartitionStopped { .. }
+                | Event::NodeDown { .. }
+                | Event::PartitionUnavailable { .. }
+                | Event::LoadFailed { .. }
+        )
+    }
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::LoadProgress { partition, node, rows_loaded, rows_total } => {
+                write!(f, "partition {partition} on node {node}: loaded {rows_loaded} of ~{rows_total} rows")
+            }
+            Event::PartitionReady { partition, replicas, digest } => {
+                write!(f, "partition {partition} ready on nodes {replicas:?} (state digest {digest})")
+            }
+            Event::LoadFailed { partition, node, reason } => {
+                write!(f, "partition {partition} failed to load on node {node}: {reason}")
+            }
+            Event::Diverged(d) => write!(f, "{d}; partition stopped"),
+            Event::PartitionStopped { partition, reason } => write!(f, "partition {partition} stopped: {reason}"),
+            Event::NodeDown { node, silent_ms } => write!(f, "node {node} failed (silent for {silent_ms} ms)"),
+            Event::PartitionUnavailable { partition } => write!(f, "partition {partition} has no live replica"),
+            Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
+        }
+    }
+}
+
+/// A partition's lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for every live replica to report `Ready`.
+    Loading,
+    Serving,
+    /// Stopped for good (divergence, load timeout).
+    Stopped {
+        reason: String,
+    },
+    /// No live replica.
+    Unavailable,
+}
+
+/// A partition's state, for status displays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    pub partition: PartitionId,
+    pub phase: Phase,
+    pub live_replicas: Vec<NodeId>,
+    pub inflight_txns: usize,
+    /// Batches sent so far.
+    pub batches_sent: Seq,
+}
+
+#[derive(Debug)]
+struct Partition {
+    id: PartitionId,
+    phase: Phase,
+    sequencer: Sequencer,
+    /// Tags of the open batch's transactions, in its order.
+    open_tags: Vec<ClientRef>,
+    agreement: Agreement<ClientRef>,
+    /// Load digests of replicas that reported `Ready`.
+    loaded: BTreeMap<NodeId, StateDigest>,
+    /// Digest requests waiting for batch `seq`.
+    digest_waiters: BTreeMap<Seq, Vec<ClientRef>>,
+}
+
+#[derive(Debug)]
+struct NodeLiveness {
+    last_heard_us: u64,
+    live: bool,
+}
+
+/// The coordinator.
+#[derive(Debug)]
+pub struct Coordinator {
+    clock: TimestampClock,
+    router: Router,
+    partitions: BTreeMap<PartitionId, Partition>,
+    nodes: BTreeMap<NodeId, NodeLiveness>,
+    heartbeat_us: u64,
+    failure_timeout_us: u64,
+    load_deadline_us: u64,
+    next_heartbeat_us: u64,
+    membership_epoch: u64,
+    last_ts: Option<Timestamp>,
+}
+
+impl Coordinator {
+    /// A coordinator for `config` (validated here for this build), started at `now_us`; every
+    /// partition starts loading, and every node counts as heard from at `now_us`.
+    pub fn new(config: &ClusterConfig, now_us: u64) -> Result<Coordinator, CoordinatorError> {
+        config.validate_for_this_build()?;
+        let limits = SequencerLimits::from_config(&config.limits);
+        let partitions = config
+            .partitions
+            .iter()
+            .map(|p| {
+                let partition = Partition {
+                    id: p.id,
+                    phase: Phase::Loading,
+                    sequencer: Sequencer::new(p.id, limits),
+                    open_tags: Vec::with_capacity(limits.batch_txns_max),
+                    agreement: Agreement::new(p.id, p.replicas.iter().copied()),
+                    loaded: BTreeMap::new(),
+                    digest_waiters: BTreeMap::new(),
+                };
+                (p.id, partition)
+            })
+            .collect();
+        let nodes = config.nodes.iter().map(|n| (n.id, NodeLiveness { last_heard_us: now_us, live: true })).collect();
+        let t = &config.timeouts;
+        Ok(Coordinator {
+            clock: TimestampClock::new(config.coordinator.id),
+            router: Router::new(config),
+            partitions,
+            nodes,
+            heartbeat_us: t.heartbeat_ms * 1_000,
+            failure_timeout_us: t.failure_timeout_ms * 1_000,
+            load_deadline_us: now_us.saturating_add(t.load_timeout_s * 1_000_000),
+            next_heartbeat_us: now_us,
+            membership_epoch: 0,
+            last_ts: None,
+        })
+    }
+
+    /// A client's transaction request.
+    pub fn on_client_request(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        let tag = ClientRef { client, request_id: request.request_id };
+        let reply = |result| Output::Reply { client, reply: ClientReply { request_id: request.request_id, result } };
+        let pid = match self.router.route(&request.input) {
+            Ok(p) => p,
+            Err(e) => return vec![reply(ClientResult::Rejected(e.into()))],
+        };
+        let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
+        if let Some(rejection) = p.refusal() {
+            return vec![reply(ClientResult::Rejected(rejection))];
+        }
+        let ts = self.clock.next(now_us / 1_000);
+        match p.sequencer.admit(ts, request.input, now_us) {
+            Err(Busy) => return vec![reply(ClientResult::Busy { partition: pid })],
+            Ok(closed) => {
+                self.last_ts = Some(ts);
+                p.open_tags.push(tag);
+                if let Some(batch) = closed {
+                    p.send(batch, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    /// A message from client `client`: its transaction requests or a digest request. Anything
+    /// else is answered with nothing (the network code may close such a connection).
+    pub fn on_client_message(&mut self, client: ClientId, msg: Message, now_us: u64) -> Vec<Output> {
+        match msg {
+            Message::ClientRequests(requests) => {
+                let mut out = Vec::new();
+                for request in requests {
+                    out.extend(self.on_client_request(client, request, now_us));
+                }
+                out
+            }
+            Message::DigestRequest { request_id, partition } => {
+                self.on_digest_request(client, request_id, partition, now_us)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A client's request for the partition's state digests: answered once every live replica
+    /// digested its state after the same batch.
+    pub fn on_digest_request(
+        &mut self,
+        client: ClientId,
+        request_id: u64,
+        partition: PartitionId,
+        _now_us: u64,
+    ) -> Vec<Output> {
+        let reject = |rejection| {
+            vec![Output::ToClient {
+                client,
+                msg: Message::DigestReply { request_id, partition, outcome: DigestOutcome::Rejected(rejection) },
+            }]
+        };
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            return reject(Rejection::InvalidInput { problem: format!("no partition {partition}") });
+        };
+        if let Some(rejection) = p.refusal() {
+            return reject(rejection);
+        }
+        if p.digest_waiters.values().map(Vec::len).sum::<usize>() >= DIGEST_REQUESTS_INFLIGHT_MAX {
+            let msg = Message::DigestReply { request_id, partition, outcome: DigestOutcome::Busy };
+            return vec![Output::ToClient { client, msg }];
+        }
+        let mut out = Vec::new();
+        let batch = p.sequencer.close_with_digest();
+        p.digest_waiters.entry(batch.seq).or_default().push(ClientRef { client, request_id });
+        p.send(batch, &mut out);
+        out
+    }
+
+    /// A message from node `from` (the network code authenticated it): results, load status,
+    /// heartbeats. Anything else is reported as ignored.
+    pub fn on_node_message(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        let Some(node) = self.nodes.get_mut(&from) else {
+            out.push(Output::Event(Event::Ignored { node: from, what: "a node not in cluster.toml".into() }));
+            return out;
+        };
+        if !node.live {
+            out.push(Output::Event(Event::Ignored { node: from, what: "a message from a failed node".into() }));
+            return out;
+        }
+        node.last_heard_us = node.last_heard_us.max(now_us);
+        match msg {
+            Message::Results(results) => self.on_results(from, results, &mut out),
+            Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
+            Message::Heartbeat { .. } | Message::Hello(_) => {}
+            other => out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("unexpected {}", message_name(&other)),
+            })),
+        }
+        out
+    }
+
+    /// The connection to node `node` was lost: it counts as failed at once.
+    pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        if let Some(n) = self.nodes.get(&node).filter(|n| n.live) {
+            let silent_ms = now_us.saturating_sub(n.last_heard_us) / 1_000;
+            self.node_down(node, silent_ms, &mut out);
+        }
+        out
+    }
+
+    /// Time passed: closes batches whose wait is over, sends heartbeats, declares silent nodes
+    /// failed and stops partitions that did not load in time.
+    pub fn tick(&mut self, now_us: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        for p in self.partitions.values_mut() {
+            if p.phase == Phase::Serving {
+                if let Some(batch) = p.sequencer.tick(now_us) {
+                    p.send(batch, &mut out);
+                }
+            }
+        }
+        if now_us >= self.next_heartbeat_us {
+            let nodes: Vec<NodeId> = self.live_nodes().collect();
+            if !nodes.is_empty() {
+                out.push(Output::ToNodes { nodes, msg: Message::Heartbeat { now_ms: now_us / 1_000 } });
+            }
+            self.next_heartbeat_us = now_us + self.heartbeat_us;
+        }
+        let silent: Vec<(NodeId, u64)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.live && now_us.saturating_sub(n.last_heard_us) >= self.failure_timeout_us)
+            .map(|(&id, n)| (id, (now_us - n.last_heard_us) / 1_000))
+            .collect();
+        for (node, silent_ms) in silent {
+            self.node_down(node, silent_ms, &mut out);
+        }
+        if now_us >= self.load_deadline_us {
+            for p in self.partitions.values_mut().filter(|p| p.phase == Phase::Loading) {
+                let waiting: Vec<NodeId> =
+                    p.agreement.live().iter().copied().filter(|n| !p.loaded.contains_key(n)).collect();
+                let reason = format!("replicas on nodes {waiting:?} did not load within timeouts.load_timeout_s");
+                p.stop(reason.clone(), &mut out);
+                out.push(Output::Event(Event::PartitionStopped { partition: p.id, reason }));
+            }
+        }
+        out
+    }
+
+    /// When [`Coordinator::tick`] must next be called.
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        let batches =
+            self.partitions.values().filter(|p| p.phase == Phase::Serving).filter_map(|p| p.sequencer.deadline_us());
+        let failures = self.nodes.values().filter(|n| n.live).map(|n| n.last_heard_us + self.failure_timeout_us);
+        let load = self.partitions.values().any(|p| p.phase == Phase::Loading).then_some(self.load_deadline_us);
+        batches.chain(failures).chain(load).chain([self.next_heartbeat_us]).min()
+    }
+
+    /// Every partition's state.
+    pub fn status(&self) -> Vec<PartitionStatus> {
+        self.partitions
+            .values()
+            .map(|p| PartitionStatus {
+                partition: p.id,
+                phase: p.phase.clone(),
+                live_replicas: p.agreement.live().to_vec(),
+                inflight_txns: p.sequencer.inflight_txns(),
+                batches_sent: p.sequencer.next_seq() - 1,
+            })
+            .collect()
+    }
+
+    /// The last timestamp issued (for a restart to resume after).
+    pub fn last_timestamp(&self) -> Option<Timestamp> {
+        self.last_ts
+    }
+
+    /// Whether node `node` counts as alive.
+    pub fn is_node_live(&self, node: NodeId) -> bool {
+        self.nodes.get(&node).is_some_and(|n| n.live)
+    }
+
+    fn live_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().filter(|(_, n)| n.live).map(|(&id, _)| id)
+    }
+
+    fn on_results(&mut self, from: NodeId, results: Results, out: &mut Vec<Output>) {
+        let Some(p) = self.partitions.get_mut(&results.partition) else {
+            out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("results for unknown partition {}", results.partition),
+            }));
+            return;
+        };
+        match p.agreement.on_results(from, results) {
+            Ok(verdicts) => {
+                for v in verdicts {
+                    p.apply(v, out);
+                }
+            }
+            Err(Ignored::Stopped) => {}
+            Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
+        }
+    }
+
+    fn on_load_status(&mut self, from: NodeId, partition: PartitionId, state: LoadState, out: &mut Vec<Output>) {
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("load status of unknown partition {partition}"),
+            }));
+            return;
+        };
+        if !p.agreement.live().contains(&from) {
+            out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("load status of partition {partition}, of which it is no live replica"),
+            }));
+            return;
+        }
+        match state {
+            LoadState::Loading { rows_loaded, rows_total } => {
+                out.push(Output::Event(Event::LoadProgress { partition, node: from, rows_loaded, rows_total }));
+            }
+            LoadState::Ready { digest } => {
+                if p.phase == Phase::Loading {
+                    p.loaded.insert(from, digest);
+                    p.check_ready(out);
+                } else {
+                    let what = format!("a load report for partition {partition}, which is past loading");
+                    out.push(Output::Event(Event::Ignored { node: from, what }));
+                }
+            }
+            LoadState::Failed { reason } => {
+                out.push(Output::Event(Event::LoadFailed { partition, node: from, reason }));
+                p.replica_down(from, &mut self.membership_epoch, out);
+            }
+        }
+    }
+
+    fn node_down(&mut self, node: NodeId, silent_ms: u64, out: &mut Vec<Output>) {
+        let Some(n) = self.nodes.get_mut(&node) else { return };
+        n.live = false;
+        out.push(Output::Event(Event::NodeDown { node, silent_ms }));
+        for p in self.partitions.values_mut() {
+            if p.agreement.live().contains(&node) {
+                p.replica_down(node, &mut self.membership_epoch, out);
+            }
+        }
+    }
+}
+
+impl Partition {
+    /// Why a request cannot be served now, if it cannot.
+    fn refusal(&self) -> Option<Rejection> {
+        match &self.phase {
+            Phase::Serving => None,
+            Phase::Loading => Some(Rejection::NotReady { partition: self.id }),
+            Phase::Stopped { reason } => {
+                Some(Rejection::PartitionStopped { partition: self.id, reason: reason.clone() })
+            }
+            Phase::Unavailable => Some(Rejection::NoLiveReplica { partition: self.id }),
+        }
+    }
+
+    /// Sends a closed batch to every live replica and records it for agreement.
+    fn send(&mut self, batch: wire::messages::Batch, out: &mut Vec<Output>) {
+        debug_assert_eq!(batch.txns.len(), self.open_tags.len());
+        let tags = std::mem::take(&mut self.open_tags);
+        let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
+        self.agreement.sent(batch.seq, txns, batch.digest_after);
+        out.push(Output::ToNodes { nodes: self.agreement.live().to_vec(), msg: Message::Batch(batch) });
+    }
+
+    /// Serves once every live replica loaded, if their load digests agree.
+    fn check_ready(&mut self, out: &mut Vec<Output>) {
+        let live = self.agreement.live();
+        if live.is_empty() || !live.iter().all(|n| self.loaded.contains_key(n)) {
+            return;
+        }
+        let digests: Vec<(NodeId, StateDigest)> = live.iter().map(|n| (*n, self.loaded[n])).collect();
+        if digests.iter().all(|(_, d)| *d == digests[0].1) {
+            self.phase = Phase::Serving;
+            out.push(Output::Event(Event::PartitionReady {
+                partition: self.id,
+                replicas: live.to_vec(),
+                digest: digests[0].1,
+            }));
+        } else {
+            let divergence = Divergence { partition: self.id, seq: 0, kind: DivergenceKind::Load { digests } };
+            let reason = divergence.to_string();
+            self.stop(reason, out);
+            out.push(Output::Event(Event::Diverged(divergence)));
+        }
+    }
+
+    fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
+        let verdicts = self.agreement.replica_down(node);
+        self.loaded.remove(&node);
+        for v in verdicts {
+            self.apply(v, out);
+        }
+        if !self.agreement.live().is_empty() {
+            if !matches!(self.phase, Phase::Loading | Phase::Serving) {
+                return;
+            }
+            *epoch += 1;
+            let live = self.agreement.live().to_vec();
+            out.push(Output::ToNodes {
+                nodes: live.clone(),
+                msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+            });
+            if self.phase == Phase::Loading {
+                self.check_ready(out);
+            }
+        } else if matches!(self.phase, Phase::Loading | Phase::Serving) {
+            // Loading, the agreement had nothing pending and returned no verdict.
+            self.phase = Phase::Unavailable;
+            self.reject_open(Rejection::NoLiveReplica { partition: self.id }, out);
+            out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
+        }
+    }
+
+    /// Applies an agreement verdict: answers clients, or stops the partition.
+    fn apply(&mut self, verdict: Verdict<ClientRef>, out: &mut Vec<Output>) {
+        match verdict {
+            Verdict::Agreed(batch) => {
+                self.sequencer.complete(batch.answers.len());
+                for (tag, ts, outcome) in batch.answers {
+                    let result = match outcome {
+                        TxnOutcome::Committed(output) => ClientResult::Committed { ts, output },
+                        TxnOutcome::Aborted { reason } => ClientResult::Aborted { ts, reason },
+                        TxnOutcome::Failed { reason } => ClientResult::Failed { ts, reason },
+                    };
+                    out.push(Output::Reply {
+                        client: tag.client,
+                        reply: ClientReply { request_id: tag.request_id, result },
+                    });
+                }
+                if let Some(waiters) = self.digest_waiters.remove(&batch.seq) {
+                    let digests = batch.state_digests.unwrap_or_default();
+                    for w in waiters {
+                        let outcome = DigestOutcome::Digests { seq: batch.seq, digests: digests.clone() };
+                        out.push(Output::ToClient {
+                            client: w.client,
+                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                        });
+                    }
+                }
+            }
+            Verdict::Diverged { divergence, unanswered } => {
+                let reason = divergence.to_string();
+                // Digest requesters of the diverging batch see the differing digests.
+                if let DivergenceKind::State { digests } = &divergence.kind {
+                    for w in self.digest_waiters.remove(&divergence.seq).unwrap_or_default() {
+                        let outcome = DigestOutcome::Digests { seq: divergence.seq, digests: digests.clone() };
+                        out.push(Output::ToClient {
+                            client: w.client,
+                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                        });
+                    }
+                }
+                let rejection = Rejection::PartitionStopped { partition: self.id, reason: reason.clone() };
+                self.reject_all(unanswered, rejection, out);
+                self.phase = Phase::Stopped { reason: reason.clone() };
+                out.push(Output::ToNodes {
+                    nodes: self.agreement.live().to_vec(),
+                    msg: Message::PartitionStopped { partition: self.id, reason },
+                });
+                out.push(Output::Event(Event::Diverged(divergence)));
+            }
+            Verdict::NoLiveReplica { unanswered } => {
+                let rejection = Rejection::NoLiveReplica { partition: self.id };
+                self.reject_all(unanswered, rejection, out);
+                self.phase = Phase::Unavailable;
+                out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
+            }
+        }
+    }
+
+    /// Stops the partition from outside the agreement (load divergence, load timeout).
+    fn stop(&mut self, reason: String, out: &mut Vec<Output>) {
+        let unanswered = self.agreement.stop();
+        let rejection = Rejection::PartitionStopped { partition: self.id, reason: reason.clone() };
+        self.reject_all(unanswered, rejection, out);
+        self.phase = Phase::Stopped { reason: reason.clone() };
+        out.push(Output::ToNodes {
+            nodes: self.agreement.live().to_vec(),
+            msg: Message::PartitionStopped { partition: self.id, reason },
+        });
+    }
+
+    /// Answers every unanswered request — those handed back by the agreement, the open
+    /// batch's and the digest requesters — with `rejection`.
+    fn reject_all(&mut self, unanswered: Vec<ClientRef>, rejection: Rejection, out: &mut Vec<Output>) {
+        for tag in unanswered {
+            out.push(Output::Reply {
+                client: tag.client,
+                reply: ClientReply { request_id: tag.request_id, result: ClientResult::Rejected(rejection.clone()) },
+            });
+        }
+        self.reject_open(rejection, out);
+    }
+
+    /// Answers the open batch's requesters and the digest requesters with `rejection`, and
+    /// forgets every admitted transaction (the caller answered the others).
+    fn reject_open(&mut self, rejection: Rejection, out: &mut Vec<Output>) {
+        self.sequencer.abandon_all();
+        for tag in std::mem::take(&mut self.open_tags) {
+            out.push(Output::Reply {
+                client: tag.client,
+                reply: ClientReply { request_id: tag.request_id, result: ClientResult::Rejected(rejection.clone()) },
+            });
+        }
+        for (_, waiters) in std::mem::take(&mut self.digest_waiters) {
+            for w in waiters {
+                out.push(Output::ToClient {
+                    client: w.client,
+                    msg: Message::DigestReply {
+                        request_id: w.request_id,
+                        partition: self.id,
+                        outcome: DigestOutcome::Rejected(rejection.clone()),
+                    },
+                });
+            }
+        }
+    }
+}
+
+/// A message's name, for reports.
+fn message_name(msg: &Message) -> &'static str {
+    match msg {
+        Message::Hello(_) => "Hello",
+        Message::HelloRefused { .. } => "HelloRefused",
+        Message::LoadStatus { .. } => "LoadStatus",
+        Message::Batch(_) => "Batch",
+        Message::Results(_) => "Results",
+        Message::ClientRequests(_) => "ClientRequests",
+        Message::ClientReplies(_) => "ClientReplies",
+        Message::DigestRequest { .. } => "DigestRequest",
+        Message::DigestReply { .. } => "DigestReply",
+        Message::Heartbeat { .. } => "Heartbeat",
+        Message::Membership { .. } => "Membership",
+        Message::PartitionStopped { .. } => "PartitionStopped",
+        Message::Shutdown { .. } => "Shutdown",
+    }
+}

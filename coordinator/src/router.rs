@@ -1,0 +1,131 @@
+//! Which partition a transaction belongs to, from the warehouses it touches: NewOrder's home
+//! and supply warehouses, Payment's home and customer warehouses, the home warehouse of the
+//! others (TPC-C clauses 2.4–2.8).
+//!
+//! Guarantees: a transaction is routed to a partition only when every warehouse it touches is
+//! in that partition; one touching two partitions is refused with
+//! [`RouteError::MultiPartition`] (this issue serves single-partition transactions), one naming
+//! an unknown warehouse with [`RouteError::UnknownWarehouse`], an invalid input (one a replica
+//! could not execute) with [`RouteError::InvalidInput`]. Routing is a table lookup per
+//! warehouse, without allocation on the single-partition path.
+
+use engine::procedures::TxnInput;
+use wire::config::ClusterConfig;
+use wire::messages::{input_problem, warehouses_touched, PartitionId, WarehouseId};
+
+use crate::error::RouteError;
+
+/// Warehouse → partition, from `cluster.toml`.
+#[derive(Debug, Clone)]
+pub struct Router {
+    /// Indexed by warehouse id; `None` for warehouse 0 and unknown ones.
+    by_warehouse: Vec<Option<PartitionId>>,
+}
+
+impl Router {
+    /// The router of a validated configuration.
+    pub fn new(config: &ClusterConfig) -> Router {
+        let mut by_warehouse = vec![None; usize::from(config.warehouses_total()) + 1];
+        for p in &config.partitions {
+            for w in p.warehouses.range() {
+                by_warehouse[usize::from(w)] = Some(p.id);
+            }
+        }
+        Router { by_warehouse }
+    }
+
+    /// The partition of warehouse `w`.
+    pub fn partition_of(&self, w: WarehouseId) -> Option<PartitionId> {
+        self.by_warehouse.get(usize::from(w)).copied().flatten()
+    }
+
+    /// The one partition `input` touches.
+    pub fn route(&self, input: &TxnInput) -> Result<PartitionId, RouteError> {
+        if let Some(problem) = input_problem(input) {
+            return Err(RouteError::InvalidInput { problem });
+        }
+        let mut home = None;
+        let mut others: Vec<PartitionId> = Vec::new();
+        for w in warehouses_touched(input) {
+            let p = self.partition_of(w).ok_or(RouteError::UnknownWarehouse { warehouse: w })?;
+            match home {
+                None => home = Some(p),
+                Some(h) if h != p && !others.contains(&p) => others.push(p),
+                Some(_) => {}
+            }
+        }
+        let home = home.expect("every transaction touches its home warehouse");
+        if others.is_empty() {
+            Ok(home)
+        } else {
+            let mut partitions = vec![home];
+            partitions.extend(others);
+            partitions.sort_unstable();
+            Err(RouteError::MultiPartition { partitions })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::procedures::*;
+
+    fn router() -> Router {
+        Router::new(&ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap())
+    }
+
+    fn new_order(w_id: u16, supply: &[u16]) -> TxnInput {
+        let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
+        for (n, &s) in supply.iter().enumerate() {
+            lines[n] = OrderLineInput { i_id: n as u32 + 1, supply_w_id: s, quantity: 5 };
+        }
+        TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: 0 })
+    }
+
+    fn payment(w_id: u16, c_w_id: u16) -> TxnInput {
+        TxnInput::Payment(PaymentInput {
+            w_id,
+            d_id: 1,
+            c_w_id,
+            c_d_id: 2,
+            customer: CustomerSelector::ById(7),
+            h_amount: 500,
+            date: 0,
+        })
+    }
+
+    #[test]
+    fn single_partition_transactions_go_to_their_home_partition() {
+        let r = router();
+        assert_eq!(r.route(&new_order(1, &[1, 2, 2, 1, 1])), Ok(1));
+        assert_eq!(r.route(&new_order(4, &[3, 4, 4, 4, 3])), Ok(2));
+        assert_eq!(r.route(&payment(2, 1)), Ok(1));
+        assert_eq!(
+            r.route(&TxnInput::OrderStatus(OrderStatusInput { w_id: 3, d_id: 1, customer: CustomerSelector::ById(1) })),
+            Ok(2)
+        );
+        assert_eq!(r.route(&TxnInput::Delivery(DeliveryInput { w_id: 2, o_carrier_id: 3, date: 0 })), Ok(1));
+        assert_eq!(r.route(&TxnInput::StockLevel(StockLevelInput { w_id: 4, d_id: 10, threshold: 15 })), Ok(2));
+    }
+
+    /// TPC-C clause 2.4.1.5 (remote supply warehouses) and 2.5.1.2 (remote customers) make
+    /// transactions span partitions; this issue refuses them.
+    #[test]
+    fn transactions_spanning_partitions_are_refused_clearly() {
+        let r = router();
+        let e = r.route(&new_order(1, &[1, 1, 3, 1, 1])).unwrap_err();
+        assert_eq!(e, RouteError::MultiPartition { partitions: vec![1, 2] });
+        assert!(e.to_string().starts_with("multi-partition transactions not supported yet"));
+        assert_eq!(r.route(&payment(4, 1)), Err(RouteError::MultiPartition { partitions: vec![1, 2] }));
+    }
+
+    #[test]
+    fn unknown_warehouses_and_invalid_inputs_are_refused() {
+        let r = router();
+        assert_eq!(r.route(&new_order(5, &[5, 5, 5, 5, 5])), Err(RouteError::UnknownWarehouse { warehouse: 5 }));
+        assert_eq!(r.route(&payment(1, 9)), Err(RouteError::UnknownWarehouse { warehouse: 9 }));
+        assert!(matches!(r.route(&new_order(1, &[])), Err(RouteError::InvalidInput { .. })));
+        assert!(matches!(r.route(&payment(0, 1)), Err(RouteError::InvalidInput { .. })));
+    }
+}

@@ -1,0 +1,33 @@
+//! Errors of the node crate. A replica refuses what would break determinism — a batch of
+//! another partition, timestamps out of order, two different batches under one number — and
+//! stops rather than execute it.
+
+use wire::messages::{PartitionId, Seq, Timestamp};
+
+/// Why a replica refused a message or stopped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// The message is for another partition.
+    #[error("message for partition {got} reached the replica of partition {expected}")]
+    WrongPartition { expected: PartitionId, got: PartitionId },
+    /// The batch is too far ahead of the next one to execute: holding it would exceed
+    /// `limits.replica_pending_batches_max`.
+    #[error("batch {seq} is too far ahead of batch {next_seq} (at most {pending_batches_max} batches may wait)")]
+    TooFarAhead { seq: Seq, next_seq: Seq, pending_batches_max: usize },
+    /// A batch's timestamps do not follow those already executed: executing it would order
+    /// this replica differently from the others. The replica stops.
+    #[error("batch {seq}: timestamp {ts} does not follow {last}; replica stopped")]
+    TimestampRegression { seq: Seq, ts: Timestamp, last: Timestamp },
+    /// Two different batches arrived with the same number. The replica stops.
+    #[error("two different batches numbered {seq}; replica stopped")]
+    ConflictingDuplicate { seq: Seq },
+    /// The replica was stopped (by the coordinator after a divergence, or by an error above).
+    #[error("replica stopped: {reason}")]
+    Stopped { reason: String },
+    /// A message a replica does not handle.
+    #[error("a replica does not handle {what}")]
+    Unexpected { what: &'static str },
+    /// Loading the partition failed.
+    #[error(transparent)]
+    Load(#[from] workload::error::LoadError),
+}

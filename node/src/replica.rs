@@ -1,0 +1,400 @@
+//! One partition replica's logic, sans I/O: it takes the coordinator's batches — possibly out
+//! of order or duplicated — and executes their transactions strictly in timestamp order on
+//! its own [`LeanDb`], one at a time (the paper's single-threaded, lock-free, log-free
+//! execution), returning each transaction's outcome and result digest.
+//!
+//! Guarantees:
+//! - batches execute in sequence order 1, 2, 3, … exactly once: a batch ahead of a missing one
+//!   waits for it (at most `pending_batches_max` wait), a duplicate of an executed or waiting
+//!   batch is dropped;
+//! - every transaction runs through [`engine::procedures::execute`] with the coordinator's
+//!   timestamp, in strictly increasing timestamp order (checked before a batch runs: a
+//!   regression stops the replica); so replicas fed the same stream reach bit-identical states;
+//! - an input a procedure could not execute is reported as failed, never run;
+//! - once stopped (a divergence reported by the coordinator, or a refused stream) the replica
+//!   executes nothing more.
+
+use std::collections::BTreeMap;
+
+use engine::procedures::execute;
+use engine::LeanDb;
+use wire::config::PartitionConfig;
+use wire::messages::{
+    bounded_reason, input_problem, Batch, DigestOutcome, LoadState, Message, NodeId, PartitionId, Results, Seq,
+    StateDigest, Timestamp, TxnOutcome, TxnResult,
+};
+use workload::loader::{load_database, LoadProgress};
+
+use crate::error::ReplicaError;
+
+/// Counts of what a replica did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    pub batches_executed: u64,
+    pub txns_committed: u64,
+    pub txns_aborted: u64,
+    pub txns_failed: u64,
+    /// Batches that arrived ahead of a missing one and waited.
+    pub batches_waited: u64,
+    /// Batches dropped as duplicates.
+    pub duplicate_batches: u64,
+}
+
+/// A partition replica.
+#[derive(Debug)]
+pub struct Replica {
+    node: NodeId,
+    partition: PartitionId,
+    db: LeanDb,
+    /// The next batch to execute.
+    next_seq: Seq,
+    /// The last timestamp executed.
+    last_ts: Option<Timestamp>,
+    /// Batches ahead of `next_seq`, waiting for the gap to fill.
+    waiting: BTreeMap<Seq, Batch>,
+    pending_batches_max: usize,
+    stopped: Option<String>,
+    /// The last membership the coordinator announced: (epoch, live replicas).
+    membership: Option<(u64, Vec<NodeId>)>,
+    stats: ReplicaStats,
+}
+
+impl Replica {
+    /// The replica of `partition` on node `node` over an already loaded `db`; it expects batch
+    /// 1 next.
+    pub fn new(node: NodeId, partition: PartitionId, db: LeanDb, pending_batches_max: usize) -> Replica {
+        assert!(pending_batches_max >= 1);
+        Replica {
+            node,
+            partition,
+            db,
+            next_seq: 1,
+            last_ts: None,
+            waiting: BTreeMap::new(),
+            pending_batches_max,
+            stopped: None,
+            membership: None,
+            stats: ReplicaStats::default(),
+        }
+    }
+
+    /// Loads `partition`'s warehouses (and ITEM) from `seed` — the rows are a pure function of
+    /// the seed and warehouse, so every replica loads the same state — reporting progress.
+    pub fn load(
+        node: NodeId,
+        partition: &PartitionConfig,
+        seed: u64,
+        pending_batches_max: usize,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Replica, ReplicaError> {
+        let mut db = LeanDb::new();
+        load_database(&mut db, partition.warehouses.range(), seed, progress)?;
+        Ok(Replica::new(node, partition.id, db, pending_batches_max))
+    }
+
+    /// The `LoadStatus` message reporting load progress of `partition`.
+    pub fn progress_message(partition: PartitionId, progress: LoadProgress) -> Message {
+        let state = LoadState::Loading { rows_loaded: progress.rows_loaded, rows_total: progress.rows_total };
+        Message::LoadStatus { partition, state }
+    }
+
+    /// The `LoadStatus` message announcing this replica ready, with its state digest.
+    pub fn ready_message(&mut self) -> Message {
+        Message::LoadStatus { partition: self.partition, state: LoadState::Ready { digest: self.state_digest() } }
+    }
+
+    /// Handles a message from the coordinator; returns the messages to send back.
+    pub fn on_message(&mut self, msg: Message) -> Result<Vec<Message>, ReplicaError> {
+        match msg {
+            Message::Batch(batch) => Ok(self.on_batch(batch)?.into_iter().map(Message::Results).collect()),
+            Message::DigestRequest { request_id, partition } => {
+                self.check_partition(partition)?;
+                let digests = vec![(self.node, self.state_digest())];
+                let outcome = DigestOutcome::Digests { seq: self.applied_seq(), digests };
+                Ok(vec![Message::DigestReply { request_id, partition, outcome }])
+            }
+            Message::PartitionStopped { partition, reason } => {
+                self.check_partition(partition)?;
+                self.stopped.get_or_insert(reason);
+                self.waiting.clear();
+                Ok(Vec::new())
+            }
+            Message::Membership { partition, epoch, live } => {
+                self.check_partition(partition)?;
+                if self.membership.as_ref().is_none_or(|(e, _)| epoch > *e) {
+                    self.membership = Some((epoch, live));
+                }
+                Ok(Vec::new())
+            }
+            Message::Heartbeat { .. } => Ok(Vec::new()),
+            _ => Err(ReplicaError::Unexpected { what: "this message" }),
+        }
+    }
+
+    /// Takes a batch; returns the results of every batch this made executable, in order
+    /// (none when it must wait for an earlier batch or was a duplicate).
+    pub fn on_batch(&mut self, batch: Batch) -> Result<Vec<Results>, ReplicaError> {
+        if let Some(reason) = &self.stopped {
+            return Err(ReplicaError::Stopped { reason: reason.clone() });
+        }
+        self.check_partition(batch.partition)?;
+        let seq = batch.seq;
+        if seq < self.next_seq {
+            self.stats.duplicate_batches += 1;
+            return Ok(Vec::new());
+        }
+        if seq - self.next_seq >= self.pending_batches_max as u64 {
+            return Err(ReplicaError::TooFarAhead {
+                seq,
+                next_seq: self.next_seq,
+                pending_batches_max: self.pending_batches_max,
+            });
+        }
+        if seq > self.next_seq {
+            match self.waiting.get(&seq) {
+                Some(held) if *held == batch => self.stats.duplicate_batches += 1,
+                Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
+                None => {
+                    self.stats.batches_waited += 1;
+                    self.waiting.insert(seq, batch);
+                }
+            }
+            return Ok(Vec::new());
+        }
+        let mut out = vec![self.run(batch)?];
+        while let Some(next) = self.waiting.remove(&self.next_seq) {
+            out.push(self.run(next)?);
+        }
+        Ok(out)
+    }
+
+    /// Executes batch `next_seq` after checking its timestamps follow those executed.
+    fn run(&mut self, batch: Batch) -> Result<Results, ReplicaError> {
+        debug_assert_eq!(batch.seq, self.next_seq);
+        let mut last = self.last_ts;
+        for t in &batch.txns {
+            if let Some(l) = last.filter(|l| t.ts <= *l) {
+                return Err(self.stop(ReplicaError::TimestampRegression { seq: batch.seq, ts: t.ts, last: l }));
+            }
+            last = Some(t.ts);
+        }
+        let mut results = Vec::with_capacity(batch.txns.len());
+        for t in &batch.txns {
+            let outcome = match input_problem(&t.input) {
+                Some(problem) => TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) },
+                None => TxnOutcome::from_result(execute(&mut self.db, t.ts.0, &t.input)),
+            };
+            match outcome {
+                TxnOutcome::Committed(_) => self.stats.txns_committed += 1,
+                TxnOutcome::Aborted { .. } => self.stats.txns_aborted += 1,
+                TxnOutcome::Failed { .. } => self.stats.txns_failed += 1,
+            }
+            results.push(TxnResult { ts: t.ts, digest: outcome.digest(), outcome });
+        }
+        self.last_ts = last;
+        self.next_seq += 1;
+        self.stats.batches_executed += 1;
+        let state_digest = batch.digest_after.then(|| self.state_digest());
+        Ok(Results { partition: self.partition, seq: batch.seq, results, state_digest })
+    }
+
+    fn stop(&mut self, e: ReplicaError) -> ReplicaError {
+        self.stopped.get_or_insert_with(|| e.to_string());
+        self.waiting.clear();
+        e
+    }
+
+    fn check_partition(&self, got: PartitionId) -> Result<(), ReplicaError> {
+        if got == self.partition {
+            Ok(())
+        } else {
+            Err(ReplicaError::WrongPartition { expected: self.partition, got })
+        }
+    }
+
+    /// The partition's state digest now (a full scan: costly).
+    pub fn state_digest(&mut self) -> StateDigest {
+        engine::digest::digest(&mut self.db).into()
+    }
+
+    /// The last batch executed (0 before the first).
+    pub fn applied_seq(&self) -> Seq {
+        self.next_seq - 1
+    }
+
+    /// The last timestamp executed.
+    pub fn last_ts(&self) -> Option<Timestamp> {
+        self.last_ts
+    }
+
+    /// Batches waiting for an earlier one.
+    pub fn waiting_batches(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Why the replica stopped, if it did.
+    pub fn stopped(&self) -> Option<&str> {
+        self.stopped.as_deref()
+    }
+
+    /// The last membership announced: (epoch, live replicas).
+    pub fn membership(&self) -> Option<&(u64, Vec<NodeId>)> {
+        self.membership.as_ref()
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
+    }
+
+    /// The database (for checks, and for snapshot transfer later).
+    pub fn db_mut(&mut self) -> &mut LeanDb {
+        &mut self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Ordering and refusal on an empty database: every transaction fails (no rows), which is
+    //! enough to see what runs, in which order. Execution on loaded data is tested in
+    //! `tests/`.
+    use super::*;
+    use engine::procedures::{DeliveryInput, TxnInput};
+    use wire::messages::BatchTxn;
+
+    fn batch(seq: Seq, ts: &[u64]) -> Batch {
+        let txns = ts
+            .iter()
+            .map(|&t| BatchTxn {
+                ts: Timestamp(t),
+                input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 0 }),
+            })
+            .collect();
+        Batch { partition: 1, seq, txns, digest_after: false }
+    }
+
+    fn replica() -> Replica {
+        Replica::new(1, 1, LeanDb::new(), 4)
+    }
+
+    fn seqs(r: &[Results]) -> Vec<Seq> {
+        r.iter().map(|r| r.seq).collect()
+    }
+
+    /// A replica can be loaded on one thread and handed to its executor thread.
+    #[test]
+    fn a_replica_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Replica>();
+    }
+
+    #[test]
+    fn a_gap_waits_for_the_missing_batch() {
+        let mut r = replica();
+        assert_eq!(seqs(&r.on_batch(batch(3, &[30])).unwrap()), Vec::<Seq>::new());
+        assert_eq!(seqs(&r.on_batch(batch(2, &[20, 21])).unwrap()), Vec::<Seq>::new());
+        assert_eq!(r.waiting_batches(), 2);
+        let out = r.on_batch(batch(1, &[10])).unwrap();
+        assert_eq!(seqs(&out), vec![1, 2, 3]);
+        assert_eq!(out[1].results.iter().map(|t| t.ts.0).collect::<Vec<_>>(), vec![20, 21]);
+        assert_eq!((r.applied_seq(), r.last_ts(), r.waiting_batches()), (3, Some(Timestamp(30)), 0));
+        assert_eq!(r.stats().batches_waited, 2);
+    }
+
+    #[test]
+    fn duplicates_are_dropped_whether_executed_or_waiting() {
+        let mut r = replica();
+        r.on_batch(batch(1, &[10])).unwrap();
+        assert!(r.on_batch(batch(1, &[10])).unwrap().is_empty());
+        r.on_batch(batch(3, &[30])).unwrap();
+        assert!(r.on_batch(batch(3, &[30])).unwrap().is_empty());
+        assert_eq!(seqs(&r.on_batch(batch(2, &[20])).unwrap()), vec![2, 3]);
+        assert_eq!(r.stats().duplicate_batches, 2);
+        assert_eq!(r.stats().batches_executed, 3);
+    }
+
+    #[test]
+    fn two_different_batches_under_one_number_stop_the_replica() {
+        let mut r = replica();
+        r.on_batch(batch(2, &[20])).unwrap();
+        assert_eq!(r.on_batch(batch(2, &[21])), Err(ReplicaError::ConflictingDuplicate { seq: 2 }));
+        assert!(matches!(r.on_batch(batch(1, &[10])), Err(ReplicaError::Stopped { .. })));
+    }
+
+    #[test]
+    fn timestamps_out_of_order_stop_the_replica_before_anything_runs() {
+        let mut r = replica();
+        r.on_batch(batch(1, &[10, 11])).unwrap();
+        let e = r.on_batch(batch(2, &[12, 11])).unwrap_err();
+        assert_eq!(e, ReplicaError::TimestampRegression { seq: 2, ts: Timestamp(11), last: Timestamp(12) });
+        assert_eq!(r.applied_seq(), 1);
+        assert_eq!(r.last_ts(), Some(Timestamp(11)));
+        assert!(r.stopped().is_some());
+
+        let mut r = replica();
+        r.on_batch(batch(1, &[10])).unwrap();
+        assert!(matches!(r.on_batch(batch(2, &[10])), Err(ReplicaError::TimestampRegression { .. })));
+    }
+
+    #[test]
+    fn batches_too_far_ahead_or_for_another_partition_are_refused() {
+        let mut r = replica();
+        assert_eq!(
+            r.on_batch(batch(5, &[50])),
+            Err(ReplicaError::TooFarAhead { seq: 5, next_seq: 1, pending_batches_max: 4 })
+        );
+        r.on_batch(batch(4, &[40])).unwrap();
+        let mut other = batch(1, &[10]);
+        other.partition = 2;
+        assert_eq!(r.on_batch(other), Err(ReplicaError::WrongPartition { expected: 1, got: 2 }));
+        assert!(r.stopped().is_none(), "refusals that do not touch the order do not stop the replica");
+    }
+
+    #[test]
+    fn invalid_inputs_fail_without_running() {
+        let mut r = replica();
+        let mut b = batch(1, &[10]);
+        b.txns[0].input = TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 11, date: 0 });
+        let out = r.on_batch(b).unwrap();
+        assert_eq!(
+            out[0].results[0].outcome,
+            TxnOutcome::Failed { reason: "Delivery: o_carrier_id is not within 1..=10".into() }
+        );
+    }
+
+    #[test]
+    fn messages_digests_membership_and_stop() {
+        let mut r = replica();
+        let empty = r.state_digest();
+        let out = r.on_message(Message::DigestRequest { request_id: 4, partition: 1 }).unwrap();
+        assert_eq!(
+            out,
+            vec![Message::DigestReply {
+                request_id: 4,
+                partition: 1,
+                outcome: DigestOutcome::Digests { seq: 0, digests: vec![(1, empty)] }
+            }]
+        );
+        let mut b = batch(1, &[10]);
+        b.digest_after = true;
+        let out = r.on_message(Message::Batch(b)).unwrap();
+        let [Message::Results(res)] = &out[..] else { panic!("{out:?}") };
+        assert_eq!(res.state_digest, Some(empty));
+        r.on_message(Message::Membership { partition: 1, epoch: 2, live: vec![1] }).unwrap();
+        r.on_message(Message::Membership { partition: 1, epoch: 1, live: vec![1, 2] }).unwrap();
+        assert_eq!(r.membership(), Some(&(2, vec![1])));
+        r.on_message(Message::PartitionStopped { partition: 1, reason: "diverged".into() }).unwrap();
+        assert_eq!(r.on_batch(batch(2, &[20])), Err(ReplicaError::Stopped { reason: "diverged".into() }));
+        assert!(matches!(
+            r.on_message(Message::Shutdown { reason: String::new() }),
+            Err(ReplicaError::Unexpected { .. })
+        ));
+    }
+}

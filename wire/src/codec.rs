@@ -1,0 +1,408 @@
+//! Framing of [`Message`]s: bincode (2.x, serde, standard configuration) behind a length
+//! prefix and a version byte.
+//!
+//! ```text
+//! frame := length: u32 little-endian | version: u8 | body: bincode(Message)
+//!          `length` counts the version byte and the body (so it is at least 1);
+//!          the whole frame, the 4 length bytes included, is at most `frame_bytes_max`.
+//! ```
+//!
+//! Guarantees: decoding never panics and never allocates more than the frame it was given
+//! (bincode's decode limit is the frame's length); a partial frame is
+//! [`CodecError::Incomplete`] (read more), an oversized one is [`CodecError::TooLarge`] as soon
+//! as its 4-byte prefix is seen (close the connection without reading the body); a foreign
+//! version, a malformed body or bytes left over inside a frame are errors, never a message.
+//! Encoding refuses to produce a frame over the limit.
+
+use crate::error::CodecError;
+use crate::messages::{Message, PROTOCOL_VERSION};
+
+/// Bytes of the length prefix.
+pub const LENGTH_PREFIX_BYTES: usize = 4;
+/// Bytes before the body: the length prefix and the version byte.
+pub const FRAME_HEADER_BYTES: usize = LENGTH_PREFIX_BYTES + 1;
+/// Default for `limits.frame_bytes_max` in `cluster.toml`: 4 MiB.
+pub const FRAME_BYTES_MAX_DEFAULT: usize = 4 << 20;
+/// The largest frame any configuration may allow: 256 MiB.
+pub const FRAME_BYTES_MAX_CEILING: usize = 256 << 20;
+
+/// bincode's decode limit: no single decode may claim more than the ceiling.
+type Config = bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<FRAME_BYTES_MAX_CEILING>,
+>;
+
+fn config() -> Config {
+    bincode::config::standard().with_limit::<FRAME_BYTES_MAX_CEILING>()
+}
+
+/// Appends `msg` as one frame to `out` and returns the frame's length in bytes. On error `out`
+/// is left as it was.
+pub fn encode_into(msg: &Message, out: &mut Vec<u8>, frame_bytes_max: usize) -> Result<usize, CodecError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
+    out.push(PROTOCOL_VERSION);
+    if let Err(e) = bincode::serde::encode_into_std_write(msg, out, config()) {
+        out.truncate(start);
+        return Err(CodecError::Encode(e.to_string()));
+    }
+    let frame_bytes = out.len() - start;
+    if frame_bytes > frame_bytes_max.min(FRAME_BYTES_MAX_CEILING) {
+        out.truncate(start);
+        return Err(CodecError::TooLarge { frame_bytes: frame_bytes as u64, frame_bytes_max });
+    }
+    let length = (frame_bytes - LENGTH_PREFIX_BYTES) as u32;
+    out[start..start + LENGTH_PREFIX_BYTES].copy_from_slice(&length.to_le_bytes());
+    Ok(frame_bytes)
+}
+
+/// `msg` as one frame.
+pub fn encode(msg: &Message, frame_bytes_max: usize) -> Result<Vec<u8>, CodecError> {
+    let mut out = Vec::new();
+    encode_into(msg, &mut out, frame_bytes_max)?;
+    Ok(out)
+}
+
+/// The whole frame's length (prefix included) announced by a 4-byte length prefix, checked
+/// against the limit: what a stream reader calls before reading the rest of a frame.
+pub fn frame_len(prefix: [u8; LENGTH_PREFIX_BYTES], frame_bytes_max: usize) -> Result<usize, CodecError> {
+    let length = u32::from_le_bytes(prefix) as u64;
+    if length == 0 {
+        return Err(CodecError::Empty);
+    }
+    let frame_bytes = length + LENGTH_PREFIX_BYTES as u64;
+    if frame_bytes > frame_bytes_max.min(FRAME_BYTES_MAX_CEILING) as u64 {
+        return Err(CodecError::TooLarge { frame_bytes, frame_bytes_max });
+    }
+    Ok(frame_bytes as usize)
+}
+
+/// Decodes a frame's body: the version byte and the bincode encoding, nothing else.
+pub fn decode_body(body: &[u8]) -> Result<Message, CodecError> {
+    let (&version, payload) = body.split_first().ok_or(CodecError::Empty)?;
+    if version != PROTOCOL_VERSION {
+        return Err(CodecError::Version { got: version, expected: PROTOCOL_VERSION });
+    }
+    let (msg, used) = bincode::serde::decode_from_slice::<Message, _>(payload, config())
+        .map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if used != payload.len() {
+        return Err(CodecError::TrailingBytes { extra_bytes: payload.len() - used });
+    }
+    Ok(msg)
+}
+
+/// Decodes the frame at the start of `buf`; returns the message and the frame's length (the
+/// bytes to consume). [`CodecError::Incomplete`] when `buf` holds less than a frame.
+pub fn decode(buf: &[u8], frame_bytes_max: usize) -> Result<(Message, usize), CodecError> {
+    let Some(prefix) = buf.first_chunk::<LENGTH_PREFIX_BYTES>() else {
+        return Err(CodecError::Incomplete { have_bytes: buf.len(), needed_bytes: LENGTH_PREFIX_BYTES });
+    };
+    let frame_bytes = frame_len(*prefix, frame_bytes_max)?;
+    if buf.len() < frame_bytes {
+        return Err(CodecError::Incomplete { have_bytes: buf.len(), needed_bytes: frame_bytes });
+    }
+    let msg = decode_body(&buf[LENGTH_PREFIX_BYTES..frame_bytes])?;
+    Ok((msg, frame_bytes))
+}
+
+/// Reassembles frames from a byte stream delivered in arbitrary pieces.
+///
+/// Holds at most one partial frame plus the last piece pushed; after an error other than
+/// [`CodecError::Incomplete`] the stream is unusable (the framing is lost) and the connection
+/// should be closed.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already consumed.
+    start: usize,
+    frame_bytes_max: usize,
+}
+
+impl FrameDecoder {
+    /// A decoder refusing frames over `frame_bytes_max` bytes.
+    pub fn new(frame_bytes_max: usize) -> FrameDecoder {
+        FrameDecoder { buf: Vec::new(), start: 0, frame_bytes_max }
+    }
+
+    /// Adds bytes read from the stream.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > self.frame_bytes_max {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete message, `Ok(None)` when more bytes are needed.
+    pub fn next_message(&mut self) -> Result<Option<Message>, CodecError> {
+        match decode(&self.buf[self.start..], self.frame_bytes_max) {
+            Ok((msg, used)) => {
+                self.start += used;
+                Ok(Some(msg))
+            }
+            Err(CodecError::Incomplete { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Bytes received and not yet decoded.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messages::*;
+    use engine::procedures::{
+        CustomerSelector, DeliveryOutput, NewOrderInput, NewOrderOutput, OrderLineInput, OrderStatusOutput,
+        PaymentInput, TxnInput, TxnOutput, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX,
+    };
+    use proptest::prelude::*;
+
+    const MAX: usize = FRAME_BYTES_MAX_DEFAULT;
+
+    fn worst_new_order() -> TxnInput {
+        let line = OrderLineInput { i_id: u32::MAX, supply_w_id: u16::MAX, quantity: u8::MAX };
+        TxnInput::NewOrder(NewOrderInput {
+            w_id: u16::MAX,
+            d_id: u8::MAX,
+            c_id: u32::MAX,
+            ol_cnt: ORDER_LINES_MAX as u8,
+            lines: [line; ORDER_LINES_MAX],
+            entry_d: i64::MIN,
+        })
+    }
+
+    fn payment() -> TxnInput {
+        TxnInput::Payment(PaymentInput {
+            w_id: 1,
+            d_id: 2,
+            c_w_id: 1,
+            c_d_id: 3,
+            customer: CustomerSelector::ByLastName(*b"BARBARBARBARBARB"),
+            h_amount: 12_345,
+            date: 1_213_056_000,
+        })
+    }
+
+    fn samples() -> Vec<Message> {
+        let ts = Timestamp::new(1_700_000_000_000, 7, 1);
+        vec![
+            Message::Hello(Hello {
+                protocol_version: PROTOCOL_VERSION,
+                role: Role::Node,
+                id: 2,
+                config_fingerprint: 9,
+            }),
+            Message::HelloRefused { reason: "wrong cluster".into() },
+            Message::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } },
+            Message::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(u128::MAX - 3) } },
+            Message::Batch(Batch {
+                partition: 2,
+                seq: 41,
+                txns: vec![BatchTxn { ts, input: worst_new_order() }, BatchTxn { ts, input: payment() }],
+                digest_after: true,
+            }),
+            Message::Results(Results {
+                partition: 2,
+                seq: 41,
+                results: vec![
+                    TxnResult {
+                        ts,
+                        outcome: TxnOutcome::Committed(TxnOutput::NewOrder(NewOrderOutput {
+                            o_id: 3001,
+                            total: 123_456,
+                            c_discount: 12,
+                            w_tax: 3,
+                            d_tax: 4,
+                            brand_lines: 2,
+                        })),
+                        digest: 77,
+                    },
+                    TxnResult { ts, outcome: TxnOutcome::Aborted { reason: "rolled back".into() }, digest: 5 },
+                ],
+                state_digest: Some(StateDigest(42)),
+            }),
+            Message::ClientRequests(vec![ClientRequest { request_id: 3, input: payment() }]),
+            Message::ClientReplies(vec![
+                ClientReply { request_id: 3, result: ClientResult::Busy { partition: 1 } },
+                ClientReply {
+                    request_id: 4,
+                    result: ClientResult::Rejected(Rejection::MultiPartition { partitions: vec![1, 2] }),
+                },
+            ]),
+            Message::DigestRequest { request_id: 8, partition: 1 },
+            Message::DigestReply {
+                request_id: 8,
+                partition: 1,
+                outcome: DigestOutcome::Digests { seq: 9, digests: vec![(1, StateDigest(1)), (2, StateDigest(1))] },
+            },
+            Message::Heartbeat { now_ms: 123 },
+            Message::Membership { partition: 1, epoch: 2, live: vec![1] },
+            Message::PartitionStopped { partition: 1, reason: "diverged".into() },
+            Message::Shutdown { reason: "done".into() },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for msg in samples() {
+            let frame = encode(&msg, MAX).unwrap();
+            assert_eq!(frame[LENGTH_PREFIX_BYTES], PROTOCOL_VERSION);
+            let (back, used) = decode(&frame, MAX).unwrap();
+            assert_eq!(back, msg);
+            assert_eq!(used, frame.len());
+        }
+    }
+
+    /// The bound `cluster.toml` validation relies on: one batch entry and one result entry
+    /// each encode in at most `TXN_ENTRY_BYTES_MAX` bytes, whatever the transaction.
+    #[test]
+    fn entries_fit_their_documented_bound() {
+        let ts = Timestamp(u64::MAX);
+        let size = |m: &Message| encode(m, MAX).unwrap().len() as u64 - FRAME_HEADER_BYTES as u64;
+        let one_txn = |input| {
+            Message::Batch(Batch {
+                partition: u16::MAX,
+                seq: u64::MAX,
+                txns: vec![BatchTxn { ts, input }],
+                digest_after: true,
+            })
+        };
+        let empty =
+            size(&Message::Batch(Batch { partition: u16::MAX, seq: u64::MAX, txns: vec![], digest_after: true }));
+        assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
+        for input in [worst_new_order(), payment()] {
+            assert!(size(&one_txn(input)) - empty <= TXN_ENTRY_BYTES_MAX);
+        }
+        let outcomes = [
+            TxnOutcome::Aborted { reason: bounded_reason("x".repeat(1000)) },
+            TxnOutcome::Failed { reason: bounded_reason("y".repeat(1000)) },
+            TxnOutcome::Committed(TxnOutput::Delivery(DeliveryOutput {
+                delivered: [u32::MAX; DISTRICTS_PER_WAREHOUSE as usize],
+            })),
+            TxnOutcome::Committed(TxnOutput::OrderStatus(OrderStatusOutput {
+                c_id: u32::MAX,
+                c_balance: i64::MIN,
+                last_order: Some((u32::MAX, u8::MAX, u8::MAX, i64::MIN)),
+            })),
+        ];
+        let results = |results| {
+            Message::Results(Results {
+                partition: u16::MAX,
+                seq: u64::MAX,
+                results,
+                state_digest: Some(StateDigest(u128::MAX)),
+            })
+        };
+        let empty = size(&results(vec![]));
+        assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
+        for outcome in outcomes {
+            let r = TxnResult { ts, outcome, digest: u64::MAX };
+            assert!(size(&results(vec![r])) - empty <= TXN_ENTRY_BYTES_MAX);
+        }
+    }
+
+    #[test]
+    fn partial_frames_are_incomplete_at_every_cut() {
+        let frame = encode(&samples()[4], MAX).unwrap();
+        for cut in 0..frame.len() {
+            match decode(&frame[..cut], MAX) {
+                Err(CodecError::Incomplete { have_bytes, needed_bytes }) => {
+                    assert_eq!(have_bytes, cut);
+                    assert!(needed_bytes > cut);
+                }
+                other => panic!("cut at {cut}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn oversized_frames_are_refused_from_the_prefix_alone() {
+        let prefix = (MAX as u32).to_le_bytes();
+        assert!(matches!(decode(&prefix, MAX), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(frame_len(prefix, MAX), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(frame_len(u32::MAX.to_le_bytes(), usize::MAX), Err(CodecError::TooLarge { .. })));
+        // And encoding refuses to build one, leaving the buffer untouched.
+        let big = Message::HelloRefused { reason: "z".repeat(1000) };
+        let mut out = vec![1, 2, 3];
+        assert!(matches!(encode_into(&big, &mut out, 100), Err(CodecError::TooLarge { .. })));
+        assert_eq!(out, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn wrong_version_empty_trailing_and_garbage_are_errors() {
+        let mut frame = encode(&Message::Heartbeat { now_ms: 5 }, MAX).unwrap();
+        frame[LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION + 1;
+        assert_eq!(decode(&frame, MAX).unwrap_err(), CodecError::Version { got: PROTOCOL_VERSION + 1, expected: 1 });
+
+        assert_eq!(decode(&[0, 0, 0, 0], MAX).unwrap_err(), CodecError::Empty);
+
+        let mut frame = encode(&Message::Heartbeat { now_ms: 5 }, MAX).unwrap();
+        frame.push(0);
+        let length = (frame.len() - LENGTH_PREFIX_BYTES) as u32;
+        frame[..4].copy_from_slice(&length.to_le_bytes());
+        assert_eq!(decode(&frame, MAX).unwrap_err(), CodecError::TrailingBytes { extra_bytes: 1 });
+
+        // An unknown variant index.
+        let garbage = [2, 0, 0, 0, PROTOCOL_VERSION, 200];
+        assert!(matches!(decode(&garbage, MAX), Err(CodecError::Malformed(_))));
+        // A vector claiming 2^60 elements in a tiny frame.
+        let mut lie = vec![0, 0, 0, 0, PROTOCOL_VERSION, 5]; // ClientRequests
+        lie.push(0xFF); // varint u64 marker
+        lie.extend_from_slice(&(1u64 << 60).to_le_bytes());
+        let length = (lie.len() - LENGTH_PREFIX_BYTES) as u32;
+        lie[..4].copy_from_slice(&length.to_le_bytes());
+        assert!(matches!(decode(&lie, MAX), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn the_stream_decoder_reassembles_frames_split_anywhere() {
+        let msgs = samples();
+        let mut stream = Vec::new();
+        for m in &msgs {
+            encode_into(m, &mut stream, MAX).unwrap();
+        }
+        for piece in [1, 2, 3, 7, 64, stream.len()] {
+            let mut dec = FrameDecoder::new(MAX);
+            let mut got = Vec::new();
+            for chunk in stream.chunks(piece) {
+                dec.push(chunk);
+                while let Some(m) = dec.next_message().unwrap() {
+                    got.push(m);
+                }
+            }
+            assert_eq!(got, msgs, "pieces of {piece} bytes");
+            assert_eq!(dec.buffered_bytes(), 0);
+        }
+    }
+
+    proptest! {
+        /// Arbitrary bytes never panic the decoder; whatever decodes is consistent with its
+        /// prefix.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok((_, used)) = decode(&bytes, MAX) {
+                prop_assert!(used <= bytes.len());
+            }
+            let mut dec = FrameDecoder::new(MAX);
+            dec.push(&bytes);
+            let _ = dec.next_message();
+        }
+
+        /// Valid frames with their body bytes flipped never panic the decoder.
+        #[test]
+        fn corrupted_frames_never_panic(which in 0usize..14, at in any::<usize>(), to in any::<u8>()) {
+            let mut frame = encode(&samples()[which], MAX).unwrap();
+            let at = FRAME_HEADER_BYTES + at % (frame.len() - FRAME_HEADER_BYTES);
+            frame[at] = to;
+            let _ = decode(&frame, MAX);
+        }
+    }
+}

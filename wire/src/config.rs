@@ -1,0 +1,864 @@
+//! `cluster.toml`: the schema of a glass cluster (its processes, partitions, replica placement,
+//! replication mode, directories, timeouts and limits), its parsing and its validation.
+//!
+//! Guarantees:
+//! - parsing ([`ClusterConfig::parse`]) rejects unknown keys, missing fields and wrong types,
+//!   naming the field's path (`partitions[1]`) and the line and column;
+//! - validation ([`ClusterConfig::validate`], separate from parsing) accepts only a usable
+//!   cluster: unique node and partition ids, distinct `host:port` addresses, every partition
+//!   with at least one replica and at most one per node, replicas only on listed nodes,
+//!   warehouse ranges that do not overlap and cover `1..=W` without gaps, limits that can be
+//!   met (a full batch fits in a frame and in the in-flight bound);
+//!   [`ClusterConfig::validate_for_this_build`] also refuses the modes not built yet;
+//! - errors name the field (`partitions[1].replicas: node 2 holds two replicas of partition 1`);
+//! - [`check_ports_free`] (what a launcher calls before starting processes) binds a UDP
+//!   socket on every address and names the first one that fails.
+//!
+//! The doc comment of each field is the schema's documentation.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES};
+use crate::error::{ConfigError, Problem};
+use crate::messages::{CoordinatorId, NodeId, PartitionId, WarehouseId, BATCH_OVERHEAD_BYTES_MAX, TXN_ENTRY_BYTES_MAX};
+
+/// Where the glass binary looks for the cluster description by default.
+pub const DEFAULT_PATH: &str = "cluster.toml";
+
+/// A glass cluster: one coordinator, nodes holding partition replicas, and how they replicate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Replication mode: `"active-active"` (every replica executes every transaction in
+    /// timestamp order; no log), `"active-passive"` (a primary ships redo records to backups)
+    /// or `"full-stack"` (the conventional stack shipping its WAL). This build runs
+    /// `active-active` only.
+    pub mode: Mode,
+    /// Seed of the TPC-C initial population: every replica of a partition loads its
+    /// warehouses from it and so starts from the same state.
+    pub seed: u64,
+    /// Directory for the run's files (process logs, reports). A relative path is relative to
+    /// the directory holding `cluster.toml`.
+    pub run_dir: PathBuf,
+    /// Directory of the cluster's CA and the processes' certificates and keys (written by
+    /// `glass cluster init`). A relative path is relative to the directory holding
+    /// `cluster.toml`.
+    pub cert_dir: PathBuf,
+    /// The coordinator: timestamps, batching, result agreement.
+    pub coordinator: CoordinatorConfig,
+    /// The nodes: processes executing partition replicas.
+    pub nodes: Vec<NodeConfig>,
+    /// The partitions: disjoint warehouse ranges, each replicated on some nodes.
+    pub partitions: Vec<PartitionConfig>,
+    /// Batching and resource limits (defaults apply to omitted keys).
+    #[serde(default)]
+    pub limits: Limits,
+    /// Timeouts and periods (defaults apply to omitted keys).
+    #[serde(default)]
+    pub timeouts: Timeouts,
+}
+
+/// The replication mode (DESIGN.md, "The three modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Every replica executes every transaction in timestamp order; no log anywhere.
+    ActiveActive,
+    /// The primary executes and ships redo records to passive backups.
+    ActivePassive,
+    /// The conventional stack (buffer pool, 2PL, latches, WAL) shipping its WAL.
+    FullStack,
+}
+
+impl Mode {
+    /// The name `cluster.toml` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ActiveActive => "active-active",
+            Mode::ActivePassive => "active-passive",
+            Mode::FullStack => "full-stack",
+        }
+    }
+}
+
+/// The coordinator process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoordinatorConfig {
+    /// The coordinator's id, 0–255: the low 8 bits of every timestamp it issues.
+    #[serde(default)]
+    pub id: CoordinatorId,
+    /// `host:port` the coordinator listens on (UDP, QUIC) and nodes and clients dial; the host
+    /// is an IP address or a DNS name, and is the name in the coordinator's certificate.
+    pub address: String,
+}
+
+/// A node process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The node's id, unique in the cluster; partitions name their replicas by it.
+    pub id: NodeId,
+    /// `host:port` the node listens on (UDP, QUIC); the host is an IP address or a DNS name,
+    /// and is the name in the node's certificate.
+    pub address: String,
+}
+
+/// A partition: a contiguous range of warehouses and the nodes holding its replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionConfig {
+    /// The partition's id, unique in the cluster.
+    pub id: PartitionId,
+    /// The warehouses the partition holds, `{ first = 1, last = 2 }` (inclusive). The
+    /// partitions' ranges together cover `1..=W` without overlap or gap.
+    pub warehouses: WarehouseRange,
+    /// Ids of the nodes holding a replica of the partition, at most one per node; the number
+    /// of entries is the replication factor.
+    pub replicas: Vec<NodeId>,
+}
+
+/// An inclusive range of warehouse ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarehouseRange {
+    /// First warehouse id (from 1).
+    pub first: WarehouseId,
+    /// Last warehouse id (inclusive, at least `first`).
+    pub last: WarehouseId,
+}
+
+impl WarehouseRange {
+    /// The range as a Rust range.
+    pub fn range(self) -> std::ops::RangeInclusive<WarehouseId> {
+        self.first..=self.last
+    }
+
+    /// Whether warehouse `w` is in the range.
+    pub fn contains(self, w: WarehouseId) -> bool {
+        self.range().contains(&w)
+    }
+
+    /// Number of warehouses (0 for an inverted range).
+    pub fn len(self) -> u32 {
+        (u32::from(self.last) + 1).saturating_sub(u32::from(self.first))
+    }
+
+    /// Whether the range holds no warehouse.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Batching and resource limits. Each limit bounds a queue or a buffer; nothing grows past it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Transactions per batch: a partition's open batch is sent when it holds this many.
+    pub batch_txns_max: u32,
+    /// Microseconds a batch stays open for more transactions before it is sent anyway.
+    pub batch_wait_us: u64,
+    /// Transactions accepted for one partition and not yet answered; past it the coordinator
+    /// answers `Busy`.
+    pub inflight_txns_max: u32,
+    /// Largest frame (length prefix included) a process sends or accepts, in bytes.
+    pub frame_bytes_max: u32,
+    /// Batches a replica holds that arrived ahead of a missing earlier one; past it the
+    /// replica refuses the batch as a protocol violation.
+    pub replica_pending_batches_max: u32,
+    /// Client connections the coordinator accepts at once.
+    pub client_connections_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            batch_txns_max: 128,
+            batch_wait_us: 200,
+            inflight_txns_max: 8_192,
+            frame_bytes_max: FRAME_BYTES_MAX_DEFAULT as u32,
+            replica_pending_batches_max: 1_024,
+            client_connections_max: 256,
+        }
+    }
+}
+
+/// Timeouts and periods, with their units in their names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// Period of heartbeats between the coordinator and each node, in milliseconds.
+    pub heartbeat_ms: u64,
+    /// Silence after which the coordinator declares a node failed and stops waiting for its
+    /// replicas, in milliseconds (at least twice `heartbeat_ms`).
+    pub failure_timeout_ms: u64,
+    /// Time the replicas of a partition have to load before the partition is stopped, in
+    /// seconds.
+    pub load_timeout_s: u64,
+    /// Time to establish a connection (QUIC handshake and Hello), in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Time a process waits for in-flight work to drain when shutting down, in milliseconds.
+    pub shutdown_timeout_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            heartbeat_ms: 100,
+            failure_timeout_ms: 1_000,
+            load_timeout_s: 600,
+            connect_timeout_ms: 5_000,
+            shutdown_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// The first failing field: `Err(Invalid { field, problem })`.
+fn invalid(field: impl Into<String>, problem: Problem) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid { field: field.into(), problem })
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets), checking the port is a non-zero number.
+pub fn split_address(address: &str) -> Result<(&str, u16), Problem> {
+    let bad = |why| Problem::BadAddress { address: address.to_string(), why };
+    let (host, port) = address.rsplit_once(':').ok_or(bad("no `:port`"))?;
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    if host.contains(':') && !address.starts_with('[') {
+        return Err(bad("an IPv6 host must be in brackets"));
+    }
+    let port: u16 = port.parse().map_err(|_| bad("the port is not a number within 1–65535"))?;
+    if port == 0 {
+        return Err(bad("port 0 is not a fixed port"));
+    }
+    Ok((host, port))
+}
+
+/// Resolves `address` (`host:port`) to its first socket address; `field` names it in errors.
+pub fn resolve(field: &str, address: &str) -> Result<SocketAddr, ConfigError> {
+    let resolve_error =
+        |reason: String| ConfigError::Resolve { field: field.to_string(), address: address.to_string(), reason };
+    address
+        .to_socket_addrs()
+        .map_err(|e| resolve_error(e.to_string()))?
+        .next()
+        .ok_or_else(|| resolve_error("no address found".to_string()))
+}
+
+impl ClusterConfig {
+    /// Parses `cluster.toml` text (no validation: see [`ClusterConfig::validate`]).
+    pub fn parse(text: &str) -> Result<ClusterConfig, ConfigError> {
+        let located = |field: String, e: toml::de::Error| {
+            let (line, column) = e.span().map_or((1, 1), |s| line_column(text, s.start));
+            ConfigError::Parse { field, message: e.message().trim().to_string(), line, column }
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| located("top level".to_string(), e))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "top level".to_string() } else { path };
+            located(field, e.into_inner())
+        })
+    }
+
+    /// Reads and parses the file at `path`, and makes a relative `run_dir` or `cert_dir`
+    /// relative to the file's directory (no validation).
+    pub fn from_file(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let mut config = ClusterConfig::parse(&text)?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        for dir in [&mut config.run_dir, &mut config.cert_dir] {
+            if dir.is_relative() {
+                *dir = base.join(&*dir);
+            }
+        }
+        Ok(config)
+    }
+
+    /// [`ClusterConfig::from_file`], then [`ClusterConfig::validate_for_this_build`].
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        let config = ClusterConfig::from_file(path)?;
+        config.validate_for_this_build()?;
+        Ok(config)
+    }
+
+    /// Checks that the configuration describes a usable cluster; the error names the first
+    /// field found wrong (see the module documentation for the rules).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, dir) in [("run_dir", &self.run_dir), ("cert_dir", &self.cert_dir)] {
+            if dir.as_os_str().is_empty() {
+                return invalid(field, Problem::EmptyPath);
+            }
+        }
+        self.validate_processes()?;
+        self.validate_partitions()?;
+        self.validate_limits()
+    }
+
+    /// [`ClusterConfig::validate`], and refuses the modes this build cannot run yet.
+    pub fn validate_for_this_build(&self) -> Result<(), ConfigError> {
+        self.validate()?;
+        match self.mode {
+            Mode::ActiveActive => Ok(()),
+            Mode::ActivePassive => Err(ConfigError::ModeNotSupported {
+                mode: Mode::ActivePassive.name(),
+                arrives_with: "log-shipping replication",
+            }),
+            Mode::FullStack => Err(ConfigError::ModeNotSupported {
+                mode: Mode::FullStack.name(),
+                arrives_with: "the conventional stack's WAL shipping",
+            }),
+        }
+    }
+
+    fn validate_processes(&self) -> Result<(), ConfigError> {
+        if self.nodes.is_empty() {
+            return invalid("nodes", Problem::NoNodes);
+        }
+        // Address → the field that first used it.
+        let mut addresses: BTreeMap<(String, u16), String> = BTreeMap::new();
+        let mut check_address = |field: String, address: &str| -> Result<(), ConfigError> {
+            let (host, port) =
+                split_address(address).map_err(|problem| ConfigError::Invalid { field: field.clone(), problem })?;
+            let key = (host.to_ascii_lowercase(), port);
+            if let Some(other) = addresses.get(&key) {
+                return invalid(
+                    field,
+                    Problem::DuplicateAddress { address: address.to_string(), other: other.clone() },
+                );
+            }
+            addresses.insert(key, field.trim_end_matches(".address").to_string());
+            Ok(())
+        };
+        check_address("coordinator.address".to_string(), &self.coordinator.address)?;
+        let mut ids: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(other) = ids.insert(node.id, i) {
+                return invalid(
+                    format!("nodes[{i}].id"),
+                    Problem::DuplicateNodeId { node: node.id, other: format!("nodes[{other}]") },
+                );
+            }
+            check_address(format!("nodes[{i}].address"), &node.address)?;
+        }
+        Ok(())
+    }
+
+    fn validate_partitions(&self) -> Result<(), ConfigError> {
+        if self.partitions.is_empty() {
+            return invalid("partitions", Problem::NoPartitions);
+        }
+        let mut ids: BTreeMap<PartitionId, usize> = BTreeMap::new();
+        for (i, p) in self.partitions.iter().enumerate() {
+            if let Some(other) = ids.insert(p.id, i) {
+                return invalid(
+                    format!("partitions[{i}].id"),
+                    Problem::DuplicatePartitionId { partition: p.id, other: format!("partitions[{other}]") },
+                );
+            }
+            let field = format!("partitions[{i}].warehouses");
+            if p.warehouses.first == 0 {
+                return invalid(field, Problem::WarehouseZero);
+            }
+            if p.warehouses.is_empty() {
+                return invalid(
+                    field,
+                    Problem::EmptyWarehouseRange { first: p.warehouses.first, last: p.warehouses.last },
+                );
+            }
+            let field = format!("partitions[{i}].replicas");
+            if p.replicas.is_empty() {
+                return invalid(field, Problem::NoReplicas { partition: p.id });
+            }
+            for (j, &node) in p.replicas.iter().enumerate() {
+                if self.node(node).is_none() {
+                    return invalid(field, Problem::UnknownNode { node });
+                }
+                if p.replicas[..j].contains(&node) {
+                    return invalid(field, Problem::DuplicateReplica { node, partition: p.id });
+                }
+            }
+        }
+        // Ranges in warehouse order: no overlap, no gap, starting at 1.
+        let mut order: Vec<usize> = (0..self.partitions.len()).collect();
+        order.sort_by_key(|&i| (self.partitions[i].warehouses.first, i));
+        let total = self.partitions.iter().map(|p| p.warehouses.last).max().unwrap_or(0);
+        let mut covered_through: WarehouseId = 0;
+        let mut previous: Option<usize> = None;
+        for &i in &order {
+            let w = self.partitions[i].warehouses;
+            if let Some(prev) = previous.filter(|_| w.first <= covered_through) {
+                // Report at whichever of the two is listed later.
+                let (at, other) = if i > prev { (i, prev) } else { (prev, i) };
+                let (a, b) = (self.partitions[at].warehouses, self.partitions[other].warehouses);
+                return invalid(
+                    format!("partitions[{at}].warehouses"),
+                    Problem::OverlappingWarehouses {
+                        first: a.first,
+                        last: a.last,
+                        other: format!("partitions[{other}]"),
+                        other_first: b.first,
+                        other_last: b.last,
+                    },
+                );
+            }
+            if w.first > covered_through + 1 {
+                return invalid(
+                    "partitions",
+                    Problem::WarehouseGap { missing_first: covered_through + 1, missing_last: w.first - 1, total },
+                );
+            }
+            covered_through = w.last;
+            previous = Some(i);
+        }
+        Ok(())
+    }
+
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        for (field, value) in [
+            ("limits.batch_txns_max", u64::from(l.batch_txns_max)),
+            ("limits.inflight_txns_max", u64::from(l.inflight_txns_max)),
+            ("limits.replica_pending_batches_max", u64::from(l.replica_pending_batches_max)),
+            ("limits.client_connections_max", u64::from(l.client_connections_max)),
+            ("timeouts.heartbeat_ms", self.timeouts.heartbeat_ms),
+            ("timeouts.load_timeout_s", self.timeouts.load_timeout_s),
+            ("timeouts.connect_timeout_ms", self.timeouts.connect_timeout_ms),
+        ] {
+            if value == 0 {
+                return invalid(field, Problem::Zero);
+            }
+        }
+        let frame_min = (FRAME_HEADER_BYTES as u64 + BATCH_OVERHEAD_BYTES_MAX + TXN_ENTRY_BYTES_MAX) as u32;
+        if l.frame_bytes_max < frame_min {
+            return invalid(
+                "limits.frame_bytes_max",
+                Problem::FrameTooSmall { value: l.frame_bytes_max, min: frame_min },
+            );
+        }
+        if l.frame_bytes_max as usize > FRAME_BYTES_MAX_CEILING {
+            let ceiling = FRAME_BYTES_MAX_CEILING as u32;
+            return invalid("limits.frame_bytes_max", Problem::FrameTooLarge { value: l.frame_bytes_max, ceiling });
+        }
+        if l.batch_txns_max > l.inflight_txns_max {
+            return invalid(
+                "limits.batch_txns_max",
+                Problem::BatchAboveInflight { value: l.batch_txns_max, inflight_txns_max: l.inflight_txns_max },
+            );
+        }
+        let needed_bytes =
+            FRAME_HEADER_BYTES as u64 + BATCH_OVERHEAD_BYTES_MAX + u64::from(l.batch_txns_max) * TXN_ENTRY_BYTES_MAX;
+        if needed_bytes > u64::from(l.frame_bytes_max) {
+            return invalid(
+                "limits.batch_txns_max",
+                Problem::BatchAboveFrame {
+                    batch_txns_max: l.batch_txns_max,
+                    needed_bytes,
+                    frame_bytes_max: l.frame_bytes_max,
+                },
+            );
+        }
+        if self.timeouts.failure_timeout_ms < 2 * self.timeouts.heartbeat_ms {
+            return invalid(
+                "timeouts.failure_timeout_ms",
+                Problem::FailureTimeoutTooShort {
+                    value: self.timeouts.failure_timeout_ms,
+                    heartbeat_ms: self.timeouts.heartbeat_ms,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: NodeId) -> Option<&NodeConfig> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// The partition with id `id`.
+    pub fn partition(&self, id: PartitionId) -> Option<&PartitionConfig> {
+        self.partitions.iter().find(|p| p.id == id)
+    }
+
+    /// The partitions with a replica on node `node`.
+    pub fn partitions_on_node(&self, node: NodeId) -> impl Iterator<Item = &PartitionConfig> + '_ {
+        self.partitions.iter().filter(move |p| p.replicas.contains(&node))
+    }
+
+    /// The partition holding warehouse `w`.
+    pub fn partition_of_warehouse(&self, w: WarehouseId) -> Option<PartitionId> {
+        self.partitions.iter().find(|p| p.warehouses.contains(w)).map(|p| p.id)
+    }
+
+    /// Number of warehouses W (the largest warehouse id of any partition).
+    pub fn warehouses_total(&self) -> WarehouseId {
+        self.partitions.iter().map(|p| p.warehouses.last).max().unwrap_or(0)
+    }
+
+    /// Every process address with the field naming it: the coordinator's, then each node's.
+    pub fn addresses(&self) -> Vec<(String, &str)> {
+        let mut out = vec![("coordinator.address".to_string(), self.coordinator.address.as_str())];
+        out.extend(self.nodes.iter().enumerate().map(|(i, n)| (format!("nodes[{i}].address"), n.address.as_str())));
+        out
+    }
+
+    /// A 64-bit fingerprint of what every process of a cluster must agree on (mode, seed,
+    /// coordinator, nodes, partitions), exchanged in `Hello`: a process started with another
+    /// `cluster.toml` is refused.
+    pub fn fingerprint(&self) -> u64 {
+        let shared = (&self.mode, self.seed, &self.coordinator, &self.nodes, &self.partitions);
+        let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())
+            .expect("the configuration types are encodable");
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    }
+}
+
+/// Checks that every address of `config` can be bound here (UDP, as QUIC uses), binding them
+/// all at once; the error names the first that cannot (another process holds the port, or the
+/// address is not one of this machine's). A launcher of a local cluster calls it before
+/// starting any process.
+pub fn check_ports_free(config: &ClusterConfig) -> Result<(), ConfigError> {
+    let addresses = config.addresses();
+    check_addresses_free(addresses.iter().map(|(f, a)| (f.as_str(), *a)))
+}
+
+/// [`check_ports_free`] for chosen `(field, address)` pairs (the processes one host starts).
+pub fn check_addresses_free<'a>(addresses: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<(), ConfigError> {
+    let mut held = Vec::new();
+    for (field, address) in addresses {
+        let addr = resolve(field, address)?;
+        let socket = UdpSocket::bind(addr).map_err(|source| ConfigError::PortInUse {
+            field: field.to_string(),
+            address: addr,
+            source,
+        })?;
+        held.push(socket);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const COMMITTED: &str = include_str!("../../cluster.toml");
+
+    fn base() -> ClusterConfig {
+        ClusterConfig::parse(COMMITTED).unwrap()
+    }
+
+    fn problem_at(config: &ClusterConfig) -> (String, Problem, String) {
+        match config.validate() {
+            Err(e @ ConfigError::Invalid { .. }) => (e.field(), e.problem().cloned().unwrap(), e.to_string()),
+            other => panic!("expected a validation problem, got {other:?}"),
+        }
+    }
+
+    fn parse_error(text: &str) -> (String, String) {
+        match ClusterConfig::parse(text) {
+            Err(e @ ConfigError::Parse { .. }) => (e.field(), e.to_string()),
+            other => panic!("expected a parse error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_committed_cluster_toml_parses_and_validates() {
+        let c = base();
+        c.validate_for_this_build().unwrap();
+        assert_eq!(c.mode, Mode::ActiveActive);
+        assert_eq!(c.nodes.len(), 2);
+        assert_eq!(c.partitions.len(), 2);
+        assert_eq!(c.warehouses_total(), 4);
+        for p in &c.partitions {
+            assert_eq!(p.warehouses.len(), 2);
+            assert_eq!(p.replicas.len(), 2, "every partition is replicated on both nodes");
+        }
+        assert_eq!(c.partition_of_warehouse(2), Some(c.partitions[0].id));
+        assert_eq!(c.partition_of_warehouse(3), Some(c.partitions[1].id));
+        assert_eq!(c.partition_of_warehouse(5), None);
+        assert_eq!(c.partitions_on_node(c.nodes[0].id).count(), 2);
+    }
+
+    #[test]
+    fn defaults_fill_omitted_limits_and_timeouts() {
+        let text: String = COMMITTED.lines().take_while(|l| !l.starts_with("[limits]")).collect::<Vec<_>>().join("\n");
+        let c = ClusterConfig::parse(&text).unwrap();
+        assert_eq!(c.limits, Limits::default());
+        assert_eq!(c.timeouts, Timeouts::default());
+        c.validate_for_this_build().unwrap();
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_place() {
+        let (field, msg) =
+            parse_error(&COMMITTED.replace("[[partitions]]\nid = 2", "[[partitions]]\nid = 2\nreplica = [1]"));
+        assert_eq!(field, "partitions[1].replica");
+        assert!(msg.contains("unknown field `replica`"), "{msg}");
+        assert!(msg.contains("line "), "{msg}");
+
+        let (field, msg) = parse_error(&format!("colour = \"blue\"\n{COMMITTED}"));
+        assert_eq!(field, "colour");
+        assert!(msg.contains("unknown field `colour`") && msg.contains("line 1"), "{msg}");
+
+        let (field, msg) = parse_error(&COMMITTED.replace("[limits]", "[limits]\nbatch_txns = 5"));
+        assert_eq!(field, "limits.batch_txns");
+        assert!(msg.contains("unknown field `batch_txns`"), "{msg}");
+    }
+
+    #[test]
+    fn a_wrong_type_or_missing_field_is_named() {
+        let (field, msg) = parse_error(&COMMITTED.replace("seed = 42", "seed = \"forty-two\""));
+        assert_eq!(field, "seed");
+        assert!(msg.starts_with("seed: "), "{msg}");
+
+        let (field, _) = parse_error(&COMMITTED.replace("mode = \"active-active\"", "mode = \"active-active-active\""));
+        assert_eq!(field, "mode");
+
+        let (_, msg) = parse_error(&COMMITTED.replace("seed = 42\n", ""));
+        assert!(msg.contains("missing field `seed`"), "{msg}");
+
+        let (_, msg) = parse_error("mode = ");
+        assert!(msg.contains("line 1"), "{msg}");
+    }
+
+    #[test]
+    fn a_partition_without_replicas_is_refused() {
+        let mut c = base();
+        c.partitions[1].replicas.clear();
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "partitions[1].replicas");
+        assert_eq!(problem, Problem::NoReplicas { partition: c.partitions[1].id });
+        assert_eq!(msg, format!("partitions[1].replicas: partition {} has no replicas", c.partitions[1].id));
+    }
+
+    #[test]
+    fn two_replicas_of_one_partition_on_one_node_are_refused() {
+        let mut c = base();
+        let node = c.nodes[1].id;
+        c.partitions[1].replicas = vec![node, node];
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "partitions[1].replicas");
+        assert_eq!(problem, Problem::DuplicateReplica { node, partition: c.partitions[1].id });
+        assert_eq!(
+            msg,
+            format!("partitions[1].replicas: node {node} holds two replicas of partition {}", c.partitions[1].id)
+        );
+    }
+
+    #[test]
+    fn a_replica_on_an_unlisted_node_is_refused() {
+        let mut c = base();
+        c.partitions[0].replicas.push(99);
+        let (field, problem, _) = problem_at(&c);
+        assert_eq!(field, "partitions[0].replicas");
+        assert_eq!(problem, Problem::UnknownNode { node: 99 });
+    }
+
+    #[test]
+    fn overlapping_warehouse_ranges_are_refused() {
+        let mut c = base();
+        c.partitions[1].warehouses = WarehouseRange { first: 2, last: 4 };
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "partitions[1].warehouses");
+        assert!(matches!(
+            problem,
+            Problem::OverlappingWarehouses { first: 2, last: 4, other_first: 1, other_last: 2, .. }
+        ));
+        assert!(msg.contains("overlap warehouses 1..=2 of partitions[0]"), "{msg}");
+
+        // Listed in the other order, the later-listed one is still named.
+        c.partitions.swap(0, 1);
+        let (field, _, _) = problem_at(&c);
+        assert_eq!(field, "partitions[1].warehouses");
+
+        // One range inside another.
+        let mut c = base();
+        c.partitions[1].warehouses = WarehouseRange { first: 1, last: 4 };
+        c.partitions[0].warehouses = WarehouseRange { first: 2, last: 2 };
+        assert!(matches!(problem_at(&c).1, Problem::OverlappingWarehouses { .. }));
+    }
+
+    #[test]
+    fn a_gap_in_the_warehouses_is_refused() {
+        let mut c = base();
+        c.partitions[1].warehouses = WarehouseRange { first: 4, last: 5 };
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "partitions");
+        assert_eq!(problem, Problem::WarehouseGap { missing_first: 3, missing_last: 3, total: 5 });
+        assert!(msg.contains("1..=5 without gaps"), "{msg}");
+
+        let mut c = base();
+        c.partitions[0].warehouses = WarehouseRange { first: 2, last: 2 };
+        assert_eq!(problem_at(&c).1, Problem::WarehouseGap { missing_first: 1, missing_last: 1, total: 4 });
+    }
+
+    #[test]
+    fn warehouse_zero_and_inverted_ranges_are_refused() {
+        let mut c = base();
+        c.partitions[0].warehouses = WarehouseRange { first: 0, last: 2 };
+        assert_eq!(
+            problem_at(&c),
+            (
+                "partitions[0].warehouses".into(),
+                Problem::WarehouseZero,
+                "partitions[0].warehouses: warehouse ids start at 1".into()
+            )
+        );
+        let mut c = base();
+        c.partitions[0].warehouses = WarehouseRange { first: 2, last: 1 };
+        assert_eq!(problem_at(&c).1, Problem::EmptyWarehouseRange { first: 2, last: 1 });
+    }
+
+    #[test]
+    fn duplicate_ids_and_addresses_are_refused() {
+        let mut c = base();
+        c.nodes[1].id = c.nodes[0].id;
+        let (field, problem, _) = problem_at(&c);
+        assert_eq!(field, "nodes[1].id");
+        assert_eq!(problem, Problem::DuplicateNodeId { node: c.nodes[0].id, other: "nodes[0]".into() });
+
+        let mut c = base();
+        c.partitions[1].id = c.partitions[0].id;
+        assert_eq!(problem_at(&c).0, "partitions[1].id");
+
+        let mut c = base();
+        c.nodes[1].address = c.coordinator.address.clone();
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "nodes[1].address");
+        assert!(matches!(problem, Problem::DuplicateAddress { .. }));
+        assert!(msg.ends_with("is also used by coordinator"), "{msg}");
+    }
+
+    #[test]
+    fn malformed_addresses_are_refused() {
+        for (address, why) in [
+            ("localhost", "no `:port`"),
+            (":7000", "no host"),
+            ("127.0.0.1:seventy", "the port is not a number within 1–65535"),
+            ("127.0.0.1:0", "port 0 is not a fixed port"),
+            ("::1:7000", "an IPv6 host must be in brackets"),
+        ] {
+            let mut c = base();
+            c.nodes[0].address = address.into();
+            let (field, problem, _) = problem_at(&c);
+            assert_eq!(field, "nodes[0].address");
+            assert_eq!(problem, Problem::BadAddress { address: address.into(), why });
+        }
+        assert_eq!(split_address("[::1]:7000").unwrap(), ("::1", 7000));
+        assert_eq!(split_address("node1.glass.test:7401").unwrap(), ("node1.glass.test", 7401));
+    }
+
+    #[test]
+    fn no_nodes_or_no_partitions_are_refused() {
+        let mut c = base();
+        c.nodes.clear();
+        assert_eq!(problem_at(&c).0, "nodes");
+        let mut c = base();
+        c.partitions.clear();
+        assert_eq!(
+            problem_at(&c),
+            ("partitions".into(), Problem::NoPartitions, "partitions: the cluster needs at least one partition".into())
+        );
+    }
+
+    #[test]
+    fn empty_directories_are_refused() {
+        let mut c = base();
+        c.cert_dir = PathBuf::new();
+        assert_eq!(problem_at(&c).0, "cert_dir");
+    }
+
+    #[test]
+    fn unusable_limits_are_refused() {
+        let mut c = base();
+        c.limits.inflight_txns_max = 0;
+        assert_eq!(
+            problem_at(&c),
+            ("limits.inflight_txns_max".into(), Problem::Zero, "limits.inflight_txns_max: must be at least 1".into())
+        );
+
+        let mut c = base();
+        c.limits.batch_txns_max = c.limits.inflight_txns_max + 1;
+        assert_eq!(problem_at(&c).0, "limits.batch_txns_max");
+        assert!(matches!(problem_at(&c).1, Problem::BatchAboveInflight { .. }));
+
+        let mut c = base();
+        c.limits.frame_bytes_max = 64 * 1024;
+        c.limits.batch_txns_max = 1_000;
+        let (field, problem, _) = problem_at(&c);
+        assert_eq!(field, "limits.batch_txns_max");
+        assert!(matches!(problem, Problem::BatchAboveFrame { batch_txns_max: 1_000, .. }));
+
+        let mut c = base();
+        c.limits.frame_bytes_max = 10;
+        assert!(matches!(problem_at(&c), (f, Problem::FrameTooSmall { .. }, _) if f == "limits.frame_bytes_max"));
+        c.limits.frame_bytes_max = u32::MAX;
+        assert!(matches!(problem_at(&c), (f, Problem::FrameTooLarge { .. }, _) if f == "limits.frame_bytes_max"));
+
+        let mut c = base();
+        c.timeouts.failure_timeout_ms = c.timeouts.heartbeat_ms;
+        assert_eq!(problem_at(&c).0, "timeouts.failure_timeout_ms");
+    }
+
+    #[test]
+    fn modes_not_built_yet_parse_but_are_refused_for_this_build() {
+        let c = ClusterConfig::parse(&COMMITTED.replace("\"active-active\"", "\"active-passive\"")).unwrap();
+        c.validate().unwrap();
+        let e = c.validate_for_this_build().unwrap_err();
+        assert_eq!(e.to_string(), "mode active-passive is not supported yet (arrives with log-shipping replication)");
+        assert_eq!(e.field(), "mode");
+        let c = ClusterConfig::parse(&COMMITTED.replace("\"active-active\"", "\"full-stack\"")).unwrap();
+        assert!(c
+            .validate_for_this_build()
+            .unwrap_err()
+            .to_string()
+            .starts_with("mode full-stack is not supported yet"));
+    }
+
+    #[test]
+    fn a_port_in_use_is_named() {
+        let holder = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let taken = holder.local_addr().unwrap().to_string();
+        let free = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        check_addresses_free([("coordinator.address", free.as_str())]).unwrap();
+        let e = check_addresses_free([("coordinator.address", free.as_str()), ("nodes[1].address", taken.as_str())])
+            .unwrap_err();
+        assert_eq!(e.field(), "nodes[1].address");
+        assert!(e.to_string().starts_with(&format!("nodes[1].address: cannot bind {taken}")), "{e}");
+        assert!(matches!(e, ConfigError::PortInUse { .. }));
+    }
+
+    #[test]
+    fn relative_directories_follow_the_file_and_fingerprints_ignore_limits() {
+        let dir = std::env::temp_dir().join(format!("glass-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.toml");
+        std::fs::write(&path, COMMITTED).unwrap();
+        let c = ClusterConfig::load(&path).unwrap();
+        assert!(c.run_dir.starts_with(&dir) && c.cert_dir.starts_with(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let mut other = base();
+        other.limits.batch_txns_max = 7;
+        assert_eq!(other.fingerprint(), base().fingerprint());
+        other.seed += 1;
+        assert_ne!(other.fingerprint(), base().fingerprint());
+
+        let e = ClusterConfig::from_file(Path::new("/nonexistent/cluster.toml")).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }));
+    }
+}

@@ -1,0 +1,514 @@
+//! Every message glass processes exchange, as one serde enum ([`Message`]), and the types it
+//! carries: identifiers, the H-Store style [`Timestamp`], batches of ordered transactions and
+//! their per-replica results, client requests and replies, load status, digests, heartbeats.
+//!
+//! Guarantees:
+//! - the hot path carries many transactions per frame: the coordinator sends a partition's
+//!   transactions as one [`Batch`], a replica answers with one [`Results`], a client sends
+//!   [`Message::ClientRequests`] and receives [`Message::ClientReplies`];
+//! - a transaction is identified by its timestamp, which one coordinator never issues twice;
+//! - every encoded transaction of a batch and every encoded result fits in
+//!   [`TXN_ENTRY_BYTES_MAX`] bytes (checked by tests), so `cluster.toml` validation can prove a
+//!   full batch fits in a frame;
+//! - the encoding is bincode over serde: an enum variant is encoded by its index, so new
+//!   variants are appended at the end of an enum, and any change that alters the encoding of
+//!   existing variants bumps [`PROTOCOL_VERSION`].
+
+use std::fmt;
+
+use engine::procedures::{TxnInput, TxnOutput, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX};
+use engine::TxnError;
+use serde::{Deserialize, Serialize};
+
+/// The protocol version: the first byte of every frame and a field of [`Hello`].
+pub const PROTOCOL_VERSION: u8 = 1;
+
+/// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
+/// a character boundary by [`bounded_reason`].
+pub const REASON_BYTES_MAX: usize = 200;
+
+/// Upper bound on the encoded size of one [`BatchTxn`] and of one [`TxnResult`] (a
+/// NewOrder input of 15 lines encodes in ≈160 bytes; an aborted result with the longest reason
+/// in ≈225).
+pub const TXN_ENTRY_BYTES_MAX: u64 = 256;
+
+/// Upper bound on the encoded size of a [`Batch`] or [`Results`] message without its entries
+/// (variant tag, partition, sequence number, entry count, state digest).
+pub const BATCH_OVERHEAD_BYTES_MAX: u64 = 64;
+
+/// A node's id, as `cluster.toml` gives it.
+pub type NodeId = u16;
+/// A partition's id, as `cluster.toml` gives it.
+pub type PartitionId = u16;
+/// A coordinator's id: the low [`Timestamp::COORDINATOR_BITS`] bits of its timestamps.
+pub type CoordinatorId = u8;
+/// A TPC-C warehouse id (W_ID, from 1).
+pub type WarehouseId = u16;
+/// A batch's position in its partition's stream, from 1 (0 means "none yet").
+pub type Seq = u64;
+
+/// A transaction's timestamp, as H-Store builds its transaction ids: 64 bits holding the
+/// coordinator's milliseconds (high bits), a counter within the millisecond, and the
+/// coordinator's id (low bits). Numeric order is (milliseconds, counter, coordinator) order,
+/// and replicas execute in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// Bits of milliseconds since the Unix epoch (enough until the year 2248).
+    pub const MILLIS_BITS: u32 = 43;
+    /// Bits of the per-millisecond counter: 8,192 timestamps per millisecond.
+    pub const COUNTER_BITS: u32 = 13;
+    /// Bits of the coordinator id.
+    pub const COORDINATOR_BITS: u32 = 8;
+    /// Largest millisecond value.
+    pub const MILLIS_MAX: u64 = (1 << Self::MILLIS_BITS) - 1;
+    /// Largest counter value.
+    pub const COUNTER_MAX: u64 = (1 << Self::COUNTER_BITS) - 1;
+
+    /// The timestamp of (`millis`, `counter`, `coordinator`).
+    ///
+    /// Panics if `millis` or `counter` does not fit its field.
+    pub fn new(millis: u64, counter: u64, coordinator: CoordinatorId) -> Timestamp {
+        assert!(millis <= Self::MILLIS_MAX, "milliseconds {millis} do not fit in {} bits", Self::MILLIS_BITS);
+        assert!(counter <= Self::COUNTER_MAX, "counter {counter} does not fit in {} bits", Self::COUNTER_BITS);
+        Timestamp(
+            (millis << (Self::COUNTER_BITS + Self::COORDINATOR_BITS))
+                | (counter << Self::COORDINATOR_BITS)
+                | u64::from(coordinator),
+        )
+    }
+
+    /// The milliseconds field.
+    pub fn millis(self) -> u64 {
+        self.0 >> (Self::COUNTER_BITS + Self::COORDINATOR_BITS)
+    }
+
+    /// The counter field.
+    pub fn counter(self) -> u64 {
+        (self.0 >> Self::COORDINATOR_BITS) & Self::COUNTER_MAX
+    }
+
+    /// The issuing coordinator's id.
+    pub fn coordinator(self) -> CoordinatorId {
+        (self.0 & ((1 << Self::COORDINATOR_BITS) - 1)) as CoordinatorId
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}@{}", self.millis(), self.counter(), self.coordinator())
+    }
+}
+
+/// A partition's state digest ([`engine::digest::Digest`]) on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StateDigest(pub u128);
+
+impl From<engine::digest::Digest> for StateDigest {
+    fn from(d: engine::digest::Digest) -> StateDigest {
+        StateDigest(d.0)
+    }
+}
+
+impl fmt::Display for StateDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// What kind of process a peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    Coordinator,
+    Node,
+    Client,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Coordinator => "coordinator",
+            Role::Node => "node",
+            Role::Client => "client",
+        })
+    }
+}
+
+/// The first message on every connection, in both directions: who is speaking, in which
+/// protocol version, about which cluster. A peer whose version or cluster fingerprint differs
+/// is answered with [`Message::HelloRefused`] and disconnected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`PROTOCOL_VERSION`] of the sender.
+    pub protocol_version: u8,
+    /// The sender's role.
+    pub role: Role,
+    /// The sender's id in `cluster.toml` (coordinator or node id; a client's own choice).
+    pub id: u16,
+    /// [`crate::config::ClusterConfig::fingerprint`] of the sender's `cluster.toml`.
+    pub config_fingerprint: u64,
+}
+
+/// A replica's progress loading its partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LoadState {
+    /// Loading: `rows_loaded` of about `rows_total` rows inserted.
+    Loading { rows_loaded: u64, rows_total: u64 },
+    /// Loaded; `digest` is the state digest before any transaction (replicas loaded from one
+    /// seed must agree on it).
+    Ready { digest: StateDigest },
+    /// The load failed.
+    Failed { reason: String },
+}
+
+/// One transaction of a batch: its timestamp and its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchTxn {
+    pub ts: Timestamp,
+    pub input: TxnInput,
+}
+
+/// A partition's transactions in timestamp order, sent to every live replica of the partition.
+/// Batches of a partition are numbered 1, 2, 3, … without gaps; the timestamps of batch `n + 1`
+/// all follow those of batch `n`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    pub partition: PartitionId,
+    pub seq: Seq,
+    /// In strictly increasing timestamp order; may be empty when `digest_after` is set.
+    pub txns: Vec<BatchTxn>,
+    /// Compute the state digest after executing this batch and return it in [`Results`].
+    pub digest_after: bool,
+}
+
+/// How one transaction ended on one replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnOutcome {
+    /// Committed with this output.
+    Committed(TxnOutput),
+    /// Rolled back as TPC-C expects (an unused item in NewOrder) or by concurrency control.
+    Aborted { reason: String },
+    /// Failed: the input was invalid or the database lacked a row the procedure needs.
+    Failed { reason: String },
+}
+
+impl TxnOutcome {
+    /// The outcome of [`engine::procedures::execute`]'s result.
+    pub fn from_result(result: Result<TxnOutput, TxnError>) -> TxnOutcome {
+        match result {
+            Ok(out) => TxnOutcome::Committed(out),
+            Err(e) if e.is_abort() => TxnOutcome::Aborted { reason: bounded_reason(e.to_string()) },
+            Err(e) => TxnOutcome::Failed { reason: bounded_reason(e.to_string()) },
+        }
+    }
+
+    /// The 64-bit result digest replicas compare (as VoltDB compares replicas' results):
+    /// [`TxnOutput::digest`] for a commit, a hash of the kind and reason otherwise.
+    pub fn digest(&self) -> u64 {
+        match self {
+            TxnOutcome::Committed(out) => out.digest(),
+            TxnOutcome::Aborted { reason } => tagged_hash(b"aborted", reason),
+            TxnOutcome::Failed { reason } => tagged_hash(b"failed", reason),
+        }
+    }
+}
+
+fn tagged_hash(tag: &[u8], reason: &str) -> u64 {
+    let mut bytes = Vec::with_capacity(tag.len() + 1 + reason.len());
+    bytes.extend_from_slice(tag);
+    bytes.push(0);
+    bytes.extend_from_slice(reason.as_bytes());
+    xxhash_rust::xxh3::xxh3_64(&bytes)
+}
+
+/// Cuts `reason` to at most [`REASON_BYTES_MAX`] bytes at a character boundary.
+pub fn bounded_reason(mut reason: String) -> String {
+    if reason.len() > REASON_BYTES_MAX {
+        let mut end = REASON_BYTES_MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
+}
+
+/// One transaction's result on one replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnResult {
+    pub ts: Timestamp,
+    pub outcome: TxnOutcome,
+    /// [`TxnOutcome::digest`] of `outcome`, as the replica computed it.
+    pub digest: u64,
+}
+
+/// A replica's results for one batch: one entry per transaction of the batch, in the batch's
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Results {
+    pub partition: PartitionId,
+    pub seq: Seq,
+    pub results: Vec<TxnResult>,
+    /// The state digest after the batch, when the batch asked for it.
+    pub state_digest: Option<StateDigest>,
+}
+
+/// A client's transaction request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientRequest {
+    /// Chosen by the client; echoed in the reply.
+    pub request_id: u64,
+    pub input: TxnInput,
+}
+
+/// Why the coordinator refused a request without executing it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Rejection {
+    /// The transaction touches warehouses of more than one partition.
+    #[error("multi-partition transactions not supported yet (this one touches partitions {partitions:?})")]
+    MultiPartition { partitions: Vec<PartitionId> },
+    /// The transaction names a warehouse no partition holds.
+    #[error("warehouse {warehouse} belongs to no partition of this cluster")]
+    UnknownWarehouse { warehouse: WarehouseId },
+    /// The input is not a valid TPC-C input.
+    #[error("invalid input: {problem}")]
+    InvalidInput { problem: String },
+    /// The partition's replicas are still loading.
+    #[error("partition {partition} is not ready yet (its replicas are loading)")]
+    NotReady { partition: PartitionId },
+    /// The partition was stopped (its replicas diverged, or failed to load in time).
+    #[error("partition {partition} is stopped: {reason}")]
+    PartitionStopped { partition: PartitionId, reason: String },
+    /// No replica of the partition is alive.
+    #[error("partition {partition} has no live replica")]
+    NoLiveReplica { partition: PartitionId },
+}
+
+/// What became of a client's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientResult {
+    /// Every live replica committed it with this output.
+    Committed { ts: Timestamp, output: TxnOutput },
+    /// Every live replica rolled it back.
+    Aborted { ts: Timestamp, reason: String },
+    /// Every live replica failed it the same way.
+    Failed { ts: Timestamp, reason: String },
+    /// The partition has too much work in flight: retry later.
+    Busy { partition: PartitionId },
+    /// Refused without executing.
+    Rejected(Rejection),
+}
+
+/// The answer to one [`ClientRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientReply {
+    pub request_id: u64,
+    pub result: ClientResult,
+}
+
+/// The answer to a [`Message::DigestRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DigestOutcome {
+    /// Each replica's state digest after batch `seq` (from the coordinator: every live replica
+    /// at the same point of the stream; from a replica: its own digest at its current point).
+    Digests { seq: Seq, digests: Vec<(NodeId, StateDigest)> },
+    /// The partition cannot answer.
+    Rejected(Rejection),
+    /// Too many digest requests are in flight for the partition: retry later.
+    Busy,
+}
+
+impl DigestOutcome {
+    /// True when there is at least one digest and all are equal.
+    pub fn agreed(&self) -> bool {
+        match self {
+            DigestOutcome::Digests { digests, .. } => {
+                digests.first().is_some_and(|(_, first)| digests.iter().all(|(_, d)| d == first))
+            }
+            DigestOutcome::Rejected(_) | DigestOutcome::Busy => false,
+        }
+    }
+}
+
+/// Every message of the protocol. Which process sends which is noted on each variant; new
+/// variants go at the end (their index is their encoding).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    /// Any → any, first on every connection.
+    Hello(Hello),
+    /// Any → any: the Hello was refused (version, fingerprint, role or id); the connection
+    /// closes after it.
+    HelloRefused { reason: String },
+    /// Node → coordinator: progress loading a partition replica.
+    LoadStatus { partition: PartitionId, state: LoadState },
+    /// Coordinator → node: the next transactions of a partition.
+    Batch(Batch),
+    /// Node → coordinator: a replica's results for one batch.
+    Results(Results),
+    /// Client → coordinator: transactions to run.
+    ClientRequests(Vec<ClientRequest>),
+    /// Coordinator → client: answers, in any order.
+    ClientReplies(Vec<ClientReply>),
+    /// Client → coordinator (answered through the ordered path: every live replica digests
+    /// its state at the same point), or coordinator/tool → node (answered at once).
+    DigestRequest { request_id: u64, partition: PartitionId },
+    /// The answer to a [`Message::DigestRequest`].
+    DigestReply { request_id: u64, partition: PartitionId, outcome: DigestOutcome },
+    /// Any → any, every `timeouts.heartbeat_ms`: the sender is alive. `now_ms` is the sender's
+    /// clock, for diagnostics only.
+    Heartbeat { now_ms: u64 },
+    /// Coordinator → nodes: the live replica set of a partition changed (a replica failed);
+    /// `epoch` counts the changes. Failover and rejoin build on this.
+    Membership { partition: PartitionId, epoch: u64, live: Vec<NodeId> },
+    /// Coordinator → nodes: the partition is stopped (its replicas diverged); execute nothing
+    /// more of it.
+    PartitionStopped { partition: PartitionId, reason: String },
+    /// Coordinator → any: the cluster is shutting down.
+    Shutdown { reason: String },
+}
+
+/// A reason an input cannot be executed, checked on both sides of the network: the
+/// coordinator rejects such a request, and a replica reports it as failed rather than run it.
+pub fn input_problem(input: &TxnInput) -> Option<&'static str> {
+    let district_ok = |d: u8| (1..=DISTRICTS_PER_WAREHOUSE).contains(&d);
+    match input {
+        TxnInput::NewOrder(i) => {
+            if i.w_id == 0 {
+                Some("NewOrder: w_id is 0")
+            } else if !district_ok(i.d_id) {
+                Some("NewOrder: d_id is not within 1..=10")
+            } else if i.ol_cnt == 0 || usize::from(i.ol_cnt) > ORDER_LINES_MAX {
+                Some("NewOrder: ol_cnt is not within 1..=15")
+            } else if i.lines().iter().any(|l| l.supply_w_id == 0) {
+                Some("NewOrder: a line's supply_w_id is 0")
+            } else {
+                None
+            }
+        }
+        TxnInput::Payment(i) => {
+            if i.w_id == 0 || i.c_w_id == 0 {
+                Some("Payment: w_id or c_w_id is 0")
+            } else if !district_ok(i.d_id) || !district_ok(i.c_d_id) {
+                Some("Payment: d_id or c_d_id is not within 1..=10")
+            } else {
+                None
+            }
+        }
+        TxnInput::OrderStatus(i) => {
+            if i.w_id == 0 {
+                Some("OrderStatus: w_id is 0")
+            } else if !district_ok(i.d_id) {
+                Some("OrderStatus: d_id is not within 1..=10")
+            } else {
+                None
+            }
+        }
+        TxnInput::Delivery(i) => {
+            if i.w_id == 0 {
+                Some("Delivery: w_id is 0")
+            } else if !(1..=10).contains(&i.o_carrier_id) {
+                Some("Delivery: o_carrier_id is not within 1..=10")
+            } else {
+                None
+            }
+        }
+        TxnInput::StockLevel(i) => {
+            if i.w_id == 0 {
+                Some("StockLevel: w_id is 0")
+            } else if !district_ok(i.d_id) {
+                Some("StockLevel: d_id is not within 1..=10")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// The warehouses a transaction touches, home first: NewOrder's home and supply warehouses,
+/// Payment's home and customer warehouses, the home warehouse of the others. May repeat a
+/// warehouse. Assumes [`input_problem`] found nothing.
+pub fn warehouses_touched(input: &TxnInput) -> impl Iterator<Item = WarehouseId> + '_ {
+    let (home, extra): (WarehouseId, &[engine::procedures::OrderLineInput]) = match input {
+        TxnInput::NewOrder(i) => (i.w_id, &i.lines[..usize::from(i.ol_cnt).min(ORDER_LINES_MAX)]),
+        TxnInput::Payment(i) => (i.w_id, &[]),
+        TxnInput::OrderStatus(i) => (i.w_id, &[]),
+        TxnInput::Delivery(i) => (i.w_id, &[]),
+        TxnInput::StockLevel(i) => (i.w_id, &[]),
+    };
+    let customer = match input {
+        TxnInput::Payment(i) => Some(i.c_w_id),
+        _ => None,
+    };
+    std::iter::once(home).chain(customer).chain(extra.iter().map(|l| l.supply_w_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::procedures::{NewOrderInput, OrderLineInput, PaymentInput};
+
+    #[test]
+    fn timestamp_fields_round_trip_and_order_by_millis_then_counter() {
+        let t = Timestamp::new(1_700_000_000_123, 8191, 255);
+        assert_eq!((t.millis(), t.counter(), t.coordinator()), (1_700_000_000_123, 8191, 255));
+        assert!(Timestamp::new(5, 0, 0) > Timestamp::new(4, 8191, 255));
+        assert!(Timestamp::new(5, 2, 0) > Timestamp::new(5, 1, 255));
+        assert_eq!(Timestamp::new(Timestamp::MILLIS_MAX, 0, 0).millis(), Timestamp::MILLIS_MAX);
+        assert_eq!(t.to_string(), "1700000000123.8191@255");
+    }
+
+    #[test]
+    #[should_panic(expected = "counter")]
+    fn timestamp_rejects_a_counter_too_large() {
+        let _ = Timestamp::new(1, Timestamp::COUNTER_MAX + 1, 0);
+    }
+
+    #[test]
+    fn reasons_are_cut_at_a_char_boundary() {
+        let long = "é".repeat(REASON_BYTES_MAX);
+        let cut = bounded_reason(long);
+        assert!(cut.len() <= REASON_BYTES_MAX);
+        assert!(cut.chars().all(|c| c == 'é'));
+        assert_eq!(bounded_reason("short".into()), "short");
+    }
+
+    #[test]
+    fn outcome_digests_differ_by_kind() {
+        let a = TxnOutcome::Aborted { reason: "x".into() };
+        let f = TxnOutcome::Failed { reason: "x".into() };
+        assert_ne!(a.digest(), f.digest());
+        assert_eq!(a.digest(), a.clone().digest());
+    }
+
+    #[test]
+    fn warehouses_touched_follow_the_procedure() {
+        let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
+        lines[0] = OrderLineInput { i_id: 1, supply_w_id: 3, quantity: 1 };
+        lines[1] = OrderLineInput { i_id: 2, supply_w_id: 1, quantity: 1 };
+        lines[2] = OrderLineInput { i_id: 2, supply_w_id: 9, quantity: 1 }; // beyond ol_cnt
+        let no = TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 2, lines, entry_d: 0 });
+        assert_eq!(warehouses_touched(&no).collect::<Vec<_>>(), vec![1, 3, 1]);
+        let pay = TxnInput::Payment(PaymentInput {
+            w_id: 2,
+            d_id: 1,
+            c_w_id: 4,
+            c_d_id: 1,
+            customer: engine::procedures::CustomerSelector::ById(1),
+            h_amount: 100,
+            date: 0,
+        });
+        assert_eq!(warehouses_touched(&pay).collect::<Vec<_>>(), vec![2, 4]);
+    }
+
+    #[test]
+    fn invalid_inputs_are_named() {
+        let lines = [OrderLineInput { i_id: 1, supply_w_id: 1, quantity: 1 }; ORDER_LINES_MAX];
+        let mut no = NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 16, lines, entry_d: 0 };
+        assert_eq!(input_problem(&TxnInput::NewOrder(no)), Some("NewOrder: ol_cnt is not within 1..=15"));
+        no.ol_cnt = 15;
+        assert_eq!(input_problem(&TxnInput::NewOrder(no)), None);
+        no.d_id = 11;
+        assert!(input_problem(&TxnInput::NewOrder(no)).is_some());
+    }
+}
