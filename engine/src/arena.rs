@@ -99,11 +99,13 @@ impl<T> Drop for HugeBuf<T> {
     }
 }
 
-static PREFAULT_ENABLED: AtomicBool = AtomicBool::new(true);
+static PREFAULT_ENABLED: AtomicBool = AtomicBool::new(false);
 /// Ranges waiting for the pre-faulter (a hint: when full, a range is simply not pre-faulted).
 const PREFAULT_QUEUE_MAX: usize = 64;
 
-/// Turns background pre-faulting of growing pools on or off (on by default).
+/// Turns background pre-faulting of growing pools on or off (off by default: a bulk load
+/// does not need it, and memory pre-faulted ahead of tables that stop growing after the load
+/// would only inflate the resident set; benchmarks turn it on once loading is done).
 pub fn set_prefault(enabled: bool) {
     PREFAULT_ENABLED.store(enabled, Ordering::Relaxed);
 }

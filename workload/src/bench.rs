@@ -179,6 +179,8 @@ pub fn run<S: Storage>(
 ) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
     let rss_after_load = rss_bytes().unwrap_or(0);
+    // From here on tables grow: keep their next pages faulted in off the executor thread.
+    engine::arena::set_prefault(true);
     let mut gen = Generator::new(cfg.gen_config(), run_seed(cfg.seed), cfg.seed)?;
     let mut ts: u64 = 0;
     let mut neworders: u64 = 0;
