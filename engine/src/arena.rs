@@ -173,17 +173,16 @@ pub fn advise_huge(ptr: *mut u8, bytes: usize) {
     let _ = (ptr, bytes);
 }
 
-/// A chunked pool of `T` addressed by `u32` ids, with a free list. Chunk sizes grow
-/// geometrically from about 64 KiB up to 32 MiB and stay there, so a small table costs little
-/// and a large one sits in huge pages; chunks never move, so a growing pool never copies.
+/// A chunked pool of `T` addressed by `u32` ids, with a free list. Chunk sizes double from
+/// about 64 KiB, so a small table costs little, a large one sits in huge pages, and finding an
+/// id's chunk is a few instructions; chunks never move, so a growing pool never copies. Only
+/// touched pages cost memory: the unfilled tail of the newest chunk is address space only.
 /// While a pool grows, the pages just ahead of its frontier are pre-faulted in the background
 /// ([`prefault_async`]), a few MiB at a time.
 pub struct Pool<T> {
     chunks: Vec<HugeBuf<T>>,
     /// log2 of the first chunk's capacity.
     base: u32,
-    /// log2 of the largest chunk's capacity.
-    cap_shift: u32,
     len: u32,
     free: Vec<u32>,
     /// Byte offset in the chunk being filled up to which pre-faulting has been requested.
@@ -199,33 +198,23 @@ const PREFAULT_STEP_BYTES: usize = 2 * HUGE_PAGE_BYTES;
 impl<T: Copy> Pool<T> {
     pub fn new() -> Self {
         const FIRST_CHUNK_BYTES: usize = 64 << 10;
-        const LAST_CHUNK_BYTES: usize = 32 << 20;
         let size = std::mem::size_of::<T>().max(1);
-        let log2 = |n: usize| usize::BITS - 1 - n.max(1).leading_zeros();
-        let base = log2(FIRST_CHUNK_BYTES / size);
-        let cap_shift = log2(LAST_CHUNK_BYTES / size).max(base);
-        Pool { chunks: Vec::new(), base, cap_shift, len: 0, free: Vec::new(), populated: 0, next_populated: 0 }
+        let base = usize::BITS - 1 - (FIRST_CHUNK_BYTES / size).max(1).leading_zeros();
+        Pool { chunks: Vec::new(), base, len: 0, free: Vec::new(), populated: 0, next_populated: 0 }
     }
 
     fn chunk_capacity(&self, c: usize) -> usize {
-        1usize << (self.base as usize + c).min(self.cap_shift as usize)
+        1usize << (self.base as usize + c)
     }
 
-    /// (chunk, index within the chunk) of an id.
+    /// (chunk, index within the chunk) of an id: chunk `c` holds ids
+    /// `[(2^c − 1)·2^base, (2^(c+1) − 1)·2^base)`.
     #[inline]
     fn split(&self, id: u32) -> (usize, usize) {
-        let id = id as u64;
-        let geometric = (1u64 << self.cap_shift) - (1u64 << self.base);
-        if id < geometric {
-            let q = (id >> self.base) + 1;
-            let c = 63 - q.leading_zeros();
-            let first = ((1u64 << c) - 1) << self.base;
-            (c as usize, (id - first) as usize)
-        } else {
-            let rest = id - geometric;
-            let c0 = (self.cap_shift - self.base) as u64;
-            ((c0 + (rest >> self.cap_shift)) as usize, (rest & ((1u64 << self.cap_shift) - 1)) as usize)
-        }
+        let q = (id as u64 >> self.base) + 1;
+        let c = 63 - q.leading_zeros();
+        let first = ((1u64 << c) - 1) << self.base;
+        (c as usize, (id as u64 - first) as usize)
     }
 
     /// Stores `v` and returns its id.

@@ -269,9 +269,37 @@ fn missing<T: Table>(key: u64) -> TxnError {
     TxnError::NotFound { table: T::ID, key }
 }
 
+/// Whether a fixed-width text field contains "ORIGINAL" (clause 2.4.2.2's brand-generic
+/// test). Candidate positions (bytes equal to 'O') are found eight bytes at a time with the
+/// SWAR zero-byte test, then confirmed by comparing eight bytes as one `u64`; the zero fill
+/// after the text can never match, so the field's text length is not needed.
 #[inline]
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+fn has_original(field: &[u8]) -> bool {
+    const ORIGINAL: u64 = u64::from_le_bytes(*b"ORIGINAL");
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let word = |at: usize| u64::from_le_bytes(field[at..at + 8].try_into().expect("eight bytes"));
+    let last = match field.len().checked_sub(8) {
+        Some(l) => l,
+        None => return false,
+    };
+    let mut base = 0;
+    loop {
+        let at = base.min(last);
+        let x = word(at) ^ (ONES * b'O' as u64);
+        let mut hits = x.wrapping_sub(ONES) & !x & HIGHS;
+        while hits != 0 {
+            let p = at + (hits.trailing_zeros() / 8) as usize;
+            if p <= last && word(p) == ORIGINAL {
+                return true;
+            }
+            hits &= hits - 1;
+        }
+        if at == last {
+            return false;
+        }
+        base += 8;
+    }
 }
 
 /// NewOrder (clause 2.4.2.2):
@@ -347,7 +375,7 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
     let dist = dist.ok_or_else(|| missing::<t::Districts>(dk))?;
     for (n, l) in lines.iter().enumerate() {
         let Some((i_price, i_original)) =
-            db.get::<t::Items, _>(item_keys[n], |it| (it.i_price, contains(schema::text(&it.i_data), b"ORIGINAL")))?
+            db.get::<t::Items, _>(item_keys[n], |it| (it.i_price, has_original(&it.i_data)))?
         else {
             // Clause 2.4.2.3: an unused item number rolls the whole transaction back.
             return Err(TxnError::Rollback("item number is not valid"));
@@ -360,7 +388,7 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
                 s.s_ytd += q as u32;
                 s.s_order_cnt += 1;
                 s.s_remote_cnt += remote;
-                (s.s_dist[dist], contains(schema::text(&s.s_data), b"ORIGINAL"))
+                (s.s_dist[dist], has_original(&s.s_data))
             })?
             .ok_or_else(|| missing::<t::Stocks>(stock_keys[n]))?;
         let ol_amount = l.quantity as i64 * i_price;
@@ -652,4 +680,25 @@ pub fn stock_level<S: Storage>(db: &mut S, i: &StockLevelInput) -> Result<StockL
         }
     }
     Ok(StockLevelOutput { low_stock })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn has_original_finds_the_word_anywhere_and_only_there() {
+        let mut field = [0u8; 50];
+        for text_len in 8..=50 {
+            for at in 0..=text_len - 8 {
+                field.fill(b'x');
+                field[text_len..].fill(0);
+                field[at..at + 8].copy_from_slice(b"ORIGINAL");
+                assert!(super::has_original(&field), "len {text_len} at {at}");
+                field[at + 7] = b'l';
+                assert!(!super::has_original(&field), "len {text_len} at {at}");
+            }
+        }
+        assert!(!super::has_original(b"OOOOOOOOORIGINA"));
+        assert!(super::has_original(b"OOOOOOOORIGINAL"));
+        assert!(!super::has_original(b"ORIG"));
+    }
 }
