@@ -1,13 +1,207 @@
-//! `glass breakdown` (placeholder while it is being written).
+//! `glass breakdown`: the paper's staircase (Figures 5 and 6). Parses flags, checks output
+//! paths before any work, chooses how instructions are counted (hardware counters, else
+//! callgrind children re-executing this binary with the hidden `--worker-step`, else none),
+//! and hands the run to `workload::breakdown`.
 
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
-#[derive(Args, Debug)]
-pub struct BreakdownArgs {}
+use engine::conventional::Step;
+use workload::breakdown::{self, callgrind, BreakdownConfig, ConsoleProgress, HwInstructions, InstrPlan};
 
-pub fn run(_a: BreakdownArgs) -> Result<ExitCode> {
-    bail!("glass breakdown is not built yet")
+#[derive(Args, Debug)]
+pub struct BreakdownArgs {
+    /// Warehouses of the timed runs (the paper used 5; ≈90 MB each).
+    #[arg(long, default_value_t = 5)]
+    warehouses: u16,
+    /// Transactions of each type (NewOrder, Payment) per timed repetition, per configuration.
+    #[arg(long, default_value_t = 2000)]
+    txns: u64,
+    /// Timed repetitions per type and configuration; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// Mixed (50/50) transactions run before timing each configuration.
+    #[arg(long, default_value_t = 500)]
+    warmup_txns: u64,
+    /// Warehouses loaded by each callgrind child; default: --warehouses. Instructions per
+    /// transaction depend on it only through B+tree depth (a few per cent from 1 to 5); the
+    /// load runs uninstrumented, so it costs little under valgrind.
+    #[arg(long)]
+    count_warehouses: Option<u16>,
+    /// Transactions of each type counted by each callgrind child (counting runs ≈50x slower
+    /// than the machine; the count is exact, so a few hundred suffice).
+    #[arg(long, default_value_t = 500)]
+    count_txns: u64,
+    /// Mixed transactions each callgrind child runs, uncounted, before counting.
+    #[arg(long, default_value_t = 200)]
+    count_warmup_txns: u64,
+    /// Time only: do not count instructions.
+    #[arg(long)]
+    no_instructions: bool,
+    /// Seed of the loader and the input streams (printed first).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Directory under which a fresh working directory (the WAL of the durable steps, the
+    /// callgrind output) is made and removed at the end; default: the system temp dir.
+    #[arg(long)]
+    wal_dir: Option<PathBuf>,
+    /// Write the rows (txn, step, instructions, ns_per_txn, source, …), the component shares
+    /// and the summary as one JSON object to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the stacked bars of Figures 5 and 6 (glass beside the paper) into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Internal: run as a callgrind child counting this step (0–11); `--wal-dir` is then the
+    /// working directory itself.
+    #[arg(long, hide = true)]
+    worker_step: Option<u8>,
+}
+
+/// Names tried for a fresh working directory.
+const WORK_DIR_ATTEMPTS_MAX: u32 = 1000;
+
+/// The working directory of one run, removed when dropped.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn create(parent: &Path) -> Result<WorkDir> {
+        if !parent.is_dir() {
+            bail!("--wal-dir {}: not a directory", parent.display());
+        }
+        // A fresh name: the first of glass-breakdown-<pid>-<n> that does not exist yet.
+        for n in 0..WORK_DIR_ATTEMPTS_MAX {
+            let dir = parent.join(format!("glass-breakdown-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(WorkDir(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => bail!("--wal-dir: cannot create {}: {e}", dir.display()),
+            }
+        }
+        bail!("--wal-dir {}: no fresh working directory name left", parent.display())
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(a: &BreakdownArgs, work_dir: PathBuf) -> BreakdownConfig {
+    BreakdownConfig {
+        warehouses: a.warehouses,
+        txns: a.txns,
+        reps: a.reps,
+        warmup_txns: a.warmup_txns,
+        count_warehouses: a.count_warehouses.unwrap_or(a.warehouses),
+        count_txns: a.count_txns,
+        count_warmup_txns: a.count_warmup_txns,
+        seed: a.seed,
+        work_dir,
+    }
+}
+
+/// The arguments a callgrind child gets before `--worker-step N --wal-dir DIR`.
+fn worker_args(a: &BreakdownArgs) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec!["breakdown".into()];
+    for (flag, value) in [
+        ("--count-warehouses", a.count_warehouses.unwrap_or(a.warehouses).to_string()),
+        ("--count-txns", a.count_txns.to_string()),
+        ("--count-warmup-txns", a.count_warmup_txns.to_string()),
+        ("--seed", a.seed.to_string()),
+    ] {
+        v.push(flag.into());
+        v.push(value.into());
+    }
+    v
+}
+
+/// Hardware counters, else callgrind, else nothing (with the reason).
+fn choose_plan(a: &BreakdownArgs) -> Result<InstrPlan> {
+    if a.no_instructions {
+        return Ok(InstrPlan::None { reason: "--no-instructions was given".into() });
+    }
+    let perf_error = match HwInstructions::open() {
+        Ok(hw) => return Ok(InstrPlan::Perf(hw)),
+        Err(e) => e,
+    };
+    if !callgrind::SUPPORTED {
+        return Ok(InstrPlan::None {
+            reason: format!(
+                "no hardware counter ({perf_error}), and callgrind client requests are only built for x86_64"
+            ),
+        });
+    }
+    match callgrind::valgrind_version() {
+        Ok(valgrind) => Ok(InstrPlan::Callgrind {
+            exe: std::env::current_exe().context("cannot find this executable to re-run it under valgrind")?,
+            args: worker_args(a),
+            valgrind,
+            perf_error,
+        }),
+        Err(why) => Ok(InstrPlan::None {
+            reason: format!(
+                "no hardware counter ({perf_error}) and no valgrind to count with ({why}); install valgrind \
+                 (apt-get install valgrind) for instruction counts"
+            ),
+        }),
+    }
+}
+
+fn run_worker(a: &BreakdownArgs, n: u8) -> Result<ExitCode> {
+    let step = Step::new(n).with_context(|| format!("--worker-step {n}: steps are 0 to 11"))?;
+    let dir = a.wal_dir.clone().context("--worker-step needs --wal-dir")?;
+    let report = breakdown::run_worker(step, &config(a, dir))?;
+    println!("{}", serde_json::to_string(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(a: BreakdownArgs) -> Result<ExitCode> {
+    if let Some(n) = a.worker_step {
+        return run_worker(&a, n);
+    }
+    let parent = a.wal_dir.clone().unwrap_or_else(std::env::temp_dir);
+    // Validate everything before doing any work.
+    config(&a, parent.clone()).validate()?;
+    if let Some(p) = &a.json {
+        breakdown::check_writable_file(p).context("--json")?;
+    }
+    if let Some(p) = &a.svg {
+        breakdown::check_writable_file(p).context("--svg")?;
+    }
+    let work = WorkDir::create(&parent)?;
+    let cfg = config(&a, work.0.clone());
+
+    println!("seed: {}", a.seed);
+    let plan = choose_plan(&a)?;
+    match &plan {
+        InstrPlan::Perf(_) => println!("instructions: hardware counter (perf_event_open)"),
+        InstrPlan::Callgrind { valgrind, perf_error, .. } => println!(
+            "instructions: no hardware counter ({perf_error});\n  counting with callgrind ({valgrind}), one child \
+             per step at {} warehouse(s) and {} transactions per type (--count-warehouses, --count-txns)",
+            a.count_warehouses.unwrap_or(a.warehouses),
+            a.count_txns
+        ),
+        InstrPlan::None { reason } => println!("instructions: NOT COUNTED: {reason}; time only"),
+    }
+    let started = Instant::now();
+    let mut progress = ConsoleProgress::new();
+    let b = breakdown::run(&cfg, plan, &mut progress)?;
+    print!("{}", breakdown::render(&b));
+    println!("\nglass breakdown took {:.0}s", started.elapsed().as_secs_f64());
+    if let Some(p) = &a.json {
+        breakdown::write_json(&b, p)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.svg {
+        breakdown::write_svg(&b, p)?;
+        println!("wrote {}", p.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

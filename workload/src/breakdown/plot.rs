@@ -1,0 +1,156 @@
+//! The `--svg` picture of `glass breakdown`: for Payment and for NewOrder, two stacked bars
+//! as in the paper's Figures 5 and 6 — glass's share of each component beside the paper's.
+//!
+//! Owns the drawing only (plotters, SVG backend, no font files). Guarantees: the bars are
+//! the component rows of the report, instruction shares when instructions were counted and
+//! time shares otherwise (the caption says which); a negative share (a step that added work)
+//! is drawn as an empty segment and named in the segment label list rather than hidden.
+
+use std::path::Path;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{Breakdown, Source, MEASURED};
+
+const WIDTH_PX: u32 = 1000;
+const HEIGHT_PX: u32 = 600;
+const LEGEND_PX: u32 = 230;
+
+/// One colour per component, then the remaining kernel (the paper's grey).
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x4e, 0x79, 0xa7),
+    RGBColor(0xf2, 0x8e, 0x2b),
+    RGBColor(0xe1, 0x57, 0x59),
+    RGBColor(0x76, 0xb7, 0xb2),
+    RGBColor(0x59, 0xa1, 0x4f),
+    RGBColor(0xba, 0xb0, 0xac),
+];
+
+/// (label, glass share, paper share) per segment, bottom first.
+type Segments = Vec<(&'static str, f64, f64)>;
+
+fn segments(b: &Breakdown, txn: &str, use_instructions: bool) -> Segments {
+    b.components
+        .iter()
+        .filter(|c| c.txn == txn && c.paper_pct.is_some())
+        .map(|c| {
+            let glass = if use_instructions { c.instructions_share_pct.unwrap_or(0.0) } else { c.time_share_pct };
+            (c.component, glass, c.paper_pct.unwrap_or(0.0))
+        })
+        .collect()
+}
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// Draws the picture of `b` into `path` (an SVG file).
+pub fn draw(b: &Breakdown, path: &Path) -> Result<(), String> {
+    let use_instructions = b.source != Source::None;
+    let root = SVGBackend::new(path, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let what = if use_instructions {
+        format!("instructions ({})", b.source.name())
+    } else {
+        "time (no instruction counts)".to_string()
+    };
+    let root = root
+        .titled(
+            &format!("Share of the full stack's {what} removed per component: glass vs the paper"),
+            ("sans-serif", 18),
+        )
+        .map_err(err)?;
+    let (charts, legend) = root.split_horizontally(WIDTH_PX - LEGEND_PX);
+    let panels = charts.split_evenly((1, 2));
+    let mut negatives = Vec::new();
+    for (panel, kind) in panels.iter().zip(MEASURED) {
+        let segs = segments(b, kind.name(), use_instructions);
+        for (name, glass, _) in &segs {
+            if *glass < 0.0 {
+                negatives.push(format!("{} {name} {glass:.1}%", kind.name()));
+            }
+        }
+        draw_panel(panel, kind.name(), &segs)?;
+    }
+    draw_legend(&legend, &negatives)?;
+    root.present().map_err(err)
+}
+
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segments) -> Result<(), String> {
+    let top = |f: fn(&(&'static str, f64, f64)) -> f64| segs.iter().map(|s| f(s).max(0.0)).sum::<f64>();
+    let y_max = top(|s| s.1).max(top(|s| s.2)).max(100.0);
+    let caption = match txn {
+        "payment" => "Payment (Figure 5)",
+        _ => "NewOrder (Figure 6)",
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(45)
+        .build_cartesian_2d((0u32..1u32).into_segmented(), 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .light_line_style(TRANSPARENT)
+        .y_desc("% of the full stack")
+        .y_label_formatter(&|v| format!("{v:.0}%"))
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(0) => "glass".to_string(),
+            SegmentValue::CenterOf(1) => "paper".to_string(),
+            _ => String::new(),
+        })
+        .draw()
+        .map_err(err)?;
+    let label_style = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Center));
+    for bar in 0..2u32 {
+        let mut base = 0.0;
+        for (i, seg) in segs.iter().enumerate() {
+            let value = if bar == 0 { seg.1 } else { seg.2 };
+            let h = value.max(0.0);
+            if h > 0.0 {
+                let mut rect = Rectangle::new(
+                    [(SegmentValue::Exact(bar), base), (SegmentValue::Exact(bar + 1), base + h)],
+                    COLORS[i % COLORS.len()].filled(),
+                );
+                rect.set_margin(0, 0, 28, 28);
+                chart.draw_series(std::iter::once(rect)).map_err(err)?;
+                if h >= 3.0 {
+                    let text = Text::new(
+                        format!("{value:.1}%"),
+                        (SegmentValue::CenterOf(bar), base + h / 2.0),
+                        label_style.clone(),
+                    );
+                    chart.draw_series(std::iter::once(text)).map_err(err)?;
+                }
+            }
+            base += h;
+        }
+    }
+    Ok(())
+}
+
+fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, negatives: &[String]) -> Result<(), String> {
+    const NAMES: [&str; 6] =
+        ["B-tree keys", "logging", "locking", "latching", "buffer manager", "remaining (stripped)"];
+    let style = ("sans-serif", 13).into_font().color(&BLACK);
+    let mut y = 60;
+    // Top of the stack first, as the bars read.
+    for (i, name) in NAMES.iter().enumerate().rev() {
+        area.draw(&Rectangle::new([(10, y), (26, y + 14)], COLORS[i].filled())).map_err(err)?;
+        area.draw(&Text::new(name.to_string(), (34, y), style.clone())).map_err(err)?;
+        y += 24;
+    }
+    if !negatives.is_empty() {
+        y += 12;
+        area.draw(&Text::new("negative (drawn empty):".to_string(), (10, y), style.clone())).map_err(err)?;
+        for n in negatives {
+            y += 18;
+            area.draw(&Text::new(n.clone(), (10, y), style.clone())).map_err(err)?;
+        }
+    }
+    Ok(())
+}
