@@ -1,11 +1,14 @@
 //! glass's wire protocol: the cluster description (`cluster.toml`, [`config`]), every message
-//! processes exchange ([`messages`]), and their framing ([`codec`]). Synchronous and free of
-//! any network runtime: the QUIC endpoints that carry these frames live beside them.
+//! processes exchange ([`messages`]) and their framing ([`codec`]), all synchronous; and the
+//! transport carrying them: the cluster's CA and TLS configurations ([`tls`]) and the QUIC
+//! endpoints on tokio and quinn ([`endpoint`]).
 
 pub mod codec;
 pub mod config;
+pub mod endpoint;
 pub mod error;
 pub mod messages;
+pub mod tls;
 
 pub use config::{check_ports_free, ClusterConfig, Mode};
 pub use error::{CodecError, ConfigError, Problem};

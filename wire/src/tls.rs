@@ -1,0 +1,446 @@
+//! The cluster's own certificate authority and the TLS configurations built from it
+//! (DESIGN.md, "Security").
+//!
+//! [`init_cluster`] (what `glass cluster init` runs) writes into `cert_dir`:
+//!
+//! ```text
+//! ca.pem, ca.key                  the cluster's CA (self-signed, ECDSA P-256)
+//! coordinator.pem, .key           CN "glass coordinator"
+//! node-<id>.pem, .key             CN "glass node <id>", one pair per [[nodes]] entry
+//! client.pem, .key                CN "glass client": the benchmark and CLI client
+//! ```
+//!
+//! Guarantees:
+//! - every leaf certificate is signed by the CA and carries both the ServerAuth and the
+//!   ClientAuth extended key usages (nodes and the coordinator dial each other), and a subject
+//!   alternative name for every name it may be dialled by: the host part of its configured
+//!   address (an IP address or a DNS name), plus `localhost`, `127.0.0.1` and `::1` when that
+//!   address is a loopback (or unspecified) one ([`names_for_address`]);
+//! - private keys are created with mode 0600 from the start (never loosened then tightened),
+//!   the directory with 0700;
+//! - an existing CA is never overwritten unless `force` is given ([`TlsError::CaExists`]);
+//! - [`server_config`] requires a client certificate issued by the CA
+//!   (`WebPkiClientVerifier`) and [`client_config`] trusts the CA alone and presents its own
+//!   certificate; both use the ring provider explicitly, TLS 1.3 only, ALPN [`ALPN`].
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::RootCertStore;
+
+use crate::config::{split_address, ClusterConfig};
+use crate::error::Problem;
+use crate::messages::NodeId;
+
+/// The ALPN protocol every glass connection negotiates.
+pub const ALPN: &[u8] = b"glass/1";
+/// File name of the CA certificate in `cert_dir`.
+pub const CA_CERT_FILE: &str = "ca.pem";
+/// File name of the CA private key in `cert_dir`.
+pub const CA_KEY_FILE: &str = "ca.key";
+/// Mode of every private key file.
+pub const KEY_FILE_MODE: u32 = 0o600;
+/// Mode of every certificate file.
+pub const CERT_FILE_MODE: u32 = 0o644;
+/// Mode of `cert_dir` when [`init_cluster`] creates it.
+pub const CERT_DIR_MODE: u32 = 0o700;
+
+/// Which process an identity belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Coordinator,
+    Node(NodeId),
+    /// The benchmark and CLI client.
+    Client,
+}
+
+impl Role {
+    /// The file name stem of the role's certificate and key: `coordinator`, `node-2`,
+    /// `client`.
+    pub fn file_stem(self) -> String {
+        match self {
+            Role::Coordinator => "coordinator".to_string(),
+            Role::Node(id) => format!("node-{id}"),
+            Role::Client => "client".to_string(),
+        }
+    }
+
+    /// The common name of the role's certificate: `glass coordinator`, `glass node 2`,
+    /// `glass client`.
+    pub fn common_name(self) -> String {
+        match self {
+            Role::Coordinator => "glass coordinator".to_string(),
+            Role::Node(id) => format!("glass node {id}"),
+            Role::Client => "glass client".to_string(),
+        }
+    }
+
+    /// Path of the role's certificate in `cert_dir`.
+    pub fn cert_path(self, cert_dir: &Path) -> PathBuf {
+        cert_dir.join(format!("{}.pem", self.file_stem()))
+    }
+
+    /// Path of the role's private key in `cert_dir`.
+    pub fn key_path(self, cert_dir: &Path) -> PathBuf {
+        cert_dir.join(format!("{}.key", self.file_stem()))
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Coordinator => f.write_str("coordinator"),
+            Role::Node(id) => write!(f, "node {id}"),
+            Role::Client => f.write_str("client"),
+        }
+    }
+}
+
+/// Why certificates could not be issued, read or turned into a TLS configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// `cert_dir` already holds a CA and `force` was not given.
+    #[error(
+        "{path} already exists: this cluster has a CA; pass --force to replace it (every certificate is \
+         reissued and processes holding the old ones are refused)"
+    )]
+    CaExists { path: PathBuf },
+    /// A file or directory could not be created, written or read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process address cannot name a certificate.
+    #[error("{field}: {problem}")]
+    Address { field: String, problem: Problem },
+    /// rcgen refused to generate a key or a certificate.
+    #[error("cannot generate {what}: {source}")]
+    Generate {
+        what: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    /// A PEM file is missing, unreadable or holds no usable item.
+    #[error("{path}: {detail} (run `glass cluster init` to create this cluster's certificates)")]
+    Pem { path: PathBuf, detail: String },
+    /// rustls refused the certificates or keys.
+    #[error("TLS configuration for the {role}: {source}")]
+    Rustls {
+        role: Role,
+        #[source]
+        source: rustls::Error,
+    },
+    /// The client-certificate verifier could not be built from the CA.
+    #[error("client certificate verifier for the {role}: {detail}")]
+    Verifier { role: Role, detail: String },
+}
+
+/// One certificate and key [`init_cluster`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedIdentity {
+    pub role: Role,
+    /// The certificate's file.
+    pub cert: PathBuf,
+    /// The private key's file (mode 0600).
+    pub key: PathBuf,
+    /// The certificate's subject alternative names.
+    pub names: Vec<String>,
+}
+
+/// What [`init_cluster`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitReport {
+    pub cert_dir: PathBuf,
+    /// The CA certificate's file.
+    pub ca_cert: PathBuf,
+    /// The CA key's file (mode 0600).
+    pub ca_key: PathBuf,
+    /// Whether an existing CA was replaced (`force`).
+    pub replaced_ca: bool,
+    /// The coordinator's, each node's (in `cluster.toml` order) and the client's.
+    pub identities: Vec<IssuedIdentity>,
+}
+
+/// The names a process listening on `address` (`host:port`) may be dialled by: the host
+/// itself, plus `localhost`, `127.0.0.1` and `::1` when it is a loopback or unspecified
+/// address (or `localhost`). Duplicates are dropped; the host comes first.
+pub fn names_for_address(address: &str) -> Result<Vec<String>, Problem> {
+    let (host, _port) = split_address(address)?;
+    let loopback = match host.parse::<IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip.is_unspecified(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    };
+    let mut names = vec![host.to_ascii_lowercase()];
+    if loopback {
+        for extra in ["localhost", "127.0.0.1", "::1"] {
+            if !names.iter().any(|n| n == extra) {
+                names.push(extra.to_string());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Creates the cluster's CA in `cfg.cert_dir` and issues a certificate and key to the
+/// coordinator, every node and the client. Refuses to replace an existing CA unless `force`.
+pub fn init_cluster(cfg: &ClusterConfig, force: bool) -> Result<InitReport, TlsError> {
+    let dir = cfg.cert_dir.as_path();
+    let ca_cert = dir.join(CA_CERT_FILE);
+    let ca_key = dir.join(CA_KEY_FILE);
+    let mut replaced_ca = false;
+    for path in [&ca_cert, &ca_key] {
+        if path.exists() {
+            if !force {
+                return Err(TlsError::CaExists { path: path.clone() });
+            }
+            replaced_ca = true;
+        }
+    }
+
+    // Every leaf and its names first: a bad address fails before anything is written.
+    let mut leaves = vec![(Role::Coordinator, address_names("coordinator.address", &cfg.coordinator.address)?)];
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        leaves.push((Role::Node(node.id), address_names(&format!("nodes[{i}].address"), &node.address)?));
+    }
+    leaves.push((Role::Client, Vec::new()));
+
+    let generate = |what: &str| {
+        let what = what.to_string();
+        move |source| TlsError::Generate { what, source }
+    };
+    let ca_keypair = KeyPair::generate().map_err(generate("the CA key"))?;
+    let ca_params = ca_params();
+    let ca_certificate = ca_params.self_signed(&ca_keypair).map_err(generate("the CA certificate"))?;
+    let issuer = Issuer::from_params(&ca_params, &ca_keypair);
+
+    let mut files = Vec::new();
+    let mut identities = Vec::new();
+    for (role, names) in leaves {
+        let keypair = KeyPair::generate().map_err(generate(&format!("the {role}'s key")))?;
+        let params = leaf_params(role, &names).map_err(generate(&format!("the {role}'s certificate")))?;
+        let cert = params.signed_by(&keypair, &issuer).map_err(generate(&format!("the {role}'s certificate")))?;
+        let (cert_path, key_path) = (role.cert_path(dir), role.key_path(dir));
+        files.push((cert_path.clone(), cert.pem(), CERT_FILE_MODE));
+        files.push((key_path.clone(), keypair.serialize_pem(), KEY_FILE_MODE));
+        identities.push(IssuedIdentity { role, cert: cert_path, key: key_path, names });
+    }
+
+    DirBuilder::new()
+        .recursive(true)
+        .mode(CERT_DIR_MODE)
+        .create(dir)
+        .map_err(|source| TlsError::Io { path: dir.to_path_buf(), source })?;
+    // The leaves first and the CA last: an interrupted run leaves no CA behind, so it can be
+    // run again without --force.
+    for (path, text, mode) in &files {
+        write_file(path, text, *mode)?;
+    }
+    write_file(&ca_key, &ca_keypair.serialize_pem(), KEY_FILE_MODE)?;
+    write_file(&ca_cert, &ca_certificate.pem(), CERT_FILE_MODE)?;
+    Ok(InitReport { cert_dir: dir.to_path_buf(), ca_cert, ca_key, replaced_ca, identities })
+}
+
+fn address_names(field: &str, address: &str) -> Result<Vec<String>, TlsError> {
+    names_for_address(address).map_err(|problem| TlsError::Address { field: field.to_string(), problem })
+}
+
+fn ca_params() -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "glass cluster CA");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params
+}
+
+fn leaf_params(role: Role, names: &[String]) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(names.to_vec())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, role.common_name());
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    debug_assert!(params
+        .subject_alt_names
+        .iter()
+        .all(|san| matches!(san, SanType::DnsName(_) | SanType::IpAddress(_))));
+    Ok(params)
+}
+
+/// Writes `text` to a new file created with `mode` (an existing file is removed first, so the
+/// mode always applies).
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), TlsError> {
+    let io = |source| TlsError::Io { path: path.to_path_buf(), source };
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(io)?;
+    file.write_all(text.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)
+}
+
+/// A process's certificate chain and key, and the CA it trusts.
+#[derive(Debug)]
+pub struct Identity {
+    pub role: Role,
+    /// The CA certificate: the only trust anchor.
+    pub ca: CertificateDer<'static>,
+    /// The process's certificate (the CA is the issuer, not part of the chain).
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Identity {
+    /// The CA as a root store.
+    pub fn roots(&self) -> Result<RootCertStore, TlsError> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.clone()).map_err(|source| TlsError::Rustls { role: self.role, source })?;
+        Ok(roots)
+    }
+}
+
+/// Reads the CA certificate only (no key needed), e.g. to verify peers without an identity.
+pub fn load_ca(cert_dir: &Path) -> Result<CertificateDer<'static>, TlsError> {
+    load_cert(&cert_dir.join(CA_CERT_FILE))
+}
+
+/// Reads `role`'s certificate and key, and the CA certificate, from `cert_dir`.
+pub fn load_identity(cert_dir: &Path, role: Role) -> Result<Identity, TlsError> {
+    let ca = load_ca(cert_dir)?;
+    let cert = load_cert(&role.cert_path(cert_dir))?;
+    let key_path = role.key_path(cert_dir);
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| pem_error(&key_path, e))?;
+    Ok(Identity { role, ca, chain: vec![cert], key })
+}
+
+fn load_cert(path: &Path) -> Result<CertificateDer<'static>, TlsError> {
+    let mut certs = CertificateDer::pem_file_iter(path).map_err(|e| pem_error(path, e))?;
+    match certs.next() {
+        Some(cert) => cert.map_err(|e| pem_error(path, e)),
+        None => Err(TlsError::Pem { path: path.to_path_buf(), detail: "no certificate in the file".to_string() }),
+    }
+}
+
+fn pem_error(path: &Path, e: rustls::pki_types::pem::Error) -> TlsError {
+    let detail = match e {
+        rustls::pki_types::pem::Error::Io(io) => io.to_string(),
+        rustls::pki_types::pem::Error::NoItemsFound => "no PEM item of the expected kind".to_string(),
+        other => format!("{other:?}"),
+    };
+    TlsError::Pem { path: path.to_path_buf(), detail }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The TLS configuration of a process accepting connections as `role`: TLS 1.3, ALPN
+/// [`ALPN`], and a client certificate issued by the cluster's CA required of every peer.
+pub fn server_config(cert_dir: &Path, role: Role) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_for(load_identity(cert_dir, role)?)
+}
+
+/// [`server_config`] from an identity already loaded.
+pub fn server_config_for(identity: Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    let role = identity.role;
+    let rustls_error = |source| TlsError::Rustls { role, source };
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(identity.roots()?), provider())
+        .build()
+        .map_err(|e| TlsError::Verifier { role, detail: e.to_string() })?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_error)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(identity.chain, identity.key)
+        .map_err(rustls_error)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The TLS configuration of a process dialling others as `role`: TLS 1.3, ALPN [`ALPN`],
+/// trusting the cluster's CA alone and presenting `role`'s certificate.
+pub fn client_config(cert_dir: &Path, role: Role) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    client_config_for(load_identity(cert_dir, role)?)
+}
+
+/// [`client_config`] from an identity already loaded.
+pub fn client_config_for(identity: Identity) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let role = identity.role;
+    let rustls_error = |source| TlsError::Rustls { role, source };
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(rustls_error)?
+        .with_root_certificates(identity.roots()?)
+        .with_client_auth_cert(identity.chain, identity.key)
+        .map_err(rustls_error)?;
+    config.alpn_protocols = vec![ALPN.to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(address: &str) -> Vec<String> {
+        names_for_address(address).unwrap()
+    }
+
+    #[test]
+    fn a_loopback_ip_also_gets_localhost_names() {
+        assert_eq!(names("127.0.0.1:7000"), ["127.0.0.1", "localhost", "::1"]);
+        assert_eq!(names("127.0.0.2:7000"), ["127.0.0.2", "localhost", "127.0.0.1", "::1"]);
+        assert_eq!(names("[::1]:7000"), ["::1", "localhost", "127.0.0.1"]);
+        assert_eq!(names("0.0.0.0:7000"), ["0.0.0.0", "localhost", "127.0.0.1", "::1"]);
+    }
+
+    #[test]
+    fn localhost_gets_the_loopback_addresses() {
+        assert_eq!(names("localhost:7000"), ["localhost", "127.0.0.1", "::1"]);
+        assert_eq!(names("LocalHost:7000"), ["localhost", "127.0.0.1", "::1"]);
+    }
+
+    #[test]
+    fn other_hosts_get_exactly_their_own_name() {
+        assert_eq!(names("10.0.0.7:7000"), ["10.0.0.7"]);
+        assert_eq!(names("[fd00::7]:7000"), ["fd00::7"]);
+        assert_eq!(names("node-2.glass.internal:7000"), ["node-2.glass.internal"]);
+    }
+
+    #[test]
+    fn bad_addresses_are_refused() {
+        assert!(matches!(names_for_address("nohost"), Err(Problem::BadAddress { .. })));
+        assert!(matches!(names_for_address(":7000"), Err(Problem::BadAddress { .. })));
+    }
+
+    #[test]
+    fn leaves_carry_both_usages_and_their_names() {
+        let params = leaf_params(Role::Node(2), &names("10.0.0.7:7000")).unwrap();
+        assert_eq!(
+            params.extended_key_usages,
+            [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
+        );
+        assert_eq!(params.subject_alt_names, [SanType::IpAddress("10.0.0.7".parse().unwrap())]);
+        let params = leaf_params(Role::Coordinator, &names("coord.example:7000")).unwrap();
+        assert_eq!(params.subject_alt_names, [SanType::DnsName("coord.example".try_into().unwrap())]);
+        assert_eq!(Role::Node(2).common_name(), "glass node 2");
+        assert_eq!(Role::Node(2).file_stem(), "node-2");
+    }
+}
