@@ -31,6 +31,20 @@ enum Command {
     /// Restart the conventional stack from its checkpoint and log (ARIES: analysis, redo,
     /// undo), report what recovery did, verify acknowledged commits and check consistency.
     Recover(cmd::recover::RecoverArgs),
+    /// A local cluster: `init` its certificates, `up` (start every process here and wait
+    /// until every partition serves), `status`, `down` (stop them; none is left).
+    Cluster(cmd::cluster::ClusterArgs),
+    /// Run one node process in the foreground (what `cluster up` starts; by hand on each host
+    /// of a multi-host cluster).
+    Node(cmd::node::NodeArgs),
+    /// Run the coordinator process in the foreground (what `cluster up` starts; by hand on its
+    /// host).
+    Coordinator(cmd::coordinator::CoordinatorArgs),
+    /// Check a running cluster: equal replica digests, TPC-C consistency over all partitions,
+    /// acknowledged NewOrders present.
+    Check(cmd::check::CheckArgs),
+    /// Copy a running cluster's whole database into one CSV per table.
+    Dump(cmd::dump::DumpArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +53,11 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
         Command::Recover(a) => cmd::recover::run(a),
+        Command::Cluster(a) => cmd::cluster::run(a),
+        Command::Node(a) => cmd::node::run(a),
+        Command::Coordinator(a) => cmd::coordinator::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
     };
     match result {
         Ok(code) => code,

@@ -685,5 +685,9 @@ fn message_name(msg: &Message) -> &'static str {
         Message::Membership { .. } => "Membership",
         Message::PartitionStopped { .. } => "PartitionStopped",
         Message::Shutdown { .. } => "Shutdown",
+        Message::StatusRequest { .. } => "StatusRequest",
+        Message::StatusReply { .. } => "StatusReply",
+        Message::SnapshotRequest { .. } => "SnapshotRequest",
+        Message::SnapshotChunk(_) => "SnapshotChunk",
     }
 }

@@ -3,12 +3,13 @@
 //! transaction to its partition ([`router`]), per-partition batching with bounded in-flight
 //! work ([`sequencer`]), agreement of the replicas' results ([`agreement`]), and the
 //! [`Coordinator`] that combines them with the partitions' lifecycle and failure detection
-//! ([`coordinator`]). No I/O, no clock, no async runtime: the network code feeds them and
-//! carries their outputs.
+//! ([`coordinator`]). No I/O, no clock, no async runtime: the network code ([`process`], the
+//! coordinator process on tokio and QUIC) feeds them and carries their outputs.
 
 pub mod agreement;
 pub mod coordinator;
 pub mod error;
+pub mod process;
 pub mod router;
 pub mod sequencer;
 pub mod timestamp;

@@ -29,9 +29,24 @@ use super::recover::Ack;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Run in this process: one thread against one partition holding every warehouse (the
-    /// paper's single-threaded setting). Required until cluster benches exist.
-    #[arg(long)]
+    /// paper's single-threaded setting).
+    #[arg(long, conflicts_with = "config")]
     embedded: bool,
+    /// Run as a client of the cluster this file describes (started here first when it is not
+    /// running, and stopped afterwards); its warehouses are cluster.toml's.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Cluster bench: client connections, each bound to one home warehouse [default: 2 per
+    /// warehouse].
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Cluster bench: requests each connection keeps in flight [default: 32].
+    #[arg(long)]
+    inflight: Option<usize>,
+    /// Cluster bench: open loop at this many transactions per second over all connections
+    /// (default: closed loop).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Workload profile: `paper` (50% NewOrder / 50% Payment, 10 local items, payment by id:
     /// the paper's Section 4 setting) or `standard` (TPC-C's 45/43/4/4/4 mix with remote
     /// items, remote payments, last-name selection and 1% rollbacks).
@@ -258,8 +273,18 @@ fn check_dump_dir(dir: &std::path::Path) -> Result<()> {
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
+    if let Some(config) = a.config.clone() {
+        return super::bench_cluster::run(cluster_bench(a, config));
+    }
     if !a.embedded {
-        bail!("only `glass bench --embedded` exists so far (cluster benches arrive with the cluster)");
+        bail!("say where to run: `--embedded` (this process) or `--config cluster.toml` (a cluster)");
+    }
+    for (given, flag) in
+        [(a.clients.is_some(), "--clients"), (a.inflight.is_some(), "--inflight"), (a.rate.is_some(), "--rate")]
+    {
+        if given {
+            bail!("{flag} applies to cluster benches (--config) only");
+        }
     }
     let profile: Profile = a.profile.parse()?;
     let mix = a.mix.as_deref().map(Mix::parse).transpose()?;
@@ -298,6 +323,37 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             finish(&mut db, &report, &a)
         }
         Target::Conventional { step, config } => run_conventional(&a, &cfg, step, config, &mut obs),
+    }
+}
+
+/// The flags a cluster bench uses; those of the embedded bench alone are named for refusal.
+fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::ClusterBench {
+    let embedded_only = [
+        (a.engine != "lean", "--engine"),
+        (a.step.is_some(), "--step"),
+        (a.workers != 1, "--workers"),
+        (a.wal_dir.is_some(), "--wal-dir"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect();
+    super::bench_cluster::ClusterBench {
+        config,
+        clients: a.clients,
+        inflight: a.inflight,
+        rate: a.rate,
+        profile: a.profile,
+        mix: a.mix,
+        duration: a.duration,
+        txns: a.txns,
+        warmup: a.warmup,
+        seed: a.seed,
+        json: a.json,
+        dump: a.dump,
+        check: a.check,
+        quiet: a.quiet,
+        ack_log: a.ack_log,
+        embedded_only,
     }
 }
 

@@ -364,8 +364,102 @@ pub enum Message {
     /// Coordinator → nodes: the partition is stopped (its replicas diverged); execute nothing
     /// more of it.
     PartitionStopped { partition: PartitionId, reason: String },
-    /// Coordinator → any: the cluster is shutting down.
+    /// Coordinator → any: the cluster is shutting down. Also client → coordinator or node:
+    /// shut down (what `glass cluster down` sends; only holders of a cluster certificate can).
     Shutdown { reason: String },
+    /// Client → coordinator or node: report your state; answered with
+    /// [`Message::StatusReply`].
+    StatusRequest { request_id: u64 },
+    /// The answer to a [`Message::StatusRequest`].
+    StatusReply { request_id: u64, status: ProcessStatus },
+    /// Client or peer → node: stream a consistent copy of one partition replica's rows as
+    /// [`Message::SnapshotChunk`]s. The copy is taken between two batches: the replica
+    /// executes nothing while it streams.
+    SnapshotRequest { request_id: u64, partition: PartitionId },
+    /// Node → requester: one piece of a snapshot; the last one has `end` set.
+    SnapshotChunk(SnapshotChunk),
+}
+
+/// A process's state, as `glass cluster status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessStatus {
+    pub role: Role,
+    /// The coordinator's or node's id in `cluster.toml`.
+    pub id: u16,
+    /// The operating system's process id.
+    pub pid: u32,
+    /// Milliseconds since the process started.
+    pub uptime_ms: u64,
+    /// The partitions the process serves (the coordinator: every partition; a node: its
+    /// replicas), in id order.
+    pub partitions: Vec<PartitionReport>,
+}
+
+/// One partition as a process sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionReport {
+    pub partition: PartitionId,
+    /// The coordinator's phase (`loading`, `serving`, `stopped: …`, `unavailable`) or the
+    /// replica's (`loading`, `ready`, `failed: …`, `stopped: …`).
+    pub phase: String,
+    /// A replica's load state (none from the coordinator).
+    pub load: Option<LoadState>,
+    /// The coordinator: the live replicas; a node: itself.
+    pub replicas: Vec<NodeId>,
+    /// The coordinator: batches sent; a replica: batches executed.
+    pub seq: Seq,
+    /// The coordinator: transactions in flight; a replica: transactions committed.
+    pub txns: u64,
+    /// A replica: CPU milliseconds its executor thread used (0 where unknown, and from the
+    /// coordinator).
+    pub cpu_ms: u64,
+}
+
+/// Largest row payload of one [`SnapshotChunk`] (the sender also keeps every frame within
+/// `limits.frame_bytes_max`).
+pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 1 << 20;
+
+/// Upper bound on the encoded size of a [`Message::SnapshotChunk`] without its row bytes.
+pub const SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX: usize = 128 + REASON_BYTES_MAX;
+
+/// One piece of a partition snapshot: rows of one table, as their fixed-width Pod bytes
+/// (`engine::schema`), concatenated. Chunks are numbered from 0 without gaps; a table's rows
+/// may span several chunks; the last chunk carries [`SnapshotEnd`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotChunk {
+    pub request_id: u64,
+    pub partition: PartitionId,
+    /// The snapshot shows the state after batch `seq`.
+    pub seq: Seq,
+    /// Position of the chunk in the stream, from 0.
+    pub index: u32,
+    /// `engine::schema::TableId` of the rows, as its number.
+    pub table: u8,
+    /// Rows in `rows_bytes` (its length is `rows` times the table's row size).
+    pub rows: u32,
+    pub rows_bytes: Vec<u8>,
+    /// XXH3-64 of `rows_bytes`, checked by the receiver.
+    pub checksum: u64,
+    /// Set on the last chunk.
+    pub end: Option<SnapshotEnd>,
+}
+
+impl SnapshotChunk {
+    /// The checksum [`SnapshotChunk::checksum`] must hold for `rows_bytes`.
+    pub fn checksum_of(rows_bytes: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(rows_bytes)
+    }
+}
+
+/// How a snapshot stream ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapshotEnd {
+    /// Every row was sent: `chunks` chunks (this one included) holding `rows` rows; the
+    /// sender's state digest of what it sent is `digest`.
+    Complete { chunks: u32, rows: u64, digest: StateDigest },
+    /// The snapshot cannot be taken (no such partition here, the replica is loading or
+    /// stopped); chunks sent before are void.
+    Refused { reason: String },
 }
 
 /// A reason an input cannot be executed, checked on both sides of the network: the

@@ -156,6 +156,9 @@ pub struct BenchReport {
     /// `fdatasync` calls on the log device during the run (warm-up included).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fsyncs: Option<u64>,
+    /// A cluster bench's figures (`replicas`, `nodes`, …), flattened into the JSON object.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::client::driver::ClusterInfo>,
 }
 
 /// Loads a fresh database of `warehouses` warehouses into `db`.
@@ -299,6 +302,7 @@ pub fn run<S: Storage>(
         retries: None,
         log_bytes: None,
         fsyncs: None,
+        cluster: None,
     })
 }
 

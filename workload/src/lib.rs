@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod breakdown;
+pub mod client;
 pub mod dump;
 pub mod error;
 pub mod gen;

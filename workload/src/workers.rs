@@ -332,5 +332,6 @@ pub fn run<S: Storage + Send>(
         retries: Some(all.retries),
         log_bytes: None,
         fsyncs: None,
+        cluster: None,
     })
 }

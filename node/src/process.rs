@@ -1,0 +1,690 @@
+//! The node process (`glass node --config … --id …`): hosts the node's partition replicas and
+//! carries their messages. The deciding logic is [`Replica`]; this module only moves bytes and
+//! threads (STYLE.md habit 2, mini-redis's server shape: [`run`] takes a bound listener and a
+//! shutdown future).
+//!
+//! Shape:
+//! - one OS thread per replica (its *executor*) owns the replica's [`engine::LeanDb`]
+//!   outright: it loads the partition's warehouses from the seed (no bulk data crosses the
+//!   network), then executes what arrives on its bounded inbox strictly in order — the
+//!   coordinator's batches, and tool requests (digests, snapshots) between two batches;
+//! - the node dials the coordinator (`coordinator.address`), retrying until it answers, and
+//!   keeps that one link: a reader task routes batches to the executors' inboxes (awaiting
+//!   room: backpressure reaches the coordinator through QUIC flow control), a writer task
+//!   sends the executors' results, load progress and a heartbeat every
+//!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost:
+//!   a restarted coordinator would restart the batch numbering, and rejoin is not built yet;
+//! - the node listens on its own address for tools (`glass cluster status`, `check`, `dump`,
+//!   `down`): status, replica digests, snapshots, shutdown; at most
+//!   [`TOOL_CONNECTIONS_MAX`] at once;
+//! - shutdown (the future passed in, a `Shutdown` message from the coordinator or a tool)
+//!   stops accepting, closes the links, asks the executors to stop and waits for them at most
+//!   `timeouts.shutdown_timeout_ms` (a replica still loading is not waited for).
+//!
+//! Every event is logged through `tracing`, one line each.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch, Semaphore};
+use tracing::{debug, error, info, warn};
+use wire::config::{split_address, ClusterConfig, PartitionConfig};
+use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
+use wire::messages::{
+    DigestOutcome, Hello, LoadState, Message, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection, Role,
+    PROTOCOL_VERSION,
+};
+
+use crate::replica::Replica;
+use crate::snapshot;
+
+/// Work items one replica's inbox holds (batches and tool requests); past it the link reader
+/// waits, and the coordinator with it.
+pub const REPLICA_INBOX_MAX: usize = 1_024;
+/// Messages from the executors waiting for the coordinator link (results, load progress).
+pub const COORDINATOR_OUTBOX_MAX: usize = 4_096;
+/// Tool connections (status, check, dump, down) served at once.
+pub const TOOL_CONNECTIONS_MAX: usize = 16;
+/// Replies (snapshot chunks of up to 1 MiB included) queued for one tool connection.
+pub const TOOL_OUTBOX_MAX: usize = 8;
+/// Pause between two attempts to reach the coordinator.
+pub const CONNECT_RETRY_MS: u64 = 200;
+/// Attempts to reach the coordinator between two log lines about it.
+const CONNECT_RETRIES_PER_LOG: u32 = 25;
+
+/// Why a node process cannot start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The id is not one of `cluster.toml`'s nodes.
+    #[error("node {node} is not listed in [[nodes]] of cluster.toml")]
+    UnknownNode { node: NodeId },
+    /// The node holds no replica.
+    #[error("node {node} holds no partition replica (see the `replicas` of [[partitions]])")]
+    NoReplicas { node: NodeId },
+    #[error(transparent)]
+    Config(#[from] wire::ConfigError),
+    #[error(transparent)]
+    Endpoint(#[from] wire::endpoint::EndpointError),
+    #[error("cannot read the certificates: {0}")]
+    Tls(#[from] wire::tls::TlsError),
+    /// An executor thread could not be started.
+    #[error("cannot start the executor thread of partition {partition}: {source}")]
+    Thread {
+        partition: PartitionId,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What one replica's executor receives.
+#[derive(Debug)]
+enum Work {
+    /// A message of the coordinator's stream (batch, membership, stop, digest request);
+    /// replies go to the coordinator.
+    Coordinator(Message),
+    /// A tool's digest or snapshot request; replies go to `reply`.
+    Tool { msg: Message, reply: mpsc::Sender<Message> },
+    /// Finish: the node is shutting down.
+    Stop,
+}
+
+/// What the network side knows of a replica without asking its thread.
+#[derive(Debug)]
+struct ReplicaShared {
+    partition: PartitionId,
+    load: watch::Sender<LoadState>,
+    applied_seq: AtomicU64,
+    committed: AtomicU64,
+    stopped: Mutex<Option<String>>,
+    /// `/proc/…/task/TID/schedstat` of the executor thread, once it runs.
+    schedstat: Mutex<Option<PathBuf>>,
+}
+
+impl ReplicaShared {
+    fn report(&self, node: NodeId) -> PartitionReport {
+        let load = self.load.borrow().clone();
+        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let phase = match (&stopped, &load) {
+            (Some(reason), _) => format!("stopped: {reason}"),
+            (None, LoadState::Loading { .. }) => "loading".to_string(),
+            (None, LoadState::Ready { .. }) => "ready".to_string(),
+            (None, LoadState::Failed { reason }) => format!("failed: {reason}"),
+        };
+        let schedstat = self.schedstat.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        PartitionReport {
+            partition: self.partition,
+            phase,
+            load: Some(load),
+            replicas: vec![node],
+            seq: self.applied_seq.load(Ordering::Relaxed),
+            txns: self.committed.load(Ordering::Relaxed),
+            cpu_ms: schedstat.and_then(|p| thread_cpu_ms(&p)).unwrap_or(0),
+        }
+    }
+}
+
+/// CPU milliseconds of a thread, from the first field of its `schedstat` (nanoseconds).
+fn thread_cpu_ms(schedstat: &std::path::Path) -> Option<u64> {
+    let text = std::fs::read_to_string(schedstat).ok()?;
+    text.split_whitespace().next()?.parse::<u64>().ok().map(|ns| ns / 1_000_000)
+}
+
+/// A running replica, as the network side holds it.
+#[derive(Debug)]
+struct ReplicaHandle {
+    shared: Arc<ReplicaShared>,
+    inbox: mpsc::Sender<Work>,
+}
+
+/// State every task of the node shares.
+#[derive(Debug)]
+struct Node {
+    id: NodeId,
+    config: ClusterConfig,
+    started: Instant,
+    replicas: BTreeMap<PartitionId, ReplicaHandle>,
+    /// Set once the node is shutting down.
+    stopping: watch::Sender<bool>,
+}
+
+impl Node {
+    fn hello(&self) -> Hello {
+        Hello {
+            protocol_version: PROTOCOL_VERSION,
+            role: Role::Node,
+            id: self.id,
+            config_fingerprint: self.config.fingerprint(),
+        }
+    }
+
+    fn status(&self) -> ProcessStatus {
+        ProcessStatus {
+            role: Role::Node,
+            id: self.id,
+            pid: std::process::id(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            partitions: self.replicas.values().map(|r| r.shared.report(self.id)).collect(),
+        }
+    }
+
+    fn stop(&self, why: &str) {
+        if !*self.stopping.borrow() {
+            info!(why, "node shutting down");
+        }
+        self.stopping.send_replace(true);
+    }
+
+    async fn stopped(&self) {
+        let mut rx = self.stopping.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// Binds the node's listener on `address` (its `cluster.toml` address, or another local one)
+/// with the node's certificate.
+pub async fn bind(config: &ClusterConfig, id: NodeId, address: SocketAddr) -> Result<Listener, NodeError> {
+    let hello = node_hello(config, id);
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Node(id))?;
+    let mut limits = EndpointLimits::from_config(config);
+    limits.connections_max = TOOL_CONNECTIONS_MAX;
+    Ok(endpoint::listen(address, tls, hello, limits).await?)
+}
+
+fn node_hello(config: &ClusterConfig, id: NodeId) -> Hello {
+    Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id, config_fingerprint: config.fingerprint() }
+}
+
+/// Runs node `id` of `config` until `shutdown` completes or the cluster is shut down: loads
+/// its replicas, joins the coordinator, serves tools on `listener`.
+pub async fn run(
+    config: ClusterConfig,
+    id: NodeId,
+    listener: Listener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), NodeError> {
+    if config.node(id).is_none() {
+        return Err(NodeError::UnknownNode { node: id });
+    }
+    let partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
+    if partitions.is_empty() {
+        return Err(NodeError::NoReplicas { node: id });
+    }
+    info!(
+        node = id,
+        partitions = ?partitions.iter().map(|p| p.id).collect::<Vec<_>>(),
+        seed = config.seed,
+        "node starting"
+    );
+    let (to_coordinator, from_executors) = mpsc::channel(COORDINATOR_OUTBOX_MAX);
+    let mut replicas = BTreeMap::new();
+    let mut exits = Vec::new();
+    for p in &partitions {
+        let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
+        let shared = Arc::new(ReplicaShared {
+            partition: p.id,
+            load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
+            applied_seq: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            stopped: Mutex::new(None),
+            schedstat: Mutex::new(None),
+        });
+        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
+        let executor = Executor {
+            node: id,
+            partition: p.clone(),
+            seed: config.seed,
+            pending_batches_max: config.limits.replica_pending_batches_max as usize,
+            frame_bytes_max: config.limits.frame_bytes_max as usize,
+            shared: shared.clone(),
+            to_coordinator: to_coordinator.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("replica-p{}", p.id))
+            .spawn(move || {
+                executor.run(rx);
+                drop(exit_tx);
+            })
+            .map_err(|source| NodeError::Thread { partition: p.id, source })?;
+        exits.push(exit_rx);
+        replicas.insert(p.id, ReplicaHandle { shared, inbox });
+    }
+    drop(to_coordinator);
+    let node = Arc::new(Node {
+        id,
+        config: config.clone(),
+        started: Instant::now(),
+        replicas,
+        stopping: watch::Sender::new(false),
+    });
+
+    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors));
+    let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
+
+    tokio::select! {
+        () = shutdown => node.stop("signal"),
+        () = node.stopped() => {}
+    }
+    for r in node.replicas.values() {
+        let _ = r.inbox.try_send(Work::Stop);
+    }
+    let wait = Duration::from_millis(config.timeouts.shutdown_timeout_ms);
+    let joined = tokio::time::timeout(wait, async {
+        for e in exits {
+            let _ = e.await;
+        }
+    })
+    .await;
+    if joined.is_err() {
+        warn!(wait_ms = wait.as_millis() as u64, "executors still busy (loading?) at shutdown; leaving them");
+    }
+    link_task.abort();
+    tools_task.abort();
+    info!(node = id, "node stopped");
+    Ok(())
+}
+
+/// One replica's thread: load, then execute the inbox in order.
+struct Executor {
+    node: NodeId,
+    partition: PartitionConfig,
+    seed: u64,
+    pending_batches_max: usize,
+    frame_bytes_max: usize,
+    shared: Arc<ReplicaShared>,
+    to_coordinator: mpsc::Sender<Message>,
+}
+
+impl Executor {
+    fn run(self, mut inbox: mpsc::Receiver<Work>) {
+        let pid = self.partition.id;
+        if let Ok(me) = std::fs::read_link("/proc/thread-self") {
+            let path = PathBuf::from("/proc").join(me).join("schedstat");
+            *self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+        }
+        let t0 = Instant::now();
+        let mut last_logged_rows = 0u64;
+        let loaded = Replica::load(self.node, &self.partition, self.seed, self.pending_batches_max, &mut |p| {
+            let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
+            self.shared.load.send_replace(state);
+            // Progress may be dropped when the link is backed up; the final state is not.
+            let _ = self.to_coordinator.try_send(Replica::progress_message(pid, p));
+            if p.rows_loaded - last_logged_rows >= 250_000 || p.rows_loaded == p.rows_total {
+                last_logged_rows = p.rows_loaded;
+                debug!(partition = pid, rows_loaded = p.rows_loaded, rows_total = p.rows_total, "loading");
+            }
+        });
+        let mut replica = match loaded {
+            Ok(r) => r,
+            Err(e) => {
+                error!(partition = pid, error = %e, "load failed");
+                let state = LoadState::Failed { reason: wire::messages::bounded_reason(e.to_string()) };
+                self.shared.load.send_replace(state.clone());
+                let _ = self.to_coordinator.blocking_send(Message::LoadStatus { partition: pid, state });
+                // Answer tools until shut down.
+                self.refuse_all(&mut inbox, &format!("partition {pid} failed to load"));
+                return;
+            }
+        };
+        // From here on tables grow: keep their next pages faulted in off this thread.
+        engine::arena::set_prefault(true);
+        let ready = replica.ready_message();
+        if let Message::LoadStatus { state, .. } = &ready {
+            if let LoadState::Ready { digest } = state {
+                info!(
+                    partition = pid,
+                    warehouses = ?self.partition.warehouses.range(),
+                    seconds = t0.elapsed().as_secs_f64(),
+                    digest = %digest,
+                    "replica loaded"
+                );
+            }
+            self.shared.load.send_replace(state.clone());
+        }
+        if self.to_coordinator.blocking_send(ready).is_err() {
+            warn!(partition = pid, "the coordinator link is gone; load status not sent");
+        }
+        while let Some(work) = inbox.blocking_recv() {
+            match work {
+                Work::Stop => break,
+                Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
+                Work::Tool { msg, reply } => self.tool(&mut replica, msg, &reply),
+            }
+        }
+        let stats = replica.stats();
+        info!(
+            partition = pid,
+            batches = stats.batches_executed,
+            committed = stats.txns_committed,
+            aborted = stats.txns_aborted,
+            failed = stats.txns_failed,
+            "executor finished"
+        );
+    }
+
+    fn on_coordinator(&self, replica: &mut Replica, msg: Message) {
+        let was_stopped = replica.stopped().is_some();
+        match replica.on_message(msg) {
+            Ok(replies) => {
+                for reply in replies {
+                    if self.to_coordinator.blocking_send(reply).is_err() {
+                        debug!(partition = replica.partition(), "the coordinator link is gone; result dropped");
+                    }
+                }
+            }
+            Err(e) => error!(partition = replica.partition(), error = %e, "replica refused a message"),
+        }
+        self.shared.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
+        self.shared.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
+        if !was_stopped {
+            if let Some(reason) = replica.stopped() {
+                error!(partition = replica.partition(), reason, "replica stopped");
+                *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            }
+        }
+    }
+
+    fn tool(&self, replica: &mut Replica, msg: Message, reply: &mpsc::Sender<Message>) {
+        match msg {
+            Message::SnapshotRequest { request_id, partition } => {
+                if let Some(reason) = replica.stopped() {
+                    let _ = reply.blocking_send(snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
+                    return;
+                }
+                let t0 = Instant::now();
+                let digest = replica.state_digest();
+                let seq = replica.applied_seq();
+                let s = snapshot::stream(
+                    replica.db_mut(),
+                    request_id,
+                    partition,
+                    seq,
+                    digest,
+                    self.frame_bytes_max,
+                    &mut |m| reply.blocking_send(m).is_ok(),
+                );
+                info!(
+                    partition,
+                    seq,
+                    rows = s.rows,
+                    chunks = s.chunks,
+                    mib = s.bytes as f64 / (1 << 20) as f64,
+                    seconds = t0.elapsed().as_secs_f64(),
+                    complete = s.complete,
+                    "snapshot streamed"
+                );
+            }
+            other => match replica.on_message(other) {
+                Ok(replies) => {
+                    for m in replies {
+                        let _ = reply.blocking_send(m);
+                    }
+                }
+                Err(e) => warn!(partition = replica.partition(), error = %e, "tool request refused"),
+            },
+        }
+    }
+
+    /// After a failed load: refuse tool requests until stopped.
+    fn refuse_all(&self, inbox: &mut mpsc::Receiver<Work>, reason: &str) {
+        while let Some(work) = inbox.blocking_recv() {
+            match work {
+                Work::Stop => return,
+                Work::Tool { msg: Message::SnapshotRequest { request_id, partition }, reply } => {
+                    let _ = reply.blocking_send(snapshot::refusal(request_id, partition, reason.to_string()));
+                }
+                Work::Tool { .. } | Work::Coordinator(_) => {}
+            }
+        }
+    }
+}
+
+/// Dials the coordinator (retrying until it answers or the node stops), then carries the
+/// link until it closes.
+async fn coordinator_link(node: Arc<Node>, mut from_executors: mpsc::Receiver<Message>) {
+    let address = node.config.coordinator.address.clone();
+    let server_name = split_address(&address).map(|(h, _)| h.to_string()).unwrap_or_default();
+    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
+        Ok(t) => t,
+        Err(e) => {
+            error!(error = %e, "cannot read the node's certificates; not joining the coordinator");
+            return;
+        }
+    };
+    let mut attempts = 0u32;
+    let link = loop {
+        let addr = match wire::config::resolve("coordinator.address", &address) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                if attempts % CONNECT_RETRIES_PER_LOG == 0 {
+                    warn!(error = %e, "cannot resolve the coordinator's address; retrying");
+                }
+                None
+            }
+        };
+        if let Some(addr) = addr {
+            let limits = EndpointLimits::from_config(&node.config);
+            let attempt = endpoint::connect(addr, &server_name, tls.clone(), node.hello(), limits);
+            tokio::select! {
+                r = attempt => match r {
+                    Ok(link) => break link,
+                    Err(e @ (EndpointError::HelloRefused { .. }
+                    | EndpointError::HelloRejected { .. }
+                    | EndpointError::CertificateRefused { .. }
+                    | EndpointError::PeerCertificateInvalid { .. })) => {
+                        error!(coordinator = %address, error = %e, "the coordinator refused this node");
+                        node.stop("refused by the coordinator");
+                        return;
+                    }
+                    Err(e) => {
+                        if attempts % CONNECT_RETRIES_PER_LOG == 0 {
+                            info!(coordinator = %address, error = %e, "coordinator not reachable yet; retrying");
+                        }
+                    }
+                },
+                () = node.stopped() => return,
+            }
+        }
+        attempts += 1;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
+            () = node.stopped() => return,
+        }
+    };
+    info!(coordinator = %address, "joined the coordinator");
+    let (mut sender, mut receiver) = link.split();
+
+    let writer_node = node.clone();
+    let writer = tokio::spawn(async move {
+        let mut heartbeat =
+            tokio::time::interval(Duration::from_millis(writer_node.config.timeouts.heartbeat_ms.max(1)));
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let msg = tokio::select! {
+                m = from_executors.recv() => match m {
+                    Some(m) => m,
+                    None => return,
+                },
+                _ = heartbeat.tick() => Message::Heartbeat { now_ms: writer_node.started.elapsed().as_millis() as u64 },
+                () = writer_node.stopped() => return,
+            };
+            if let Err(e) = sender.send(&msg).await {
+                if !*writer_node.stopping.borrow() {
+                    error!(error = %e, "cannot send to the coordinator; link lost");
+                }
+                return;
+            }
+        }
+    });
+
+    loop {
+        let received = tokio::select! {
+            r = receiver.recv() => r,
+            () = node.stopped() => break,
+        };
+        let msg = match received {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                if !*node.stopping.borrow() {
+                    error!("the coordinator closed the link; this node no longer executes (tools are still served)");
+                }
+                break;
+            }
+            Err(e) => {
+                if !*node.stopping.borrow() {
+                    error!(error = %e, "the coordinator link failed; this node no longer executes (tools are still served)");
+                }
+                break;
+            }
+        };
+        let partition = match &msg {
+            Message::Batch(b) => Some(b.partition),
+            Message::Membership { partition, .. }
+            | Message::PartitionStopped { partition, .. }
+            | Message::DigestRequest { partition, .. } => Some(*partition),
+            Message::Heartbeat { .. } => None,
+            Message::Shutdown { reason } => {
+                info!(reason = %reason, "the coordinator shuts the cluster down");
+                node.stop("the coordinator said so");
+                break;
+            }
+            other => {
+                warn!(message = %short(other), "unexpected message from the coordinator; ignored");
+                None
+            }
+        };
+        let Some(partition) = partition else { continue };
+        if let Message::Membership { epoch, live, .. } = &msg {
+            warn!(partition, epoch, live = ?live, "membership changed");
+        }
+        if let Message::PartitionStopped { reason, .. } = &msg {
+            error!(partition, reason = %reason, "the coordinator stopped the partition");
+        }
+        match node.replicas.get(&partition) {
+            Some(r) => {
+                if r.inbox.send(Work::Coordinator(msg)).await.is_err() {
+                    break;
+                }
+            }
+            None => warn!(partition, "message for a partition this node does not hold; ignored"),
+        }
+    }
+    writer.abort();
+}
+
+/// Accepts tool connections until the node stops.
+async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
+    let permits = Arc::new(Semaphore::new(TOOL_CONNECTIONS_MAX));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = node.stopped() => return,
+        };
+        let link = match accepted {
+            Ok(l) => l,
+            Err(e) => {
+                debug!(error = %e, "a connection attempt failed");
+                continue;
+            }
+        };
+        let hello = link.peer_hello().clone();
+        if hello.role != Role::Client {
+            warn!(role = %hello.role, id = hello.id, "only tools connect to a node; refused");
+            tokio::spawn(link.refuse("only tools (clients) connect to a node"));
+            continue;
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            warn!(limit = TOOL_CONNECTIONS_MAX, "too many tool connections; refused");
+            tokio::spawn(link.refuse("too many tool connections"));
+            continue;
+        };
+        let node = node.clone();
+        tokio::spawn(async move {
+            serve_tool(node, link).await;
+            drop(permit);
+        });
+    }
+}
+
+/// One tool connection: status, digest and snapshot requests, shutdown.
+async fn serve_tool(node: Arc<Node>, link: Link) {
+    let client = link.peer_hello().id;
+    debug!(client, "tool connected");
+    let (mut sender, mut receiver) = link.split();
+    let (reply_tx, mut reply_rx) = mpsc::channel::<Message>(TOOL_OUTBOX_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(m) = reply_rx.recv().await {
+            if sender.send(&m).await.is_err() {
+                return;
+            }
+        }
+        sender.finish(Duration::from_secs(1)).await;
+    });
+    loop {
+        let received = tokio::select! {
+            r = receiver.recv() => r,
+            () = node.stopped() => break,
+        };
+        let msg = match received {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => {
+                debug!(client, error = %e, "tool link failed");
+                break;
+            }
+        };
+        match msg {
+            Message::StatusRequest { request_id } => {
+                let _ = reply_tx.send(Message::StatusReply { request_id, status: node.status() }).await;
+            }
+            Message::DigestRequest { request_id, partition } | Message::SnapshotRequest { request_id, partition } => {
+                let ready =
+                    node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
+                let refusal = match ready {
+                    None => Some(format!("node {} holds no replica of partition {partition}", node.id)),
+                    Some(false) => Some(format!("the replica of partition {partition} is not loaded")),
+                    Some(true) => None,
+                };
+                if let Some(reason) = refusal {
+                    let reply = match msg {
+                        Message::SnapshotRequest { .. } => snapshot::refusal(request_id, partition, reason),
+                        _ => Message::DigestReply {
+                            request_id,
+                            partition,
+                            outcome: DigestOutcome::Rejected(Rejection::InvalidInput { problem: reason }),
+                        },
+                    };
+                    let _ = reply_tx.send(reply).await;
+                    continue;
+                }
+                let r = &node.replicas[&partition];
+                if r.inbox.send(Work::Tool { msg, reply: reply_tx.clone() }).await.is_err() {
+                    break;
+                }
+            }
+            Message::Shutdown { reason } => {
+                info!(client, reason = %reason, "shutdown requested by a tool");
+                node.stop("a tool asked");
+                break;
+            }
+            other => {
+                warn!(client, message = %short(&other), "unexpected message from a tool; ignored")
+            }
+        }
+    }
+    drop(reply_tx);
+    // Let queued replies (a snapshot's last chunks) go out.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    debug!(client, "tool disconnected");
+}
+
+/// A message's variant, for logs.
+fn short(msg: &Message) -> String {
+    let text = format!("{msg:?}");
+    let end = text.find([' ', '(', '{']).unwrap_or(text.len());
+    text[..end].to_string()
+}

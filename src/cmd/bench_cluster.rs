@@ -1,0 +1,404 @@
+//! `glass bench --config cluster.toml`: the TPC-C driver as a client of a running cluster
+//! ([`workload::client::driver`]). Without a running cluster it starts one from the file
+//! (`glass cluster up`), runs, and stops it, so one command does the whole job.
+//!
+//! Beside the embedded bench's lines, table and JSON (plus `mode`, `replicas`, `nodes` and the
+//! other [`ClusterInfo`](workload::client::driver::ClusterInfo) fields), it says where the
+//! time went: CPU seconds of each local process during the measured phase, the nodes'
+//! executor threads apart from their network threads (from the nodes' status), and batches
+//! sent. `--check` then verifies the cluster (equal replica digests, consistency, and every
+//! NewOrder acknowledged during the run present in the data); `--ack-log` writes that record.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use engine::LeanDb;
+use tokio::runtime::Runtime;
+use wire::endpoint::Link;
+use wire::messages::{NodeId, ProcessStatus};
+use workload::bench::{self, IntervalLine, Observer, StopAfter};
+use workload::client::driver::{self, DriverConfig};
+use workload::client::{self, ClusterClient};
+use workload::gen::{Mix, Profile};
+use workload::report::{self, ConsoleObserver};
+
+use super::check::write_acks;
+use super::cluster::{process_cpu_seconds, process_rss_bytes, runtime, thread_cpu_seconds, Cluster, Proc, Running, Up};
+
+/// Requests each connection keeps outstanding by default.
+pub const INFLIGHT_DEFAULT: usize = 32;
+/// Connections per warehouse by default.
+pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 2;
+/// How long a bench waits for a running cluster's partitions to serve.
+const READY_WAIT: Duration = Duration::from_secs(600);
+
+/// The flags of `glass bench` a cluster bench uses.
+#[derive(Debug)]
+pub struct ClusterBench {
+    pub config: PathBuf,
+    pub clients: Option<usize>,
+    pub inflight: Option<usize>,
+    pub rate: Option<f64>,
+    pub profile: String,
+    pub mix: Option<String>,
+    pub duration: f64,
+    pub txns: Option<u64>,
+    pub warmup: f64,
+    pub seed: u64,
+    pub json: Option<PathBuf>,
+    pub dump: Option<PathBuf>,
+    pub check: bool,
+    pub quiet: bool,
+    pub ack_log: Option<PathBuf>,
+    /// Flags of the embedded bench only, refused here when given.
+    pub embedded_only: Vec<&'static str>,
+}
+
+/// Stops a cluster this command started, however the command ends, and reaps its processes.
+struct StopOnDrop<'a> {
+    cluster: &'a Cluster,
+    armed: bool,
+    children: Vec<std::process::Child>,
+}
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(e) = self.cluster.down(false) {
+                eprintln!("glass: error: stopping the cluster: {e:#}");
+            }
+        }
+        // Reaps those that exited (a survivor of a failed `down` is left to the operator).
+        for c in &mut self.children {
+            let _ = c.try_wait();
+        }
+    }
+}
+
+pub fn run(b: ClusterBench) -> Result<ExitCode> {
+    if let Some(flag) = b.embedded_only.first() {
+        bail!("{flag} applies to --embedded benches only; a cluster bench runs what cluster.toml describes");
+    }
+    let cluster = Cluster::open(&b.config)?;
+    let config = &cluster.config;
+    let profile: Profile = b.profile.parse()?;
+    let mix = b.mix.as_deref().map(Mix::parse).transpose()?;
+    let warehouses = usize::from(config.warehouses_total());
+    let cfg = DriverConfig {
+        profile,
+        mix,
+        clients: b.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
+        inflight: b.inflight.unwrap_or(INFLIGHT_DEFAULT),
+        rate: b.rate,
+        warmup_s: b.warmup,
+        stop: match b.txns {
+            Some(n) => StopAfter::Transactions(n),
+            None => StopAfter::Seconds(b.duration),
+        },
+        seed: b.seed,
+    };
+    cfg.validate()?;
+    if let Some(p) = &b.json {
+        bench::check_writable_file(p).context("--json")?;
+    }
+    if let Some(p) = &b.ack_log {
+        bench::check_writable_file(p).context("--ack-log")?;
+    }
+    println!("seed: {}", b.seed);
+    let rt = runtime()?;
+    let client = cluster.client();
+
+    // A running cluster, or one started here.
+    let t0 = Instant::now();
+    let mut guard = StopOnDrop { cluster: &cluster, armed: false, children: Vec::new() };
+    let reachable = rt.block_on(async {
+        let wait = Duration::from_millis(config.timeouts.connect_timeout_ms.min(2_000));
+        tokio::time::timeout(wait, client.connect_coordinator()).await.ok().and_then(Result::ok)
+    });
+    let load_seconds = match reachable {
+        Some(link) => {
+            println!("cluster: using the running cluster of {}", cluster.path.display());
+            rt.block_on(wait_serving(link))?;
+            0.0
+        }
+        None => {
+            if !cluster.running_procs().is_empty() {
+                bail!(
+                    "the cluster's processes run here but the coordinator does not answer; see `glass cluster status \
+                     --config {}`",
+                    cluster.path.display()
+                );
+            }
+            println!("cluster: none running; starting one from {}", cluster.path.display());
+            match cluster.up(!b.quiet)? {
+                Up::Started(children) => {
+                    guard.armed = true;
+                    guard.children = children;
+                }
+                Up::AlreadyRunning(_) => {}
+            }
+            t0.elapsed().as_secs_f64()
+        }
+    };
+    let local = cluster.running_procs();
+
+    let mut obs = Sampler::new(&rt, &client, config, &local, ConsoleObserver::new(b.quiet))?;
+    let outcome = driver::run(&client, rt.handle(), &cfg, &mut obs)?;
+    let mut report = outcome.report;
+    report.load_seconds = load_seconds;
+    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
+    let (start, end) = (obs.start.take(), obs.end.take());
+    let mut time_lines = Vec::new();
+    if let (Some(s), Some(e)) = (&start, &end) {
+        let executor_cpu = e.executor_cpu_s - s.executor_cpu_s;
+        report.executor_cpu_seconds = executor_cpu;
+        report.txn_per_cpu_sec = report.committed as f64 * replicas as f64 / executor_cpu.max(1e-9);
+        report.rss_after_load_bytes = s.nodes_rss_bytes;
+        report.rss_bytes = e.nodes_rss_bytes;
+        let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
+        if neworders > 0 && e.nodes_rss_bytes > 0 {
+            report.rss_growth_per_neworder_bytes =
+                e.nodes_rss_bytes.saturating_sub(s.nodes_rss_bytes) as f64 / (neworders * replicas as u64) as f64;
+        }
+        let batches = e.batches.saturating_sub(s.batches);
+        if let Some(c) = report.cluster.as_mut() {
+            c.batches = Some(batches);
+        }
+        time_lines = where_the_time_goes(s, e, &report, batches);
+    }
+    print!("{}", report::render(&report));
+    if let Some(c) = &report.cluster {
+        println!(
+            "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
+            c.nodes,
+            c.partitions,
+            c.replicas,
+            c.clients,
+            c.inflight,
+            c.rate.map_or(" (closed loop)".to_string(), |r| format!(", open loop at {r:.0} txn/s")),
+            c.busy
+        );
+        println!(
+            "             the executor figures above count every replica's thread: {:.0} executions per executor CPU \
+             second",
+            report.txn_per_cpu_sec
+        );
+    }
+    for l in &time_lines {
+        println!("{l}");
+    }
+    if let Some(p) = &b.json {
+        let mut bytes = serde_json::to_vec_pretty(&report)?;
+        bytes.push(b'\n');
+        bench::write_atomic(p, &bytes)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &b.ack_log {
+        write_acks(p, &outcome.acks)?;
+        println!("wrote {} acknowledged NewOrders to {}", outcome.acks.len(), p.display());
+    }
+    let mut code = ExitCode::SUCCESS;
+    if b.check {
+        let verdict = rt.block_on(client::check(&client, &outcome.acks))?;
+        println!();
+        print!("{verdict}");
+        if !verdict.passed() {
+            eprintln!("glass: error: the cluster check failed");
+            code = ExitCode::from(1);
+        }
+    }
+    if let Some(dir) = &b.dump {
+        let mut db = LeanDb::new();
+        rt.block_on(client::fetch_all(&client, &mut db))?;
+        let summary = workload::dump::dump(&mut db, dir)?;
+        println!("dumped {summary} into {}", dir.display());
+    }
+    if guard.armed {
+        guard.armed = false;
+        cluster.down(true)?;
+    }
+    Ok(code)
+}
+
+/// Waits until every partition of a running cluster serves.
+async fn wait_serving(mut link: Link) -> Result<()> {
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        let s = client::status(&mut link).await?;
+        if s.partitions.iter().all(|p| p.phase == "serving") {
+            return Ok(());
+        }
+        if let Some(p) = s.partitions.iter().find(|p| p.phase.starts_with("stopped") || p.phase == "unavailable") {
+            bail!("partition {} cannot serve: {}", p.partition, p.phase);
+        }
+        if Instant::now() > deadline {
+            bail!("the cluster's partitions did not all serve within {} s", READY_WAIT.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// CPU seconds per thread name.
+type ThreadCpu = Vec<(String, f64)>;
+
+/// Figures sampled at the start and the end of the measured phase.
+#[derive(Debug, Clone, Default)]
+struct Sample {
+    at: Option<Instant>,
+    /// Σ executor thread CPU over every replica.
+    executor_cpu_s: f64,
+    /// Per node: (id, its executors' CPU seconds).
+    node_executor_cpu_s: Vec<(NodeId, f64)>,
+    /// Local processes' CPU seconds: (label, seconds, per thread name).
+    process_cpu_s: Vec<(String, f64, ThreadCpu)>,
+    nodes_rss_bytes: u64,
+    /// Batches the coordinator sent, over all partitions.
+    batches: u64,
+}
+
+/// The console observer, plus samples of the cluster at the measured phase's start and end.
+struct Sampler<'a> {
+    rt: &'a Runtime,
+    inner: ConsoleObserver,
+    coordinator: Option<Link>,
+    nodes: Vec<(NodeId, Option<Link>)>,
+    local: &'a [Running],
+    start: Option<Sample>,
+    end: Option<Sample>,
+}
+
+impl<'a> Sampler<'a> {
+    fn new(
+        rt: &'a Runtime,
+        client: &ClusterClient,
+        config: &wire::ClusterConfig,
+        local: &'a [Running],
+        inner: ConsoleObserver,
+    ) -> Result<Sampler<'a>> {
+        let (coordinator, nodes) = rt.block_on(async {
+            let coordinator = client.connect_coordinator().await.ok();
+            let mut nodes = Vec::new();
+            for n in &config.nodes {
+                nodes.push((n.id, client.connect_node(n.id).await.ok()));
+            }
+            (coordinator, nodes)
+        });
+        Ok(Sampler { rt, inner, coordinator, nodes, local, start: None, end: None })
+    }
+
+    fn sample(&mut self) -> Sample {
+        let mut s = Sample { at: Some(Instant::now()), ..Sample::default() };
+        for r in self.local {
+            if let Some(cpu) = process_cpu_seconds(r.pid) {
+                s.process_cpu_s.push((label(&r.proc), cpu, thread_cpu_seconds(r.pid)));
+            }
+            if matches!(r.proc, Proc::Node(_)) {
+                s.nodes_rss_bytes += process_rss_bytes(r.pid).unwrap_or(0);
+            }
+        }
+        let statuses: Vec<(NodeId, Option<ProcessStatus>)> = self.rt.block_on(async {
+            let mut out = Vec::new();
+            for (id, link) in self.nodes.iter_mut() {
+                let st = match link {
+                    Some(l) => client::status(l).await.ok(),
+                    None => None,
+                };
+                out.push((*id, st));
+            }
+            out
+        });
+        for (id, st) in statuses {
+            let cpu = st.map_or(0.0, |st| st.partitions.iter().map(|p| p.cpu_ms as f64 / 1000.0).sum());
+            s.executor_cpu_s += cpu;
+            s.node_executor_cpu_s.push((id, cpu));
+        }
+        if let Some(c) = self.coordinator.as_mut() {
+            if let Ok(st) = self.rt.block_on(client::status(c)) {
+                s.batches = st.partitions.iter().map(|p| p.seq).sum();
+            }
+        }
+        s
+    }
+}
+
+fn label(p: &Proc) -> String {
+    match p {
+        Proc::Coordinator => "coordinator".to_string(),
+        Proc::Node(id) => format!("node {id}"),
+    }
+}
+
+impl Observer for Sampler<'_> {
+    fn loading(&mut self, done: u64, total: u64) {
+        self.inner.loading(done, total);
+    }
+    fn phase(&mut self, name: &str, stop: StopAfter) {
+        if name == "run" {
+            self.start = Some(self.sample());
+        }
+        self.inner.phase(name, stop);
+    }
+    fn progress(&mut self, elapsed_s: f64, txns: u64) {
+        self.inner.progress(elapsed_s, txns);
+    }
+    fn interval(&mut self, line: &IntervalLine) {
+        self.inner.interval(line);
+    }
+    fn finished(&mut self) {
+        self.end = Some(self.sample());
+        self.inner.finished();
+    }
+}
+
+/// Lines saying where the CPU went during the measured phase.
+fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: u64) -> Vec<String> {
+    let wall = match (s.at, e.at) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-9),
+        _ => return Vec::new(),
+    };
+    let mut lines = vec![format!(
+        "\nwhere the time goes (CPU during the measured {wall:.1} s; 100% = one core busy all along; this machine has \
+         {} cores):",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )];
+    let mut total = 0.0;
+    for (name, end_cpu, end_threads) in &e.process_cpu_s {
+        let Some((_, start_cpu, start_threads)) = s.process_cpu_s.iter().find(|(n, _, _)| n == name) else { continue };
+        let cpu = end_cpu - start_cpu;
+        total += cpu;
+        let mut threads: Vec<(String, f64)> = end_threads
+            .iter()
+            .map(|(t, end)| {
+                let start = start_threads.iter().find(|(n, _)| n == t).map_or(0.0, |x| x.1);
+                (t.clone(), end - start)
+            })
+            .filter(|(_, c)| *c >= 0.005)
+            .collect();
+        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let parts: Vec<String> =
+            threads.iter().map(|(t, c)| format!("{t} {c:.2} s ({:.0}%)", 100.0 * c / wall)).collect();
+        lines.push(format!("  {name:<12} {cpu:>7.2} s  {:>5.0}%   {}", 100.0 * cpu / wall, parts.join(", ")));
+    }
+    if let Some(c) = &r.cluster {
+        total += c.client_cpu_seconds;
+        lines.push(format!(
+            "  {:<12} {:>7.2} s  {:>5.0}%",
+            "client",
+            c.client_cpu_seconds,
+            100.0 * c.client_cpu_seconds / wall
+        ));
+    }
+    lines.push(format!("  {:<12} {total:>7.2} s  {:>5.0}%", "total", 100.0 * total / wall));
+    if batches > 0 {
+        let txns = r.committed + r.aborted;
+        lines.push(format!(
+            "  batches: {batches} sent ({:.1} transactions each); executors spent {:.2} µs per transaction executed \
+             (every replica counted)",
+            txns as f64 / batches as f64,
+            1e6 * r.executor_cpu_seconds / (txns as f64 * r.cluster.as_ref().map_or(1, |c| c.replicas) as f64).max(1.0)
+        ));
+    }
+    lines
+}

@@ -1,0 +1,490 @@
+//! The cluster benchmark driver (`glass bench --config …`): `clients` connections to the
+//! coordinator, each a terminal bound to one home warehouse (its generator draws remote
+//! warehouses only within the home warehouse's partition, so every transaction is
+//! single-partition), each keeping up to `inflight` requests outstanding and sending its new
+//! requests grouped in one frame.
+//!
+//! - closed loop (default): a connection sends a new request for every reply;
+//! - open loop (`rate`): requests are issued on a schedule of `rate` per second over all
+//!   connections; a request waiting for an in-flight slot counts its wait in its latency
+//!   (latency runs from its scheduled time, so a slow cluster cannot hide it).
+//!
+//! Latency is measured per request from its send (or schedule) to its reply. The warm-up's
+//! transactions run but are not measured. The per-second lines and the report have the
+//! embedded bench's shape ([`crate::bench`]); every NewOrder answered "committed" is recorded
+//! ([`NewOrderAck`]) to be looked up in the data afterwards. `Busy` answers (a partition at
+//! its in-flight limit) are counted and not retried.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engine::procedures::{TxnInput, TxnKind, TxnOutput};
+use serde::Serialize;
+use tokio::runtime::Handle;
+use tracing::debug;
+use wire::messages::{ClientReply, ClientRequest, ClientResult, Message};
+
+use super::{ClientError, ClusterClient, NewOrderAck};
+use crate::bench::{run_seed, BenchReport, IntervalLine, Observer, StopAfter};
+use crate::gen::{GenConfig, Generator, Mix, Profile};
+use crate::loader::LOAD_TIMESTAMP;
+use crate::metrics::{cpu_seconds, Stats};
+
+/// Connections a bench may open.
+pub const CLIENTS_MAX: usize = 1_024;
+/// Requests one connection may keep outstanding.
+pub const INFLIGHT_MAX: usize = 4_096;
+/// Requests in one `ClientRequests` frame (each ≤ 256 bytes).
+pub const REQUESTS_PER_FRAME_MAX: usize = 1_024;
+/// How long the end of a run waits for outstanding replies.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Period of the open loop's scheduler.
+const OPEN_LOOP_TICK: Duration = Duration::from_millis(1);
+/// Failed or rejected transactions whose reasons are kept.
+const FAILURES_KEPT_MAX: usize = 8;
+
+const PHASE_WARMUP: u8 = 0;
+const PHASE_MEASURE: u8 = 1;
+const PHASE_DRAIN: u8 = 2;
+
+/// Everything a cluster bench depends on.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    pub profile: Profile,
+    pub mix: Option<Mix>,
+    /// Connections (terminals).
+    pub clients: usize,
+    /// Requests each connection keeps outstanding (closed loop) or may have (open loop).
+    pub inflight: usize,
+    /// Open loop: transactions per second over all connections.
+    pub rate: Option<f64>,
+    pub warmup_s: f64,
+    pub stop: StopAfter,
+    pub seed: u64,
+}
+
+impl DriverConfig {
+    /// Rejects impossible settings, naming the flag.
+    pub fn validate(&self) -> Result<(), crate::bench::BenchError> {
+        use crate::bench::BenchError::Invalid;
+        if !(1..=CLIENTS_MAX).contains(&self.clients) {
+            return Err(Invalid(format!("--clients must be within 1..={CLIENTS_MAX}, not {}", self.clients)));
+        }
+        if !(1..=INFLIGHT_MAX).contains(&self.inflight) {
+            return Err(Invalid(format!("--inflight must be within 1..={INFLIGHT_MAX}, not {}", self.inflight)));
+        }
+        if let Some(r) = self.rate {
+            if !(r > 0.0 && r.is_finite()) {
+                return Err(Invalid(format!("--rate must be a positive number of transactions per second, not {r}")));
+            }
+        }
+        match self.stop {
+            StopAfter::Seconds(s) if !(s > 0.0 && s.is_finite()) => {
+                return Err(Invalid(format!("--duration must be a positive number of seconds, not {s}")))
+            }
+            StopAfter::Transactions(0) => return Err(Invalid("--txns must be at least 1".into())),
+            _ => {}
+        }
+        if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
+            return Err(Invalid(format!("--warmup must be zero or more seconds, not {}", self.warmup_s)));
+        }
+        Ok(())
+    }
+}
+
+/// The cluster figures a cluster bench adds to [`BenchReport`] (flattened into its JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterInfo {
+    /// Replicas of each partition (the replication factor; the largest when they differ).
+    pub replicas: usize,
+    /// Node processes.
+    pub nodes: usize,
+    pub partitions: usize,
+    /// Client connections (terminals).
+    pub clients: usize,
+    /// Requests each connection kept outstanding (closed loop) or could have (open loop).
+    pub inflight: usize,
+    /// Open loop: the scheduled rate, transactions per second (absent: closed loop).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Answers "busy" (a partition at its in-flight limit) during the measured phase.
+    pub busy: u64,
+    /// Batches the coordinator sent during the measured phase, over all partitions (absent
+    /// when unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batches: Option<u64>,
+    /// CPU seconds of this client process during the measured phase.
+    pub client_cpu_seconds: f64,
+}
+
+/// What a cluster bench produced.
+#[derive(Debug)]
+pub struct DriverOutcome {
+    pub report: BenchReport,
+    /// Every NewOrder answered "committed", warm-up included.
+    pub acks: Vec<NewOrderAck>,
+}
+
+/// What the connections share with the reporting thread.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Figures of the current second (measured phase only).
+    interval: Mutex<Stats>,
+    /// Replies received, any phase (for progress).
+    replies: AtomicU64,
+    busy: AtomicU64,
+    failures: AtomicU64,
+    first_failures: Mutex<Vec<String>>,
+    acks: Mutex<Vec<NewOrderAck>>,
+}
+
+/// One request on its way.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    start: Instant,
+    kind: TxnKind,
+    w: u16,
+    d: u8,
+}
+
+/// Runs a bench on the cluster `client` reaches, on runtime `rt`, reporting to `obs`; fills
+/// the report's common fields and [`ClusterInfo`] (node-side figures are the caller's).
+pub fn run(
+    client: &ClusterClient,
+    rt: &Handle,
+    cfg: &DriverConfig,
+    obs: &mut dyn Observer,
+) -> Result<DriverOutcome, ClientError> {
+    cfg.validate()?;
+    let config = client.config().clone();
+    let warehouses = config.warehouses_total();
+    let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
+    let mut shared = Vec::with_capacity(cfg.clients);
+    let mut tasks = Vec::with_capacity(cfg.clients);
+    // Connect every terminal first, so the run starts with all of them.
+    let mut links = Vec::with_capacity(cfg.clients);
+    for i in 0..cfg.clients {
+        let c = client.with_id(i as u16);
+        links.push(rt.block_on(c.connect_coordinator())?);
+    }
+    let mut mix = None;
+    for (i, link) in links.into_iter().enumerate() {
+        let home = (i % usize::from(warehouses)) as u16 + 1;
+        let partition = config
+            .partitions
+            .iter()
+            .find(|p| p.warehouses.contains(home))
+            .expect("validated partitions cover every warehouse");
+        let mut gen_cfg = GenConfig::for_profile(cfg.profile, partition.warehouses.range());
+        gen_cfg.mix = cfg.mix;
+        let gen =
+            Generator::new(gen_cfg, run_seed(cfg.seed) ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), config.seed)?;
+        mix.get_or_insert(gen.mix().weights);
+        let s = Arc::new(Shared::default());
+        shared.push(s.clone());
+        let terminal = Terminal {
+            home,
+            gen,
+            inflight_max: cfg.inflight,
+            rate: cfg.rate.map(|r| r / cfg.clients as f64),
+            shared: s,
+            phase: phase.clone(),
+            next_id: 1,
+            pending: HashMap::with_capacity(cfg.inflight),
+        };
+        tasks.push(rt.spawn(terminal.run(link)));
+    }
+
+    // Warm-up.
+    let start = Instant::now();
+    let replies = |shared: &[Arc<Shared>]| shared.iter().map(|s| s.replies.load(Ordering::Relaxed)).sum::<u64>();
+    if cfg.warmup_s > 0.0 {
+        obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
+        let warmup = Duration::from_secs_f64(cfg.warmup_s);
+        while start.elapsed() < warmup {
+            std::thread::sleep(Duration::from_millis(100).min(warmup.saturating_sub(start.elapsed())));
+            obs.progress(start.elapsed().as_secs_f64(), replies(&shared));
+            if tasks.iter().all(|t| t.is_finished()) {
+                break;
+            }
+        }
+    }
+
+    // Measured phase.
+    obs.phase("run", cfg.stop);
+    for s in &shared {
+        std::mem::take(&mut *s.interval.lock().unwrap_or_else(|e| e.into_inner()));
+        s.busy.store(0, Ordering::Relaxed);
+    }
+    let cpu_start = cpu_seconds();
+    let measure_start = Instant::now();
+    phase.store(PHASE_MEASURE, Ordering::SeqCst);
+    let mut total = Stats::default();
+    let mut timeline = Vec::new();
+    let mut last_tick = Duration::ZERO;
+    let mut next_tick = Duration::from_secs(1);
+    let (limit_time, limit_txns) = match cfg.stop {
+        StopAfter::Seconds(s) => (Duration::from_secs_f64(s), u64::MAX),
+        StopAfter::Transactions(n) => (Duration::MAX, n),
+    };
+    let elapsed = loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let e = measure_start.elapsed();
+        let dead = tasks.iter().all(|t| t.is_finished());
+        let mut interval = Stats::default();
+        if e >= next_tick || e >= limit_time || dead || limit_txns != u64::MAX {
+            for s in &shared {
+                interval.merge(&std::mem::take(&mut *s.interval.lock().unwrap_or_else(|e| e.into_inner())));
+            }
+            total.merge(&interval);
+        }
+        let done = total.committed() + total.aborted();
+        if e >= next_tick || e >= limit_time || done >= limit_txns || dead {
+            let span = (e - last_tick).as_secs_f64().max(1e-9);
+            let h = interval.all_latencies();
+            let line = IntervalLine {
+                elapsed_s: e.as_secs_f64(),
+                txn_per_sec: interval.committed() as f64 / span,
+                p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
+                p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
+                aborts: interval.aborted(),
+            };
+            if limit_txns == u64::MAX || e >= next_tick || done >= limit_txns || dead {
+                obs.interval(&line);
+                timeline.push(line);
+                last_tick = e;
+                while next_tick <= e {
+                    next_tick += Duration::from_secs(1);
+                }
+            }
+        }
+        obs.progress(e.as_secs_f64(), done);
+        if e >= limit_time || done >= limit_txns || dead {
+            break e;
+        }
+    };
+    phase.store(PHASE_DRAIN, Ordering::SeqCst);
+    let client_cpu = cpu_seconds() - cpu_start;
+    obs.finished();
+    let busy: u64 = shared.iter().map(|s| s.busy.load(Ordering::Relaxed)).sum();
+
+    // Let outstanding requests finish (their acknowledgements count), then collect.
+    let drained = rt.block_on(async {
+        tokio::time::timeout(DRAIN_TIMEOUT, async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        })
+        .await
+    });
+    if drained.is_err() {
+        debug!("some connections still had requests outstanding after the drain timeout");
+    }
+    let failures: u64 = shared.iter().map(|s| s.failures.load(Ordering::Relaxed)).sum();
+    if failures > 0 {
+        let first = shared
+            .iter()
+            .flat_map(|s| s.first_failures.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .next()
+            .unwrap_or_default();
+        return Err(ClientError::Transactions { count: failures, first });
+    }
+    let mut acks = Vec::new();
+    for s in &shared {
+        acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    let secs = elapsed.as_secs_f64();
+    let all = total.all_latencies();
+    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
+    let report = BenchReport {
+        mode: config.mode.name().to_string(),
+        profile: cfg.profile.name().to_string(),
+        mix: mix.unwrap_or_default(),
+        warehouses,
+        seed: cfg.seed,
+        load_seconds: 0.0,
+        warmup_seconds: cfg.warmup_s,
+        seconds: secs,
+        committed: total.committed(),
+        aborted: total.aborted(),
+        txn_per_sec: total.committed() as f64 / secs.max(1e-9),
+        executor_cpu_seconds: 0.0,
+        txn_per_cpu_sec: 0.0,
+        p50_us: all.value_at_quantile(0.50) as f64 / 1000.0,
+        p95_us: all.value_at_quantile(0.95) as f64 / 1000.0,
+        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
+        per_txn: total.summary(),
+        rss_after_load_bytes: 0,
+        rss_bytes: 0,
+        rss_growth_per_neworder_bytes: 0.0,
+        timeline,
+        engine: Some("lean".into()),
+        step: None,
+        workers: None,
+        retries: None,
+        log_bytes: None,
+        fsyncs: None,
+        cluster: Some(ClusterInfo {
+            replicas,
+            nodes: config.nodes.len(),
+            partitions: config.partitions.len(),
+            clients: cfg.clients,
+            inflight: cfg.inflight,
+            rate: cfg.rate,
+            busy,
+            batches: None,
+            client_cpu_seconds: client_cpu,
+        }),
+    };
+    Ok(DriverOutcome { report, acks })
+}
+
+/// One connection: a terminal bound to its home warehouse.
+struct Terminal {
+    home: u16,
+    gen: Generator,
+    inflight_max: usize,
+    /// Open loop: this terminal's requests per second.
+    rate: Option<f64>,
+    shared: Arc<Shared>,
+    phase: Arc<AtomicU8>,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+}
+
+impl Terminal {
+    fn request(&mut self, start: Instant) -> ClientRequest {
+        let request_id = self.next_id;
+        self.next_id += 1;
+        let input = self.gen.next_for(self.home, LOAD_TIMESTAMP + request_id as i64);
+        let (w, d) = match &input {
+            TxnInput::NewOrder(i) => (i.w_id, i.d_id),
+            TxnInput::Payment(i) => (i.w_id, i.d_id),
+            TxnInput::OrderStatus(i) => (i.w_id, i.d_id),
+            TxnInput::Delivery(i) => (i.w_id, 0),
+            TxnInput::StockLevel(i) => (i.w_id, i.d_id),
+        };
+        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d });
+        ClientRequest { request_id, input }
+    }
+
+    fn on_reply(&mut self, reply: ClientReply, now: Instant, measuring: bool, stats: &mut Stats) {
+        let Some(p) = self.pending.remove(&reply.request_id) else { return };
+        let ns = now.saturating_duration_since(p.start).as_nanos() as u64;
+        match reply.result {
+            ClientResult::Committed { output, .. } => {
+                if let TxnOutput::NewOrder(o) = output {
+                    self.shared.acks.lock().unwrap_or_else(|e| e.into_inner()).push(NewOrderAck {
+                        w: p.w,
+                        d: p.d,
+                        o_id: o.o_id,
+                    });
+                }
+                if measuring {
+                    stats.record(p.kind, ns, true);
+                }
+            }
+            ClientResult::Aborted { .. } => {
+                if measuring {
+                    stats.record(p.kind, ns, false);
+                }
+            }
+            ClientResult::Busy { .. } => {
+                if measuring {
+                    self.shared.busy.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            ClientResult::Failed { ts, reason } => self.failure(format!("{} failed at {ts}: {reason}", p.kind.name())),
+            ClientResult::Rejected(r) => self.failure(format!("{} rejected: {r}", p.kind.name())),
+        }
+    }
+
+    fn failure(&self, what: String) {
+        self.shared.failures.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.shared.first_failures.lock().unwrap_or_else(|e| e.into_inner());
+        if first.len() < FAILURES_KEPT_MAX {
+            first.push(what);
+        }
+    }
+
+    async fn run(mut self, link: wire::endpoint::Link) {
+        let (mut tx, mut rx) = link.split();
+        let started = Instant::now();
+        let mut issued = 0u64;
+        let mut ticker = tokio::time::interval(OPEN_LOOP_TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut drain_deadline: Option<Instant> = None;
+        loop {
+            let phase = self.phase.load(Ordering::Relaxed);
+            if phase == PHASE_DRAIN {
+                if self.pending.is_empty() {
+                    break;
+                }
+                let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN_TIMEOUT);
+                if Instant::now() >= deadline {
+                    break;
+                }
+            }
+            // Issue what is due, in one frame.
+            let mut batch = Vec::new();
+            if phase != PHASE_DRAIN {
+                let room = self.inflight_max.saturating_sub(self.pending.len()).min(REQUESTS_PER_FRAME_MAX);
+                match self.rate {
+                    None => {
+                        let now = Instant::now();
+                        for _ in 0..room {
+                            batch.push(self.request(now));
+                        }
+                    }
+                    Some(rate) => {
+                        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+                        while issued < due && batch.len() < room {
+                            let scheduled = started + Duration::from_secs_f64(issued as f64 / rate);
+                            batch.push(self.request(scheduled));
+                            issued += 1;
+                        }
+                    }
+                }
+            }
+            if !batch.is_empty() && tx.send(&Message::ClientRequests(batch)).await.is_err() {
+                break;
+            }
+            let received = tokio::select! {
+                r = rx.recv() => r,
+                _ = ticker.tick(), if self.rate.is_some() || phase == PHASE_DRAIN => continue,
+            };
+            let replies = match received {
+                Ok(Some(Message::ClientReplies(replies))) => replies,
+                Ok(Some(Message::Shutdown { reason })) => {
+                    self.failure(format!("the coordinator shut down: {reason}"));
+                    break;
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => {
+                    if !self.pending.is_empty() {
+                        self.failure("the coordinator closed the link with requests outstanding".into());
+                    }
+                    break;
+                }
+                Err(e) => {
+                    self.failure(format!("the coordinator link failed: {e}"));
+                    break;
+                }
+            };
+            let now = Instant::now();
+            let measuring = self.phase.load(Ordering::Relaxed) == PHASE_MEASURE;
+            let n = replies.len() as u64;
+            let shared = self.shared.clone();
+            let mut stats = shared.interval.lock().unwrap_or_else(|e| e.into_inner());
+            for r in replies {
+                self.on_reply(r, now, measuring, &mut stats);
+            }
+            drop(stats);
+            self.shared.replies.fetch_add(n, Ordering::Relaxed);
+        }
+        tx.finish(Duration::from_millis(500)).await;
+    }
+}
