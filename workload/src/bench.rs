@@ -161,6 +161,71 @@ pub struct BenchReport {
     pub cluster: Option<crate::client::driver::ClusterInfo>,
 }
 
+/// What a driver measured; [`BenchReport::assemble`] turns it into a report in one place.
+#[derive(Debug)]
+pub struct Measured<'a> {
+    pub mode: String,
+    pub profile: &'static str,
+    pub mix: [u32; 5],
+    pub warehouses: u16,
+    pub seed: u64,
+    pub load_seconds: f64,
+    pub warmup_seconds: f64,
+    pub seconds: f64,
+    /// CPU seconds of the executing thread(s), where the driver can tell.
+    pub cpu_seconds: Option<f64>,
+    pub stats: &'a Stats,
+    /// (resident bytes after load, resident bytes at the end, NewOrders committed), where
+    /// the database lives in this process.
+    pub memory: Option<(u64, u64, u64)>,
+    pub timeline: Vec<IntervalLine>,
+}
+
+impl BenchReport {
+    /// The report of a run; the optional, driver-specific fields start empty.
+    pub fn assemble(m: Measured<'_>) -> BenchReport {
+        let all = m.stats.all_latencies();
+        let us = |q: f64| all.value_at_quantile(q) as f64 / 1000.0;
+        let committed = m.stats.committed();
+        let (rss_after_load, rss, neworders) = m.memory.unwrap_or((0, 0, 0));
+        let cpu = m.cpu_seconds.unwrap_or(0.0);
+        BenchReport {
+            mode: m.mode,
+            profile: m.profile.to_string(),
+            mix: m.mix,
+            warehouses: m.warehouses,
+            seed: m.seed,
+            load_seconds: m.load_seconds,
+            warmup_seconds: m.warmup_seconds,
+            seconds: m.seconds,
+            committed,
+            aborted: m.stats.aborted(),
+            txn_per_sec: committed as f64 / m.seconds.max(1e-9),
+            executor_cpu_seconds: cpu,
+            txn_per_cpu_sec: if cpu > 0.0 { committed as f64 / cpu } else { 0.0 },
+            p50_us: us(0.50),
+            p95_us: us(0.95),
+            p99_us: us(0.99),
+            per_txn: m.stats.summary(),
+            rss_after_load_bytes: rss_after_load,
+            rss_bytes: rss,
+            rss_growth_per_neworder_bytes: if neworders == 0 {
+                0.0
+            } else {
+                rss.saturating_sub(rss_after_load) as f64 / neworders as f64
+            },
+            timeline: m.timeline,
+            engine: None,
+            step: None,
+            workers: None,
+            retries: None,
+            log_bytes: None,
+            fsyncs: None,
+            cluster: None,
+        }
+    }
+}
+
 /// Loads a fresh database of `warehouses` warehouses into `db`.
 pub fn load<S: Storage>(db: &mut S, warehouses: u16, seed: u64, obs: &mut dyn Observer) -> Result<(), BenchError> {
     loader::load_database(db, 1..=warehouses, seed, &mut |p: LoadProgress| obs.loading(p.rows_loaded, p.rows_total))?;
@@ -268,42 +333,20 @@ pub fn run<S: Storage>(
     let cpu_seconds = thread_cpu_seconds() - cpu_start;
     obs.finished();
     let rss = rss_bytes().unwrap_or(0);
-    let secs = elapsed.as_secs_f64();
-    let all = stats.all_latencies();
-    Ok(BenchReport {
+    Ok(BenchReport::assemble(Measured {
         mode: mode.to_string(),
-        profile: cfg.profile.name().to_string(),
+        profile: cfg.profile.name(),
         mix: gen.mix().weights,
         warehouses: cfg.warehouses,
         seed: cfg.seed,
         load_seconds,
         warmup_seconds: cfg.warmup_s,
-        seconds: secs,
-        committed: stats.committed(),
-        aborted: stats.aborted(),
-        txn_per_sec: stats.committed() as f64 / secs,
-        executor_cpu_seconds: cpu_seconds,
-        txn_per_cpu_sec: stats.committed() as f64 / cpu_seconds.max(1e-9),
-        p50_us: all.value_at_quantile(0.50) as f64 / 1000.0,
-        p95_us: all.value_at_quantile(0.95) as f64 / 1000.0,
-        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
-        per_txn: stats.summary(),
-        rss_after_load_bytes: rss_after_load,
-        rss_bytes: rss,
-        rss_growth_per_neworder_bytes: if neworders == 0 {
-            0.0
-        } else {
-            rss.saturating_sub(rss_after_load) as f64 / neworders as f64
-        },
+        seconds: elapsed.as_secs_f64(),
+        cpu_seconds: Some(cpu_seconds),
+        stats: &stats,
+        memory: Some((rss_after_load, rss, neworders)),
         timeline,
-        engine: None,
-        step: None,
-        workers: None,
-        retries: None,
-        log_bytes: None,
-        fsyncs: None,
-        cluster: None,
-    })
+    }))
 }
 
 /// Aborts (TPC-C rollbacks, concurrency-control victims) are outcomes; anything else means

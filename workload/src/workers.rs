@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use engine::procedures::{execute, TxnInput, TxnKind, TxnOutput};
 use engine::{Storage, StorageError, TxnError};
 
-use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Observer, StopAfter};
+use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::Generator;
 use crate::loader;
 use crate::metrics::{rss_bytes, Stats};
@@ -297,41 +297,21 @@ pub fn run<S: Storage + Send>(
 
     let rss = rss_bytes().unwrap_or(0);
     let cpu_seconds = crate::metrics::cpu_seconds() - cpu_start;
-    let secs = elapsed.as_secs_f64();
-    let stats = &all.stats;
-    let latencies = stats.all_latencies();
-    Ok(BenchReport {
+    let mut report = BenchReport::assemble(Measured {
         mode: mode.to_string(),
-        profile: cfg.profile.name().to_string(),
+        profile: cfg.profile.name(),
         mix,
         warehouses: cfg.warehouses,
         seed: cfg.seed,
         load_seconds,
         warmup_seconds: cfg.warmup_s,
-        seconds: secs,
-        committed: stats.committed(),
-        aborted: stats.aborted(),
-        txn_per_sec: stats.committed() as f64 / secs,
-        executor_cpu_seconds: cpu_seconds,
-        txn_per_cpu_sec: stats.committed() as f64 / cpu_seconds.max(1e-9),
-        p50_us: latencies.value_at_quantile(0.50) as f64 / 1000.0,
-        p95_us: latencies.value_at_quantile(0.95) as f64 / 1000.0,
-        p99_us: latencies.value_at_quantile(0.99) as f64 / 1000.0,
-        per_txn: stats.summary(),
-        rss_after_load_bytes: rss_after_load,
-        rss_bytes: rss,
-        rss_growth_per_neworder_bytes: if all.neworders == 0 {
-            0.0
-        } else {
-            rss.saturating_sub(rss_after_load) as f64 / all.neworders as f64
-        },
+        seconds: elapsed.as_secs_f64(),
+        cpu_seconds: Some(cpu_seconds),
+        stats: &all.stats,
+        memory: Some((rss_after_load, rss, all.neworders)),
         timeline,
-        engine: None,
-        step: None,
-        workers: Some(workers),
-        retries: Some(all.retries),
-        log_bytes: None,
-        fsyncs: None,
-        cluster: None,
-    })
+    });
+    report.workers = Some(workers);
+    report.retries = Some(all.retries);
+    Ok(report)
 }

@@ -27,7 +27,7 @@ use tracing::debug;
 use wire::messages::{ClientReply, ClientRequest, ClientResult, Message};
 
 use super::{ClientError, ClusterClient, NewOrderAck};
-use crate::bench::{run_seed, BenchReport, IntervalLine, Observer, StopAfter};
+use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::{GenConfig, Generator, Mix, Profile};
 use crate::loader::LOAD_TIMESTAMP;
 use crate::metrics::{cpu_seconds, Stats};
@@ -296,49 +296,33 @@ pub fn run(
         acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    let secs = elapsed.as_secs_f64();
-    let all = total.all_latencies();
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
-    let report = BenchReport {
+    let mut report = BenchReport::assemble(Measured {
         mode: config.mode.name().to_string(),
-        profile: cfg.profile.name().to_string(),
+        profile: cfg.profile.name(),
         mix: mix.unwrap_or_default(),
         warehouses,
         seed: cfg.seed,
         load_seconds: 0.0,
         warmup_seconds: cfg.warmup_s,
-        seconds: secs,
-        committed: total.committed(),
-        aborted: total.aborted(),
-        txn_per_sec: total.committed() as f64 / secs.max(1e-9),
-        executor_cpu_seconds: 0.0,
-        txn_per_cpu_sec: 0.0,
-        p50_us: all.value_at_quantile(0.50) as f64 / 1000.0,
-        p95_us: all.value_at_quantile(0.95) as f64 / 1000.0,
-        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
-        per_txn: total.summary(),
-        rss_after_load_bytes: 0,
-        rss_bytes: 0,
-        rss_growth_per_neworder_bytes: 0.0,
+        seconds: elapsed.as_secs_f64(),
+        cpu_seconds: None,
+        stats: &total,
+        memory: None,
         timeline,
-        engine: Some("lean".into()),
-        step: None,
-        workers: None,
-        retries: None,
-        log_bytes: None,
-        fsyncs: None,
-        cluster: Some(ClusterInfo {
-            replicas,
-            nodes: config.nodes.len(),
-            partitions: config.partitions.len(),
-            clients: cfg.clients,
-            inflight: cfg.inflight,
-            rate: cfg.rate,
-            busy,
-            batches: None,
-            client_cpu_seconds: client_cpu,
-        }),
-    };
+    });
+    report.engine = Some("lean".into());
+    report.cluster = Some(ClusterInfo {
+        replicas,
+        nodes: config.nodes.len(),
+        partitions: config.partitions.len(),
+        clients: cfg.clients,
+        inflight: cfg.inflight,
+        rate: cfg.rate,
+        busy,
+        batches: None,
+        client_cpu_seconds: client_cpu,
+    });
     Ok(DriverOutcome { report, acks })
 }
 
