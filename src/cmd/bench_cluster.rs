@@ -28,9 +28,9 @@ use super::check::write_acks;
 use super::cluster::{process_cpu_seconds, process_rss_bytes, runtime, thread_cpu_seconds, Cluster, Proc, Running, Up};
 
 /// Requests each connection keeps outstanding by default.
-pub const INFLIGHT_DEFAULT: usize = 32;
+pub const INFLIGHT_DEFAULT: usize = 64;
 /// Connections per warehouse by default.
-pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 2;
+pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 1;
 /// How long a bench waits for a running cluster's partitions to serve.
 const READY_WAIT: Duration = Duration::from_secs(600);
 

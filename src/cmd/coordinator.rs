@@ -13,9 +13,6 @@ use wire::config::ClusterConfig;
 
 use super::logging;
 
-/// Threads of the coordinator's runtime.
-const COORDINATOR_RUNTIME_THREADS: usize = 1;
-
 #[derive(Args, Debug)]
 pub struct CoordinatorArgs {
     /// The cluster's description (the same file on every host).
@@ -34,12 +31,7 @@ pub fn run(a: CoordinatorArgs) -> Result<ExitCode> {
         Some(addr) => addr,
         None => wire::config::resolve("coordinator.address", &config.coordinator.address)?,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(COORDINATOR_RUNTIME_THREADS)
-        .thread_name("coordinator")
-        .enable_all()
-        .build()
-        .context("start the tokio runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the tokio runtime")?;
     rt.block_on(async {
         let listener = coordinator::process::bind(&config, address).await?;
         tracing::info!(address = %listener.local_addr(), pid = std::process::id(), "listening");

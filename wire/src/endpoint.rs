@@ -69,6 +69,11 @@ const LINGER_MS: u64 = 3_000;
 /// QUIC's per-stream receive window at least (it is raised to `frame_bytes_max`).
 const STREAM_WINDOW_BYTES_MIN: usize = 1_250_000;
 
+/// Packets a peer may receive before it must acknowledge (quinn's default: 1, every other one).
+const ACK_ELICITING_THRESHOLD: u32 = 16;
+/// How long a peer may delay an acknowledgement.
+const MAX_ACK_DELAY_MS: u64 = 2;
+
 /// The limits a listener or a dialler applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointLimits {
@@ -243,6 +248,10 @@ fn transport_config(limits: &EndpointLimits) -> Arc<TransportConfig> {
     t.max_concurrent_uni_streams(VarInt::from_u32(0));
     let window = limits.frame_bytes_max.max(STREAM_WINDOW_BYTES_MIN) as u32;
     t.stream_receive_window(VarInt::from_u32(window));
+    let mut ack = quinn::AckFrequencyConfig::default();
+    ack.ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD));
+    ack.max_ack_delay(Some(Duration::from_millis(MAX_ACK_DELAY_MS)));
+    t.ack_frequency_config(Some(ack));
     Arc::new(t)
 }
 
