@@ -1,9 +1,10 @@
 //! The lean kernel: the paper's "optimal" main-memory engine. One thread owns the partition
 //! outright; there are no locks, no latches, no log and no buffer pool. Rows live in typed
-//! arenas; primary keys are packed `u64`s indexed by an open-addressing hash index (point
-//! tables) or a B-tree map (ordered tables); secondary indexes are ordered maps from the
-//! secondary key to the primary key. An in-memory undo buffer records before-images so that an
-//! aborted transaction leaves no trace.
+//! pools ([`crate::arena`]); primary keys are packed `u64`s indexed by an open-addressing hash
+//! index (point tables) or a B+tree ([`crate::btree`], ordered tables); secondary indexes are
+//! B+trees from the secondary key to the primary key. An in-memory undo buffer records
+//! before-images (of a row's updatable prefix, for updates) so that an aborted transaction
+//! leaves no trace.
 //!
 //! Guarantees: the indexes are general-purpose (any key values; nothing is indexed by TPC-C's
 //! dense ids); iteration order depends only on the sequence of operations, never on addresses
@@ -306,8 +307,7 @@ impl UndoBuffer {
     }
 }
 
-/// Row counts each table is expected to hold, used to size arenas once (no rehash or copy
-/// while loading, huge pages from the start).
+/// What the kernel counts: transactions committed and aborted.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
     /// Transactions committed.
