@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
 use wire::config::ClusterConfig;
-use wire::endpoint::{self, EndpointLimits, Link, Listener};
+use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
     ClientReply, ClientResult, Hello, LoadState, Message, NodeId, PartitionReport, ProcessStatus, Rejection, Role,
     PROTOCOL_VERSION,
@@ -614,6 +614,44 @@ async fn accept_loop(
     }
 }
 
+/// How a link's reader stopped.
+enum LinkEnd {
+    /// The process is shutting down.
+    Stopping,
+    /// The core is gone (shutting down too).
+    CoreGone,
+    /// The peer ended its stream or closed the connection cleanly.
+    ClosedByPeer,
+    /// The link failed (a bad frame, a lost connection, …).
+    Failed(endpoint::EndpointError),
+}
+
+/// Feeds every message a link receives to the core, wrapped by `wrap`, until the link ends or
+/// the process stops. The core's inbox is bounded: a full inbox makes this reader wait, and
+/// with it the peer (backpressure).
+async fn feed_core(
+    receiver: &mut LinkReceiver,
+    core: &mpsc::Sender<CoreEvent>,
+    stopping: &mut watch::Receiver<bool>,
+    wrap: impl Fn(Message) -> CoreEvent,
+) -> LinkEnd {
+    loop {
+        let received = tokio::select! {
+            r = receiver.recv() => r,
+            _ = stopping.wait_for(|s| *s) => return LinkEnd::Stopping,
+        };
+        match received {
+            Ok(Some(msg)) => {
+                if core.send(wrap(msg)).await.is_err() {
+                    return LinkEnd::CoreGone;
+                }
+            }
+            Ok(None) => return LinkEnd::ClosedByPeer,
+            Err(e) => return LinkEnd::Failed(e),
+        }
+    }
+}
+
 /// One node's link: a writer of encoded frames, and a reader feeding the core.
 async fn node_connection(
     node: NodeId,
@@ -636,26 +674,10 @@ async fn node_connection(
         }
         sender.finish(Duration::from_secs(1)).await;
     });
-    loop {
-        let received = tokio::select! {
-            r = receiver.recv() => r,
-            _ = stopping.wait_for(|s| *s) => break,
-        };
-        match received {
-            Ok(Some(msg)) => {
-                if core.send(CoreEvent::FromNode { node, conn, msg }).await.is_err() {
-                    break;
-                }
-            }
-            Ok(None) => {
-                info!(node, "node closed its link");
-                break;
-            }
-            Err(e) => {
-                warn!(node, error = %e, "node link failed");
-                break;
-            }
-        }
+    match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromNode { node, conn, msg }).await {
+        LinkEnd::ClosedByPeer => info!(node, "node closed its link"),
+        LinkEnd::Failed(e) => warn!(node, error = %e, "node link failed"),
+        LinkEnd::Stopping | LinkEnd::CoreGone => {}
     }
     let _ = core.send(CoreEvent::NodeLost { node, conn }).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
@@ -681,23 +703,10 @@ async fn client_connection(
         }
         sender.finish(Duration::from_secs(1)).await;
     });
-    loop {
-        let received = tokio::select! {
-            r = receiver.recv() => r,
-            _ = stopping.wait_for(|s| *s) => break,
-        };
-        match received {
-            Ok(Some(msg)) => {
-                if core.send(CoreEvent::FromClient { client, msg }).await.is_err() {
-                    break;
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                debug!(client, error = %e, "client link failed");
-                break;
-            }
-        }
+    if let LinkEnd::Failed(e) =
+        feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromClient { client, msg }).await
+    {
+        debug!(client, error = %e, "client link failed");
     }
     let _ = core.send(CoreEvent::ClientGone { client }).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
