@@ -18,6 +18,10 @@ pub enum StorageError {
     /// An operation the table's organisation does not support (e.g. a range scan on a heap).
     #[error("table {table} does not support {op}")]
     Unsupported { table: TableId, op: &'static str },
+    /// A redo batch failed its checksum or does not fit this database (a backup refuses it
+    /// and changes nothing).
+    #[error("bad redo batch: {0}")]
+    BadRedo(&'static str),
     /// Log or device I/O failed.
     #[error("I/O error: {0}")]
     Io(String),

@@ -15,6 +15,7 @@ use std::any::Any;
 use crate::arena::{advise_vec, Pool};
 use crate::btree::BTree;
 use crate::error::StorageError;
+use crate::redo::{RedoBatch, RedoOp};
 use crate::schema::{t, Organisation, Table, TableId};
 use crate::storage::{Prefetch, ScanDir, Storage};
 
@@ -330,6 +331,8 @@ pub struct LeanDb {
     stock: HashStore<t::Stocks>,
     undo: UndoBuffer,
     in_txn: bool,
+    /// Redo records of committed transactions, when capture is on.
+    redo: Option<RedoBatch>,
     /// Commit and abort counts.
     pub counters: Counters,
 }
@@ -347,6 +350,117 @@ fn placement(table: TableId, org: Organisation) -> ! {
 impl LeanDb {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Starts (or stops) recording redo records of committed transactions ([`crate::redo`]).
+    pub fn set_redo_capture(&mut self, on: bool) {
+        self.redo = on.then(RedoBatch::default);
+    }
+
+    /// The redo records captured since the last call, sealed with their checksum (empty when
+    /// capture is off).
+    pub fn take_redo(&mut self) -> RedoBatch {
+        let mut batch = match &mut self.redo {
+            Some(b) => std::mem::take(b),
+            None => RedoBatch::default(),
+        };
+        batch.seal();
+        batch
+    }
+
+    /// Rolls a backup forward: applies a primary's redo batch, outside any transaction. A
+    /// batch that fails its checksum or names an unknown table is refused before anything is
+    /// applied.
+    pub fn apply_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
+        if !batch.verify() {
+            return Err(StorageError::BadRedo("checksum mismatch"));
+        }
+        for r in &batch.records {
+            let fits = (r.at as usize).checked_add(r.len as usize).is_some_and(|end| end <= batch.bytes.len());
+            if r.table().is_none() || !fits {
+                return Err(StorageError::BadRedo("record out of bounds or of an unknown table"));
+            }
+        }
+        debug_assert!(!self.in_txn, "redo applied inside a transaction");
+        for r in &batch.records {
+            let image = &batch.bytes[r.at as usize..(r.at + r.len) as usize];
+            match r.table().expect("checked above") {
+                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image)?,
+                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image)?,
+                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image)?,
+                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image)?,
+                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image)?,
+                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image)?,
+                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image)?,
+                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image)?,
+                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
+        let row = || -> Result<T::Row, StorageError> {
+            if image.len() != std::mem::size_of::<T::Row>() {
+                return Err(StorageError::BadRedo("image size does not match the table's row"));
+            }
+            Ok(bytemuck::pod_read_unaligned(image))
+        };
+        match op {
+            RedoOp::Upsert => {
+                let after = row()?;
+                match self.raw_row_mut::<T>(key) {
+                    Some(r) => *r = after,
+                    None => self.raw_insert::<T>(&after)?,
+                }
+            }
+            RedoOp::Delete => {
+                self.raw_delete::<T>(key);
+            }
+            RedoOp::Append => self.raw_insert::<T>(&row()?)?,
+        }
+        Ok(())
+    }
+
+    /// Turns the committing transaction's undo records into redo records: each changed row
+    /// once, with its final state, then the HISTORY rows it appended.
+    fn capture_redo(&mut self) {
+        let mut rows: Vec<(TableId, u64)> = Vec::with_capacity(self.undo.records.len());
+        let mut appended = 0u32;
+        for rec in &self.undo.records {
+            if rec.table == TableId::History {
+                appended += (rec.op == UndoOp::Inserted) as u32;
+            } else if !rows.contains(&(rec.table, rec.key)) {
+                rows.push((rec.table, rec.key));
+            }
+        }
+        let mut batch = self.redo.take().expect("capture is on");
+        for (table, key) in rows {
+            match table {
+                TableId::Warehouse => self.emit_redo::<t::Warehouses>(&mut batch, key),
+                TableId::District => self.emit_redo::<t::Districts>(&mut batch, key),
+                TableId::Customer => self.emit_redo::<t::Customers>(&mut batch, key),
+                TableId::History => unreachable!("heap rows are appended, not keyed"),
+                TableId::Orders => self.emit_redo::<t::Orders>(&mut batch, key),
+                TableId::NewOrder => self.emit_redo::<t::NewOrders>(&mut batch, key),
+                TableId::OrderLine => self.emit_redo::<t::OrderLines>(&mut batch, key),
+                TableId::Item => self.emit_redo::<t::Items>(&mut batch, key),
+                TableId::Stock => self.emit_redo::<t::Stocks>(&mut batch, key),
+            }
+        }
+        let heap = &self.history.rows;
+        for id in heap.allocated() - appended..heap.allocated() {
+            batch.push(TableId::History, RedoOp::Append, 0, bytemuck::bytes_of(heap.get(id)));
+        }
+        batch.txns += 1;
+        self.redo = Some(batch);
+    }
+
+    fn emit_redo<T: Table>(&mut self, batch: &mut RedoBatch, key: u64) {
+        match self.raw_row_mut::<T>(key) {
+            Some(row) => batch.push(T::ID, RedoOp::Upsert, key, bytemuck::bytes_of(row)),
+            None => batch.push(T::ID, RedoOp::Delete, key, &[]),
+        }
     }
 
     fn field<T: Table>(&mut self) -> &mut dyn Any {
@@ -462,6 +576,9 @@ impl Storage for LeanDb {
     fn commit(&mut self) -> Result<(), StorageError> {
         debug_assert!(self.in_txn, "commit outside a transaction");
         self.in_txn = false;
+        if self.redo.is_some() {
+            self.capture_redo();
+        }
         self.undo.clear();
         self.counters.committed += 1;
         Ok(())

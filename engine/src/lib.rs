@@ -11,6 +11,7 @@ pub mod digest;
 pub mod error;
 pub mod lean;
 pub mod procedures;
+pub mod redo;
 pub mod schema;
 pub mod storage;
 
