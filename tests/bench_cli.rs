@@ -145,3 +145,34 @@ fn bad_input_is_refused_with_a_clear_error_and_writes_nothing() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no stray files");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Section 5.3's execute-or-replay experiment: the backup rolled forward from the primary's
+/// redo records ends with the primary's digest, and both costs are reported.
+#[test]
+fn replay_experiment_rolls_a_backup_forward_to_the_primarys_digest() {
+    let dir = scratch("replay");
+    let json = dir.join("replay.json");
+    let o = glass(&[
+        "bench",
+        "--embedded",
+        "--replay",
+        "--profile",
+        "standard",
+        "--warehouses",
+        "1",
+        "--txns",
+        "3000",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "glass failed: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["digests_equal"], true);
+    assert_eq!(v["txns"], 3000);
+    for f in ["execute_cpu_ns_per_txn", "apply_cpu_ns_per_txn", "redo_bytes_per_txn"] {
+        assert!(v[f].as_f64().unwrap() > 0.0, "{f} measured: {v}");
+    }
+    refused(&["bench", "--embedded", "--replay", "--check"], "--replay");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -414,6 +414,13 @@ impl LeanDb {
                     None => self.raw_insert::<T>(&after)?,
                 }
             }
+            RedoOp::Patch => {
+                if image.len() != T::UPDATABLE_PREFIX {
+                    return Err(StorageError::BadRedo("patch size does not match the table's updatable prefix"));
+                }
+                let row = self.raw_row_mut::<T>(key).ok_or(StorageError::BadRedo("patch of a missing row"))?;
+                bytemuck::bytes_of_mut(row)[..image.len()].copy_from_slice(image);
+            }
             RedoOp::Delete => {
                 self.raw_delete::<T>(key);
             }
@@ -425,27 +432,31 @@ impl LeanDb {
     /// Turns the committing transaction's undo records into redo records: each changed row
     /// once, with its final state, then the HISTORY rows it appended.
     fn capture_redo(&mut self) {
-        let mut rows: Vec<(TableId, u64)> = Vec::with_capacity(self.undo.records.len());
+        // (table, key, whether the transaction only updated the row).
+        let mut rows: Vec<(TableId, u64, bool)> = Vec::with_capacity(self.undo.records.len());
         let mut appended = 0u32;
         for rec in &self.undo.records {
+            let updated = rec.op == UndoOp::Updated;
             if rec.table == TableId::History {
                 appended += (rec.op == UndoOp::Inserted) as u32;
-            } else if !rows.contains(&(rec.table, rec.key)) {
-                rows.push((rec.table, rec.key));
+            } else if let Some(r) = rows.iter_mut().find(|r| (r.0, r.1) == (rec.table, rec.key)) {
+                r.2 &= updated;
+            } else {
+                rows.push((rec.table, rec.key, updated));
             }
         }
         let mut batch = self.redo.take().expect("capture is on");
-        for (table, key) in rows {
+        for (table, key, patch) in rows {
             match table {
-                TableId::Warehouse => self.emit_redo::<t::Warehouses>(&mut batch, key),
-                TableId::District => self.emit_redo::<t::Districts>(&mut batch, key),
-                TableId::Customer => self.emit_redo::<t::Customers>(&mut batch, key),
+                TableId::Warehouse => self.emit_redo::<t::Warehouses>(&mut batch, key, patch),
+                TableId::District => self.emit_redo::<t::Districts>(&mut batch, key, patch),
+                TableId::Customer => self.emit_redo::<t::Customers>(&mut batch, key, patch),
                 TableId::History => unreachable!("heap rows are appended, not keyed"),
-                TableId::Orders => self.emit_redo::<t::Orders>(&mut batch, key),
-                TableId::NewOrder => self.emit_redo::<t::NewOrders>(&mut batch, key),
-                TableId::OrderLine => self.emit_redo::<t::OrderLines>(&mut batch, key),
-                TableId::Item => self.emit_redo::<t::Items>(&mut batch, key),
-                TableId::Stock => self.emit_redo::<t::Stocks>(&mut batch, key),
+                TableId::Orders => self.emit_redo::<t::Orders>(&mut batch, key, patch),
+                TableId::NewOrder => self.emit_redo::<t::NewOrders>(&mut batch, key, patch),
+                TableId::OrderLine => self.emit_redo::<t::OrderLines>(&mut batch, key, patch),
+                TableId::Item => self.emit_redo::<t::Items>(&mut batch, key, patch),
+                TableId::Stock => self.emit_redo::<t::Stocks>(&mut batch, key, patch),
             }
         }
         let heap = &self.history.rows;
@@ -456,8 +467,12 @@ impl LeanDb {
         self.redo = Some(batch);
     }
 
-    fn emit_redo<T: Table>(&mut self, batch: &mut RedoBatch, key: u64) {
+    /// `patch`: the transaction only updated the row, so its updatable prefix is enough.
+    fn emit_redo<T: Table>(&mut self, batch: &mut RedoBatch, key: u64, patch: bool) {
         match self.raw_row_mut::<T>(key) {
+            Some(row) if patch => {
+                batch.push(T::ID, RedoOp::Patch, key, &bytemuck::bytes_of(row)[..T::UPDATABLE_PREFIX])
+            }
             Some(row) => batch.push(T::ID, RedoOp::Upsert, key, bytemuck::bytes_of(row)),
             None => batch.push(T::ID, RedoOp::Delete, key, &[]),
         }

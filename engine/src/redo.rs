@@ -4,8 +4,9 @@
 //!
 //! The lean kernel produces them from its undo buffer at commit, when capture is on (nothing
 //! is recorded when it is off): every row a transaction inserted, updated or deleted appears
-//! once with its final state — its whole after-image, or a deletion — and every HISTORY row it
-//! appended appears as an append. Aborted transactions produce nothing.
+//! once with its final state — its whole after-image if the transaction inserted it, the
+//! after-image of its updatable prefix if it only updated it, or a deletion — and every
+//! HISTORY row it appended appears as an append. Aborted transactions produce nothing.
 //!
 //! Guarantees: applying a primary's redo batches, in order, to a backup that started from the
 //! same state gives the backup the primary's state (equal digests); a batch carries a
@@ -20,6 +21,9 @@ use crate::schema::TableId;
 pub enum RedoOp {
     /// Insert the after-image, or overwrite the row with the same primary key.
     Upsert,
+    /// Overwrite the start of an existing row with the image: an update ships only the row's
+    /// updatable prefix (`Table::UPDATABLE_PREFIX`), as a log records the changed columns.
+    Patch,
     /// Remove the row with this primary key.
     Delete,
     /// Append the after-image to a heap table (HISTORY).

@@ -85,6 +85,11 @@ pub struct BenchArgs {
     /// Do not print the once-a-second lines.
     #[arg(long)]
     quiet: bool,
+    /// Instead of the benchmark, the Section 5.3 experiment: a primary executes the stream with
+    /// redo capture, a second copy of the database applies its redo records, and the CPU cost
+    /// per transaction of executing and of replaying are reported (lean kernel only).
+    #[arg(long)]
+    replay: bool,
     /// Storage engine: `lean` (the lean single-threaded kernel) or `conventional` (the
     /// conventional stack: buffer pool, B+trees, 2PL, latches, write-ahead log).
     #[arg(long, default_value = "lean")]
@@ -309,6 +314,20 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let target = target(&a)?;
     println!("seed: {}", a.seed);
     let mut obs = ConsoleObserver::new(a.quiet);
+    if a.replay {
+        if !matches!(target, Target::Lean { .. }) || a.dump.is_some() || a.check {
+            bail!("--replay runs on the lean kernel and takes neither --dump nor --check");
+        }
+        let r = workload::replay::execute_vs_replay(&cfg, &mut obs)?;
+        print!("{}", workload::replay::render(&r));
+        if let Some(p) = &a.json {
+            let mut bytes = serde_json::to_vec_pretty(&r)?;
+            bytes.push(b'\n');
+            bench::write_atomic(p, &bytes)?;
+            println!("wrote {}", p.display());
+        }
+        return Ok(if r.digests_equal { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     match target {
         Target::Lean { step } => {
             let mut db = LeanDb::new();

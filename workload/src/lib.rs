@@ -9,6 +9,7 @@ pub mod error;
 pub mod gen;
 pub mod loader;
 pub mod metrics;
+pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod workers;
