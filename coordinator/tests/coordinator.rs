@@ -5,6 +5,7 @@
 //! and the results agree; divergence stops the partition; every request gets exactly one reply.
 
 use std::collections::BTreeMap;
+use workload::rng::Rng;
 
 use coordinator::agreement::DivergenceKind;
 use coordinator::{ClientId, Coordinator, Event, Output, Phase};
@@ -382,28 +383,13 @@ fn client_messages_are_dispatched() {
     assert!(c.on_client_message(4, Message::Heartbeat { now_ms: 0 }, START_US).is_empty());
 }
 
-/// A small seeded generator (SplitMix64), so a failing run replays.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Many clients, both partitions, replica results delivered in a random order with random
 /// duplicates, ticks at random times: every request is answered exactly once, committed ones
 /// with the replicas' agreed output, and in-flight work never exceeds its bound.
 #[test]
 fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
     for seed in 0..20u64 {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let inflight_max = 16;
         let mut c = serving(4, inflight_max);
         let mut now = START_US;

@@ -7,6 +7,7 @@
 //! coordinator answers only what every live replica agreed on.
 
 use std::collections::BTreeMap;
+use workload::rng::Rng;
 
 use coordinator::{ClientId, Coordinator, Event, Output, Phase};
 use engine::procedures::TxnInput;
@@ -38,21 +39,6 @@ fn seed(default: u64) -> u64 {
     let seed = std::env::var("GLASS_SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default);
     eprintln!("seed {seed} (replay with GLASS_SIM_SEED={seed})");
     seed
-}
-
-/// A small seeded generator (SplitMix64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Where a message is going.
@@ -109,7 +95,7 @@ impl Sim {
         }
         let gen = GenConfig::for_profile(Profile::Standard, 1..=config.warehouses_total());
         Sim {
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             now_us: START_US,
             coordinator: Coordinator::new(config, START_US).unwrap(),
             replicas,

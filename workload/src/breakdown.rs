@@ -1254,17 +1254,7 @@ mod tests {
                 load_seconds: 0.0,
             })
             .collect();
-        let cfg = BreakdownConfig {
-            warehouses: 1,
-            txns: 1,
-            reps: 1,
-            warmup_txns: 0,
-            count_warehouses: 1,
-            count_txns: 1,
-            count_warmup_txns: 0,
-            seed: 1,
-            work_dir: std::env::temp_dir(),
-        };
+        let cfg = tiny_config();
         let counts = Counts { source: Source::None, note: "none".into(), per_step: None, counted_at: None };
         let b = assemble(&cfg, &timings, counts, 0.0);
         assert_eq!(b.rows.len(), 24);
@@ -1279,6 +1269,21 @@ mod tests {
         assert!(render(&b).contains("n/a"));
     }
 
+    /// The smallest valid settings.
+    fn tiny_config() -> BreakdownConfig {
+        BreakdownConfig {
+            warehouses: 1,
+            txns: 1,
+            reps: 1,
+            warmup_txns: 0,
+            count_warehouses: 1,
+            count_txns: 1,
+            count_warmup_txns: 0,
+            seed: 1,
+            work_dir: std::env::temp_dir(),
+        }
+    }
+
     #[test]
     fn median_and_thousands() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
@@ -1289,17 +1294,7 @@ mod tests {
 
     #[test]
     fn zero_settings_are_refused_naming_the_flag() {
-        let cfg = BreakdownConfig {
-            warehouses: 1,
-            txns: 1,
-            reps: 1,
-            warmup_txns: 0,
-            count_warehouses: 1,
-            count_txns: 1,
-            count_warmup_txns: 0,
-            seed: 1,
-            work_dir: std::env::temp_dir(),
-        };
+        let cfg = tiny_config();
         assert!(cfg.validate().is_ok());
         let e = BreakdownConfig { warehouses: 0, ..cfg.clone() }.validate().unwrap_err();
         assert_eq!(e.to_string(), "--warehouses must be at least 1");

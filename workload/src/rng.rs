@@ -77,6 +77,15 @@ impl Rng {
         result
     }
 
+    /// A uniformly distributed integer in `0..n` (for simulations picking among `n` choices).
+    ///
+    /// Panics if `n` is 0.
+    #[inline]
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below: no choice among 0");
+        self.uniform(0, n - 1)
+    }
+
     /// A uniformly distributed integer in `lo..=hi` (unbiased: Lemire's multiply-and-reject).
     ///
     /// Panics if `lo > hi`.
