@@ -7,11 +7,14 @@
 //! (its milliseconds become timestamps).
 //!
 //! Guarantees:
-//! - a client is answered `Committed`/`Aborted`/`Failed` only after every live replica of the
-//!   transaction's partition executed it and all results agreed; every request gets exactly
-//!   one reply (the replies of a stopped partition included);
-//! - a partition serves only once all its live replicas loaded the same state (equal load
-//!   digests); a disagreement, at load or later, stops it for good and is reported as
+//! - a client is answered `Committed`/`Aborted`/`Failed` only after every live *executing*
+//!   replica of the transaction's partition executed it and all results agreed — in
+//!   active-active every replica executes; in the passive modes only the primary (the first
+//!   replica listed) does, and its node answers only once its backups hold the log records
+//!   (`shipping = "sync"`); every request gets exactly one reply (the replies of a stopped
+//!   partition included);
+//! - a partition serves only once all its live replicas — backups included — loaded the same
+//!   state (equal load digests); a disagreement, at load or later, stops it for good and is reported as
 //!   [`Event::Diverged`];
 //! - each partition has at most `inflight_txns_max` transactions in flight; beyond, requests
 //!   are answered `Busy` at once and nothing is kept;
@@ -173,6 +176,9 @@ struct Partition {
     /// Tags of the open batch's transactions, in its order.
     open_tags: Vec<ClientRef>,
     agreement: Agreement<ClientRef>,
+    /// Passive modes: the live backups (they receive log records from the primary, not
+    /// batches from here). Empty in active-active.
+    backups: Vec<NodeId>,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
@@ -204,18 +210,21 @@ impl Coordinator {
     /// A coordinator for `config` (validated here for this build), started at `now_us`; every
     /// partition starts loading, and every node counts as heard from at `now_us`.
     pub fn new(config: &ClusterConfig, now_us: u64) -> Result<Coordinator, CoordinatorError> {
-        config.validate_for_this_build()?;
+        config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
+        let passive = config.mode.is_passive();
         let partitions = config
             .partitions
             .iter()
             .map(|p| {
+                let executing = if passive { &p.replicas[..1] } else { &p.replicas[..] };
                 let partition = Partition {
                     id: p.id,
                     phase: Phase::Loading,
                     sequencer: Sequencer::new(p.id, limits),
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
-                    agreement: Agreement::new(p.id, p.replicas.iter().copied()),
+                    agreement: Agreement::new(p.id, executing.iter().copied()),
+                    backups: if passive { p.replicas[1..].to_vec() } else { Vec::new() },
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                 };
@@ -332,10 +341,9 @@ impl Coordinator {
             Message::Results(results) => self.on_results(from, results, &mut out),
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
-            other => out.push(Output::Event(Event::Ignored {
-                node: from,
-                what: format!("unexpected {}", message_name(&other)),
-            })),
+            other => {
+                out.push(Output::Event(Event::Ignored { node: from, what: format!("unexpected {}", other.name()) }))
+            }
         }
         out
     }
@@ -379,8 +387,7 @@ impl Coordinator {
         }
         if now_us >= self.load_deadline_us {
             for p in self.partitions.values_mut().filter(|p| p.phase == Phase::Loading) {
-                let waiting: Vec<NodeId> =
-                    p.agreement.live().iter().copied().filter(|n| !p.loaded.contains_key(n)).collect();
+                let waiting: Vec<NodeId> = p.members().filter(|n| !p.loaded.contains_key(n)).collect();
                 let reason = format!("replicas on nodes {waiting:?} did not load within timeouts.load_timeout_s");
                 p.stop(reason.clone(), &mut out);
                 out.push(Output::Event(Event::PartitionStopped { partition: p.id, reason }));
@@ -405,7 +412,7 @@ impl Coordinator {
             .map(|p| PartitionStatus {
                 partition: p.id,
                 phase: p.phase.clone(),
-                live_replicas: p.agreement.live().to_vec(),
+                live_replicas: p.members().collect(),
                 inflight_txns: p.sequencer.inflight_txns(),
                 batches_sent: p.sequencer.next_seq() - 1,
             })
@@ -453,7 +460,7 @@ impl Coordinator {
             }));
             return;
         };
-        if !p.agreement.live().contains(&from) {
+        if !p.members().any(|n| n == from) {
             out.push(Output::Event(Event::Ignored {
                 node: from,
                 what: format!("load status of partition {partition}, of which it is no live replica"),
@@ -485,7 +492,7 @@ impl Coordinator {
         n.live = false;
         out.push(Output::Event(Event::NodeDown { node, silent_ms }));
         for p in self.partitions.values_mut() {
-            if p.agreement.live().contains(&node) {
+            if p.members().any(|n| n == node) {
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
         }
@@ -493,6 +500,12 @@ impl Coordinator {
 }
 
 impl Partition {
+    /// The live replicas: the executing ones (the primary, in the passive modes), then the
+    /// backups.
+    fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.agreement.live().iter().chain(&self.backups).copied()
+    }
+
     /// Why a request cannot be served now, if it cannot.
     fn refusal(&self) -> Option<Rejection> {
         match &self.phase {
@@ -516,18 +529,14 @@ impl Partition {
 
     /// Serves once every live replica loaded, if their load digests agree.
     fn check_ready(&mut self, out: &mut Vec<Output>) {
-        let live = self.agreement.live();
-        if live.is_empty() || !live.iter().all(|n| self.loaded.contains_key(n)) {
+        let live: Vec<NodeId> = self.members().collect();
+        if self.agreement.live().is_empty() || !live.iter().all(|n| self.loaded.contains_key(n)) {
             return;
         }
         let digests: Vec<(NodeId, StateDigest)> = live.iter().map(|n| (*n, self.loaded[n])).collect();
         if digests.iter().all(|(_, d)| *d == digests[0].1) {
             self.phase = Phase::Serving;
-            out.push(Output::Event(Event::PartitionReady {
-                partition: self.id,
-                replicas: live.to_vec(),
-                digest: digests[0].1,
-            }));
+            out.push(Output::Event(Event::PartitionReady { partition: self.id, replicas: live, digest: digests[0].1 }));
         } else {
             let divergence = Divergence { partition: self.id, seq: 0, kind: DivergenceKind::Load { digests } };
             let reason = divergence.to_string();
@@ -537,7 +546,9 @@ impl Partition {
     }
 
     fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
-        let verdicts = self.agreement.replica_down(node);
+        self.backups.retain(|&b| b != node);
+        let verdicts =
+            if self.agreement.live().contains(&node) { self.agreement.replica_down(node) } else { Vec::new() };
         self.loaded.remove(&node);
         for v in verdicts {
             self.apply(v, out);
@@ -547,7 +558,8 @@ impl Partition {
                 return;
             }
             *epoch += 1;
-            let live = self.agreement.live().to_vec();
+            // The primary's node learns here which backups it still waits for.
+            let live: Vec<NodeId> = self.members().collect();
             out.push(Output::ToNodes {
                 nodes: live.clone(),
                 msg: Message::Membership { partition: self.id, epoch: *epoch, live },
@@ -606,7 +618,7 @@ impl Partition {
                 self.reject_all(unanswered, rejection, out);
                 self.phase = Phase::Stopped { reason: reason.clone() };
                 out.push(Output::ToNodes {
-                    nodes: self.agreement.live().to_vec(),
+                    nodes: self.members().collect(),
                     msg: Message::PartitionStopped { partition: self.id, reason },
                 });
                 out.push(Output::Event(Event::Diverged(divergence)));
@@ -627,7 +639,7 @@ impl Partition {
         self.reject_all(unanswered, rejection, out);
         self.phase = Phase::Stopped { reason: reason.clone() };
         out.push(Output::ToNodes {
-            nodes: self.agreement.live().to_vec(),
+            nodes: self.members().collect(),
             msg: Message::PartitionStopped { partition: self.id, reason },
         });
     }
@@ -666,28 +678,5 @@ impl Partition {
                 });
             }
         }
-    }
-}
-
-/// A message's name, for reports.
-fn message_name(msg: &Message) -> &'static str {
-    match msg {
-        Message::Hello(_) => "Hello",
-        Message::HelloRefused { .. } => "HelloRefused",
-        Message::LoadStatus { .. } => "LoadStatus",
-        Message::Batch(_) => "Batch",
-        Message::Results(_) => "Results",
-        Message::ClientRequests(_) => "ClientRequests",
-        Message::ClientReplies(_) => "ClientReplies",
-        Message::DigestRequest { .. } => "DigestRequest",
-        Message::DigestReply { .. } => "DigestReply",
-        Message::Heartbeat { .. } => "Heartbeat",
-        Message::Membership { .. } => "Membership",
-        Message::PartitionStopped { .. } => "PartitionStopped",
-        Message::Shutdown { .. } => "Shutdown",
-        Message::StatusRequest { .. } => "StatusRequest",
-        Message::StatusReply { .. } => "StatusReply",
-        Message::SnapshotRequest { .. } => "SnapshotRequest",
-        Message::SnapshotChunk(_) => "SnapshotChunk",
     }
 }

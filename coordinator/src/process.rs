@@ -171,7 +171,7 @@ pub async fn run(
     listener: Listener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ProcessError> {
-    config.validate_for_this_build()?;
+    config.validate()?;
     let clock = Clock::start();
     info!(
         mode = config.mode.name(),
@@ -491,6 +491,7 @@ impl Core {
                     seq: p.batches_sent,
                     txns: p.inflight_txns as u64,
                     cpu_ms: 0,
+                    replication: Default::default(),
                 })
                 .collect(),
             None => self
@@ -505,6 +506,7 @@ impl Core {
                     seq: 0,
                     txns: 0,
                     cpu_ms: 0,
+                    replication: Default::default(),
                 })
                 .collect(),
         };

@@ -27,6 +27,13 @@ pub enum ReplicaError {
     /// A message a replica does not handle.
     #[error("a replica does not handle {what}")]
     Unexpected { what: &'static str },
+    /// A shipment of log records could not be applied (checksum, format, or a record that
+    /// does not fit the backup's state). The backup stops.
+    #[error("shipment refused: {why}; replica stopped")]
+    BadShipment { why: String },
+    /// The conventional stack (full-stack mode) failed.
+    #[error("conventional stack: {what}")]
+    FullStack { what: String },
     /// Loading the partition failed.
     #[error(transparent)]
     Load(#[from] workload::error::LoadError),

@@ -5,8 +5,10 @@
 //! `glass dump`, and rejoin later).
 
 pub mod error;
+pub mod fullstack;
 pub mod process;
 pub mod replica;
+pub mod shipping;
 pub mod snapshot;
 
 pub use error::ReplicaError;

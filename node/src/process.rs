@@ -15,8 +15,16 @@
 //!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost:
 //!   a restarted coordinator would restart the batch numbering, and rejoin is not built yet;
 //! - the node listens on its own address for tools (`glass cluster status`, `check`, `dump`,
-//!   `down`): status, replica digests, snapshots, shutdown; at most
-//!   [`TOOL_CONNECTIONS_MAX`] at once;
+//!   `down`): status, replica digests, snapshots, replica reads, shutdown; and for the
+//!   primaries of partitions it backs up (passive modes), whose shipments go to the backup's
+//!   executor and whose acknowledgements go back on the same link; at most
+//!   [`TOOL_CONNECTIONS_MAX`] connections at once;
+//! - passive modes, at a primary: the writer task sends each batch's shipment (encoded once)
+//!   to a link per backup node, which the node dials and keeps; the partition's
+//!   [`ShipGate`] holds the results until the backups acknowledged them (`shipping =
+//!   "sync"`) and measures their lag. A backup whose link cannot take
+//!   [`PEER_OUTBOX_MAX`] more shipments is dropped from shipping (logged) rather than let the
+//!   writer — and the node's heartbeats — wait for it;
 //! - shutdown (the future passed in, a `Shutdown` message from the coordinator or a tool)
 //!   stops accepting, closes the links, asks the executors to stop and waits for them at most
 //!   `timeouts.shutdown_timeout_ms` (a replica still loading is not waited for).
@@ -33,14 +41,15 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
-use wire::config::{split_address, ClusterConfig, PartitionConfig};
+use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
-    DigestOutcome, Hello, LoadState, Message, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection, Role,
-    PROTOCOL_VERSION,
+    DigestOutcome, Hello, LoadState, Message, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection,
+    ReplicationReport, Role, Seq, PROTOCOL_VERSION,
 };
 
-use crate::replica::Replica;
+use crate::replica::{Replica, ReplicaRole, Store};
+use crate::shipping::ShipGate;
 use crate::snapshot;
 
 /// Work items one replica's inbox holds (batches and tool requests); past it the link reader
@@ -52,6 +61,10 @@ pub const COORDINATOR_OUTBOX_MAX: usize = 4_096;
 pub const TOOL_CONNECTIONS_MAX: usize = 16;
 /// Replies (snapshot chunks of up to 1 MiB included) queued for one tool connection.
 pub const TOOL_OUTBOX_MAX: usize = 8;
+/// Encoded shipments queued for one backup node's link.
+pub const PEER_OUTBOX_MAX: usize = 4_096;
+/// Acknowledgements and membership changes queued for the writer task.
+const OUTBOX_EVENTS_MAX: usize = 4_096;
 /// Pause between two attempts to reach the coordinator.
 pub const CONNECT_RETRY_MS: u64 = 200;
 /// Attempts to reach the coordinator between two log lines about it.
@@ -93,16 +106,36 @@ enum Work {
     Stop,
 }
 
+/// What the writer task (the coordinator link's sending side) is told besides the
+/// executors' messages.
+#[derive(Debug)]
+enum OutboxEvent {
+    /// A backup acknowledged shipments up to `seq`.
+    Ack { from: NodeId, partition: PartitionId, seq: Seq },
+    /// The coordinator announced the partition's live replicas.
+    Membership { partition: PartitionId, live: Vec<NodeId> },
+}
+
 /// What the network side knows of a replica without asking its thread.
 #[derive(Debug)]
 struct ReplicaShared {
     partition: PartitionId,
+    role: ReplicaRole,
     load: watch::Sender<LoadState>,
     applied_seq: AtomicU64,
     committed: AtomicU64,
     stopped: Mutex<Option<String>>,
-    /// `/proc/…/task/TID/schedstat` of the executor thread, once it runs.
-    schedstat: Mutex<Option<PathBuf>>,
+    /// `/proc/…/task/TID/schedstat` of the executor thread, once it runs, and of its
+    /// full-stack workers.
+    schedstat: Mutex<Vec<PathBuf>>,
+    /// Replication figures (see [`ReplicationReport`]).
+    shipped_bytes: AtomicU64,
+    acks: AtomicU64,
+    ack_delay_us_sum: AtomicU64,
+    ack_delay_us_max: AtomicU64,
+    applied_bytes: AtomicU64,
+    log_bytes: AtomicU64,
+    fsyncs: AtomicU64,
 }
 
 impl ReplicaShared {
@@ -116,14 +149,25 @@ impl ReplicaShared {
             (None, LoadState::Failed { reason }) => format!("failed: {reason}"),
         };
         let schedstat = self.schedstat.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         PartitionReport {
             partition: self.partition,
             phase,
             load: Some(load),
             replicas: vec![node],
-            seq: self.applied_seq.load(Ordering::Relaxed),
-            txns: self.committed.load(Ordering::Relaxed),
-            cpu_ms: schedstat.and_then(|p| thread_cpu_ms(&p)).unwrap_or(0),
+            seq: get(&self.applied_seq),
+            txns: get(&self.committed),
+            cpu_ms: schedstat.iter().filter_map(|p| thread_cpu_ms(p)).sum(),
+            replication: ReplicationReport {
+                role: self.role.name().to_string(),
+                shipped_bytes: get(&self.shipped_bytes),
+                acks: get(&self.acks),
+                ack_delay_us_sum: get(&self.ack_delay_us_sum),
+                ack_delay_us_max: get(&self.ack_delay_us_max),
+                applied_bytes: get(&self.applied_bytes),
+                log_bytes: get(&self.log_bytes),
+                fsyncs: get(&self.fsyncs),
+            },
         }
     }
 }
@@ -150,6 +194,8 @@ struct Node {
     replicas: BTreeMap<PartitionId, ReplicaHandle>,
     /// Set once the node is shutting down.
     stopping: watch::Sender<bool>,
+    /// To the writer task: acknowledgements from backups, membership changes.
+    events: mpsc::Sender<OutboxEvent>,
 }
 
 impl Node {
@@ -221,21 +267,39 @@ pub async fn run(
         "node starting"
     );
     let (to_coordinator, from_executors) = mpsc::channel(COORDINATOR_OUTBOX_MAX);
+    let (events, events_rx) = mpsc::channel(OUTBOX_EVENTS_MAX);
     let mut replicas = BTreeMap::new();
     let mut exits = Vec::new();
+    let mut gates = BTreeMap::new();
     for p in &partitions {
         let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
+        let role = ReplicaRole::of(config.mode, p, id);
+        if role == ReplicaRole::Primary {
+            gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
+        }
+        let zero = || AtomicU64::new(0);
         let shared = Arc::new(ReplicaShared {
             partition: p.id,
+            role,
             load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
-            applied_seq: AtomicU64::new(0),
-            committed: AtomicU64::new(0),
+            applied_seq: zero(),
+            committed: zero(),
             stopped: Mutex::new(None),
-            schedstat: Mutex::new(None),
+            schedstat: Mutex::new(Vec::new()),
+            shipped_bytes: zero(),
+            acks: zero(),
+            ack_delay_us_sum: zero(),
+            ack_delay_us_max: zero(),
+            applied_bytes: zero(),
+            log_bytes: zero(),
+            fsyncs: zero(),
         });
         let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
         let executor = Executor {
             node: id,
+            mode: config.mode,
+            dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
+            workers: config.full_stack.workers as usize,
             partition: p.clone(),
             seed: config.seed,
             pending_batches_max: config.limits.replica_pending_batches_max as usize,
@@ -260,9 +324,21 @@ pub async fn run(
         started: Instant::now(),
         replicas,
         stopping: watch::Sender::new(false),
+        events,
     });
 
-    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors));
+    // A link to every node backing up a partition this node is primary of.
+    let mut peers = BTreeMap::new();
+    let mut peer_tasks = Vec::new();
+    for backup in gates.values().flat_map(|g| g.backups().collect::<Vec<_>>()) {
+        if let std::collections::btree_map::Entry::Vacant(e) = peers.entry(backup) {
+            let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
+            e.insert(tx);
+            peer_tasks.push(tokio::spawn(peer_link(node.clone(), backup, rx)));
+        }
+    }
+    let outbox = Outbox { gates, peers, events: events_rx };
+    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors, outbox));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
 
     tokio::select! {
@@ -284,6 +360,9 @@ pub async fn run(
     }
     link_task.abort();
     tools_task.abort();
+    for t in peer_tasks {
+        t.abort();
+    }
     info!(node = id, "node stopped");
     Ok(())
 }
@@ -291,6 +370,11 @@ pub async fn run(
 /// One replica's thread: load, then execute the inbox in order.
 struct Executor {
     node: NodeId,
+    mode: Mode,
+    /// Where a full-stack replica keeps its database and log.
+    dir: PathBuf,
+    /// Full-stack worker threads.
+    workers: usize,
     partition: PartitionConfig,
     seed: u64,
     pending_batches_max: usize,
@@ -304,11 +388,12 @@ impl Executor {
         let pid = self.partition.id;
         if let Ok(me) = std::fs::read_link("/proc/thread-self") {
             let path = PathBuf::from("/proc").join(me).join("schedstat");
-            *self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()) = Some(path);
+            self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
         let t0 = Instant::now();
         let mut last_logged_rows = 0u64;
-        let loaded = Replica::load(self.node, &self.partition, self.seed, self.pending_batches_max, &mut |p| {
+        let (node, mode, seed, pending) = (self.node, self.mode, self.seed, self.pending_batches_max);
+        let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, &self.dir, self.workers, &mut |p| {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
             self.shared.load.send_replace(state);
             // Progress may be dropped when the link is backed up; the final state is not.
@@ -332,6 +417,9 @@ impl Executor {
         };
         // From here on tables grow: keep their next pages faulted in off this thread.
         engine::arena::set_prefault(true);
+        if let Store::Full(f) = replica.store_mut() {
+            self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(f.worker_schedstats());
+        }
         let ready = replica.ready_message();
         if let Message::LoadStatus { state, .. } = &ready {
             if let LoadState::Ready { digest } = state {
@@ -354,6 +442,7 @@ impl Executor {
                 Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
                 Work::Tool { msg, reply } => self.tool(&mut replica, msg, &reply),
             }
+            self.publish(&mut replica);
         }
         let stats = replica.stats();
         info!(
@@ -378,13 +467,24 @@ impl Executor {
             }
             Err(e) => error!(partition = replica.partition(), error = %e, "replica refused a message"),
         }
-        self.shared.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
-        self.shared.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
         if !was_stopped {
             if let Some(reason) = replica.stopped() {
                 error!(partition = replica.partition(), reason, "replica stopped");
                 *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
             }
+        }
+    }
+
+    /// Publishes the replica's figures for status requests.
+    fn publish(&self, replica: &mut Replica) {
+        let sh = &self.shared;
+        sh.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
+        sh.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
+        sh.applied_bytes.store(replica.applied_bytes(), Ordering::Relaxed);
+        if let Store::Full(f) = replica.store_mut() {
+            let (bytes, fsyncs) = f.log_counters();
+            sh.log_bytes.store(bytes, Ordering::Relaxed);
+            sh.fsyncs.store(fsyncs, Ordering::Relaxed);
         }
     }
 
@@ -398,15 +498,14 @@ impl Executor {
                 let t0 = Instant::now();
                 let digest = replica.state_digest();
                 let seq = replica.applied_seq();
-                let s = snapshot::stream(
-                    replica.db_mut(),
-                    request_id,
-                    partition,
-                    seq,
-                    digest,
-                    self.frame_bytes_max,
-                    &mut |m| reply.blocking_send(m).is_ok(),
-                );
+                let frame_max = self.frame_bytes_max;
+                let mut send = |m| reply.blocking_send(m).is_ok();
+                let s = match replica.store_mut() {
+                    Store::Lean(db) => snapshot::stream(db, request_id, partition, seq, digest, frame_max, &mut send),
+                    Store::Full(f) => {
+                        snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut send)
+                    }
+                };
                 info!(
                     partition,
                     seq,
@@ -443,25 +542,33 @@ impl Executor {
     }
 }
 
-/// Dials the coordinator (retrying until it answers or the node stops), then carries the
-/// link until it closes.
-async fn coordinator_link(node: Arc<Node>, mut from_executors: mpsc::Receiver<Message>) {
-    let address = node.config.coordinator.address.clone();
-    let server_name = split_address(&address).map(|(h, _)| h.to_string()).unwrap_or_default();
+/// The primaries' side of shipping, owned by the writer task.
+struct Outbox {
+    /// The partitions this node is primary of.
+    gates: BTreeMap<PartitionId, ShipGate>,
+    /// Encoded shipments to each backup node's link.
+    peers: BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>,
+    events: mpsc::Receiver<OutboxEvent>,
+}
+
+/// Dials `address` (the coordinator's or a peer node's), retrying until it answers, refuses
+/// this node (`None`, and the node stops if it is the coordinator) or the node stops.
+async fn dial(node: &Node, what: &str, address: &str) -> Option<Link> {
+    let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
     let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
         Ok(t) => t,
         Err(e) => {
-            error!(error = %e, "cannot read the node's certificates; not joining the coordinator");
-            return;
+            error!(error = %e, peer = what, "cannot read the node's certificates; not connecting");
+            return None;
         }
     };
     let mut attempts = 0u32;
-    let link = loop {
-        let addr = match wire::config::resolve("coordinator.address", &address) {
+    loop {
+        let addr = match wire::config::resolve(what, address) {
             Ok(a) => Some(a),
             Err(e) => {
                 if attempts % CONNECT_RETRIES_PER_LOG == 0 {
-                    warn!(error = %e, "cannot resolve the coordinator's address; retrying");
+                    warn!(error = %e, peer = what, "cannot resolve the address; retrying");
                 }
                 None
             }
@@ -471,55 +578,46 @@ async fn coordinator_link(node: Arc<Node>, mut from_executors: mpsc::Receiver<Me
             let attempt = endpoint::connect(addr, &server_name, tls.clone(), node.hello(), limits);
             tokio::select! {
                 r = attempt => match r {
-                    Ok(link) => break link,
+                    Ok(link) => return Some(link),
                     Err(e @ (EndpointError::HelloRefused { .. }
                     | EndpointError::HelloRejected { .. }
                     | EndpointError::CertificateRefused { .. }
                     | EndpointError::PeerCertificateInvalid { .. })) => {
-                        error!(coordinator = %address, error = %e, "the coordinator refused this node");
-                        node.stop("refused by the coordinator");
-                        return;
+                        error!(peer = what, %address, error = %e, "refused this node");
+                        return None;
                     }
                     Err(e) => {
                         if attempts % CONNECT_RETRIES_PER_LOG == 0 {
-                            info!(coordinator = %address, error = %e, "coordinator not reachable yet; retrying");
+                            info!(peer = what, %address, error = %e, "not reachable yet; retrying");
                         }
                     }
                 },
-                () = node.stopped() => return,
+                () = node.stopped() => return None,
             }
         }
         attempts += 1;
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
-            () = node.stopped() => return,
+            () = node.stopped() => return None,
         }
+    }
+}
+
+/// Dials the coordinator (retrying until it answers or the node stops), then carries the
+/// link until it closes: the executors' messages out (through the ship gates), the
+/// coordinator's in.
+async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Message>, outbox: Outbox) {
+    let address = node.config.coordinator.address.clone();
+    let Some(link) = dial(&node, "coordinator.address", &address).await else {
+        if !*node.stopping.borrow() {
+            node.stop("refused by the coordinator");
+        }
+        return;
     };
     info!(coordinator = %address, "joined the coordinator");
-    let (mut sender, mut receiver) = link.split();
+    let (sender, mut receiver) = link.split();
 
-    let writer_node = node.clone();
-    let writer = tokio::spawn(async move {
-        let mut heartbeat =
-            tokio::time::interval(Duration::from_millis(writer_node.config.timeouts.heartbeat_ms.max(1)));
-        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let msg = tokio::select! {
-                m = from_executors.recv() => match m {
-                    Some(m) => m,
-                    None => return,
-                },
-                _ = heartbeat.tick() => Message::Heartbeat { now_ms: writer_node.started.elapsed().as_millis() as u64 },
-                () = writer_node.stopped() => return,
-            };
-            if let Err(e) = sender.send(&msg).await {
-                if !*writer_node.stopping.borrow() {
-                    error!(error = %e, "cannot send to the coordinator; link lost");
-                }
-                return;
-            }
-        }
-    });
+    let writer = tokio::spawn(write_to_coordinator(node.clone(), sender, from_executors, outbox));
 
     loop {
         let received = tokio::select! {
@@ -553,13 +651,14 @@ async fn coordinator_link(node: Arc<Node>, mut from_executors: mpsc::Receiver<Me
                 break;
             }
             other => {
-                warn!(message = %short(other), "unexpected message from the coordinator; ignored");
+                warn!(message = other.name(), "unexpected message from the coordinator; ignored");
                 None
             }
         };
         let Some(partition) = partition else { continue };
         if let Message::Membership { epoch, live, .. } = &msg {
             warn!(partition, epoch, live = ?live, "membership changed");
+            let _ = node.events.send(OutboxEvent::Membership { partition, live: live.clone() }).await;
         }
         if let Message::PartitionStopped { reason, .. } = &msg {
             error!(partition, reason = %reason, "the coordinator stopped the partition");
@@ -574,6 +673,163 @@ async fn coordinator_link(node: Arc<Node>, mut from_executors: mpsc::Receiver<Me
         }
     }
     writer.abort();
+}
+
+/// The sending side of the coordinator link: executors' results (held by the ship gates in
+/// sync shipping), shipments to the backups' links, load status and heartbeats.
+async fn write_to_coordinator(
+    node: Arc<Node>,
+    mut sender: wire::endpoint::LinkSender,
+    mut from_executors: mpsc::Receiver<Message>,
+    mut outbox: Outbox,
+) {
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1)));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let frame_max = node.config.limits.frame_bytes_max as usize;
+    loop {
+        let out: Vec<Message> = tokio::select! {
+            m = from_executors.recv() => match m {
+                Some(Message::Ship(shipment)) => {
+                    let Some(gate) = outbox.gates.get_mut(&shipment.partition) else { continue };
+                    let seq = shipment.seq;
+                    let released = match wire::codec::encode(&Message::Ship(shipment), frame_max) {
+                        Ok(frame) => ship(&node, gate, &outbox.peers, Arc::new(frame), seq),
+                        Err(e) => {
+                            error!(partition = gate.partition(), seq, error = %e, "cannot encode a shipment; backups dropped");
+                            gate.on_membership(&[node.id])
+                        }
+                    };
+                    released.into_iter().map(Message::Results).collect()
+                }
+                Some(Message::Results(r)) => match outbox.gates.get_mut(&r.partition) {
+                    Some(gate) => gate.on_results(r).into_iter().map(Message::Results).collect(),
+                    None => vec![Message::Results(r)],
+                },
+                Some(m) => vec![m],
+                None => return,
+            },
+            e = outbox.events.recv() => match e {
+                Some(OutboxEvent::Ack { from, partition, seq }) => match outbox.gates.get_mut(&partition) {
+                    Some(gate) => {
+                        let released = gate.on_ack(from, seq, micros(&node));
+                        publish_gate(&node, gate);
+                        released.into_iter().map(Message::Results).collect()
+                    }
+                    None => Vec::new(),
+                },
+                Some(OutboxEvent::Membership { partition, live }) => match outbox.gates.get_mut(&partition) {
+                    Some(gate) => gate.on_membership(&live).into_iter().map(Message::Results).collect(),
+                    None => Vec::new(),
+                },
+                None => Vec::new(),
+            },
+            _ = heartbeat.tick() => vec![Message::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }],
+            () = node.stopped() => return,
+        };
+        for msg in out {
+            if let Err(e) = sender.send(&msg).await {
+                if !*node.stopping.borrow() {
+                    error!(error = %e, "cannot send to the coordinator; link lost");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Microseconds since the node started (the ship gates' clock).
+fn micros(node: &Node) -> u64 {
+    node.started.elapsed().as_micros() as u64
+}
+
+/// Queues an encoded shipment for every live backup of its partition; a backup whose queue
+/// is full or whose link task ended is dropped from shipping. Returns results released by
+/// dropping one.
+fn ship(
+    node: &Node,
+    gate: &mut ShipGate,
+    peers: &BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>,
+    frame: Arc<Vec<u8>>,
+    seq: Seq,
+) -> Vec<wire::messages::Results> {
+    let mut dropped = Vec::new();
+    let mut sent = 0u64;
+    for backup in gate.backups().collect::<Vec<_>>() {
+        match peers.get(&backup).map(|p| p.try_send(frame.clone())) {
+            Some(Ok(())) => sent += 1,
+            Some(Err(mpsc::error::TrySendError::Full(_))) => {
+                error!(
+                    partition = gate.partition(),
+                    backup,
+                    limit = PEER_OUTBOX_MAX,
+                    "backup too far behind; no longer shipped to"
+                );
+                dropped.push(backup);
+            }
+            _ => {
+                error!(partition = gate.partition(), backup, "the link to the backup is gone; no longer shipped to");
+                dropped.push(backup);
+            }
+        }
+    }
+    gate.on_shipped(seq, micros(node));
+    if let Some(r) = node.replicas.get(&gate.partition()) {
+        r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
+    }
+    if dropped.is_empty() {
+        return Vec::new();
+    }
+    let live: Vec<NodeId> = gate.backups().filter(|b| !dropped.contains(b)).collect();
+    gate.on_membership(&live)
+}
+
+/// Copies a gate's lag figures to its replica's shared state.
+fn publish_gate(node: &Node, gate: &ShipGate) {
+    if let Some(r) = node.replicas.get(&gate.partition()) {
+        let st = gate.stats();
+        r.shared.acks.store(st.acks, Ordering::Relaxed);
+        r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
+        r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
+    }
+}
+
+/// The link to backup node `peer`: dials it, sends the shipments queued on `rx`, and hands
+/// its acknowledgements to the writer task.
+async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
+    let Some(address) = node.config.node(peer).map(|n| n.address.clone()) else { return };
+    let what = format!("nodes[{peer}].address");
+    let Some(link) = dial(&node, &what, &address).await else { return };
+    info!(backup = peer, %address, "shipping to backup");
+    let (mut sender, mut receiver) = link.split();
+    let events = node.events.clone();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(msg)) = receiver.recv().await {
+            match msg {
+                Message::ShipAck { partition, seq } => {
+                    if events.send(OutboxEvent::Ack { from: peer, partition, seq }).await.is_err() {
+                        return;
+                    }
+                }
+                other => warn!(backup = peer, message = other.name(), "unexpected message from a backup; ignored"),
+            }
+        }
+    });
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+            () = node.stopped() => break,
+        };
+        if let Err(e) = sender.send_encoded(&frame).await {
+            if !*node.stopping.borrow() {
+                error!(backup = peer, error = %e, "the link to the backup failed");
+            }
+            break;
+        }
+    }
+    reader.abort();
 }
 
 /// Accepts tool connections until the node stops.
@@ -592,9 +848,9 @@ async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
             }
         };
         let hello = link.peer_hello().clone();
-        if hello.role != Role::Client {
-            warn!(role = %hello.role, id = hello.id, "only tools connect to a node; refused");
-            tokio::spawn(link.refuse("only tools (clients) connect to a node"));
+        if hello.role == Role::Coordinator {
+            warn!(id = hello.id, "the coordinator does not connect to nodes; refused");
+            tokio::spawn(link.refuse("only tools and primaries connect to a node"));
             continue;
         }
         let Ok(permit) = permits.clone().try_acquire_owned() else {
@@ -641,6 +897,30 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
             Message::StatusRequest { request_id } => {
                 let _ = reply_tx.send(Message::StatusReply { request_id, status: node.status() }).await;
             }
+            Message::Ship(shipment) => {
+                let partition = shipment.partition;
+                let Some(r) = node.replicas.get(&partition) else {
+                    warn!(client, partition, "shipment for a partition this node does not hold; ignored");
+                    continue;
+                };
+                if r.inbox.send(Work::Tool { msg: Message::Ship(shipment), reply: reply_tx.clone() }).await.is_err() {
+                    break;
+                }
+            }
+            Message::ReplicaRead { request_id, partition, .. } if !node.replicas.contains_key(&partition) => {
+                let outcome = wire::messages::TxnOutcome::Failed {
+                    reason: format!("node {} holds no replica of partition {partition}", node.id),
+                };
+                let reply = Message::ReplicaReadReply { request_id, partition, seq: 0, possibly_stale: false, outcome };
+                let _ = reply_tx.send(reply).await;
+            }
+            msg @ Message::ReplicaRead { .. } => {
+                let Message::ReplicaRead { partition, .. } = &msg else { unreachable!() };
+                let r = &node.replicas[partition];
+                if r.inbox.send(Work::Tool { msg, reply: reply_tx.clone() }).await.is_err() {
+                    break;
+                }
+            }
             Message::DigestRequest { request_id, partition } | Message::SnapshotRequest { request_id, partition } => {
                 let ready =
                     node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
@@ -672,7 +952,7 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
                 break;
             }
             other => {
-                warn!(client, message = %short(&other), "unexpected message from a tool; ignored")
+                warn!(client, message = other.name(), "unexpected message from a tool; ignored")
             }
         }
     }
@@ -680,11 +960,4 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
     // Let queued replies (a snapshot's last chunks) go out.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
     debug!(client, "tool disconnected");
-}
-
-/// A message's variant, for logs.
-fn short(msg: &Message) -> String {
-    let text = format!("{msg:?}");
-    let end = text.find([' ', '(', '{']).unwrap_or(text.len());
-    text[..end].to_string()
 }

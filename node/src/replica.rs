@@ -3,6 +3,13 @@
 //! its own [`LeanDb`], one at a time (the paper's single-threaded, lock-free, log-free
 //! execution), returning each transaction's outcome and result digest.
 //!
+//! Its [`ReplicaRole`] says what it does with the stream (DESIGN.md, "The three modes"): an
+//! active-active `Replica` executes every batch; a passive mode's `Primary` executes every
+//! batch and returns, beside the results, the batch's log records as a [`Shipment`] for its
+//! backups (redo records of the lean kernel, or the conventional stack's WAL in
+//! `full-stack`); a `Backup` executes nothing and applies shipments in sequence order,
+//! answering each with a `ShipAck`.
+//!
 //! Guarantees:
 //! - batches execute in sequence order 1, 2, 3, … exactly once: a batch ahead of a missing one
 //!   waits for it (at most `pending_batches_max` wait), a duplicate of an executed or waiting
@@ -11,21 +18,67 @@
 //!   timestamp, in strictly increasing timestamp order (checked before a batch runs: a
 //!   regression stops the replica); so replicas fed the same stream reach bit-identical states;
 //! - an input a procedure could not execute is reported as failed, never run;
+//! - shipments apply in sequence order exactly once, as batches do; a shipment that fails its
+//!   checksum or cannot be applied stops the backup before it changes anything it checked;
 //! - once stopped (a divergence reported by the coordinator, or a refused stream) the replica
 //!   executes nothing more.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
-use engine::procedures::execute;
+use engine::procedures::{execute, TxnInput};
 use engine::LeanDb;
-use wire::config::PartitionConfig;
+use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
     bounded_reason, input_problem, Batch, DigestOutcome, LoadState, Message, NodeId, PartitionId, Results, Seq,
-    StateDigest, Timestamp, TxnOutcome, TxnResult,
+    Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult,
 };
 use workload::loader::{load_database, LoadProgress};
 
 use crate::error::ReplicaError;
+use crate::fullstack::FullStack;
+
+/// What a replica does with its partition's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaRole {
+    /// Active-active: executes every transaction.
+    Replica,
+    /// A passive mode's primary: executes, and ships the log records to its backups.
+    Primary,
+    /// A passive mode's backup: applies the primary's log records, executes nothing.
+    Backup,
+}
+
+impl ReplicaRole {
+    /// The role of node `node` in `partition` under `mode`: in the passive modes the first
+    /// replica listed is the primary.
+    pub fn of(mode: Mode, partition: &PartitionConfig, node: NodeId) -> ReplicaRole {
+        match mode {
+            Mode::ActiveActive => ReplicaRole::Replica,
+            _ if partition.replicas.first() == Some(&node) => ReplicaRole::Primary,
+            _ => ReplicaRole::Backup,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaRole::Replica => "replica",
+            ReplicaRole::Primary => "primary",
+            ReplicaRole::Backup => "backup",
+        }
+    }
+}
+
+/// The partition's storage: the lean kernel, or the conventional stack (`full-stack`).
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per replica, never moved on a hot path
+pub enum Store {
+    Lean(LeanDb),
+    Full(Box<FullStack>),
+}
+
+/// What a backup holds that arrived ahead of a missing shipment.
+type Waiting = BTreeMap<Seq, Shipment>;
 
 /// Counts of what a replica did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,7 +98,12 @@ pub struct ReplicaStats {
 pub struct Replica {
     node: NodeId,
     partition: PartitionId,
-    db: LeanDb,
+    role: ReplicaRole,
+    db: Store,
+    /// A backup: shipments ahead of `next_seq`.
+    waiting_shipments: Waiting,
+    /// A backup: bytes of log records applied.
+    applied_bytes: u64,
     /// The next batch to execute.
     next_seq: Seq,
     /// The last timestamp executed.
@@ -60,14 +118,32 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// The replica of `partition` on node `node` over an already loaded `db`; it expects batch
-    /// 1 next.
+    /// The active-active replica of `partition` on node `node` over an already loaded `db`; it
+    /// expects batch 1 next.
     pub fn new(node: NodeId, partition: PartitionId, db: LeanDb, pending_batches_max: usize) -> Replica {
+        Replica::with_role(node, partition, ReplicaRole::Replica, Store::Lean(db), pending_batches_max)
+    }
+
+    /// A replica with role `role` over an already loaded `db`. A lean primary starts
+    /// capturing redo records here (a full-stack primary ships its log from its load on).
+    pub fn with_role(
+        node: NodeId,
+        partition: PartitionId,
+        role: ReplicaRole,
+        mut db: Store,
+        pending_batches_max: usize,
+    ) -> Replica {
         assert!(pending_batches_max >= 1);
+        if let (ReplicaRole::Primary, Store::Lean(l)) = (role, &mut db) {
+            l.set_redo_capture(true);
+        }
         Replica {
             node,
             partition,
+            role,
             db,
+            waiting_shipments: Waiting::new(),
+            applied_bytes: 0,
             next_seq: 1,
             last_ts: None,
             waiting: BTreeMap::new(),
@@ -92,6 +168,31 @@ impl Replica {
         Ok(Replica::new(node, partition.id, db, pending_batches_max))
     }
 
+    /// Loads the replica of `partition` on node `node` for `mode`: the lean kernel, or in
+    /// `full-stack` the conventional stack in `dir` with `workers` worker threads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn load_for(
+        mode: Mode,
+        node: NodeId,
+        partition: &PartitionConfig,
+        seed: u64,
+        pending_batches_max: usize,
+        dir: &Path,
+        workers: usize,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Replica, ReplicaError> {
+        let role = ReplicaRole::of(mode, partition, node);
+        let db = if mode == Mode::FullStack {
+            let ship = role == ReplicaRole::Primary;
+            Store::Full(Box::new(FullStack::load(dir, partition.warehouses.range(), seed, workers, ship, progress)?))
+        } else {
+            let mut db = LeanDb::new();
+            load_database(&mut db, partition.warehouses.range(), seed, progress)?;
+            Store::Lean(db)
+        };
+        Ok(Replica::with_role(node, partition.id, role, db, pending_batches_max))
+    }
+
     /// The `LoadStatus` message reporting load progress of `partition`.
     pub fn progress_message(partition: PartitionId, progress: LoadProgress) -> Message {
         let state = LoadState::Loading { rows_loaded: progress.rows_loaded, rows_total: progress.rows_total };
@@ -106,7 +207,31 @@ impl Replica {
     /// Handles a message from the coordinator; returns the messages to send back.
     pub fn on_message(&mut self, msg: Message) -> Result<Vec<Message>, ReplicaError> {
         match msg {
-            Message::Batch(batch) => Ok(self.on_batch(batch)?.into_iter().map(Message::Results).collect()),
+            Message::Batch(batch) => {
+                let mut out = Vec::new();
+                for (results, shipment) in self.on_batch_shipping(batch)? {
+                    out.extend(shipment.map(Message::Ship));
+                    out.push(Message::Results(results));
+                }
+                Ok(out)
+            }
+            Message::Ship(shipment) => Ok(self
+                .on_shipment(shipment)?
+                .into_iter()
+                .map(|seq| Message::ShipAck { partition: self.partition, seq })
+                .collect()),
+            Message::ReplicaRead { request_id, partition, input } => {
+                self.check_partition(partition)?;
+                let outcome = self.read(&input);
+                let possibly_stale = self.role == ReplicaRole::Backup;
+                Ok(vec![Message::ReplicaReadReply {
+                    request_id,
+                    partition,
+                    seq: self.applied_seq(),
+                    possibly_stale,
+                    outcome,
+                }])
+            }
             Message::DigestRequest { request_id, partition } => {
                 self.check_partition(partition)?;
                 let digests = vec![(self.node, self.state_digest())];
@@ -117,6 +242,7 @@ impl Replica {
                 self.check_partition(partition)?;
                 self.stopped.get_or_insert(reason);
                 self.waiting.clear();
+                self.waiting_shipments.clear();
                 Ok(Vec::new())
             }
             Message::Membership { partition, epoch, live } => {
@@ -134,6 +260,14 @@ impl Replica {
     /// Takes a batch; returns the results of every batch this made executable, in order
     /// (none when it must wait for an earlier batch or was a duplicate).
     pub fn on_batch(&mut self, batch: Batch) -> Result<Vec<Results>, ReplicaError> {
+        Ok(self.on_batch_shipping(batch)?.into_iter().map(|(r, _)| r).collect())
+    }
+
+    /// [`Replica::on_batch`], with each executed batch's shipment when this is a primary.
+    pub fn on_batch_shipping(&mut self, batch: Batch) -> Result<Vec<(Results, Option<Shipment>)>, ReplicaError> {
+        if self.role == ReplicaRole::Backup {
+            return Err(ReplicaError::Unexpected { what: "a batch (a backup applies its primary's log records)" });
+        }
         if let Some(reason) = &self.stopped {
             return Err(ReplicaError::Stopped { reason: reason.clone() });
         }
@@ -168,8 +302,81 @@ impl Replica {
         Ok(out)
     }
 
+    /// A backup takes a shipment; returns the sequence numbers it applied, in order (none when
+    /// it must wait for an earlier one or was a duplicate).
+    pub fn on_shipment(&mut self, shipment: Shipment) -> Result<Vec<Seq>, ReplicaError> {
+        if self.role != ReplicaRole::Backup {
+            return Err(ReplicaError::Unexpected { what: "a shipment (only a backup applies log records)" });
+        }
+        if let Some(reason) = &self.stopped {
+            return Err(ReplicaError::Stopped { reason: reason.clone() });
+        }
+        self.check_partition(shipment.partition)?;
+        let seq = shipment.seq;
+        if seq < self.next_seq {
+            self.stats.duplicate_batches += 1;
+            return Ok(Vec::new());
+        }
+        if seq - self.next_seq >= self.pending_batches_max as u64 {
+            return Err(ReplicaError::TooFarAhead {
+                seq,
+                next_seq: self.next_seq,
+                pending_batches_max: self.pending_batches_max,
+            });
+        }
+        if seq > self.next_seq {
+            self.stats.batches_waited += 1;
+            self.waiting_shipments.insert(seq, shipment);
+            return Ok(Vec::new());
+        }
+        let mut applied = vec![self.apply(shipment)?];
+        while let Some(next) = self.waiting_shipments.remove(&self.next_seq) {
+            applied.push(self.apply(next)?);
+        }
+        Ok(applied)
+    }
+
+    /// Applies shipment `next_seq`.
+    fn apply(&mut self, shipment: Shipment) -> Result<Seq, ReplicaError> {
+        debug_assert_eq!(shipment.seq, self.next_seq);
+        let result = match (&mut self.db, &shipment.log) {
+            (Store::Lean(db), ShippedLog::Redo(redo)) => {
+                self.applied_bytes += redo.bytes.len() as u64 + 24 * redo.records.len() as u64;
+                self.stats.txns_committed += redo.txns;
+                db.apply_redo(redo).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
+            }
+            (Store::Full(f), ShippedLog::Wal(records)) => {
+                self.applied_bytes += records.len() as u64;
+                f.apply_log(records)
+            }
+            _ => Err(ReplicaError::BadShipment { why: "log format does not match this replica's storage".into() }),
+        };
+        if let Err(e) = result {
+            return Err(self.stop(e));
+        }
+        self.next_seq += 1;
+        self.stats.batches_executed += 1;
+        Ok(shipment.seq)
+    }
+
+    /// Runs a read-only transaction against the current state (a replica read); anything else
+    /// fails without running.
+    pub fn read(&mut self, input: &TxnInput) -> TxnOutcome {
+        if !matches!(input, TxnInput::OrderStatus(_) | TxnInput::StockLevel(_)) {
+            return TxnOutcome::Failed { reason: "replica reads run OrderStatus and StockLevel only".into() };
+        }
+        if let Some(problem) = input_problem(input) {
+            return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
+        }
+        let ts = self.last_ts.map_or(0, |t| t.0);
+        match &mut self.db {
+            Store::Lean(db) => TxnOutcome::from_result(execute(db, ts, input)),
+            Store::Full(f) => TxnOutcome::from_result(execute(f.session(), ts, input)),
+        }
+    }
+
     /// Executes batch `next_seq` after checking its timestamps follow those executed.
-    fn run(&mut self, batch: Batch) -> Result<Results, ReplicaError> {
+    fn run(&mut self, batch: Batch) -> Result<(Results, Option<Shipment>), ReplicaError> {
         debug_assert_eq!(batch.seq, self.next_seq);
         let mut last = self.last_ts;
         for t in &batch.txns {
@@ -178,12 +385,19 @@ impl Replica {
             }
             last = Some(t.ts);
         }
+        let outcomes: Vec<TxnOutcome> = match &mut self.db {
+            Store::Lean(db) => batch
+                .txns
+                .iter()
+                .map(|t| match input_problem(&t.input) {
+                    Some(problem) => TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) },
+                    None => TxnOutcome::from_result(execute(db, t.ts.0, &t.input)),
+                })
+                .collect(),
+            Store::Full(f) => f.execute(&batch.txns),
+        };
         let mut results = Vec::with_capacity(batch.txns.len());
-        for t in &batch.txns {
-            let outcome = match input_problem(&t.input) {
-                Some(problem) => TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) },
-                None => TxnOutcome::from_result(execute(&mut self.db, t.ts.0, &t.input)),
-            };
+        for (t, outcome) in batch.txns.iter().zip(outcomes) {
             match outcome {
                 TxnOutcome::Committed(_) => self.stats.txns_committed += 1,
                 TxnOutcome::Aborted { .. } => self.stats.txns_aborted += 1,
@@ -195,12 +409,21 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         let state_digest = batch.digest_after.then(|| self.state_digest());
-        Ok(Results { partition: self.partition, seq: batch.seq, results, state_digest })
+        let shipment = (self.role == ReplicaRole::Primary).then(|| Shipment {
+            partition: self.partition,
+            seq: batch.seq,
+            log: match &mut self.db {
+                Store::Lean(db) => ShippedLog::Redo(db.take_redo()),
+                Store::Full(f) => ShippedLog::Wal(f.take_log()),
+            },
+        });
+        Ok((Results { partition: self.partition, seq: batch.seq, results, state_digest }, shipment))
     }
 
     fn stop(&mut self, e: ReplicaError) -> ReplicaError {
         self.stopped.get_or_insert_with(|| e.to_string());
         self.waiting.clear();
+        self.waiting_shipments.clear();
         e
     }
 
@@ -214,7 +437,19 @@ impl Replica {
 
     /// The partition's state digest now (a full scan: costly).
     pub fn state_digest(&mut self) -> StateDigest {
-        engine::digest::digest(&mut self.db).into()
+        match &mut self.db {
+            Store::Lean(db) => engine::digest::digest(db).into(),
+            Store::Full(f) => engine::digest::digest(f.session()).into(),
+        }
+    }
+
+    pub fn role(&self) -> ReplicaRole {
+        self.role
+    }
+
+    /// A backup: bytes of log records applied so far.
+    pub fn applied_bytes(&self) -> u64 {
+        self.applied_bytes
     }
 
     /// The last batch executed (0 before the first).
@@ -254,8 +489,8 @@ impl Replica {
         self.stats
     }
 
-    /// The database (for checks, and for snapshot transfer later).
-    pub fn db_mut(&mut self) -> &mut LeanDb {
+    /// The storage (for snapshots and checks).
+    pub fn store_mut(&mut self) -> &mut Store {
         &mut self.db
     }
 }

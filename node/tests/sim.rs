@@ -30,7 +30,7 @@ fn config() -> ClusterConfig {
     c.limits.batch_txns_max = 8;
     c.limits.batch_wait_us = 300;
     c.limits.inflight_txns_max = 64;
-    c.validate_for_this_build().unwrap();
+    c.validate().unwrap();
     c
 }
 
@@ -333,7 +333,8 @@ fn a_diverged_replica_stops_its_partition_loudly() {
     let mut gen = Generator::new(GenConfig::for_profile(Profile::Paper, 1..=1), 99, SEED).unwrap();
     for _ in 0..3 {
         let input = gen.next(0);
-        engine::procedures::execute(rogue.db_mut(), 1, &input).unwrap();
+        let node::replica::Store::Lean(db) = rogue.store_mut() else { unreachable!("active-active is lean") };
+        engine::procedures::execute(db, 1, &input).unwrap();
     }
     sim.run(6_000);
     sim.drain();

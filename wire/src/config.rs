@@ -8,8 +8,8 @@
 //!   cluster: unique node and partition ids, distinct `host:port` addresses, every partition
 //!   with at least one replica and at most one per node, replicas only on listed nodes,
 //!   warehouse ranges that do not overlap and cover `1..=W` without gaps, limits that can be
-//!   met (a full batch fits in a frame and in the in-flight bound);
-//!   [`ClusterConfig::validate_for_this_build`] also refuses the modes not built yet;
+//!   met (a full batch fits in a frame and in the in-flight bound), a full-stack worker count
+//!   within bounds;
 //! - errors name the field (`partitions[1].replicas: node 2 holds two replicas of partition 1`);
 //! - [`check_ports_free`] (what a launcher calls before starting processes) binds a UDP
 //!   socket on every address and names the first one that fails.
@@ -35,9 +35,14 @@ pub const DEFAULT_PATH: &str = "cluster.toml";
 pub struct ClusterConfig {
     /// Replication mode: `"active-active"` (every replica executes every transaction in
     /// timestamp order; no log), `"active-passive"` (a primary ships redo records to backups)
-    /// or `"full-stack"` (the conventional stack shipping its WAL). This build runs
-    /// `active-active` only.
+    /// or `"full-stack"` (the conventional stack shipping its WAL). In the passive modes the
+    /// first node of a partition's `replicas` is its primary, the others its backups.
     pub mode: Mode,
+    /// Passive modes: `"sync"` answers a client once every live backup holds the
+    /// transaction's log records, `"async"` once the primary committed (default `"sync"`).
+    /// Ignored in `active-active`.
+    #[serde(default)]
+    pub shipping: Shipping,
     /// Seed of the TPC-C initial population: every replica of a partition loads its
     /// warehouses from it and so starts from the same state.
     pub seed: u64,
@@ -60,8 +65,60 @@ pub struct ClusterConfig {
     /// Timeouts and periods (defaults apply to omitted keys).
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// The conventional stack of `full-stack` mode (defaults apply to omitted keys).
+    #[serde(default)]
+    pub full_stack: FullStackConfig,
 }
 
+/// When a passive mode's primary answers (DESIGN.md, "The three modes").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Shipping {
+    /// After every live backup holds (has applied) the transaction's log records.
+    #[default]
+    Sync,
+    /// After the primary committed; backups lag, and a primary failure may lose the tail.
+    Async,
+}
+
+impl Shipping {
+    /// The name `cluster.toml` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shipping::Sync => "sync",
+            Shipping::Async => "async",
+        }
+    }
+}
+
+impl std::str::FromStr for Shipping {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shipping, String> {
+        match s {
+            "sync" => Ok(Shipping::Sync),
+            "async" => Ok(Shipping::Async),
+            other => Err(format!("unknown shipping `{other}`; valid: sync, async")),
+        }
+    }
+}
+
+/// Most worker threads of one full-stack partition.
+pub const FULL_STACK_WORKERS_MAX: u32 = 64;
+
+/// The conventional stack each node runs in `full-stack` mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FullStackConfig {
+    /// Worker threads executing one partition's transactions concurrently under two-phase
+    /// locking (1–64); their commits share the log's group-commit `fsync`.
+    pub workers: u32,
+}
+
+impl Default for FullStackConfig {
+    fn default() -> FullStackConfig {
+        FullStackConfig { workers: 4 }
+    }
+}
 /// The replication mode (DESIGN.md, "The three modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -75,6 +132,9 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Every mode, in the order `glass compare` runs them.
+    pub const ALL: [Mode; 3] = [Mode::ActiveActive, Mode::ActivePassive, Mode::FullStack];
+
     /// The name `cluster.toml` uses.
     pub fn name(self) -> &'static str {
         match self {
@@ -82,6 +142,27 @@ impl Mode {
             Mode::ActivePassive => "active-passive",
             Mode::FullStack => "full-stack",
         }
+    }
+
+    /// Whether one replica (the primary) executes and ships its log to the others.
+    pub fn is_passive(self) -> bool {
+        !matches!(self, Mode::ActiveActive)
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown mode `{s}`; valid: active-active, active-passive, full-stack"))
     }
 }
 
@@ -289,10 +370,10 @@ impl ClusterConfig {
         Ok(config)
     }
 
-    /// [`ClusterConfig::from_file`], then [`ClusterConfig::validate_for_this_build`].
+    /// [`ClusterConfig::from_file`], then [`ClusterConfig::validate`].
     pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
         let config = ClusterConfig::from_file(path)?;
-        config.validate_for_this_build()?;
+        config.validate()?;
         Ok(config)
     }
 
@@ -307,22 +388,6 @@ impl ClusterConfig {
         self.validate_processes()?;
         self.validate_partitions()?;
         self.validate_limits()
-    }
-
-    /// [`ClusterConfig::validate`], and refuses the modes this build cannot run yet.
-    pub fn validate_for_this_build(&self) -> Result<(), ConfigError> {
-        self.validate()?;
-        match self.mode {
-            Mode::ActiveActive => Ok(()),
-            Mode::ActivePassive => Err(ConfigError::ModeNotSupported {
-                mode: Mode::ActivePassive.name(),
-                arrives_with: "log-shipping replication",
-            }),
-            Mode::FullStack => Err(ConfigError::ModeNotSupported {
-                mode: Mode::FullStack.name(),
-                arrives_with: "the conventional stack's WAL shipping",
-            }),
-        }
     }
 
     fn validate_processes(&self) -> Result<(), ConfigError> {
@@ -472,6 +537,12 @@ impl ClusterConfig {
                 },
             );
         }
+        if !(1..=FULL_STACK_WORKERS_MAX).contains(&self.full_stack.workers) {
+            return invalid(
+                "full_stack.workers",
+                Problem::OutOfRange { value: u64::from(self.full_stack.workers), min: 1, max: 64 },
+            );
+        }
         if self.timeouts.failure_timeout_ms < 2 * self.timeouts.heartbeat_ms {
             return invalid(
                 "timeouts.failure_timeout_ms",
@@ -492,6 +563,30 @@ impl ClusterConfig {
     /// The partition with id `id`.
     pub fn partition(&self, id: PartitionId) -> Option<&PartitionConfig> {
         self.partitions.iter().find(|p| p.id == id)
+    }
+
+    /// The same cluster with every partition replicated `factor` times: partition `i` (in file
+    /// order) on `factor` consecutive nodes starting at node `i mod n`, so primaries spread
+    /// over the nodes. An error names `replicas` when the nodes cannot hold that many.
+    pub fn with_replication(&self, factor: usize) -> Result<ClusterConfig, ConfigError> {
+        if factor == 0 || factor > self.nodes.len() {
+            return Err(ConfigError::Invalid {
+                field: "partitions[].replicas".into(),
+                problem: Problem::ReplicationFactor { factor, nodes: self.nodes.len() },
+            });
+        }
+        let mut c = self.clone();
+        let n = self.nodes.len();
+        for (i, p) in c.partitions.iter_mut().enumerate() {
+            p.replicas = (0..factor).map(|k| self.nodes[(i + k) % n].id).collect();
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// The replication factor: the most replicas any partition has.
+    pub fn replication_factor(&self) -> usize {
+        self.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0)
     }
 
     /// The partitions with a replica on node `node`.
@@ -520,7 +615,8 @@ impl ClusterConfig {
     /// coordinator, nodes, partitions), exchanged in `Hello`: a process started with another
     /// `cluster.toml` is refused.
     pub fn fingerprint(&self) -> u64 {
-        let shared = (&self.mode, self.seed, &self.coordinator, &self.nodes, &self.partitions);
+        let shared =
+            (&self.mode, self.shipping, self.seed, &self.coordinator, &self.nodes, &self.partitions, &self.full_stack);
         let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())
             .expect("the configuration types are encodable");
         xxhash_rust::xxh3::xxh3_64(&bytes)
@@ -578,7 +674,7 @@ mod tests {
     #[test]
     fn the_committed_cluster_toml_parses_and_validates() {
         let c = base();
-        c.validate_for_this_build().unwrap();
+        c.validate().unwrap();
         assert_eq!(c.mode, Mode::ActiveActive);
         assert_eq!(c.nodes.len(), 2);
         assert_eq!(c.partitions.len(), 2);
@@ -599,7 +695,7 @@ mod tests {
         let c = ClusterConfig::parse(&text).unwrap();
         assert_eq!(c.limits, Limits::default());
         assert_eq!(c.timeouts, Timeouts::default());
-        c.validate_for_this_build().unwrap();
+        c.validate().unwrap();
     }
 
     #[test]
@@ -815,18 +911,40 @@ mod tests {
     }
 
     #[test]
-    fn modes_not_built_yet_parse_but_are_refused_for_this_build() {
-        let c = ClusterConfig::parse(&COMMITTED.replace("\"active-active\"", "\"active-passive\"")).unwrap();
-        c.validate().unwrap();
-        let e = c.validate_for_this_build().unwrap_err();
-        assert_eq!(e.to_string(), "mode active-passive is not supported yet (arrives with log-shipping replication)");
-        assert_eq!(e.field(), "mode");
-        let c = ClusterConfig::parse(&COMMITTED.replace("\"active-active\"", "\"full-stack\"")).unwrap();
-        assert!(c
-            .validate_for_this_build()
-            .unwrap_err()
-            .to_string()
-            .starts_with("mode full-stack is not supported yet"));
+    fn every_mode_validates_and_shipping_defaults_to_sync() {
+        for (mode, shipping) in [("active-passive", "async"), ("full-stack", "sync")] {
+            let text = COMMITTED
+                .replace("mode = \"active-active\"", &format!("mode = \"{mode}\""))
+                .replace("shipping = \"sync\"", &format!("shipping = \"{shipping}\""));
+            let c = ClusterConfig::parse(&text).unwrap();
+            c.validate().unwrap();
+            assert_eq!(c.mode.name(), mode);
+            assert_eq!(c.shipping.name(), shipping);
+        }
+        assert_eq!(
+            ClusterConfig::parse(&COMMITTED.replace("shipping = \"sync\"", "")).unwrap().shipping,
+            Shipping::Sync
+        );
+        let (field, _) = parse_error(&COMMITTED.replace("shipping = \"sync\"", "shipping = \"eventually\""));
+        assert_eq!(field, "shipping");
+        let mut c = base();
+        c.full_stack.workers = 0;
+        assert!(matches!(problem_at(&c), (f, Problem::OutOfRange { .. }, _) if f == "full_stack.workers"));
+    }
+
+    #[test]
+    fn replication_factor_rewrites_placement_or_names_the_shortfall() {
+        let c = base();
+        let one = c.with_replication(1).unwrap();
+        assert_eq!(one.partitions.iter().map(|p| p.replicas.clone()).collect::<Vec<_>>(), vec![vec![1], vec![2]]);
+        let two = c.with_replication(2).unwrap();
+        assert_eq!(two.partitions[1].replicas, vec![2, 1], "primaries spread over the nodes");
+        assert_eq!(two.replication_factor(), 2);
+        let e = c.with_replication(3).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "partitions[].replicas: a replication factor of 3 needs at least 3 nodes; the cluster has 2"
+        );
     }
 
     #[test]

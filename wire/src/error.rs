@@ -26,9 +26,6 @@ pub enum ConfigError {
     /// The file parses but describes an unusable cluster.
     #[error("{field}: {problem}")]
     Invalid { field: String, problem: Problem },
-    /// The mode parses but this build cannot run it yet.
-    #[error("mode {mode} is not supported yet (arrives with {arrives_with})")]
-    ModeNotSupported { mode: &'static str, arrives_with: &'static str },
     /// An address names no usable socket address.
     #[error("{field}: cannot resolve `{address}`: {reason}")]
     Resolve { field: String, address: String, reason: String },
@@ -44,8 +41,7 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The field an error is about (`"mode"` for [`ConfigError::ModeNotSupported`], the file
-    /// for [`ConfigError::Read`]).
+    /// The field an error is about (the file for [`ConfigError::Read`]).
     pub fn field(&self) -> String {
         match self {
             ConfigError::Read { path, .. } => path.display().to_string(),
@@ -53,7 +49,6 @@ impl ConfigError {
             | ConfigError::Invalid { field, .. }
             | ConfigError::Resolve { field, .. }
             | ConfigError::PortInUse { field, .. } => field.clone(),
-            ConfigError::ModeNotSupported { .. } => "mode".to_string(),
         }
     }
 
@@ -117,6 +112,10 @@ pub enum Problem {
         "{value} ms is less than twice timeouts.heartbeat_ms ({heartbeat_ms} ms): one late heartbeat would fail a node"
     )]
     FailureTimeoutTooShort { value: u64, heartbeat_ms: u64 },
+    #[error("{value} is outside {min}..={max}")]
+    OutOfRange { value: u64, min: u64, max: u64 },
+    #[error("a replication factor of {factor} needs at least {factor} nodes; the cluster has {nodes}")]
+    ReplicationFactor { factor: usize, nodes: usize },
 }
 
 /// Why bytes could not become a message, or a message could not become a frame.

@@ -21,7 +21,7 @@ use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`].
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -378,6 +378,84 @@ pub enum Message {
     SnapshotRequest { request_id: u64, partition: PartitionId },
     /// Node → requester: one piece of a snapshot; the last one has `end` set.
     SnapshotChunk(SnapshotChunk),
+    /// Primary's node → backup's node (passive modes): the log records batch `seq` produced,
+    /// to be applied in sequence order.
+    Ship(Shipment),
+    /// Backup's node → primary's node: the backup applied every shipment up to `seq`.
+    ShipAck { partition: PartitionId, seq: Seq },
+    /// Client → node: run a read-only transaction (OrderStatus, StockLevel) on this node's
+    /// replica of `partition` now, outside the ordered path.
+    ReplicaRead { request_id: u64, partition: PartitionId, input: TxnInput },
+    /// The answer to a [`Message::ReplicaRead`]: the outcome against the replica's state after
+    /// batch `seq`; `possibly_stale` when the replica is a backup that may lag its primary.
+    ReplicaReadReply { request_id: u64, partition: PartitionId, seq: Seq, possibly_stale: bool, outcome: TxnOutcome },
+}
+
+impl Message {
+    /// The variant's name, for logs and reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "Hello",
+            Message::HelloRefused { .. } => "HelloRefused",
+            Message::LoadStatus { .. } => "LoadStatus",
+            Message::Batch(_) => "Batch",
+            Message::Results(_) => "Results",
+            Message::ClientRequests(_) => "ClientRequests",
+            Message::ClientReplies(_) => "ClientReplies",
+            Message::DigestRequest { .. } => "DigestRequest",
+            Message::DigestReply { .. } => "DigestReply",
+            Message::Heartbeat { .. } => "Heartbeat",
+            Message::Membership { .. } => "Membership",
+            Message::PartitionStopped { .. } => "PartitionStopped",
+            Message::Shutdown { .. } => "Shutdown",
+            Message::StatusRequest { .. } => "StatusRequest",
+            Message::StatusReply { .. } => "StatusReply",
+            Message::SnapshotRequest { .. } => "SnapshotRequest",
+            Message::SnapshotChunk(_) => "SnapshotChunk",
+            Message::Ship(_) => "Ship",
+            Message::ShipAck { .. } => "ShipAck",
+            Message::ReplicaRead { .. } => "ReplicaRead",
+            Message::ReplicaReadReply { .. } => "ReplicaReadReply",
+        }
+    }
+}
+
+/// The log records a shipment carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShippedLog {
+    /// The lean kernel's redo records (`engine::redo`): row after-images, checksummed.
+    Redo(engine::redo::RedoBatch),
+    /// The conventional stack's write-ahead log records, byte for byte as in its log (each
+    /// record checksummed); empty when the batch logged nothing.
+    Wal(Vec<u8>),
+}
+
+/// The log records of one batch, from a partition's primary to its backups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shipment {
+    pub partition: PartitionId,
+    /// The batch that produced the records; shipments are applied in this order, one each.
+    pub seq: Seq,
+    pub log: ShippedLog,
+}
+
+/// A replica's replication figures, for status displays and `glass compare`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicationReport {
+    /// `replica` (active-active), `primary` or `backup`.
+    pub role: String,
+    /// A primary: bytes of shipments sent to backups (each backup counted).
+    pub shipped_bytes: u64,
+    /// A primary: shipments acknowledged, the sum and the largest of their ship-to-ack delay
+    /// in microseconds (how far backups lag).
+    pub acks: u64,
+    pub ack_delay_us_sum: u64,
+    pub ack_delay_us_max: u64,
+    /// A backup: bytes of log records applied.
+    pub applied_bytes: u64,
+    /// Bytes the replica wrote to its log on disk, and its `fsync` calls (full-stack only).
+    pub log_bytes: u64,
+    pub fsyncs: u64,
 }
 
 /// A process's state, as `glass cluster status` shows it.
@@ -410,9 +488,11 @@ pub struct PartitionReport {
     pub seq: Seq,
     /// The coordinator: transactions in flight; a replica: transactions committed.
     pub txns: u64,
-    /// A replica: CPU milliseconds its executor thread used (0 where unknown, and from the
-    /// coordinator).
+    /// A replica: CPU milliseconds its executor thread used (and, full-stack, its worker
+    /// threads; 0 where unknown, and from the coordinator).
     pub cpu_ms: u64,
+    /// A replica: its replication role and figures (default from the coordinator).
+    pub replication: ReplicationReport,
 }
 
 /// Largest row payload of one [`SnapshotChunk`] (the sender also keeps every frame within

@@ -11,7 +11,10 @@
 //! - [`check`] proves, per partition, that every live replica's state digest is equal at one
 //!   point of the ordered stream (the coordinator's ordered digest), that a copy of one
 //!   replica rebuilt here has that state, that TPC-C's consistency conditions hold across all
-//!   partitions, and that every acknowledged NewOrder it is given has its ORDER row.
+//!   partitions, and that every acknowledged NewOrder it is given has its ORDER row; in the
+//!   passive modes, that every backup, once it applied the same shipments, has the primary's
+//!   digest; and that read-only transactions run on every replica ([`Message::ReplicaRead`])
+//!   return the same results everywhere.
 
 pub mod driver;
 
@@ -34,6 +37,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Acknowledged NewOrders listed when some are missing.
 pub const MISSING_ACKS_SHOWN_MAX: usize = 10;
+/// How long [`check`] waits for a backup to apply the shipments up to the primary's digest.
+pub const BACKUP_CATCH_UP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Read-only transactions [`check`] runs on every replica of each partition.
+pub const REPLICA_READS_PER_PARTITION: usize = 100;
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -347,8 +354,14 @@ pub struct PartitionCheck {
     /// The batch after which every live replica digested its state.
     pub seq: Seq,
     pub digests: Vec<(NodeId, StateDigest)>,
+    /// Backups (passive modes) that had not applied up to `seq` within
+    /// [`BACKUP_CATCH_UP_TIMEOUT`], with the shipment they had reached.
+    pub behind: Vec<(NodeId, Seq)>,
     /// Every replica's digest equal.
     pub agreed: bool,
+    /// Read-only transactions run on every replica, and those whose results differed.
+    pub reads: usize,
+    pub reads_differing: usize,
     /// The replica copied, and what arrived.
     pub copied_from: NodeId,
     pub snapshot: SnapshotInfo,
@@ -371,7 +384,7 @@ pub struct ClusterCheck {
 impl ClusterCheck {
     /// Whether every part of the check passed.
     pub fn passed(&self) -> bool {
-        self.partitions.iter().all(|p| p.agreed && p.copy_ok)
+        self.partitions.iter().all(|p| p.agreed && p.copy_ok && p.reads_differing == 0)
             && self.consistency.all_passed()
             && self.acks_missing.is_empty()
     }
@@ -389,6 +402,20 @@ impl std::fmt::Display for ClusterCheck {
                 p.seq,
                 if p.agreed { "equal " } else { "DIFFER" },
                 digests.join(", ")
+            )?;
+            for (n, seq) in &p.behind {
+                writeln!(f, "  partition {:<3} backup on node {n} stayed at shipment {seq}: BEHIND", p.partition)?;
+            }
+            writeln!(
+                f,
+                "  partition {:<3} {} read-only transactions on every replica: {}",
+                p.partition,
+                p.reads,
+                if p.reads_differing == 0 {
+                    "same results everywhere".to_string()
+                } else {
+                    format!("{} DIFFERED", p.reads_differing)
+                }
             )?;
             writeln!(
                 f,
@@ -424,8 +451,31 @@ pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<Clust
     let mut acks_checked = 0u64;
     let mut acks_missing = Vec::new();
     for p in &config.partitions {
-        let (seq, digests) = digests(&mut coordinator, p.id).await?;
-        let agreed = !digests.is_empty() && digests.iter().all(|(_, d)| *d == digests[0].1);
+        let (seq, mut digests) = digests(&mut coordinator, p.id).await?;
+        // Backups (passive modes) are not in the ordered digest: ask each once it caught up.
+        let mut behind = Vec::new();
+        let backups: Vec<NodeId> = match config.mode.is_passive() {
+            true => p.replicas.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
+            false => Vec::new(),
+        };
+        for backup in backups {
+            let mut link = client.connect_node(backup).await?;
+            let deadline = tokio::time::Instant::now() + BACKUP_CATCH_UP_TIMEOUT;
+            loop {
+                let (at, d) = self::digests(&mut link, p.id).await?;
+                if at >= seq || tokio::time::Instant::now() > deadline {
+                    if at == seq {
+                        digests.extend(d);
+                    } else {
+                        behind.push((backup, at));
+                    }
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        let (reads, reads_differing) = replica_reads(client, p.id, &p.replicas, &p.warehouses.range()).await?;
+        let agreed = !digests.is_empty() && behind.is_empty() && digests.iter().all(|(_, d)| *d == digests[0].1);
         let copied_from = digests.first().map_or(p.replicas[0], |(n, _)| *n);
         let mut link = client.connect_node(copied_from).await?;
         let mut db = LeanDb::new();
@@ -445,7 +495,10 @@ pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<Clust
             partition: p.id,
             seq,
             digests,
+            behind,
             agreed,
+            reads,
+            reads_differing,
             copied_from,
             snapshot,
             copy_digest,
@@ -458,6 +511,45 @@ pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<Clust
         acks_missing.push(*a);
     }
     Ok(ClusterCheck { partitions, consistency: checker.finish(), acks_checked, acks_missing })
+}
+
+/// Runs [`REPLICA_READS_PER_PARTITION`] read-only transactions (OrderStatus and StockLevel,
+/// drawn from a fixed seed) on every replica of `partition` outside the ordered path, and
+/// counts those whose results were not the same on all of them. Meaningful on a quiet
+/// cluster (after a run): replicas at different points of the stream may differ.
+pub async fn replica_reads(
+    client: &ClusterClient,
+    partition: PartitionId,
+    replicas: &[NodeId],
+    warehouses: &std::ops::RangeInclusive<u16>,
+) -> Result<(usize, usize), ClientError> {
+    use crate::gen::{GenConfig, Generator, Mix, Profile};
+    let mut cfg = GenConfig::for_profile(Profile::Standard, warehouses.clone());
+    cfg.mix = Some(Mix::new([0, 0, 1, 0, 1]).expect("a valid mix"));
+    let config = client.config();
+    let mut gen = Generator::new(cfg, 0x5245_4144, config.seed).map_err(|e| ClientError::Refused {
+        peer: format!("partition {partition}"),
+        reason: format!("cannot draw read-only transactions: {e}"),
+    })?;
+    let inputs: Vec<_> = (0..REPLICA_READS_PER_PARTITION).map(|_| gen.next(crate::loader::LOAD_TIMESTAMP)).collect();
+    let mut answers: Vec<Vec<wire::messages::TxnOutcome>> = Vec::new();
+    for &node in replicas {
+        let mut link = client.connect_node(node).await?;
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let request_id = i as u64 + 1;
+            link.send(&Message::ReplicaRead { request_id, partition, input: *input }).await?;
+            let outcome = recv_matching(&mut link, "a replica read", REQUEST_TIMEOUT, |m| match m {
+                Message::ReplicaReadReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+                _ => None,
+            })
+            .await?;
+            outcomes.push(outcome);
+        }
+        answers.push(outcomes);
+    }
+    let differing = (0..inputs.len()).filter(|&i| answers.iter().any(|a| a[i] != answers[0][i])).count();
+    Ok((inputs.len(), differing))
 }
 
 /// Copies the whole database — every partition, from one live replica each, ITEM once — into

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod breakdown;
 pub mod client;
+pub mod compare;
 pub mod dump;
 pub mod error;
 pub mod gen;

@@ -93,7 +93,9 @@ struct Outcome {
     neworders: u64,
 }
 
-fn is_conflict(e: &TxnError) -> bool {
+/// Whether a transaction failed because concurrency control aborted it (a wait-die victim):
+/// re-execute it with the same input and timestamp.
+pub fn is_conflict(e: &TxnError) -> bool {
     matches!(e, TxnError::Storage(StorageError::Conflict(_)))
 }
 

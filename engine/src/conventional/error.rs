@@ -1,7 +1,8 @@
 //! Errors of the conventional stack: configuration refusals, snapshot and log corruption found
-//! at restart, and I/O. Expected outcomes are variants, never strings. (Lives here rather than
-//! in the crate's `error.rs` because this module is owned separately; it converts into
-//! [`crate::StorageError`] where the `Storage` trait reports.)
+//! at restart, shipped log chunks a backup refuses, and I/O. Expected outcomes are variants,
+//! never strings. (Lives here rather than in the crate's `error.rs` because this module is
+//! owned separately; it converts into [`crate::StorageError`] where the `Storage` trait
+//! reports.)
 
 use std::path::PathBuf;
 
@@ -36,6 +37,30 @@ pub enum ConventionalError {
     /// this snapshot).
     #[error("recovery cannot apply the log record at LSN {lsn}: {what}")]
     Recovery { lsn: u64, what: &'static str },
+    /// Log shipping needs log records (the tap copies them); this configuration has none.
+    #[error("log shipping unavailable: {reason}")]
+    ShippingUnavailable { reason: &'static str },
+    /// A shipped log chunk is damaged: a record fails its checksum or its fields, or the chunk
+    /// ends inside a record (truncated). Nothing of the chunk was applied.
+    #[error("shipped log chunk damaged at byte {offset}: {what}; nothing applied")]
+    ShipCorrupt { offset: usize, what: &'static str },
+    /// A shipped log record is not the one the backup expects next: `found < expected` is a
+    /// chunk (or record) already applied, a duplicate; `found > expected` means records are
+    /// missing. Nothing of the chunk was applied.
+    #[error(
+        "shipped log record at LSN {found} where LSN {expected} was expected (a duplicate or a gap); nothing applied"
+    )]
+    ShipOutOfOrder { expected: u64, found: u64 },
+    /// A shipped log record passed its checksum but cannot be applied to this database's
+    /// catalog (no table, an action the table's organisation does not have, a wrong image
+    /// width). Nothing of the chunk was applied.
+    #[error("shipped log record at LSN {lsn} does not fit this database: {what}; nothing applied")]
+    ShipUnfit { lsn: u64, what: &'static str },
+    /// Applying a shipped log record failed against the backup's rows (the backup did not
+    /// start from the primary's state): the records before it were applied, so the backup
+    /// has diverged and refuses every later chunk; it must be rebuilt.
+    #[error("backup diverged from the primary at LSN {lsn}: {what}")]
+    ShipDiverged { lsn: u64, what: &'static str },
     /// The log device or a snapshot file failed.
     #[error("I/O error ({what}): {source}")]
     Io {

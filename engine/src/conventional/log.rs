@@ -31,6 +31,12 @@
 //! `flush_to(lsn)` returns only after every record up to `lsn` is on the device and
 //! `fdatasync` returned (group commit: whichever committer holds the device flushes every
 //! record appended so far, for all waiting committers at once).
+//!
+//! Log shipping (see [`super::ship`]): while the shipping tap is on, every record appended
+//! (changes, CLRs, commit, end-of-rollback and checkpoint records) is also copied, sealed, into
+//! an in-memory shipping buffer inside the same critical section that assigns its LSN, so the
+//! buffer holds whole records in LSN order, contiguous while the tap stays on; taking it
+//! returns whole records only. When the tap is off, an append pays one relaxed atomic load.
 
 use std::fs::File;
 use std::io;
@@ -51,7 +57,7 @@ const LOG_BUFFER_BYTES_MAX: usize = 1 << 20;
 /// Zeros are written in chunks of this size when preallocating.
 const ZERO_CHUNK_BYTES: usize = 1 << 20;
 pub(crate) const HEADER_BYTES: usize = 56;
-const CHECKSUM_BYTES: usize = 8;
+pub(crate) const CHECKSUM_BYTES: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -492,6 +498,9 @@ struct LogBuffer {
     start: u64,
     /// LSN the next record gets.
     next: u64,
+    /// Records appended while the shipping tap was on, not yet taken (whole, sealed, in LSN
+    /// order).
+    shipped: Vec<u8>,
 }
 
 struct DeviceState {
@@ -516,8 +525,12 @@ pub(crate) struct LogManager {
     /// LSNs handed out when records are off but page LSNs are on.
     lsn_counter: AtomicU64,
     failed: AtomicBool,
+    /// The shipping tap (written under the buffer mutex, so it switches between records).
+    shipping: AtomicBool,
     pub bytes_written: AtomicU64,
     pub fsyncs: AtomicU64,
+    /// Bytes handed out by [`LogManager::take_shipped`].
+    pub bytes_shipped: AtomicU64,
 }
 
 fn io_error(e: io::Error) -> StorageError {
@@ -542,13 +555,20 @@ impl LogManager {
         LogManager {
             flush: dev.is_some(),
             prealloc_bytes: prealloc_bytes.max(ZERO_CHUNK_BYTES as u64),
-            buf: Mutex::new(LogBuffer { bytes: Vec::with_capacity(LOG_BUFFER_BYTES_MAX), start: next, next }),
+            buf: Mutex::new(LogBuffer {
+                bytes: Vec::with_capacity(LOG_BUFFER_BYTES_MAX),
+                start: next,
+                next,
+                shipped: Vec::new(),
+            }),
             dev: Mutex::new(dev),
             durable: AtomicU64::new(next),
             lsn_counter: AtomicU64::new(next),
             failed: AtomicBool::new(false),
+            shipping: AtomicBool::new(false),
             bytes_written: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
+            bytes_shipped: AtomicU64::new(0),
         }
     }
 
@@ -575,12 +595,16 @@ impl LogManager {
         self.lsn_counter.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Seals `rec` (an encoded record) with the next LSN and copies it into the log buffer.
+    /// Seals `rec` (an encoded record) with the next LSN and copies it into the log buffer
+    /// (and into the shipping buffer when the tap is on).
     pub fn append(&self, rec: &mut [u8]) -> Result<u64, StorageError> {
         let mut b = self.buffer();
         let lsn = b.next;
         seal(rec, lsn);
         b.bytes.extend_from_slice(rec);
+        if self.shipping.load(Ordering::Relaxed) {
+            b.shipped.extend_from_slice(rec);
+        }
         b.next += rec.len() as u64;
         let full = b.bytes.len() >= LOG_BUFFER_BYTES_MAX;
         if full && !self.flush {
@@ -593,6 +617,26 @@ impl LogManager {
             self.write_out(false, 0)?;
         }
         Ok(lsn)
+    }
+
+    /// Switches the shipping tap. The switch happens between two records (under the buffer
+    /// mutex); records already in the shipping buffer stay there for the next take.
+    pub fn set_shipping(&self, on: bool) {
+        let _b = self.buffer();
+        self.shipping.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the shipping tap is on.
+    pub fn shipping(&self) -> bool {
+        self.shipping.load(Ordering::Relaxed)
+    }
+
+    /// Returns and clears the records the tap copied since the last take: whole records, in
+    /// LSN order (appends copy whole records under the mutex this takes).
+    pub fn take_shipped(&self) -> Vec<u8> {
+        let taken = std::mem::take(&mut self.buffer().shipped);
+        self.bytes_shipped.fetch_add(taken.len() as u64, Ordering::Relaxed);
+        taken
     }
 
     /// Returns once every record below `lsn` is durable (group commit).
@@ -651,12 +695,14 @@ impl LogManager {
 
     /// Checkpoint: starts a new log generation at device offset 0 whose first record is a
     /// checkpoint record at `lsn` (the snapshot's LSN), and syncs it. The buffer must be
-    /// empty (flushed) and no transaction active.
+    /// empty (flushed) and no transaction active. `lsn` may lie beyond the log's end (a
+    /// backup's pages carry the LSNs of the primary's records it applied: its log moves past
+    /// them, see [`super::ship`]); it never moves back.
     pub fn restart_at(&self, lsn: u64) -> Result<(), StorageError> {
         let mut guard = self.device();
         let Some(d) = guard.as_mut() else { return Ok(()) };
         let mut b = self.buffer();
-        assert!(b.bytes.is_empty() && b.next == lsn, "checkpoint with unflushed log records");
+        assert!(b.bytes.is_empty() && b.next <= lsn, "checkpoint with unflushed log records");
         let mut rec = Vec::new();
         encode(&mut rec, &Head { extra: lsn, ..Head::new(Kind::Checkpoint, 0, 0) }, &[], &[]);
         seal(&mut rec, lsn);
@@ -674,6 +720,9 @@ impl LogManager {
         })?;
         self.bytes_written.fetch_add(rec.len() as u64, Ordering::Relaxed);
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        if self.shipping.load(Ordering::Relaxed) {
+            b.shipped.extend_from_slice(&rec);
+        }
         d.base = lsn;
         let next = lsn + rec.len() as u64;
         d.written = next;

@@ -15,6 +15,8 @@
 //!   test double;
 //! - [`txn`]: transaction ids, the transaction table, the checkpoint gate;
 //! - [`session`]: one [`Session`] per worker, implementing [`crate::Storage`];
+//! - [`ship`]: WAL shipping to a passive backup (the tap on the primary's log, the backup
+//!   applying shipped records with recovery's redo);
 //! - this module: the catalog, opening (restart recovery), checkpoints;
 //! - [`config`]: [`Step`], [`Switches`] and [`Config`], chosen in one place.
 //!
@@ -31,8 +33,10 @@
 //! undo-next LSNs of CLRs already written), and takes a checkpoint. B+tree splits are not
 //! logged: redo is logical per key, which is sound because it starts from a
 //! transaction-consistent snapshot and replays in log order (ARIES/IM would log structure
-//! modifications instead). Bulk-loaded rows (operations outside a transaction) are not
-//! logged: they survive a crash once [`ConventionalDb::checkpoint`] has run after the load.
+//! modifications instead). The per-record redo (`ConventionalDb::redo_step` deciding,
+//! `ConventionalDb::redo` doing) is also what a backup applies shipped log records with
+//! ([`ship`]). Bulk-loaded rows (operations outside a transaction) are not logged: they
+//! survive a crash once [`ConventionalDb::checkpoint`] has run after the load.
 //!
 //! Locks are record locks on primary keys (and heap record ids) under table intention
 //! locks; there is no key-range locking, so phantoms are possible as in Shore's default
@@ -48,6 +52,7 @@ pub mod lock;
 pub mod log;
 pub mod page;
 pub mod session;
+pub mod ship;
 pub mod stats;
 pub mod txn;
 
@@ -63,7 +68,7 @@ use self::btree::{BTree, Comparator, KeyBuf, KeyField, KEY_BYTES_MAX};
 use self::heap::{HeapFile, Rid};
 use self::latch::Latch;
 use self::lock::LockManager;
-use self::log::{ClrAction, Kind, LogManager, LogScan, LSN_FIRST};
+use self::log::{ClrAction, Kind, LogManager, LogScan, Record, LSN_FIRST};
 use self::page::{BufferPool, PageNo, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
@@ -73,6 +78,7 @@ pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMAL
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogDevice};
 pub use self::session::Session;
+pub use self::ship::ShipApplyReport;
 pub use self::stats::Counters;
 
 /// File name of the checkpoint snapshot in the database directory.
@@ -227,6 +233,27 @@ impl TableEntry {
     }
 }
 
+/// One change's redo, as [`ConventionalDb::redo_step`] decided it from a log record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RedoStep<'a> {
+    lsn: u64,
+    table: TableId,
+    action: RedoAction,
+    key: u64,
+    image: &'a [u8],
+}
+
+/// How a change is redone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RedoAction {
+    /// A B+tree action by key: restore an image, re-insert a row, remove a key.
+    Tree(ClrAction),
+    /// Place a heap record at its record id (the redo of an append).
+    Place,
+    /// Tombstone a heap record (a CLR undoing an append).
+    Tombstone,
+}
+
 /// What restart recovery found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
@@ -259,6 +286,8 @@ pub struct ConventionalDb {
     sessions: AtomicUsize,
     next_session: AtomicU64,
     recovery: RecoveryReport,
+    /// Where this database stands as a backup applying a primary's shipped log.
+    standby: ship::Standby,
 }
 
 impl std::fmt::Debug for ConventionalDb {
@@ -353,6 +382,7 @@ impl ConventionalDb {
             sessions: AtomicUsize::new(0),
             next_session: AtomicU64::new(1),
             recovery: RecoveryReport::default(),
+            standby: ship::Standby::default(),
             config,
             dir,
         };
@@ -417,17 +447,20 @@ impl ConventionalDb {
     /// Takes a transaction-consistent checkpoint (see the module documentation): waits for
     /// active transactions to finish, holds new ones back, writes the snapshot and starts a
     /// new log generation. Must not be called from a session inside a transaction. Needs
-    /// durable logging, real latches and full transaction bookkeeping.
+    /// durable logging, real latches and full transaction bookkeeping. On a backup that
+    /// applied shipped log records, the snapshot's LSN (and the new log generation) lies past
+    /// the last record applied, so every page LSN stays below every later record's LSN.
     pub fn checkpoint(&self) -> Result<(), ConventionalError> {
         let sw = self.switches();
         if let Some(reason) = self.checkpoint_unavailable() {
             return Err(ConventionalError::CheckpointUnavailable { reason });
         }
         let _quiet = self.txns.quiesce();
-        let lsn = self.log.end();
+        let end = self.log.end();
         self.log
-            .flush_to(lsn)
+            .flush_to(end)
             .map_err(|e| ConventionalError::Io { what: "flush log", source: std::io::Error::other(e) })?;
+        let lsn = end.max(self.standby.applied_end().unwrap_or(0));
         write_snapshot(&self.dir, &self.tables, sw.page_bytes(), lsn)?;
         self.log
             .restart_at(lsn)
@@ -485,6 +518,57 @@ impl ConventionalDb {
         }
     }
 
+    /// What redoing log record `r` does, decided from the record and the catalog alone (no
+    /// page is read): `None` for records that change nothing (commit, end of rollback,
+    /// checkpoint). Checks that the record names a table, that its action fits the table's
+    /// organisation (B+tree actions on B+trees, heap placement and tombstones on the heap)
+    /// and that its images have the table's row width.
+    pub(crate) fn redo_step<'a>(&self, r: &Record<'a>) -> Result<Option<RedoStep<'a>>, &'static str> {
+        if matches!(r.head.kind, Kind::Commit | Kind::Abort | Kind::Checkpoint) {
+            return Ok(None);
+        }
+        let table = r.head.table.ok_or("change record names no table")?;
+        let entry = self.table(table);
+        let heap = matches!(entry.primary, Primary::Heap(_));
+        let (action, image) = match (r.head.kind, r.head.action) {
+            (Kind::Update, _) => (RedoAction::Tree(ClrAction::Restore), r.after),
+            (Kind::Insert, _) if heap => (RedoAction::Place, r.after),
+            (Kind::Insert, _) => (RedoAction::Tree(ClrAction::Reinsert), r.after),
+            (Kind::Delete, _) => (RedoAction::Tree(ClrAction::Remove), r.before),
+            (Kind::Clr, Some(ClrAction::Tombstone)) => (RedoAction::Tombstone, r.after),
+            (Kind::Clr, Some(action)) => (RedoAction::Tree(action), r.after),
+            _ => return Err("compensation record without an action"),
+        };
+        if matches!(action, RedoAction::Tree(_)) == heap {
+            return Err("action does not fit the table's organisation");
+        }
+        let needs_image =
+            matches!(action, RedoAction::Place | RedoAction::Tree(ClrAction::Restore | ClrAction::Reinsert));
+        if (needs_image || !image.is_empty()) && image.len() != entry.row_len {
+            return Err("image width");
+        }
+        Ok(Some(RedoStep { lsn: r.lsn, table, action, key: r.head.key, image }))
+    }
+
+    /// Redoes one change (restart recovery's redo pass, and a backup applying shipped log
+    /// records): B+tree changes logically by key, an in-place restore skipped when the page
+    /// LSN shows it applied; heap appends physically at their record id (skipped likewise);
+    /// tombstones by record id. Pages are stamped with the record's LSN when LSNs are kept.
+    pub(crate) fn redo(&self, step: &RedoStep<'_>, stats: &Stats) -> Result<(), &'static str> {
+        let entry = self.table(step.table);
+        let lsn = self.switches().page_lsns.then_some(step.lsn);
+        let mut stamp = |_page: PageNo| lsn;
+        match step.action {
+            RedoAction::Place => entry.heap().place(Rid::unpack(step.key), step.image, step.lsn, stats),
+            RedoAction::Tombstone => {
+                self.apply(entry, ClrAction::Tombstone, step.key, &[], Some(step.lsn), stats, &mut stamp)
+            }
+            RedoAction::Tree(action) => {
+                self.apply(entry, action, step.key, step.image, Some(step.lsn), stats, &mut stamp)
+            }
+        }
+    }
+
     /// ARIES restart: analysis, redo (repeating history), undo of losers with CLRs.
     fn recover(&self, scan: &LogScan, from: u64, stats: &Stats) -> Result<RecoveryReport, ConventionalError> {
         let records: Vec<_> = scan.records().filter(|r| r.lsn >= from).collect();
@@ -513,28 +597,11 @@ impl ConventionalDb {
 
         // Redo: every change from the snapshot on, losers' too.
         for r in &records {
-            let Some(table) = r.head.table else { continue };
-            let entry = self.table(table);
             let fail = |what| ConventionalError::Recovery { lsn: r.lsn, what };
-            let mut stamp = |_page: PageNo| stamp_lsns.then_some(r.lsn);
-            let (action, image) = match (r.head.kind, r.head.action) {
-                (Kind::Update, _) => (ClrAction::Restore, r.after),
-                (Kind::Insert, _) if entry.row_len != r.after.len() => return Err(fail("image width")),
-                (Kind::Insert, _) if matches!(entry.primary, Primary::Heap(_)) => {
-                    entry.heap().place(Rid::unpack(r.head.key), r.after, r.lsn, stats).map_err(fail)?;
-                    report.redone += 1;
-                    continue;
-                }
-                (Kind::Insert, _) => (ClrAction::Reinsert, r.after),
-                (Kind::Delete, _) => (ClrAction::Remove, r.before),
-                (Kind::Clr, Some(action)) => (action, r.after),
-                _ => continue,
-            };
-            if !image.is_empty() && image.len() != entry.row_len {
-                return Err(fail("image width"));
+            if let Some(step) = self.redo_step(r).map_err(fail)? {
+                self.redo(&step, stats).map_err(fail)?;
+                report.redone += 1;
             }
-            self.apply(entry, action, r.head.key, image, Some(r.lsn), stats, &mut stamp).map_err(fail)?;
-            report.redone += 1;
         }
 
         // Undo: roll the losers back, newest change first across all of them.

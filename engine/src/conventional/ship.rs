@@ -1,0 +1,199 @@
+//! WAL shipping to a passive backup: the conventional systems' replication (the log-shipping
+//! alternative of the paper's Section 5.3), built from the log manager and restart recovery.
+//!
+//! Owns: on the primary, switching the log's shipping tap and taking what it copied
+//! ([`ConventionalDb::set_log_shipping`], [`ConventionalDb::take_shipped_log`]); on the
+//! backup, validating a chunk of shipped records and applying it
+//! ([`ConventionalDb::apply_shipped_log`]), and the backup's position in the primary's log.
+//!
+//! Guarantees:
+//! - a chunk taken from the primary is a concatenation of whole, sealed records exactly as in
+//!   its log (the layout in [`super::log`]), in LSN order, contiguous: the tap copies each
+//!   record in the critical section that gives it its LSN, so a chunk never holds a torn
+//!   record. Group commit (fsync) is unaffected; shipping is independent of flushing.
+//! - a backup validates a whole chunk before applying any of it: every record's checksum and
+//!   fields, LSN continuity (each record starts where the previous one ended, the first where
+//!   the last chunk applied ended), and fit with the catalog. A damaged or truncated chunk
+//!   ([`ConventionalError::ShipCorrupt`]), a duplicate or a gap
+//!   ([`ConventionalError::ShipOutOfOrder`]) or a record that does not fit
+//!   ([`ConventionalError::ShipUnfit`]) is refused with nothing applied.
+//! - applying is restart recovery's redo pass, the same code (`ConventionalDb::redo_step`,
+//!   `ConventionalDb::redo`): an update restores its after-image, an insert re-inserts
+//!   (HISTORY: placed at its record id), a delete removes, a CLR does its action, commit,
+//!   end-of-rollback and checkpoint records apply nothing; pages are stamped with the
+//!   primary's LSNs. Redo repeats history, rolled-back changes and their CLRs included, in log
+//!   order, so applying chunk after chunk is applying their concatenation wherever the chunks
+//!   were cut. A backup that started from the primary's state holds the primary's state
+//!   (equal digests) once the records applied end where no transaction was active.
+//! - a chunk is applied under the backup's checkpoint gate: no transaction of the backup runs
+//!   meanwhile, and a backup checkpoint comes before or after a whole chunk.
+//!
+//! Where the data lives: the backup does not write the shipped records to its own log. The
+//! standby's state is memory-resident and the primary's WAL is the durable copy of the
+//! records. A checkpoint of the backup (at promotion, say) makes its state durable; its
+//! snapshot LSN lies past every record applied, so the page LSNs the primary's records left
+//! stay below the LSNs of the backup's own later records (see [`ConventionalDb::checkpoint`]).
+//! The backup's position (the end LSN of the last record applied) is kept in memory: after
+//! the backup is reopened, its first chunk is accepted at any LSN.
+//!
+//! What the records cannot show, and the caller ensures: the backup starts from the primary's
+//! state at the first shipped record (same load, same checkpoint, shipping switched on before
+//! the first transaction after it); both use the same page size (HISTORY records are placed
+//! by record id: page and slot); the backup runs no write transactions of its own. A chunk cut
+//! at a record boundary is itself a valid chunk: what was cut off shows as a gap in the next.
+
+use std::sync::{Mutex, MutexGuard};
+
+use super::log::{decode, Kind, Record, CHECKSUM_BYTES, HEADER_BYTES};
+use super::stats::Stats;
+use super::{ConventionalDb, ConventionalError};
+
+/// A backup's position in the primary's log.
+#[derive(Debug, Default)]
+pub(crate) struct Standby {
+    state: Mutex<Position>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Position {
+    /// End LSN of the last record applied: where the next chunk must start.
+    applied_end: Option<u64>,
+    /// Set when a record failed against the backup's rows: (its LSN, why).
+    diverged: Option<(u64, &'static str)>,
+}
+
+impl Standby {
+    fn lock(&self) -> MutexGuard<'_, Position> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// End LSN of the last shipped record applied (`None`: none applied since opening).
+    pub fn applied_end(&self) -> Option<u64> {
+        self.lock().applied_end
+    }
+}
+
+/// What [`ConventionalDb::apply_shipped_log`] applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShipApplyReport {
+    /// Records in the chunk.
+    pub records: usize,
+    /// Changes redone: updates, inserts, deletes and CLRs.
+    pub changes: usize,
+    /// Of `changes`, compensation log records (undo actions of rollbacks).
+    pub compensations: usize,
+    /// Commit records seen.
+    pub commits: usize,
+    /// End-of-rollback records seen.
+    pub rollbacks: usize,
+    /// Bytes in the chunk.
+    pub bytes: usize,
+    /// LSN of the chunk's first record (`None`: the chunk was empty).
+    pub first_lsn: Option<u64>,
+    /// The LSN the next chunk must start at (`None`: nothing applied yet).
+    pub next_lsn: Option<u64>,
+}
+
+/// Decodes the record at byte `at` of a shipped chunk.
+fn decode_at(bytes: &[u8], at: usize) -> Result<Record<'_>, ConventionalError> {
+    let rest = &bytes[at..];
+    let corrupt = |what| ConventionalError::ShipCorrupt { offset: at, what };
+    if rest.len() < HEADER_BYTES + CHECKSUM_BYTES {
+        return Err(corrupt("the chunk ends inside a record header (truncated)"));
+    }
+    let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+    if len > rest.len() {
+        return Err(corrupt("the chunk ends inside a record (truncated, or its length is damaged)"));
+    }
+    decode(rest).ok_or_else(|| corrupt("the record fails its checksum or its fields"))
+}
+
+impl ConventionalDb {
+    /// Switches the log's shipping tap (off when the database opens): while on, every record
+    /// appended to the log is also copied into the shipping buffer that
+    /// [`ConventionalDb::take_shipped_log`] empties. Switching off keeps what was copied for
+    /// the next take. Refused when log records are switched off (there would be nothing to
+    /// ship, and a backup would silently fall behind).
+    pub fn set_log_shipping(&self, on: bool) -> Result<(), ConventionalError> {
+        if on && !self.switches().log_records {
+            return Err(ConventionalError::ShippingUnavailable { reason: "log records are switched off" });
+        }
+        self.log.set_shipping(on);
+        Ok(())
+    }
+
+    /// Whether the shipping tap is on.
+    pub fn log_shipping(&self) -> bool {
+        self.log.shipping()
+    }
+
+    /// Returns and clears the records appended since the last take while the tap was on:
+    /// whole sealed records, exactly as in the log, in LSN order (empty when shipping is off).
+    /// Take after the transactions of a batch have finished to ship whole transactions; a
+    /// chunk cut inside a transaction is still sound (redo repeats history).
+    pub fn take_shipped_log(&self) -> Vec<u8> {
+        self.log.take_shipped()
+    }
+
+    /// Bytes handed out by [`ConventionalDb::take_shipped_log`] since the database opened.
+    pub fn log_bytes_shipped(&self) -> u64 {
+        self.log.bytes_shipped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// On a backup: the LSN the next shipped chunk must start at (`None`: no chunk applied
+    /// since the database opened, so the next one may start anywhere).
+    pub fn shipped_log_position(&self) -> Option<u64> {
+        self.standby.applied_end()
+    }
+
+    /// On a backup: applies a chunk of the primary's shipped log (see the module
+    /// documentation): validates every record first, then redoes the changes in LSN order.
+    /// Refused with nothing applied when the chunk is damaged, truncated, a duplicate, leaves
+    /// a gap after the last chunk applied, or does not fit the catalog. A record that fails
+    /// against the backup's rows ([`ConventionalError::ShipDiverged`]) leaves the records
+    /// before it applied; the backup then refuses every later chunk. Waits for the backup's
+    /// own transactions to finish (must not be called from a session inside a transaction).
+    pub fn apply_shipped_log(&self, bytes: &[u8]) -> Result<ShipApplyReport, ConventionalError> {
+        let _quiet = self.txns.quiesce();
+        let mut pos = self.standby.lock();
+        if let Some((lsn, what)) = pos.diverged {
+            return Err(ConventionalError::ShipDiverged { lsn, what });
+        }
+        let mut report = ShipApplyReport { bytes: bytes.len(), next_lsn: pos.applied_end, ..Default::default() };
+        let mut steps = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let r = decode_at(bytes, at)?;
+            if let Some(expected) = report.next_lsn.filter(|&e| e != r.lsn) {
+                return Err(ConventionalError::ShipOutOfOrder { expected, found: r.lsn });
+            }
+            report.first_lsn.get_or_insert(r.lsn);
+            report.next_lsn = Some(r.lsn + r.len as u64);
+            report.records += 1;
+            match r.head.kind {
+                Kind::Commit => report.commits += 1,
+                Kind::Abort => report.rollbacks += 1,
+                Kind::Clr => report.compensations += 1,
+                _ => {}
+            }
+            if let Some(step) = self.redo_step(&r).map_err(|what| ConventionalError::ShipUnfit { lsn: r.lsn, what })? {
+                steps.push(step);
+            }
+            at += r.len;
+        }
+        let stats = Stats::default();
+        let applied = steps.iter().try_for_each(|step| {
+            self.redo(step, &stats).map_err(|what| (step.lsn, what))?;
+            report.changes += 1;
+            Ok(())
+        });
+        self.counters.merge(&stats.take());
+        // Even on failure, pages may carry LSNs up to the chunk's end: checkpoints stay past it.
+        pos.applied_end = report.next_lsn;
+        if let Err((lsn, what)) = applied {
+            pos.diverged = Some((lsn, what));
+            return Err(ConventionalError::ShipDiverged { lsn, what });
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,216 @@
+//! One partition on the conventional stack — the paper's "full Shore stack" baseline, as a
+//! `full-stack` node runs it: a [`ConventionalDb`] (buffer pool, B+trees, two-phase locking,
+//! latches, write-ahead log with group-commit `fsync`) in the partition's own directory, and
+//! `workers` threads executing a batch's transactions concurrently.
+//!
+//! Owns the worker pool and the database handle. Guarantees:
+//! - [`FullStack::execute`] returns one outcome per transaction, in the batch's order, after
+//!   every transaction of the batch finished; a committed transaction's commit record is on
+//!   disk (`fdatasync`) before its outcome is returned;
+//! - a transaction that two-phase locking aborts (a wait-die victim) is re-executed with the
+//!   same input and timestamp until it commits or the procedure rolls it back (at most
+//!   [`RETRIES_PER_TXN_MAX`] times; past that it is reported as failed);
+//! - the serialisation order is the lock manager's, not the timestamp order: the primary's
+//!   state is whatever its concurrency control produced, and the backups reach it by
+//!   replaying its log ([`FullStack::take_log`], [`FullStack::apply_log`]), never by
+//!   executing;
+//! - dropping a `FullStack` stops and joins its workers.
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use engine::conventional::{Config, ConventionalDb, Session, Step};
+use engine::procedures::{execute, TxnInput, TxnOutput};
+use engine::TxnError;
+use wire::messages::{bounded_reason, input_problem, BatchTxn, TxnOutcome};
+use workload::loader::{load_database, LoadProgress};
+use workload::workers::is_conflict;
+
+use crate::error::ReplicaError;
+
+/// Re-executions of one transaction before it is reported as failed.
+pub const RETRIES_PER_TXN_MAX: u32 = 10_000;
+
+/// A transaction for a worker: its index in the batch, timestamp and input.
+type Job = (usize, u64, TxnInput);
+
+/// The conventional stack holding one partition.
+pub struct FullStack {
+    db: Arc<ConventionalDb>,
+    dir: PathBuf,
+    /// The executor thread's own session: loads, digests, snapshots, replica reads.
+    session: Session,
+    jobs: Option<mpsc::SyncSender<Job>>,
+    done: mpsc::Receiver<(usize, TxnOutcome, u32)>,
+    workers: Vec<JoinHandle<()>>,
+    /// `/proc/thread-self` paths of the workers' `schedstat`, for CPU accounting.
+    worker_schedstats: Arc<Mutex<Vec<PathBuf>>>,
+    retries: u64,
+}
+
+impl std::fmt::Debug for FullStack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FullStack").field("dir", &self.dir).field("workers", &self.workers.len()).finish()
+    }
+}
+
+impl FullStack {
+    /// Creates the database in `dir` (emptied first: this build starts every run from the
+    /// seed), loads `warehouses` from `seed` through one session outside any transaction (a
+    /// bulk load, not logged), checkpoints it, and starts `workers` worker threads. A primary
+    /// (`ship_log`) copies every log record appended from then on for its backups.
+    pub fn load(
+        dir: &Path,
+        warehouses: std::ops::RangeInclusive<u16>,
+        seed: u64,
+        workers: usize,
+        ship_log: bool,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<FullStack, ReplicaError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| fail(&format!("empty {}", dir.display()), &e))?;
+        }
+        // The workers' sessions, plus the executor thread's own.
+        let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
+        let db = ConventionalDb::open(dir, config).map_err(|e| fail("open the conventional stack", &e))?;
+        let mut session = db.session().map_err(|e| fail("open a session", &e))?;
+        load_database(&mut session, warehouses, seed, progress)?;
+        db.checkpoint().map_err(|e| fail("checkpoint after the load", &e))?;
+        if ship_log {
+            db.set_log_shipping(true).map_err(|e| fail("ship the log", &e))?;
+        }
+
+        let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        let (done_tx, done) = mpsc::channel();
+        let worker_schedstats = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::with_capacity(workers);
+        for i in 0..workers {
+            let mut s = db.session().map_err(|e| fail("open a worker session", &e))?;
+            let rx = Arc::clone(&rx);
+            let done_tx = done_tx.clone();
+            let stats = Arc::clone(&worker_schedstats);
+            let h = std::thread::Builder::new()
+                .name(format!("worker-{i}"))
+                .spawn(move || {
+                    if let Ok(me) = std::fs::read_link("/proc/thread-self") {
+                        stats
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(PathBuf::from("/proc").join(me).join("schedstat"));
+                    }
+                    loop {
+                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((index, ts, input)) = job else { return };
+                        let (outcome, retries) = run_one(&mut s, ts, &input);
+                        if done_tx.send((index, outcome, retries)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| fail("start a worker thread", &e))?;
+            handles.push(h);
+        }
+        Ok(FullStack {
+            db,
+            dir: dir.to_path_buf(),
+            session,
+            jobs: Some(jobs),
+            done,
+            workers: handles,
+            worker_schedstats,
+            retries: 0,
+        })
+    }
+
+    /// Executes a batch on the workers; outcomes in the batch's order.
+    pub fn execute(&mut self, txns: &[BatchTxn]) -> Vec<TxnOutcome> {
+        let mut outcomes: Vec<Option<TxnOutcome>> = vec![None; txns.len()];
+        let jobs = self.jobs.as_ref().expect("workers run until drop");
+        let mut sent = 0usize;
+        let mut received = 0usize;
+        // Keep the bounded job queue fed while collecting outcomes.
+        while received < txns.len() {
+            while sent < txns.len() {
+                let t = &txns[sent];
+                if let Some(problem) = input_problem(&t.input) {
+                    outcomes[sent] = Some(TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) });
+                    sent += 1;
+                    received += 1;
+                    continue;
+                }
+                match jobs.try_send((sent, t.ts.0, t.input)) {
+                    Ok(()) => sent += 1,
+                    Err(mpsc::TrySendError::Full(_)) => break,
+                    Err(mpsc::TrySendError::Disconnected(_)) => unreachable!("workers run until drop"),
+                }
+            }
+            if received == txns.len() {
+                break;
+            }
+            let (index, outcome, retries) = self.done.recv().expect("workers run until drop");
+            self.retries += u64::from(retries);
+            outcomes[index] = Some(outcome);
+            received += 1;
+        }
+        outcomes.into_iter().map(|o| o.expect("every transaction answered")).collect()
+    }
+
+    /// The log records appended since the last call, whole (the primary, between batches).
+    pub fn take_log(&self) -> Vec<u8> {
+        self.db.take_shipped_log()
+    }
+
+    /// Replays a primary's log records (a backup): redo only, no procedure logic.
+    pub fn apply_log(&self, records: &[u8]) -> Result<(), ReplicaError> {
+        self.db.apply_shipped_log(records).map(|_| ()).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
+    }
+
+    /// The executor thread's session (digests, snapshots, reads).
+    pub fn session(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Bytes written to the log device and `fsync` calls so far.
+    pub fn log_counters(&self) -> (u64, u64) {
+        let c = self.db.counters();
+        (c.log_bytes_written, c.fsyncs)
+    }
+
+    /// Re-executions after concurrency-control aborts so far.
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// The workers' `schedstat` files.
+    pub fn worker_schedstats(&self) -> Vec<PathBuf> {
+        self.worker_schedstats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Drop for FullStack {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Runs one transaction to its outcome on a worker's session, re-executing wait-die victims.
+fn run_one(s: &mut Session, ts: u64, input: &TxnInput) -> (TxnOutcome, u32) {
+    let mut retries = 0u32;
+    loop {
+        let r: Result<TxnOutput, TxnError> = execute(s, ts, input);
+        match r {
+            Err(e) if is_conflict(&e) && retries < RETRIES_PER_TXN_MAX => retries += 1,
+            Err(e) if is_conflict(&e) => {
+                let reason = format!("gave up after {retries} concurrency-control aborts");
+                return (TxnOutcome::Failed { reason }, retries);
+            }
+            other => return (TxnOutcome::from_result(other), retries),
+        }
+    }
+}

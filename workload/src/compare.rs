@@ -1,0 +1,778 @@
+//! The results of `glass compare`: one [`CompareRow`] per run (a replication mode at a
+//! replication factor, all runs under the same TPC-C workload) and its four renderings — a
+//! terminal table ([`render_table`]), CSV ([`to_csv`]), JSON ([`to_json`]) and an SVG picture
+//! ([`write_svg`], plotters' SVG backend, no font files). The driver that starts clusters and
+//! fills the rows lives elsewhere.
+//!
+//! Guarantees:
+//! - every rendering shows every scalar field of every row, in the order the rows were given
+//!   (the table groups them by replication factor, ascending, keeping that order within a
+//!   group); a missing value is "—" in the table, an empty field in CSV and `null` in JSON;
+//! - the CSV header names are the row's serde field names, so CSV and JSON columns agree;
+//! - each JSON object carries the run's bench object flattened to the top level, the row's own
+//!   fields winning on a name clash;
+//! - the comparison lines under the table are computed from the rows ([`comparisons`]), and a
+//!   comparison is only made between runs of the same workload (same warehouses and clients).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::{Deserialize, Serialize};
+
+/// Every replica executes transactions.
+pub const ACTIVE_ACTIVE: &str = "active-active";
+/// The lean kernel executes on the primary and ships its log to backups.
+pub const ACTIVE_PASSIVE: &str = "active-passive";
+/// The conventional stack executes on the primary and ships its log to backups.
+pub const FULL_STACK: &str = "full-stack";
+/// The modes `glass compare` runs, in the order it runs them.
+pub const MODES: [&str; 3] = [ACTIVE_ACTIVE, ACTIVE_PASSIVE, FULL_STACK];
+
+/// Shown for a value the run does not have (`None`).
+const MISSING: &str = "—";
+/// At most this many runs side by side in one block of the terminal table.
+const TABLE_COLUMNS_PER_BLOCK_MAX: usize = 4;
+
+/// One run of `glass compare`: a mode at a replication factor under the shared workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareRow {
+    /// [`ACTIVE_ACTIVE`], [`ACTIVE_PASSIVE`] or [`FULL_STACK`].
+    pub mode: String,
+    /// "sync" or "async" for the passive modes, `None` for active-active.
+    pub shipping: Option<String>,
+    /// Replication factor.
+    pub replicas: usize,
+    pub nodes: usize,
+    pub warehouses: u16,
+    pub clients: usize,
+    /// Measured seconds (warm-up excluded).
+    pub seconds: f64,
+    pub committed: u64,
+    pub aborted: u64,
+    pub txn_per_sec: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    /// CPU seconds per 1,000 committed transactions of the executing (primary) replicas'
+    /// threads, summed.
+    pub primary_cpu_s_per_1000: f64,
+    /// The same for the backups / other replicas (`None` when `replicas == 1`).
+    pub backup_cpu_s_per_1000: Option<f64>,
+    /// The same for the whole node processes (all threads), from /proc.
+    pub node_cpu_s_per_1000: f64,
+    /// Bytes sent between nodes (replication traffic) per committed transaction.
+    pub net_bytes_per_txn: f64,
+    /// Log bytes written to disk per committed transaction.
+    pub log_bytes_per_txn: f64,
+    pub fsyncs: u64,
+    /// Async shipping: the backups' lag measured at the end of the run.
+    pub backup_lag_ms: Option<f64>,
+    /// Whether reads on backups / other replicas matched (`None`: not applicable).
+    pub replica_reads_consistent: Option<bool>,
+    pub digests_equal: bool,
+    /// The TPC-C consistency conditions (clause 3.3.2) held.
+    pub consistent: bool,
+    /// The run's full bench JSON object (the field names of `glass bench --json`).
+    pub bench: serde_json::Value,
+}
+
+impl CompareRow {
+    /// The run's name in every rendering: mode, shipping if any, replication factor, e.g.
+    /// "active-passive (sync) ×2".
+    pub fn label(&self) -> String {
+        match &self.shipping {
+            Some(s) => format!("{} ({s}) ×{}", self.mode, self.replicas),
+            None => format!("{} ×{}", self.mode, self.replicas),
+        }
+    }
+
+    /// Runs of the same workload, so that their figures compare.
+    fn same_workload(&self, other: &CompareRow) -> bool {
+        self.warehouses == other.warehouses && self.clients == other.clients
+    }
+}
+
+/// Why [`write_svg`] drew nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum SvgError {
+    #[error("nothing to draw: the comparison has no runs")]
+    NoRows,
+    #[error("cannot draw {}: {source}", path.display())]
+    Draw { path: PathBuf, source: DrawingAreaErrorKind<std::io::Error> },
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons
+// ---------------------------------------------------------------------------------------------
+
+/// One computed comparison between runs; `row` and `baseline` index the rows given to
+/// [`comparisons`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Comparison {
+    /// txn/s of `row` ÷ txn/s of `baseline`, the first active-active run at the same
+    /// replication factor.
+    VsActiveActive { row: usize, baseline: usize, ratio: f64 },
+    /// txn/s of `row` (replication factor above 1) ÷ txn/s of `baseline`, the same mode at
+    /// replication factor 1 (the same shipping if such a run exists, else the first).
+    VsOneReplica { row: usize, baseline: usize, ratio: f64 },
+    /// Backup CPU per committed transaction as a percentage of primary CPU, within `row`.
+    BackupCpu { row: usize, pct: f64 },
+}
+
+/// The comparisons the rows allow, grouped by kind (vs active-active, vs one replica, backup
+/// CPU), each group in row order. A ratio is made only against a baseline of the same
+/// workload whose denominator is positive and finite.
+pub fn comparisons(rows: &[CompareRow]) -> Vec<Comparison> {
+    let ratio = |num: f64, den: f64| (den.is_finite() && den > 0.0).then(|| num / den);
+    let mut out = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        if r.mode == ACTIVE_ACTIVE {
+            continue;
+        }
+        let base = rows.iter().position(|b| b.mode == ACTIVE_ACTIVE && b.replicas == r.replicas && b.same_workload(r));
+        if let Some(b) = base {
+            if let Some(x) = ratio(r.txn_per_sec, rows[b].txn_per_sec) {
+                out.push(Comparison::VsActiveActive { row: i, baseline: b, ratio: x });
+            }
+        }
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if r.replicas <= 1 {
+            continue;
+        }
+        let single = |b: &&CompareRow| b.mode == r.mode && b.replicas == 1 && b.same_workload(r);
+        let base = rows
+            .iter()
+            .position(|b| single(&b) && b.shipping == r.shipping)
+            .or_else(|| rows.iter().position(|b| single(&b)));
+        if let Some(b) = base {
+            if let Some(x) = ratio(r.txn_per_sec, rows[b].txn_per_sec) {
+                out.push(Comparison::VsOneReplica { row: i, baseline: b, ratio: x });
+            }
+        }
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if let Some(backup) = r.backup_cpu_s_per_1000 {
+            if let Some(x) = ratio(backup, r.primary_cpu_s_per_1000) {
+                out.push(Comparison::BackupCpu { row: i, pct: 100.0 * x });
+            }
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Terminal table
+// ---------------------------------------------------------------------------------------------
+
+fn opt(v: Option<String>) -> String {
+    v.unwrap_or_else(|| MISSING.to_string())
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_string()
+}
+
+/// Milliseconds from microseconds, with precision that suits the magnitude.
+fn ms(us: f64) -> String {
+    let v = us / 1000.0;
+    if v.abs() < 10.0 {
+        format!("{v:.3}")
+    } else if v.abs() < 100.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The table's lines: (metric with its unit, the cell of a run).
+type Metric = (&'static str, fn(&CompareRow) -> String);
+
+const METRICS: [Metric; 20] = [
+    ("nodes", |r| r.nodes.to_string()),
+    ("warehouses", |r| r.warehouses.to_string()),
+    ("clients", |r| r.clients.to_string()),
+    ("measured (s)", |r| format!("{:.1}", r.seconds)),
+    ("committed (txns)", |r| r.committed.to_string()),
+    ("aborted (txns)", |r| r.aborted.to_string()),
+    ("throughput (txn/s)", |r| format!("{:.0}", r.txn_per_sec)),
+    ("latency p50 (ms)", |r| ms(r.p50_us)),
+    ("latency p95 (ms)", |r| ms(r.p95_us)),
+    ("latency p99 (ms)", |r| ms(r.p99_us)),
+    ("primary CPU (s/1k txn)", |r| format!("{:.3}", r.primary_cpu_s_per_1000)),
+    ("backup CPU (s/1k txn)", |r| opt(r.backup_cpu_s_per_1000.map(|v| format!("{v:.3}")))),
+    ("node CPU (s/1k txn)", |r| format!("{:.3}", r.node_cpu_s_per_1000)),
+    ("network (B/txn)", |r| format!("{:.0}", r.net_bytes_per_txn)),
+    ("log (B/txn)", |r| format!("{:.0}", r.log_bytes_per_txn)),
+    ("fsyncs", |r| r.fsyncs.to_string()),
+    ("backup lag (ms)", |r| opt(r.backup_lag_ms.map(|v| format!("{v:.1}")))),
+    ("replica reads consistent", |r| opt(r.replica_reads_consistent.map(yes_no))),
+    ("replica digests equal", |r| yes_no(r.digests_equal)),
+    ("TPC-C consistent", |r| yes_no(r.consistent)),
+];
+
+/// Gap between columns of the table.
+const GAP: &str = "   ";
+
+/// The comparison as a fixed-width table: one column per run, one block per replication
+/// factor (ascending; at most four runs side by side), then one computed line per comparison
+/// and one line per failed check.
+pub fn render_table(rows: &[CompareRow]) -> String {
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str("no runs to compare\n");
+        return out;
+    }
+    let labels: Vec<String> = rows.iter().map(CompareRow::label).collect();
+    let factors: BTreeSet<usize> = rows.iter().map(|r| r.replicas).collect();
+    let name_width = METRICS.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
+    let mut first_block = true;
+    for factor in &factors {
+        let group: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].replicas == *factor).collect();
+        for block in group.chunks(TABLE_COLUMNS_PER_BLOCK_MAX) {
+            if !first_block {
+                out.push('\n');
+            }
+            first_block = false;
+            let cells: Vec<Vec<String>> =
+                block.iter().map(|&i| METRICS.iter().map(|(_, cell)| cell(&rows[i])).collect()).collect();
+            let widths: Vec<usize> = block
+                .iter()
+                .zip(&cells)
+                .map(|(&i, col)| col.iter().chain([&labels[i]]).map(|c| c.chars().count()).max().unwrap_or(0))
+                .collect();
+            let _ = write!(out, "{:<name_width$}", "");
+            for (&i, w) in block.iter().zip(&widths) {
+                let _ = write!(out, "{GAP}{:>w$}", labels[i]);
+            }
+            out.push('\n');
+            for (m, (name, _)) in METRICS.iter().enumerate() {
+                let _ = write!(out, "{name:<name_width$}");
+                for (col, w) in cells.iter().zip(&widths) {
+                    let _ = write!(out, "{GAP}{:>w$}", col[m]);
+                }
+                out.push('\n');
+            }
+        }
+    }
+    let found = comparisons(rows);
+    let label_width = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let mut heading = "";
+    for c in &found {
+        let (title, row, text) = match *c {
+            Comparison::VsActiveActive { row, baseline, ratio } => (
+                "throughput against active-active at the same replication factor:",
+                row,
+                format!(
+                    "{ratio:.2}× ({:.0} vs {:.0} txn/s of {})",
+                    rows[row].txn_per_sec, rows[baseline].txn_per_sec, labels[baseline]
+                ),
+            ),
+            Comparison::VsOneReplica { row, baseline, ratio } => (
+                "throughput against the same mode with one replica:",
+                row,
+                format!(
+                    "{ratio:.2}× ({:.0} vs {:.0} txn/s of {})",
+                    rows[row].txn_per_sec, rows[baseline].txn_per_sec, labels[baseline]
+                ),
+            ),
+            Comparison::BackupCpu { row, pct } => (
+                "backup CPU as a share of primary CPU (per committed txn):",
+                row,
+                format!(
+                    "{pct:.0}% ({:.3} vs {:.3} s/1k txn)",
+                    rows[row].backup_cpu_s_per_1000.unwrap_or(f64::NAN),
+                    rows[row].primary_cpu_s_per_1000
+                ),
+            ),
+        };
+        if title != heading {
+            let _ = write!(out, "\n{title}\n");
+            heading = title;
+        }
+        let _ = writeln!(out, "  {:<label_width$}  {text}", labels[row]);
+    }
+    let mut failed = Vec::new();
+    for (r, label) in rows.iter().zip(&labels) {
+        if !r.consistent {
+            failed.push(format!("  {label:<label_width$}  TPC-C consistency conditions do not hold"));
+        }
+        if !r.digests_equal {
+            failed.push(format!("  {label:<label_width$}  replica digests differ"));
+        }
+        if r.replica_reads_consistent == Some(false) {
+            failed.push(format!("  {label:<label_width$}  reads on replicas did not match"));
+        }
+    }
+    if failed.is_empty() {
+        out.push_str("\nchecks: every run consistent, replica digests equal\n");
+    } else {
+        out.push_str("\nCHECKS FAILED:\n");
+        for f in failed {
+            out.push_str(&f);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// CSV and JSON
+// ---------------------------------------------------------------------------------------------
+
+/// CSV columns: the row's serde field name and the field's text (empty for `None`).
+type Column = (&'static str, fn(&CompareRow) -> String);
+
+fn csv_opt<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map(T::to_string).unwrap_or_default()
+}
+
+const CSV_COLUMNS: [Column; 23] = [
+    ("mode", |r| r.mode.clone()),
+    ("shipping", |r| csv_opt(&r.shipping)),
+    ("replicas", |r| r.replicas.to_string()),
+    ("nodes", |r| r.nodes.to_string()),
+    ("warehouses", |r| r.warehouses.to_string()),
+    ("clients", |r| r.clients.to_string()),
+    ("seconds", |r| r.seconds.to_string()),
+    ("committed", |r| r.committed.to_string()),
+    ("aborted", |r| r.aborted.to_string()),
+    ("txn_per_sec", |r| r.txn_per_sec.to_string()),
+    ("p50_us", |r| r.p50_us.to_string()),
+    ("p95_us", |r| r.p95_us.to_string()),
+    ("p99_us", |r| r.p99_us.to_string()),
+    ("primary_cpu_s_per_1000", |r| r.primary_cpu_s_per_1000.to_string()),
+    ("backup_cpu_s_per_1000", |r| csv_opt(&r.backup_cpu_s_per_1000)),
+    ("node_cpu_s_per_1000", |r| r.node_cpu_s_per_1000.to_string()),
+    ("net_bytes_per_txn", |r| r.net_bytes_per_txn.to_string()),
+    ("log_bytes_per_txn", |r| r.log_bytes_per_txn.to_string()),
+    ("fsyncs", |r| r.fsyncs.to_string()),
+    ("backup_lag_ms", |r| csv_opt(&r.backup_lag_ms)),
+    ("replica_reads_consistent", |r| csv_opt(&r.replica_reads_consistent)),
+    ("digests_equal", |r| r.digests_equal.to_string()),
+    ("consistent", |r| r.consistent.to_string()),
+];
+
+/// A CSV field, quoted (RFC 4180, section 2) when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The scalar fields (not `bench`) as CSV: a header of the serde field names, then one line
+/// per row; `None` is an empty field, numbers at full precision, lines end with `\n`.
+pub fn to_csv(rows: &[CompareRow]) -> String {
+    let mut out = String::new();
+    let header: Vec<&str> = CSV_COLUMNS.iter().map(|(name, _)| *name).collect();
+    out.push_str(&header.join(","));
+    out.push('\n');
+    for r in rows {
+        let line: Vec<String> = CSV_COLUMNS.iter().map(|(_, cell)| csv_field(&cell(r))).collect();
+        out.push_str(&line.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// One JSON object per row: the bench object's fields at top level, overwritten by the row's
+/// own fields (`None` as `null`). A `null` bench adds nothing; a bench that is not an object
+/// is kept under `bench`.
+pub fn to_json(rows: &[CompareRow]) -> serde_json::Value {
+    use serde_json::{Map, Value};
+    let objects = rows
+        .iter()
+        .map(|r| {
+            let mut obj = match &r.bench {
+                Value::Object(m) => m.clone(),
+                Value::Null => Map::new(),
+                other => Map::from_iter([("bench".to_string(), other.clone())]),
+            };
+            let own = match serde_json::to_value(r) {
+                Ok(Value::Object(m)) => m,
+                // A struct of plain fields and a `Value` always serialises to an object.
+                _ => unreachable!("CompareRow serialises to a JSON object"),
+            };
+            for (k, v) in own {
+                if k != "bench" {
+                    obj.insert(k, v);
+                }
+            }
+            Value::Object(obj)
+        })
+        .collect();
+    Value::Array(objects)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVG
+// ---------------------------------------------------------------------------------------------
+
+const SVG_WIDTH_PX: u32 = 1200;
+/// Height of the picture outside the bar slots (title, captions, axes).
+const SVG_FRAME_PX: u32 = 150;
+/// Height of one run's slot in a panel.
+const SVG_ROW_PX: u32 = 56;
+const SVG_HEIGHT_MIN_PX: u32 = 320;
+/// Room right of the longest bar for its value label, as a fraction of its length.
+const SVG_HEADROOM: f64 = 0.35;
+
+/// One colour per mode (in [`MODES`] order), then for anything else.
+const MODE_COLORS: [RGBColor; 4] =
+    [RGBColor(0x4e, 0x79, 0xa7), RGBColor(0xf2, 0x8e, 0x2b), RGBColor(0xe1, 0x57, 0x59), RGBColor(0x9d, 0x9d, 0x9d)];
+
+fn mode_color(mode: &str) -> RGBColor {
+    MODES.iter().position(|m| *m == mode).map_or(MODE_COLORS[3], |i| MODE_COLORS[i])
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+/// Draws the comparison into `path` (an SVG file): committed txn/s per run on the left,
+/// p50 and p99 latency (ms) per run on the right, one horizontal bar slot per run in row order
+/// (the first at the top), bars coloured by mode and labelled with their values.
+pub fn write_svg(rows: &[CompareRow], path: &Path) -> Result<(), SvgError> {
+    if rows.is_empty() {
+        return Err(SvgError::NoRows);
+    }
+    draw(rows, path).map_err(|source| SvgError::Draw { path: path.to_path_buf(), source })
+}
+
+fn draw(rows: &[CompareRow], path: &Path) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+    let n = u32::try_from(rows.len()).unwrap_or(u32::MAX);
+    let height = SVG_FRAME_PX.saturating_add(SVG_ROW_PX.saturating_mul(n)).max(SVG_HEIGHT_MIN_PX);
+    let root = SVGBackend::new(path, (SVG_WIDTH_PX, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let first = &rows[0];
+    let workload = if rows.iter().all(|r| r.same_workload(first)) {
+        format!("{} warehouses, {} clients", first.warehouses, first.clients)
+    } else {
+        "workloads differ between runs".to_string()
+    };
+    let root =
+        root.titled(&format!("glass compare: replication modes under TPC-C ({workload})"), ("sans-serif", 20))?;
+    let panels = root.split_evenly((1, 2));
+    let labels: Vec<String> = rows.iter().map(CompareRow::label).collect();
+    draw_throughput(&panels[0], rows, &labels)?;
+    draw_latency(&panels[1], rows, &labels)?;
+    root.present()
+}
+
+/// The largest finite value, or 1 when there is none above 0 (an empty axis still draws).
+fn axis_max(values: impl Iterator<Item = f64>) -> f64 {
+    let max = values.filter(|v| v.is_finite()).fold(0.0, f64::max);
+    if max > 0.0 {
+        max * (1.0 + SVG_HEADROOM)
+    } else {
+        1.0
+    }
+}
+
+/// Slot of row `i` on the y axis (0 at the bottom): the first row at the top.
+fn slot(n: usize, i: usize) -> f64 {
+    (n - 1 - i) as f64
+}
+
+fn draw_throughput(
+    area: &Area<'_>,
+    rows: &[CompareRow],
+    labels: &[String],
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+    let n = rows.len();
+    let x_max = axis_max(rows.iter().map(|r| r.txn_per_sec));
+    let mut chart = ChartBuilder::on(area)
+        .caption("Throughput", ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0.0..x_max, 0.0..n as f64)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .disable_y_axis()
+        .light_line_style(TRANSPARENT)
+        .x_desc("committed txn/s")
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .draw()?;
+    let name_style = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    let value_style = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, r) in rows.iter().enumerate() {
+        let y = slot(n, i);
+        let v = r.txn_per_sec;
+        let len = if v.is_finite() { v.max(0.0) } else { 0.0 };
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(0.0, y + 0.12), (len, y + 0.58)],
+            mode_color(&r.mode).filled(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(
+            format!("{v:.0}"),
+            (len + x_max * 0.01, y + 0.35),
+            value_style.clone(),
+        )))?;
+        chart.draw_series(std::iter::once(Text::new(labels[i].clone(), (0.0, y + 0.8), name_style.clone())))?;
+    }
+    Ok(())
+}
+
+fn draw_latency(
+    area: &Area<'_>,
+    rows: &[CompareRow],
+    labels: &[String],
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+    let n = rows.len();
+    let x_max = axis_max(rows.iter().flat_map(|r| [r.p50_us / 1000.0, r.p99_us / 1000.0]));
+    let decimals = if x_max >= 20.0 {
+        0
+    } else if x_max >= 2.0 {
+        1
+    } else {
+        2
+    };
+    // Half a slot above the runs holds the legend.
+    let mut chart = ChartBuilder::on(area)
+        .caption("Latency", ("sans-serif", 16))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0.0..x_max, 0.0..n as f64 + 0.5)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .disable_y_axis()
+        .light_line_style(TRANSPARENT)
+        .x_desc("latency (ms)")
+        .x_label_formatter(&|v| format!("{v:.decimals$}"))
+        .draw()?;
+    let name_style = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    let value_style = ("sans-serif", 11).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+    const P50_ALPHA: f64 = 0.45;
+    for (i, r) in rows.iter().enumerate() {
+        let y = slot(n, i);
+        let color = mode_color(&r.mode);
+        // p99 below, p50 above it, as the legend reads top to bottom: p50, p99.
+        let bars = [
+            (r.p50_us, y + 0.36, y + 0.6, color.mix(P50_ALPHA).filled(), "p50"),
+            (r.p99_us, y + 0.1, y + 0.34, color.filled(), "p99"),
+        ];
+        for (us, lo, hi, style, name) in bars {
+            let v = us / 1000.0;
+            let len = if v.is_finite() { v.max(0.0) } else { 0.0 };
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, lo), (len, hi)], style)))?;
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{name} {}", ms(us)),
+                (len + x_max * 0.01, (lo + hi) / 2.0),
+                value_style.clone(),
+            )))?;
+        }
+        chart.draw_series(std::iter::once(Text::new(labels[i].clone(), (0.0, y + 0.8), name_style.clone())))?;
+    }
+    // Legend in the top half slot: light = p50, solid = p99 (in each run's mode colour).
+    let legend_y = n as f64 + 0.25;
+    let sw = x_max * 0.025;
+    let grey = MODE_COLORS[3];
+    let legend = [(0.0, grey.mix(P50_ALPHA).filled(), "p50 (light)"), (x_max * 0.3, grey.filled(), "p99 (solid)")];
+    for (x, style, text) in legend {
+        chart.draw_series(std::iter::once(Rectangle::new([(x, legend_y - 0.12), (x + sw, legend_y + 0.12)], style)))?;
+        chart.draw_series(std::iter::once(Text::new(text, (x + sw * 1.5, legend_y), name_style.clone())))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: &str, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
+        CompareRow {
+            mode: mode.to_string(),
+            shipping: shipping.map(str::to_string),
+            replicas,
+            nodes: 3,
+            warehouses: 4,
+            clients: 16,
+            seconds: 10.0,
+            committed: (txn_per_sec * 10.0) as u64,
+            aborted: 7,
+            txn_per_sec,
+            p50_us: 850.0,
+            p95_us: 2_400.0,
+            p99_us: 5_100.0,
+            primary_cpu_s_per_1000: 0.4,
+            backup_cpu_s_per_1000: (replicas > 1).then_some(0.1),
+            node_cpu_s_per_1000: 0.9,
+            net_bytes_per_txn: 512.0,
+            log_bytes_per_txn: 300.0,
+            fsyncs: 42,
+            backup_lag_ms: (shipping == Some("async")).then_some(3.5),
+            replica_reads_consistent: (replicas > 1).then_some(true),
+            digests_equal: true,
+            consistent: true,
+            bench: serde_json::json!({
+                "mode": "cluster",
+                "profile": "paper",
+                "seed": 7,
+                "txn_per_sec": 1.0,
+                "executor_cpu_seconds": 2.5,
+            }),
+        }
+    }
+
+    /// 3 modes × replication factors 1 and 2.
+    fn example() -> Vec<CompareRow> {
+        vec![
+            row(ACTIVE_ACTIVE, None, 1, 10_000.0),
+            row(ACTIVE_PASSIVE, Some("sync"), 1, 8_000.0),
+            row(FULL_STACK, Some("sync"), 1, 2_000.0),
+            row(ACTIVE_ACTIVE, None, 2, 5_000.0),
+            row(ACTIVE_PASSIVE, Some("async"), 2, 7_500.0),
+            row(FULL_STACK, Some("sync"), 2, 1_000.0),
+        ]
+    }
+
+    #[test]
+    fn csv_has_a_header_and_one_line_per_row_and_quotes_commas() {
+        let mut rows = example();
+        rows[0].mode = "active-active, patched".to_string();
+        rows[1].shipping = Some("say \"sync\"".to_string());
+        let csv = to_csv(&rows);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), 1 + rows.len());
+        assert!(lines[0].starts_with("mode,shipping,replicas,"));
+        assert_eq!(lines[0].split(',').count(), CSV_COLUMNS.len());
+        assert!(lines[1].starts_with("\"active-active, patched\",,1,"), "{}", lines[1]);
+        assert!(lines[2].starts_with("active-passive,\"say \"\"sync\"\"\",1,"), "{}", lines[2]);
+        assert!(!csv.contains("profile"), "bench is not a CSV column");
+    }
+
+    #[test]
+    fn csv_header_names_are_the_rows_serde_fields() {
+        let json = serde_json::to_value(row(ACTIVE_ACTIVE, None, 1, 1.0)).unwrap();
+        let mut fields: Vec<String> = json.as_object().unwrap().keys().filter(|k| *k != "bench").cloned().collect();
+        let mut header: Vec<String> = CSV_COLUMNS.iter().map(|(n, _)| n.to_string()).collect();
+        fields.sort();
+        header.sort();
+        assert_eq!(fields, header);
+    }
+
+    #[test]
+    fn json_flattens_bench_and_the_rows_fields_win() {
+        let rows = example();
+        let json = to_json(&rows);
+        let objects = json.as_array().unwrap();
+        assert_eq!(objects.len(), rows.len());
+        for (o, r) in objects.iter().zip(&rows) {
+            assert_eq!(o["mode"], r.mode.as_str(), "the row's mode beats bench's \"cluster\"");
+            assert_eq!(o["txn_per_sec"], r.txn_per_sec);
+            assert_eq!(o["profile"], "paper");
+            assert_eq!(o["seed"], 7);
+            assert_eq!(o["executor_cpu_seconds"], 2.5);
+            assert!(o.get("bench").is_none(), "bench is flattened, not nested");
+        }
+        assert!(objects[0]["backup_cpu_s_per_1000"].is_null());
+        assert_eq!(objects[3]["backup_cpu_s_per_1000"], 0.1);
+    }
+
+    #[test]
+    fn json_of_a_null_bench_holds_the_rows_fields_only() {
+        let mut r = row(ACTIVE_ACTIVE, None, 1, 1.0);
+        r.bench = serde_json::Value::Null;
+        let json = to_json(&[r]);
+        let o = json[0].as_object().unwrap();
+        assert_eq!(o.len(), CSV_COLUMNS.len());
+    }
+
+    #[test]
+    fn table_names_every_run_and_shows_missing_values() {
+        let rows = example();
+        let table = render_table(&rows);
+        for r in &rows {
+            assert!(table.contains(&r.label()), "{} missing from\n{table}", r.label());
+        }
+        assert!(table.contains("active-passive (async) ×2"));
+        assert!(table.contains(MISSING), "None shows as {MISSING}:\n{table}");
+        for (name, _) in METRICS {
+            assert!(table.contains(name), "{name} missing");
+        }
+        assert!(table.contains("0.850"), "p50 in ms:\n{table}");
+        assert!(table.contains("checks: every run consistent"));
+    }
+
+    #[test]
+    fn table_lines_of_a_block_have_equal_width() {
+        let table = render_table(&example());
+        let block: Vec<usize> = table.lines().take(1 + METRICS.len()).map(|l| l.chars().count()).collect();
+        assert!(block.iter().all(|w| *w == block[0]), "{block:?}\n{table}");
+    }
+
+    #[test]
+    fn table_names_failed_checks() {
+        let mut rows = example();
+        rows[4].digests_equal = false;
+        let table = render_table(&rows);
+        assert!(table.contains("CHECKS FAILED"));
+        assert!(table.contains("replica digests differ"));
+    }
+
+    #[test]
+    fn ratios_are_computed_from_the_rows() {
+        let rows = example();
+        let found = comparisons(&rows);
+        let vs_aa: Vec<_> = found.iter().filter(|c| matches!(c, Comparison::VsActiveActive { .. })).collect();
+        assert_eq!(vs_aa.len(), 4);
+        assert!(found.contains(&Comparison::VsActiveActive { row: 1, baseline: 0, ratio: 0.8 }));
+        assert!(found.contains(&Comparison::VsActiveActive { row: 2, baseline: 0, ratio: 0.2 }));
+        assert!(found.contains(&Comparison::VsActiveActive { row: 4, baseline: 3, ratio: 1.5 }));
+        assert!(found.contains(&Comparison::VsActiveActive { row: 5, baseline: 3, ratio: 0.2 }));
+        // active-passive async ×2 has no async ×1 run: the sync ×1 run is its baseline.
+        assert!(found.contains(&Comparison::VsOneReplica { row: 4, baseline: 1, ratio: 7_500.0 / 8_000.0 }));
+        assert!(found.contains(&Comparison::VsOneReplica { row: 3, baseline: 0, ratio: 0.5 }));
+        assert!(found.contains(&Comparison::VsOneReplica { row: 5, baseline: 2, ratio: 0.5 }));
+        let backup: Vec<_> = found.iter().filter(|c| matches!(c, Comparison::BackupCpu { .. })).collect();
+        assert_eq!(backup.len(), 3, "only the ×2 runs have backups");
+        assert!(found.contains(&Comparison::BackupCpu { row: 3, pct: 25.0 }));
+        let table = render_table(&rows);
+        assert!(table.contains("0.80× (8000 vs 10000 txn/s of active-active ×1)"), "{table}");
+        assert!(table.contains("25% (0.100 vs 0.400 s/1k txn)"), "{table}");
+    }
+
+    #[test]
+    fn no_ratio_against_a_different_workload_or_a_zero_baseline() {
+        let mut rows = example();
+        rows[0].txn_per_sec = 0.0;
+        rows[3].clients = 99;
+        let found = comparisons(&rows);
+        assert!(!found.iter().any(|c| matches!(c, Comparison::VsActiveActive { baseline: 0 | 3, .. })), "{found:?}");
+    }
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("glass-compare-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn svg_is_written() {
+        for rows in [example(), example()[..1].to_vec()] {
+            let path = temp_path(&format!("{}.svg", rows.len()));
+            write_svg(&rows, &path).unwrap();
+            let svg = std::fs::read_to_string(&path).unwrap();
+            std::fs::remove_file(&path).unwrap();
+            assert!(!svg.is_empty());
+            assert!(svg.contains("<svg"));
+            assert!(svg.contains("committed txn/s") && svg.contains("latency (ms)"));
+            for r in &rows {
+                assert!(svg.contains(&r.label()), "{} missing", r.label());
+            }
+        }
+    }
+
+    #[test]
+    fn svg_refuses_no_rows_and_reports_an_unwritable_path() {
+        assert!(matches!(write_svg(&[], &temp_path("none.svg")), Err(SvgError::NoRows)));
+        let path = temp_path("no-such-dir").join("x.svg");
+        assert!(matches!(write_svg(&example(), &path), Err(SvgError::Draw { .. })));
+    }
+}
