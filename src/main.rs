@@ -22,6 +22,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main job: run the same TPC-C workload on the cluster in each replication mode
+    /// (active-active, active-passive log shipping, the full conventional stack), check each,
+    /// and print them side by side — the paper's Section 5.3, measured.
+    Compare(cmd::compare::CompareArgs),
     /// Run TPC-C against a database and report throughput and latency.
     Bench(cmd::bench::BenchArgs),
     /// Walk the paper's staircase: NewOrder and Payment on the full conventional stack, then
@@ -50,6 +54,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Compare(a) => cmd::compare::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
         Command::Recover(a) => cmd::recover::run(a),

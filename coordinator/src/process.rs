@@ -192,6 +192,7 @@ pub async fn run(
         clients: HashMap::new(),
         replies: HashMap::new(),
         frame_bytes_max: config.limits.frame_bytes_max as usize,
+        batch_bytes: BTreeMap::new(),
         stopping: stopping.clone(),
         last_waiting_log: Instant::now(),
         timer,
@@ -226,6 +227,8 @@ struct Core {
     /// Replies produced and not yet sent, per client.
     replies: HashMap<ClientId, Vec<ClientReply>>,
     frame_bytes_max: usize,
+    /// Bytes of batches sent to replicas, per partition (every replica counted).
+    batch_bytes: BTreeMap<wire::messages::PartitionId, u64>,
     stopping: watch::Sender<bool>,
     last_waiting_log: Instant,
     timer: PreciseTimer,
@@ -428,6 +431,9 @@ impl Core {
                             continue;
                         }
                     };
+                    if let Message::Batch(b) = &msg {
+                        *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
+                    }
                     for n in nodes {
                         if let Some((_, tx)) = self.nodes.get(&n) {
                             // Waits for room: a slow node slows the coordinator, not the reverse.
@@ -491,7 +497,11 @@ impl Core {
                     seq: p.batches_sent,
                     txns: p.inflight_txns as u64,
                     cpu_ms: 0,
-                    replication: Default::default(),
+                    replication: wire::messages::ReplicationReport {
+                        role: "coordinator".into(),
+                        shipped_bytes: self.batch_bytes.get(&p.partition).copied().unwrap_or(0),
+                        ..Default::default()
+                    },
                 })
                 .collect(),
             None => self

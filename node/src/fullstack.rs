@@ -45,7 +45,7 @@ pub struct FullStack {
     done: mpsc::Receiver<(usize, TxnOutcome, u32)>,
     workers: Vec<JoinHandle<()>>,
     /// `/proc/thread-self` paths of the workers' `schedstat`, for CPU accounting.
-    worker_schedstats: Arc<Mutex<Vec<PathBuf>>>,
+    worker_schedstats: Vec<PathBuf>,
     retries: u64,
 }
 
@@ -85,22 +85,18 @@ impl FullStack {
         let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
         let rx = Arc::new(Mutex::new(rx));
         let (done_tx, done) = mpsc::channel();
-        let worker_schedstats = Arc::new(Mutex::new(Vec::new()));
+        let (started_tx, started) = mpsc::channel::<Option<PathBuf>>();
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
             let mut s = db.session().map_err(|e| fail("open a worker session", &e))?;
             let rx = Arc::clone(&rx);
             let done_tx = done_tx.clone();
-            let stats = Arc::clone(&worker_schedstats);
+            let started_tx = started_tx.clone();
             let h = std::thread::Builder::new()
                 .name(format!("worker-{i}"))
                 .spawn(move || {
-                    if let Ok(me) = std::fs::read_link("/proc/thread-self") {
-                        stats
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(PathBuf::from("/proc").join(me).join("schedstat"));
-                    }
+                    let me = std::fs::read_link("/proc/thread-self").ok();
+                    let _ = started_tx.send(me.map(|me| PathBuf::from("/proc").join(me).join("schedstat")));
                     loop {
                         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         let Ok((index, ts, input)) = job else { return };
@@ -113,6 +109,8 @@ impl FullStack {
                 .map_err(|e| fail("start a worker thread", &e))?;
             handles.push(h);
         }
+        // Every worker registered its CPU accounting before the first batch.
+        let worker_schedstats = (0..workers).filter_map(|_| started.recv().ok().flatten()).collect();
         Ok(FullStack {
             db,
             dir: dir.to_path_buf(),
@@ -186,7 +184,7 @@ impl FullStack {
 
     /// The workers' `schedstat` files.
     pub fn worker_schedstats(&self) -> Vec<PathBuf> {
-        self.worker_schedstats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.worker_schedstats.clone()
     }
 }
 

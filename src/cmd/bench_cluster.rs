@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use engine::LeanDb;
 use tokio::runtime::Runtime;
 use wire::endpoint::Link;
-use wire::messages::{NodeId, ProcessStatus};
+use wire::messages::{NodeId, PartitionReport, ProcessStatus};
 use workload::bench::{self, IntervalLine, Observer, StopAfter};
 use workload::client::driver::{self, DriverConfig};
 use workload::client::{self, ClusterClient};
@@ -57,10 +57,10 @@ pub struct ClusterBench {
 }
 
 /// Stops a cluster this command started, however the command ends, and reaps its processes.
-struct StopOnDrop<'a> {
-    cluster: &'a Cluster,
-    armed: bool,
-    children: Vec<std::process::Child>,
+pub struct StopOnDrop<'a> {
+    pub cluster: &'a Cluster,
+    pub armed: bool,
+    pub children: Vec<std::process::Child>,
 }
 
 impl Drop for StopOnDrop<'_> {
@@ -144,30 +144,8 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     };
     let local = cluster.running_procs();
 
-    let mut obs = Sampler::new(&rt, &client, config, &local, ConsoleObserver::new(b.quiet))?;
-    let outcome = driver::run(&client, rt.handle(), &cfg, &mut obs)?;
-    let mut report = outcome.report;
+    let Measurement { mut report, acks, time_lines, .. } = measure(&rt, &cluster, &client, &cfg, &local, b.quiet)?;
     report.load_seconds = load_seconds;
-    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
-    let (start, end) = (obs.start.take(), obs.end.take());
-    let mut time_lines = Vec::new();
-    if let (Some(s), Some(e)) = (&start, &end) {
-        let executor_cpu = e.executor_cpu_s - s.executor_cpu_s;
-        report.executor_cpu_seconds = executor_cpu;
-        report.txn_per_cpu_sec = report.committed as f64 * replicas as f64 / executor_cpu.max(1e-9);
-        report.rss_after_load_bytes = s.nodes_rss_bytes;
-        report.rss_bytes = e.nodes_rss_bytes;
-        let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
-        if neworders > 0 && e.nodes_rss_bytes > 0 {
-            report.rss_growth_per_neworder_bytes =
-                e.nodes_rss_bytes.saturating_sub(s.nodes_rss_bytes) as f64 / (neworders * replicas as u64) as f64;
-        }
-        let batches = e.batches.saturating_sub(s.batches);
-        if let Some(c) = report.cluster.as_mut() {
-            c.batches = Some(batches);
-        }
-        time_lines = where_the_time_goes(s, e, &report, batches);
-    }
     print!("{}", report::render(&report));
     if let Some(c) = &report.cluster {
         println!(
@@ -196,12 +174,12 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         println!("wrote {}", p.display());
     }
     if let Some(p) = &b.ack_log {
-        write_acks(p, &outcome.acks)?;
-        println!("wrote {} acknowledged NewOrders to {}", outcome.acks.len(), p.display());
+        write_acks(p, &acks)?;
+        println!("wrote {} acknowledged NewOrders to {}", acks.len(), p.display());
     }
     let mut code = ExitCode::SUCCESS;
     if b.check {
-        let verdict = rt.block_on(client::check(&client, &outcome.acks))?;
+        let verdict = rt.block_on(client::check(&client, &acks))?;
         println!();
         print!("{verdict}");
         if !verdict.passed() {
@@ -220,6 +198,59 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         cluster.down(true)?;
     }
     Ok(code)
+}
+
+/// What one measured run of the driver against a serving cluster produced.
+pub struct Measurement {
+    /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
+    pub report: bench::BenchReport,
+    /// Every NewOrder acknowledged, warm-up included.
+    pub acks: Vec<client::NewOrderAck>,
+    /// The cluster sampled at the start and the end of the measured phase.
+    pub start: Option<Sample>,
+    pub end: Option<Sample>,
+    /// "Where the time goes" lines.
+    pub time_lines: Vec<String>,
+}
+
+/// Runs the driver against a serving cluster (`local`: its processes on this machine) and
+/// fills in what the nodes report.
+pub fn measure(
+    rt: &Runtime,
+    cluster: &Cluster,
+    client: &ClusterClient,
+    cfg: &DriverConfig,
+    local: &[Running],
+    quiet: bool,
+) -> Result<Measurement> {
+    let config = &cluster.config;
+    let mut obs = Sampler::new(rt, client, config, local, ConsoleObserver::new(quiet))?;
+    let outcome = driver::run(client, rt.handle(), cfg, &mut obs)?;
+    let mut report = outcome.report;
+    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
+    // Executions per committed transaction: every replica in active-active, the primary only
+    // in the passive modes (backups apply log records).
+    let executions = if config.mode.is_passive() { 1 } else { replicas };
+    let (start, end) = (obs.start.take(), obs.end.take());
+    let mut time_lines = Vec::new();
+    if let (Some(s), Some(e)) = (&start, &end) {
+        let executor_cpu = e.executor_cpu_s - s.executor_cpu_s;
+        report.executor_cpu_seconds = executor_cpu;
+        report.txn_per_cpu_sec = report.committed as f64 * executions as f64 / executor_cpu.max(1e-9);
+        report.rss_after_load_bytes = s.nodes_rss_bytes;
+        report.rss_bytes = e.nodes_rss_bytes;
+        let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
+        if neworders > 0 && e.nodes_rss_bytes > 0 {
+            report.rss_growth_per_neworder_bytes =
+                e.nodes_rss_bytes.saturating_sub(s.nodes_rss_bytes) as f64 / (neworders * replicas as u64) as f64;
+        }
+        let batches = e.batches.saturating_sub(s.batches);
+        if let Some(c) = report.cluster.as_mut() {
+            c.batches = Some(batches);
+        }
+        time_lines = where_the_time_goes(s, e, &report, batches, executions);
+    }
+    Ok(Measurement { report, acks: outcome.acks, start, end, time_lines })
 }
 
 /// Waits until every partition of a running cluster serves.
@@ -245,17 +276,21 @@ type ThreadCpu = Vec<(String, f64)>;
 
 /// Figures sampled at the start and the end of the measured phase.
 #[derive(Debug, Clone, Default)]
-struct Sample {
-    at: Option<Instant>,
+pub struct Sample {
+    pub at: Option<Instant>,
     /// Σ executor thread CPU over every replica.
-    executor_cpu_s: f64,
+    pub executor_cpu_s: f64,
     /// Per node: (id, its executors' CPU seconds).
-    node_executor_cpu_s: Vec<(NodeId, f64)>,
+    pub node_executor_cpu_s: Vec<(NodeId, f64)>,
     /// Local processes' CPU seconds: (label, seconds, per thread name).
-    process_cpu_s: Vec<(String, f64, ThreadCpu)>,
-    nodes_rss_bytes: u64,
+    pub process_cpu_s: Vec<(String, f64, ThreadCpu)>,
+    pub nodes_rss_bytes: u64,
     /// Batches the coordinator sent, over all partitions.
-    batches: u64,
+    pub batches: u64,
+    /// Every replica's report, by node.
+    pub replicas: Vec<(NodeId, PartitionReport)>,
+    /// The coordinator's report of each partition.
+    pub coordinator: Vec<PartitionReport>,
 }
 
 /// The console observer, plus samples of the cluster at the measured phase's start and end.
@@ -310,13 +345,15 @@ impl<'a> Sampler<'a> {
             out
         });
         for (id, st) in statuses {
-            let cpu = st.map_or(0.0, |st| st.partitions.iter().map(|p| p.cpu_ms as f64 / 1000.0).sum());
+            let cpu = st.as_ref().map_or(0.0, |st| st.partitions.iter().map(|p| p.cpu_ms as f64 / 1000.0).sum());
             s.executor_cpu_s += cpu;
             s.node_executor_cpu_s.push((id, cpu));
+            s.replicas.extend(st.into_iter().flat_map(|st| st.partitions).map(|p| (id, p)));
         }
         if let Some(c) = self.coordinator.as_mut() {
             if let Ok(st) = self.rt.block_on(client::status(c)) {
                 s.batches = st.partitions.iter().map(|p| p.seq).sum();
+                s.coordinator = st.partitions;
             }
         }
         s
@@ -353,7 +390,7 @@ impl Observer for Sampler<'_> {
 }
 
 /// Lines saying where the CPU went during the measured phase.
-fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: u64) -> Vec<String> {
+fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: u64, executions: usize) -> Vec<String> {
     let wall = match (s.at, e.at) {
         (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-9),
         _ => return Vec::new(),
@@ -395,9 +432,10 @@ fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: 
         let txns = r.committed + r.aborted;
         lines.push(format!(
             "  batches: {batches} sent ({:.1} transactions each); executors spent {:.2} µs per transaction executed \
-             (every replica counted)",
+             ({executions} execution{} per transaction; backups' log replay counted in the executors' CPU)",
             txns as f64 / batches as f64,
-            1e6 * r.executor_cpu_seconds / (txns as f64 * r.cluster.as_ref().map_or(1, |c| c.replicas) as f64).max(1.0)
+            1e6 * r.executor_cpu_seconds / (txns as f64 * executions as f64).max(1.0),
+            if executions == 1 { "" } else { "s" }
         ));
     }
     lines

@@ -5,6 +5,7 @@ pub mod bench_cluster;
 pub mod breakdown;
 pub mod check;
 pub mod cluster;
+pub mod compare;
 pub mod coordinator;
 pub mod dump;
 pub mod logging;

@@ -442,9 +442,10 @@ pub struct Shipment {
 /// A replica's replication figures, for status displays and `glass compare`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicationReport {
-    /// `replica` (active-active), `primary` or `backup`.
+    /// `replica` (active-active), `primary` or `backup` (`coordinator` in its own report).
     pub role: String,
-    /// A primary: bytes of shipments sent to backups (each backup counted).
+    /// A primary: bytes of shipments sent to backups (each backup counted). The
+    /// coordinator: bytes of batches sent to the partition's replicas (each counted).
     pub shipped_bytes: u64,
     /// A primary: shipments acknowledged, the sum and the largest of their ship-to-ack delay
     /// in microseconds (how far backups lag).

@@ -64,11 +64,18 @@ pub struct CompareRow {
     pub backup_cpu_s_per_1000: Option<f64>,
     /// The same for the whole node processes (all threads), from /proc.
     pub node_cpu_s_per_1000: f64,
-    /// Bytes sent between nodes (replication traffic) per committed transaction.
+    /// Bytes sent between nodes (replication traffic: shipments to backups) per committed
+    /// transaction.
     pub net_bytes_per_txn: f64,
+    /// Bytes of batches the coordinator sent to the replicas (each replica counted) per
+    /// committed transaction: active-active's replication traffic.
+    pub batch_bytes_per_txn: f64,
     /// Log bytes written to disk per committed transaction.
     pub log_bytes_per_txn: f64,
     pub fsyncs: u64,
+    /// Bytes of files the nodes left in the run directory besides process logs (databases,
+    /// logs, checkpoints): zero for the logless modes.
+    pub disk_bytes: u64,
     /// Async shipping: the backups' lag measured at the end of the run.
     pub backup_lag_ms: Option<f64>,
     /// Whether reads on backups / other replicas matched (`None`: not applicable).
@@ -192,7 +199,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 20] = [
+const METRICS: [Metric; 22] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -203,12 +210,14 @@ const METRICS: [Metric; 20] = [
     ("latency p50 (ms)", |r| ms(r.p50_us)),
     ("latency p95 (ms)", |r| ms(r.p95_us)),
     ("latency p99 (ms)", |r| ms(r.p99_us)),
-    ("primary CPU (s/1k txn)", |r| format!("{:.3}", r.primary_cpu_s_per_1000)),
-    ("backup CPU (s/1k txn)", |r| opt(r.backup_cpu_s_per_1000.map(|v| format!("{v:.3}")))),
-    ("node CPU (s/1k txn)", |r| format!("{:.3}", r.node_cpu_s_per_1000)),
-    ("network (B/txn)", |r| format!("{:.0}", r.net_bytes_per_txn)),
+    ("primary CPU (s/1k txn)", |r| format!("{:.4}", r.primary_cpu_s_per_1000)),
+    ("backup CPU (s/1k txn)", |r| opt(r.backup_cpu_s_per_1000.map(|v| format!("{v:.4}")))),
+    ("node CPU (s/1k txn)", |r| format!("{:.4}", r.node_cpu_s_per_1000)),
+    ("node→node bytes (B/txn)", |r| format!("{:.0}", r.net_bytes_per_txn)),
+    ("coord→replica bytes (B/txn)", |r| format!("{:.0}", r.batch_bytes_per_txn)),
     ("log (B/txn)", |r| format!("{:.0}", r.log_bytes_per_txn)),
     ("fsyncs", |r| r.fsyncs.to_string()),
+    ("files on disk (MiB)", |r| format!("{:.1}", r.disk_bytes as f64 / (1 << 20) as f64)),
     ("backup lag (ms)", |r| opt(r.backup_lag_ms.map(|v| format!("{v:.1}")))),
     ("replica reads consistent", |r| opt(r.replica_reads_consistent.map(yes_no))),
     ("replica digests equal", |r| yes_no(r.digests_equal)),
@@ -284,7 +293,7 @@ pub fn render_table(rows: &[CompareRow]) -> String {
                 "backup CPU as a share of primary CPU (per committed txn):",
                 row,
                 format!(
-                    "{pct:.0}% ({:.3} vs {:.3} s/1k txn)",
+                    "{pct:.0}% ({:.4} vs {:.4} s/1k txn)",
                     rows[row].backup_cpu_s_per_1000.unwrap_or(f64::NAN),
                     rows[row].primary_cpu_s_per_1000
                 ),
@@ -331,7 +340,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 23] = [
+const CSV_COLUMNS: [Column; 25] = [
     ("mode", |r| r.mode.clone()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -349,8 +358,10 @@ const CSV_COLUMNS: [Column; 23] = [
     ("backup_cpu_s_per_1000", |r| csv_opt(&r.backup_cpu_s_per_1000)),
     ("node_cpu_s_per_1000", |r| r.node_cpu_s_per_1000.to_string()),
     ("net_bytes_per_txn", |r| r.net_bytes_per_txn.to_string()),
+    ("batch_bytes_per_txn", |r| r.batch_bytes_per_txn.to_string()),
     ("log_bytes_per_txn", |r| r.log_bytes_per_txn.to_string()),
     ("fsyncs", |r| r.fsyncs.to_string()),
+    ("disk_bytes", |r| r.disk_bytes.to_string()),
     ("backup_lag_ms", |r| csv_opt(&r.backup_lag_ms)),
     ("replica_reads_consistent", |r| csv_opt(&r.replica_reads_consistent)),
     ("digests_equal", |r| r.digests_equal.to_string()),
@@ -606,6 +617,8 @@ mod tests {
             backup_cpu_s_per_1000: (replicas > 1).then_some(0.1),
             node_cpu_s_per_1000: 0.9,
             net_bytes_per_txn: 512.0,
+            batch_bytes_per_txn: 300.0,
+            disk_bytes: 0,
             log_bytes_per_txn: 300.0,
             fsyncs: 42,
             backup_lag_ms: (shipping == Some("async")).then_some(3.5),

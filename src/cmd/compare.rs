@@ -1,0 +1,333 @@
+//! `glass compare`: the project's main job — Section 5.3 end to end. For each replication
+//! factor and each mode (active-active, active-passive, full-stack), it derives a cluster
+//! description from `cluster.toml`, starts that cluster, runs the same TPC-C workload (same
+//! seed, clients, duration, warm-up), checks it (replica digests, consistency, acknowledged
+//! NewOrders, replica reads), stops it, and prints one side-by-side table
+//! ([`workload::compare`]); `--json`, `--csv` and `--svg` keep the record.
+//!
+//! Guarantees: every run starts from a fresh run directory of its own
+//! (`<run_dir>/compare/<mode>-r<k>/`, which keeps its process logs and its derived
+//! `cluster.toml`), and its cluster is stopped however the run ends; the figures of a row
+//! come from that run only (CPU from `/proc` and the nodes' thread accounting, bytes from
+//! the processes' own counters, disk from the files left in its run directory); a failed
+//! check makes the command exit non-zero after the table is printed.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use wire::config::{ClusterConfig, Mode, Shipping};
+use workload::bench::{self, StopAfter};
+use workload::client::driver::DriverConfig;
+use workload::client::{self};
+use workload::compare::{self as report, CompareRow};
+use workload::gen::{Mix, Profile};
+
+use super::bench_cluster::{measure, Measurement, Sample, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use super::cluster::{runtime, Cluster, Proc, Up};
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The cluster to compare on: its nodes, partitions, placement and limits; its `mode` is
+    /// overridden by each mode compared.
+    #[arg(long, default_value = wire::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Modes to run, in order, comma-separated: active-active, active-passive, full-stack.
+    #[arg(long, default_value = "active-active,active-passive,full-stack", value_delimiter = ',')]
+    pub modes: Vec<Mode>,
+    /// Replication factors to run, comma-separated (e.g. `1,2,3`): every partition is placed
+    /// on that many consecutive nodes, primaries spread over the nodes. Default: the
+    /// placement of cluster.toml as written.
+    #[arg(long, value_delimiter = ',')]
+    pub replicas: Vec<usize>,
+    /// Passive modes: `sync` (answer once the backups applied the log records) or `async`
+    /// (once the primary committed). Default: cluster.toml's `shipping`.
+    #[arg(long)]
+    pub shipping: Option<Shipping>,
+    /// Client connections, each bound to one home warehouse [default: one per warehouse].
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Requests each connection keeps in flight [default: 64].
+    #[arg(long)]
+    pub inflight: Option<usize>,
+    /// Workload profile: `paper` (50% NewOrder / 50% Payment, the paper's Section 4) or
+    /// `standard` (TPC-C's mix).
+    #[arg(long, default_value = "paper")]
+    pub profile: String,
+    /// Override the profile's mix with weights, e.g. `neworder=50,payment=50`.
+    #[arg(long)]
+    pub mix: Option<String>,
+    /// Length of each measured phase in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds of unmeasured warm-up before each measured phase.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Seed of the input generator (the population's seed is cluster.toml's).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write a JSON array, one object per run (the fields of `glass bench --json` plus the
+    /// comparison's).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the table's figures as CSV, one line per run.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Draw throughput and latency bars per run into this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Do not print the once-a-second lines of each run.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// One mode at one replication factor.
+struct Plan {
+    mode: Mode,
+    config: ClusterConfig,
+    dir: PathBuf,
+}
+
+pub fn run(a: CompareArgs) -> Result<ExitCode> {
+    let base = Cluster::open(&a.config)?;
+    if !base.running_procs().is_empty() {
+        bail!(
+            "the cluster of {} is running; compare starts its own clusters on the same addresses — run `glass cluster \
+             down --config {}` first",
+            base.path.display(),
+            a.config.display()
+        );
+    }
+    if a.modes.is_empty() {
+        bail!("--modes names no mode; valid: active-active, active-passive, full-stack");
+    }
+    let profile: Profile = a.profile.parse()?;
+    let mix = a.mix.as_deref().map(Mix::parse).transpose()?;
+    for p in [&a.json, &a.csv, &a.svg].into_iter().flatten() {
+        bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
+    }
+    // Every plan first, so an impossible flag fails before anything runs.
+    let factors: Vec<Option<usize>> =
+        if a.replicas.is_empty() { vec![None] } else { a.replicas.iter().copied().map(Some).collect() };
+    let compare_dir = base.config.run_dir.join("compare");
+    let mut plans = Vec::new();
+    for factor in &factors {
+        let placed = match factor {
+            Some(k) => base.config.with_replication(*k).with_context(|| format!("--replicas {k}"))?,
+            None => base.config.clone(),
+        };
+        for &mode in &a.modes {
+            let mut config = placed.clone();
+            config.mode = mode;
+            if let Some(s) = a.shipping {
+                config.shipping = s;
+            }
+            let dir = compare_dir.join(format!("{}-r{}", mode.name(), config.replication_factor()));
+            config.run_dir = dir.clone();
+            config.validate().with_context(|| format!("the {mode} cluster derived from {}", base.path.display()))?;
+            plans.push(Plan { mode, config, dir });
+        }
+    }
+    let warehouses = usize::from(base.config.warehouses_total());
+    let cfg = DriverConfig {
+        profile,
+        mix,
+        clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
+        inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
+        rate: None,
+        warmup_s: a.warmup,
+        stop: StopAfter::Seconds(a.duration),
+        seed: a.seed,
+    };
+    cfg.validate()?;
+
+    println!(
+        "compare: {} run{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), seed {}",
+        plans.len(),
+        if plans.len() == 1 { "" } else { "s" },
+        a.duration,
+        a.warmup,
+        base.path.display(),
+        warehouses,
+        base.config.nodes.len(),
+        a.seed
+    );
+    let mut rows = Vec::new();
+    let mut failed = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        println!(
+            "\n[{}/{}] {} — {} replica{} per partition{}",
+            i + 1,
+            plans.len(),
+            plan.mode,
+            plan.config.replication_factor(),
+            if plan.config.replication_factor() == 1 { "" } else { "s" },
+            if plan.mode.is_passive() { format!(", {} shipping", plan.config.shipping.name()) } else { String::new() }
+        );
+        let row = run_one(plan, &cfg, a.quiet).with_context(|| format!("the {} run", plan.mode))?;
+        if !(row.digests_equal && row.consistent && row.replica_reads_consistent != Some(false)) {
+            failed.push(row.label());
+        }
+        println!(
+            "  {:.0} committed txn/s, p50 {:.2} ms, p99 {:.2} ms; digests {}, consistency {}",
+            row.txn_per_sec,
+            row.p50_us / 1e3,
+            row.p99_us / 1e3,
+            if row.digests_equal { "equal" } else { "DIFFER" },
+            if row.consistent { "holds" } else { "VIOLATED" }
+        );
+        rows.push(row);
+    }
+    println!();
+    print!("{}", report::render_table(&rows));
+    if let Some(p) = &a.json {
+        let mut bytes = serde_json::to_vec_pretty(&report::to_json(&rows))?;
+        bytes.push(b'\n');
+        bench::write_atomic(p, &bytes)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.csv {
+        bench::write_atomic(p, report::to_csv(&rows).as_bytes())?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.svg {
+        report::write_svg(&rows, p)?;
+        println!("wrote {}", p.display());
+    }
+    if !failed.is_empty() {
+        eprintln!("glass: error: checks failed for {}", failed.join(", "));
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the plan's cluster, measures, checks, stops it; returns its row.
+fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
+    if plan.dir.exists() {
+        std::fs::remove_dir_all(&plan.dir).with_context(|| format!("empty {}", plan.dir.display()))?;
+    }
+    std::fs::create_dir_all(&plan.dir).with_context(|| format!("create {}", plan.dir.display()))?;
+    let path = plan.dir.join("cluster.toml");
+    let text = format!(
+        "# Derived by `glass compare` from the cluster it was given: mode {}, {} replicas.\n{}",
+        plan.mode,
+        plan.config.replication_factor(),
+        toml::to_string(&plan.config).context("write the derived cluster.toml")?
+    );
+    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    let cluster = Cluster::open(&path)?;
+    let t0 = Instant::now();
+    let children = match cluster.up(!quiet)? {
+        Up::Started(children) => children,
+        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
+    };
+    let mut guard = super::bench_cluster::StopOnDrop { cluster: &cluster, armed: true, children };
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let rt = runtime()?;
+    let client = cluster.client();
+    let local = cluster.running_procs();
+    let Measurement { mut report, acks, start, end, .. } = measure(&rt, &cluster, &client, cfg, &local, quiet)?;
+    report.load_seconds = load_seconds;
+    let verdict = rt.block_on(client::check(&client, &acks))?;
+    if !verdict.passed() {
+        eprint!("{verdict}");
+    }
+    guard.armed = false;
+    cluster.down(false)?;
+    drop(guard);
+    let disk_bytes = disk_bytes(&plan.dir, &cluster)?;
+
+    let (Some(s), Some(e)) = (start, end) else { bail!("the run was not sampled") };
+    let committed = report.committed.max(1) as f64;
+    let per_1000 = |cpu_s: f64| 1000.0 * cpu_s / committed;
+    let config = &plan.config;
+    let primary_of = |p: u16| config.partition(p).map(|c| c.replicas[0]);
+    let delta = |pick: &dyn Fn(&wire::messages::PartitionReport) -> f64, primary: Option<bool>| -> f64 {
+        let sum = |sample: &Sample| -> f64 {
+            sample
+                .replicas
+                .iter()
+                .filter(|(n, r)| primary.is_none_or(|want| (primary_of(r.partition) == Some(*n)) == want))
+                .map(|(_, r)| pick(r))
+                .sum()
+        };
+        sum(&e) - sum(&s)
+    };
+    let cpu = |r: &wire::messages::PartitionReport| r.cpu_ms as f64 / 1000.0;
+    let primary_cpu = delta(&cpu, Some(true));
+    let backup_cpu = delta(&cpu, Some(false));
+    let shipped = delta(&|r| r.replication.shipped_bytes as f64, None);
+    let log_bytes = delta(&|r| r.replication.log_bytes as f64, None);
+    let fsyncs = delta(&|r| r.replication.fsyncs as f64, None);
+    let acks_n = delta(&|r| r.replication.acks as f64, None);
+    let ack_delay = delta(&|r| r.replication.ack_delay_us_sum as f64, None);
+    let batch_bytes =
+        |sample: &Sample| -> f64 { sample.coordinator.iter().map(|p| p.replication.shipped_bytes as f64).sum() };
+    let node_cpu: f64 = e
+        .process_cpu_s
+        .iter()
+        .filter(|(label, _, _)| label.starts_with("node"))
+        .map(|(label, end, _)| end - s.process_cpu_s.iter().find(|(l, _, _)| l == label).map_or(*end, |x| x.1))
+        .sum();
+    let replicas = config.replication_factor();
+    let reads_total: usize = verdict.partitions.iter().map(|p| p.reads).sum();
+    let bench_json = serde_json::to_value(&report)?;
+    Ok(CompareRow {
+        mode: plan.mode.name().to_string(),
+        shipping: plan.mode.is_passive().then(|| config.shipping.name().to_string()),
+        replicas,
+        nodes: config.nodes.len(),
+        warehouses: report.warehouses,
+        clients: cfg.clients,
+        seconds: report.seconds,
+        committed: report.committed,
+        aborted: report.aborted,
+        txn_per_sec: report.txn_per_sec,
+        p50_us: report.p50_us,
+        p95_us: report.p95_us,
+        p99_us: report.p99_us,
+        primary_cpu_s_per_1000: per_1000(primary_cpu),
+        backup_cpu_s_per_1000: (replicas > 1).then(|| per_1000(backup_cpu)),
+        node_cpu_s_per_1000: per_1000(node_cpu),
+        net_bytes_per_txn: shipped / committed,
+        batch_bytes_per_txn: (batch_bytes(&e) - batch_bytes(&s)) / committed,
+        log_bytes_per_txn: log_bytes / committed,
+        fsyncs: fsyncs as u64,
+        disk_bytes,
+        backup_lag_ms: (plan.mode.is_passive() && acks_n > 0.0).then(|| ack_delay / acks_n / 1e3),
+        replica_reads_consistent: (replicas > 1 && reads_total > 0)
+            .then(|| verdict.partitions.iter().all(|p| p.reads_differing == 0)),
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed() && verdict.acks_missing.is_empty(),
+        bench: bench_json,
+    })
+}
+
+/// Bytes of the files a run left in its directory besides what the launcher writes (process
+/// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
+fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
+    let launcher: Vec<PathBuf> = std::iter::once(Proc::Coordinator)
+        .chain(cluster.config.nodes.iter().map(|n| Proc::Node(n.id)))
+        .map(|p| cluster.log_file(&p))
+        .collect();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("read {}", d.display()))? {
+            let entry = entry?;
+            let path = entry.path();
+            let meta = entry.metadata()?;
+            if meta.is_dir() {
+                stack.push(path);
+            } else if !(launcher.contains(&path)
+                || path.extension().is_some_and(|x| x == "pid")
+                || path == dir.join("cluster.toml"))
+            {
+                total += meta.len();
+            }
+        }
+    }
+    Ok(total)
+}
