@@ -1,0 +1,120 @@
+//! Helpers shared by the tests that start real clusters (tests/cluster.rs,
+//! tests/compare.rs): running the built binary, scratch directories, free ports, a
+//! cluster.toml with one warehouse per partition, the processes a test started, and a guard
+//! that leaves none behind.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn glass(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_glass")).args(args).output().expect("run glass")
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("glass-cluster-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Three UDP ports free right now on loopback (bound together, then released).
+pub fn free_ports() -> [u16; 3] {
+    let sockets: Vec<UdpSocket> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
+    [ports[0], ports[1], ports[2]]
+}
+
+/// The committed cluster.toml with free ports and one warehouse per partition.
+pub fn cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
+    let [c, n1, n2] = free_ports();
+    let text = include_str!("../../cluster.toml")
+        .replace("127.0.0.1:7400", &format!("127.0.0.1:{c}"))
+        .replace("127.0.0.1:7401", &format!("127.0.0.1:{n1}"))
+        .replace("127.0.0.1:7402", &format!("127.0.0.1:{n2}"))
+        .replace("warehouses = { first = 1, last = 2 }", "warehouses = { first = 1, last = 1 }")
+        .replace("warehouses = { first = 3, last = 4 }", "warehouses = { first = 2, last = 2 }")
+        .replace("cert_dir = \"run/certs\"", &format!("cert_dir = \"{cert_dir}\""));
+    assert!(text.contains("first = 2, last = 2") && text.contains(&format!(":{n2}\"")), "{text}");
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The pids `glass` processes running with `config` — or, for a directory, with any
+/// configuration under it — have (from /proc), zombies excluded.
+pub fn processes_of(config: &Path) -> Vec<u32> {
+    let config = std::fs::canonicalize(config).unwrap_or(config.to_path_buf());
+    let needle = config.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let is_server = args.iter().any(|a| a == "node" || a == "coordinator");
+        if !is_server || !args.iter().any(|a| a.starts_with(&needle)) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        if stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next()) == Some('Z') {
+            continue;
+        }
+        pids.push(pid);
+    }
+    pids
+}
+
+/// Stops the test's cluster and kills whatever is left, when the test ends.
+pub struct Teardown(pub PathBuf);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let _ = glass(&["cluster", "down", "--config", self.0.to_str().unwrap()]);
+        let dir = self.0.parent().unwrap().to_path_buf();
+        for pid in processes_of(&dir) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        if std::thread::panicking() {
+            // Show the processes' logs with the failure; keep the directory.
+            for log_path in logs_under(&dir) {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                eprintln!("--- {} (last lines)", log_path.display());
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+            eprintln!("--- kept {}", dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// Every process log (`*.log`) under `dir`.
+pub fn logs_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "log") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
