@@ -325,8 +325,14 @@ impl Replica {
             });
         }
         if seq > self.next_seq {
-            self.stats.batches_waited += 1;
-            self.waiting_shipments.insert(seq, shipment);
+            match self.waiting_shipments.get(&seq) {
+                Some(held) if *held == shipment => self.stats.duplicate_batches += 1,
+                Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
+                None => {
+                    self.stats.batches_waited += 1;
+                    self.waiting_shipments.insert(seq, shipment);
+                }
+            }
             return Ok(Vec::new());
         }
         let mut applied = vec![self.apply(shipment)?];

@@ -1,0 +1,267 @@
+//! The coordinator in the passive modes (DESIGN.md, "The three modes": `active-passive` and
+//! `full-stack`), driven directly with the test playing the replicas: only the primary — the
+//! first replica cluster.toml lists — receives batches and is awaited for results, since "the
+//! backups apply redo in order (roll forward) and never execute procedure logic"; a partition
+//! serves only once its backups too loaded the same state; losing a backup leaves the primary
+//! serving, told by a Membership which replicas remain.
+//!
+//! The committed cluster.toml places partition 1 on nodes [1, 2] and partition 2 on [2, 1], so
+//! node 1 is partition 1's primary and node 2 partition 2's.
+
+use coordinator::agreement::DivergenceKind;
+use coordinator::{ClientId, Coordinator, Event, Output, Phase};
+use engine::procedures::*;
+use wire::config::{ClusterConfig, Mode};
+use wire::messages::*;
+
+const MS: u64 = 1_000;
+const START_US: u64 = 1_700_000_000_000 * MS;
+/// The load digest every replica reports unless a test says otherwise.
+const LOADED: StateDigest = StateDigest(0x10AD);
+
+/// The committed cluster.toml in `mode`, closing a batch at two transactions.
+fn config(mode: Mode) -> ClusterConfig {
+    let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
+    c.mode = mode;
+    c.limits.batch_txns_max = 2;
+    c.limits.batch_wait_us = 500;
+    c.validate().unwrap();
+    assert!(c.mode.is_passive());
+    c
+}
+
+fn payment(w_id: u16, c_id: u32) -> TxnInput {
+    TxnInput::Payment(PaymentInput {
+        w_id,
+        d_id: 1,
+        c_w_id: w_id,
+        c_d_id: 1,
+        customer: CustomerSelector::ById(c_id),
+        h_amount: 1_000,
+        date: 0,
+    })
+}
+
+fn request(request_id: u64, input: TxnInput) -> ClientRequest {
+    ClientRequest { request_id, input }
+}
+
+fn ready(partition: PartitionId, digest: StateDigest) -> Message {
+    Message::LoadStatus { partition, state: LoadState::Ready { digest } }
+}
+
+/// What a primary answers: every Payment committed.
+fn results(batch: &Batch) -> Message {
+    let results = batch
+        .txns
+        .iter()
+        .map(|t| {
+            let TxnInput::Payment(PaymentInput { customer: CustomerSelector::ById(c_id), .. }) = t.input else {
+                panic!("payments by id only")
+            };
+            let outcome =
+                TxnOutcome::Committed(TxnOutput::Payment(PaymentOutput { c_id, c_balance: 7, bad_credit: false }));
+            TxnResult { ts: t.ts, digest: outcome.digest(), outcome }
+        })
+        .collect();
+    Message::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+}
+
+fn batches(out: &[Output]) -> Vec<(Vec<NodeId>, Batch)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::Batch(b) } => Some((nodes.clone(), b.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn replies(out: &[Output]) -> Vec<(ClientId, ClientReply)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Reply { client, reply } => Some((*client, reply.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn events(out: &[Output]) -> Vec<Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn phase(c: &Coordinator, partition: PartitionId) -> Phase {
+    c.status().into_iter().find(|p| p.partition == partition).unwrap().phase
+}
+
+/// A coordinator in `mode` whose partitions' primaries and backups all reported `Ready` with
+/// [`LOADED`].
+fn serving(mode: Mode) -> Coordinator {
+    let mut c = Coordinator::new(&config(mode), START_US).unwrap();
+    let mut ready_events = Vec::new();
+    for node in [1, 2] {
+        for partition in [1, 2] {
+            ready_events.extend(events(&c.on_node_message(node, ready(partition, LOADED), START_US)));
+        }
+    }
+    assert_eq!(
+        ready_events,
+        vec![
+            Event::PartitionReady { partition: 1, replicas: vec![1, 2], digest: LOADED },
+            Event::PartitionReady { partition: 2, replicas: vec![2, 1], digest: LOADED },
+        ],
+        "each partition serves once its primary and its backup loaded the same state"
+    );
+    c
+}
+
+/// DESIGN.md "The three modes": in active-passive (and full-stack, which replicates the same
+/// way) the primary executes and the backups only roll its log forward — "the backups apply
+/// redo in order (roll forward) and never execute procedure logic" — so the coordinator sends
+/// a partition's batches to its primary alone (partition 1 → node 1, partition 2 → node 2) and
+/// answers the client on the primary's results alone; results claimed by a backup are ignored.
+#[test]
+fn batches_go_to_the_primary_alone_and_its_results_answer_the_client() {
+    for mode in [Mode::ActivePassive, Mode::FullStack] {
+        let mut c = serving(mode);
+        for (partition, primary, backup, w_id) in [(1, 1, 2, 1), (2, 2, 1, 3)] {
+            let id = u64::from(partition) * 10;
+            assert!(c.on_client_request(7, request(id, payment(w_id, 1)), START_US).is_empty());
+            let out = c.on_client_request(7, request(id + 1, payment(w_id + 1, 2)), START_US + 10);
+            let [(nodes, batch)] = &batches(&out)[..] else { panic!("{mode:?}: {out:?}") };
+            assert_eq!(nodes, &vec![primary], "{mode:?}: partition {partition}'s batch goes to its primary only");
+            assert_eq!((batch.partition, batch.seq, batch.txns.len()), (partition, 1, 2));
+
+            // The backup executes nothing: results in its name count for nothing.
+            let out = c.on_node_message(backup, results(batch), START_US + 20);
+            assert!(replies(&out).is_empty(), "{mode:?}: {out:?}");
+            assert!(matches!(&events(&out)[..], [Event::Ignored { node, .. }] if *node == backup), "{mode:?}: {out:?}");
+
+            let out = c.on_node_message(primary, results(batch), START_US + 30);
+            let r = replies(&out);
+            assert_eq!(r.iter().map(|(client, r)| (*client, r.request_id)).collect::<Vec<_>>(), [(7, id), (7, id + 1)]);
+            for ((_, reply), t) in r.iter().zip(&batch.txns) {
+                assert!(
+                    matches!(&reply.result, ClientResult::Committed { ts, output: TxnOutput::Payment(_) } if *ts == t.ts),
+                    "{mode:?}: {reply:?}"
+                );
+            }
+            // The primary's results delivered again answer nobody twice.
+            assert!(replies(&c.on_node_message(primary, results(batch), START_US + 40)).is_empty());
+            let status = &c.status()[usize::from(partition) - 1];
+            assert_eq!((status.inflight_txns, status.batches_sent), (0, 1));
+            assert_eq!(status.live_replicas, vec![primary, backup], "the primary, then its backup");
+        }
+        assert!(c.status().iter().all(|p| p.phase == Phase::Serving));
+    }
+}
+
+/// A partition serves only once all its live replicas, the backups included, loaded the same
+/// state (DESIGN.md "Determinism is the contract": replicas compare digests): until the backup
+/// reports `Ready` requests are refused `NotReady`; a backup whose load digest differs from its
+/// primary's stops the partition for good (Event::Diverged, PartitionStopped to both nodes),
+/// since rolling the primary's after-images forward onto a different state would not give the
+/// primary's state.
+#[test]
+fn a_partition_waits_for_its_backup_and_stops_if_the_backup_loaded_another_state() {
+    let mut c = Coordinator::new(&config(Mode::ActivePassive), START_US).unwrap();
+
+    // Partition 1: the primary (node 1) is ready first; the partition waits for node 2.
+    assert!(events(&c.on_node_message(1, ready(1, LOADED), START_US)).is_empty());
+    assert_eq!(phase(&c, 1), Phase::Loading);
+    let out = c.on_client_request(1, request(1, payment(1, 1)), START_US);
+    assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 }));
+    assert!(batches(&out).is_empty());
+    let progress = Message::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
+    assert_eq!(
+        events(&c.on_node_message(2, progress, START_US)),
+        vec![Event::LoadProgress { partition: 1, node: 2, rows_loaded: 5, rows_total: 10 }]
+    );
+    assert_eq!(phase(&c, 1), Phase::Loading);
+    assert_eq!(
+        events(&c.on_node_message(2, ready(1, LOADED), START_US)),
+        vec![Event::PartitionReady { partition: 1, replicas: vec![1, 2], digest: LOADED }]
+    );
+    assert_eq!(phase(&c, 1), Phase::Serving);
+    c.on_client_request(1, request(2, payment(1, 1)), START_US);
+    let out = c.on_client_request(1, request(3, payment(2, 1)), START_US);
+    assert_eq!(batches(&out).iter().map(|(n, b)| (n.clone(), b.partition)).collect::<Vec<_>>(), [(vec![1], 1)]);
+
+    // Partition 2: its backup (node 1) loaded another state.
+    let other = StateDigest(LOADED.0 + 1);
+    assert!(events(&c.on_node_message(2, ready(2, LOADED), START_US)).is_empty());
+    let out = c.on_node_message(1, ready(2, other), START_US);
+    let [Event::Diverged(d)] = &events(&out)[..] else { panic!("{out:?}") };
+    assert_eq!((d.partition, d.seq), (2, 0));
+    assert_eq!(d.kind, DivergenceKind::Load { digests: vec![(2, LOADED), (1, other)] });
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::ToNodes { nodes, msg: Message::PartitionStopped { partition: 2, .. } } if nodes == &vec![2, 1]
+    )));
+    assert!(matches!(phase(&c, 2), Phase::Stopped { .. }));
+    let out = c.on_client_request(1, request(4, payment(3, 1)), START_US);
+    assert!(matches!(
+        replies(&out)[0].1.result,
+        ClientResult::Rejected(Rejection::PartitionStopped { partition: 2, .. })
+    ));
+    assert!(batches(&out).is_empty());
+    // A late Ready changes nothing; partition 1 is unaffected.
+    assert!(matches!(&events(&c.on_node_message(1, ready(2, LOADED), START_US))[..], [Event::Ignored { .. }]));
+    assert!(matches!(phase(&c, 2), Phase::Stopped { .. }));
+    assert_eq!(phase(&c, 1), Phase::Serving);
+}
+
+/// DESIGN.md "The three modes", active-passive replication: when a backup's node is lost the
+/// primary keeps serving alone; the coordinator sends a Membership without the lost backup to
+/// the remaining replicas — the primary's node — which is how a `sync` primary learns it no
+/// longer waits for that backup's acknowledgements. A batch in flight at the loss is answered
+/// on the primary's results, and later batches still go to the primary only.
+#[test]
+fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
+    let mut c = serving(Mode::ActivePassive);
+    c.on_client_request(1, request(1, payment(1, 1)), START_US);
+    let out = c.on_client_request(1, request(2, payment(2, 2)), START_US);
+    let [(nodes, in_flight)] = &batches(&out)[..] else { panic!("{out:?}") };
+    assert_eq!(nodes, &vec![1]);
+
+    // Node 2 (partition 1's backup) is lost.
+    let now = START_US + 50 * MS;
+    let out = c.on_node_lost(2, now);
+    assert!(events(&out).contains(&Event::NodeDown { node: 2, silent_ms: 50 }));
+    let memberships: Vec<(Vec<NodeId>, Vec<NodeId>)> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::Membership { partition: 1, live, .. } } => {
+                Some((nodes.clone(), live.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(memberships, vec![(vec![1], vec![1])], "the primary's node learns its backup is gone: {out:?}");
+    assert!(replies(&out).is_empty(), "the primary has not answered yet");
+    assert_eq!(phase(&c, 1), Phase::Serving);
+    assert_eq!(c.status()[0].live_replicas, vec![1]);
+
+    // The batch in flight is answered on the primary's results; new ones go to it alone.
+    let out = c.on_node_message(1, results(in_flight), now + 10);
+    let r = replies(&out);
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().all(|(_, r)| matches!(r.result, ClientResult::Committed { .. })), "{r:?}");
+    c.on_client_request(1, request(3, payment(1, 3)), now + 20);
+    let out = c.on_client_request(1, request(4, payment(2, 4)), now + 20);
+    let [(nodes, next)] = &batches(&out)[..] else { panic!("{out:?}") };
+    assert_eq!((nodes, next.seq), (&vec![1], 2));
+    let r = replies(&c.on_node_message(1, results(next), now + 30));
+    assert_eq!(r.iter().map(|(_, r)| r.request_id).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(phase(&c, 1), Phase::Serving);
+
+    // The lost node's later messages are ignored.
+    assert!(matches!(
+        &events(&c.on_node_message(2, Message::Heartbeat { now_ms: now / MS }, now + 40))[..],
+        [Event::Ignored { node: 2, .. }]
+    ));
+}
