@@ -41,7 +41,7 @@ use crate::fullstack::FullStack;
 /// What a replica does with its partition's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplicaRole {
-    /// Active-active: executes every transaction.
+    /// Executes every transaction: active-active, or a passive partition's only replica.
     Replica,
     /// A passive mode's primary: executes, and ships the log records to its backups.
     Primary,
@@ -51,10 +51,12 @@ pub enum ReplicaRole {
 
 impl ReplicaRole {
     /// The role of node `node` in `partition` under `mode`: in the passive modes the first
-    /// replica listed is the primary.
+    /// replica listed is the primary; a passive partition's only replica has no one to ship
+    /// to, and just executes.
     pub fn of(mode: Mode, partition: &PartitionConfig, node: NodeId) -> ReplicaRole {
         match mode {
             Mode::ActiveActive => ReplicaRole::Replica,
+            _ if partition.replicas.len() == 1 => ReplicaRole::Replica,
             _ if partition.replicas.first() == Some(&node) => ReplicaRole::Primary,
             _ => ReplicaRole::Backup,
         }
