@@ -98,6 +98,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
             None => StopAfter::Seconds(b.duration),
         },
         seed: b.seed,
+        outages: false,
     };
     cfg.validate()?;
     if let Some(p) = &b.json {
@@ -144,7 +145,8 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     };
     let local = cluster.running_procs();
 
-    let Measurement { mut report, acks, time_lines, .. } = measure(&rt, &cluster, &client, &cfg, &local, b.quiet)?;
+    let Measurement { mut report, acks, payments, time_lines, .. } =
+        measure(&rt, &cluster, &client, &cfg, &local, b.quiet)?;
     report.load_seconds = load_seconds;
     print!("{}", report::render(&report));
     if let Some(c) = &report.cluster {
@@ -179,7 +181,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     }
     let mut code = ExitCode::SUCCESS;
     if b.check {
-        let verdict = rt.block_on(client::check(&client, &acks))?;
+        let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
         println!();
         print!("{verdict}");
         if !verdict.passed() {
@@ -204,8 +206,13 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
 pub struct Measurement {
     /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
     pub report: bench::BenchReport,
-    /// Every NewOrder acknowledged, warm-up included.
+    /// Every NewOrder and Payment acknowledged, warm-up included.
     pub acks: Vec<client::NewOrderAck>,
+    pub payments: Vec<driver::PaymentAck>,
+    /// The driver's outage figures and fine timeline (see [`driver::DriverOutcome`]).
+    pub outcome_unknown: u64,
+    pub unavailable: u64,
+    pub fine: Vec<Vec<u64>>,
     /// The cluster sampled at the start and the end of the measured phase.
     pub start: Option<Sample>,
     pub end: Option<Sample>,
@@ -250,7 +257,17 @@ pub fn measure(
         }
         time_lines = where_the_time_goes(s, e, &report, batches, executions);
     }
-    Ok(Measurement { report, acks: outcome.acks, start, end, time_lines })
+    Ok(Measurement {
+        report,
+        acks: outcome.acks,
+        payments: outcome.payments,
+        outcome_unknown: outcome.outcome_unknown,
+        unavailable: outcome.unavailable,
+        fine: outcome.fine,
+        start,
+        end,
+        time_lines,
+    })
 }
 
 /// Waits until every partition of a running cluster serves.

@@ -62,7 +62,7 @@ pub fn run(a: CheckArgs) -> Result<ExitCode> {
     };
     let rt = runtime()?;
     let verdict = rt
-        .block_on(client::check(&cluster.client(), &acks))
+        .block_on(client::check(&cluster.client(), &acks, &[]))
         .context("check the cluster (is it running? `glass cluster status`)")?;
     print!("{verdict}");
     if verdict.passed() {

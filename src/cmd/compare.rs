@@ -140,6 +140,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         warmup_s: a.warmup,
         stop: StopAfter::Seconds(a.duration),
         seed: a.seed,
+        outages: false,
     };
     cfg.validate()?;
 
@@ -228,9 +229,10 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_procs();
-    let Measurement { mut report, acks, start, end, .. } = measure(&rt, &cluster, &client, cfg, &local, quiet)?;
+    let Measurement { mut report, acks, payments, start, end, .. } =
+        measure(&rt, &cluster, &client, cfg, &local, quiet)?;
     report.load_seconds = load_seconds;
-    let verdict = rt.block_on(client::check(&client, &acks))?;
+    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
     if !verdict.passed() {
         eprint!("{verdict}");
     }
@@ -300,7 +302,9 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
         replica_reads_consistent: (replicas > 1 && reads_total > 0)
             .then(|| verdict.partitions.iter().all(|p| p.reads_differing == 0)),
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
-        consistent: verdict.consistency.all_passed() && verdict.acks_missing.is_empty(),
+        consistent: verdict.consistency.all_passed()
+            && verdict.acks_missing.is_empty()
+            && verdict.payments_missing.is_empty(),
         bench: bench_json,
     })
 }

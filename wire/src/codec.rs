@@ -340,7 +340,10 @@ mod tests {
     fn wrong_version_empty_trailing_and_garbage_are_errors() {
         let mut frame = encode(&Message::Heartbeat { now_ms: 5 }, MAX).unwrap();
         frame[LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION + 1;
-        assert_eq!(decode(&frame, MAX).unwrap_err(), CodecError::Version { got: PROTOCOL_VERSION + 1, expected: PROTOCOL_VERSION });
+        assert_eq!(
+            decode(&frame, MAX).unwrap_err(),
+            CodecError::Version { got: PROTOCOL_VERSION + 1, expected: PROTOCOL_VERSION }
+        );
 
         assert_eq!(decode(&[0, 0, 0, 0], MAX).unwrap_err(), CodecError::Empty);
 

@@ -379,6 +379,9 @@ pub struct ClusterCheck {
     pub consistency: CheckReport,
     pub acks_checked: u64,
     pub acks_missing: Vec<NewOrderAck>,
+    /// Acknowledged Payments looked up, and those whose HISTORY row is missing.
+    pub payments_checked: u64,
+    pub payments_missing: Vec<driver::PaymentAck>,
 }
 
 impl ClusterCheck {
@@ -387,6 +390,7 @@ impl ClusterCheck {
         self.partitions.iter().all(|p| p.agreed && p.copy_ok && p.reads_differing == 0)
             && self.consistency.all_passed()
             && self.acks_missing.is_empty()
+            && self.payments_missing.is_empty()
     }
 }
 
@@ -437,19 +441,36 @@ impl std::fmt::Display for ClusterCheck {
                 writeln!(f, "  missing: {a}")?;
             }
         }
+        if self.payments_checked > 0 || !self.payments_missing.is_empty() {
+            writeln!(
+                f,
+                "acknowledged Payments: {} checked, {} missing",
+                self.payments_checked,
+                self.payments_missing.len()
+            )?;
+            for a in self.payments_missing.iter().take(MISSING_ACKS_SHOWN_MAX) {
+                writeln!(f, "  missing: {a:?}")?;
+            }
+        }
         Ok(())
     }
 }
 
-/// Checks the running cluster (see the module documentation); `acks` are NewOrders some client
-/// saw acknowledged.
-pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<ClusterCheck, ClientError> {
+/// Checks the running cluster (see the module documentation); `acks` and `payments` are
+/// NewOrders and Payments some client saw acknowledged.
+pub async fn check(
+    client: &ClusterClient,
+    acks: &[NewOrderAck],
+    payments: &[driver::PaymentAck],
+) -> Result<ClusterCheck, ClientError> {
     let config = client.config().clone();
     let mut coordinator = client.connect_coordinator().await?;
     let mut checker = Checker::new();
     let mut partitions = Vec::new();
     let mut acks_checked = 0u64;
     let mut acks_missing = Vec::new();
+    let mut payments_checked = 0u64;
+    let mut payments_missing = Vec::new();
     for p in &config.partitions {
         let (seq, mut digests) = digests(&mut coordinator, p.id).await?;
         // Backups (passive modes) are not in the ordered digest: ask each once it caught up.
@@ -491,6 +512,30 @@ pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<Clust
                 acks_missing.push(*a);
             }
         }
+        // HISTORY has no key (clause 1.3): count its rows by their columns, take one per ack.
+        let mine: Vec<&driver::PaymentAck> = payments.iter().filter(|a| p.warehouses.contains(a.w)).collect();
+        if !mine.is_empty() {
+            let mut rows: std::collections::HashMap<driver::PaymentAck, u32> = std::collections::HashMap::new();
+            db.for_each::<t::Histories>(|h| {
+                let key = driver::PaymentAck {
+                    w: h.h_w_id,
+                    d: h.h_d_id,
+                    c_w: h.h_c_w_id,
+                    c_d: h.h_c_d_id,
+                    c_id: h.h_c_id,
+                    date: h.h_date,
+                    amount: h.h_amount,
+                };
+                *rows.entry(key).or_default() += 1;
+            });
+            for a in mine {
+                payments_checked += 1;
+                match rows.get_mut(a) {
+                    Some(n) if *n > 0 => *n -= 1,
+                    _ => payments_missing.push(*a),
+                }
+            }
+        }
         partitions.push(PartitionCheck {
             partition: p.id,
             seq,
@@ -510,7 +555,14 @@ pub async fn check(client: &ClusterClient, acks: &[NewOrderAck]) -> Result<Clust
         acks_checked += 1;
         acks_missing.push(*a);
     }
-    Ok(ClusterCheck { partitions, consistency: checker.finish(), acks_checked, acks_missing })
+    Ok(ClusterCheck {
+        partitions,
+        consistency: checker.finish(),
+        acks_checked,
+        acks_missing,
+        payments_checked,
+        payments_missing,
+    })
 }
 
 /// Runs [`REPLICA_READS_PER_PARTITION`] read-only transactions (OrderStatus and StockLevel,

@@ -750,7 +750,7 @@ mod tests {
         assert!(found.contains(&Comparison::BackupCpu { row: 3, pct: 25.0 }));
         let table = render_table(&rows);
         assert!(table.contains("0.80× (8000 vs 10000 txn/s of active-active ×1)"), "{table}");
-        assert!(table.contains("25% (0.100 vs 0.400 s/1k txn)"), "{table}");
+        assert!(table.contains("25% (0.1000 vs 0.4000 s/1k txn)"), "{table}");
     }
 
     #[test]

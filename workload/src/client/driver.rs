@@ -12,8 +12,14 @@
 //! Latency is measured per request from its send (or schedule) to its reply. The warm-up's
 //! transactions run but are not measured. The per-second lines and the report have the
 //! embedded bench's shape ([`crate::bench`]); every NewOrder answered "committed" is recorded
-//! ([`NewOrderAck`]) to be looked up in the data afterwards. `Busy` answers (a partition at
-//! its in-flight limit) are counted and not retried.
+//! ([`NewOrderAck`]), and every Payment ([`PaymentAck`]), to be looked up in the data
+//! afterwards. `Busy` answers (a partition at its in-flight limit) are counted and not retried.
+//!
+//! With `outages` (what `glass failover` runs) a connection lost to the coordinator does not end
+//! the run: its outstanding requests are counted as *outcome unknown* (never silently
+//! dropped), the terminal reconnects and goes on; answers that a partition is unavailable
+//! (no live replica, stopped, not ready) are counted, not fatal. Commits are also counted per
+//! 100 ms per partition, so an outage shows in the timeline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -24,7 +30,7 @@ use engine::procedures::{TxnInput, TxnKind, TxnOutput};
 use serde::Serialize;
 use tokio::runtime::Handle;
 use tracing::debug;
-use wire::messages::{ClientReply, ClientRequest, ClientResult, Message};
+use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, Rejection};
 
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
@@ -44,6 +50,10 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const OPEN_LOOP_TICK: Duration = Duration::from_millis(1);
 /// Failed or rejected transactions whose reasons are kept.
 const FAILURES_KEPT_MAX: usize = 8;
+/// Width of a bucket of the fine timeline.
+pub const BUCKET: Duration = Duration::from_millis(100);
+/// Pause between two attempts to reconnect (`outages`).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 
 const PHASE_WARMUP: u8 = 0;
 const PHASE_MEASURE: u8 = 1;
@@ -63,6 +73,8 @@ pub struct DriverConfig {
     pub warmup_s: f64,
     pub stop: StopAfter,
     pub seed: u64,
+    /// Keep going through failures (see the module documentation).
+    pub outages: bool,
 }
 
 impl DriverConfig {
@@ -119,12 +131,34 @@ pub struct ClusterInfo {
     pub client_cpu_seconds: f64,
 }
 
+/// A Payment a client saw committed: its HISTORY row must exist (clause 2.5.2.2: H_W_ID,
+/// H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID, H_DATE, H_AMOUNT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PaymentAck {
+    pub w: u16,
+    pub d: u8,
+    pub c_w: u16,
+    pub c_d: u8,
+    pub c_id: u32,
+    pub date: i64,
+    pub amount: i64,
+}
+
 /// What a cluster bench produced.
 #[derive(Debug)]
 pub struct DriverOutcome {
     pub report: BenchReport,
     /// Every NewOrder answered "committed", warm-up included.
     pub acks: Vec<NewOrderAck>,
+    /// Every Payment answered "committed", warm-up included.
+    pub payments: Vec<PaymentAck>,
+    /// Requests outstanding on a connection that was lost (`outages`).
+    pub outcome_unknown: u64,
+    /// Answers that the partition had no live replica, was stopped or not ready (`outages`).
+    pub unavailable: u64,
+    /// Commits per [`BUCKET`] from the start of the warm-up, per partition (in
+    /// `cluster.toml` order): `fine[i][p]`.
+    pub fine: Vec<Vec<u64>>,
 }
 
 /// What the connections share with the reporting thread.
@@ -138,6 +172,11 @@ struct Shared {
     failures: AtomicU64,
     first_failures: Mutex<Vec<String>>,
     acks: Mutex<Vec<NewOrderAck>>,
+    payments: Mutex<Vec<PaymentAck>>,
+    unknown: AtomicU64,
+    unavailable: AtomicU64,
+    /// Commits per [`BUCKET`] since the run's origin (filled when the terminal ends).
+    buckets: Mutex<Vec<u64>>,
 }
 
 /// One request on its way.
@@ -147,6 +186,8 @@ struct Pending {
     kind: TxnKind,
     w: u16,
     d: u8,
+    /// A Payment's customer warehouse and district, H_DATE and H_AMOUNT.
+    payment: Option<(u16, u8, i64, i64)>,
 }
 
 /// Runs a bench on the cluster `client` reaches, on runtime `rt`, reporting to `obs`; fills
@@ -170,6 +211,8 @@ pub fn run(
         links.push(rt.block_on(c.connect_coordinator())?);
     }
     let mut mix = None;
+    let origin = Instant::now();
+    let mut partition_of = Vec::with_capacity(cfg.clients);
     for (i, link) in links.into_iter().enumerate() {
         let home = (i % usize::from(warehouses)) as u16 + 1;
         let partition = config
@@ -184,7 +227,12 @@ pub fn run(
         mix.get_or_insert(gen.mix().weights);
         let s = Arc::new(Shared::default());
         shared.push(s.clone());
+        partition_of.push(config.partitions.iter().position(|p| p.warehouses.contains(home)).unwrap_or(0));
         let terminal = Terminal {
+            client: client.with_id(i as u16),
+            outages: cfg.outages,
+            origin,
+            buckets: Vec::new(),
             home,
             gen,
             inflight_max: cfg.inflight,
@@ -292,9 +340,20 @@ pub fn run(
         return Err(ClientError::Transactions { count: failures, first });
     }
     let mut acks = Vec::new();
-    for s in &shared {
+    let mut payments = Vec::new();
+    let mut fine: Vec<Vec<u64>> = Vec::new();
+    for (s, &p) in shared.iter().zip(&partition_of) {
         acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
+        payments.append(&mut s.payments.lock().unwrap_or_else(|e| e.into_inner()));
+        for (i, n) in s.buckets.lock().unwrap_or_else(|e| e.into_inner()).iter().enumerate() {
+            if fine.len() <= i {
+                fine.resize(i + 1, vec![0; config.partitions.len()]);
+            }
+            fine[i][p] += n;
+        }
     }
+    let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
+    let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
 
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
     let mut report = BenchReport::assemble(Measured {
@@ -323,11 +382,18 @@ pub fn run(
         batches: None,
         client_cpu_seconds: client_cpu,
     });
-    Ok(DriverOutcome { report, acks })
+    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine })
 }
 
 /// One connection: a terminal bound to its home warehouse.
 struct Terminal {
+    /// To reconnect with (`outages`).
+    client: ClusterClient,
+    outages: bool,
+    /// The run's start, for the fine timeline.
+    origin: Instant,
+    /// Commits per [`BUCKET`] since `origin`.
+    buckets: Vec<u64>,
     home: u16,
     gen: Generator,
     inflight_max: usize,
@@ -351,7 +417,11 @@ impl Terminal {
             TxnInput::Delivery(i) => (i.w_id, 0),
             TxnInput::StockLevel(i) => (i.w_id, i.d_id),
         };
-        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d });
+        let payment = match &input {
+            TxnInput::Payment(i) => Some((i.c_w_id, i.c_d_id, i.date, i.h_amount)),
+            _ => None,
+        };
+        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d, payment });
         ClientRequest { request_id, input }
     }
 
@@ -360,13 +430,26 @@ impl Terminal {
         let ns = now.saturating_duration_since(p.start).as_nanos() as u64;
         match reply.result {
             ClientResult::Committed { output, .. } => {
-                if let TxnOutput::NewOrder(o) = output {
-                    self.shared.acks.lock().unwrap_or_else(|e| e.into_inner()).push(NewOrderAck {
-                        w: p.w,
-                        d: p.d,
-                        o_id: o.o_id,
-                    });
+                match output {
+                    TxnOutput::NewOrder(o) => self
+                        .shared
+                        .acks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(NewOrderAck { w: p.w, d: p.d, o_id: o.o_id }),
+                    TxnOutput::Payment(o) => {
+                        if let Some((c_w, c_d, date, amount)) = p.payment {
+                            let ack = PaymentAck { w: p.w, d: p.d, c_w, c_d, c_id: o.c_id, date, amount };
+                            self.shared.payments.lock().unwrap_or_else(|e| e.into_inner()).push(ack);
+                        }
+                    }
+                    _ => {}
                 }
+                let bucket = (now.saturating_duration_since(self.origin).as_millis() / BUCKET.as_millis()) as usize;
+                if self.buckets.len() <= bucket {
+                    self.buckets.resize(bucket + 1, 0);
+                }
+                self.buckets[bucket] += 1;
                 if measuring {
                     stats.record(p.kind, ns, true);
                 }
@@ -382,6 +465,11 @@ impl Terminal {
                 }
             }
             ClientResult::Failed { ts, reason } => self.failure(format!("{} failed at {ts}: {reason}", p.kind.name())),
+            ClientResult::Rejected(
+                Rejection::NoLiveReplica { .. } | Rejection::PartitionStopped { .. } | Rejection::NotReady { .. },
+            ) if self.outages => {
+                self.shared.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
             ClientResult::Rejected(r) => self.failure(format!("{} rejected: {r}", p.kind.name())),
         }
     }
@@ -395,6 +483,29 @@ impl Terminal {
     }
 
     async fn run(mut self, link: wire::endpoint::Link) {
+        let mut link = Some(link);
+        while let Some(l) = link.take() {
+            let lost = self.serve(l).await;
+            if !(lost && self.outages) {
+                break;
+            }
+            // The requests outstanding on the lost connection: their outcome is unknown.
+            self.shared.unknown.fetch_add(self.pending.len() as u64, Ordering::Relaxed);
+            self.pending.clear();
+            while self.phase.load(Ordering::Relaxed) != PHASE_DRAIN {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                if let Ok(l) = self.client.connect_coordinator().await {
+                    link = Some(l);
+                    break;
+                }
+            }
+        }
+        *self.shared.buckets.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.buckets);
+    }
+
+    /// Runs the terminal on one connection; returns whether the connection was lost (rather
+    /// than the run ending).
+    async fn serve(&mut self, link: wire::endpoint::Link) -> bool {
         let (mut tx, mut rx) = link.split();
         let started = Instant::now();
         let mut issued = 0u64;
@@ -434,7 +545,10 @@ impl Terminal {
                 }
             }
             if !batch.is_empty() && tx.send(&Message::ClientRequests(batch)).await.is_err() {
-                break;
+                if !self.outages {
+                    self.failure("cannot send to the coordinator".into());
+                }
+                return true;
             }
             let received = tokio::select! {
                 r = rx.recv() => r,
@@ -448,14 +562,19 @@ impl Terminal {
                 }
                 Ok(Some(_)) => continue,
                 Ok(None) => {
-                    if !self.pending.is_empty() {
+                    if self.pending.is_empty() {
+                        break;
+                    }
+                    if !self.outages {
                         self.failure("the coordinator closed the link with requests outstanding".into());
                     }
-                    break;
+                    return true;
                 }
                 Err(e) => {
-                    self.failure(format!("the coordinator link failed: {e}"));
-                    break;
+                    if !self.outages {
+                        self.failure(format!("the coordinator link failed: {e}"));
+                    }
+                    return true;
                 }
             };
             let now = Instant::now();
@@ -470,5 +589,6 @@ impl Terminal {
             self.shared.replies.fetch_add(n, Ordering::Relaxed);
         }
         tx.finish(Duration::from_millis(500)).await;
+        false
     }
 }
