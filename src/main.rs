@@ -26,6 +26,9 @@ enum Command {
     /// (active-active, active-passive log shipping, the full conventional stack), check each,
     /// and print them side by side — the paper's Section 5.3, measured.
     Compare(cmd::compare::CompareArgs),
+    /// Kill (or stop) a node mid-run, optionally restart it, and measure detection,
+    /// unavailability per partition, recovery, and acknowledged transactions lost.
+    Failover(cmd::failover::FailoverArgs),
     /// Run TPC-C against a database and report throughput and latency.
     Bench(cmd::bench::BenchArgs),
     /// Walk the paper's staircase: NewOrder and Payment on the full conventional stack, then
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compare(a) => cmd::compare::run(a),
+        Command::Failover(a) => cmd::failover::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
         Command::Recover(a) => cmd::recover::run(a),

@@ -213,6 +213,8 @@ pub struct Measurement {
     pub outcome_unknown: u64,
     pub unavailable: u64,
     pub fine: Vec<Vec<u64>>,
+    pub origin: Instant,
+    pub gaps: Vec<Vec<(Duration, Duration)>>,
     /// The cluster sampled at the start and the end of the measured phase.
     pub start: Option<Sample>,
     pub end: Option<Sample>,
@@ -264,6 +266,8 @@ pub fn measure(
         outcome_unknown: outcome.outcome_unknown,
         unavailable: outcome.unavailable,
         fine: outcome.fine,
+        origin: outcome.origin,
+        gaps: outcome.gaps,
         start,
         end,
         time_lines,

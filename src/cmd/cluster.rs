@@ -278,13 +278,34 @@ impl Cluster {
         }
     }
 
+    /// Starts node `id` again in the background (its log appended to), with `extra` flags
+    /// (`--rejoin`), and writes its pid file.
+    pub fn restart_node(&self, id: NodeId, extra: &[&str]) -> Result<Child> {
+        let exe = std::env::current_exe().context("find the glass binary")?;
+        let p = Proc::Node(id);
+        let child = self.spawn_with(&exe, &p, extra, true)?;
+        fs::write(self.pid_file(&p), format!("{}\n", child.id()))
+            .with_context(|| format!("write {}", self.pid_file(&p).display()))?;
+        Ok(child)
+    }
+
     fn spawn(&self, exe: &Path, p: &Proc) -> Result<Child> {
+        self.spawn_with(exe, p, &[], false)
+    }
+
+    fn spawn_with(&self, exe: &Path, p: &Proc, extra: &[&str], append: bool) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let log_path = self.log_file(p);
-        let log = fs::File::create(&log_path).with_context(|| format!("create {}", log_path.display()))?;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log_path)
+            .with_context(|| format!("create {}", log_path.display()))?;
         let err = log.try_clone()?;
         let mut cmd = Command::new(exe);
-        cmd.args(p.args(&self.path)).stdin(Stdio::null()).stdout(log).stderr(err).process_group(0);
+        cmd.args(p.args(&self.path)).args(extra).stdin(Stdio::null()).stdout(log).stderr(err).process_group(0);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod compare;
 pub mod coordinator;
 pub mod dump;
+pub mod failover;
 pub mod logging;
 pub mod node;
 pub mod recover;

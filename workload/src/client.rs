@@ -471,12 +471,20 @@ pub async fn check(
     let mut acks_missing = Vec::new();
     let mut payments_checked = 0u64;
     let mut payments_missing = Vec::new();
+    // Failed replicas (a killed node) are left out: only live ones are compared and read.
+    let live_of = status(&mut coordinator).await?;
     for p in &config.partitions {
+        let live: Vec<NodeId> = live_of
+            .partitions
+            .iter()
+            .find(|r| r.partition == p.id)
+            .map(|r| r.replicas.clone())
+            .unwrap_or_else(|| p.replicas.clone());
         let (seq, mut digests) = digests(&mut coordinator, p.id).await?;
         // Backups (passive modes) are not in the ordered digest: ask each once it caught up.
         let mut behind = Vec::new();
         let backups: Vec<NodeId> = match config.mode.is_passive() {
-            true => p.replicas.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
+            true => live.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
             false => Vec::new(),
         };
         for backup in backups {
@@ -495,7 +503,7 @@ pub async fn check(
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        let (reads, reads_differing) = replica_reads(client, p.id, &p.replicas, &p.warehouses.range()).await?;
+        let (reads, reads_differing) = replica_reads(client, p.id, &live, &p.warehouses.range()).await?;
         let agreed = !digests.is_empty() && behind.is_empty() && digests.iter().all(|(_, d)| *d == digests[0].1);
         let copied_from = digests.first().map_or(p.replicas[0], |(n, _)| *n);
         let mut link = client.connect_node(copied_from).await?;

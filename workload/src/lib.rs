@@ -7,6 +7,7 @@ pub mod client;
 pub mod compare;
 pub mod dump;
 pub mod error;
+pub mod failover;
 pub mod gen;
 pub mod loader;
 pub mod metrics;

@@ -52,6 +52,8 @@ const OPEN_LOOP_TICK: Duration = Duration::from_millis(1);
 const FAILURES_KEPT_MAX: usize = 8;
 /// Width of a bucket of the fine timeline.
 pub const BUCKET: Duration = Duration::from_millis(100);
+/// A terminal's pause between two commits longer than this is recorded as a gap.
+pub const GAP_MIN: Duration = Duration::from_millis(20);
 /// Pause between two attempts to reconnect (`outages`).
 const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
 
@@ -156,9 +158,14 @@ pub struct DriverOutcome {
     pub outcome_unknown: u64,
     /// Answers that the partition had no live replica, was stopped or not ready (`outages`).
     pub unavailable: u64,
-    /// Commits per [`BUCKET`] from the start of the warm-up, per partition (in
-    /// `cluster.toml` order): `fine[i][p]`.
+    /// Commits per [`BUCKET`] from `origin`, per partition (in `cluster.toml` order):
+    /// `fine[i][p]`.
     pub fine: Vec<Vec<u64>>,
+    /// When the terminals started (the time base of `fine` and `gaps`).
+    pub origin: Instant,
+    /// Per partition: the pauses longer than [`GAP_MIN`] between two consecutive commits of
+    /// one of its terminals, as (start, end) offsets from `origin`.
+    pub gaps: Vec<Vec<(Duration, Duration)>>,
 }
 
 /// What the connections share with the reporting thread.
@@ -177,6 +184,8 @@ struct Shared {
     unavailable: AtomicU64,
     /// Commits per [`BUCKET`] since the run's origin (filled when the terminal ends).
     buckets: Mutex<Vec<u64>>,
+    /// Pauses between commits longer than [`GAP_MIN`] (filled when the terminal ends).
+    gaps: Mutex<Vec<(Duration, Duration)>>,
 }
 
 /// One request on its way.
@@ -233,6 +242,8 @@ pub fn run(
             outages: cfg.outages,
             origin,
             buckets: Vec::new(),
+            last_commit: None,
+            gaps: Vec::new(),
             home,
             gen,
             inflight_max: cfg.inflight,
@@ -342,7 +353,9 @@ pub fn run(
     let mut acks = Vec::new();
     let mut payments = Vec::new();
     let mut fine: Vec<Vec<u64>> = Vec::new();
+    let mut gaps = vec![Vec::new(); config.partitions.len()];
     for (s, &p) in shared.iter().zip(&partition_of) {
+        gaps[p].extend(s.gaps.lock().unwrap_or_else(|e| e.into_inner()).iter().copied());
         acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
         payments.append(&mut s.payments.lock().unwrap_or_else(|e| e.into_inner()));
         for (i, n) in s.buckets.lock().unwrap_or_else(|e| e.into_inner()).iter().enumerate() {
@@ -382,7 +395,7 @@ pub fn run(
         batches: None,
         client_cpu_seconds: client_cpu,
     });
-    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine })
+    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
 }
 
 /// One connection: a terminal bound to its home warehouse.
@@ -394,6 +407,9 @@ struct Terminal {
     origin: Instant,
     /// Commits per [`BUCKET`] since `origin`.
     buckets: Vec<u64>,
+    /// The last commit's offset from `origin`, and the gaps seen.
+    last_commit: Option<Duration>,
+    gaps: Vec<(Duration, Duration)>,
     home: u16,
     gen: Generator,
     inflight_max: usize,
@@ -445,7 +461,12 @@ impl Terminal {
                     }
                     _ => {}
                 }
-                let bucket = (now.saturating_duration_since(self.origin).as_millis() / BUCKET.as_millis()) as usize;
+                let at = now.saturating_duration_since(self.origin);
+                if let Some(last) = self.last_commit.filter(|l| at.saturating_sub(*l) > GAP_MIN) {
+                    self.gaps.push((last, at));
+                }
+                self.last_commit = Some(at);
+                let bucket = (at.as_millis() / BUCKET.as_millis()) as usize;
                 if self.buckets.len() <= bucket {
                     self.buckets.resize(bucket + 1, 0);
                 }
@@ -501,6 +522,7 @@ impl Terminal {
             }
         }
         *self.shared.buckets.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.buckets);
+        *self.shared.gaps.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.gaps);
     }
 
     /// Runs the terminal on one connection; returns whether the connection was lost (rather

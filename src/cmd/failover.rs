@@ -1,0 +1,321 @@
+//! `glass failover`: the other half of Section 5.3, on real processes. It starts the cluster
+//! (mode from `--mode` or the file), runs the TPC-C driver in outage mode, kills a node with a
+//! real `SIGKILL` (or stops it with `SIGTERM`) at `--at` seconds into the measured phase,
+//! optionally starts it again `--restart-after` seconds later (it rejoins), and reports per
+//! partition how long it could not commit, how long detection and recovery took, and whether
+//! anything acknowledged was lost — checked against the client's own record of every
+//! acknowledged NewOrder (its ORDER row) and Payment (its HISTORY row).
+//!
+//! Guarantees: the kill time, detection and recovery are measured here (detection and
+//! recovery by polling the coordinator's view of live replicas every
+//! [`POLL_INTERVAL`]); unavailability comes from the clients' commit times
+//! ([`workload::failover`]); the run's cluster lives in `<run_dir>/failover/<mode>/` and is
+//! stopped however the run ends; the command exits non-zero when a mode that promises no
+//! loss (active-active, synchronous active-passive, full-stack) lost an acknowledged
+//! transaction, or replicas differ, or consistency fails.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use wire::config::{Mode, Shipping};
+use wire::messages::NodeId;
+use workload::bench::{self, StopAfter};
+use workload::client::driver::{DriverConfig, BUCKET, GAP_MIN};
+use workload::client::{self, ClusterClient};
+use workload::failover::{self as report, FailoverReport};
+use workload::gen::Profile;
+
+use super::bench_cluster::{measure, Measurement, StopOnDrop, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use super::cluster::{runtime, Cluster, Proc, Up};
+
+/// How often the coordinator's view of live replicas is polled around the kill.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+#[derive(Args, Debug)]
+pub struct FailoverArgs {
+    /// The cluster to run.
+    #[arg(long, default_value = wire::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Replication mode, overriding the file's: active-active, active-passive, full-stack.
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// Passive modes: sync or async shipping, overriding the file's.
+    #[arg(long)]
+    pub shipping: Option<Shipping>,
+    /// Kill this node with SIGKILL [default: the first replica of partition 1 — its primary
+    /// in the passive modes].
+    #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with = "stop")]
+    pub kill: Option<NodeId>,
+    /// Stop this node with SIGTERM (a clean shutdown) instead of killing it.
+    #[arg(long)]
+    pub stop: Option<NodeId>,
+    /// Seconds into the measured phase at which the node is killed.
+    #[arg(long, default_value_t = 3.0)]
+    pub at: f64,
+    /// Start the killed node again this many seconds after the kill; it rejoins.
+    #[arg(long)]
+    pub restart_after: Option<f64>,
+    /// Length of the measured phase in seconds (the kill and the recovery happen inside it).
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds of unmeasured warm-up.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Client connections [default: one per warehouse].
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Requests each connection keeps in flight [default: 64].
+    #[arg(long)]
+    pub inflight: Option<usize>,
+    /// Seed of the input generator.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report (with the per-100 ms timeline) as one JSON object.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw throughput per 100 ms over time, the kill and the restart marked.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// Do not print the once-a-second lines.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// What the killer thread saw.
+#[derive(Debug, Default)]
+struct Events {
+    killed: Option<Instant>,
+    detected: Option<Instant>,
+    restarted: Option<Instant>,
+    recovered: Option<Instant>,
+    error: Option<String>,
+}
+
+pub fn run(a: FailoverArgs) -> Result<ExitCode> {
+    let base = Cluster::open(&a.config)?;
+    if !base.running_procs().is_empty() {
+        bail!(
+            "the cluster of {} is running; failover starts its own — run `glass cluster down --config {}` first",
+            base.path.display(),
+            a.config.display()
+        );
+    }
+    let mut config = base.config.clone();
+    if let Some(m) = a.mode {
+        config.mode = m;
+    }
+    if let Some(s) = a.shipping {
+        config.shipping = s;
+    }
+    let (victim, signal) = match (a.kill, a.stop) {
+        (_, Some(n)) => (n, libc::SIGTERM),
+        (Some(0) | None, None) => (config.partitions[0].replicas[0], libc::SIGKILL),
+        (Some(n), None) => (n, libc::SIGKILL),
+    };
+    if config.node(victim).is_none() {
+        bail!("node {victim} is not listed in [[nodes]] of {}", base.path.display());
+    }
+    if !(a.at > 0.0 && a.at < a.duration) {
+        bail!("--at {} must fall inside the measured phase (0 < at < --duration {})", a.at, a.duration);
+    }
+    if let Some(r) = a.restart_after {
+        if !(r > 0.0 && a.at + r < a.duration) {
+            bail!("--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)");
+        }
+        if config.mode.is_passive() {
+            bail!(
+                "--restart-after: a restarted node rejoins only in active-active mode in this build (rejoining as a \
+                 passive backup is not built yet)"
+            );
+        }
+    }
+    for p in [&a.json, &a.svg].into_iter().flatten() {
+        bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
+    }
+    let dir = config.run_dir.join("failover").join(config.mode.name());
+    config.run_dir = dir.clone();
+    config.validate()?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("empty {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let path = dir.join("cluster.toml");
+    let text = format!("# Derived by `glass failover`.\n{}", toml::to_string(&config)?);
+    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    let cluster = Cluster::open(&path)?;
+
+    let warehouses = usize::from(config.warehouses_total());
+    let cfg = DriverConfig {
+        profile: Profile::Paper,
+        mix: None,
+        clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
+        inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
+        rate: None,
+        warmup_s: a.warmup,
+        stop: StopAfter::Seconds(a.duration),
+        seed: a.seed,
+        outages: true,
+    };
+    cfg.validate()?;
+    println!(
+        "failover: {} on {} ({} warehouses); node {victim} gets {} {:.1} s into the measured phase{}",
+        config.mode,
+        base.path.display(),
+        warehouses,
+        if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" },
+        a.at,
+        a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
+    );
+    let children = match cluster.up(!a.quiet)? {
+        Up::Started(c) => c,
+        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
+    };
+    let mut guard = StopOnDrop { cluster: &cluster, armed: true, children };
+    let rt = runtime()?;
+    let client = cluster.client();
+    let local = cluster.running_procs();
+    let victim_pid = local
+        .iter()
+        .find(|r| r.proc == Proc::Node(victim))
+        .map(|r| r.pid)
+        .with_context(|| format!("node {victim} is not running here"))?;
+
+    let start = Instant::now();
+    let kill_at = start + Duration::from_secs_f64(a.warmup + a.at);
+    let restart_after = a.restart_after.map(Duration::from_secs_f64);
+    let run_end = start + Duration::from_secs_f64(a.warmup + a.duration);
+    let handle = rt.handle().clone();
+    let killer_client = client.clone();
+    let path_for_restart = path.clone();
+    let killer = std::thread::spawn(move || {
+        let mut ev = Events::default();
+        std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+        // SAFETY: kill(2) with a pid this command started; no memory is involved.
+        if unsafe { libc::kill(victim_pid as libc::pid_t, signal) } != 0 {
+            ev.error =
+                Some(format!("cannot signal node {victim} (pid {victim_pid}): {}", std::io::Error::last_os_error()));
+            return ev;
+        }
+        ev.killed = Some(Instant::now());
+        ev.detected = handle.block_on(wait_live(&killer_client, victim, false, run_end));
+        if let Some(after) = restart_after {
+            std::thread::sleep((ev.killed.unwrap() + after).saturating_duration_since(Instant::now()));
+            match Cluster::open(&path_for_restart).and_then(|c| c.restart_node(victim, &["--rejoin"])) {
+                Ok(child) => {
+                    ev.restarted = Some(Instant::now());
+                    std::mem::forget(child); // reaped by `cluster down`'s wait, not here
+                    ev.recovered = handle.block_on(wait_live(&killer_client, victim, true, run_end));
+                }
+                Err(e) => ev.error = Some(format!("cannot restart node {victim}: {e:#}")),
+            }
+        }
+        ev
+    });
+    let measured = measure(&rt, &cluster, &client, &cfg, &local, a.quiet);
+    let ev = killer.join().map_err(|_| anyhow::anyhow!("the killer thread panicked"))?;
+    let Measurement { report: bench_report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps, .. } =
+        measured?;
+    if let Some(e) = &ev.error {
+        bail!("{e}");
+    }
+    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
+    if !verdict.passed() {
+        eprint!("{verdict}");
+    }
+    guard.armed = false;
+    cluster.down(false)?;
+    drop(guard);
+
+    let killed = ev.killed.context("the node was not killed within the run")?;
+    let kill_offset = killed.saturating_duration_since(origin);
+    let since = |t: Option<Instant>, from: Instant| t.map(|t| t.saturating_duration_since(from).as_secs_f64() * 1e3);
+    let partitions = report::outages(&gaps, kill_offset, GAP_MIN);
+    let timeline = report::timeline(&fine, BUCKET);
+    let kill_bucket = (kill_offset.as_millis() / BUCKET.as_millis()) as usize;
+    let before: Vec<f64> = timeline[kill_bucket.saturating_sub(10)..kill_bucket.min(timeline.len())]
+        .iter()
+        .map(|p| p.txn_per_sec)
+        .collect();
+    let lowest_after = timeline
+        .iter()
+        .skip(kill_bucket)
+        .take(timeline.len().saturating_sub(kill_bucket + 1))
+        .map(|p| p.txn_per_sec)
+        .fold(f64::INFINITY, f64::min);
+    let lost = (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64;
+    let r = FailoverReport {
+        mode: config.mode.name().to_string(),
+        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        node: victim,
+        signal: if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
+        killed_at_s: kill_offset.as_secs_f64(),
+        restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(origin).as_secs_f64()),
+        detection_ms: since(ev.detected, killed),
+        recovery_ms: ev.restarted.and_then(|r| since(ev.recovered, r)),
+        recovery: if ev.restarted.is_some() { "rejoin" } else { "none" }.to_string(),
+        unavailability_ms: partitions.iter().filter_map(|p| p.unavailability_ms).reduce(f64::max),
+        partitions,
+        txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,
+        txn_per_sec_lowest_after: if lowest_after.is_finite() { lowest_after } else { 0.0 },
+        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
+        lost_acknowledged: lost,
+        outcome_unknown,
+        unavailable_answers: unavailable,
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed(),
+        committed: bench_report.committed,
+        seconds: bench_report.seconds,
+        timeline,
+    };
+    println!();
+    print!("{r}");
+    if let Some(p) = &a.json {
+        let mut bytes = serde_json::to_vec_pretty(&r)?;
+        bytes.push(b'\n');
+        bench::write_atomic(p, &bytes)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.svg {
+        report::write_svg(&r, p).map_err(anyhow::Error::msg)?;
+        println!("wrote {}", p.display());
+    }
+    let loss_allowed = config.mode == Mode::ActivePassive && config.shipping == Shipping::Async;
+    if (lost > 0 && !loss_allowed) || !r.digests_equal || !r.consistent {
+        eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Polls the coordinator until node `node` is (`live`) or is not (`!live`) among the live
+/// replicas of every partition it holds; `None` if that does not happen before `until`.
+async fn wait_live(client: &ClusterClient, node: NodeId, live: bool, until: Instant) -> Option<Instant> {
+    let holds: Vec<u16> = client.config().partitions_on_node(node).map(|p| p.id).collect();
+    let mut link = None;
+    while Instant::now() < until {
+        if link.is_none() {
+            link = client.connect_coordinator().await.ok();
+        }
+        if let Some(l) = link.as_mut() {
+            match client::status(l).await {
+                Ok(st) => {
+                    let ok = holds.iter().all(|pid| {
+                        st.partitions
+                            .iter()
+                            .find(|p| p.partition == *pid)
+                            .is_some_and(|p| p.replicas.contains(&node) == live)
+                    });
+                    if ok {
+                        return Some(Instant::now());
+                    }
+                }
+                Err(_) => link = None,
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    None
+}

@@ -1,0 +1,235 @@
+//! The record of a failover experiment (`glass failover`): what was killed when, how long each
+//! partition was unavailable, how long detection and recovery took, whether anything
+//! acknowledged was lost, and the throughput per 100 ms around it — as a terminal summary,
+//! JSON (the report's serde form) and an SVG timeline with the kill and the restart marked.
+//!
+//! Owns the report type, the unavailability computation and the drawing. Guarantees: an
+//! unavailability window is measured from the kill to the end of the longest pause in a
+//! partition's commits that spans the kill (from the clients' own commit times, not from a
+//! guess); a partition whose commits never paused longer than the gap threshold shows the
+//! threshold as an upper bound (`unavailability_at_most_ms`), never zero.
+
+use std::path::Path;
+use std::time::Duration;
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+/// One partition's outage.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PartitionOutage {
+    pub partition: u16,
+    /// From the kill to the first commit after the longest pause spanning it (ms); `None`
+    /// when the partition never paused longer than the gap threshold around the kill.
+    pub unavailability_ms: Option<f64>,
+    /// The gap threshold when `unavailability_ms` is `None`: the window was shorter.
+    pub unavailability_at_most_ms: Option<f64>,
+}
+
+/// One bucket of the timeline.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TimelinePoint {
+    /// Offset of the bucket's start from the run's start, seconds.
+    pub t_s: f64,
+    /// Commits per second in this bucket, per partition (cluster.toml order) and in all.
+    pub per_partition: Vec<f64>,
+    pub txn_per_sec: f64,
+}
+
+/// The whole record.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverReport {
+    pub mode: String,
+    pub shipping: Option<String>,
+    /// The node killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's start).
+    pub node: u16,
+    pub signal: String,
+    pub killed_at_s: f64,
+    /// When the node was started again (`--restart-after`), seconds from the run's start.
+    pub restarted_at_s: Option<f64>,
+    /// From the kill until the coordinator excluded the node (ms).
+    pub detection_ms: Option<f64>,
+    /// From the restart until the node was live again (rejoin), or from the kill until a
+    /// backup was promoted (ms); `None` when nothing recovered within the run.
+    pub recovery_ms: Option<f64>,
+    /// What recovery was: `rejoin`, `promotion`, or `none`.
+    pub recovery: String,
+    /// The largest unavailability over the partitions (ms), for tables.
+    pub unavailability_ms: Option<f64>,
+    pub partitions: Vec<PartitionOutage>,
+    /// Throughput before the kill (mean of the second before) and its lowest 100 ms bucket
+    /// after, in txn/s.
+    pub txn_per_sec_before: f64,
+    pub txn_per_sec_lowest_after: f64,
+    /// Acknowledged NewOrders and Payments checked, and those missing from the data.
+    pub acknowledged_checked: u64,
+    pub lost_acknowledged: u64,
+    /// Requests whose connection was lost before their answer.
+    pub outcome_unknown: u64,
+    /// Answers that a partition had no live replica (or was stopped).
+    pub unavailable_answers: u64,
+    pub digests_equal: bool,
+    pub consistent: bool,
+    pub committed: u64,
+    pub seconds: f64,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// The unavailability of each partition around `kill` (offset from the run's start), from
+/// the pauses between commits its terminals saw (`gaps[p]`: (start, end) offsets); `gap_min`
+/// is the shortest pause recorded.
+pub fn outages(gaps: &[Vec<(Duration, Duration)>], kill: Duration, gap_min: Duration) -> Vec<PartitionOutage> {
+    gaps.iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let end = g.iter().filter(|(s, e)| *s <= kill && *e > kill).map(|(_, e)| *e).max();
+            PartitionOutage {
+                partition: i as u16 + 1,
+                unavailability_ms: end.map(|e| (e - kill).as_secs_f64() * 1e3),
+                unavailability_at_most_ms: end.is_none().then(|| gap_min.as_secs_f64() * 1e3),
+            }
+        })
+        .collect()
+}
+
+/// The timeline from commits per bucket (`fine[i][p]`).
+pub fn timeline(fine: &[Vec<u64>], bucket: Duration) -> Vec<TimelinePoint> {
+    let per_s = 1.0 / bucket.as_secs_f64();
+    fine.iter()
+        .enumerate()
+        .map(|(i, row)| TimelinePoint {
+            t_s: i as f64 * bucket.as_secs_f64(),
+            per_partition: row.iter().map(|&n| n as f64 * per_s).collect(),
+            txn_per_sec: row.iter().sum::<u64>() as f64 * per_s,
+        })
+        .collect()
+}
+
+impl std::fmt::Display for FailoverReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0} ms"));
+        writeln!(
+            f,
+            "failover: {}{}, node {} {} at {:.1} s{}",
+            self.mode,
+            self.shipping.as_ref().map_or(String::new(), |s| format!(" ({s} shipping)")),
+            self.node,
+            self.signal,
+            self.killed_at_s,
+            self.restarted_at_s.map_or(String::new(), |t| format!(", restarted at {t:.1} s"))
+        )?;
+        writeln!(f, "  detection            {}", ms(self.detection_ms))?;
+        for p in &self.partitions {
+            let v = match (p.unavailability_ms, p.unavailability_at_most_ms) {
+                (Some(v), _) => format!("{v:.0} ms"),
+                (None, Some(m)) => format!("< {m:.0} ms (commits never paused longer)"),
+                _ => "—".into(),
+            };
+            writeln!(f, "  partition {:<3}        unavailable {v}", p.partition)?;
+        }
+        writeln!(f, "  recovery ({:<9}) {}", self.recovery, ms(self.recovery_ms))?;
+        writeln!(
+            f,
+            "  throughput           {:.0} txn/s before, {:.0} txn/s in the worst 100 ms after",
+            self.txn_per_sec_before, self.txn_per_sec_lowest_after
+        )?;
+        writeln!(
+            f,
+            "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
+            self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
+        )?;
+        writeln!(
+            f,
+            "  afterwards           digests {}, TPC-C consistency {}",
+            if self.digests_equal { "equal" } else { "DIFFER" },
+            if self.consistent { "holds" } else { "VIOLATED" }
+        )
+    }
+}
+
+/// Draws throughput per 100 ms over time, one line per partition and the total, with the kill
+/// and the restart marked.
+pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<std::io::Error>| format!("{}: {e}", path.display());
+    let root = SVGBackend::new(path, (1000, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let t_max = r.timeline.last().map_or(1.0, |p| p.t_s + 0.1).max(r.killed_at_s + 0.1);
+    let y_max = r.timeline.iter().map(|p| p.txn_per_sec).fold(1.0, f64::max) * 1.1;
+    let title = format!(
+        "glass failover: {}{} — node {} {} at {:.1} s",
+        r.mode,
+        r.shipping.as_ref().map_or(String::new(), |s| format!(" ({s})")),
+        r.node,
+        r.signal,
+        r.killed_at_s
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max, 0.0..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the run started")
+        .y_desc("committed txn/s (per 100 ms)")
+        .draw()
+        .map_err(err)?;
+    let colours = [RGBColor(0x4e, 0x79, 0xa7), RGBColor(0xf2, 0x8e, 0x2b), RGBColor(0x59, 0xa1, 0x4f)];
+    let partitions = r.timeline.first().map_or(0, |p| p.per_partition.len());
+    for p in 0..partitions {
+        let c = colours[p % colours.len()];
+        chart
+            .draw_series(LineSeries::new(r.timeline.iter().map(|pt| (pt.t_s, pt.per_partition[p])), c))
+            .map_err(err)?
+            .label(format!("partition {}", p + 1))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+    }
+    chart
+        .draw_series(LineSeries::new(r.timeline.iter().map(|pt| (pt.t_s, pt.txn_per_sec)), BLACK.stroke_width(2)))
+        .map_err(err)?
+        .label("all")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    let mut marks = vec![(r.killed_at_s, format!("{} node {}", r.signal, r.node), RED)];
+    if let Some(t) = r.restarted_at_s {
+        marks.push((t, format!("restart node {}", r.node), GREEN));
+    }
+    for (t, label, c) in marks {
+        chart
+            .draw_series(std::iter::once(PathElement::new(vec![(t, 0.0), (t, y_max)], c.stroke_width(2))))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(label, (t, y_max * 0.97), ("sans-serif", 14).into_font().color(&c))))
+            .map_err(err)?;
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+    root.present().map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn unavailability_is_the_longest_pause_spanning_the_kill() {
+        let gaps =
+            vec![vec![(ms(100), ms(130)), (ms(990), ms(2_150)), (ms(995), ms(2_100))], vec![(ms(3_000), ms(3_050))]];
+        let o = outages(&gaps, ms(1_000), ms(20));
+        assert_eq!(o[0].unavailability_ms, Some(1_150.0));
+        assert_eq!(o[1].unavailability_ms, None);
+        assert_eq!(o[1].unavailability_at_most_ms, Some(20.0), "an upper bound, never zero");
+    }
+
+    #[test]
+    fn timeline_converts_buckets_to_rates() {
+        let t = timeline(&[vec![10, 20], vec![0, 5]], ms(100));
+        assert_eq!(t[0].per_partition, vec![100.0, 200.0]);
+        assert_eq!(t[0].txn_per_sec, 300.0);
+        assert!((t[1].t_s - 0.1).abs() < 1e-9);
+    }
+}
