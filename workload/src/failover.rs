@@ -86,7 +86,7 @@ pub fn outages(gaps: &[Vec<(Duration, Duration)>], kill: Duration, gap_min: Dura
             PartitionOutage {
                 partition: i as u16 + 1,
                 unavailability_ms: end.map(|e| (e - kill).as_secs_f64() * 1e3),
-                unavailability_at_most_ms: end.is_none().then(|| gap_min.as_secs_f64() * 1e3),
+                unavailability_at_most_ms: end.is_none().then_some(gap_min.as_secs_f64() * 1e3),
             }
         })
         .collect()
