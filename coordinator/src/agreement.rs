@@ -108,6 +108,9 @@ pub enum Ignored {
     NeverSent { seq: Seq },
     #[error("node {node} already reported batch {seq}")]
     Duplicate { node: NodeId, seq: Seq },
+    /// The node rejoined after the batch was sent: the batch is decided without it.
+    #[error("results of node {node} for batch {seq}, sent before it rejoined")]
+    NotExpected { node: NodeId, seq: Seq },
     #[error("the partition is stopped")]
     Stopped,
 }
@@ -117,6 +120,8 @@ struct PendingBatch<T> {
     seq: Seq,
     txns: Vec<(Timestamp, T)>,
     digest_after: bool,
+    /// The live replicas when it was sent (minus those failed since): whose results decide it.
+    expected: Vec<NodeId>,
     /// Results from live replicas, in arrival order.
     replies: Vec<(NodeId, Results)>,
 }
@@ -166,7 +171,26 @@ impl<T> Agreement<T> {
         assert!(!self.stopped, "batch {seq} sent on stopped partition {}", self.partition);
         assert_eq!(seq, self.next_seq, "partition {}: batches must be sent in order", self.partition);
         self.next_seq += 1;
-        self.pending.push_back(PendingBatch { seq, txns, digest_after, replies: Vec::with_capacity(self.live.len()) });
+        let expected = self.live.clone();
+        self.pending.push_back(PendingBatch {
+            seq,
+            txns,
+            digest_after,
+            replies: Vec::with_capacity(expected.len()),
+            expected,
+        });
+    }
+
+    /// A rejoined replica: it counts for every batch sent from now on (the batches already
+    /// pending are decided without it). Returns whether it was added (not already live).
+    pub fn add_replica(&mut self, node: NodeId) -> bool {
+        match self.live.binary_search(&node) {
+            Ok(_) => false,
+            Err(at) => {
+                self.live.insert(at, node);
+                true
+            }
+        }
     }
 
     /// Takes replica `from`'s results; returns the batches this decided, in order.
@@ -189,6 +213,9 @@ impl<T> Agreement<T> {
             return Err(Ignored::AlreadyDecided { seq });
         }
         let batch = &mut self.pending[(seq - first) as usize];
+        if !batch.expected.contains(&from) {
+            return Err(Ignored::NotExpected { node: from, seq });
+        }
         if batch.replies.iter().any(|(n, _)| *n == from) {
             return Err(Ignored::Duplicate { node: from, seq });
         }
@@ -210,8 +237,11 @@ impl<T> Agreement<T> {
         }
         for b in &mut self.pending {
             b.replies.retain(|(n, _)| *n != node);
+            b.expected.retain(|n| *n != node);
         }
-        if self.live.is_empty() {
+        // No replica that executed a pending batch is left (they all failed, and the live one
+        // rejoined after it was sent): its answers are lost with them.
+        if self.live.is_empty() || self.pending.iter().any(|b| b.expected.is_empty()) {
             self.stopped = true;
             return vec![Verdict::NoLiveReplica { unanswered: self.drain_unanswered() }];
         }
@@ -237,7 +267,7 @@ impl<T> Agreement<T> {
     /// Decides every leading batch that all live replicas reported.
     fn decide(&mut self) -> Vec<Verdict<T>> {
         let mut verdicts = Vec::new();
-        while self.pending.front().is_some_and(|b| b.replies.len() == self.live.len()) {
+        while self.pending.front().is_some_and(|b| b.replies.len() == b.expected.len()) {
             let batch = self.pending.pop_front().expect("checked above");
             match self.judge(batch) {
                 Ok(agreed) => verdicts.push(Verdict::Agreed(agreed)),

@@ -101,6 +101,19 @@ pub enum Event {
     PartitionUnavailable {
         partition: PartitionId,
     },
+    /// A restarted node is rejoining `partition`, copying it from `source`.
+    Rejoining {
+        partition: PartitionId,
+        node: NodeId,
+        source: NodeId,
+        from_seq: Seq,
+    },
+    /// A rejoining node is a live replica again.
+    Rejoined {
+        partition: PartitionId,
+        node: NodeId,
+        snapshot_seq: Seq,
+    },
     /// A message from a node that had no effect (late, duplicated, unexpected).
     Ignored {
         node: NodeId,
@@ -138,6 +151,16 @@ impl fmt::Display for Event {
             Event::PartitionStopped { partition, reason } => write!(f, "partition {partition} stopped: {reason}"),
             Event::NodeDown { node, silent_ms } => write!(f, "node {node} failed (silent for {silent_ms} ms)"),
             Event::PartitionUnavailable { partition } => write!(f, "partition {partition} has no live replica"),
+            Event::Rejoining { partition, node, source, from_seq } => write!(
+                f,
+                "node {node} rejoins partition {partition}: copying it from node {source}, batches from {from_seq} on"
+            ),
+            Event::Rejoined { partition, node, snapshot_seq } => {
+                write!(
+                    f,
+                    "node {node} is a live replica of partition {partition} again (copy as of batch {snapshot_seq})"
+                )
+            }
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
         }
     }
@@ -179,6 +202,9 @@ struct Partition {
     /// Passive modes: the live backups (they receive log records from the primary, not
     /// batches from here). Empty in active-active.
     backups: Vec<NodeId>,
+    /// Nodes rejoining (active-active): they receive every batch from the `Seq` on and
+    /// count once they report `Rejoined`.
+    joining: Vec<(NodeId, Seq)>,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
@@ -204,6 +230,8 @@ pub struct Coordinator {
     next_heartbeat_us: u64,
     membership_epoch: u64,
     last_ts: Option<Timestamp>,
+    /// A passive mode (only the primary executes).
+    passive: bool,
 }
 
 impl Coordinator {
@@ -225,6 +253,7 @@ impl Coordinator {
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
                     agreement: Agreement::new(p.id, executing.iter().copied()),
                     backups: if passive { p.replicas[1..].to_vec() } else { Vec::new() },
+                    joining: Vec::new(),
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                 };
@@ -244,6 +273,7 @@ impl Coordinator {
             next_heartbeat_us: now_us,
             membership_epoch: 0,
             last_ts: None,
+            passive,
         })
     }
 
@@ -333,11 +363,20 @@ impl Coordinator {
             return out;
         };
         if !node.live {
+            if let Message::RejoinRequest { partition } = msg {
+                // A restarted node: it counts as alive again, and may rejoin.
+                node.live = true;
+                node.last_heard_us = now_us;
+                self.on_rejoin_request(from, partition, &mut out);
+                return out;
+            }
             out.push(Output::Event(Event::Ignored { node: from, what: "a message from a failed node".into() }));
             return out;
         }
         node.last_heard_us = node.last_heard_us.max(now_us);
         match msg {
+            Message::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
+            Message::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
             Message::Results(results) => self.on_results(from, results, &mut out),
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
@@ -447,9 +486,64 @@ impl Coordinator {
                     p.apply(v, out);
                 }
             }
-            Err(Ignored::Stopped) => {}
+            Err(Ignored::Stopped | Ignored::NotExpected { .. }) => {}
             Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
         }
+    }
+
+    /// A restarted node asks to rejoin `partition` (active-active): a live replica will copy
+    /// its state to it, and it gets every batch from the next one on.
+    fn on_rejoin_request(&mut self, from: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
+        let refuse =
+            |reason: String| Output::ToNodes { nodes: vec![from], msg: Message::RejoinRefused { partition, reason } };
+        let Some(p) = self.partitions.get_mut(&partition) else {
+            out.push(refuse(format!("no partition {partition}")));
+            return;
+        };
+        if self.passive {
+            out.push(refuse("rejoining as a backup of a passive mode is not built yet".into()));
+            return;
+        }
+        if p.phase != Phase::Serving {
+            out.push(refuse(format!("partition {partition} is not serving")));
+            return;
+        }
+        if p.members().any(|n| n == from) {
+            out.push(refuse(format!("node {from} is already a live replica of partition {partition}")));
+            return;
+        }
+        let Some(&source) = p.agreement.live().first() else {
+            out.push(refuse(format!("partition {partition} has no live replica to copy")));
+            return;
+        };
+        let from_seq = p.sequencer.next_seq();
+        p.joining.retain(|(n, _)| *n != from);
+        p.joining.push((from, from_seq));
+        out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
+        out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
+    }
+
+    /// A rejoining node installed its copy and caught up: it counts from the next batch on.
+    fn on_rejoined(&mut self, from: NodeId, partition: PartitionId, snapshot_seq: Seq, out: &mut Vec<Output>) {
+        let Some(p) = self.partitions.get_mut(&partition) else { return };
+        let Some(at) = p.joining.iter().position(|(n, _)| *n == from) else {
+            out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("Rejoined for partition {partition}, not asked"),
+            }));
+            return;
+        };
+        p.joining.remove(at);
+        if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
+            return;
+        }
+        self.membership_epoch += 1;
+        let live: Vec<NodeId> = p.members().collect();
+        out.push(Output::ToNodes {
+            nodes: live.clone(),
+            msg: Message::Membership { partition, epoch: self.membership_epoch, live },
+        });
+        out.push(Output::Event(Event::Rejoined { partition, node: from, snapshot_seq }));
     }
 
     fn on_load_status(&mut self, from: NodeId, partition: PartitionId, state: LoadState, out: &mut Vec<Output>) {
@@ -492,6 +586,7 @@ impl Coordinator {
         n.live = false;
         out.push(Output::Event(Event::NodeDown { node, silent_ms }));
         for p in self.partitions.values_mut() {
+            p.joining.retain(|(n, _)| *n != node);
             if p.members().any(|n| n == node) {
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
@@ -524,7 +619,8 @@ impl Partition {
         let tags = std::mem::take(&mut self.open_tags);
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         self.agreement.sent(batch.seq, txns, batch.digest_after);
-        out.push(Output::ToNodes { nodes: self.agreement.live().to_vec(), msg: Message::Batch(batch) });
+        let nodes = self.agreement.live().iter().copied().chain(self.joining.iter().map(|(n, _)| *n)).collect();
+        out.push(Output::ToNodes { nodes, msg: Message::Batch(batch) });
     }
 
     /// Serves once every live replica loaded, if their load digests agree.

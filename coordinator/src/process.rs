@@ -303,8 +303,14 @@ impl Core {
         match ev {
             CoreEvent::NodeUp { node, conn, out } => {
                 if self.nodes.contains_key(&node) {
-                    warn!(node, "a second connection from a node already joined; dropped");
-                    return None;
+                    // A node restarted after it failed (its old connection not timed out yet)
+                    // takes over; a second connection of a live node is refused.
+                    let failed = self.machine.as_ref().is_some_and(|m| !m.is_node_live(node));
+                    if !failed {
+                        warn!(node, "a second connection from a node already joined; dropped");
+                        return None;
+                    }
+                    info!(node, "a failed node reconnected; its new connection replaces the old one");
                 }
                 info!(node, "node joined");
                 self.nodes.insert(node, (conn, out));
@@ -372,7 +378,7 @@ impl Core {
                     }
                     None => self.refuse_before_start(client, msg),
                 },
-                other => debug!(client, message = %short(&other), "unexpected message from a client; ignored"),
+                other => debug!(client, message = %other.name(), "unexpected message from a client; ignored"),
             },
         }
         None
@@ -555,13 +561,6 @@ fn log_event(e: &Event) {
         Event::LoadProgress { .. } | Event::Ignored { .. } => debug!(event = %e),
         _ => info!(event = %e),
     }
-}
-
-/// A message's variant, for logs.
-fn short(msg: &Message) -> String {
-    let text = format!("{msg:?}");
-    let end = text.find([' ', '(', '{']).unwrap_or(text.len());
-    text[..end].to_string()
 }
 
 /// Accepts connections and starts their tasks until the coordinator stops.

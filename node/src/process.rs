@@ -102,9 +102,16 @@ enum Work {
     Coordinator(Message),
     /// A tool's digest or snapshot request; replies go to `reply`.
     Tool { msg: Message, reply: mpsc::Sender<Message> },
+    /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
+    Install(Result<(engine::LeanDb, workload::client::SnapshotInfo), String>),
     /// Finish: the node is shutting down.
     Stop,
 }
+
+/// Batches a rejoining replica holds while its copy arrives; past it the rejoin fails.
+pub const REJOIN_HELD_BATCHES_MAX: usize = 65_536;
+/// Attempts to fetch a rejoining replica's copy before giving up.
+pub const REJOIN_FETCH_ATTEMPTS: u32 = 10;
 
 /// What the writer task (the coordinator link's sending side) is told besides the
 /// executors' messages.
@@ -252,6 +259,7 @@ pub async fn run(
     id: NodeId,
     listener: Listener,
     shutdown: impl Future<Output = ()>,
+    rejoin: bool,
 ) -> Result<(), NodeError> {
     if config.node(id).is_none() {
         return Err(NodeError::UnknownNode { node: id });
@@ -297,6 +305,9 @@ pub async fn run(
         let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
         let executor = Executor {
             node: id,
+            rejoin,
+            config: config.clone(),
+            self_inbox: inbox.clone(),
             mode: config.mode,
             dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
             workers: config.full_stack.workers as usize,
@@ -370,6 +381,12 @@ pub async fn run(
 /// One replica's thread: load, then execute the inbox in order.
 struct Executor {
     node: NodeId,
+    /// Rejoin (`glass node --rejoin`): copy the partition from a live replica instead of
+    /// loading it from the seed.
+    rejoin: bool,
+    config: ClusterConfig,
+    /// This executor's own inbox, for the fetched copy.
+    self_inbox: mpsc::Sender<Work>,
     mode: Mode,
     /// Where a full-stack replica keeps its database and log.
     dir: PathBuf,
@@ -391,6 +408,12 @@ impl Executor {
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
         let t0 = Instant::now();
+        if self.rejoin {
+            let Some(replica) = self.rejoin(&mut inbox) else { return };
+            engine::arena::set_prefault(true);
+            info!(partition = pid, seconds = t0.elapsed().as_secs_f64(), "rejoined");
+            return self.serve(replica, inbox);
+        }
         let mut last_logged_rows = 0u64;
         let (node, mode, seed, pending) = (self.node, self.mode, self.seed, self.pending_batches_max);
         let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, &self.dir, self.workers, &mut |p| {
@@ -436,11 +459,33 @@ impl Executor {
         if self.to_coordinator.blocking_send(ready).is_err() {
             warn!(partition = pid, "the coordinator link is gone; load status not sent");
         }
+        self.serve(replica, inbox);
+    }
+
+    /// Executes the inbox in order until stopped.
+    fn serve(&self, mut replica: Replica, mut inbox: mpsc::Receiver<Work>) {
+        let pid = self.partition.id;
+        // Snapshot requests waiting for the replica to reach their batch.
+        let mut deferred: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
         while let Some(work) = inbox.blocking_recv() {
             match work {
                 Work::Stop => break,
                 Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
+                Work::Tool { msg: msg @ Message::SnapshotRequest { after_seq, .. }, reply }
+                    if after_seq > replica.applied_seq() =>
+                {
+                    deferred.push((msg, reply));
+                }
                 Work::Tool { msg, reply } => self.tool(&mut replica, msg, &reply),
+                Work::Install(_) => warn!(partition = pid, "a copy arrived for a replica already serving; dropped"),
+            }
+            let applied = replica.applied_seq();
+            let (ready, waiting): (Vec<_>, Vec<_>) = deferred
+                .drain(..)
+                .partition(|(m, _)| matches!(m, Message::SnapshotRequest { after_seq, .. } if *after_seq <= applied));
+            deferred = waiting;
+            for (msg, reply) in ready {
+                self.tool(&mut replica, msg, &reply);
             }
             self.publish(&mut replica);
         }
@@ -475,6 +520,103 @@ impl Executor {
         }
     }
 
+    /// Rejoins: asks the coordinator, holds the batches it sends from the plan's first on,
+    /// fetches a copy of the partition from the live replica it names (on a thread of its
+    /// own, so this node's heartbeats go on), installs it and executes the held batches;
+    /// then tells the coordinator. `None` if stopped or refused.
+    fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
+        let pid = self.partition.id;
+        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
+        info!(partition = pid, "asked the coordinator to rejoin");
+        let mut held: Vec<Message> = Vec::new();
+        let mut plan: Option<(NodeId, Seq)> = None;
+        let mut attempts = 0u32;
+        while let Some(work) = inbox.blocking_recv() {
+            match work {
+                Work::Stop => return None,
+                Work::Coordinator(Message::RejoinPlan { source, from_seq, .. }) => {
+                    info!(partition = pid, source, from_seq, "copying the partition from a live replica");
+                    plan = Some((source, from_seq));
+                    attempts = 1;
+                    self.fetch(source, from_seq.saturating_sub(1));
+                }
+                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
+                    error!(partition = pid, reason = %reason, "the coordinator refused the rejoin");
+                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
+                    return None;
+                }
+                Work::Coordinator(msg @ Message::Batch(_)) => {
+                    if held.len() >= REJOIN_HELD_BATCHES_MAX {
+                        error!(
+                            partition = pid,
+                            limit = REJOIN_HELD_BATCHES_MAX,
+                            "too many batches held while rejoining; giving up"
+                        );
+                        self.refuse_all(inbox, "the rejoin fell too far behind");
+                        return None;
+                    }
+                    held.push(msg);
+                }
+                Work::Coordinator(_) => {}
+                Work::Tool { msg, reply } => {
+                    if let Message::SnapshotRequest { request_id, partition, .. } = msg {
+                        let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
+                    }
+                }
+                Work::Install(Err(e)) => {
+                    let Some((source, from_seq)) = plan else { continue };
+                    if attempts >= REJOIN_FETCH_ATTEMPTS {
+                        error!(partition = pid, attempts, error = %e, "could not copy the partition; giving up");
+                        self.refuse_all(inbox, "the rejoin could not copy the partition");
+                        return None;
+                    }
+                    warn!(partition = pid, attempt = attempts, error = %e, "copy rejected; fetching it again");
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
+                    self.fetch(source, from_seq.saturating_sub(1));
+                }
+                Work::Install(Ok((db, info))) => {
+                    info!(
+                        partition = pid,
+                        seq = info.seq,
+                        rows = info.rows,
+                        mib = info.bytes as f64 / (1 << 20) as f64,
+                        held = held.len(),
+                        "copy installed; executing the batches held"
+                    );
+                    let mut replica = Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max);
+                    for msg in held.drain(..) {
+                        self.on_coordinator(&mut replica, msg);
+                    }
+                    let digest = replica.state_digest();
+                    self.shared.load.send_replace(LoadState::Ready { digest });
+                    self.publish(&mut replica);
+                    let _ =
+                        self.to_coordinator.blocking_send(Message::Rejoined { partition: pid, snapshot_seq: info.seq });
+                    return Some(replica);
+                }
+            }
+        }
+        None
+    }
+
+    /// Fetches a copy of the partition after batch `after_seq` from node `source` on a
+    /// thread of its own; the result arrives in this executor's inbox.
+    fn fetch(&self, source: NodeId, after_seq: Seq) {
+        let (config, me, pid, inbox) = (self.config.clone(), self.node, self.partition.id, self.self_inbox.clone());
+        let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|rt| rt.block_on(fetch_copy(&config, me, source, pid, after_seq)));
+            let _ = inbox.blocking_send(Work::Install(result));
+        });
+        if let Err(e) = spawned {
+            let _ = self.self_inbox.try_send(Work::Install(Err(format!("cannot start the fetch thread: {e}"))));
+        }
+    }
+
     /// Publishes the replica's figures for status requests.
     fn publish(&self, replica: &mut Replica) {
         let sh = &self.shared;
@@ -490,20 +632,27 @@ impl Executor {
 
     fn tool(&self, replica: &mut Replica, msg: Message, reply: &mpsc::Sender<Message>) {
         match msg {
-            Message::SnapshotRequest { request_id, partition } => {
+            Message::SnapshotRequest { request_id, partition, .. } => {
                 if let Some(reason) = replica.stopped() {
                     let _ = reply.blocking_send(snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
                     return;
                 }
+                // The copy is taken here, between two batches (a transaction boundary), into
+                // memory — as large as the partition, for as long as it takes to send — and
+                // sent from a thread of its own, so the partition executes on meanwhile.
                 let t0 = Instant::now();
                 let digest = replica.state_digest();
                 let seq = replica.applied_seq();
                 let frame_max = self.frame_bytes_max;
-                let mut send = |m| reply.blocking_send(m).is_ok();
+                let mut chunks = Vec::new();
+                let mut keep = |m| {
+                    chunks.push(m);
+                    true
+                };
                 let s = match replica.store_mut() {
-                    Store::Lean(db) => snapshot::stream(db, request_id, partition, seq, digest, frame_max, &mut send),
+                    Store::Lean(db) => snapshot::stream(db, request_id, partition, seq, digest, frame_max, &mut keep),
                     Store::Full(f) => {
-                        snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut send)
+                        snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut keep)
                     }
                 };
                 info!(
@@ -513,9 +662,19 @@ impl Executor {
                     chunks = s.chunks,
                     mib = s.bytes as f64 / (1 << 20) as f64,
                     seconds = t0.elapsed().as_secs_f64(),
-                    complete = s.complete,
-                    "snapshot streamed"
+                    "snapshot taken; sending it"
                 );
+                let reply = reply.clone();
+                let sender = std::thread::Builder::new().name(format!("snapshot-p{partition}")).spawn(move || {
+                    for m in chunks {
+                        if reply.blocking_send(m).is_err() {
+                            return;
+                        }
+                    }
+                });
+                if let Err(e) = sender {
+                    error!(partition, error = %e, "cannot start the thread sending a snapshot");
+                }
             }
             other => match replica.on_message(other) {
                 Ok(replies) => {
@@ -533,13 +692,39 @@ impl Executor {
         while let Some(work) = inbox.blocking_recv() {
             match work {
                 Work::Stop => return,
-                Work::Tool { msg: Message::SnapshotRequest { request_id, partition }, reply } => {
+                Work::Tool { msg: Message::SnapshotRequest { request_id, partition, .. }, reply } => {
                     let _ = reply.blocking_send(snapshot::refusal(request_id, partition, reason.to_string()));
                 }
-                Work::Tool { .. } | Work::Coordinator(_) => {}
+                Work::Tool { .. } | Work::Coordinator(_) | Work::Install(_) => {}
             }
         }
     }
+}
+
+/// Copies partition `pid` as of batch `after_seq` or later from node `source` into a fresh
+/// lean database (checksummed chunks, the digest recomputed and compared).
+async fn fetch_copy(
+    config: &ClusterConfig,
+    me: NodeId,
+    source: NodeId,
+    pid: PartitionId,
+    after_seq: Seq,
+) -> Result<(engine::LeanDb, workload::client::SnapshotInfo), String> {
+    let address = config.node(source).map(|n| n.address.clone()).ok_or(format!("no node {source}"))?;
+    let server_name = split_address(&address).map(|(h, _)| h.to_string()).map_err(|e| e.to_string())?;
+    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address).map_err(|e| e.to_string())?;
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me)).map_err(|e| e.to_string())?;
+    let mut link =
+        endpoint::connect(addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
+            .await
+            .map_err(|e| e.to_string())?;
+    let mut db = engine::LeanDb::new();
+    let info =
+        workload::client::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
+    if info.seq < after_seq {
+        return Err(format!("the copy is of batch {}, before batch {after_seq}", info.seq));
+    }
+    Ok((db, info))
 }
 
 /// The primaries' side of shipping, owned by the writer task.
@@ -643,6 +828,8 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
             Message::Batch(b) => Some(b.partition),
             Message::Membership { partition, .. }
             | Message::PartitionStopped { partition, .. }
+            | Message::RejoinPlan { partition, .. }
+            | Message::RejoinRefused { partition, .. }
             | Message::DigestRequest { partition, .. } => Some(*partition),
             Message::Heartbeat { .. } => None,
             Message::Shutdown { reason } => {
@@ -921,7 +1108,8 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
                     break;
                 }
             }
-            Message::DigestRequest { request_id, partition } | Message::SnapshotRequest { request_id, partition } => {
+            Message::DigestRequest { request_id, partition }
+            | Message::SnapshotRequest { request_id, partition, .. } => {
                 let ready =
                     node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
                 let refusal = match ready {

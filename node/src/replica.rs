@@ -126,6 +126,14 @@ impl Replica {
         Replica::with_role(node, partition, ReplicaRole::Replica, Store::Lean(db), pending_batches_max)
     }
 
+    /// An active-active replica over a copy of a live replica's state as of batch `seq` (a
+    /// rejoin): it expects batch `seq + 1` next.
+    pub fn restored(node: NodeId, partition: PartitionId, db: LeanDb, seq: Seq, pending_batches_max: usize) -> Replica {
+        let mut r = Replica::new(node, partition, db, pending_batches_max);
+        r.next_seq = seq + 1;
+        r
+    }
+
     /// A replica with role `role` over an already loaded `db`. A lean primary starts
     /// capturing redo records here (a full-stack primary ships its log from its load on).
     pub fn with_role(

@@ -28,6 +28,10 @@ pub struct NodeArgs {
     /// `0.0.0.0:7401` behind address translation); peers still dial the configured address.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Rejoin a running cluster after a failure (active-active): copy each partition from a
+    /// live replica instead of loading it from the seed, executing every batch since.
+    #[arg(long)]
+    rejoin: bool,
 }
 
 pub fn run(a: NodeArgs) -> Result<ExitCode> {
@@ -52,7 +56,7 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
     rt.block_on(async {
         let listener = node::process::bind(&config, a.id, address).await?;
         tracing::info!(node = a.id, address = %listener.local_addr(), pid = std::process::id(), "listening");
-        node::process::run(config, a.id, listener, logging::shutdown_signal()).await
+        node::process::run(config, a.id, listener, logging::shutdown_signal(), a.rejoin).await
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -375,7 +375,9 @@ pub enum Message {
     /// Client or peer → node: stream a consistent copy of one partition replica's rows as
     /// [`Message::SnapshotChunk`]s. The copy is taken between two batches: the replica
     /// executes nothing while it streams.
-    SnapshotRequest { request_id: u64, partition: PartitionId },
+    /// `after_seq`: the copy reflects at least every batch up to it (the replica answers once
+    /// it executed that far; 0 = now).
+    SnapshotRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
     /// Node → requester: one piece of a snapshot; the last one has `end` set.
     SnapshotChunk(SnapshotChunk),
     /// Primary's node → backup's node (passive modes): the log records batch `seq` produced,
@@ -389,6 +391,18 @@ pub enum Message {
     /// The answer to a [`Message::ReplicaRead`]: the outcome against the replica's state after
     /// batch `seq`; `possibly_stale` when the replica is a backup that may lag its primary.
     ReplicaReadReply { request_id: u64, partition: PartitionId, seq: Seq, possibly_stale: bool, outcome: TxnOutcome },
+    /// Node → coordinator (a restarted node, `glass node --rejoin`): let me rejoin
+    /// `partition`.
+    RejoinRequest { partition: PartitionId },
+    /// Coordinator → rejoining node: copy the partition from `source` as of batch
+    /// `from_seq - 1` or later; every batch from `from_seq` on is sent to you too — hold them
+    /// until the copy is installed.
+    RejoinPlan { partition: PartitionId, source: NodeId, from_seq: Seq },
+    /// Coordinator → rejoining node: not now, and why.
+    RejoinRefused { partition: PartitionId, reason: String },
+    /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
+    /// every batch held since has executed: count me as live.
+    Rejoined { partition: PartitionId, snapshot_seq: Seq },
 }
 
 impl Message {
@@ -416,6 +430,10 @@ impl Message {
             Message::ShipAck { .. } => "ShipAck",
             Message::ReplicaRead { .. } => "ReplicaRead",
             Message::ReplicaReadReply { .. } => "ReplicaReadReply",
+            Message::RejoinRequest { .. } => "RejoinRequest",
+            Message::RejoinPlan { .. } => "RejoinPlan",
+            Message::RejoinRefused { .. } => "RejoinRefused",
+            Message::Rejoined { .. } => "Rejoined",
         }
     }
 }

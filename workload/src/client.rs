@@ -269,9 +269,21 @@ pub async fn snapshot_into(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, ClientError> {
+    snapshot_after(link, partition, 0, db, skip).await
+}
+
+/// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
+/// rejoining node asks for).
+pub async fn snapshot_after(
+    link: &mut Link,
+    partition: PartitionId,
+    after_seq: Seq,
+    db: &mut LeanDb,
+    skip: &[TableId],
+) -> Result<SnapshotInfo, ClientError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 2_000;
-    link.send(&Message::SnapshotRequest { request_id, partition }).await?;
+    link.send(&Message::SnapshotRequest { request_id, partition, after_seq }).await?;
     let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
     let mut next_index = 0u32;
     let mut info =

@@ -75,14 +75,20 @@ pub struct FailoverReport {
     pub timeline: Vec<TimelinePoint>,
 }
 
+/// How long after the kill a pause may begin and still count as the kill's: batches whose
+/// results all arrived before the kill still commit just after it.
+pub const PAUSE_START_AFTER_KILL_MAX: Duration = Duration::from_millis(200);
+
 /// The unavailability of each partition around `kill` (offset from the run's start), from
 /// the pauses between commits its terminals saw (`gaps[p]`: (start, end) offsets); `gap_min`
-/// is the shortest pause recorded.
+/// is the shortest pause recorded. A pause counts when it spans the kill or begins at most
+/// [`PAUSE_START_AFTER_KILL_MAX`] after it.
 pub fn outages(gaps: &[Vec<(Duration, Duration)>], kill: Duration, gap_min: Duration) -> Vec<PartitionOutage> {
     gaps.iter()
         .enumerate()
         .map(|(i, g)| {
-            let end = g.iter().filter(|(s, e)| *s <= kill && *e > kill).map(|(_, e)| *e).max();
+            let end =
+                g.iter().filter(|(s, e)| *s <= kill + PAUSE_START_AFTER_KILL_MAX && *e > kill).map(|(_, e)| *e).max();
             PartitionOutage {
                 partition: i as u16 + 1,
                 unavailability_ms: end.map(|e| (e - kill).as_secs_f64() * 1e3),
