@@ -103,7 +103,7 @@ enum Work {
     /// A tool's digest or snapshot request; replies go to `reply`.
     Tool { msg: Message, reply: mpsc::Sender<Message> },
     /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
-    Install(Result<(engine::LeanDb, workload::client::SnapshotInfo), String>),
+    Install(Box<Result<(engine::LeanDb, workload::client::SnapshotInfo), String>>),
     /// Finish: the node is shutting down.
     Stop,
 }
@@ -563,38 +563,41 @@ impl Executor {
                         let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
                     }
                 }
-                Work::Install(Err(e)) => {
-                    let Some((source, from_seq)) = plan else { continue };
-                    if attempts >= REJOIN_FETCH_ATTEMPTS {
-                        error!(partition = pid, attempts, error = %e, "could not copy the partition; giving up");
-                        self.refuse_all(inbox, "the rejoin could not copy the partition");
-                        return None;
+                Work::Install(fetched) => match *fetched {
+                    Err(e) => {
+                        let Some((source, from_seq)) = plan else { continue };
+                        if attempts >= REJOIN_FETCH_ATTEMPTS {
+                            error!(partition = pid, attempts, error = %e, "could not copy the partition; giving up");
+                            self.refuse_all(inbox, "the rejoin could not copy the partition");
+                            return None;
+                        }
+                        warn!(partition = pid, attempt = attempts, error = %e, "copy rejected; fetching it again");
+                        attempts += 1;
+                        std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
+                        self.fetch(source, from_seq.saturating_sub(1));
                     }
-                    warn!(partition = pid, attempt = attempts, error = %e, "copy rejected; fetching it again");
-                    attempts += 1;
-                    std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
-                    self.fetch(source, from_seq.saturating_sub(1));
-                }
-                Work::Install(Ok((db, info))) => {
-                    info!(
-                        partition = pid,
-                        seq = info.seq,
-                        rows = info.rows,
-                        mib = info.bytes as f64 / (1 << 20) as f64,
-                        held = held.len(),
-                        "copy installed; executing the batches held"
-                    );
-                    let mut replica = Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max);
-                    for msg in held.drain(..) {
-                        self.on_coordinator(&mut replica, msg);
+                    Ok((db, info)) => {
+                        info!(
+                            partition = pid,
+                            seq = info.seq,
+                            rows = info.rows,
+                            mib = info.bytes as f64 / (1 << 20) as f64,
+                            held = held.len(),
+                            "copy installed; executing the batches held"
+                        );
+                        let mut replica = Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max);
+                        for msg in held.drain(..) {
+                            self.on_coordinator(&mut replica, msg);
+                        }
+                        let digest = replica.state_digest();
+                        self.shared.load.send_replace(LoadState::Ready { digest });
+                        self.publish(&mut replica);
+                        let _ = self
+                            .to_coordinator
+                            .blocking_send(Message::Rejoined { partition: pid, snapshot_seq: info.seq });
+                        return Some(replica);
                     }
-                    let digest = replica.state_digest();
-                    self.shared.load.send_replace(LoadState::Ready { digest });
-                    self.publish(&mut replica);
-                    let _ =
-                        self.to_coordinator.blocking_send(Message::Rejoined { partition: pid, snapshot_seq: info.seq });
-                    return Some(replica);
-                }
+                },
             }
         }
         None
@@ -610,10 +613,11 @@ impl Executor {
                 .build()
                 .map_err(|e| e.to_string())
                 .and_then(|rt| rt.block_on(fetch_copy(&config, me, source, pid, after_seq)));
-            let _ = inbox.blocking_send(Work::Install(result));
+            let _ = inbox.blocking_send(Work::Install(Box::new(result)));
         });
         if let Err(e) = spawned {
-            let _ = self.self_inbox.try_send(Work::Install(Err(format!("cannot start the fetch thread: {e}"))));
+            let _ =
+                self.self_inbox.try_send(Work::Install(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
         }
     }
 
