@@ -148,6 +148,29 @@ impl<T> Agreement<T> {
         Agreement { partition, live, pending: VecDeque::new(), next_seq: 1, stopped: false }
     }
 
+    /// A tracker for `partition` over `replicas` whose next batch is `next_seq` (a promoted
+    /// primary's, continuing its predecessor's numbering).
+    pub fn starting_at(
+        partition: PartitionId,
+        replicas: impl IntoIterator<Item = NodeId>,
+        next_seq: Seq,
+    ) -> Agreement<T> {
+        let mut a = Agreement::new(partition, replicas);
+        a.next_seq = next_seq;
+        a
+    }
+
+    /// Takes every batch sent and not decided, in order: (sequence number, transactions with
+    /// their tags, whether it asked for a digest). The tracker keeps its numbering.
+    pub fn take_pending(&mut self) -> Vec<(Seq, Vec<(Timestamp, T)>, bool)> {
+        self.pending.drain(..).map(|b| (b.seq, b.txns, b.digest_after)).collect()
+    }
+
+    /// The sequence number the next batch sent must carry.
+    pub fn next_seq(&self) -> Seq {
+        self.next_seq
+    }
+
     /// The live replicas, sorted: those a batch is sent to.
     pub fn live(&self) -> &[NodeId] {
         &self.live

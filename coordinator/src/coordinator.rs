@@ -108,6 +108,19 @@ pub enum Event {
         source: NodeId,
         from_seq: Seq,
     },
+    /// A passive partition's primary failed; `backup` is asked to take over.
+    Promoting {
+        partition: PartitionId,
+        backup: NodeId,
+        first_unanswered: Seq,
+    },
+    /// The backup took over as primary.
+    Promoted {
+        partition: PartitionId,
+        primary: NodeId,
+        applied_seq: Seq,
+        next_seq: Seq,
+    },
     /// A rejoining node is a live replica again.
     Rejoined {
         partition: PartitionId,
@@ -130,6 +143,7 @@ impl Event {
                 | Event::PartitionStopped { .. }
                 | Event::NodeDown { .. }
                 | Event::PartitionUnavailable { .. }
+                | Event::Promoting { .. }
                 | Event::LoadFailed { .. }
         )
     }
@@ -161,6 +175,14 @@ impl fmt::Display for Event {
                     "node {node} is a live replica of partition {partition} again (copy as of batch {snapshot_seq})"
                 )
             }
+            Event::Promoting { partition, backup, first_unanswered } => write!(
+                f,
+                "partition {partition}'s primary failed: promoting node {backup} (first unanswered batch {first_unanswered})"
+            ),
+            Event::Promoted { partition, primary, applied_seq, next_seq } => write!(
+                f,
+                "node {primary} is partition {partition}'s primary (applied through batch {applied_seq}, executes from {next_seq})"
+            ),
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
         }
     }
@@ -178,6 +200,11 @@ pub enum Phase {
     },
     /// No live replica.
     Unavailable,
+    /// Passive modes: the primary failed and `backup` is being promoted; requests wait
+    /// outside (answered "not ready") until it answers.
+    Promoting {
+        backup: NodeId,
+    },
 }
 
 /// A partition's state, for status displays.
@@ -205,6 +232,10 @@ struct Partition {
     /// Nodes rejoining (active-active): they receive every batch from the `Seq` on and
     /// count once they report `Rejoined`.
     joining: Vec<(NodeId, Seq)>,
+    /// Passive modes: the batches sent to the primary and not yet answered, kept so a
+    /// promoted backup can execute those it never received.
+    unanswered: std::collections::VecDeque<wire::messages::Batch>,
+    passive: bool,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
@@ -254,6 +285,8 @@ impl Coordinator {
                     agreement: Agreement::new(p.id, executing.iter().copied()),
                     backups: if passive { p.replicas[1..].to_vec() } else { Vec::new() },
                     joining: Vec::new(),
+                    unanswered: std::collections::VecDeque::new(),
+                    passive,
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                 };
@@ -377,6 +410,11 @@ impl Coordinator {
         match msg {
             Message::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
             Message::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
+            Message::Promoted { partition, applied_seq, next_seq } => {
+                if let Some(p) = self.partitions.get_mut(&partition) {
+                    p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
+                }
+            }
             Message::Results(results) => self.on_results(from, results, &mut out),
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
@@ -610,6 +648,7 @@ impl Partition {
                 Some(Rejection::PartitionStopped { partition: self.id, reason: reason.clone() })
             }
             Phase::Unavailable => Some(Rejection::NoLiveReplica { partition: self.id }),
+            Phase::Promoting { .. } => Some(Rejection::NotReady { partition: self.id }),
         }
     }
 
@@ -620,7 +659,104 @@ impl Partition {
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         self.agreement.sent(batch.seq, txns, batch.digest_after);
         let nodes = self.agreement.live().iter().copied().chain(self.joining.iter().map(|(n, _)| *n)).collect();
+        if self.passive {
+            self.unanswered.push_back(batch.clone());
+        }
         out.push(Output::ToNodes { nodes, msg: Message::Batch(batch) });
+    }
+
+    /// Passive modes, the primary failed: asks the first live backup to become the primary.
+    /// (In sync shipping every live backup applied every answered batch, so any of them
+    /// holds every acknowledged transaction.) With no backup left, the partition is
+    /// unavailable.
+    fn promote_next(&mut self, out: &mut Vec<Output>) {
+        let Some(&backup) = self.backups.first() else {
+            let unanswered: Vec<ClientRef> = self
+                .agreement
+                .take_pending()
+                .into_iter()
+                .flat_map(|(_, txns, _)| txns.into_iter().map(|(_, t)| t))
+                .collect();
+            self.unanswered.clear();
+            self.phase = Phase::Unavailable;
+            self.reject_all(unanswered, Rejection::NoLiveReplica { partition: self.id }, out);
+            out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
+            return;
+        };
+        let first_unanswered = self.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
+        self.phase = Phase::Promoting { backup };
+        out.push(Output::Event(Event::Promoting { partition: self.id, backup, first_unanswered }));
+        out.push(Output::ToNodes {
+            nodes: vec![backup],
+            msg: Message::Promote { partition: self.id, first_unanswered },
+        });
+    }
+
+    /// The promoted backup applied everything up to `applied_seq` and executes from
+    /// `next_seq`: the batches before that no client heard about are answered "outcome
+    /// unknown" (they took effect without a result); the rest are sent to the new primary.
+    fn on_promoted(&mut self, from: NodeId, applied_seq: Seq, next_seq: Seq, epoch: &mut u64, out: &mut Vec<Output>) {
+        if self.phase != (Phase::Promoting { backup: from }) {
+            out.push(Output::Event(Event::Ignored { node: from, what: "Promoted, not asked".into() }));
+            return;
+        }
+        let pending = self.agreement.take_pending();
+        let mut tags: BTreeMap<Seq, Vec<(Timestamp, ClientRef)>> =
+            pending.into_iter().map(|(seq, txns, _)| (seq, txns)).collect();
+        self.agreement = Agreement::starting_at(self.id, [from], next_seq);
+        self.backups.retain(|&b| b != from);
+        let mut unknown = 0usize;
+        for batch in std::mem::take(&mut self.unanswered) {
+            let txns = tags.remove(&batch.seq).unwrap_or_default();
+            if batch.seq < next_seq {
+                unknown += txns.len();
+                for (ts, tag) in txns {
+                    out.push(Output::Reply {
+                        client: tag.client,
+                        reply: ClientReply {
+                            request_id: tag.request_id,
+                            result: ClientResult::OutcomeUnknown {
+                                ts,
+                                reason: format!(
+                                    "the primary failed; batch {} reached the new primary without its result",
+                                    batch.seq
+                                ),
+                            },
+                        },
+                    });
+                }
+                if let Some(waiters) = self.digest_waiters.remove(&batch.seq) {
+                    self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
+                }
+            } else {
+                self.agreement.sent(batch.seq, txns, batch.digest_after);
+                self.unanswered.push_back(batch.clone());
+                out.push(Output::ToNodes { nodes: vec![from], msg: Message::Batch(batch) });
+            }
+        }
+        self.sequencer.complete(unknown);
+        self.phase = Phase::Serving;
+        *epoch += 1;
+        let live: Vec<NodeId> = self.members().collect();
+        out.push(Output::ToNodes {
+            nodes: live.clone(),
+            msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+        });
+        out.push(Output::Event(Event::Promoted { partition: self.id, primary: from, applied_seq, next_seq }));
+    }
+
+    /// Answers digest requesters with `rejection`.
+    fn reject_waiters(&self, waiters: Vec<ClientRef>, rejection: Rejection, out: &mut Vec<Output>) {
+        for w in waiters {
+            out.push(Output::ToClient {
+                client: w.client,
+                msg: Message::DigestReply {
+                    request_id: w.request_id,
+                    partition: self.id,
+                    outcome: DigestOutcome::Rejected(rejection.clone()),
+                },
+            });
+        }
     }
 
     /// Serves once every live replica loaded, if their load digests agree.
@@ -643,6 +779,19 @@ impl Partition {
 
     fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
         self.backups.retain(|&b| b != node);
+        if let Phase::Promoting { backup } = self.phase {
+            if backup == node {
+                // The backup being promoted failed too: try the next, if any.
+                self.phase = Phase::Serving;
+                self.promote_next(out);
+                return;
+            }
+        }
+        let primary_failed = self.passive && self.agreement.live() == [node];
+        if primary_failed && self.phase == Phase::Serving && !self.backups.is_empty() {
+            self.promote_next(out);
+            return;
+        }
         let verdicts =
             if self.agreement.live().contains(&node) { self.agreement.replica_down(node) } else { Vec::new() };
         self.loaded.remove(&node);
@@ -675,6 +824,9 @@ impl Partition {
     fn apply(&mut self, verdict: Verdict<ClientRef>, out: &mut Vec<Output>) {
         match verdict {
             Verdict::Agreed(batch) => {
+                while self.unanswered.front().is_some_and(|b| b.seq <= batch.seq) {
+                    self.unanswered.pop_front();
+                }
                 self.sequencer.complete(batch.answers.len());
                 for (tag, ts, outcome) in batch.answers {
                     let result = match outcome {

@@ -497,6 +497,7 @@ impl Core {
                         Phase::Serving => "serving".to_string(),
                         Phase::Stopped { reason } => format!("stopped: {reason}"),
                         Phase::Unavailable => "unavailable".to_string(),
+                        Phase::Promoting { backup } => format!("promoting node {backup}"),
                     },
                     load: None,
                     replicas: p.live_replicas,

@@ -166,6 +166,12 @@ impl FullStack {
         self.db.apply_shipped_log(records).map(|_| ()).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
     }
 
+    /// A transaction-consistent checkpoint (a promoted backup's first act: its own log then
+    /// starts from the state it replayed).
+    pub fn checkpoint(&self) -> Result<(), ReplicaError> {
+        self.db.checkpoint().map_err(|e| ReplicaError::FullStack { what: format!("checkpoint: {e}") })
+    }
+
     /// The executor thread's session (digests, snapshots, reads).
     pub fn session(&mut self) -> &mut Session {
         &mut self.session

@@ -834,6 +834,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }
             | Message::RejoinRefused { partition, .. }
+            | Message::Promote { partition, .. }
             | Message::DigestRequest { partition, .. } => Some(*partition),
             Message::Heartbeat { .. } => None,
             Message::Shutdown { reason } => {

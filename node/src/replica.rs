@@ -262,6 +262,10 @@ impl Replica {
                 }
                 Ok(Vec::new())
             }
+            Message::Promote { partition, first_unanswered } => {
+                self.check_partition(partition)?;
+                Ok(vec![self.promote(first_unanswered)?])
+            }
             Message::Heartbeat { .. } => Ok(Vec::new()),
             _ => Err(ReplicaError::Unexpected { what: "this message" }),
         }
@@ -373,6 +377,29 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         Ok(shipment.seq)
+    }
+
+    /// A backup whose primary failed takes over: it has applied every shipment it received
+    /// (they are applied in order as they arrive); it executes from the first batch no
+    /// client was answered for, or after what it applied. Shipments held ahead of a gap are
+    /// dropped (the coordinator sends their batches again). A full-stack backup first
+    /// checkpoints, so its own log starts from the state it replayed. A promoted backup
+    /// ships to no one (this build promotes in partitions of two replicas).
+    pub fn promote(&mut self, first_unanswered: Seq) -> Result<Message, ReplicaError> {
+        if self.role != ReplicaRole::Backup {
+            return Err(ReplicaError::Unexpected { what: "a promotion (only a backup is promoted)" });
+        }
+        if let Some(reason) = &self.stopped {
+            return Err(ReplicaError::Stopped { reason: reason.clone() });
+        }
+        if let Store::Full(f) = &mut self.db {
+            f.checkpoint()?;
+        }
+        let applied_seq = self.applied_seq();
+        self.waiting_shipments.clear();
+        self.next_seq = (applied_seq + 1).max(first_unanswered);
+        self.role = ReplicaRole::Replica;
+        Ok(Message::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
     }
 
     /// Runs a read-only transaction against the current state (a replica read); anything else

@@ -190,6 +190,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     let handle = rt.handle().clone();
     let killer_client = client.clone();
     let path_for_restart = path.clone();
+    let passive = config.mode.is_passive();
     let killer = std::thread::spawn(move || {
         let mut ev = Events::default();
         std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
@@ -200,14 +201,24 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
             return ev;
         }
         ev.killed = Some(Instant::now());
-        ev.detected = handle.block_on(wait_live(&killer_client, victim, false, run_end));
+        // Detected: the coordinator no longer counts the node, or is promoting a backup.
+        ev.detected = handle.block_on(wait_status(&killer_client, victim, run_end, |p| {
+            !p.replicas.contains(&victim) || p.phase.starts_with("promoting")
+        }));
+        if passive {
+            // Promoted: serving again without the node.
+            ev.recovered = handle.block_on(wait_status(&killer_client, victim, run_end, |p| {
+                !p.replicas.contains(&victim) && p.phase == "serving"
+            }));
+        }
         if let Some(after) = restart_after {
             std::thread::sleep((ev.killed.unwrap() + after).saturating_duration_since(Instant::now()));
             match Cluster::open(&path_for_restart).and_then(|c| c.restart_node(victim, &["--rejoin"])) {
                 Ok(child) => {
                     ev.restarted = Some(Instant::now());
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
-                    ev.recovered = handle.block_on(wait_live(&killer_client, victim, true, run_end));
+                    ev.recovered =
+                        handle.block_on(wait_status(&killer_client, victim, run_end, |p| p.replicas.contains(&victim)));
                 }
                 Err(e) => ev.error = Some(format!("cannot restart node {victim}: {e:#}")),
             }
@@ -254,8 +265,17 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
-        recovery_ms: ev.restarted.and_then(|r| since(ev.recovered, r)),
-        recovery: if ev.restarted.is_some() { "rejoin" } else { "none" }.to_string(),
+        recovery_ms: match (ev.restarted, config.mode.is_passive()) {
+            (Some(r), _) => since(ev.recovered, r),
+            (None, true) => since(ev.recovered, killed),
+            (None, false) => None,
+        },
+        recovery: match (ev.restarted.is_some(), config.mode.is_passive()) {
+            (true, _) => "rejoin",
+            (false, true) => "promotion",
+            (false, false) => "none",
+        }
+        .to_string(),
         unavailability_ms: partitions.iter().filter_map(|p| p.unavailability_ms).reduce(f64::max),
         partitions,
         txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,
@@ -290,10 +310,15 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Polls the coordinator until node `node` is (`live`) or is not (`!live`) among the live
-/// replicas of every partition it holds; `None` if that does not happen before `until`.
-async fn wait_live(client: &ClusterClient, node: NodeId, live: bool, until: Instant) -> Option<Instant> {
-    let holds: Vec<u16> = client.config().partitions_on_node(node).map(|p| p.id).collect();
+/// Polls the coordinator until `holds(partition report)` is true of every partition node
+/// `node` holds; `None` if that does not happen before `until`.
+async fn wait_status(
+    client: &ClusterClient,
+    node: NodeId,
+    until: Instant,
+    holds: impl Fn(&wire::messages::PartitionReport) -> bool,
+) -> Option<Instant> {
+    let mine: Vec<u16> = client.config().partitions_on_node(node).map(|p| p.id).collect();
     let mut link = None;
     while Instant::now() < until {
         if link.is_none() {
@@ -302,12 +327,8 @@ async fn wait_live(client: &ClusterClient, node: NodeId, live: bool, until: Inst
         if let Some(l) = link.as_mut() {
             match client::status(l).await {
                 Ok(st) => {
-                    let ok = holds.iter().all(|pid| {
-                        st.partitions
-                            .iter()
-                            .find(|p| p.partition == *pid)
-                            .is_some_and(|p| p.replicas.contains(&node) == live)
-                    });
+                    let ok =
+                        mine.iter().all(|pid| st.partitions.iter().find(|p| p.partition == *pid).is_some_and(&holds));
                     if ok {
                         return Some(Instant::now());
                     }

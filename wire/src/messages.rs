@@ -298,6 +298,9 @@ pub enum ClientResult {
     Busy { partition: PartitionId },
     /// Refused without executing.
     Rejected(Rejection),
+    /// The transaction may or may not have committed: the primary that executed it failed
+    /// before answering, and its effect reached the promoted backup without its result.
+    OutcomeUnknown { ts: Timestamp, reason: String },
 }
 
 /// The answer to one [`ClientRequest`].
@@ -403,6 +406,13 @@ pub enum Message {
     /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
     /// every batch held since has executed: count me as live.
     Rejoined { partition: PartitionId, snapshot_seq: Seq },
+    /// Coordinator → a backup's node (passive modes, its primary failed): become the primary
+    /// once every shipment received is applied. `first_unanswered` is the first batch no
+    /// client was answered for; the new primary continues from it or after what it applied.
+    Promote { partition: PartitionId, first_unanswered: Seq },
+    /// Promoted backup → coordinator: it applied every batch up to `applied_seq` and executes
+    /// from `next_seq` on.
+    Promoted { partition: PartitionId, applied_seq: Seq, next_seq: Seq },
 }
 
 impl Message {
@@ -434,6 +444,8 @@ impl Message {
             Message::RejoinPlan { .. } => "RejoinPlan",
             Message::RejoinRefused { .. } => "RejoinRefused",
             Message::Rejoined { .. } => "Rejoined",
+            Message::Promote { .. } => "Promote",
+            Message::Promoted { .. } => "Promoted",
         }
     }
 }

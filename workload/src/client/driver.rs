@@ -486,6 +486,12 @@ impl Terminal {
                 }
             }
             ClientResult::Failed { ts, reason } => self.failure(format!("{} failed at {ts}: {reason}", p.kind.name())),
+            ClientResult::OutcomeUnknown { .. } if self.outages => {
+                self.shared.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            ClientResult::OutcomeUnknown { ts, reason } => {
+                self.failure(format!("{} outcome unknown at {ts}: {reason}", p.kind.name()))
+            }
             ClientResult::Rejected(
                 Rejection::NoLiveReplica { .. } | Rejection::PartitionStopped { .. } | Rejection::NotReady { .. },
             ) if self.outages => {
