@@ -115,6 +115,10 @@ pub enum Ignored {
     Stopped,
 }
 
+/// A batch taken back from the tracker: (sequence number, transactions with their tags,
+/// whether it asked for a digest).
+pub type TakenBatch<T> = (Seq, Vec<(Timestamp, T)>, bool);
+
 #[derive(Debug)]
 struct PendingBatch<T> {
     seq: Seq,
@@ -162,7 +166,7 @@ impl<T> Agreement<T> {
 
     /// Takes every batch sent and not decided, in order: (sequence number, transactions with
     /// their tags, whether it asked for a digest). The tracker keeps its numbering.
-    pub fn take_pending(&mut self) -> Vec<(Seq, Vec<(Timestamp, T)>, bool)> {
+    pub fn take_pending(&mut self) -> Vec<TakenBatch<T>> {
         self.pending.drain(..).map(|b| (b.seq, b.txns, b.digest_after)).collect()
     }
 
