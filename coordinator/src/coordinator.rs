@@ -915,16 +915,7 @@ impl Partition {
             });
         }
         for (_, waiters) in std::mem::take(&mut self.digest_waiters) {
-            for w in waiters {
-                out.push(Output::ToClient {
-                    client: w.client,
-                    msg: Message::DigestReply {
-                        request_id: w.request_id,
-                        partition: self.id,
-                        outcome: DigestOutcome::Rejected(rejection.clone()),
-                    },
-                });
-            }
+            self.reject_waiters(waiters, rejection.clone(), out);
         }
     }
 }

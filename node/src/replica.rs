@@ -287,9 +287,27 @@ impl Replica {
         }
         self.check_partition(batch.partition)?;
         let seq = batch.seq;
+        let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(Vec::new()) };
+        let mut out = vec![self.run(batch)?];
+        while let Some(next) = self.waiting.remove(&self.next_seq) {
+            out.push(self.run(next)?);
+        }
+        Ok(out)
+    }
+
+    /// The ordering rule batches and shipments share: `item` numbered `seq` is returned when it
+    /// is the next to run; a duplicate of one run or held is dropped; one ahead of a gap is
+    /// held in `held(self)` (at most `pending_batches_max` ahead); a different item under a
+    /// number already held stops the replica.
+    fn in_order<T: PartialEq>(
+        &mut self,
+        seq: Seq,
+        item: T,
+        held: impl Fn(&mut Self) -> &mut BTreeMap<Seq, T>,
+    ) -> Result<Option<T>, ReplicaError> {
         if seq < self.next_seq {
             self.stats.duplicate_batches += 1;
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if seq - self.next_seq >= self.pending_batches_max as u64 {
             return Err(ReplicaError::TooFarAhead {
@@ -298,22 +316,18 @@ impl Replica {
                 pending_batches_max: self.pending_batches_max,
             });
         }
-        if seq > self.next_seq {
-            match self.waiting.get(&seq) {
-                Some(held) if *held == batch => self.stats.duplicate_batches += 1,
-                Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
-                None => {
-                    self.stats.batches_waited += 1;
-                    self.waiting.insert(seq, batch);
-                }
+        if seq == self.next_seq {
+            return Ok(Some(item));
+        }
+        match held(self).get(&seq) {
+            Some(h) if *h == item => self.stats.duplicate_batches += 1,
+            Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
+            None => {
+                self.stats.batches_waited += 1;
+                held(self).insert(seq, item);
             }
-            return Ok(Vec::new());
         }
-        let mut out = vec![self.run(batch)?];
-        while let Some(next) = self.waiting.remove(&self.next_seq) {
-            out.push(self.run(next)?);
-        }
-        Ok(out)
+        Ok(None)
     }
 
     /// A backup takes a shipment; returns the sequence numbers it applied, in order (none when
@@ -327,28 +341,9 @@ impl Replica {
         }
         self.check_partition(shipment.partition)?;
         let seq = shipment.seq;
-        if seq < self.next_seq {
-            self.stats.duplicate_batches += 1;
+        let Some(shipment) = self.in_order(seq, shipment, |r| &mut r.waiting_shipments)? else {
             return Ok(Vec::new());
-        }
-        if seq - self.next_seq >= self.pending_batches_max as u64 {
-            return Err(ReplicaError::TooFarAhead {
-                seq,
-                next_seq: self.next_seq,
-                pending_batches_max: self.pending_batches_max,
-            });
-        }
-        if seq > self.next_seq {
-            match self.waiting_shipments.get(&seq) {
-                Some(held) if *held == shipment => self.stats.duplicate_batches += 1,
-                Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
-                None => {
-                    self.stats.batches_waited += 1;
-                    self.waiting_shipments.insert(seq, shipment);
-                }
-            }
-            return Ok(Vec::new());
-        }
+        };
         let mut applied = vec![self.apply(shipment)?];
         while let Some(next) = self.waiting_shipments.remove(&self.next_seq) {
             applied.push(self.apply(next)?);

@@ -183,6 +183,22 @@ impl Cluster {
         Ok(Cluster { path, config })
     }
 
+    /// A cluster derived from another's description (another mode or placement) with
+    /// `config.run_dir` as its own, emptied, run directory; its `cluster.toml` is written
+    /// there, headed by `note`.
+    pub fn derived(config: &ClusterConfig, note: &str) -> Result<Cluster> {
+        config.validate()?;
+        let dir = &config.run_dir;
+        if dir.exists() {
+            fs::remove_dir_all(dir).with_context(|| format!("empty {}", dir.display()))?;
+        }
+        fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        let path = dir.join("cluster.toml");
+        let text = format!("# {note}\n{}", toml::to_string(config).context("write the derived cluster.toml")?);
+        fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+        Cluster::open(&path)
+    }
+
     pub fn client(&self) -> ClusterClient {
         ClusterClient::new(self.config.clone(), TOOL_CLIENT_ID)
     }

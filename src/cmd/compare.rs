@@ -206,19 +206,13 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
 
 /// Starts the plan's cluster, measures, checks, stops it; returns its row.
 fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
-    if plan.dir.exists() {
-        std::fs::remove_dir_all(&plan.dir).with_context(|| format!("empty {}", plan.dir.display()))?;
-    }
-    std::fs::create_dir_all(&plan.dir).with_context(|| format!("create {}", plan.dir.display()))?;
-    let path = plan.dir.join("cluster.toml");
-    let text = format!(
-        "# Derived by `glass compare` from the cluster it was given: mode {}, {} replicas.\n{}",
+    let note = format!(
+        "Derived by `glass compare` from the cluster it was given: mode {}, {} replicas.",
         plan.mode,
-        plan.config.replication_factor(),
-        toml::to_string(&plan.config).context("write the derived cluster.toml")?
+        plan.config.replication_factor()
     );
-    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
-    let cluster = Cluster::open(&path)?;
+    let cluster = Cluster::derived(&plan.config, &note)?;
+    let path = cluster.path.clone();
     let t0 = Instant::now();
     let children = match cluster.up(!quiet)? {
         Up::Started(children) => children,

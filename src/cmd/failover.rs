@@ -137,15 +137,8 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     }
     let dir = config.run_dir.join("failover").join(config.mode.name());
     config.run_dir = dir.clone();
-    config.validate()?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).with_context(|| format!("empty {}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    let path = dir.join("cluster.toml");
-    let text = format!("# Derived by `glass failover`.\n{}", toml::to_string(&config)?);
-    std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
-    let cluster = Cluster::open(&path)?;
+    let cluster = Cluster::derived(&config, "Derived by `glass failover`.")?;
+    let path = cluster.path.clone();
 
     let warehouses = usize::from(config.warehouses_total());
     let cfg = DriverConfig {
