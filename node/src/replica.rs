@@ -266,6 +266,11 @@ impl Replica {
                 self.check_partition(partition)?;
                 Ok(vec![self.promote(first_unanswered)?])
             }
+            // A rejoin's late or duplicated answer, once the replica is installed: nothing to do.
+            Message::RejoinPlan { partition, .. } | Message::RejoinRefused { partition, .. } => {
+                self.check_partition(partition)?;
+                Ok(Vec::new())
+            }
             Message::Heartbeat { .. } => Ok(Vec::new()),
             _ => Err(ReplicaError::Unexpected { what: "this message" }),
         }

@@ -246,7 +246,8 @@ fn row_size(table: TableId) -> usize {
     }
 }
 
-fn insert_table(db: &mut LeanDb, table: TableId, bytes: &[u8]) -> Result<(), String> {
+/// Inserts the rows of one snapshot chunk of `table` (fixed-width Pod rows, back to back).
+pub fn insert_table(db: &mut LeanDb, table: TableId, bytes: &[u8]) -> Result<(), String> {
     match table {
         TableId::Warehouse => insert_rows::<t::Warehouses>(db, bytes),
         TableId::District => insert_rows::<t::Districts>(db, bytes),
