@@ -48,6 +48,9 @@ enum To {
     Node(NodeId),
 }
 
+/// A rejoining replica: its plan (source, first batch sent to it) and the batches held.
+type Joiner = (Option<(NodeId, Seq)>, Vec<Message>);
+
 /// The simulated cluster and its network.
 struct Sim {
     rng: Rng,
@@ -60,7 +63,7 @@ struct Sim {
     crashed: Vec<NodeId>,
     /// Replicas of restarted nodes rejoining: the plan (source, first batch sent to them)
     /// once the coordinator sent it, and the batches held meanwhile.
-    joiners: BTreeMap<(NodeId, PartitionId), (Option<(NodeId, Seq)>, Vec<Message>)>,
+    joiners: BTreeMap<(NodeId, PartitionId), Joiner>,
     pending_max: usize,
     /// Percent of deliveries that leave a copy behind (a duplicate).
     duplicate_pct: u64,
