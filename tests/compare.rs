@@ -78,14 +78,18 @@ fn compare_runs_every_mode_and_each_run_passes_its_checks() {
 }
 
 /// Async active-passive answers after the primary commits; the backups' lag is measured
-/// (ship-to-acknowledgement delay) and the backups still converge once the run ends.
+/// (ship-to-acknowledgement delay) and the backups still converge once the run ends; with
+/// `--failover` the row gains the failover columns.
 #[test]
 fn async_shipping_measures_the_backups_lag_and_backups_converge() {
     let dir = scratch("compare-async");
     let config = cluster_toml(&dir, "run/certs");
     let _guard = Teardown(config.clone());
     let json = dir.join("a.json");
-    let out = compare(&config, &["--modes", "active-passive", "--shipping", "async", "--json", json.to_str().unwrap()]);
+    let out = compare(
+        &config,
+        &["--modes", "active-passive", "--shipping", "async", "--failover", "--json", json.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let rows = rows(&json);
     assert_eq!(rows.len(), 1);
@@ -94,6 +98,9 @@ fn async_shipping_measures_the_backups_lag_and_backups_converge() {
     assert!(num(r, "backup_lag_ms") > 0.0, "lag measured, not assumed zero: {r}");
     assert_eq!(r["digests_equal"], true, "{r}");
     assert_eq!(r["consistent"], true, "{r}");
+    // `--failover`: the primary killed, the backup promoted; the loss measured.
+    assert!(r["failover_recovery_ms"].as_f64().is_some(), "promoted within the run: {r}");
+    assert!(r["failover_lost"].as_u64().is_some() && r["failover_outcome_unknown"].as_u64().is_some(), "{r}");
 }
 
 /// Impossible flags are refused before anything starts, naming the problem; nothing is

@@ -27,6 +27,7 @@ use workload::gen::{Mix, Profile};
 
 use super::bench_cluster::{measure, Measurement, Sample, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use super::cluster::{runtime, Cluster, Proc, Up};
+use super::failover::{experiment, Experiment};
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
@@ -78,6 +79,12 @@ pub struct CompareArgs {
     /// Draw throughput and latency bars per run into this SVG file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// After each run, a failover run of the same mode: partition 1's first replica (its
+    /// primary in the passive modes) killed with SIGKILL a third into the measured phase;
+    /// adds detection, unavailability, promotion, acknowledged lost and outcome-unknown
+    /// columns (`glass failover --restart-after` measures rejoin).
+    #[arg(long)]
+    pub failover: bool,
     /// Do not print the once-a-second lines of each run.
     #[arg(long)]
     pub quiet: bool,
@@ -167,7 +174,35 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
             if plan.config.replication_factor() == 1 { "" } else { "s" },
             if plan.mode.is_passive() { format!(", {} shipping", plan.config.shipping.name()) } else { String::new() }
         );
-        let row = run_one(plan, &cfg, a.quiet).with_context(|| format!("the {} run", plan.mode))?;
+        let mut row = run_one(plan, &cfg, a.quiet).with_context(|| format!("the {} run", plan.mode))?;
+        if a.failover {
+            let mut config = plan.config.clone();
+            config.run_dir = plan.dir.join("failover");
+            let x = Experiment {
+                victim: config.partitions[0].replicas[0],
+                signal: libc::SIGKILL,
+                at: a.duration / 3.0,
+                restart_after: None,
+                cfg: DriverConfig { outages: true, ..cfg.clone() },
+                quiet: a.quiet,
+            };
+            println!("  failover: SIGKILL node {} at {:.1} s", x.victim, x.at);
+            let f = experiment(&config, &x).with_context(|| format!("the {} failover run", plan.mode))?;
+            print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
+            row.failover_detection_ms = f.detection_ms;
+            row.failover_unavailability_ms = f.unavailability_ms.or(f
+                .partitions
+                .iter()
+                .filter_map(|p| p.unavailability_at_most_ms)
+                .reduce(f64::max));
+            row.failover_recovery_ms = f.recovery_ms;
+            row.failover_lost = Some(f.lost_acknowledged);
+            row.failover_outcome_unknown = Some(f.outcome_unknown);
+            let loss_allowed = plan.mode == Mode::ActivePassive && plan.config.shipping == Shipping::Async;
+            if (f.lost_acknowledged > 0 && !loss_allowed) || !f.digests_equal || !f.consistent {
+                failed.push(format!("{} failover", row.label()));
+            }
+        }
         if !(row.digests_equal && row.consistent && row.replica_reads_consistent != Some(false)) {
             failed.push(row.label());
         }
@@ -296,6 +331,11 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
         replica_reads_consistent: (replicas > 1 && reads_total > 0)
             .then(|| verdict.partitions.iter().all(|p| p.reads_differing == 0)),
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        failover_detection_ms: None,
+        failover_unavailability_ms: None,
+        failover_recovery_ms: None,
+        failover_lost: None,
+        failover_outcome_unknown: None,
         consistent: verdict.consistency.all_passed()
             && verdict.acks_missing.is_empty()
             && verdict.payments_missing.is_empty(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use wire::config::{Mode, Shipping};
+use wire::config::{ClusterConfig, Mode, Shipping};
 use wire::messages::NodeId;
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, BUCKET, GAP_MIN};
@@ -135,11 +135,6 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     for p in [&a.json, &a.svg].into_iter().flatten() {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
     }
-    let dir = config.run_dir.join("failover").join(config.mode.name());
-    config.run_dir = dir.clone();
-    let cluster = Cluster::derived(&config, "Derived by `glass failover`.")?;
-    let path = cluster.path.clone();
-
     let warehouses = usize::from(config.warehouses_total());
     let cfg = DriverConfig {
         profile: Profile::Paper,
@@ -162,7 +157,53 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         a.at,
         a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
     );
-    let children = match cluster.up(!a.quiet)? {
+    config.run_dir = config.run_dir.join("failover").join(config.mode.name());
+    let x = Experiment { victim, signal, at: a.at, restart_after: a.restart_after, cfg, quiet: a.quiet };
+    let r = experiment(&config, &x)?;
+    println!();
+    print!("{r}");
+    if let Some(p) = &a.json {
+        let mut bytes = serde_json::to_vec_pretty(&r)?;
+        bytes.push(b'\n');
+        bench::write_atomic(p, &bytes)?;
+        println!("wrote {}", p.display());
+    }
+    if let Some(p) = &a.svg {
+        report::write_svg(&r, p).map_err(anyhow::Error::msg)?;
+        println!("wrote {}", p.display());
+    }
+    let loss_allowed = config.mode == Mode::ActivePassive && config.shipping == Shipping::Async;
+    if (r.lost_acknowledged > 0 && !loss_allowed) || !r.digests_equal || !r.consistent {
+        eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One failover experiment: which node gets which signal when, whether it is restarted, and
+/// the workload.
+pub struct Experiment {
+    pub victim: NodeId,
+    pub signal: libc::c_int,
+    /// Seconds into the measured phase.
+    pub at: f64,
+    pub restart_after: Option<f64>,
+    pub cfg: DriverConfig,
+    pub quiet: bool,
+}
+
+/// Runs one experiment on a cluster derived from `config` (whose `run_dir` becomes the
+/// experiment's own, emptied first), stopping it however the run ends.
+pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverReport> {
+    let victim = x.victim;
+    let duration_s = match x.cfg.stop {
+        StopAfter::Seconds(s) => s,
+        StopAfter::Transactions(_) => bail!("a failover experiment runs for a time"),
+    };
+    let cluster = Cluster::derived(config, "Derived by `glass failover`.")?;
+    let path = cluster.path.clone();
+
+    let children = match cluster.up(!x.quiet)? {
         Up::Started(c) => c,
         Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
     };
@@ -177,13 +218,14 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         .with_context(|| format!("node {victim} is not running here"))?;
 
     let start = Instant::now();
-    let kill_at = start + Duration::from_secs_f64(a.warmup + a.at);
-    let restart_after = a.restart_after.map(Duration::from_secs_f64);
-    let run_end = start + Duration::from_secs_f64(a.warmup + a.duration);
+    let kill_at = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
+    let restart_after = x.restart_after.map(Duration::from_secs_f64);
+    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
     let handle = rt.handle().clone();
     let killer_client = client.clone();
     let path_for_restart = path.clone();
     let passive = config.mode.is_passive();
+    let signal = x.signal;
     let killer = std::thread::spawn(move || {
         let mut ev = Events::default();
         std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
@@ -218,7 +260,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         }
         ev
     });
-    let measured = measure(&rt, &cluster, &client, &cfg, &local, a.quiet);
+    let measured = measure(&rt, &cluster, &client, &x.cfg, &local, x.quiet);
     let ev = killer.join().map_err(|_| anyhow::anyhow!("the killer thread panicked"))?;
     let Measurement { report: bench_report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps, .. } =
         measured?;
@@ -254,7 +296,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         mode: config.mode.name().to_string(),
         shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
         node: victim,
-        signal: if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
+        signal: if x.signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
@@ -283,24 +325,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         seconds: bench_report.seconds,
         timeline,
     };
-    println!();
-    print!("{r}");
-    if let Some(p) = &a.json {
-        let mut bytes = serde_json::to_vec_pretty(&r)?;
-        bytes.push(b'\n');
-        bench::write_atomic(p, &bytes)?;
-        println!("wrote {}", p.display());
-    }
-    if let Some(p) = &a.svg {
-        report::write_svg(&r, p).map_err(anyhow::Error::msg)?;
-        println!("wrote {}", p.display());
-    }
-    let loss_allowed = config.mode == Mode::ActivePassive && config.shipping == Shipping::Async;
-    if (lost > 0 && !loss_allowed) || !r.digests_equal || !r.consistent {
-        eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(r)
 }
 
 /// Polls the coordinator until `holds(partition report)` is true of every partition node

@@ -83,6 +83,14 @@ pub struct CompareRow {
     pub digests_equal: bool,
     /// The TPC-C consistency conditions (clause 3.3.2) held.
     pub consistent: bool,
+    /// `--failover`: a node killed mid-run (partition 1's first replica: its primary in the
+    /// passive modes): detection, the longest partition unavailability, promotion time,
+    /// acknowledged transactions lost and outcomes unknown. `None` without `--failover`.
+    pub failover_detection_ms: Option<f64>,
+    pub failover_unavailability_ms: Option<f64>,
+    pub failover_recovery_ms: Option<f64>,
+    pub failover_lost: Option<u64>,
+    pub failover_outcome_unknown: Option<u64>,
     /// The run's full bench JSON object (the field names of `glass bench --json`).
     pub bench: serde_json::Value,
 }
@@ -199,7 +207,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 22] = [
+const METRICS: [Metric; 27] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -222,6 +230,11 @@ const METRICS: [Metric; 22] = [
     ("replica reads consistent", |r| opt(r.replica_reads_consistent.map(yes_no))),
     ("replica digests equal", |r| yes_no(r.digests_equal)),
     ("TPC-C consistent", |r| yes_no(r.consistent)),
+    ("failover: detection (ms)", |r| opt(r.failover_detection_ms.map(|v| format!("{v:.0}")))),
+    ("failover: unavailable (ms)", |r| opt(r.failover_unavailability_ms.map(|v| format!("{v:.0}")))),
+    ("failover: promotion (ms)", |r| opt(r.failover_recovery_ms.map(|v| format!("{v:.0}")))),
+    ("failover: acknowledged lost", |r| opt(r.failover_lost.map(|v| v.to_string()))),
+    ("failover: outcome unknown", |r| opt(r.failover_outcome_unknown.map(|v| v.to_string()))),
 ];
 
 /// Gap between columns of the table.
@@ -340,7 +353,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 25] = [
+const CSV_COLUMNS: [Column; 30] = [
     ("mode", |r| r.mode.clone()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -366,6 +379,11 @@ const CSV_COLUMNS: [Column; 25] = [
     ("replica_reads_consistent", |r| csv_opt(&r.replica_reads_consistent)),
     ("digests_equal", |r| r.digests_equal.to_string()),
     ("consistent", |r| r.consistent.to_string()),
+    ("failover_detection_ms", |r| csv_opt(&r.failover_detection_ms)),
+    ("failover_unavailability_ms", |r| csv_opt(&r.failover_unavailability_ms)),
+    ("failover_recovery_ms", |r| csv_opt(&r.failover_recovery_ms)),
+    ("failover_lost", |r| csv_opt(&r.failover_lost)),
+    ("failover_outcome_unknown", |r| csv_opt(&r.failover_outcome_unknown)),
 ];
 
 /// A CSV field, quoted (RFC 4180, section 2) when it holds a comma, a quote or a line break.
@@ -619,6 +637,11 @@ mod tests {
             net_bytes_per_txn: 512.0,
             batch_bytes_per_txn: 300.0,
             disk_bytes: 0,
+            failover_detection_ms: None,
+            failover_unavailability_ms: None,
+            failover_recovery_ms: None,
+            failover_lost: None,
+            failover_outcome_unknown: None,
             log_bytes_per_txn: 300.0,
             fsyncs: 42,
             backup_lag_ms: (shipping == Some("async")).then_some(3.5),
