@@ -4,11 +4,14 @@
 //! replication: a client is answered only when every live replica executed its transaction
 //! and the results agree; divergence stops the partition; every request gets exactly one reply.
 
+mod common;
+use common::{batches, events, replies};
+
 use std::collections::BTreeMap;
 use workload::rng::Rng;
 
 use coordinator::agreement::DivergenceKind;
-use coordinator::{ClientId, Coordinator, Event, Output, Phase};
+use coordinator::{Coordinator, Event, Output, Phase};
 use engine::procedures::*;
 use wire::config::ClusterConfig;
 use wire::messages::*;
@@ -81,33 +84,6 @@ fn execute(batch: &Batch, state: u128) -> Results {
 
 fn request(request_id: u64, input: TxnInput) -> ClientRequest {
     ClientRequest { request_id, input }
-}
-
-fn batches(out: &[Output]) -> Vec<(Vec<NodeId>, Batch)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::Batch(b) } => Some((nodes.clone(), b.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn replies(out: &[Output]) -> Vec<(ClientId, ClientReply)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Reply { client, reply } => Some((*client, reply.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn events(out: &[Output]) -> Vec<Event> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Event(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A coordinator whose two partitions are loaded on both nodes.

@@ -8,8 +8,11 @@
 //! The committed cluster.toml places partition 1 on nodes [1, 2] and partition 2 on [2, 1], so
 //! node 1 is partition 1's primary and node 2 partition 2's.
 
+mod common;
+use common::{batches, events, replies};
+
 use coordinator::agreement::DivergenceKind;
-use coordinator::{ClientId, Coordinator, Event, Output, Phase};
+use coordinator::{Coordinator, Event, Output, Phase};
 use engine::procedures::*;
 use wire::config::{ClusterConfig, Mode};
 use wire::messages::*;
@@ -65,33 +68,6 @@ fn results(batch: &Batch) -> Message {
         })
         .collect();
     Message::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
-}
-
-fn batches(out: &[Output]) -> Vec<(Vec<NodeId>, Batch)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::Batch(b) } => Some((nodes.clone(), b.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn replies(out: &[Output]) -> Vec<(ClientId, ClientReply)> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Reply { client, reply } => Some((*client, reply.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn events(out: &[Output]) -> Vec<Event> {
-    out.iter()
-        .filter_map(|o| match o {
-            Output::Event(e) => Some(e.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 fn phase(c: &Coordinator, partition: PartitionId) -> Phase {

@@ -5,8 +5,9 @@
 //! log tail is truncated by checksum, and strict 2PL with wait-die keeps an invariant under
 //! several workers.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod common;
+use common::TempDir;
+
 use std::sync::Arc;
 
 use bytemuck::Zeroable;
@@ -22,27 +23,6 @@ use engine::schema::{
     Warehouse,
 };
 use engine::{LeanDb, ScanDir, Storage, StorageError};
-
-static DIRS: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("glass-conventional-{}-{name}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn step(n: u8) -> Step {
     Step::new(n).unwrap()
@@ -303,7 +283,7 @@ fn every_step_gives_the_lean_kernels_results() {
     let want_trace = exercise(&mut lean);
     let want = contents(&mut lean);
     for n in 0..=10 {
-        let dir = TempDir::new("steps");
+        let dir = TempDir::new("conventional", "steps");
         let db = open(&dir, config(n, 1));
         let mut s = db.session().unwrap();
         load(&mut s);
@@ -318,7 +298,7 @@ fn every_step_gives_the_lean_kernels_results() {
 #[test]
 fn abort_restores_every_change() {
     for n in [0, 2, 3, 5, 10] {
-        let dir = TempDir::new("abort");
+        let dir = TempDir::new("conventional", "abort");
         let db = open(&dir, config(n, 1));
         let mut s = db.session().unwrap();
         load(&mut s);
@@ -358,7 +338,7 @@ fn payment_like<S: Storage>(s: &mut S, c: u32) {
 }
 
 fn run_counters(switches: Switches, txns: u32) -> Counters {
-    let dir = TempDir::new("counters");
+    let dir = TempDir::new("conventional", "counters");
     let db = open(&dir, Config { log_prealloc_bytes: 1 << 20, ..Config::new(switches, 1) });
     let mut s = db.session().unwrap();
     load(&mut s);
@@ -418,7 +398,7 @@ fn each_switch_removes_its_component() {
 #[test]
 fn large_pages_mean_fewer_page_fixes() {
     let fixes = |switches: Switches| {
-        let dir = TempDir::new("pages");
+        let dir = TempDir::new("conventional", "pages");
         let db = open(&dir, Config::new(switches, 1));
         let mut s = db.session().unwrap();
         load(&mut s);
@@ -439,14 +419,14 @@ fn removing_concurrency_control_is_refused_with_several_workers() {
         (Switches::for_step(step(10)), "locking"),
     ];
     for (switches, switch) in cases {
-        let dir = TempDir::new("refuse");
+        let dir = TempDir::new("conventional", "refuse");
         let err = ConventionalDb::open(&dir.0, Config::new(switches, 2)).unwrap_err();
         assert!(
             matches!(err, ConventionalError::UnsafeWithWorkers { switch: s, workers: 2 } if s == switch),
             "{switches:?}: {err}"
         );
     }
-    let dir = TempDir::new("one");
+    let dir = TempDir::new("conventional", "one");
     let db = open(&dir, config(6, 1));
     let first = db.session().unwrap();
     assert!(matches!(db.session(), Err(ConventionalError::TooManySessions { workers: 1 })));
@@ -468,7 +448,7 @@ fn crash_config() -> Config {
 /// the log through another transaction's group commit (a loser undone with CLRs).
 #[test]
 fn recovery_keeps_committed_transactions_and_drops_uncommitted_ones() {
-    let dir = TempDir::new("crash");
+    let dir = TempDir::new("conventional", "crash");
     let device = CrashingLogDevice::new();
     let db = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.clone()))).unwrap();
     let mut a = db.session().unwrap();
@@ -542,7 +522,7 @@ fn committed_work<S: Storage>(db: &mut S) {
 #[test]
 fn torn_log_tail_is_truncated_not_replayed() {
     for torn_bytes in [0usize, 100, 1000, 1420] {
-        let dir = TempDir::new("torn");
+        let dir = TempDir::new("conventional", "torn");
         let device = CrashingLogDevice::new();
         let db = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.clone()))).unwrap();
         let mut s = db.session().unwrap();
@@ -578,7 +558,7 @@ fn torn_log_tail_is_truncated_not_replayed() {
 /// (even a later committed transaction's valid records) are discarded, never replayed.
 #[test]
 fn corrupt_log_record_is_detected_by_checksum() {
-    let dir = TempDir::new("corrupt");
+    let dir = TempDir::new("conventional", "corrupt");
     let device = CrashingLogDevice::new();
     let db = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.clone()))).unwrap();
     let mut s = db.session().unwrap();
@@ -614,7 +594,7 @@ fn corrupt_log_record_is_detected_by_checksum() {
 /// A clean shutdown and reopen on a real log file keeps every committed transaction.
 #[test]
 fn reopening_a_file_log_recovers_committed_state() {
-    let dir = TempDir::new("file");
+    let dir = TempDir::new("conventional", "file");
     let db = ConventionalDb::open(&dir.0, config(0, 1)).unwrap();
     let mut s = db.session().unwrap();
     load(&mut s);
@@ -645,7 +625,7 @@ fn concurrent_transfers_keep_the_sum_under_two_phase_locking() {
     const ACCOUNTS: u32 = 12;
     const TXNS_PER_WORKER: u32 = 150;
     for n in [0u8, 4] {
-        let dir = TempDir::new("transfers");
+        let dir = TempDir::new("conventional", "transfers");
         let db = open(&dir, config(n, WORKERS));
         {
             let mut s = db.session().unwrap();
@@ -775,7 +755,7 @@ fn tpcc_procedures_run_unchanged_on_every_step() {
     assert!(want[3].contains("Rollback"), "{}", want[3]);
     let want_rows = contents(&mut lean);
     for n in 0..=10 {
-        let dir = TempDir::new("tpcc");
+        let dir = TempDir::new("conventional", "tpcc");
         let db = open(&dir, config(n, 1));
         let mut s = db.session().unwrap();
         load(&mut s);

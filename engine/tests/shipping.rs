@@ -12,7 +12,9 @@
 //! orders), that satisfies the consistency conditions of clause 3.3.2, and a seeded input
 //! generator following clause 2's shapes. The seed is printed first.
 
-use std::path::PathBuf;
+mod common;
+use common::TempDir;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -30,27 +32,6 @@ const SEED: u64 = 0x5EED_0005_4199;
 const W_ID: u16 = 1;
 /// Wait-die retries of one transaction before the test gives up.
 const RETRIES_PER_TXN_MAX: u32 = 10_000;
-
-static DIRS: AtomicU64 = AtomicU64::new(0);
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("glass-shipping-{}-{name}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// SplitMix64 (Steele, Lea, Flood 2014): seeded, one stream per worker.
 struct Rng(u64);
@@ -374,7 +355,7 @@ fn backup_replaying_shipped_log_reaches_the_primarys_state() {
     const TXNS_PER_WORKER_PER_ROUND: u64 = 300;
     println!("seed {SEED:#x}");
     let scale = Scale::TEST;
-    let (pdir, bdir) = (TempDir::new("primary"), TempDir::new("backup"));
+    let (pdir, bdir) = (TempDir::new("shipping", "primary"), TempDir::new("shipping", "backup"));
     let primary = open_loaded(&pdir, WORKERS, scale);
     let backup = open_loaded(&bdir, 1, scale);
     assert_eq!(state(&primary), state(&backup), "identical loads");
@@ -505,7 +486,7 @@ fn record_bounds(chunk: &[u8]) -> Vec<(usize, usize)> {
 #[test]
 fn damaged_truncated_duplicate_and_gapped_chunks_change_nothing() {
     let scale = Scale::SMALL;
-    let (pdir, bdir) = (TempDir::new("primary"), TempDir::new("backup"));
+    let (pdir, bdir) = (TempDir::new("shipping", "primary"), TempDir::new("shipping", "backup"));
     let primary = open_loaded(&pdir, 1, scale);
     let backup = open_loaded(&bdir, 1, scale);
     primary.set_log_shipping(true).unwrap();
@@ -588,7 +569,7 @@ fn damaged_truncated_duplicate_and_gapped_chunks_change_nothing() {
 #[test]
 fn a_backup_not_at_the_primarys_state_diverges_and_refuses_more() {
     let scale = Scale::SMALL;
-    let (pdir, bdir) = (TempDir::new("primary"), TempDir::new("empty"));
+    let (pdir, bdir) = (TempDir::new("shipping", "primary"), TempDir::new("shipping", "empty"));
     let primary = open_loaded(&pdir, 1, scale);
     let empty = ConventionalDb::open(&bdir.0, config(1)).unwrap();
     primary.set_log_shipping(true).unwrap();
@@ -606,7 +587,7 @@ fn a_backup_not_at_the_primarys_state_diverges_and_refuses_more() {
 #[test]
 fn shipping_off_ships_nothing() {
     let scale = Scale::SMALL;
-    let dir = TempDir::new("off");
+    let dir = TempDir::new("shipping", "off");
     let db = open_loaded(&dir, 1, scale);
     let mut rng = Rng::stream(SEED, 300);
     let mut ts = 0;
@@ -621,7 +602,7 @@ fn shipping_off_ships_nothing() {
     assert!(run_and_take(&db, &mut rng, 10, &mut ts).is_empty());
     assert_eq!(db.log_bytes_shipped(), on.len() as u64);
 
-    let lean_dir = TempDir::new("no-records");
+    let lean_dir = TempDir::new("shipping", "no-records");
     let no_records = ConventionalDb::open(&lean_dir.0, Config::for_step(Step::new(3).unwrap(), 1)).unwrap();
     assert!(matches!(no_records.set_log_shipping(true), Err(ConventionalError::ShippingUnavailable { .. })));
     assert!(no_records.set_log_shipping(false).is_ok());
@@ -634,7 +615,7 @@ fn shipping_off_ships_nothing() {
 #[test]
 fn promoted_backup_checkpoint_keeps_its_own_later_transactions_across_a_restart() {
     let scale = Scale::SMALL;
-    let (pdir, bdir) = (TempDir::new("primary"), TempDir::new("promoted"));
+    let (pdir, bdir) = (TempDir::new("shipping", "primary"), TempDir::new("shipping", "promoted"));
     let primary = open_loaded(&pdir, 1, scale);
     let backup = open_loaded(&bdir, 1, scale);
     primary.set_log_shipping(true).unwrap();

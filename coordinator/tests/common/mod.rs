@@ -1,0 +1,33 @@
+//! Helpers shared by the coordinator's tests: picking batches, replies and events out of the
+//! state machine's outputs.
+#![allow(dead_code)] // each test crate uses its own subset
+
+use coordinator::{ClientId, Event, Output};
+use wire::messages::{Batch, ClientReply, Message, NodeId};
+
+pub fn batches(out: &[Output]) -> Vec<(Vec<NodeId>, Batch)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::Batch(b) } => Some((nodes.clone(), b.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn replies(out: &[Output]) -> Vec<(ClientId, ClientReply)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Reply { client, reply } => Some((*client, reply.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn events(out: &[Output]) -> Vec<Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Event(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
