@@ -516,7 +516,8 @@ impl Cluster {
                             Some(LoadState::Loading { rows_loaded, rows_total }) if p.phase == "loading" => {
                                 format!("loading {rows_loaded}/{rows_total} rows")
                             }
-                            _ => p.phase.clone(),
+                            _ if p.replication.role.is_empty() => p.phase.clone(),
+                            _ => format!("{} ({})", p.phase, p.replication.role),
                         };
                         healthy &= p.phase == "ready";
                         let digest = digests
@@ -561,11 +562,18 @@ impl Cluster {
         for (partition, (seq, ds)) in &digests {
             let equal = ds.windows(2).all(|w| w[0].1 == w[1].1);
             healthy &= equal;
-            println!(
-                "partition {partition}: the digests of its {} live replicas at batch {seq} are {}",
-                ds.len(),
-                if equal { "equal" } else { "DIFFERENT" }
-            );
+            if self.config.mode.is_passive() {
+                println!(
+                    "partition {partition}: the primary's digest at batch {seq} is above; backups are compared once \
+                     they applied the same shipments (`glass check`)"
+                );
+            } else {
+                println!(
+                    "partition {partition}: the digests of its {} live replicas at batch {seq} are {}",
+                    ds.len(),
+                    if equal { "equal" } else { "DIFFERENT" }
+                );
+            }
         }
         Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::from(1) })
     }
