@@ -263,6 +263,8 @@ pub struct Coordinator {
     last_ts: Option<Timestamp>,
     /// A passive mode (only the primary executes).
     passive: bool,
+    /// The full-stack mode.
+    mode_full_stack: bool,
 }
 
 impl Coordinator {
@@ -307,6 +309,7 @@ impl Coordinator {
             membership_epoch: 0,
             last_ts: None,
             passive,
+            mode_full_stack: config.mode == wire::config::Mode::FullStack,
         })
     }
 
@@ -538,8 +541,8 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.passive {
-            out.push(refuse("rejoining as a backup of a passive mode is not built yet".into()));
+        if self.passive && self.mode_full_stack {
+            out.push(refuse("a full-stack node rejoins only by a restart of the cluster in this build".into()));
             return;
         }
         if p.phase != Phase::Serving {
@@ -557,6 +560,11 @@ impl Coordinator {
         let from_seq = p.sequencer.next_seq();
         p.joining.retain(|(n, _)| *n != from);
         p.joining.push((from, from_seq));
+        if self.passive {
+            // The primary ships to the joiner from the next batch on; the joiner copies the
+            // primary's state as of the batch before and holds the shipments meanwhile.
+            out.push(Output::ToNodes { nodes: vec![source], msg: Message::ShipTo { partition, backup: from } });
+        }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
         out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
     }
@@ -572,7 +580,12 @@ impl Coordinator {
             return;
         };
         p.joining.remove(at);
-        if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
+        if p.passive {
+            if p.backups.contains(&from) || p.agreement.is_stopped() {
+                return;
+            }
+            p.backups.push(from);
+        } else if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
             return;
         }
         self.membership_epoch += 1;
@@ -658,7 +671,9 @@ impl Partition {
         let tags = std::mem::take(&mut self.open_tags);
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         self.agreement.sent(batch.seq, txns, batch.digest_after);
-        let nodes = self.agreement.live().iter().copied().chain(self.joining.iter().map(|(n, _)| *n)).collect();
+        // Active-active joiners get the batches; passive ones get the primary's shipments.
+        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
+        let nodes = self.agreement.live().iter().copied().chain(joiners).collect();
         if self.passive {
             self.unanswered.push_back(batch.clone());
         }

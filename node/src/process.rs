@@ -121,6 +121,8 @@ enum OutboxEvent {
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
     /// The coordinator announced the partition's live replicas.
     Membership { partition: PartitionId, live: Vec<NodeId> },
+    /// Ship to a rejoining backup from now on.
+    ShipTo { partition: PartitionId, backup: NodeId },
 }
 
 /// What the network side knows of a replica without asking its thread.
@@ -281,7 +283,11 @@ pub async fn run(
     let mut gates = BTreeMap::new();
     for p in &partitions {
         let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
-        let role = ReplicaRole::of(config.mode, p, id);
+        // A node rejoining a passive partition comes back as a backup, whatever the file says.
+        let role = match ReplicaRole::of(config.mode, p, id) {
+            ReplicaRole::Primary if rejoin => ReplicaRole::Backup,
+            r => r,
+        };
         if role == ReplicaRole::Primary {
             gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
         }
@@ -529,6 +535,8 @@ impl Executor {
         let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
         info!(partition = pid, "asked the coordinator to rejoin");
         let mut held: Vec<Message> = Vec::new();
+        // Passive modes: the primary's shipments, with where to acknowledge them.
+        let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
         let mut plan: Option<(NodeId, Seq)> = None;
         let mut attempts = 0u32;
         while let Some(work) = inbox.blocking_recv() {
@@ -558,6 +566,7 @@ impl Executor {
                     held.push(msg);
                 }
                 Work::Coordinator(_) => {}
+                Work::Tool { msg: msg @ Message::Ship(_), reply } => held_shipments.push((msg, reply)),
                 Work::Tool { msg, reply } => {
                     if let Message::SnapshotRequest { request_id, partition, .. } = msg {
                         let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
@@ -582,12 +591,20 @@ impl Executor {
                             seq = info.seq,
                             rows = info.rows,
                             mib = info.bytes as f64 / (1 << 20) as f64,
-                            held = held.len(),
+                            held_batches = held.len(),
+                            held_shipments = held_shipments.len(),
                             "copy installed; executing the batches held"
                         );
-                        let mut replica = Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max);
+                        let mut replica = if self.mode.is_passive() {
+                            Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
+                        } else {
+                            Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
+                        };
                         for msg in held.drain(..) {
                             self.on_coordinator(&mut replica, msg);
+                        }
+                        for (msg, reply) in held_shipments.drain(..) {
+                            self.tool(&mut replica, msg, &reply);
                         }
                         let digest = replica.state_digest();
                         self.shared.load.send_replace(LoadState::Ready { digest });
@@ -835,6 +852,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
             | Message::RejoinPlan { partition, .. }
             | Message::RejoinRefused { partition, .. }
             | Message::Promote { partition, .. }
+            | Message::ShipTo { partition, .. }
             | Message::DigestRequest { partition, .. } => Some(*partition),
             Message::Heartbeat { .. } => None,
             Message::Shutdown { reason } => {
@@ -851,6 +869,10 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
         if let Message::Membership { epoch, live, .. } = &msg {
             warn!(partition, epoch, live = ?live, "membership changed");
             let _ = node.events.send(OutboxEvent::Membership { partition, live: live.clone() }).await;
+        }
+        if let Message::ShipTo { backup, .. } = &msg {
+            info!(partition, backup, "shipping to a rejoining backup");
+            let _ = node.events.send(OutboxEvent::ShipTo { partition, backup: *backup }).await;
         }
         if let Message::PartitionStopped { reason, .. } = &msg {
             error!(partition, reason = %reason, "the coordinator stopped the partition");
@@ -913,6 +935,16 @@ async fn write_to_coordinator(
                     Some(gate) => gate.on_membership(&live).into_iter().map(Message::Results).collect(),
                     None => Vec::new(),
                 },
+                Some(OutboxEvent::ShipTo { partition, backup }) => {
+                    let sync = node.config.shipping == Shipping::Sync;
+                    outbox.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], sync)).add_catching_up(backup);
+                    // A new link: the node restarted, and a link to its previous process may
+                    // hang until its connection times out.
+                    let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
+                    outbox.peers.insert(backup, tx);
+                    tokio::spawn(peer_link(node.clone(), backup, rx));
+                    Vec::new()
+                }
                 None => Vec::new(),
             },
             _ = heartbeat.tick() => vec![Message::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }],
@@ -968,11 +1000,7 @@ fn ship(
     if let Some(r) = node.replicas.get(&gate.partition()) {
         r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
     }
-    if dropped.is_empty() {
-        return Vec::new();
-    }
-    let live: Vec<NodeId> = gate.backups().filter(|b| !dropped.contains(b)).collect();
-    gate.on_membership(&live)
+    dropped.into_iter().flat_map(|b| gate.drop_backup(b)).collect()
 }
 
 /// Copies a gate's lag figures to its replica's shared state.

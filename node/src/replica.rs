@@ -262,6 +262,11 @@ impl Replica {
                 }
                 Ok(Vec::new())
             }
+            Message::ShipTo { partition, .. } => {
+                self.check_partition(partition)?;
+                self.ship_from_now_on();
+                Ok(Vec::new())
+            }
             Message::Promote { partition, first_unanswered } => {
                 self.check_partition(partition)?;
                 Ok(vec![self.promote(first_unanswered)?])
@@ -377,6 +382,35 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         Ok(shipment.seq)
+    }
+
+    /// A primary (or a promoted backup) gets a backup: from the next batch on, every batch's
+    /// log records are captured and shipped. (Lean kernel; a full-stack primary ships from
+    /// its load on.)
+    pub fn ship_from_now_on(&mut self) {
+        if self.role == ReplicaRole::Backup {
+            return;
+        }
+        if let Store::Lean(db) = &mut self.db {
+            if self.role != ReplicaRole::Primary {
+                db.set_redo_capture(true);
+            }
+        }
+        self.role = ReplicaRole::Primary;
+    }
+
+    /// A backup over a copy of its primary's state as of batch `seq` (a rejoin in a passive
+    /// mode): it applies shipment `seq + 1` next.
+    pub fn restored_backup(
+        node: NodeId,
+        partition: PartitionId,
+        db: LeanDb,
+        seq: Seq,
+        pending_batches_max: usize,
+    ) -> Replica {
+        let mut r = Replica::with_role(node, partition, ReplicaRole::Backup, Store::Lean(db), pending_batches_max);
+        r.next_seq = seq + 1;
+        r
     }
 
     /// A backup whose primary failed takes over: it has applied every shipment it received

@@ -12,7 +12,7 @@
 //! ship-to-acknowledgement delay is measured once per backup (the lag figures of
 //! [`GateStats`]); what is held is bounded by the batches the coordinator has in flight.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use wire::messages::{NodeId, PartitionId, Results, Seq};
 
@@ -33,6 +33,9 @@ pub struct ShipGate {
     sync: bool,
     /// Live backups → the last shipment each acknowledged.
     acked: BTreeMap<NodeId, Seq>,
+    /// Backups rejoining: shipped to, not waited for until a membership names them; the
+    /// last shipment each acknowledged.
+    catching_up: BTreeMap<NodeId, Seq>,
     /// Results waiting for acknowledgements (sync), in sequence order.
     held: VecDeque<Results>,
     /// When each unacknowledged shipment left, microseconds.
@@ -47,6 +50,7 @@ impl ShipGate {
             partition,
             sync,
             acked: backups.iter().map(|&b| (b, 0)).collect(),
+            catching_up: BTreeMap::new(),
             held: VecDeque::new(),
             shipped_at: BTreeMap::new(),
             stats: GateStats::default(),
@@ -57,9 +61,16 @@ impl ShipGate {
         self.partition
     }
 
-    /// The live backups, to ship to.
+    /// The backups to ship to: the live ones and those rejoining.
     pub fn backups(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.acked.keys().copied()
+        self.acked.keys().chain(self.catching_up.keys()).copied().collect::<BTreeSet<_>>().into_iter()
+    }
+
+    /// A backup rejoining: ship to it from now on, without waiting for it.
+    pub fn add_catching_up(&mut self, backup: NodeId) {
+        if !self.acked.contains_key(&backup) {
+            self.catching_up.insert(backup, 0);
+        }
     }
 
     /// Shipment `seq` left for the backups at `now_us`.
@@ -77,6 +88,10 @@ impl ShipGate {
 
     /// Backup `from` applied every shipment up to `seq`.
     pub fn on_ack(&mut self, from: NodeId, seq: Seq, now_us: u64) -> Vec<Results> {
+        if let Some(acked) = self.catching_up.get_mut(&from) {
+            *acked = (*acked).max(seq);
+            return Vec::new();
+        }
         let Some(prev) = self.acked.get(&from).copied() else { return Vec::new() };
         if seq <= prev {
             return Vec::new();
@@ -93,12 +108,27 @@ impl ShipGate {
     }
 
     /// The coordinator's membership of the partition: backups not in `live` are no longer
-    /// waited for (a new backup is not added: rejoin is a later issue).
+    /// waited for; a rejoining backup it names is waited for from now on.
     pub fn on_membership(&mut self, live: &[NodeId]) -> Vec<Results> {
         self.acked.retain(|b, _| live.contains(b));
+        // A rejoined backup the membership names is waited for from now on.
+        let joined: Vec<NodeId> = self.catching_up.keys().copied().filter(|b| live.contains(b)).collect();
+        for b in joined {
+            let seq = self.catching_up.remove(&b).unwrap_or(0);
+            self.acked.insert(b, seq);
+        }
         if self.acked.is_empty() {
             self.shipped_at.clear();
         }
+        self.forget_acked();
+        self.release()
+    }
+
+    /// Stops shipping to `backup` and waiting for it (its link failed or it fell too far
+    /// behind); returns the results this releases.
+    pub fn drop_backup(&mut self, backup: NodeId) -> Vec<Results> {
+        self.acked.remove(&backup);
+        self.catching_up.remove(&backup);
         self.forget_acked();
         self.release()
     }
@@ -186,6 +216,20 @@ mod tests {
         assert_eq!(g.backups().collect::<Vec<_>>(), vec![2]);
         g.on_membership(&[1]);
         assert_eq!(seqs(&g.on_results(results(2))), vec![2], "no backup left: nothing to wait for");
+    }
+
+    #[test]
+    fn a_rejoining_backup_is_shipped_to_and_waited_for_once_live() {
+        let mut g = ShipGate::new(1, &[], true);
+        g.add_catching_up(3);
+        assert_eq!(g.backups().collect::<Vec<_>>(), vec![3]);
+        g.on_shipped(1, 0);
+        assert_eq!(seqs(&g.on_results(results(1))), vec![1], "not waited for while catching up");
+        g.on_ack(3, 1, 5);
+        g.on_membership(&[1, 3]);
+        g.on_shipped(2, 10);
+        assert!(g.on_results(results(2)).is_empty(), "live now: waited for");
+        assert_eq!(seqs(&g.on_ack(3, 2, 20)), vec![2]);
     }
 
     #[test]

@@ -125,10 +125,10 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         if !(r > 0.0 && a.at + r < a.duration) {
             bail!("--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)");
         }
-        if config.mode.is_passive() {
+        if config.mode == Mode::FullStack {
             bail!(
-                "--restart-after: a restarted node rejoins only in active-active mode in this build (rejoining as a \
-                 passive backup is not built yet)"
+                "--restart-after: a full-stack node does not rejoin in this build (WAL restart recovery and catch-up \
+                 are not built yet); active-active and active-passive nodes rejoin"
             );
         }
     }

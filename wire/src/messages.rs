@@ -413,6 +413,10 @@ pub enum Message {
     /// Promoted backup → coordinator: it applied every batch up to `applied_seq` and executes
     /// from `next_seq` on.
     Promoted { partition: PartitionId, applied_seq: Seq, next_seq: Seq },
+    /// Coordinator → a passive partition's primary: ship the log records of every batch from
+    /// the next one on to `backup` too (a backup rejoining); wait for its acknowledgements
+    /// only once a membership names it.
+    ShipTo { partition: PartitionId, backup: NodeId },
 }
 
 impl Message {
@@ -446,6 +450,7 @@ impl Message {
             Message::Rejoined { .. } => "Rejoined",
             Message::Promote { .. } => "Promote",
             Message::Promoted { .. } => "Promoted",
+            Message::ShipTo { .. } => "ShipTo",
         }
     }
 }
