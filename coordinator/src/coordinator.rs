@@ -877,13 +877,7 @@ impl Partition {
                         });
                     }
                 }
-                let rejection = Rejection::PartitionStopped { partition: self.id, reason: reason.clone() };
-                self.reject_all(unanswered, rejection, out);
-                self.phase = Phase::Stopped { reason: reason.clone() };
-                out.push(Output::ToNodes {
-                    nodes: self.members().collect(),
-                    msg: Message::PartitionStopped { partition: self.id, reason },
-                });
+                self.stop_answering(unanswered, reason, out);
                 out.push(Output::Event(Event::Diverged(divergence)));
             }
             Verdict::NoLiveReplica { unanswered } => {
@@ -898,6 +892,12 @@ impl Partition {
     /// Stops the partition from outside the agreement (load divergence, load timeout).
     fn stop(&mut self, reason: String, out: &mut Vec<Output>) {
         let unanswered = self.agreement.stop();
+        self.stop_answering(unanswered, reason, out);
+    }
+
+    /// Stops the partition for good: every unanswered request is told why, and so are the
+    /// replicas.
+    fn stop_answering(&mut self, unanswered: Vec<ClientRef>, reason: String, out: &mut Vec<Output>) {
         let rejection = Rejection::PartitionStopped { partition: self.id, reason: reason.clone() };
         self.reject_all(unanswered, rejection, out);
         self.phase = Phase::Stopped { reason: reason.clone() };
