@@ -237,6 +237,9 @@ const METRICS: [Metric; 27] = [
     ("failover: outcome unknown", |r| opt(r.failover_outcome_unknown.map(|v| v.to_string()))),
 ];
 
+/// The table lines of `--failover`.
+const FAILOVER_PREFIX: &str = "failover:";
+
 /// Gap between columns of the table.
 const GAP: &str = "   ";
 
@@ -251,7 +254,11 @@ pub fn render_table(rows: &[CompareRow]) -> String {
     }
     let labels: Vec<String> = rows.iter().map(CompareRow::label).collect();
     let factors: BTreeSet<usize> = rows.iter().map(|r| r.replicas).collect();
-    let name_width = METRICS.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
+    // The failover lines only when some run had a failover run (`--failover`).
+    let with_failover = rows.iter().any(|r| r.failover_lost.is_some());
+    let metrics: Vec<&Metric> =
+        METRICS.iter().filter(|(name, _)| with_failover || !name.starts_with(FAILOVER_PREFIX)).collect();
+    let name_width = metrics.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
     let mut first_block = true;
     for factor in &factors {
         let group: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].replicas == *factor).collect();
@@ -261,7 +268,7 @@ pub fn render_table(rows: &[CompareRow]) -> String {
             }
             first_block = false;
             let cells: Vec<Vec<String>> =
-                block.iter().map(|&i| METRICS.iter().map(|(_, cell)| cell(&rows[i])).collect()).collect();
+                block.iter().map(|&i| metrics.iter().map(|(_, cell)| cell(&rows[i])).collect()).collect();
             let widths: Vec<usize> = block
                 .iter()
                 .zip(&cells)
@@ -272,7 +279,7 @@ pub fn render_table(rows: &[CompareRow]) -> String {
                 let _ = write!(out, "{GAP}{:>w$}", labels[i]);
             }
             out.push('\n');
-            for (m, (name, _)) in METRICS.iter().enumerate() {
+            for (m, (name, _)) in metrics.iter().enumerate() {
                 let _ = write!(out, "{name:<name_width$}");
                 for (col, w) in cells.iter().zip(&widths) {
                     let _ = write!(out, "{GAP}{:>w$}", col[m]);
@@ -732,8 +739,16 @@ mod tests {
         assert!(table.contains("active-passive (async) ×2"));
         assert!(table.contains(MISSING), "None shows as {MISSING}:\n{table}");
         for (name, _) in METRICS {
-            assert!(table.contains(name), "{name} missing");
+            assert_eq!(
+                table.contains(name),
+                !name.starts_with(FAILOVER_PREFIX),
+                "{name}: failover lines only with data"
+            );
         }
+        let mut with = rows.clone();
+        with[0].failover_lost = Some(0);
+        let table_with = render_table(&with);
+        assert!(METRICS.iter().all(|(name, _)| table_with.contains(name)), "{table_with}");
         assert!(table.contains("0.850"), "p50 in ms:\n{table}");
         assert!(table.contains("checks: every run consistent"));
     }
@@ -741,7 +756,8 @@ mod tests {
     #[test]
     fn table_lines_of_a_block_have_equal_width() {
         let table = render_table(&example());
-        let block: Vec<usize> = table.lines().take(1 + METRICS.len()).map(|l| l.chars().count()).collect();
+        let shown = METRICS.iter().filter(|(name, _)| !name.starts_with(FAILOVER_PREFIX)).count();
+        let block: Vec<usize> = table.lines().take(1 + shown).map(|l| l.chars().count()).collect();
         assert!(block.iter().all(|w| *w == block[0]), "{block:?}\n{table}");
     }
 
