@@ -127,6 +127,13 @@ pub enum Event {
         node: NodeId,
         snapshot_seq: Seq,
     },
+    /// Full-stack: a restarted node recovered the partition from its write-ahead log and
+    /// serves it again, executing from batch `from_seq`.
+    RecoveredFromLog {
+        partition: PartitionId,
+        node: NodeId,
+        from_seq: Seq,
+    },
     /// A message from a node that had no effect (late, duplicated, unexpected).
     Ignored {
         node: NodeId,
@@ -182,6 +189,10 @@ impl fmt::Display for Event {
             Event::Promoted { partition, primary, applied_seq, next_seq } => write!(
                 f,
                 "node {primary} is partition {partition}'s primary (applied through batch {applied_seq}, executes from {next_seq})"
+            ),
+            Event::RecoveredFromLog { partition, node, from_seq } => write!(
+                f,
+                "node {node} recovered partition {partition} from its write-ahead log; it executes from batch {from_seq}"
             ),
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
         }
@@ -240,6 +251,10 @@ struct Partition {
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
     digest_waiters: BTreeMap<Seq, Vec<ClientRef>>,
+    /// The last executing replica, once none is left (the partition is unavailable): in
+    /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
+    /// may bring the partition back by restart recovery.
+    last_primary: Option<NodeId>,
 }
 
 #[derive(Debug)]
@@ -291,6 +306,7 @@ impl Coordinator {
                     passive,
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
+                    last_primary: None,
                 };
                 (p.id, partition)
             })
@@ -541,8 +557,14 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.passive && self.mode_full_stack {
-            out.push(refuse("a full-stack node rejoins only by a restart of the cluster in this build".into()));
+        if self.mode_full_stack {
+            self.membership_epoch += 1;
+            let epoch = self.membership_epoch;
+            let p = self.partitions.get_mut(&partition).expect("looked up above");
+            match p.resume_from_log(from, epoch, out) {
+                Ok(()) => {}
+                Err(reason) => out.push(refuse(reason)),
+            }
             return;
         }
         if p.phase != Phase::Serving {
@@ -686,15 +708,13 @@ impl Partition {
     /// unavailable.
     fn promote_next(&mut self, out: &mut Vec<Output>) {
         let Some(&backup) = self.backups.first() else {
-            let unanswered: Vec<ClientRef> = self
-                .agreement
-                .take_pending()
-                .into_iter()
-                .flat_map(|(_, txns, _)| txns.into_iter().map(|(_, t)| t))
-                .collect();
+            if let Some(&primary) = self.agreement.live().first() {
+                self.last_primary = Some(primary);
+            }
+            self.answer_sent_unknown("the partition's last replica failed before answering", out);
             self.unanswered.clear();
             self.phase = Phase::Unavailable;
-            self.reject_all(unanswered, Rejection::NoLiveReplica { partition: self.id }, out);
+            self.reject_all(Vec::new(), Rejection::NoLiveReplica { partition: self.id }, out);
             out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
             return;
         };
@@ -726,19 +746,9 @@ impl Partition {
             if batch.seq < next_seq {
                 unknown += txns.len();
                 for (ts, tag) in txns {
-                    out.push(Output::Reply {
-                        client: tag.client,
-                        reply: ClientReply {
-                            request_id: tag.request_id,
-                            result: ClientResult::OutcomeUnknown {
-                                ts,
-                                reason: format!(
-                                    "the primary failed; batch {} reached the new primary without its result",
-                                    batch.seq
-                                ),
-                            },
-                        },
-                    });
+                    let reason =
+                        format!("the primary failed; batch {} reached the new primary without its result", batch.seq);
+                    out.push(outcome_unknown(tag, ts, reason));
                 }
                 if let Some(waiters) = self.digest_waiters.remove(&batch.seq) {
                     self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
@@ -758,6 +768,65 @@ impl Partition {
             msg: Message::Membership { partition: self.id, epoch: *epoch, live },
         });
         out.push(Output::Event(Event::Promoted { partition: self.id, primary: from, applied_seq, next_seq }));
+    }
+
+    /// Answers every transaction sent and not yet decided "outcome unknown" (`reason`): the
+    /// replicas that executed it are gone with their answers.
+    fn answer_sent_unknown(&mut self, reason: &str, out: &mut Vec<Output>) {
+        for (seq, txns, _) in self.agreement.take_pending() {
+            for (ts, tag) in txns {
+                out.push(outcome_unknown(tag, ts, format!("{reason} (batch {seq})")));
+            }
+            if let Some(waiters) = self.digest_waiters.remove(&seq) {
+                self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
+            }
+        }
+    }
+
+    /// Full-stack restart recovery: node `from` restarted, recovered the partition from its
+    /// own write-ahead log and asks to serve it. Granted only when no replica is live and
+    /// `from` was the last primary — its log holds every acknowledged transaction, where a
+    /// backup's log holds only the load (backups apply shipped records in memory). It then
+    /// executes every batch from the next one on, alone.
+    fn resume_from_log(&mut self, from: NodeId, epoch: u64, out: &mut Vec<Output>) -> Result<(), String> {
+        let partition = self.id;
+        match (&self.phase, self.last_primary) {
+            (Phase::Unavailable, Some(primary)) if primary == from => {}
+            (Phase::Unavailable, Some(primary)) => {
+                return Err(format!(
+                    "partition {partition} has no live replica, and node {from} was not its last primary: start \
+                     node {primary}, whose write-ahead log holds every acknowledged transaction (a backup's log \
+                     holds only the load)"
+                ))
+            }
+            (Phase::Unavailable, None) => {
+                return Err(format!("partition {partition} has no live replica and no known last primary"))
+            }
+            (Phase::Serving | Phase::Promoting { .. }, _) => {
+                return Err(format!(
+                    "partition {partition} has a live primary; a full-stack node restarts from its write-ahead log \
+                     only when it held the partition alone — catching up with a promoted primary (cutting this \
+                     node's log where the new primary's copy of it ended, then shipping the new primary's own log \
+                     from its promotion on) is not built"
+                ))
+            }
+            (Phase::Loading, _) => return Err(format!("partition {partition} is still loading")),
+            (Phase::Stopped { reason }, _) => return Err(format!("partition {partition} is stopped: {reason}")),
+        }
+        let from_seq = self.sequencer.next_seq();
+        self.agreement = Agreement::starting_at(partition, [from], from_seq);
+        self.backups.clear();
+        self.joining.clear();
+        self.unanswered.clear();
+        self.last_primary = None;
+        self.phase = Phase::Serving;
+        out.push(Output::ToNodes { nodes: vec![from], msg: Message::ResumeFromLog { partition, from_seq } });
+        out.push(Output::ToNodes {
+            nodes: vec![from],
+            msg: Message::Membership { partition, epoch, live: vec![from] },
+        });
+        out.push(Output::Event(Event::RecoveredFromLog { partition, node: from, from_seq }));
+        Ok(())
     }
 
     /// Answers digest requesters with `rejection`.
@@ -806,6 +875,13 @@ impl Partition {
         if primary_failed && self.phase == Phase::Serving && !self.backups.is_empty() {
             self.promote_next(out);
             return;
+        }
+        if self.agreement.live() == [node] && matches!(self.phase, Phase::Serving) {
+            // The last executing replica: what it was sent and did not answer may have taken
+            // effect (in full-stack mode, durably) — the clients cannot be told it did not.
+            self.last_primary = Some(node);
+            self.answer_sent_unknown("the partition's last replica failed before answering", out);
+            self.unanswered.clear();
         }
         let verdicts =
             if self.agreement.live().contains(&node) { self.agreement.replica_down(node) } else { Vec::new() };
@@ -932,5 +1008,13 @@ impl Partition {
         for (_, waiters) in std::mem::take(&mut self.digest_waiters) {
             self.reject_waiters(waiters, rejection.clone(), out);
         }
+    }
+}
+
+/// The "outcome unknown" answer to the transaction tagged `tag` (timestamp `ts`).
+fn outcome_unknown(tag: ClientRef, ts: Timestamp, reason: String) -> Output {
+    Output::Reply {
+        client: tag.client,
+        reply: ClientReply { request_id: tag.request_id, result: ClientResult::OutcomeUnknown { ts, reason } },
     }
 }

@@ -241,3 +241,78 @@ fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
         [Event::Ignored { node: 2, .. }]
     ));
 }
+
+/// Restart recovery in the full stack (the paper's Section 5.3 contrast: a conventional
+/// system recovers from its log): when a partition's last replica fails with a batch in
+/// flight, the batch's clients are told "outcome unknown" (its commit records may be on that
+/// node's disk), never "rejected", and the partition is unavailable. A restarted node may
+/// bring it back from its own write-ahead log only if it was the last primary — a backup's
+/// log holds only the load — and then executes every batch from the next one on, alone.
+#[test]
+fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
+    let mut c = serving(Mode::FullStack);
+    // Partition 1's backup (node 2) fails first; then its primary (node 1) with a batch in flight.
+    let now = START_US + 50 * MS;
+    c.on_node_lost(2, now);
+    assert_eq!(c.status()[0].live_replicas, vec![1]);
+    c.on_client_request(1, request(1, payment(1, 1)), now);
+    let out = c.on_client_request(1, request(2, payment(2, 2)), now);
+    let [(nodes, in_flight)] = &batches(&out)[..] else { panic!("{out:?}") };
+    assert_eq!((nodes, in_flight.seq), (&vec![1], 1));
+    c.on_client_request(1, request(3, payment(1, 3)), now); // open, never sent
+
+    let out = c.on_node_lost(1, now + 10 * MS);
+    let mut answers: Vec<(u64, ClientResult)> =
+        replies(&out).into_iter().map(|(_, r)| (r.request_id, r.result)).collect();
+    answers.sort_by_key(|(id, _)| *id);
+    assert!(matches!(answers[0].1, ClientResult::OutcomeUnknown { .. }), "{answers:?}");
+    assert!(matches!(answers[1].1, ClientResult::OutcomeUnknown { .. }), "{answers:?}");
+    assert!(
+        matches!(answers[2].1, ClientResult::Rejected(Rejection::NoLiveReplica { partition: 1 })),
+        "the open batch never left the coordinator: {answers:?}"
+    );
+    assert_eq!(phase(&c, 1), Phase::Unavailable);
+
+    // The backup restarted first: its log holds only the load — refused, naming node 1.
+    let now = now + 100 * MS;
+    let out = c.on_node_message(2, Message::RejoinRequest { partition: 1 }, now);
+    let refused: Vec<&String> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::RejoinRefused { partition: 1, reason } } if nodes == &vec![2] => {
+                Some(reason)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(refused.len() == 1 && refused[0].contains("start node 1"), "{out:?}");
+    assert_eq!(phase(&c, 1), Phase::Unavailable);
+
+    // The last primary, recovered from its log, serves again from the next batch on.
+    let out = c.on_node_message(1, Message::RejoinRequest { partition: 1 }, now + MS);
+    let resume: Vec<Seq> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::ResumeFromLog { partition: 1, from_seq } } if nodes == &vec![1] => {
+                Some(*from_seq)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resume, vec![2], "batch 1 was sent; batch 2 is next: {out:?}");
+    assert!(events(&out).contains(&Event::RecoveredFromLog { partition: 1, node: 1, from_seq: 2 }));
+    assert_eq!(phase(&c, 1), Phase::Serving);
+    assert_eq!(c.status()[0].live_replicas, vec![1]);
+    c.on_client_request(1, request(4, payment(1, 4)), now + 2 * MS);
+    let out = c.on_client_request(1, request(5, payment(2, 5)), now + 2 * MS);
+    let [(nodes, next)] = &batches(&out)[..] else { panic!("{out:?}") };
+    assert_eq!((nodes, next.seq), (&vec![1], 2));
+    let r = replies(&c.on_node_message(1, results(next), now + 3 * MS));
+    assert_eq!(r.iter().map(|(_, r)| r.request_id).collect::<Vec<_>>(), [4, 5]);
+    assert!(r.iter().all(|(_, r)| matches!(r.result, ClientResult::Committed { .. })));
+
+    // A second request once it serves: refused, the partition has a live primary.
+    let out = c.on_node_message(1, Message::RejoinRequest { partition: 1 }, now + 4 * MS);
+    assert!(out.iter().any(|o| matches!(o, Output::ToNodes { msg: Message::RejoinRefused { partition: 1, .. }, .. })));
+    assert_eq!(phase(&c, 1), Phase::Serving);
+}

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use engine::conventional::{Config, ConventionalDb, Session, Step};
+use engine::conventional::{Config, ConventionalDb, RecoveryReport, Session, Step};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
 use wire::messages::{bounded_reason, input_problem, BatchTxn, TxnOutcome};
@@ -81,7 +81,41 @@ impl FullStack {
         if ship_log {
             db.set_log_shipping(true).map_err(|e| fail("ship the log", &e))?;
         }
+        FullStack::start(db, dir, session, workers)
+    }
 
+    /// Restart recovery (the conventional system's answer to a crash): opens the database
+    /// `dir` as the failed process left it — the last checkpoint and the write-ahead log —
+    /// and lets ARIES analysis, redo and undo bring it to every transaction whose commit
+    /// record reached the disk (every acknowledged one: [`FullStack::execute`] returns after
+    /// the commit is durable) and none of the others; then starts `workers` worker threads.
+    /// What recovery did is [`FullStack::recovery_report`].
+    pub fn recover(dir: &Path, workers: usize) -> Result<FullStack, ReplicaError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
+        let checkpoint = dir.join(engine::conventional::SNAPSHOT_FILE);
+        if !checkpoint.exists() {
+            return Err(ReplicaError::FullStack {
+                what: format!(
+                    "no checkpoint at {} to recover from: this node never loaded the partition in full-stack mode \
+                     here",
+                    checkpoint.display()
+                ),
+            });
+        }
+        let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
+        let db = ConventionalDb::open(dir, config).map_err(|e| fail("restart recovery", &e))?;
+        let session = db.session().map_err(|e| fail("open a session", &e))?;
+        FullStack::start(db, dir, session, workers)
+    }
+
+    /// What restart recovery did when the database was opened (nothing after a fresh load).
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        self.db.recovery_report()
+    }
+
+    /// Starts `workers` worker threads over `db`; `session` is the executor thread's own.
+    fn start(db: Arc<ConventionalDb>, dir: &Path, session: Session, workers: usize) -> Result<FullStack, ReplicaError> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
         let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
         let rx = Arc::new(Mutex::new(rx));
         let (done_tx, done) = mpsc::channel();

@@ -531,6 +531,9 @@ impl Executor {
     /// own, so this node's heartbeats go on), installs it and executes the held batches;
     /// then tells the coordinator. `None` if stopped or refused.
     fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
+        if self.mode == Mode::FullStack {
+            return self.recover_from_log(inbox);
+        }
         let pid = self.partition.id;
         let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
         info!(partition = pid, "asked the coordinator to rejoin");
@@ -615,6 +618,74 @@ impl Executor {
                         return Some(replica);
                     }
                 },
+            }
+        }
+        None
+    }
+
+    /// Full-stack restart (`glass node --rejoin`): restart recovery rebuilds the partition
+    /// from this node's own checkpoint and write-ahead log, then the node asks to serve it
+    /// again; the coordinator grants it when the partition has no live replica and this node
+    /// was its last primary (`ResumeFromLog`), and says why not otherwise. `None` if stopped
+    /// or refused.
+    fn recover_from_log(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
+        let pid = self.partition.id;
+        let t0 = Instant::now();
+        info!(partition = pid, dir = %self.dir.display(), "restart recovery from the write-ahead log");
+        let recovered = match crate::fullstack::FullStack::recover(&self.dir, self.workers) {
+            Ok(f) => f,
+            Err(e) => {
+                error!(partition = pid, error = %e, "restart recovery failed");
+                let state = LoadState::Failed { reason: wire::messages::bounded_reason(e.to_string()) };
+                self.shared.load.send_replace(state);
+                self.refuse_all(inbox, &format!("partition {pid} could not recover: {e}"));
+                return None;
+            }
+        };
+        let recovery_s = t0.elapsed().as_secs_f64();
+        let r = recovered.recovery_report().clone();
+        self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(recovered.worker_schedstats());
+        let mut replica = Replica::recovered(self.node, pid, recovered, self.pending_batches_max);
+        let digest = replica.state_digest();
+        info!(
+            partition = pid,
+            seconds = recovery_s,
+            log_records = r.log_records,
+            redone = r.redone,
+            committed_txns = r.winners,
+            rolled_back_txns = r.losers,
+            undone = r.undone,
+            torn_tail = r.truncated_tail,
+            digest = %digest,
+            "recovered from the write-ahead log"
+        );
+        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
+        while let Some(work) = inbox.blocking_recv() {
+            match work {
+                Work::Stop => return None,
+                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) => {
+                    if let Err(e) = replica.resume_at(from_seq) {
+                        error!(partition = pid, error = %e, "cannot resume");
+                        self.refuse_all(inbox, &format!("partition {pid} could not resume: {e}"));
+                        return None;
+                    }
+                    info!(partition = pid, from_seq, "serving the recovered partition");
+                    self.shared.load.send_replace(LoadState::Ready { digest });
+                    self.publish(&mut replica);
+                    return Some(replica);
+                }
+                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
+                    error!(partition = pid, reason = %reason, "the coordinator refused the recovered partition");
+                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
+                    return None;
+                }
+                Work::Coordinator(_) => {}
+                Work::Tool { msg, reply } => {
+                    if let Message::SnapshotRequest { request_id, partition, .. } = msg {
+                        let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
+                    }
+                }
+                Work::Install(_) => {}
             }
         }
         None
@@ -851,6 +922,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }
             | Message::RejoinRefused { partition, .. }
+            | Message::ResumeFromLog { partition, .. }
             | Message::Promote { partition, .. }
             | Message::ShipTo { partition, .. }
             | Message::DigestRequest { partition, .. } => Some(*partition),

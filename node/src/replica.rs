@@ -272,7 +272,9 @@ impl Replica {
                 Ok(vec![self.promote(first_unanswered)?])
             }
             // A rejoin's late or duplicated answer, once the replica is installed: nothing to do.
-            Message::RejoinPlan { partition, .. } | Message::RejoinRefused { partition, .. } => {
+            Message::RejoinPlan { partition, .. }
+            | Message::RejoinRefused { partition, .. }
+            | Message::ResumeFromLog { partition, .. } => {
                 self.check_partition(partition)?;
                 Ok(Vec::new())
             }
@@ -411,6 +413,22 @@ impl Replica {
         let mut r = Replica::with_role(node, partition, ReplicaRole::Backup, Store::Lean(db), pending_batches_max);
         r.next_seq = seq + 1;
         r
+    }
+
+    /// A full-stack replica over the state restart recovery rebuilt from its own write-ahead
+    /// log ([`FullStack::recover`]); it executes from the batch [`Replica::resume_at`] names.
+    pub fn recovered(node: NodeId, partition: PartitionId, db: FullStack, pending_batches_max: usize) -> Replica {
+        Replica::with_role(node, partition, ReplicaRole::Replica, Store::Full(Box::new(db)), pending_batches_max)
+    }
+
+    /// A recovered replica executes from batch `seq` on (the coordinator's
+    /// `ResumeFromLog`). Only before it executed anything.
+    pub fn resume_at(&mut self, seq: Seq) -> Result<(), ReplicaError> {
+        if self.stats.batches_executed > 0 || !self.waiting.is_empty() {
+            return Err(ReplicaError::Unexpected { what: "a resume point after batches were executed" });
+        }
+        self.next_seq = seq;
+        Ok(())
     }
 
     /// A backup whose primary failed takes over: it has applied every shipment it received

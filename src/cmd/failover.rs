@@ -45,6 +45,11 @@ pub struct FailoverArgs {
     /// Passive modes: sync or async shipping, overriding the file's.
     #[arg(long)]
     pub shipping: Option<Shipping>,
+    /// Replicas per partition, overriding the file's placement (partition i on nodes i,
+    /// i+1, …). `--replicas 1 --mode full-stack` is the conventional single-copy database:
+    /// a killed node comes back only by restart recovery from its write-ahead log.
+    #[arg(long)]
+    pub replicas: Option<usize>,
     /// Kill this node with SIGKILL [default: the first replica of partition 1 — its primary
     /// in the passive modes].
     #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with = "stop")]
@@ -55,7 +60,8 @@ pub struct FailoverArgs {
     /// Seconds into the measured phase at which the node is killed.
     #[arg(long, default_value_t = 3.0)]
     pub at: f64,
-    /// Start the killed node again this many seconds after the kill; it rejoins.
+    /// Start the killed node again this many seconds after the kill; it rejoins (a full-stack
+    /// node that held its partitions alone recovers them from its write-ahead log instead).
     #[arg(long)]
     pub restart_after: Option<f64>,
     /// Length of the measured phase in seconds (the kill and the recovery happen inside it).
@@ -110,6 +116,9 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     if let Some(s) = a.shipping {
         config.shipping = s;
     }
+    if let Some(k) = a.replicas {
+        config = config.with_replication(k).context("--replicas")?;
+    }
     let (victim, signal) = match (a.kill, a.stop) {
         (_, Some(n)) => (n, libc::SIGTERM),
         (Some(0) | None, None) => (config.partitions[0].replicas[0], libc::SIGKILL),
@@ -125,10 +134,12 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         if !(r > 0.0 && a.at + r < a.duration) {
             bail!("--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)");
         }
-        if config.mode == Mode::FullStack {
+        let shared = config.partitions_on_node(victim).find(|p| p.replicas.len() > 1).map(|p| p.id);
+        if let (Mode::FullStack, Some(p)) = (config.mode, shared) {
             bail!(
-                "--restart-after: a full-stack node does not rejoin in this build (WAL restart recovery and catch-up \
-                 are not built yet); active-active and active-passive nodes rejoin"
+                "--restart-after: node {victim} shares partition {p} with other replicas; a full-stack node restarts \
+                 from its write-ahead log only when it held its partitions alone (try --replicas 1) — catching up \
+                 with a promoted primary is not built"
             );
         }
     }
@@ -224,7 +235,8 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
     let handle = rt.handle().clone();
     let killer_client = client.clone();
     let path_for_restart = path.clone();
-    let passive = config.mode.is_passive();
+    // A promotion follows only where a backup is left to promote.
+    let promotes = config.mode.is_passive() && config.partitions_on_node(victim).all(|p| p.replicas.len() > 1);
     let signal = x.signal;
     let killer = std::thread::spawn(move || {
         let mut ev = Events::default();
@@ -240,7 +252,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
         ev.detected = handle.block_on(wait_status(&killer_client, victim, run_end, |p| {
             !p.replicas.contains(&victim) || p.phase.starts_with("promoting")
         }));
-        if passive {
+        if promotes {
             // Promoted: serving again without the node.
             ev.recovered = handle.block_on(wait_status(&killer_client, victim, run_end, |p| {
                 !p.replicas.contains(&victim) && p.phase == "serving"
@@ -300,12 +312,13 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
-        recovery_ms: match (ev.restarted, config.mode.is_passive()) {
+        recovery_ms: match (ev.restarted, promotes) {
             (Some(r), _) => since(ev.recovered, r),
             (None, true) => since(ev.recovered, killed),
             (None, false) => None,
         },
-        recovery: match (ev.restarted.is_some(), config.mode.is_passive()) {
+        recovery: match (ev.restarted.is_some(), promotes) {
+            (true, _) if config.mode == Mode::FullStack => "wal-recovery",
             (true, _) => "rejoin",
             (false, true) => "promotion",
             (false, false) => "none",

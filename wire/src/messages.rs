@@ -21,7 +21,7 @@ use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`].
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -403,6 +403,12 @@ pub enum Message {
     RejoinPlan { partition: PartitionId, source: NodeId, from_seq: Seq },
     /// Coordinator → rejoining node: not now, and why.
     RejoinRefused { partition: PartitionId, reason: String },
+    /// Coordinator → a restarted full-stack node that recovered `partition` from its own
+    /// write-ahead log (restart recovery), when no live replica of the partition is left and
+    /// the node was its last primary: its recovered state is the partition's; execute from
+    /// batch `from_seq` on. (Batches sent to it before it failed and never answered were
+    /// answered "outcome unknown": restart recovery kept those whose commit record was on disk.)
+    ResumeFromLog { partition: PartitionId, from_seq: Seq },
     /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
     /// every batch held since has executed: count me as live.
     Rejoined { partition: PartitionId, snapshot_seq: Seq },
@@ -447,6 +453,7 @@ impl Message {
             Message::RejoinRequest { .. } => "RejoinRequest",
             Message::RejoinPlan { .. } => "RejoinPlan",
             Message::RejoinRefused { .. } => "RejoinRefused",
+            Message::ResumeFromLog { .. } => "ResumeFromLog",
             Message::Rejoined { .. } => "Rejoined",
             Message::Promote { .. } => "Promote",
             Message::Promoted { .. } => "Promoted",
