@@ -267,3 +267,40 @@ fn a_killed_primary_rejoins_as_a_backup_of_the_promoted_one() {
     assert_eq!(r["digests_equal"], true, "the rejoined backup has the new primary's state: {r}");
     assert_eq!(r["consistent"], true, "{r}");
 }
+
+/// Issue 6, logless rejoin: "the snapshot is checksummed; a corrupt or truncated one is
+/// rejected and retried". The live replica's node damages the first copy it serves (one
+/// byte flipped after the chunk's checksum, `GLASS_FAULTS=corrupt-snapshot`); the rejoining
+/// node rejects that copy, fetches it again, and rejoins with its peer's digest.
+#[test]
+fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
+    let dir = scratch("failover-damaged-copy");
+    let config = quick_cluster(&dir);
+    let _guard = Teardown(config.clone());
+    let cfg = config.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .args(["cluster", "up", "--config", cfg])
+        .env("GLASS_FAULTS", "corrupt-snapshot")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let coordinator_log = dir.join("run/coordinator.log");
+    let _ = Command::new("kill").args(["-9", &pid_of_node_1(&dir).to_string()]).status();
+    wait_for_log(&coordinator_log, "node 1 failed", 1, Duration::from_secs(20));
+
+    let log = dir.join("rejoin.log");
+    let mut joiner = rejoining_node(&config, &log);
+    wait_for_log(&log, "rejoined", 2, Duration::from_secs(60));
+    let joined = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(joined.matches("copy rejected; fetching it again").count(), 1, "{joined}");
+    let source = std::fs::read_to_string(dir.join("run/node-2.log")).unwrap();
+    assert_eq!(source.matches("fault injected").count(), 1, "{source}");
+    let o = glass(&["check", "--config", cfg]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(!out.contains("DIFFER") && out.contains("node 1") && out.contains("node 2"), "{out}");
+    let o = glass(&["cluster", "down", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = joiner.kill();
+    let _ = joiner.wait();
+}

@@ -5,6 +5,7 @@
 //! `glass dump`, and rejoin later).
 
 pub mod error;
+pub mod faults;
 pub mod fullstack;
 pub mod process;
 pub mod replica;

@@ -747,6 +747,7 @@ impl Executor {
                         snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut keep)
                     }
                 };
+                crate::faults::corrupt_snapshot(&mut chunks);
                 info!(
                     partition,
                     seq,

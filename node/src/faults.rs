@@ -1,0 +1,54 @@
+//! Fault injection for tests of the failure paths on real processes (in the manner of
+//! FoundationDB's BUGGIFY, but only on request): a node process injects a fault into itself
+//! only when its environment names it in `GLASS_FAULTS` (comma-separated), and logs each time
+//! it does. Without the variable nothing here has any effect.
+//!
+//! Faults:
+//! - `corrupt-snapshot`: the first snapshot this process serves has one byte of its first
+//!   non-empty chunk flipped after the chunk's checksum was computed — what a damaged
+//!   transfer looks like to the receiver, which must reject the copy and fetch it again.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use wire::messages::{Message, SnapshotChunk};
+
+/// The environment variable naming the faults to inject.
+pub const ENV: &str = "GLASS_FAULTS";
+
+#[derive(Debug, Default)]
+struct Faults {
+    corrupt_snapshot: AtomicBool,
+}
+
+fn faults() -> &'static Faults {
+    static FAULTS: OnceLock<Faults> = OnceLock::new();
+    FAULTS.get_or_init(|| {
+        let wanted = std::env::var(ENV).unwrap_or_default();
+        let names: Vec<&str> = wanted.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        for n in &names {
+            if *n != "corrupt-snapshot" {
+                tracing::warn!(fault = n, "unknown fault in {ENV}; ignored");
+            }
+        }
+        Faults { corrupt_snapshot: AtomicBool::new(names.contains(&"corrupt-snapshot")) }
+    })
+}
+
+/// Damages `chunks` (a snapshot about to be served) if `corrupt-snapshot` is armed, once per
+/// process; says whether it did.
+pub fn corrupt_snapshot(chunks: &mut [Message]) -> bool {
+    if !faults().corrupt_snapshot.swap(false, Ordering::Relaxed) {
+        return false;
+    }
+    for m in chunks {
+        if let Message::SnapshotChunk(SnapshotChunk { rows_bytes, .. }) = m {
+            if let Some(b) = rows_bytes.first_mut() {
+                *b ^= 0x5A;
+                tracing::warn!("fault injected ({ENV}): a snapshot chunk damaged after its checksum");
+                return true;
+            }
+        }
+    }
+    false
+}
