@@ -548,8 +548,12 @@ impl Coordinator {
         }
     }
 
-    /// A restarted node asks to rejoin `partition` (active-active): a live replica will copy
-    /// its state to it, and it gets every batch from the next one on.
+    /// A restarted node asks to rejoin `partition`: in active-active a live replica will copy
+    /// its state to it, and it gets every batch from the next one on; in the passive modes
+    /// the primary is told to ship to it from the next batch on, and it starts from a copy of
+    /// the primary's state (active-passive) or from its own log, cut and recovered, plus the
+    /// primary's log base (full stack). A full-stack partition with no live replica comes
+    /// back from its last primary's log instead ([`Partition::resume_from_log`]).
     fn on_rejoin_request(&mut self, from: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
         let refuse =
             |reason: String| Output::ToNodes { nodes: vec![from], msg: Message::RejoinRefused { partition, reason } };
@@ -557,7 +561,7 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.mode_full_stack {
+        if self.mode_full_stack && p.phase == Phase::Unavailable {
             self.membership_epoch += 1;
             let epoch = self.membership_epoch;
             let p = self.partitions.get_mut(&partition).expect("looked up above");
@@ -803,12 +807,7 @@ impl Partition {
                 return Err(format!("partition {partition} has no live replica and no known last primary"))
             }
             (Phase::Serving | Phase::Promoting { .. }, _) => {
-                return Err(format!(
-                    "partition {partition} has a live primary; a full-stack node restarts from its write-ahead log \
-                     only when it held the partition alone — catching up with a promoted primary (cutting this \
-                     node's log where the new primary's copy of it ended, then shipping the new primary's own log \
-                     from its promotion on) is not built"
-                ))
+                return Err(format!("partition {partition} has a live primary: rejoin as its backup"))
             }
             (Phase::Loading, _) => return Err(format!("partition {partition} is still loading")),
             (Phase::Stopped { reason }, _) => return Err(format!("partition {partition} is stopped: {reason}")),

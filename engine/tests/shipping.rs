@@ -18,7 +18,7 @@ use common::TempDir;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use engine::conventional::{Config, ConventionalDb, ConventionalError, ShipApplyReport, Step};
+use engine::conventional::{cut_log, Config, ConventionalDb, ConventionalError, CutAt, ShipApplyReport, Step};
 use engine::digest::{digest, Digest};
 use engine::procedures::{
     execute, CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput,
@@ -636,5 +636,62 @@ fn promoted_backup_checkpoint_keeps_its_own_later_transactions_across_a_restart(
     assert!(reopened.recovery_report().redone > 0);
     assert_eq!(state(&reopened), before_crash, "the promoted backup's own transactions survive");
     let report = engine::check::check(&mut reopened.session().unwrap());
+    assert!(report.all_passed(), "{report}");
+}
+
+/// Section 5.3's full-stack rejoin: a primary fails after committing transactions its backup
+/// never received (their clients were answered "outcome unknown" or not at all); the backup
+/// is promoted and runs transactions of its own. The old primary, restarted, cuts its log
+/// where the promoted backup's copy of it ended (the fork point), and restart recovery
+/// rebuilds exactly the state its successor started from; the successor's log since its
+/// promotion checkpoint (the base) and its later shipments then bring it to the successor's
+/// state. Cutting where no record ends, or a log with records after its checkpoint at
+/// "checkpoint", is refused and changes nothing.
+#[test]
+fn a_failed_primary_cuts_its_log_at_the_fork_recovers_and_follows_its_successor() {
+    let scale = Scale::SMALL;
+    let (pdir, bdir) = (TempDir::new("shipping", "old-primary"), TempDir::new("shipping", "successor"));
+    let primary = open_loaded(&pdir, 2, scale);
+    let backup = open_loaded(&bdir, 1, scale);
+    primary.set_log_shipping(true).unwrap();
+    let mut rng = Rng::stream(SEED, 500);
+    let mut ts = 0;
+    for _ in 0..3 {
+        let chunk = run_and_take(&primary, &mut rng, 40, &mut ts);
+        backup.apply_shipped_log(&chunk).unwrap();
+        assert!(primary.take_shipped_log_durable().unwrap().is_empty(), "run_and_take took everything");
+    }
+    let at_fork = state(&backup);
+    let fork = backup.shipped_log_position().unwrap();
+    // Committed on the primary, never shipped: then it fails.
+    run_and_take(&primary, &mut rng, 30, &mut ts);
+    assert_ne!(state(&primary), at_fork);
+    drop(primary);
+
+    // Promotion: a checkpoint (the successor's own log starts at its applied state), then
+    // transactions of its own.
+    backup.checkpoint().unwrap();
+    run_and_take(&backup, &mut rng, 50, &mut ts);
+
+    let refused = cut_log(&pdir.0, CutAt::Lsn(fork + 8)).unwrap_err();
+    assert!(refused.to_string().contains("no record of the log ends"), "{refused}");
+    let refused = cut_log(&pdir.0, CutAt::Checkpoint).unwrap_err();
+    assert!(refused.to_string().contains("records after its checkpoint"), "{refused}");
+    let cut = cut_log(&pdir.0, CutAt::Lsn(fork)).unwrap();
+    assert!(cut.records_cut > 0 && cut.bytes_cut > 0, "{cut:?}");
+    let old = ConventionalDb::open(&pdir.0, config(1)).unwrap();
+    assert_eq!(old.recovery_report().losers, 0, "the fork is a transaction boundary");
+    assert_eq!(state(&old), at_fork, "recovery rebuilt exactly the state the successor started from");
+
+    let base = backup.log_base_for_backup().unwrap();
+    old.apply_shipped_log(&base).unwrap();
+    assert_eq!(state(&old), state(&backup), "the base brings the successor's own transactions");
+    for _ in 0..2 {
+        let chunk = run_and_take(&backup, &mut rng, 40, &mut ts);
+        assert!(!chunk.is_empty(), "the base switched the successor's shipping on");
+        old.apply_shipped_log(&chunk).unwrap();
+        assert_eq!(state(&old), state(&backup));
+    }
+    let report = engine::check::check(&mut old.session().unwrap());
     assert!(report.all_passed(), "{report}");
 }

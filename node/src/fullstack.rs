@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use engine::conventional::{Config, ConventionalDb, RecoveryReport, Session, Step};
+use engine::conventional::{cut_log, Config, ConventionalDb, CutAt, LogCut, RecoveryReport, Session, Step};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
 use wire::messages::{bounded_reason, input_problem, BatchTxn, TxnOutcome};
@@ -91,6 +91,18 @@ impl FullStack {
     /// the commit is durable) and none of the others; then starts `workers` worker threads.
     /// What recovery did is [`FullStack::recovery_report`].
     pub fn recover(dir: &Path, workers: usize) -> Result<FullStack, ReplicaError> {
+        FullStack::recover_cut(dir, workers, None).map(|(f, _)| f)
+    }
+
+    /// [`FullStack::recover`] after cutting the log at `cut` ([`engine::conventional::cut_log`]):
+    /// the restarted primary whose backup was promoted drops the records past the point
+    /// where the promoted backup's copy of its log ended. Nothing is changed when the cut is
+    /// refused.
+    pub fn recover_cut(
+        dir: &Path,
+        workers: usize,
+        cut: Option<CutAt>,
+    ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
         let checkpoint = dir.join(engine::conventional::SNAPSHOT_FILE);
         if !checkpoint.exists() {
@@ -102,10 +114,14 @@ impl FullStack {
                 ),
             });
         }
+        let cut = match cut {
+            Some(at) => Some(cut_log(dir, at).map_err(|e| fail("cut the log", &e))?),
+            None => None,
+        };
         let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
         let db = ConventionalDb::open(dir, config).map_err(|e| fail("restart recovery", &e))?;
         let session = db.session().map_err(|e| fail("open a session", &e))?;
-        FullStack::start(db, dir, session, workers)
+        Ok((FullStack::start(db, dir, session, workers)?, cut))
     }
 
     /// What restart recovery did when the database was opened (nothing after a fresh load).
@@ -190,9 +206,24 @@ impl FullStack {
         outcomes.into_iter().map(|o| o.expect("every transaction answered")).collect()
     }
 
-    /// The log records appended since the last call, whole (the primary, between batches).
-    pub fn take_log(&self) -> Vec<u8> {
-        self.db.take_shipped_log()
+    /// The log records appended since the last call, whole and durable (the primary,
+    /// between batches): a backup never applies what this node's log could lose in a crash,
+    /// so a restarted primary can always cut its log where its promoted backup's copy ended.
+    pub fn take_log(&self) -> Result<Vec<u8>, ReplicaError> {
+        self.db.take_shipped_log_durable().map_err(|e| ReplicaError::FullStack { what: format!("flush the log: {e}") })
+    }
+
+    /// The base a new backup starts from (between batches): this node's log from its last
+    /// checkpoint on, with shipping switched on from its end
+    /// ([`ConventionalDb::log_base_for_backup`]).
+    pub fn log_base(&self) -> Result<Vec<u8>, ReplicaError> {
+        self.db.log_base_for_backup().map_err(|e| ReplicaError::FullStack { what: format!("log base: {e}") })
+    }
+
+    /// A backup: the LSN where the records it applied from its primary's log end (`None`:
+    /// none applied since it opened).
+    pub fn applied_log_end(&self) -> Option<u64> {
+        self.db.shipped_log_position()
     }
 
     /// Replays a primary's log records (a backup): redo only, no procedure logic.

@@ -51,6 +51,7 @@ use wire::messages::{
 use crate::replica::{Replica, ReplicaRole, Store};
 use crate::shipping::ShipGate;
 use crate::snapshot;
+use engine::conventional::CutAt;
 
 /// Work items one replica's inbox holds (batches and tool requests); past it the link reader
 /// waits, and the coordinator with it.
@@ -104,6 +105,8 @@ enum Work {
     Tool { msg: Message, reply: mpsc::Sender<Message> },
     /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
     Install(Box<Result<(engine::LeanDb, workload::client::SnapshotInfo), String>>),
+    /// Full-stack rejoin: the primary's log base (or why it could not be fetched).
+    InstallBase(Box<Result<workload::client::LogBaseReceived, String>>),
     /// Finish: the node is shutting down.
     Stop,
 }
@@ -477,18 +480,14 @@ impl Executor {
             match work {
                 Work::Stop => break,
                 Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
-                Work::Tool { msg: msg @ Message::SnapshotRequest { after_seq, .. }, reply }
-                    if after_seq > replica.applied_seq() =>
-                {
-                    deferred.push((msg, reply));
-                }
+                Work::Tool { msg, reply } if !can_answer_now(&mut replica, &msg) => deferred.push((msg, reply)),
                 Work::Tool { msg, reply } => self.tool(&mut replica, msg, &reply),
-                Work::Install(_) => warn!(partition = pid, "a copy arrived for a replica already serving; dropped"),
+                Work::Install(_) | Work::InstallBase(_) => {
+                    warn!(partition = pid, "a copy arrived for a replica already serving; dropped")
+                }
             }
-            let applied = replica.applied_seq();
-            let (ready, waiting): (Vec<_>, Vec<_>) = deferred
-                .drain(..)
-                .partition(|(m, _)| matches!(m, Message::SnapshotRequest { after_seq, .. } if *after_seq <= applied));
+            let (ready, waiting): (Vec<_>, Vec<_>) =
+                deferred.drain(..).partition(|(m, _)| can_answer_now(&mut replica, m));
             deferred = waiting;
             for (msg, reply) in ready {
                 self.tool(&mut replica, msg, &reply);
@@ -571,10 +570,11 @@ impl Executor {
                 Work::Coordinator(_) => {}
                 Work::Tool { msg: msg @ Message::Ship(_), reply } => held_shipments.push((msg, reply)),
                 Work::Tool { msg, reply } => {
-                    if let Message::SnapshotRequest { request_id, partition, .. } = msg {
-                        let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
+                    if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
+                        let _ = reply.blocking_send(refusal);
                     }
                 }
+                Work::InstallBase(_) => {}
                 Work::Install(fetched) => match *fetched {
                     Err(e) => {
                         let Some((source, from_seq)) = plan else { continue };
@@ -623,72 +623,166 @@ impl Executor {
         None
     }
 
-    /// Full-stack restart (`glass node --rejoin`): restart recovery rebuilds the partition
-    /// from this node's own checkpoint and write-ahead log, then the node asks to serve it
-    /// again; the coordinator grants it when the partition has no live replica and this node
-    /// was its last primary (`ResumeFromLog`), and says why not otherwise. `None` if stopped
-    /// or refused.
+    /// Full-stack restart (`glass node --rejoin`): the node asks to serve its partition again,
+    /// and restart recovery rebuilds it from this node's own checkpoint and write-ahead log:
+    /// - no replica of the partition is live and this node was its last primary
+    ///   (`ResumeFromLog`): recovery over the whole log; the node serves alone from the next
+    ///   batch;
+    /// - a primary serves it (`RejoinPlan`; the primary was told to ship to this node from the
+    ///   plan's batch on): the node fetches the primary's log base, cuts its own log where
+    ///   the primary's copy of it ended (if the primary is its promoted backup — the records
+    ///   past that point belong to batches no client heard committed), recovers, applies the
+    ///   base and the shipments held meanwhile, and counts as a backup (`Rejoined`).
+    ///
+    /// `None` if stopped or refused.
     fn recover_from_log(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
         let pid = self.partition.id;
-        let t0 = Instant::now();
-        info!(partition = pid, dir = %self.dir.display(), "restart recovery from the write-ahead log");
-        let recovered = match crate::fullstack::FullStack::recover(&self.dir, self.workers) {
-            Ok(f) => f,
-            Err(e) => {
-                error!(partition = pid, error = %e, "restart recovery failed");
-                let state = LoadState::Failed { reason: wire::messages::bounded_reason(e.to_string()) };
-                self.shared.load.send_replace(state);
-                self.refuse_all(inbox, &format!("partition {pid} could not recover: {e}"));
-                return None;
+        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
+        info!(partition = pid, "asked the coordinator to serve the partition again");
+        let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
+        let mut plan: Option<(NodeId, Seq)> = None;
+        let mut attempts = 0u32;
+        while let Some(work) = inbox.blocking_recv() {
+            match work {
+                Work::Stop => return None,
+                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) => {
+                    let mut replica = match self.restart_recovery(None) {
+                        Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
+                        Err(reason) => return self.give_up(inbox, reason),
+                    };
+                    if let Err(e) = replica.resume_at(from_seq) {
+                        return self.give_up(inbox, format!("cannot resume: {e}"));
+                    }
+                    info!(partition = pid, from_seq, "serving the recovered partition");
+                    let digest = replica.state_digest();
+                    self.shared.load.send_replace(LoadState::Ready { digest });
+                    self.publish(&mut replica);
+                    return Some(replica);
+                }
+                Work::Coordinator(Message::RejoinPlan { source, from_seq, .. }) => {
+                    info!(partition = pid, source, from_seq, "fetching the primary's log base");
+                    plan = Some((source, from_seq));
+                    attempts = 1;
+                    self.fetch_base(source, from_seq.saturating_sub(1));
+                }
+                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
+                    error!(partition = pid, reason = %reason, "the coordinator refused");
+                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
+                    return None;
+                }
+                Work::Coordinator(_) => {}
+                Work::Tool { msg: msg @ Message::Ship(_), reply } => held_shipments.push((msg, reply)),
+                Work::Tool { msg, reply } => {
+                    if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
+                        let _ = reply.blocking_send(refusal);
+                    }
+                }
+                Work::Install(_) => {}
+                Work::InstallBase(fetched) => match *fetched {
+                    Err(e) => {
+                        let Some((source, from_seq)) = plan else { continue };
+                        if attempts >= REJOIN_FETCH_ATTEMPTS {
+                            return self.give_up(inbox, format!("could not fetch the log base: {e}"));
+                        }
+                        warn!(partition = pid, attempt = attempts, error = %e, "log base refused or damaged; fetching it again");
+                        attempts += 1;
+                        std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
+                        self.fetch_base(source, from_seq.saturating_sub(1));
+                    }
+                    Ok(base) => {
+                        let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
+                        let f = match self.restart_recovery(cut) {
+                            Ok(f) => f,
+                            Err(reason) => return self.give_up(inbox, reason),
+                        };
+                        let t0 = Instant::now();
+                        if let Err(e) = f.apply_log(&base.records) {
+                            return self.give_up(inbox, format!("the primary's log base does not apply: {e}"));
+                        }
+                        info!(
+                            partition = pid,
+                            seq = base.seq,
+                            mib = base.records.len() as f64 / (1 << 20) as f64,
+                            seconds = t0.elapsed().as_secs_f64(),
+                            held_shipments = held_shipments.len(),
+                            "the primary's log base applied; applying the shipments held"
+                        );
+                        let mut replica =
+                            Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
+                        for (msg, reply) in held_shipments.drain(..) {
+                            self.tool(&mut replica, msg, &reply);
+                        }
+                        let digest = replica.state_digest();
+                        self.shared.load.send_replace(LoadState::Ready { digest });
+                        self.publish(&mut replica);
+                        let _ = self
+                            .to_coordinator
+                            .blocking_send(Message::Rejoined { partition: pid, snapshot_seq: base.seq });
+                        return Some(replica);
+                    }
+                },
             }
-        };
-        let recovery_s = t0.elapsed().as_secs_f64();
-        let r = recovered.recovery_report().clone();
-        self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(recovered.worker_schedstats());
-        let mut replica = Replica::recovered(self.node, pid, recovered, self.pending_batches_max);
-        let digest = replica.state_digest();
+        }
+        None
+    }
+
+    /// Restart recovery of this replica's full-stack database (after cutting its log at
+    /// `cut`), timed and logged; why not, if it failed.
+    fn restart_recovery(&self, cut: Option<CutAt>) -> Result<crate::fullstack::FullStack, String> {
+        let pid = self.partition.id;
+        let t0 = Instant::now();
+        info!(partition = pid, dir = %self.dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
+        let (f, cut) = crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut)
+            .map_err(|e| format!("restart recovery failed: {e}"))?;
+        let r = f.recovery_report();
         info!(
             partition = pid,
-            seconds = recovery_s,
+            seconds = t0.elapsed().as_secs_f64(),
             log_records = r.log_records,
             redone = r.redone,
             committed_txns = r.winners,
             rolled_back_txns = r.losers,
             undone = r.undone,
             torn_tail = r.truncated_tail,
-            digest = %digest,
+            records_cut = cut.map_or(0, |c| c.records_cut),
+            bytes_cut = cut.map_or(0, |c| c.bytes_cut),
             "recovered from the write-ahead log"
         );
-        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
-        while let Some(work) = inbox.blocking_recv() {
-            match work {
-                Work::Stop => return None,
-                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) => {
-                    if let Err(e) = replica.resume_at(from_seq) {
-                        error!(partition = pid, error = %e, "cannot resume");
-                        self.refuse_all(inbox, &format!("partition {pid} could not resume: {e}"));
-                        return None;
-                    }
-                    info!(partition = pid, from_seq, "serving the recovered partition");
-                    self.shared.load.send_replace(LoadState::Ready { digest });
-                    self.publish(&mut replica);
-                    return Some(replica);
-                }
-                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
-                    error!(partition = pid, reason = %reason, "the coordinator refused the recovered partition");
-                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
-                    return None;
-                }
-                Work::Coordinator(_) => {}
-                Work::Tool { msg, reply } => {
-                    if let Message::SnapshotRequest { request_id, partition, .. } = msg {
-                        let _ = reply.blocking_send(snapshot::refusal(request_id, partition, "rejoining".into()));
-                    }
-                }
-                Work::Install(_) => {}
-            }
-        }
+        self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(f.worker_schedstats());
+        Ok(f)
+    }
+
+    /// A rejoin that cannot go on: logged, the load state failed, tools refused until stopped.
+    fn give_up(&self, inbox: &mut mpsc::Receiver<Work>, reason: String) -> Option<Replica> {
+        let pid = self.partition.id;
+        error!(partition = pid, reason = %reason, "the partition cannot rejoin");
+        let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason.clone()) };
+        self.shared.load.send_replace(state);
+        self.refuse_all(inbox, &format!("partition {pid}: {reason}"));
         None
+    }
+
+    /// Fetches a full-stack primary's log base as of batch `after_seq` from node `source` on
+    /// a thread of its own; the result arrives in this executor's inbox.
+    fn fetch_base(&self, source: NodeId, after_seq: Seq) {
+        let (config, me, pid, inbox) = (self.config.clone(), self.node, self.partition.id, self.self_inbox.clone());
+        let spawned = std::thread::Builder::new().name(format!("fetch-base-p{pid}")).spawn(move || {
+            let result =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string()).and_then(
+                    |rt| {
+                        rt.block_on(async {
+                            let mut link = dial_peer(&config, me, source).await?;
+                            workload::client::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
+                        })
+                    },
+                );
+            let _ = inbox.blocking_send(Work::InstallBase(Box::new(result)));
+        });
+        if let Err(e) = spawned {
+            let _ = self
+                .self_inbox
+                .try_send(Work::InstallBase(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
+        }
     }
 
     /// Fetches a copy of the partition after batch `after_seq` from node `source` on a
@@ -724,6 +818,42 @@ impl Executor {
 
     fn tool(&self, replica: &mut Replica, msg: Message, reply: &mpsc::Sender<Message>) {
         match msg {
+            Message::LogBaseRequest { request_id, partition, after_seq } => {
+                let base = replica.log_base().filter(|b| b.seq >= after_seq && replica.stopped().is_none()).cloned();
+                let Some(base) = base else {
+                    let why =
+                        "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup";
+                    if let Some(refusal) = snapshot::refusal_of(&msg, why) {
+                        let _ = reply.blocking_send(refusal);
+                    }
+                    return;
+                };
+                let pieces = snapshot::log_base_pieces(
+                    &base,
+                    request_id,
+                    partition,
+                    snapshot::chunk_bytes_max(self.frame_bytes_max),
+                );
+                info!(
+                    partition,
+                    seq = base.seq,
+                    fork_lsn = ?base.fork_lsn,
+                    mib = base.records.len() as f64 / (1 << 20) as f64,
+                    pieces = pieces.len(),
+                    "sending the log base to a rejoining backup"
+                );
+                let reply = reply.clone();
+                let sender = std::thread::Builder::new().name(format!("log-base-p{partition}")).spawn(move || {
+                    for m in pieces {
+                        if reply.blocking_send(m).is_err() {
+                            return;
+                        }
+                    }
+                });
+                if let Err(e) = sender {
+                    error!(partition, error = %e, "cannot start the thread sending a log base");
+                }
+            }
             Message::SnapshotRequest { request_id, partition, .. } => {
                 if let Some(reason) = replica.stopped() {
                     let _ = reply.blocking_send(snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
@@ -785,12 +915,39 @@ impl Executor {
         while let Some(work) = inbox.blocking_recv() {
             match work {
                 Work::Stop => return,
-                Work::Tool { msg: Message::SnapshotRequest { request_id, partition, .. }, reply } => {
-                    let _ = reply.blocking_send(snapshot::refusal(request_id, partition, reason.to_string()));
+                Work::Tool { msg, reply } => {
+                    if let Some(refusal) = snapshot::refusal_of(&msg, reason) {
+                        let _ = reply.blocking_send(refusal);
+                    }
                 }
-                Work::Tool { .. } | Work::Coordinator(_) | Work::Install(_) => {}
+                Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) => {}
             }
         }
+    }
+}
+
+/// A link from node `me` to node `source`, as a tool (snapshot and log base requests).
+async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result<endpoint::Link, String> {
+    let address = config.node(source).map(|n| n.address.clone()).ok_or(format!("no node {source}"))?;
+    let server_name = split_address(&address).map(|(h, _)| h.to_string()).map_err(|e| e.to_string())?;
+    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address).map_err(|e| e.to_string())?;
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me)).map_err(|e| e.to_string())?;
+    endpoint::connect(addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Whether a tool's request can be answered now: a snapshot once the replica executed its
+/// batch, a log base once the primary took one that far (a backup is refused at once).
+fn can_answer_now(replica: &mut Replica, msg: &Message) -> bool {
+    match msg {
+        Message::SnapshotRequest { after_seq, .. } => *after_seq <= replica.applied_seq(),
+        Message::LogBaseRequest { after_seq, .. } => {
+            replica.role() == ReplicaRole::Backup
+                || replica.stopped().is_some()
+                || replica.log_base().is_some_and(|b| b.seq >= *after_seq)
+        }
+        _ => true,
     }
 }
 
@@ -803,14 +960,7 @@ async fn fetch_copy(
     pid: PartitionId,
     after_seq: Seq,
 ) -> Result<(engine::LeanDb, workload::client::SnapshotInfo), String> {
-    let address = config.node(source).map(|n| n.address.clone()).ok_or(format!("no node {source}"))?;
-    let server_name = split_address(&address).map(|(h, _)| h.to_string()).map_err(|e| e.to_string())?;
-    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address).map_err(|e| e.to_string())?;
-    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me)).map_err(|e| e.to_string())?;
-    let mut link =
-        endpoint::connect(addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
-            .await
-            .map_err(|e| e.to_string())?;
+    let mut link = dial_peer(config, me, source).await?;
     let mut db = engine::LeanDb::new();
     let info =
         workload::client::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
@@ -1215,7 +1365,8 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
                 }
             }
             Message::DigestRequest { request_id, partition }
-            | Message::SnapshotRequest { request_id, partition, .. } => {
+            | Message::SnapshotRequest { request_id, partition, .. }
+            | Message::LogBaseRequest { request_id, partition, .. } => {
                 let ready =
                     node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
                 let refusal = match ready {
@@ -1224,9 +1375,9 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
                     Some(true) => None,
                 };
                 if let Some(reason) = refusal {
-                    let reply = match msg {
-                        Message::SnapshotRequest { .. } => snapshot::refusal(request_id, partition, reason),
-                        _ => Message::DigestReply {
+                    let reply = match snapshot::refusal_of(&msg, &reason) {
+                        Some(refusal) => refusal,
+                        None => Message::DigestReply {
                             request_id,
                             partition,
                             outcome: DigestOutcome::Rejected(Rejection::InvalidInput { problem: reason }),

@@ -95,6 +95,18 @@ pub struct ReplicaStats {
     pub duplicate_batches: u64,
 }
 
+/// What a full-stack backup that rejoins starts from, besides its own log: its primary's log
+/// from the primary's last checkpoint (load or promotion) to the end of batch `seq`.
+#[derive(Debug, Clone)]
+pub struct LogBase {
+    pub seq: Seq,
+    /// Where the primary's copy of the rejoining node's log ended, if the primary is a
+    /// promoted backup: the rejoining node cuts its own log there before recovery. `None`:
+    /// the primary never was a backup; the rejoining node's log must hold only its load.
+    pub fork_lsn: Option<u64>,
+    pub records: std::sync::Arc<Vec<u8>>,
+}
+
 /// A partition replica.
 #[derive(Debug)]
 pub struct Replica {
@@ -116,6 +128,10 @@ pub struct Replica {
     stopped: Option<String>,
     /// The last membership the coordinator announced: (epoch, live replicas).
     membership: Option<(u64, Vec<NodeId>)>,
+    /// Full stack, a promoted backup: where its copy of the failed primary's log ended.
+    log_fork: Option<u64>,
+    /// Full stack, a primary with a rejoining backup: the base that backup starts from.
+    log_base: Option<LogBase>,
     stats: ReplicaStats,
 }
 
@@ -160,6 +176,8 @@ impl Replica {
             pending_batches_max,
             stopped: None,
             membership: None,
+            log_fork: None,
+            log_base: None,
             stats: ReplicaStats::default(),
         }
     }
@@ -264,7 +282,7 @@ impl Replica {
             }
             Message::ShipTo { partition, .. } => {
                 self.check_partition(partition)?;
-                self.ship_from_now_on();
+                self.ship_from_now_on()?;
                 Ok(Vec::new())
             }
             Message::Promote { partition, first_unanswered } => {
@@ -387,18 +405,33 @@ impl Replica {
     }
 
     /// A primary (or a promoted backup) gets a backup: from the next batch on, every batch's
-    /// log records are captured and shipped. (Lean kernel; a full-stack primary ships from
-    /// its load on.)
-    pub fn ship_from_now_on(&mut self) {
+    /// log records are captured and shipped. The lean backup starts from a copy of the
+    /// state; a full-stack one from its own log (cut and recovered) plus this replica's
+    /// [`LogBase`], taken here: its log since its last checkpoint, with shipping switched on
+    /// from the end of it.
+    pub fn ship_from_now_on(&mut self) -> Result<(), ReplicaError> {
         if self.role == ReplicaRole::Backup {
-            return;
+            return Ok(());
         }
-        if let Store::Lean(db) = &mut self.db {
-            if self.role != ReplicaRole::Primary {
-                db.set_redo_capture(true);
+        match &mut self.db {
+            Store::Lean(db) => {
+                if self.role != ReplicaRole::Primary {
+                    db.set_redo_capture(true);
+                }
+            }
+            Store::Full(f) => {
+                let records = f.log_base()?;
+                let seq = self.next_seq - 1;
+                self.log_base = Some(LogBase { seq, fork_lsn: self.log_fork, records: std::sync::Arc::new(records) });
             }
         }
         self.role = ReplicaRole::Primary;
+        Ok(())
+    }
+
+    /// A full-stack primary's [`LogBase`] for a rejoining backup, once it has one.
+    pub fn log_base(&self) -> Option<&LogBase> {
+        self.log_base.as_ref()
     }
 
     /// A backup over a copy of its primary's state as of batch `seq` (a rejoin in a passive
@@ -411,6 +444,21 @@ impl Replica {
         pending_batches_max: usize,
     ) -> Replica {
         let mut r = Replica::with_role(node, partition, ReplicaRole::Backup, Store::Lean(db), pending_batches_max);
+        r.next_seq = seq + 1;
+        r
+    }
+
+    /// A full-stack backup over the state restart recovery rebuilt from its own (cut) log and
+    /// its primary's [`LogBase`] as of batch `seq`: it applies shipment `seq + 1` next.
+    pub fn recovered_backup(
+        node: NodeId,
+        partition: PartitionId,
+        db: FullStack,
+        seq: Seq,
+        pending_batches_max: usize,
+    ) -> Replica {
+        let mut r =
+            Replica::with_role(node, partition, ReplicaRole::Backup, Store::Full(Box::new(db)), pending_batches_max);
         r.next_seq = seq + 1;
         r
     }
@@ -445,6 +493,9 @@ impl Replica {
             return Err(ReplicaError::Stopped { reason: reason.clone() });
         }
         if let Store::Full(f) = &mut self.db {
+            // Where this backup's copy of the failed primary's log ends: the primary, if it
+            // restarts, cuts its log there to follow this one.
+            self.log_fork = f.applied_log_end();
             f.checkpoint()?;
         }
         let applied_seq = self.applied_seq();
@@ -504,14 +555,18 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         let state_digest = batch.digest_after.then(|| self.state_digest());
-        let shipment = (self.role == ReplicaRole::Primary).then(|| Shipment {
-            partition: self.partition,
-            seq: batch.seq,
-            log: match &mut self.db {
+        let shipment = if self.role == ReplicaRole::Primary {
+            let log = match &mut self.db {
                 Store::Lean(db) => ShippedLog::Redo(db.take_redo()),
-                Store::Full(f) => ShippedLog::Wal(f.take_log()),
-            },
-        });
+                Store::Full(f) => match f.take_log() {
+                    Ok(records) => ShippedLog::Wal(records),
+                    Err(e) => return Err(self.stop(e)),
+                },
+            };
+            Some(Shipment { partition: self.partition, seq: batch.seq, log })
+        } else {
+            None
+        };
         Ok((Results { partition: self.partition, seq: batch.seq, results, state_digest }, shipment))
     }
 

@@ -11,14 +11,16 @@
 //!   and the state digest of the streamed state, so the receiver can prove it rebuilt the same
 //!   state; a stream whose receiver went away stops at once.
 //!
-//! `glass check` and `glass dump` use it today; a rejoining replica will copy a live peer's
-//! state through it.
+//! `glass check` and `glass dump` use it, and a rejoining lean replica copies a live peer's
+//! state through it. A rejoining full-stack backup gets its primary's log base instead
+//! ([`log_base_pieces`]): whole log records, each carrying its own checksum.
 
+use crate::replica::LogBase;
 use engine::schema::{t, Table, TableId};
 use engine::Storage;
 use wire::codec::FRAME_HEADER_BYTES;
 use wire::messages::{
-    Message, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
+    LogBaseChunk, Message, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
     SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX,
 };
 
@@ -149,6 +151,51 @@ pub fn stream<S: Storage>(
 }
 
 /// The one-chunk stream refusing a snapshot.
+/// The refusal of a snapshot or log base request, `None` for any other message.
+pub fn refusal_of(request: &Message, reason: &str) -> Option<Message> {
+    match request {
+        Message::SnapshotRequest { request_id, partition, .. } => {
+            Some(refusal(*request_id, *partition, reason.to_string()))
+        }
+        Message::LogBaseRequest { request_id, partition, .. } => Some(Message::LogBaseChunk(LogBaseChunk {
+            request_id: *request_id,
+            partition: *partition,
+            seq: 0,
+            fork_lsn: None,
+            index: 0,
+            records: Vec::new(),
+            last: true,
+            refused: Some(wire::messages::bounded_reason(reason.to_string())),
+        })),
+        _ => None,
+    }
+}
+
+/// A full-stack primary's log base for a rejoining backup, in pieces of at most `piece_max`
+/// bytes (the last one marked).
+pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<Message> {
+    let pieces: Vec<&[u8]> =
+        if base.records.is_empty() { vec![&[][..]] } else { base.records.chunks(piece_max.max(1)).collect() };
+    let n = pieces.len();
+    pieces
+        .into_iter()
+        .enumerate()
+        .map(|(i, records)| {
+            Message::LogBaseChunk(LogBaseChunk {
+                request_id,
+                partition,
+                seq: base.seq,
+                fork_lsn: base.fork_lsn,
+                index: i as u32,
+                records: records.to_vec(),
+                last: i + 1 == n,
+                refused: None,
+            })
+        })
+        .collect()
+}
+
+/// The refusal of snapshot request `request_id`.
 pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Message {
     Message::SnapshotChunk(SnapshotChunk {
         request_id,

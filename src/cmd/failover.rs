@@ -60,8 +60,10 @@ pub struct FailoverArgs {
     /// Seconds into the measured phase at which the node is killed.
     #[arg(long, default_value_t = 3.0)]
     pub at: f64,
-    /// Start the killed node again this many seconds after the kill; it rejoins (a full-stack
-    /// node that held its partitions alone recovers them from its write-ahead log instead).
+    /// Start the killed node again this many seconds after the kill; it rejoins. A full-stack
+    /// node recovers from its write-ahead log: alone, it serves again from the recovered
+    /// state; with a promoted primary, it cuts its log where the primary's copy ended,
+    /// recovers, and catches up from the primary's log as its backup.
     #[arg(long)]
     pub restart_after: Option<f64>,
     /// Length of the measured phase in seconds (the kill and the recovery happen inside it).
@@ -133,14 +135,6 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     if let Some(r) = a.restart_after {
         if !(r > 0.0 && a.at + r < a.duration) {
             bail!("--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)");
-        }
-        let shared = config.partitions_on_node(victim).find(|p| p.replicas.len() > 1).map(|p| p.id);
-        if let (Mode::FullStack, Some(p)) = (config.mode, shared) {
-            bail!(
-                "--restart-after: node {victim} shares partition {p} with other replicas; a full-stack node restarts \
-                 from its write-ahead log only when it held its partitions alone (try --replicas 1) — catching up \
-                 with a promoted primary is not built"
-            );
         }
     }
     for p in [&a.json, &a.svg].into_iter().flatten() {
@@ -318,7 +312,8 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
             (None, false) => None,
         },
         recovery: match (ev.restarted.is_some(), promotes) {
-            (true, _) if config.mode == Mode::FullStack => "wal-recovery",
+            (true, false) if config.mode == Mode::FullStack => "wal-recovery",
+            (true, true) if config.mode == Mode::FullStack => "wal-recovery+catch-up",
             (true, _) => "rejoin",
             (false, true) => "promotion",
             (false, false) => "none",

@@ -409,6 +409,12 @@ pub enum Message {
     /// batch `from_seq` on. (Batches sent to it before it failed and never answered were
     /// answered "outcome unknown": restart recovery kept those whose commit record was on disk.)
     ResumeFromLog { partition: PartitionId, from_seq: Seq },
+    /// Rejoining full-stack node → the node of its partition's primary: send the log base
+    /// (the primary's log from its last checkpoint to the end of batch `after_seq` or later,
+    /// and where the primary's copy of this node's log ended if it is a promoted backup).
+    LogBaseRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
+    /// A piece of the answer to a [`Message::LogBaseRequest`].
+    LogBaseChunk(LogBaseChunk),
     /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
     /// every batch held since has executed: count me as live.
     Rejoined { partition: PartitionId, snapshot_seq: Seq },
@@ -454,6 +460,8 @@ impl Message {
             Message::RejoinPlan { .. } => "RejoinPlan",
             Message::RejoinRefused { .. } => "RejoinRefused",
             Message::ResumeFromLog { .. } => "ResumeFromLog",
+            Message::LogBaseRequest { .. } => "LogBaseRequest",
+            Message::LogBaseChunk(_) => "LogBaseChunk",
             Message::Rejoined { .. } => "Rejoined",
             Message::Promote { .. } => "Promote",
             Message::Promoted { .. } => "Promoted",
@@ -572,6 +580,26 @@ impl SnapshotChunk {
     pub fn checksum_of(rows_bytes: &[u8]) -> u64 {
         xxhash_rust::xxh3::xxh3_64(rows_bytes)
     }
+}
+
+/// A piece of a full-stack primary's log base: the receiver concatenates the pieces (numbered
+/// from 0 without gaps) and applies them as one chunk of shipped log, whose records carry
+/// their own checksums and LSNs (a damaged, truncated or gapped base is refused whole).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogBaseChunk {
+    pub request_id: u64,
+    pub partition: PartitionId,
+    /// The base ends with batch `seq`: shipments from `seq + 1` follow it.
+    pub seq: Seq,
+    /// Where the primary's copy of the requester's log ended (the requester cuts its own log
+    /// there before recovery); `None`: the primary never was a backup.
+    pub fork_lsn: Option<u64>,
+    pub index: u32,
+    pub records: Vec<u8>,
+    /// Set on the last piece.
+    pub last: bool,
+    /// Set (on a single, last piece) when the node cannot send a base, and why.
+    pub refused: Option<String>,
 }
 
 /// How a snapshot stream ended.

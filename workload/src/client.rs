@@ -273,6 +273,56 @@ pub async fn snapshot_into(
     snapshot_after(link, partition, 0, db, skip).await
 }
 
+/// What a full-stack primary's node sent for a rejoining backup: its log from its last
+/// checkpoint to the end of batch `seq` (whole records, each checksummed), and where its copy
+/// of the requester's log ended, if it is a promoted backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogBaseReceived {
+    pub seq: Seq,
+    pub fork_lsn: Option<u64>,
+    pub records: Vec<u8>,
+}
+
+/// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
+/// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
+/// batch and fork point throughout). The records' own checksums are checked when applied.
+pub async fn log_base(link: &mut Link, partition: PartitionId, after_seq: Seq) -> Result<LogBaseReceived, ClientError> {
+    let who = peer(link);
+    let request_id = u64::from(partition) + 3_000;
+    link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;
+    let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
+    let mut base: Option<LogBaseReceived> = None;
+    let mut next_index = 0u32;
+    loop {
+        let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
+            Message::LogBaseChunk(c) if c.request_id == request_id => Some(c),
+            _ => None,
+        })
+        .await?;
+        if let Some(reason) = piece.refused {
+            return Err(ClientError::Refused { peer: who.clone(), reason });
+        }
+        if piece.partition != partition || piece.index != next_index {
+            return Err(bad(format!(
+                "log base piece {} of partition {} arrived where piece {next_index} of partition {partition} was due",
+                piece.index, piece.partition
+            )));
+        }
+        let b = base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
+        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
+            return Err(bad(format!("log base piece {} changes the batch or the fork point", piece.index)));
+        }
+        if b.seq < after_seq {
+            return Err(bad(format!("the log base ends with batch {}, before batch {after_seq}", b.seq)));
+        }
+        b.records.extend_from_slice(&piece.records);
+        next_index += 1;
+        if piece.last {
+            return Ok(base.take().expect("set above"));
+        }
+    }
+}
+
 /// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
 /// rejoining node asks for).
 pub async fn snapshot_after(

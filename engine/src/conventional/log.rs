@@ -733,6 +733,30 @@ impl LogManager {
     }
 }
 
+impl LogManager {
+    /// A base for a new backup (see [`super::ship`]): writes out and syncs every record
+    /// appended, reads the current log generation — from its first record (the last
+    /// checkpoint's) to its end — and switches the shipping tap on, all while holding the
+    /// device and buffer locks, so the bytes returned and the records shipped from now on
+    /// are contiguous. Refused when records wait in the shipping buffer (take them first).
+    pub fn generation_then_ship(&self) -> Result<Vec<u8>, StorageError> {
+        self.flush_to(self.end())?;
+        let mut guard = self.device();
+        let Some(d) = guard.as_mut() else { return Err(StorageError::Io("no log device".into())) };
+        let b = self.buffer();
+        if !b.shipped.is_empty() {
+            return Err(StorageError::Io("shipped records not taken yet".into()));
+        }
+        if !b.bytes.is_empty() || d.written != b.next {
+            return Err(StorageError::Io("records appended while the log was read".into()));
+        }
+        let mut bytes = vec![0u8; (d.written - d.base) as usize];
+        d.device.read_at(0, &mut bytes).map_err(io_error)?;
+        self.shipping.store(true, Ordering::Relaxed);
+        Ok(bytes)
+    }
+}
+
 /// Overwrites a truncated tail with zeros (so a later scan cannot mistake stale bytes that
 /// happen to line up with new records for records) and syncs.
 pub(crate) fn zero_tail(device: &mut dyn LogDevice, from: u64, size: u64) -> io::Result<()> {

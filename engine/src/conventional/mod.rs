@@ -78,7 +78,7 @@ pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMAL
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogDevice};
 pub use self::session::Session;
-pub use self::ship::ShipApplyReport;
+pub use self::ship::{cut_log, CutAt, LogCut, ShipApplyReport};
 pub use self::stats::Counters;
 
 /// File name of the checkpoint snapshot in the database directory.

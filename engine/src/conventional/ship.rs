@@ -140,6 +140,36 @@ impl ConventionalDb {
         self.log.bytes_shipped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// [`ConventionalDb::take_shipped_log`], the records made durable first: a primary ships
+    /// only what its own log holds on disk (as PostgreSQL's WAL sender sends only flushed
+    /// WAL), so whatever a backup applied, the primary's log still has after a crash — the
+    /// point a restarted primary cuts its log at to follow its promoted backup
+    /// ([`cut_log`]). Costs an `fdatasync` only when records after the batch's last commit
+    /// (a rollback's) are not durable yet.
+    pub fn take_shipped_log_durable(&self) -> Result<Vec<u8>, ConventionalError> {
+        let end = self.log.end();
+        self.log
+            .flush_to(end)
+            .map_err(|e| ConventionalError::Io { what: "flush log", source: std::io::Error::other(e) })?;
+        Ok(self.log.take_shipped())
+    }
+
+    /// On a primary, between transactions: the base a new backup starts from — this log
+    /// generation from its first record (the last checkpoint's, whose snapshot the backup's
+    /// state must equal) to its end — with the shipping tap switched on in the same critical
+    /// section, so the next [`ConventionalDb::take_shipped_log`] continues where the base
+    /// ends. A promoted backup's generation starts at its promotion checkpoint; a primary
+    /// that never was a backup's, at its load checkpoint.
+    pub fn log_base_for_backup(&self) -> Result<Vec<u8>, ConventionalError> {
+        if !self.switches().log_records {
+            return Err(ConventionalError::ShippingUnavailable { reason: "log records are switched off" });
+        }
+        let _quiet = self.txns.quiesce();
+        self.log
+            .generation_then_ship()
+            .map_err(|e| ConventionalError::Io { what: "read the log generation", source: std::io::Error::other(e) })
+    }
+
     /// On a backup: the LSN the next shipped chunk must start at (`None`: no chunk applied
     /// since the database opened, so the next one may start anywhere).
     pub fn shipped_log_position(&self) -> Option<u64> {
@@ -196,4 +226,77 @@ impl ConventionalDb {
         }
         Ok(report)
     }
+}
+
+/// What [`cut_log`] did to a log before restart recovery.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogCut {
+    /// Records kept (the checkpoint record included).
+    pub records_kept: usize,
+    /// Records cut off the end.
+    pub records_cut: usize,
+    /// Bytes cut off the end.
+    pub bytes_cut: u64,
+}
+
+/// Where [`cut_log`] cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutAt {
+    /// At this LSN, which must end a record of the log (the end of what a promoted backup
+    /// applied of this node's log: its "fork point").
+    Lsn(u64),
+    /// After the checkpoint record: the log must hold nothing else (a backup's log: it
+    /// applies shipped records in memory and logs nothing).
+    Checkpoint,
+}
+
+/// Before restart recovery of a database in `dir` whose process was a primary that failed
+/// and was succeeded by its backup: removes the records past `at` from the end of the
+/// write-ahead log (overwriting them with zeros and syncing), so recovery rebuilds exactly the
+/// state the successor started from — the records past it belong to transactions no client
+/// was told committed (their batches were answered "outcome unknown" or re-executed by the
+/// successor). Refused, changing nothing, when the log has no record ending at `at`, ends
+/// before it, or (for [`CutAt::Checkpoint`]) holds records after its checkpoint.
+pub fn cut_log(dir: &std::path::Path, at: CutAt) -> Result<LogCut, ConventionalError> {
+    use super::log::{scan, zero_tail, LogDevice};
+    let path = dir.join(super::LOG_FILE);
+    let io = |what: &'static str| move |e: std::io::Error| ConventionalError::Io { what, source: e };
+    let mut device = super::log::FileLogDevice::open(&path).map_err(io("open log"))?;
+    let found = scan(&mut device).map_err(io("read log"))?;
+    let Some(base) = found.base else {
+        return Err(ConventionalError::Recovery { lsn: 0, what: "the log holds no record to cut at" });
+    };
+    let ends: Vec<u64> = found.records().map(|r| r.lsn + r.len as u64).collect();
+    let keep = match at {
+        CutAt::Lsn(lsn) => match ends.iter().position(|&e| e == lsn) {
+            Some(i) => i + 1,
+            None if lsn > base + found.bytes.len() as u64 => {
+                return Err(ConventionalError::Recovery {
+                    lsn,
+                    what: "the log ends before the point to cut at: records the successor applied are missing",
+                })
+            }
+            None => {
+                return Err(ConventionalError::Recovery {
+                    lsn,
+                    what: "no record of the log ends at the point to cut at",
+                })
+            }
+        },
+        CutAt::Checkpoint if ends.len() <= 1 => ends.len(),
+        CutAt::Checkpoint => {
+            return Err(ConventionalError::Recovery {
+                lsn: ends[0],
+                what: "the log holds records after its checkpoint, which its primary never applied",
+            })
+        }
+    };
+    let offset = if keep == 0 { 0 } else { ends[keep - 1] - base };
+    let cut =
+        LogCut { records_kept: keep, records_cut: ends.len() - keep, bytes_cut: found.bytes.len() as u64 - offset };
+    if cut.records_cut > 0 {
+        let size = device.size().map_err(io("read log size"))?;
+        zero_tail(&mut device, offset, size).map_err(io("cut log"))?;
+    }
+    Ok(cut)
 }
