@@ -310,3 +310,53 @@ fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
     let _ = joiner.kill();
     let _ = joiner.wait();
 }
+
+/// Issue 6, logless rejoin "a restarted node (or a new one)": a spare node the file places
+/// no replica on (so `cluster up` leaves it alone) joins partition 1 of a running
+/// active-active cluster with `glass node --join 1`: it copies a live replica, executes
+/// every batch since, and counts — partition 1 then has three replicas with one digest.
+/// A partition the file does not have is refused by name.
+#[test]
+fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
+    let dir = scratch("failover-join");
+    let config = quick_cluster(&dir);
+    let spare = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let with_spare = std::fs::read_to_string(&config).unwrap().replacen(
+        "[[nodes]]",
+        &format!("[[nodes]]\nid = 3\naddress = \"127.0.0.1:{spare}\"\n\n[[nodes]]"),
+        1,
+    );
+    std::fs::write(&config, with_spare).unwrap();
+    let _guard = Teardown(config.clone());
+    let cfg = config.to_str().unwrap();
+    let o = glass(&["cluster", "up", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("node 3"), "a spare is not started: {}", text(&o));
+    let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let o = glass(&["node", "--config", cfg, "--id", "3", "--join", "9"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--join 9: no such partition"), "{}", text(&o));
+
+    let log = dir.join("join.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut joiner = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .args(["node", "--config", cfg, "--id", "3", "--join", "1"])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_log(&log, "rejoined", 1, Duration::from_secs(60));
+    let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = glass(&["check", "--config", cfg]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(!out.contains("DIFFER") && out.contains("node 3"), "the new replica is checked too: {out}");
+    let o = glass(&["cluster", "down", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = joiner.kill();
+    let _ = joiner.wait();
+}

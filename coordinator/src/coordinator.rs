@@ -311,7 +311,15 @@ impl Coordinator {
                 (p.id, partition)
             })
             .collect();
-        let nodes = config.nodes.iter().map(|n| (n.id, NodeLiveness { last_heard_us: now_us, live: true })).collect();
+        // A spare node (placed nowhere) counts once it asks to join a partition.
+        let nodes = config
+            .nodes
+            .iter()
+            .map(|n| {
+                let placed = config.partitions_on_node(n.id).next().is_some();
+                (n.id, NodeLiveness { last_heard_us: now_us, live: placed })
+            })
+            .collect();
         let t = &config.timeouts;
         Ok(Coordinator {
             clock: TimestampClock::new(config.coordinator.id),

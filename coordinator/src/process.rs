@@ -293,8 +293,15 @@ impl Core {
         }
     }
 
+    /// Nodes the file places a replica on that have not joined yet (a spare node, placed
+    /// nowhere, joins later with `glass node --join` and is not waited for).
     fn missing_nodes(&self) -> Vec<NodeId> {
-        self.config.nodes.iter().map(|n| n.id).filter(|id| !self.nodes.contains_key(id)).collect()
+        self.config
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|&id| self.config.partitions_on_node(id).next().is_some() && !self.nodes.contains_key(&id))
+            .collect()
     }
 
     /// Handles one event; returns a reason to stop, if it is one.

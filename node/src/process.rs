@@ -78,8 +78,14 @@ pub enum NodeError {
     #[error("node {node} is not listed in [[nodes]] of cluster.toml")]
     UnknownNode { node: NodeId },
     /// The node holds no replica.
-    #[error("node {node} holds no partition replica (see the `replicas` of [[partitions]])")]
+    #[error(
+        "node {node} holds no partition replica (see the `replicas` of [[partitions]]); a spare node joins a \
+         running cluster with --join PARTITION"
+    )]
     NoReplicas { node: NodeId },
+    /// `--join` named a partition the file does not have, or one the node already holds.
+    #[error("--join {partition}: {problem}")]
+    Join { partition: PartitionId, problem: &'static str },
     #[error(transparent)]
     Config(#[from] wire::ConfigError),
     #[error(transparent)]
@@ -257,19 +263,48 @@ fn node_hello(config: &ClusterConfig, id: NodeId) -> Hello {
     Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id, config_fingerprint: config.fingerprint() }
 }
 
+/// How a node process starts its replicas.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Start {
+    /// Load every partition the file places on the node from the seed (a cluster starting).
+    #[default]
+    Load,
+    /// Rejoin a running cluster after a failure (`--rejoin`): each replica copies a live one
+    /// (active-active, active-passive) or recovers from its own log (full stack).
+    Rejoin,
+    /// A new replica of these partitions, besides those the file places here (`--join`): it
+    /// rejoins them all as a restarted node would — a spare node grows a partition's
+    /// replication, or replaces a node lost for good.
+    Join(Vec<PartitionId>),
+}
+
 /// Runs node `id` of `config` until `shutdown` completes or the cluster is shut down: loads
-/// its replicas, joins the coordinator, serves tools on `listener`.
+/// (or rejoins) its replicas, joins the coordinator, serves tools on `listener`.
 pub async fn run(
     config: ClusterConfig,
     id: NodeId,
     listener: Listener,
     shutdown: impl Future<Output = ()>,
-    rejoin: bool,
+    start: Start,
 ) -> Result<(), NodeError> {
     if config.node(id).is_none() {
         return Err(NodeError::UnknownNode { node: id });
     }
-    let partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
+    let mut partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
+    let joined: Vec<PartitionId> = match &start {
+        Start::Join(j) => j.clone(),
+        _ => Vec::new(),
+    };
+    for &pid in &joined {
+        let Some(p) = config.partitions.iter().find(|p| p.id == pid) else {
+            return Err(NodeError::Join { partition: pid, problem: "no such partition in [[partitions]]" });
+        };
+        if partitions.iter().any(|q| q.id == pid) {
+            return Err(NodeError::Join { partition: pid, problem: "the node already holds it (use --rejoin)" });
+        }
+        partitions.push(p.clone());
+    }
+    let rejoin = start != Start::Load;
     if partitions.is_empty() {
         return Err(NodeError::NoReplicas { node: id });
     }
@@ -289,6 +324,8 @@ pub async fn run(
         // A node rejoining a passive partition comes back as a backup, whatever the file says.
         let role = match ReplicaRole::of(config.mode, p, id) {
             ReplicaRole::Primary if rejoin => ReplicaRole::Backup,
+            _ if joined.contains(&p.id) && config.mode.is_passive() => ReplicaRole::Backup,
+            _ if joined.contains(&p.id) => ReplicaRole::Replica,
             r => r,
         };
         if role == ReplicaRole::Primary {

@@ -203,8 +203,11 @@ impl Cluster {
         ClusterClient::new(self.config.clone(), TOOL_CLIENT_ID)
     }
 
+    /// The processes `up` starts: the coordinator and every node the file places a replica
+    /// on (a node with none is a spare, started by hand with `glass node --join`).
     fn procs(&self) -> Vec<Proc> {
-        std::iter::once(Proc::Coordinator).chain(self.config.nodes.iter().map(|n| Proc::Node(n.id))).collect()
+        let placed = self.config.nodes.iter().filter(|n| self.config.partitions_on_node(n.id).next().is_some());
+        std::iter::once(Proc::Coordinator).chain(placed.map(|n| Proc::Node(n.id))).collect()
     }
 
     fn pid_file(&self, p: &Proc) -> PathBuf {

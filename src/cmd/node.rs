@@ -28,10 +28,18 @@ pub struct NodeArgs {
     /// `0.0.0.0:7401` behind address translation); peers still dial the configured address.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Rejoin a running cluster after a failure (active-active): copy each partition from a
-    /// live replica instead of loading it from the seed, executing every batch since.
-    #[arg(long)]
+    /// Rejoin a running cluster after a failure instead of loading from the seed:
+    /// active-active copies each partition from a live replica and executes every batch
+    /// since; active-passive comes back as a backup (a copy of the primary plus its
+    /// shipments); full-stack recovers from its own write-ahead log (cut where a promoted
+    /// primary's copy of it ended) and catches up from the primary's log.
+    #[arg(long, conflicts_with = "join")]
     rejoin: bool,
+    /// Join a running cluster as a new replica of these partitions (comma-separated ids),
+    /// besides those the file places here: the node copies them as a rejoining node would.
+    /// A node the file places nothing on is a spare (`cluster up` does not start it).
+    #[arg(long, value_delimiter = ',')]
+    join: Vec<u16>,
 }
 
 pub fn run(a: NodeArgs) -> Result<ExitCode> {
@@ -56,7 +64,12 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
     rt.block_on(async {
         let listener = node::process::bind(&config, a.id, address).await?;
         tracing::info!(node = a.id, address = %listener.local_addr(), pid = std::process::id(), "listening");
-        node::process::run(config, a.id, listener, logging::shutdown_signal(), a.rejoin).await
+        let start = match (a.rejoin, a.join.is_empty()) {
+            (true, _) => node::process::Start::Rejoin,
+            (false, false) => node::process::Start::Join(a.join.clone()),
+            (false, true) => node::process::Start::Load,
+        };
+        node::process::run(config, a.id, listener, logging::shutdown_signal(), start).await
     })?;
     Ok(ExitCode::SUCCESS)
 }
