@@ -132,7 +132,7 @@ fn a_node_killed_while_rejoining_rejoins_when_started_again() {
 
     let first_log = dir.join("rejoin-1.log");
     let mut first = rejoining_node(&config, &first_log);
-    wait_for_log(&first_log, "copying the partition from a live replica", 1, Duration::from_secs(30));
+    wait_for_log(&first_log, "fetching the starting state from a live replica", 1, Duration::from_secs(30));
     first.kill().unwrap();
     let _ = first.wait();
     wait_for_log(&coordinator_log, "node 1 failed", 2, Duration::from_secs(20));

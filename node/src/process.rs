@@ -562,15 +562,24 @@ impl Executor {
         }
     }
 
-    /// Rejoins: asks the coordinator, holds the batches it sends from the plan's first on,
-    /// fetches a copy of the partition from the live replica it names (on a thread of its
-    /// own, so this node's heartbeats go on), installs it and executes the held batches;
-    /// then tells the coordinator. `None` if stopped or refused.
+    /// Rejoins: asks the coordinator, holds the batches (or, passive modes, the shipments) it
+    /// sends from the plan's first on, fetches the starting state from the live replica it
+    /// names (on a thread of its own, so this node's heartbeats go on; a rejected one is
+    /// fetched again), installs it, executes or applies what it held, and tells the
+    /// coordinator. The starting state:
+    /// - lean modes: a copy of the live replica's partition;
+    /// - full stack: this node's own database after restart recovery from its checkpoint and
+    ///   write-ahead log. With a primary serving (`RejoinPlan`), the node first fetches the
+    ///   primary's log base and cuts its own log where the primary's copy of it ended (if the
+    ///   primary is its promoted backup — the records past that point belong to batches no
+    ///   client heard committed), recovers, and applies the base; it is then a backup. With
+    ///   no live replica and this node the last primary (`ResumeFromLog`), recovery over the
+    ///   whole log is the partition, served alone from the next batch.
+    ///
+    /// `None` if stopped or refused.
     fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
-        if self.mode == Mode::FullStack {
-            return self.recover_from_log(inbox);
-        }
         let pid = self.partition.id;
+        let full = self.mode == Mode::FullStack;
         let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
         info!(partition = pid, "asked the coordinator to rejoin");
         let mut held: Vec<Message> = Vec::new();
@@ -578,53 +587,55 @@ impl Executor {
         let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
         let mut plan: Option<(NodeId, Seq)> = None;
         let mut attempts = 0u32;
+        let fetch = |source: NodeId, from_seq: Seq| match full {
+            true => self.fetch_base(source, from_seq.saturating_sub(1)),
+            false => self.fetch(source, from_seq.saturating_sub(1)),
+        };
         while let Some(work) = inbox.blocking_recv() {
-            match work {
+            let failed_fetch = match work {
                 Work::Stop => return None,
                 Work::Coordinator(Message::RejoinPlan { source, from_seq, .. }) => {
-                    info!(partition = pid, source, from_seq, "copying the partition from a live replica");
+                    info!(partition = pid, source, from_seq, "fetching the starting state from a live replica");
                     plan = Some((source, from_seq));
                     attempts = 1;
-                    self.fetch(source, from_seq.saturating_sub(1));
+                    fetch(source, from_seq);
+                    continue;
+                }
+                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) if full => {
+                    let mut replica = match self.restart_recovery(None) {
+                        Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
+                        Err(reason) => return self.give_up(inbox, reason),
+                    };
+                    if let Err(e) = replica.resume_at(from_seq) {
+                        return self.give_up(inbox, format!("cannot resume: {e}"));
+                    }
+                    info!(partition = pid, from_seq, "serving the recovered partition");
+                    return Some(self.finish_rejoin(replica, Vec::new(), Vec::new(), None));
                 }
                 Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
-                    error!(partition = pid, reason = %reason, "the coordinator refused the rejoin");
-                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
-                    return None;
+                    return self.give_up(inbox, format!("the coordinator refused the rejoin: {reason}"));
                 }
                 Work::Coordinator(msg @ Message::Batch(_)) => {
                     if held.len() >= REJOIN_HELD_BATCHES_MAX {
-                        error!(
-                            partition = pid,
-                            limit = REJOIN_HELD_BATCHES_MAX,
-                            "too many batches held while rejoining; giving up"
-                        );
-                        self.refuse_all(inbox, "the rejoin fell too far behind");
-                        return None;
+                        let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
+                        return self.give_up(inbox, why);
                     }
                     held.push(msg);
+                    continue;
                 }
-                Work::Coordinator(_) => {}
-                Work::Tool { msg: msg @ Message::Ship(_), reply } => held_shipments.push((msg, reply)),
+                Work::Coordinator(_) => continue,
+                Work::Tool { msg: msg @ Message::Ship(_), reply } => {
+                    held_shipments.push((msg, reply));
+                    continue;
+                }
                 Work::Tool { msg, reply } => {
                     if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
                         let _ = reply.blocking_send(refusal);
                     }
+                    continue;
                 }
-                Work::InstallBase(_) => {}
                 Work::Install(fetched) => match *fetched {
-                    Err(e) => {
-                        let Some((source, from_seq)) = plan else { continue };
-                        if attempts >= REJOIN_FETCH_ATTEMPTS {
-                            error!(partition = pid, attempts, error = %e, "could not copy the partition; giving up");
-                            self.refuse_all(inbox, "the rejoin could not copy the partition");
-                            return None;
-                        }
-                        warn!(partition = pid, attempt = attempts, error = %e, "copy rejected; fetching it again");
-                        attempts += 1;
-                        std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
-                        self.fetch(source, from_seq.saturating_sub(1));
-                    }
+                    Err(e) => e,
                     Ok((db, info)) => {
                         info!(
                             partition = pid,
@@ -635,97 +646,16 @@ impl Executor {
                             held_shipments = held_shipments.len(),
                             "copy installed; executing the batches held"
                         );
-                        let mut replica = if self.mode.is_passive() {
+                        let replica = if self.mode.is_passive() {
                             Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
                         } else {
                             Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
                         };
-                        for msg in held.drain(..) {
-                            self.on_coordinator(&mut replica, msg);
-                        }
-                        for (msg, reply) in held_shipments.drain(..) {
-                            self.tool(&mut replica, msg, &reply);
-                        }
-                        let digest = replica.state_digest();
-                        self.shared.load.send_replace(LoadState::Ready { digest });
-                        self.publish(&mut replica);
-                        let _ = self
-                            .to_coordinator
-                            .blocking_send(Message::Rejoined { partition: pid, snapshot_seq: info.seq });
-                        return Some(replica);
+                        return Some(self.finish_rejoin(replica, held, held_shipments, Some(info.seq)));
                     }
                 },
-            }
-        }
-        None
-    }
-
-    /// Full-stack restart (`glass node --rejoin`): the node asks to serve its partition again,
-    /// and restart recovery rebuilds it from this node's own checkpoint and write-ahead log:
-    /// - no replica of the partition is live and this node was its last primary
-    ///   (`ResumeFromLog`): recovery over the whole log; the node serves alone from the next
-    ///   batch;
-    /// - a primary serves it (`RejoinPlan`; the primary was told to ship to this node from the
-    ///   plan's batch on): the node fetches the primary's log base, cuts its own log where
-    ///   the primary's copy of it ended (if the primary is its promoted backup — the records
-    ///   past that point belong to batches no client heard committed), recovers, applies the
-    ///   base and the shipments held meanwhile, and counts as a backup (`Rejoined`).
-    ///
-    /// `None` if stopped or refused.
-    fn recover_from_log(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
-        let pid = self.partition.id;
-        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
-        info!(partition = pid, "asked the coordinator to serve the partition again");
-        let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
-        let mut plan: Option<(NodeId, Seq)> = None;
-        let mut attempts = 0u32;
-        while let Some(work) = inbox.blocking_recv() {
-            match work {
-                Work::Stop => return None,
-                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) => {
-                    let mut replica = match self.restart_recovery(None) {
-                        Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
-                        Err(reason) => return self.give_up(inbox, reason),
-                    };
-                    if let Err(e) = replica.resume_at(from_seq) {
-                        return self.give_up(inbox, format!("cannot resume: {e}"));
-                    }
-                    info!(partition = pid, from_seq, "serving the recovered partition");
-                    let digest = replica.state_digest();
-                    self.shared.load.send_replace(LoadState::Ready { digest });
-                    self.publish(&mut replica);
-                    return Some(replica);
-                }
-                Work::Coordinator(Message::RejoinPlan { source, from_seq, .. }) => {
-                    info!(partition = pid, source, from_seq, "fetching the primary's log base");
-                    plan = Some((source, from_seq));
-                    attempts = 1;
-                    self.fetch_base(source, from_seq.saturating_sub(1));
-                }
-                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
-                    error!(partition = pid, reason = %reason, "the coordinator refused");
-                    self.refuse_all(inbox, &format!("partition {pid} could not rejoin: {reason}"));
-                    return None;
-                }
-                Work::Coordinator(_) => {}
-                Work::Tool { msg: msg @ Message::Ship(_), reply } => held_shipments.push((msg, reply)),
-                Work::Tool { msg, reply } => {
-                    if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
-                        let _ = reply.blocking_send(refusal);
-                    }
-                }
-                Work::Install(_) => {}
                 Work::InstallBase(fetched) => match *fetched {
-                    Err(e) => {
-                        let Some((source, from_seq)) = plan else { continue };
-                        if attempts >= REJOIN_FETCH_ATTEMPTS {
-                            return self.give_up(inbox, format!("could not fetch the log base: {e}"));
-                        }
-                        warn!(partition = pid, attempt = attempts, error = %e, "log base refused or damaged; fetching it again");
-                        attempts += 1;
-                        std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
-                        self.fetch_base(source, from_seq.saturating_sub(1));
-                    }
+                    Err(e) => e,
                     Ok(base) => {
                         let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
                         let f = match self.restart_recovery(cut) {
@@ -744,23 +674,49 @@ impl Executor {
                             held_shipments = held_shipments.len(),
                             "the primary's log base applied; applying the shipments held"
                         );
-                        let mut replica =
-                            Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
-                        for (msg, reply) in held_shipments.drain(..) {
-                            self.tool(&mut replica, msg, &reply);
-                        }
-                        let digest = replica.state_digest();
-                        self.shared.load.send_replace(LoadState::Ready { digest });
-                        self.publish(&mut replica);
-                        let _ = self
-                            .to_coordinator
-                            .blocking_send(Message::Rejoined { partition: pid, snapshot_seq: base.seq });
-                        return Some(replica);
+                        let replica = Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
+                        return Some(self.finish_rejoin(replica, Vec::new(), held_shipments, Some(base.seq)));
                     }
                 },
+            };
+            let Some((source, from_seq)) = plan else { continue };
+            if attempts >= REJOIN_FETCH_ATTEMPTS {
+                return self
+                    .give_up(inbox, format!("no usable starting state after {attempts} attempts: {failed_fetch}"));
             }
+            warn!(partition = pid, attempt = attempts, error = %failed_fetch, "copy rejected; fetching it again");
+            attempts += 1;
+            std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
+            fetch(source, from_seq);
         }
         None
+    }
+
+    /// The end of a rejoin, its starting state installed (as of batch `snapshot_seq`, if it
+    /// copied one): executes the batches and applies the shipments held meanwhile, shows the
+    /// replica ready, and tells the coordinator it counts from the next batch on (a replica
+    /// resumed from its own log counts already).
+    fn finish_rejoin(
+        &self,
+        mut replica: Replica,
+        held: Vec<Message>,
+        held_shipments: Vec<(Message, mpsc::Sender<Message>)>,
+        snapshot_seq: Option<Seq>,
+    ) -> Replica {
+        for msg in held {
+            self.on_coordinator(&mut replica, msg);
+        }
+        for (msg, reply) in held_shipments {
+            self.tool(&mut replica, msg, &reply);
+        }
+        let digest = replica.state_digest();
+        self.shared.load.send_replace(LoadState::Ready { digest });
+        self.publish(&mut replica);
+        if let Some(snapshot_seq) = snapshot_seq {
+            let partition = self.partition.id;
+            let _ = self.to_coordinator.blocking_send(Message::Rejoined { partition, snapshot_seq });
+        }
+        replica
     }
 
     /// Restart recovery of this replica's full-stack database (after cutting its log at
@@ -799,44 +755,46 @@ impl Executor {
         None
     }
 
-    /// Fetches a full-stack primary's log base as of batch `after_seq` from node `source` on
-    /// a thread of its own; the result arrives in this executor's inbox.
+    /// Fetches a full-stack primary's log base as of batch `after_seq` from node `source`
+    /// (see [`Executor::on_fetch_thread`]).
     fn fetch_base(&self, source: NodeId, after_seq: Seq) {
-        let (config, me, pid, inbox) = (self.config.clone(), self.node, self.partition.id, self.self_inbox.clone());
-        let spawned = std::thread::Builder::new().name(format!("fetch-base-p{pid}")).spawn(move || {
-            let result =
-                tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string()).and_then(
-                    |rt| {
-                        rt.block_on(async {
-                            let mut link = dial_peer(&config, me, source).await?;
-                            workload::client::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
-                        })
-                    },
-                );
-            let _ = inbox.blocking_send(Work::InstallBase(Box::new(result)));
+        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
+        self.on_fetch_thread("fetch-base", Work::InstallBase, async move {
+            let mut link = dial_peer(&config, me, source).await?;
+            workload::client::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
         });
-        if let Err(e) = spawned {
-            let _ = self
-                .self_inbox
-                .try_send(Work::InstallBase(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
-        }
     }
 
-    /// Fetches a copy of the partition after batch `after_seq` from node `source` on a
-    /// thread of its own; the result arrives in this executor's inbox.
+    /// Fetches a copy of the partition after batch `after_seq` from node `source` (see
+    /// [`Executor::on_fetch_thread`]).
     fn fetch(&self, source: NodeId, after_seq: Seq) {
-        let (config, me, pid, inbox) = (self.config.clone(), self.node, self.partition.id, self.self_inbox.clone());
-        let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
+        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
+        self.on_fetch_thread(
+            "fetch",
+            Work::Install,
+            async move { fetch_copy(&config, me, source, pid, after_seq).await },
+        );
+    }
+
+    /// Runs `fetch` on a thread of its own (so this node's heartbeats go on), its result
+    /// arriving in this executor's inbox as `work`.
+    fn on_fetch_thread<T: Send + 'static>(
+        &self,
+        name: &str,
+        work: fn(Box<Result<T, String>>) -> Work,
+        fetch: impl Future<Output = Result<T, String>> + Send + 'static,
+    ) {
+        let inbox = self.self_inbox.clone();
+        let spawned = std::thread::Builder::new().name(format!("{name}-p{}", self.partition.id)).spawn(move || {
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| e.to_string())
-                .and_then(|rt| rt.block_on(fetch_copy(&config, me, source, pid, after_seq)));
-            let _ = inbox.blocking_send(Work::Install(Box::new(result)));
+                .and_then(|rt| rt.block_on(fetch));
+            let _ = inbox.blocking_send(work(Box::new(result)));
         });
         if let Err(e) = spawned {
-            let _ =
-                self.self_inbox.try_send(Work::Install(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
+            let _ = self.self_inbox.try_send(work(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
         }
     }
 
