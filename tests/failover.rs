@@ -106,6 +106,27 @@ fn rejoining_node(config: &Path, log: &Path) -> Child {
         .unwrap()
 }
 
+/// Starts the cluster of `config` (the processes' environment extended by `env`), runs a
+/// second of the workload if `bench` (so the replicas have a history to copy), SIGKILLs node
+/// 1 and waits until the coordinator declared it failed; returns the coordinator's log.
+fn up_and_kill_node_1(dir: &Path, config: &Path, env: &[(&str, &str)], bench: bool) -> PathBuf {
+    let cfg = config.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .args(["cluster", "up", "--config", cfg])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    if bench {
+        let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let coordinator_log = dir.join("run/coordinator.log");
+    let _ = Command::new("kill").args(["-9", &pid_of_node_1(dir).to_string()]).status();
+    wait_for_log(&coordinator_log, "node 1 failed", 1, Duration::from_secs(20));
+    coordinator_log
+}
+
 fn pid_of_node_1(dir: &Path) -> u32 {
     let mut s = String::new();
     std::fs::File::open(dir.join("run/node-1.pid")).unwrap().read_to_string(&mut s).unwrap();
@@ -120,15 +141,7 @@ fn a_node_killed_while_rejoining_rejoins_when_started_again() {
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
-    let o = glass(&["cluster", "up", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
-    // Some data beyond the initial population, so the replicas have a history to copy.
-    let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"]);
-    assert!(o.status.success(), "{}", text(&o));
-
-    let coordinator_log = dir.join("run/coordinator.log");
-    let _ = Command::new("kill").args(["-9", &pid_of_node_1(&dir).to_string()]).status();
-    wait_for_log(&coordinator_log, "node 1 failed", 1, Duration::from_secs(20));
+    let coordinator_log = up_and_kill_node_1(&dir, &config, &[], true);
 
     let first_log = dir.join("rejoin-1.log");
     let mut first = rejoining_node(&config, &first_log);
@@ -138,16 +151,22 @@ fn a_node_killed_while_rejoining_rejoins_when_started_again() {
     wait_for_log(&coordinator_log, "node 1 failed", 2, Duration::from_secs(20));
 
     let second_log = dir.join("rejoin-2.log");
-    let mut second = rejoining_node(&config, &second_log);
+    let second = rejoining_node(&config, &second_log);
     wait_for_log(&second_log, "rejoined", 2, Duration::from_secs(60));
+    check_equal_and_down(cfg, &["node 1", "node 2"], second);
+}
+
+/// `glass check` passes with every replica's digest equal, naming each of `nodes`; then the
+/// cluster goes down and the hand-started `node` process is reaped.
+fn check_equal_and_down(cfg: &str, nodes: &[&str], mut node: Child) {
     let o = glass(&["check", "--config", cfg]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(!out.contains("DIFFER") && out.contains("node 1") && out.contains("node 2"), "{out}");
+    assert!(!out.contains("DIFFER") && nodes.iter().all(|n| out.contains(n)), "{out}");
     let o = glass(&["cluster", "down", "--config", cfg]);
     assert!(o.status.success(), "{}", text(&o));
-    let _ = second.kill();
-    let _ = second.wait();
+    let _ = node.kill();
+    let _ = node.wait();
 }
 
 fn failover_json(config: &Path, dir: &Path, name: &str, duration: &str, extra: &[&str]) -> Value {
@@ -284,31 +303,16 @@ fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_glass"))
-        .args(["cluster", "up", "--config", cfg])
-        .env("GLASS_FAULTS", "corrupt-snapshot")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    let coordinator_log = dir.join("run/coordinator.log");
-    let _ = Command::new("kill").args(["-9", &pid_of_node_1(&dir).to_string()]).status();
-    wait_for_log(&coordinator_log, "node 1 failed", 1, Duration::from_secs(20));
+    up_and_kill_node_1(&dir, &config, &[("GLASS_FAULTS", "corrupt-snapshot")], false);
 
     let log = dir.join("rejoin.log");
-    let mut joiner = rejoining_node(&config, &log);
+    let joiner = rejoining_node(&config, &log);
     wait_for_log(&log, "rejoined", 2, Duration::from_secs(60));
     let joined = std::fs::read_to_string(&log).unwrap();
     assert_eq!(joined.matches("copy rejected; fetching it again").count(), 1, "{joined}");
     let source = std::fs::read_to_string(dir.join("run/node-2.log")).unwrap();
     assert_eq!(source.matches("fault injected").count(), 1, "{source}");
-    let o = glass(&["check", "--config", cfg]);
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(!out.contains("DIFFER") && out.contains("node 1") && out.contains("node 2"), "{out}");
-    let o = glass(&["cluster", "down", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
-    let _ = joiner.kill();
-    let _ = joiner.wait();
+    check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
 }
 
 /// Issue 6, logless rejoin "a restarted node (or a new one)": a spare node the file places
@@ -341,7 +345,7 @@ fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
 
     let log = dir.join("join.log");
     let out = std::fs::File::create(&log).unwrap();
-    let mut joiner = Command::new(env!("CARGO_BIN_EXE_glass"))
+    let joiner = Command::new(env!("CARGO_BIN_EXE_glass"))
         .args(["node", "--config", cfg, "--id", "3", "--join", "1"])
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -351,12 +355,6 @@ fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
     wait_for_log(&log, "rejoined", 1, Duration::from_secs(60));
     let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = glass(&["check", "--config", cfg]);
-    let out = text(&o);
-    assert!(o.status.success(), "{out}");
-    assert!(!out.contains("DIFFER") && out.contains("node 3"), "the new replica is checked too: {out}");
-    let o = glass(&["cluster", "down", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
-    let _ = joiner.kill();
-    let _ = joiner.wait();
+    // The new replica is checked too.
+    check_equal_and_down(cfg, &["node 1", "node 2", "node 3"], joiner);
 }
