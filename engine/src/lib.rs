@@ -8,6 +8,7 @@ pub mod btree;
 pub mod check;
 pub mod conventional;
 pub mod digest;
+pub mod distributed;
 pub mod error;
 pub mod lean;
 pub mod procedures;

@@ -325,16 +325,33 @@ fn has_original(field: &[u8]) -> bool {
 ///   :ol_amount, :ol_dist_info);
 /// ```
 pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOutput, TxnError> {
+    new_order_home(db, i, None)
+}
+
+/// NewOrder on the home warehouse's partition (the district, the order, its lines), the
+/// stock of every line updated here — or, with `remote = Some((local, reads))`, only of the
+/// lines whose supplying warehouse `local` holds, the others' S_DIST_xx and S_DATA test
+/// taken from `reads` (the supplying partitions' pieces,
+/// [`crate::distributed::new_order_supply`], ran them at the same timestamp).
+pub fn new_order_home<S: Storage>(
+    db: &mut S,
+    i: &NewOrderInput,
+    remote: Option<(&dyn Fn(u16) -> bool, &[crate::distributed::StockRead])>,
+) -> Result<NewOrderOutput, TxnError> {
     let lines = i.lines();
     debug_assert!((1..=ORDER_LINES_MAX).contains(&lines.len()));
     // The item and stock lookups are independent: start their cache misses together.
     let mut item_keys = [0u64; ORDER_LINES_MAX];
     let mut stock_keys = [0u64; ORDER_LINES_MAX];
+    let mut stocks = 0;
     for (n, l) in lines.iter().enumerate() {
         item_keys[n] = keys::item(l.i_id);
-        stock_keys[n] = keys::stock(l.supply_w_id, l.i_id);
+        if remote.is_none_or(|(local, _)| local(l.supply_w_id)) {
+            stock_keys[stocks] = keys::stock(l.supply_w_id, l.i_id);
+            stocks += 1;
+        }
     }
-    let (item_keys, stock_keys) = (&item_keys[..lines.len()], &stock_keys[..lines.len()]);
+    let (item_keys, stock_keys) = (&item_keys[..lines.len()], &stock_keys[..stocks]);
     let ck = keys::customer(i.w_id, i.d_id, i.c_id);
     db.prefetch::<t::Customers>(&[ck], Prefetch::Index);
     db.prefetch::<t::Items>(item_keys, Prefetch::Index);
@@ -380,17 +397,14 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
             // Clause 2.4.2.3: an unused item number rolls the whole transaction back.
             return Err(TxnError::Rollback("item number is not valid"));
         };
-        let q = l.quantity as i32;
-        let remote = (l.supply_w_id != i.w_id) as u32;
-        let (dist_info, s_original) = db
-            .update::<t::Stocks, _>(stock_keys[n], |s| {
-                s.s_quantity = if s.s_quantity - q >= 10 { s.s_quantity - q } else { s.s_quantity - q + 91 };
-                s.s_ytd += q as u32;
-                s.s_order_cnt += 1;
-                s.s_remote_cnt += remote;
-                (s.s_dist[dist], has_original(&s.s_data))
-            })?
-            .ok_or_else(|| missing::<t::Stocks>(stock_keys[n]))?;
+        let (dist_info, s_original) = match remote {
+            Some((local, reads)) if !local(l.supply_w_id) => {
+                let r = reads.iter().find(|r| usize::from(r.line) == n);
+                let r = r.ok_or(TxnError::Rollback("a supplying partition's stock read is missing"))?;
+                (r.dist_info, r.s_original)
+            }
+            _ => update_stock(db, i.w_id, l, dist)?,
+        };
         let ol_amount = l.quantity as i64 * i_price;
         sum += ol_amount;
         brand_lines += (i_original && s_original) as u8;
@@ -411,6 +425,28 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
     // total = Σ OL_AMOUNT × (1 − C_DISCOUNT) × (1 + W_TAX + D_TAX), rates in basis points.
     let total = sum * (10_000 - c_discount as i64) * (10_000 + w_tax as i64 + d_tax as i64) / 100_000_000;
     Ok(NewOrderOutput { o_id, total, c_discount, w_tax, d_tax, brand_lines })
+}
+
+/// NewOrder's stock step for one line (clause 2.4.2.2): S_QUANTITY, S_YTD, S_ORDER_CNT and
+/// S_REMOTE_CNT updated; returns S_DIST_xx of district `dist` (0-based) and whether S_DATA
+/// contains "ORIGINAL".
+pub(crate) fn update_stock<S: Storage>(
+    db: &mut S,
+    home_w_id: u16,
+    l: &OrderLineInput,
+    dist: usize,
+) -> Result<([u8; 24], bool), TxnError> {
+    let q = l.quantity as i32;
+    let remote = (l.supply_w_id != home_w_id) as u32;
+    let key = keys::stock(l.supply_w_id, l.i_id);
+    db.update::<t::Stocks, _>(key, |s| {
+        s.s_quantity = if s.s_quantity - q >= 10 { s.s_quantity - q } else { s.s_quantity - q + 91 };
+        s.s_ytd += q as u32;
+        s.s_order_cnt += 1;
+        s.s_remote_cnt += remote;
+        (s.s_dist[dist], has_original(&s.s_data))
+    })?
+    .ok_or_else(|| missing::<t::Stocks>(key))
 }
 
 /// Finds the customer a Payment or OrderStatus names (clause 2.5.2.2 / 2.6.2.2). By last name:
@@ -467,6 +503,31 @@ pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput
     if let CustomerSelector::ById(c) = i.customer {
         db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)], Prefetch::Index);
     }
+    let names = pay_warehouse_and_district(db, i)?;
+    if let CustomerSelector::ById(c) = i.customer {
+        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)], Prefetch::Rows);
+    }
+    let out = pay_customer(db, i)?;
+    insert_history(db, i, names, out.c_id)?;
+    Ok(out)
+}
+
+/// Payment on the home warehouse's partition when the customer lives on another: the
+/// warehouse, the district and the HISTORY row, with `customer` — what the customer's
+/// partition's piece ([`crate::distributed::payment_customer`]) found and updated at the
+/// same timestamp.
+pub fn payment_home<S: Storage>(
+    db: &mut S,
+    i: &PaymentInput,
+    customer: PaymentOutput,
+) -> Result<PaymentOutput, TxnError> {
+    let names = pay_warehouse_and_district(db, i)?;
+    insert_history(db, i, names, customer.c_id)?;
+    Ok(customer)
+}
+
+/// Payment's warehouse and district steps; returns W_NAME and D_NAME.
+fn pay_warehouse_and_district<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<([u8; 10], [u8; 10]), TxnError> {
     let wk = keys::warehouse(i.w_id);
     let w_name = db
         .update::<t::Warehouses, _>(wk, |w| {
@@ -481,9 +542,11 @@ pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput
             d.d_name
         })?
         .ok_or_else(|| missing::<t::Districts>(dk))?;
-    if let CustomerSelector::ById(c) = i.customer {
-        db.prefetch::<t::Customers>(&[keys::customer(i.c_w_id, i.c_d_id, c)], Prefetch::Rows);
-    }
+    Ok((w_name, d_name))
+}
+
+/// Payment's customer steps (by id or last name; C_DATA for bad credit).
+pub(crate) fn pay_customer<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput, TxnError> {
     let c_id = find_customer(db, i.c_w_id, i.c_d_id, i.customer)?;
     let ck = keys::customer(i.c_w_id, i.c_d_id, c_id);
     let (c_balance, bad_credit) = db
@@ -498,6 +561,16 @@ pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput
             (c.c_balance, bad)
         })?
         .ok_or_else(|| missing::<t::Customers>(ck))?;
+    Ok(PaymentOutput { c_id, c_balance, bad_credit })
+}
+
+/// Payment's HISTORY row: H_DATA is W_NAME, four spaces, D_NAME.
+fn insert_history<S: Storage>(
+    db: &mut S,
+    i: &PaymentInput,
+    (w_name, d_name): ([u8; 10], [u8; 10]),
+    c_id: u32,
+) -> Result<(), TxnError> {
     let mut h_data = [0u8; 24];
     let wn = schema::text(&w_name);
     let dn = schema::text(&d_name);
@@ -515,7 +588,7 @@ pub fn payment<S: Storage>(db: &mut S, i: &PaymentInput) -> Result<PaymentOutput
         h_data,
         _pad: [0; 6],
     })?;
-    Ok(PaymentOutput { c_id, c_balance, bad_credit })
+    Ok(())
 }
 
 /// Clause 2.5.2.2: C_ID, C_D_ID, C_W_ID, D_ID, W_ID and H_AMOUNT are inserted at the left of
