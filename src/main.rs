@@ -52,6 +52,9 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Copy a running cluster's whole database into one CSV per table.
     Dump(cmd::dump::DumpArgs),
+    /// Run the seeded whole-cluster simulator: the real coordinator and replicas in one
+    /// thread, faults drawn from each seed, then heal and check; a failing seed replays.
+    Sim(cmd::sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Coordinator(a) => cmd::coordinator::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Dump(a) => cmd::dump::run(a),
+        Command::Sim(a) => cmd::sim::run(a),
     };
     match result {
         Ok(code) => code,

@@ -328,6 +328,10 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
     new_order_home(db, i, None)
 }
 
+/// Which supplying warehouses a partition holds, and the stock reads of the lines supplied
+/// by the others ([`new_order_home`]).
+pub type SuppliedElsewhere<'a> = (&'a dyn Fn(u16) -> bool, &'a [crate::distributed::StockRead]);
+
 /// NewOrder on the home warehouse's partition (the district, the order, its lines), the
 /// stock of every line updated here — or, with `remote = Some((local, reads))`, only of the
 /// lines whose supplying warehouse `local` holds, the others' S_DIST_xx and S_DATA test
@@ -336,7 +340,7 @@ pub fn new_order<S: Storage>(db: &mut S, i: &NewOrderInput) -> Result<NewOrderOu
 pub fn new_order_home<S: Storage>(
     db: &mut S,
     i: &NewOrderInput,
-    remote: Option<(&dyn Fn(u16) -> bool, &[crate::distributed::StockRead])>,
+    remote: Option<SuppliedElsewhere<'_>>,
 ) -> Result<NewOrderOutput, TxnError> {
     let lines = i.lines();
     debug_assert!((1..=ORDER_LINES_MAX).contains(&lines.len()));

@@ -191,8 +191,21 @@ impl Replica {
         pending_batches_max: usize,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Replica, ReplicaError> {
+        Replica::load_scaled(node, partition, seed, workload::loader::Scale::TPCC, pending_batches_max, progress)
+    }
+
+    /// [`Replica::load`] of a population of `scale` (the simulator's tiny one; not TPC-C
+    /// compliant unless [`workload::loader::Scale::TPCC`]).
+    pub fn load_scaled(
+        node: NodeId,
+        partition: &PartitionConfig,
+        seed: u64,
+        scale: workload::loader::Scale,
+        pending_batches_max: usize,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Replica, ReplicaError> {
         let mut db = LeanDb::new();
-        load_database(&mut db, partition.warehouses.range(), seed, progress)?;
+        workload::loader::load_database_scaled(&mut db, partition.warehouses.range(), seed, scale, progress)?;
         Ok(Replica::new(node, partition.id, db, pending_batches_max))
     }
 

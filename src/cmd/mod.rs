@@ -12,3 +12,4 @@ pub mod failover;
 pub mod logging;
 pub mod node;
 pub mod recover;
+pub mod sim;

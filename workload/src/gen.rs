@@ -9,7 +9,9 @@
 //! and the load seed (the load seed fixes C_LOAD, from which the run's C_LAST constant is
 //! chosen per clause 2.1.6.1); timestamps are parameters. Every warehouse an input names lies
 //! in the configured range; a "remote" choice with a single warehouse falls back to the home
-//! warehouse.
+//! warehouse. Item ids, customer ids and last-name numbers are drawn over the configured
+//! [`Scale`] (the TPC-C population by default, where the inputs are exactly the clause's; a
+//! smaller scale is for simulation and tests only and is not TPC-C compliant).
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -21,11 +23,12 @@ use engine::procedures::{
 };
 
 use crate::error::GenError;
-use crate::loader::{CUSTOMERS_PER_DISTRICT, ITEMS};
+use crate::loader::{Scale, ITEMS};
 use crate::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_ID, NURAND_A_C_LAST, NURAND_A_OL_I_ID};
 
 /// The item id a rolled-back NewOrder carries as its last item: not a valid I_ID
-/// (clause 2.4.1.4, "an unused value").
+/// (clause 2.4.1.4, "an unused value"). At a smaller [`Scale`] it is `scale.items + 1`
+/// ([`GenConfig::unused_item_id`]).
 pub const UNUSED_ITEM_ID: u32 = ITEMS + 1;
 
 /// Stream identifier of the generator's random source (separates it from other uses of the
@@ -211,6 +214,10 @@ pub struct GenConfig {
     pub by_last_name_pct: u32,
     /// Percent of NewOrders that roll back (clause 2.4.1.4: 1).
     pub rollback_pct: u32,
+    /// The population the inputs name: item ids NURand(8191, 1, items), customer ids
+    /// NURand(1023, 1, customers), last names NURand(255, 0, last_name_max). The profiles
+    /// start at [`Scale::TPCC`]; a smaller one must match the database's load.
+    pub scale: Scale,
 }
 
 impl GenConfig {
@@ -226,6 +233,7 @@ impl GenConfig {
                 remote_payment_pct: 0,
                 by_last_name_pct: 0,
                 rollback_pct: 0,
+                scale: Scale::TPCC,
             },
             Profile::Standard => GenConfig {
                 profile,
@@ -236,8 +244,21 @@ impl GenConfig {
                 remote_payment_pct: 15,
                 by_last_name_pct: 60,
                 rollback_pct: 1,
+                scale: Scale::TPCC,
             },
         }
+    }
+
+    /// These settings over a population of `scale` (simulation and tests only, unless
+    /// [`Scale::TPCC`]).
+    pub fn with_scale(mut self, scale: Scale) -> GenConfig {
+        self.scale = scale;
+        self
+    }
+
+    /// The item id a rolled-back NewOrder names: one past the last item loaded.
+    pub fn unused_item_id(&self) -> u32 {
+        self.scale.items + 1
     }
 
     /// The mix in effect: the override, else the profile's.
@@ -252,6 +273,11 @@ impl GenConfig {
         if self.warehouses.is_empty() || start == 0 {
             return Err(GenError::BadWarehouses { start, end });
         }
+        assert!(
+            self.scale.items >= 1 && self.scale.customers_per_district >= 1,
+            "an empty population: {:?}",
+            self.scale
+        );
         if let Some(mix) = &self.mix {
             Mix::new(mix.weights)?;
         }
@@ -337,7 +363,7 @@ impl Generator {
     }
 
     fn c_id(&mut self) -> u32 {
-        self.rng.nurand(NURAND_A_C_ID, 1, CUSTOMERS_PER_DISTRICT, self.constants.c_id)
+        self.rng.nurand(NURAND_A_C_ID, 1, self.cfg.scale.customers_per_district, self.constants.c_id)
     }
 
     /// A warehouse of the range other than `home`, or `home` when it is the only one.
@@ -359,7 +385,8 @@ impl Generator {
     fn customer(&mut self) -> CustomerSelector {
         if self.rng.percent(self.cfg.by_last_name_pct) {
             let mut name = [0u8; 16];
-            last_name(self.rng.nurand(NURAND_A_C_LAST, 0, 999, self.constants.c_last), &mut name);
+            let max = self.cfg.scale.last_name_max();
+            last_name(self.rng.nurand(NURAND_A_C_LAST, 0, max, self.constants.c_last), &mut name);
             CustomerSelector::ByLastName(name)
         } else {
             CustomerSelector::ById(self.c_id())
@@ -375,14 +402,14 @@ impl Generator {
         let rollback = self.rng.percent(self.cfg.rollback_pct);
         let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
         for line in &mut lines[..ol_cnt as usize] {
-            let i_id = self.rng.nurand(NURAND_A_OL_I_ID, 1, ITEMS, self.constants.ol_i_id);
+            let i_id = self.rng.nurand(NURAND_A_OL_I_ID, 1, self.cfg.scale.items, self.constants.ol_i_id);
             let supply_w_id =
                 if self.rng.percent(self.cfg.remote_item_pct) { self.other_warehouse(w_id) } else { w_id };
             let quantity = self.rng.uniform(1, 10) as u8;
             *line = OrderLineInput { i_id, supply_w_id, quantity };
         }
         if rollback {
-            lines[ol_cnt as usize - 1].i_id = UNUSED_ITEM_ID;
+            lines[ol_cnt as usize - 1].i_id = self.cfg.unused_item_id();
         }
         NewOrderInput { w_id, d_id, c_id, ol_cnt, lines, entry_d: ts }
     }
@@ -634,6 +661,40 @@ mod tests {
     fn next_for_rejects_a_foreign_home() {
         let mut g = Generator::new(GenConfig::for_profile(Profile::Paper, 1..=2), 1, 1).unwrap();
         g.next_for(3, 0);
+    }
+
+    /// A scaled generator names only rows a load of that scale has (simulation only).
+    #[test]
+    fn a_scaled_generator_stays_within_the_population() {
+        let scale = Scale::tiny();
+        let cfg = GenConfig::for_profile(Profile::Standard, 1..=2).with_scale(scale);
+        assert_eq!(cfg.unused_item_id(), 501);
+        let (mut rollbacks, mut names) = (0, std::collections::BTreeSet::new());
+        for input in draws(cfg, 20_000) {
+            let customer = match input {
+                TxnInput::NewOrder(no) => {
+                    assert!((1..=30).contains(&no.c_id));
+                    for l in no.lines() {
+                        rollbacks += usize::from(l.i_id == 501);
+                        assert!((1..=501).contains(&l.i_id));
+                    }
+                    continue;
+                }
+                TxnInput::Payment(p) => p.customer,
+                TxnInput::OrderStatus(o) => o.customer,
+                _ => continue,
+            };
+            match customer {
+                CustomerSelector::ById(c) => assert!((1..=30).contains(&c)),
+                CustomerSelector::ByLastName(n) => {
+                    assert!((0..30).any(|k| crate::rng::last_name_field(k) == n));
+                    names.insert(n);
+                }
+            }
+        }
+        assert!(rollbacks > 0 && names.len() > 10);
+        // The default scale is the clause's, and the profiles start there.
+        assert_eq!(GenConfig::for_profile(Profile::Paper, 1..=1).scale, Scale::TPCC);
     }
 
     #[test]

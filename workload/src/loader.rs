@@ -8,7 +8,12 @@
 //!   STOCK) from a generator seeded by `(seed, w)` alone, so loading one warehouse on its own
 //!   gives exactly the rows a load of many warehouses gives for it. The only shared value is
 //!   the C_LAST constant C_LOAD, [`NuRandConstants::for_load`]`(seed)`;
-//! - the loaded database satisfies the consistency conditions of clause 3.3.2.
+//! - the loaded database satisfies the consistency conditions of clause 3.3.2;
+//! - at [`Scale::TPCC`] (what every function without `_scaled` loads) the rows are the
+//!   clause's cardinalities, bit for bit what they always were. A smaller [`Scale`] shrinks
+//!   ITEM/STOCK and the customers and orders of each district for simulation and tests only:
+//!   such a population is **not TPC-C compliant** (clause 4.3.3.1 fixes the sizes) and no
+//!   measurement may be reported on it.
 
 use std::ops::RangeInclusive;
 
@@ -45,16 +50,104 @@ pub const C_BALANCE_LOAD_CENTS: i64 = -1_000;
 /// C_YTD_PAYMENT and H_AMOUNT at load: 10.00.
 pub const C_YTD_PAYMENT_LOAD_CENTS: i64 = 1_000;
 
-/// Rows of one district: the district, its customers and their history, its orders, new
-/// orders and (expected) order lines at 10 per order, the mean of 5–15.
-const DISTRICT_ROWS_EXPECTED: u64 = 1
-    + CUSTOMERS_PER_DISTRICT as u64 * 2
-    + ORDERS_PER_DISTRICT as u64
-    + (ORDERS_PER_DISTRICT - FIRST_NEW_ORDER_ID + 1) as u64
-    + ORDERS_PER_DISTRICT as u64 * 10;
-/// Rows of one warehouse as expected (order lines are random, see [`expected_rows`]).
-const WAREHOUSE_ROWS_EXPECTED: u64 =
-    1 + STOCK_PER_WAREHOUSE as u64 + DISTRICTS_PER_WAREHOUSE as u64 * DISTRICT_ROWS_EXPECTED;
+/// The size of a population: ITEM rows (and STOCK rows per warehouse) and CUSTOMER rows per
+/// district (and ORDER rows: one per customer, as clause 4.3.3.1 has it). [`Scale::TPCC`] is
+/// the clause's population and the default; anything smaller is for simulation and tests
+/// only and is **not TPC-C compliant**.
+///
+/// Derived sizes keep the clause's proportions: orders per district = customers, the first
+/// undelivered order is `customers × 7/10 + 1` (2,101 for 3,000), and C_LAST numbers run
+/// over `0..=min(999, customers − 1)` so that every last name the generator draws was loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scale {
+    /// ITEM rows, and STOCK rows per warehouse (clause: 100,000).
+    pub items: u32,
+    /// CUSTOMER rows per district, and ORDER rows per district (clause: 3,000).
+    pub customers_per_district: u32,
+}
+
+impl Scale {
+    /// Clause 4.3.3.1's population: 100,000 items, 3,000 customers per district.
+    pub const TPCC: Scale = Scale { items: ITEMS, customers_per_district: CUSTOMERS_PER_DISTRICT };
+
+    /// A tiny population for the whole-cluster simulator (500 items, 30 customers per
+    /// district): loads in about a millisecond. Not TPC-C compliant.
+    pub const fn tiny() -> Scale {
+        Scale { items: 500, customers_per_district: 30 }
+    }
+
+    /// ORDER rows per district at load (one per customer).
+    pub const fn orders_per_district(self) -> u32 {
+        self.customers_per_district
+    }
+
+    /// The first order of each district with a NEW_ORDER row at load (2,101 at TPC-C scale).
+    pub const fn first_new_order_id(self) -> u32 {
+        self.customers_per_district * 7 / 10 + 1
+    }
+
+    /// The largest C_LAST number loaded (999 at TPC-C scale): the first 1,000 customers of a
+    /// district take the numbers 0..=999 in order, so a smaller district has only its own.
+    pub const fn last_name_max(self) -> u32 {
+        if self.customers_per_district >= 1_000 {
+            999
+        } else {
+            self.customers_per_district - 1
+        }
+    }
+
+    /// D_YTD at load: the district's customers' HISTORY amounts (30,000.00 at TPC-C scale),
+    /// so that conditions 8 and 9 of clause 3.3.2 hold at any scale.
+    pub const fn d_ytd_load_cents(self) -> i64 {
+        self.customers_per_district as i64 * C_YTD_PAYMENT_LOAD_CENTS
+    }
+
+    /// W_YTD at load: its districts' D_YTD (300,000.00 at TPC-C scale).
+    pub const fn w_ytd_load_cents(self) -> i64 {
+        DISTRICTS_PER_WAREHOUSE as i64 * self.d_ytd_load_cents()
+    }
+
+    /// Whether this is the clause's population.
+    pub fn is_tpcc(self) -> bool {
+        self == Scale::TPCC
+    }
+
+    /// Rows of one district: the district, its customers and their history, its orders, new
+    /// orders and (expected) order lines at 10 per order, the mean of 5–15.
+    const fn district_rows_expected(self) -> u64 {
+        let orders = self.orders_per_district() as u64;
+        1 + self.customers_per_district as u64 * 2
+            + orders
+            + (orders - self.first_new_order_id() as u64 + 1)
+            + orders * 10
+    }
+
+    /// Rows of one warehouse as expected (order lines are random, see [`expected_rows`]).
+    const fn warehouse_rows_expected(self) -> u64 {
+        1 + self.items as u64 + DISTRICTS_PER_WAREHOUSE as u64 * self.district_rows_expected()
+    }
+
+    /// Panics unless there is at least one item and one customer per district.
+    fn assert_valid(self) {
+        assert!(self.items >= 1 && self.customers_per_district >= 1, "an empty population: {self:?}");
+    }
+}
+
+// The clause's derived sizes are the constants above.
+const _: () = assert!(
+    Scale::TPCC.orders_per_district() == ORDERS_PER_DISTRICT
+        && Scale::TPCC.first_new_order_id() == FIRST_NEW_ORDER_ID
+        && Scale::TPCC.items == STOCK_PER_WAREHOUSE
+        && Scale::TPCC.last_name_max() == 999
+        && Scale::TPCC.d_ytd_load_cents() == D_YTD_LOAD_CENTS
+        && Scale::TPCC.w_ytd_load_cents() == W_YTD_LOAD_CENTS
+);
+
+impl Default for Scale {
+    fn default() -> Scale {
+        Scale::TPCC
+    }
+}
 
 /// Stream identifier of ITEM's generator; warehouse `w` uses stream `w` (ids start at 1).
 const STREAM_ITEMS: u64 = 0x4954_454D_0000_0000; // "ITEM"
@@ -63,7 +156,12 @@ const STREAM_ITEMS: u64 = 0x4954_454D_0000_0000; // "ITEM"
 /// plus, per warehouse, 1 + 10 + 30,000 × 3 + 9,000 + 100,000 rows and 300,000 order lines
 /// (the expectation; the actual count varies with the random O_OL_CNT).
 pub fn expected_rows(warehouses: u16) -> u64 {
-    ITEMS as u64 + warehouses as u64 * WAREHOUSE_ROWS_EXPECTED
+    expected_rows_scaled(warehouses, Scale::TPCC)
+}
+
+/// [`expected_rows`] for a population of `scale`.
+pub fn expected_rows_scaled(warehouses: u16, scale: Scale) -> u64 {
+    scale.items as u64 + warehouses as u64 * scale.warehouse_rows_expected()
 }
 
 /// Progress of [`load_database`].
@@ -102,9 +200,16 @@ fn address(rng: &mut Rng) -> Address {
 /// Loads ITEM: 100,000 rows (I_ID 1..=100,000, I_IM_ID 1–10,000, I_NAME a-string [14..24],
 /// I_PRICE 1.00–100.00, I_DATA a-string [26..50] with "ORIGINAL" in 10%).
 pub fn load_items<S: Storage>(db: &mut S, seed: u64) -> Result<(), StorageError> {
+    load_items_scaled(db, seed, Scale::TPCC)
+}
+
+/// [`load_items`] for a population of `scale` (I_ID 1..=`scale.items`; item `i` is the same
+/// row at every scale that has it).
+pub fn load_items_scaled<S: Storage>(db: &mut S, seed: u64, scale: Scale) -> Result<(), StorageError> {
+    scale.assert_valid();
     let mut rng = Rng::stream(seed, STREAM_ITEMS);
-    db.reserve::<t::Items>(ITEMS as usize);
-    for i_id in 1..=ITEMS {
+    db.reserve::<t::Items>(scale.items as usize);
+    for i_id in 1..=scale.items {
         let mut row = Item { i_price: 0, i_id, i_im_id: 0, i_name: [0; 24], i_data: [0; 50], _pad: [0; 6] };
         row.i_im_id = rng.uniform_u32(1, 10_000);
         rng.alnum_string(14, 24, &mut row.i_name);
@@ -121,7 +226,12 @@ pub fn load_items<S: Storage>(db: &mut S, seed: u64) -> Result<(), StorageError>
 ///
 /// Panics if `w_id` is 0 (warehouse ids start at 1).
 pub fn load_warehouse<S: Storage>(db: &mut S, w_id: u16, seed: u64) -> Result<(), StorageError> {
-    load_warehouse_reporting(db, w_id, seed, &mut |_| {})
+    load_warehouse_reporting(db, w_id, seed, Scale::TPCC, &mut |_| {})
+}
+
+/// [`load_warehouse`] for a population of `scale`.
+pub fn load_warehouse_scaled<S: Storage>(db: &mut S, w_id: u16, seed: u64, scale: Scale) -> Result<(), StorageError> {
+    load_warehouse_reporting(db, w_id, seed, scale, &mut |_| {})
 }
 
 /// [`load_warehouse`], calling `rows_done(n)` after each part (the stock, then each district)
@@ -130,28 +240,30 @@ fn load_warehouse_reporting<S: Storage>(
     db: &mut S,
     w_id: u16,
     seed: u64,
+    scale: Scale,
     rows_done: &mut dyn FnMut(u64),
 ) -> Result<(), StorageError> {
     assert!(w_id >= 1, "warehouse ids start at 1");
+    scale.assert_valid();
     let c_load = NuRandConstants::for_load(seed);
     let mut rng = Rng::stream(seed, u64::from(w_id));
 
     db.reserve::<t::Warehouses>(1);
     db.reserve::<t::Districts>(DISTRICTS_PER_WAREHOUSE as usize);
-    let customers = DISTRICTS_PER_WAREHOUSE as usize * CUSTOMERS_PER_DISTRICT as usize;
-    let orders = DISTRICTS_PER_WAREHOUSE as usize * ORDERS_PER_DISTRICT as usize;
+    let customers = DISTRICTS_PER_WAREHOUSE as usize * scale.customers_per_district as usize;
+    let orders = DISTRICTS_PER_WAREHOUSE as usize * scale.orders_per_district() as usize;
     db.reserve::<t::Customers>(customers);
     db.reserve::<t::Histories>(customers);
     db.reserve::<t::Orders>(orders);
     db.reserve::<t::NewOrders>(
-        DISTRICTS_PER_WAREHOUSE as usize * (ORDERS_PER_DISTRICT - FIRST_NEW_ORDER_ID + 1) as usize,
+        DISTRICTS_PER_WAREHOUSE as usize * (scale.orders_per_district() - scale.first_new_order_id() + 1) as usize,
     );
     db.reserve::<t::OrderLines>(orders * 10);
-    db.reserve::<t::Stocks>(STOCK_PER_WAREHOUSE as usize);
+    db.reserve::<t::Stocks>(scale.items as usize);
 
     // WAREHOUSE: W_NAME a-string [6..10], address, W_TAX 0.0000–0.2000, W_YTD 300,000.00.
     let mut w = Warehouse {
-        w_ytd: W_YTD_LOAD_CENTS,
+        w_ytd: scale.w_ytd_load_cents(),
         w_tax: 0,
         w_id,
         w_name: [0; 10],
@@ -162,11 +274,11 @@ fn load_warehouse_reporting<S: Storage>(
     w.w_tax = rng.uniform_u32(0, 2_000);
     db.insert::<t::Warehouses>(&w)?;
 
-    load_stock(db, &mut rng, w_id)?;
-    rows_done(1 + STOCK_PER_WAREHOUSE as u64);
+    load_stock(db, &mut rng, w_id, scale)?;
+    rows_done(1 + scale.items as u64);
 
     for d_id in 1..=DISTRICTS_PER_WAREHOUSE {
-        let rows = load_district(db, &mut rng, w_id, d_id, c_load.c_last)?;
+        let rows = load_district(db, &mut rng, w_id, d_id, c_load.c_last, scale)?;
         rows_done(rows);
     }
     Ok(())
@@ -174,8 +286,8 @@ fn load_warehouse_reporting<S: Storage>(
 
 /// STOCK: S_I_ID 1..=100,000, S_QUANTITY 10–100, S_DIST_01..10 a-strings [24], S_YTD,
 /// S_ORDER_CNT, S_REMOTE_CNT 0, S_DATA a-string [26..50] with "ORIGINAL" in 10%.
-fn load_stock<S: Storage>(db: &mut S, rng: &mut Rng, w_id: u16) -> Result<(), StorageError> {
-    for s_i_id in 1..=STOCK_PER_WAREHOUSE {
+fn load_stock<S: Storage>(db: &mut S, rng: &mut Rng, w_id: u16, scale: Scale) -> Result<(), StorageError> {
+    for s_i_id in 1..=scale.items {
         let mut s = Stock {
             s_i_id,
             s_quantity: 0,
@@ -204,15 +316,18 @@ fn load_district<S: Storage>(
     w_id: u16,
     d_id: u8,
     c_last_load: u32,
+    scale: Scale,
 ) -> Result<u64, StorageError> {
     let mut rows = 0u64;
+    let (customers_per_district, orders_per_district) = (scale.customers_per_district, scale.orders_per_district());
+    let first_new_order_id = scale.first_new_order_id();
 
     // DISTRICT: D_NAME a-string [6..10], address, D_TAX 0.0000–0.2000, D_YTD 30,000.00,
     // D_NEXT_O_ID 3001.
     let mut d = District {
-        d_ytd: D_YTD_LOAD_CENTS,
+        d_ytd: scale.d_ytd_load_cents(),
         d_tax: 0,
-        d_next_o_id: ORDERS_PER_DISTRICT + 1,
+        d_next_o_id: orders_per_district + 1,
         d_w_id: w_id,
         d_id,
         d_name: [0; 10],
@@ -225,7 +340,7 @@ fn load_district<S: Storage>(
     rows += 1;
 
     // CUSTOMER and one HISTORY row per customer.
-    for c_id in 1..=CUSTOMERS_PER_DISTRICT {
+    for c_id in 1..=customers_per_district {
         let mut c = Customer {
             c_since: LOAD_TIMESTAMP,
             c_credit_lim: C_CREDIT_LIM_CENTS,
@@ -246,7 +361,8 @@ fn load_district<S: Storage>(
             c_data: [0; 500],
             _pad: [0; 6],
         };
-        let name_num = if c_id <= 1_000 { c_id - 1 } else { rng.nurand(NURAND_A_C_LAST, 0, 999, c_last_load) };
+        let name_num =
+            if c_id <= 1_000 { c_id - 1 } else { rng.nurand(NURAND_A_C_LAST, 0, scale.last_name_max(), c_last_load) };
         last_name(name_num, &mut c.c_last);
         rng.alnum_string(8, 16, &mut c.c_first);
         c.c_address = address(rng);
@@ -275,9 +391,9 @@ fn load_district<S: Storage>(
     }
 
     // ORDER, NEW_ORDER and ORDER_LINE.
-    let customers = rng.permutation(CUSTOMERS_PER_DISTRICT);
-    for o_id in 1..=ORDERS_PER_DISTRICT {
-        let delivered = o_id < FIRST_NEW_ORDER_ID;
+    let customers = rng.permutation(customers_per_district);
+    for o_id in 1..=orders_per_district {
+        let delivered = o_id < first_new_order_id;
         let o = Order {
             o_entry_d: LOAD_TIMESTAMP,
             o_id,
@@ -296,7 +412,7 @@ fn load_district<S: Storage>(
                 ol_delivery_d: if delivered { o.o_entry_d } else { 0 },
                 ol_amount: 0,
                 ol_o_id: o_id,
-                ol_i_id: rng.uniform_u32(1, ITEMS),
+                ol_i_id: rng.uniform_u32(1, scale.items),
                 ol_w_id: w_id,
                 ol_supply_w_id: w_id,
                 ol_d_id: d_id,
@@ -328,6 +444,18 @@ pub fn load_database<S: Storage>(
     seed: u64,
     progress: &mut dyn FnMut(LoadProgress),
 ) -> Result<(), LoadError> {
+    load_database_scaled(db, warehouses, seed, Scale::TPCC, progress)
+}
+
+/// [`load_database`] for a population of `scale` (simulation and tests only unless
+/// [`Scale::TPCC`]).
+pub fn load_database_scaled<S: Storage>(
+    db: &mut S,
+    warehouses: RangeInclusive<u16>,
+    seed: u64,
+    scale: Scale,
+    progress: &mut dyn FnMut(LoadProgress),
+) -> Result<(), LoadError> {
     let (start, end) = (*warehouses.start(), *warehouses.end());
     if warehouses.is_empty() {
         return Err(LoadError::NoWarehouses { start, end });
@@ -338,18 +466,18 @@ pub fn load_database<S: Storage>(
     let count = end - start + 1;
     let mut loaded = 0u64;
     // Expected rows of the parts not yet loaded.
-    let mut remaining = expected_rows(count);
+    let mut remaining = expected_rows_scaled(count, scale);
 
-    load_items(db, seed)?;
-    loaded += ITEMS as u64;
-    remaining -= ITEMS as u64;
+    load_items_scaled(db, seed, scale)?;
+    loaded += scale.items as u64;
+    remaining -= scale.items as u64;
     progress(LoadProgress { rows_loaded: loaded, rows_total: loaded + remaining });
 
     for w_id in warehouses {
         let mut part = 0;
-        load_warehouse_reporting(db, w_id, seed, &mut |rows| {
+        load_warehouse_reporting(db, w_id, seed, scale, &mut |rows| {
             loaded += rows;
-            remaining -= if part == 0 { 1 + STOCK_PER_WAREHOUSE as u64 } else { DISTRICT_ROWS_EXPECTED };
+            remaining -= if part == 0 { 1 + scale.items as u64 } else { scale.district_rows_expected() };
             part += 1;
             progress(LoadProgress { rows_loaded: loaded, rows_total: loaded + remaining });
         })?;
@@ -533,10 +661,40 @@ mod tests {
         assert_eq!(db.count::<t::Items>(), 0, "nothing loaded on a rejected range");
     }
 
+    /// A tiny population (simulation only) has the scaled cardinalities, keeps the
+    /// clause's proportions, names only loaded last names, and is consistent (clause 3.3.2).
+    #[test]
+    fn a_tiny_population_is_scaled_and_consistent() {
+        let scale = Scale::tiny();
+        let mut db = LeanDb::new();
+        let mut reports = Vec::new();
+        load_database_scaled(&mut db, 1..=2, 5, scale, &mut |p| reports.push(p)).unwrap();
+        assert_eq!(db.count::<t::Items>(), 500);
+        assert_eq!(db.count::<t::Stocks>(), 2 * 500);
+        assert_eq!(db.count::<t::Customers>(), 2 * 10 * 30);
+        assert_eq!(db.count::<t::Orders>(), 2 * 10 * 30);
+        assert_eq!(scale.first_new_order_id(), 22);
+        assert_eq!(db.count::<t::NewOrders>(), 2 * 10 * 9);
+        let last = reports.last().unwrap();
+        assert_eq!(last.rows_loaded, last.rows_total);
+        assert!(expected_rows_scaled(2, scale).abs_diff(last.rows_loaded) < 1_000);
+        for c in rows::<t::Customers>(&mut db, |_| true) {
+            assert_eq!(c.c_last, crate::rng::last_name_field(c.c_id - 1));
+        }
+        assert!(rows::<t::OrderLines>(&mut db, |_| true).iter().all(|ol| (1..=500).contains(&ol.ol_i_id)));
+        // Item i is the same row at every scale.
+        let (mut full, _) = load(1..=1, 5);
+        assert_eq!(rows::<t::Items>(&mut db, |_| true), rows::<t::Items>(&mut full, |i| i.i_id <= 500));
+        let report = engine::check::check(&mut db);
+        assert!(report.all_passed(), "{report}");
+    }
+
     #[test]
     fn expected_rows_counts_the_population() {
         assert_eq!(expected_rows(0), 100_000);
         assert_eq!(expected_rows(1), 100_000 + 1 + 100_000 + 10 * (1 + 6_000 + 3_000 + 900 + 30_000));
         assert_eq!(expected_rows(5) - expected_rows(4), expected_rows(1) - expected_rows(0));
+        assert_eq!(expected_rows_scaled(3, Scale::TPCC), expected_rows(3));
+        assert_eq!(Scale::default(), Scale::TPCC);
     }
 }

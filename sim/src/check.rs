@@ -1,0 +1,188 @@
+//! The checkers run on a healed, drained cluster ([`crate::run`]); each returns what it
+//! verified, or why the run failed.
+//!
+//! What they assert (issue 6; the paper's Section 5.3):
+//! - [`every_request_answered_once`]: each client request got exactly one answer —
+//!   committed, aborted, failed, busy, rejected or outcome-unknown all count;
+//! - [`no_alarms`]: no divergence, no stopped or unavailable partition;
+//! - [`replicas_converged`]: every configured replica of each partition is a live replica
+//!   again, the coordinator's ordered digest shows them all after the same batch with equal
+//!   digests, and each replica, asked directly, is at that batch (and, under
+//!   `debug_assertions`, has that digest);
+//! - [`acknowledged_present`]: every acknowledged NewOrder's ORDER row and every acknowledged
+//!   Payment's HISTORY row (one per acknowledgement) are in the final state — the same
+//!   lookups `workload::client::check` makes on a real cluster, over the same ack types;
+//! - [`consistency`]: the TPC-C consistency conditions (clause 3.3.2, `engine::check`) over
+//!   the final state of every partition.
+
+use std::collections::BTreeMap;
+
+use engine::procedures::{TxnInput, TxnOutput};
+use engine::schema::{keys, t};
+use engine::Storage;
+use wire::messages::{ClientResult, DigestOutcome, PartitionId, Seq, StateDigest};
+use workload::client::driver::PaymentAck;
+use workload::client::NewOrderAck;
+
+use crate::cluster::Sim;
+
+/// Every request was answered, and exactly once.
+pub fn every_request_answered_once(sim: &Sim) -> Result<(), String> {
+    let requests = sim.inputs().len();
+    if sim.answers().len() != requests {
+        let unanswered: Vec<u64> =
+            (0..requests as u64).filter(|id| !sim.answers().keys().any(|(_, r)| r == id)).take(5).collect();
+        return Err(format!("{} of {requests} requests answered; unanswered: {unanswered:?}…", sim.answers().len()));
+    }
+    if let Some(((client, id), (result, n))) = sim.answers().iter().find(|(_, (_, n))| *n != 1) {
+        return Err(format!("client {client} request {id} was answered {n} times (last: {result:?})"));
+    }
+    Ok(())
+}
+
+/// No divergence, stop, unavailability or load failure was reported, and the simulated
+/// processes saw no protocol violation.
+pub fn no_alarms(sim: &Sim) -> Result<(), String> {
+    use coordinator::Event;
+    if let Some(v) = sim.violations().first() {
+        return Err(format!("{} violations; first: {v}", sim.violations().len()));
+    }
+    let bad = sim.events().iter().find(|e| {
+        matches!(
+            e,
+            Event::Diverged(_)
+                | Event::PartitionStopped { .. }
+                | Event::PartitionUnavailable { .. }
+                | Event::LoadFailed { .. }
+        )
+    });
+    match bad {
+        Some(e) => Err(format!("alarm: {e}")),
+        None => Ok(()),
+    }
+}
+
+/// Every replica of every partition is live and all are at the same batch with equal
+/// digests; returns (partition, batch, digest) for each.
+pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateDigest)>, String> {
+    let partitions: Vec<(PartitionId, Vec<wire::messages::NodeId>)> =
+        sim.config().partitions.iter().map(|p| (p.id, p.replicas.clone())).collect();
+    let mut out = Vec::new();
+    for (partition, replicas) in partitions {
+        let outcome = sim.digests(partition)?;
+        let DigestOutcome::Digests { seq, digests } = &outcome else {
+            return Err(format!("partition {partition}: no digests: {outcome:?}"));
+        };
+        let mut nodes: Vec<_> = digests.iter().map(|(n, _)| *n).collect();
+        nodes.sort_unstable();
+        let mut expected = replicas.clone();
+        expected.sort_unstable();
+        if nodes != expected {
+            return Err(format!(
+                "partition {partition}: digests from nodes {nodes:?}, expected every replica {expected:?}"
+            ));
+        }
+        if !outcome.agreed() {
+            return Err(format!("partition {partition}: replicas differ after batch {seq}: {digests:?}"));
+        }
+        let digest = digests[0].1;
+        for node in replicas {
+            let r =
+                sim.replica_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+            // The digest again, directly: nothing ran after the digest batch (a costly
+            // check, so under `debug_assertions` only; the batch is checked always).
+            let direct = if cfg!(debug_assertions) { r.state_digest() } else { digest };
+            if r.applied_seq() != *seq || direct != digest {
+                return Err(format!(
+                    "partition {partition}: node {node} is at batch {} with digest {}, the coordinator reported batch {seq} with {digest}",
+                    r.applied_seq(),
+                    r.state_digest()
+                ));
+            }
+        }
+        out.push((partition, *seq, digest));
+    }
+    Ok(out)
+}
+
+/// The acknowledged (committed and answered) NewOrders and Payments.
+pub fn acknowledgements(sim: &Sim) -> (Vec<NewOrderAck>, Vec<PaymentAck>) {
+    let (mut orders, mut payments) = (Vec::new(), Vec::new());
+    for (&(_, id), (result, _)) in sim.answers() {
+        let ClientResult::Committed { output, .. } = result else { continue };
+        match (&sim.inputs()[id as usize], output) {
+            (TxnInput::NewOrder(i), TxnOutput::NewOrder(o)) => {
+                orders.push(NewOrderAck { w: i.w_id, d: i.d_id, o_id: o.o_id })
+            }
+            (TxnInput::Payment(i), TxnOutput::Payment(o)) => payments.push(PaymentAck {
+                w: i.w_id,
+                d: i.d_id,
+                c_w: i.c_w_id,
+                c_d: i.c_d_id,
+                c_id: o.c_id,
+                date: i.date,
+                amount: i.h_amount,
+            }),
+            _ => {}
+        }
+    }
+    (orders, payments)
+}
+
+/// Every acknowledged NewOrder's ORDER row and every acknowledged Payment's HISTORY row is
+/// in the final state of its home warehouse's partition (checked on each replica's first
+/// node; [`replicas_converged`] showed the others equal). Returns the number checked.
+pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, String> {
+    let (orders, payments) = acknowledgements(sim);
+    let partitions: Vec<(PartitionId, wire::config::WarehouseRange, wire::messages::NodeId)> =
+        sim.config().partitions.iter().map(|p| (p.id, p.warehouses, p.replicas[0])).collect();
+    let mut checked = 0u64;
+    for (partition, warehouses, node) in partitions {
+        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        for a in orders.iter().filter(|a| warehouses.contains(a.w)) {
+            checked += 1;
+            if db.get::<t::Orders, ()>(keys::order(a.w, a.d, a.o_id), |_| ()).ok().flatten().is_none() {
+                return Err(format!("acknowledged {a} is missing from partition {partition}"));
+            }
+        }
+        // HISTORY has no key (clause 1.3): count its rows by their columns, one per ack.
+        let mut rows: BTreeMap<PaymentAck, u32> = BTreeMap::new();
+        db.for_each::<t::Histories>(|h| {
+            let key = PaymentAck {
+                w: h.h_w_id,
+                d: h.h_d_id,
+                c_w: h.h_c_w_id,
+                c_d: h.h_c_d_id,
+                c_id: h.h_c_id,
+                date: h.h_date,
+                amount: h.h_amount,
+            };
+            *rows.entry(key).or_default() += 1;
+        });
+        for a in payments.iter().filter(|a| warehouses.contains(a.w)) {
+            checked += 1;
+            match rows.get_mut(a) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => return Err(format!("acknowledged payment {a:?} has no HISTORY row in partition {partition}")),
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// The TPC-C consistency conditions over every partition's final state (its first replica).
+pub fn consistency(sim: &mut Sim) -> Result<(), String> {
+    let partitions: Vec<(PartitionId, wire::messages::NodeId)> =
+        sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
+    let mut checker = engine::check::Checker::new();
+    for (partition, node) in partitions {
+        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        checker.add(db);
+    }
+    let report = checker.finish();
+    if report.all_passed() {
+        Ok(())
+    } else {
+        Err(format!("TPC-C consistency fails:\n{report}"))
+    }
+}

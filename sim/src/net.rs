@@ -1,0 +1,160 @@
+//! The simulated network: one link per node, between it and the coordinator, carrying
+//! messages both ways. It owns the messages in flight and the held ones, and the faults a
+//! network can do to them.
+//!
+//! What the real transport does, and what is modelled:
+//! - a link is a QUIC connection: reliable and ordered while it lives. The simulator is
+//!   harsher than that on purpose: it delivers in-flight messages in random order within and
+//!   across links, holds some back for a while (a delay), and duplicates some of the kinds
+//!   whose receivers promise to drop duplicates (batches at a replica, results and heartbeats
+//!   at the coordinator) — QUIC itself never duplicates;
+//! - a *drop* is honest about QUIC: messages are not lost one by one, a connection breaks.
+//!   [`Network::cut`] loses everything in flight and held on that link, both ways; what the
+//!   processes do about a broken link is the cluster's business ([`crate::cluster`]);
+//! - every message carries the id of the link (connection) it was sent on; a restarted node
+//!   gets a new link, and nothing sent on an older one is ever delivered.
+//!
+//! Guarantees: the order of everything is a function of the [`Rng`] passed in; nothing is
+//! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
+
+use wire::messages::{Message, NodeId};
+use workload::rng::Rng;
+
+/// Which end of a node's link a message goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    ToCoordinator,
+    ToNode,
+}
+
+/// A message in flight on node `node`'s link number `link`.
+#[derive(Debug, Clone)]
+pub struct Envelope {
+    pub node: NodeId,
+    pub link: u64,
+    pub direction: Direction,
+    pub msg: Message,
+}
+
+impl Envelope {
+    /// Whether a duplicate of this message is something its receiver must tolerate.
+    fn may_duplicate(&self) -> bool {
+        match self.direction {
+            Direction::ToNode => matches!(self.msg, Message::Batch(_)),
+            Direction::ToCoordinator => matches!(self.msg, Message::Results(_) | Message::Heartbeat { .. }),
+        }
+    }
+}
+
+/// How adversarial the network is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetFaults {
+    /// Percent of deliveries that leave a copy behind (a duplicate), for the kinds that may
+    /// be duplicated.
+    pub duplicate_pct: u64,
+    /// Percent of deliveries held back for `hold_steps` steps instead.
+    pub hold_pct: u64,
+    /// Steps a held message waits.
+    pub hold_steps: u64,
+    /// Percent of deliveries that take the newest message in flight (so older ones wait
+    /// longer); the others take one at random.
+    pub newest_pct: u64,
+}
+
+impl NetFaults {
+    /// Everything delivered once, in random order.
+    pub const CALM: NetFaults = NetFaults { duplicate_pct: 0, hold_pct: 0, hold_steps: 0, newest_pct: 40 };
+    /// Reordering, duplication and delays, as the first simulator had them.
+    pub const ADVERSARIAL: NetFaults = NetFaults { duplicate_pct: 10, hold_pct: 5, hold_steps: 300, newest_pct: 40 };
+}
+
+/// The messages in flight and held back.
+#[derive(Debug, Default)]
+pub struct Network {
+    in_flight: Vec<Envelope>,
+    /// Held messages and the step at which they come back in flight.
+    held: Vec<(u64, Envelope)>,
+    /// Messages lost to broken links so far.
+    pub lost: u64,
+}
+
+impl Network {
+    pub fn send(&mut self, envelope: Envelope) {
+        self.in_flight.push(envelope);
+    }
+
+    /// Takes one message in flight to deliver, chosen from `rng`, or `None` when none is in
+    /// flight or the chosen one was held back instead (until step `step + hold_steps`).
+    pub fn deliver(&mut self, rng: &mut Rng, faults: &NetFaults, step: u64) -> Option<Envelope> {
+        if self.in_flight.is_empty() {
+            return None;
+        }
+        let i = if rng.below(100) < faults.newest_pct {
+            self.in_flight.len() - 1
+        } else {
+            rng.below(self.in_flight.len() as u64) as usize
+        };
+        let envelope = if rng.below(100) < faults.duplicate_pct && self.in_flight[i].may_duplicate() {
+            self.in_flight[i].clone()
+        } else {
+            self.in_flight.swap_remove(i)
+        };
+        if rng.below(100) < faults.hold_pct {
+            self.held.push((step + faults.hold_steps, envelope));
+            return None;
+        }
+        Some(envelope)
+    }
+
+    /// Puts the held messages due by `step` back in flight.
+    pub fn release(&mut self, step: u64) {
+        if self.held.iter().any(|(at, _)| *at <= step) {
+            let (due, kept): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.held).into_iter().partition(|(at, _)| *at <= step);
+            self.held = kept;
+            self.in_flight.extend(due.into_iter().map(|(_, e)| e));
+        }
+    }
+
+    /// Puts every held message back in flight.
+    pub fn release_all(&mut self) {
+        self.in_flight.extend(self.held.drain(..).map(|(_, e)| e));
+    }
+
+    /// Loses every message in flight or held on node `node`'s link `link` going `direction`
+    /// (both ways when `None`); returns how many.
+    pub fn cut(&mut self, node: NodeId, link: u64, direction: Option<Direction>) -> usize {
+        let on_link = |e: &Envelope| e.node == node && e.link == link && direction.is_none_or(|d| d == e.direction);
+        let before = self.in_flight.len() + self.held.len();
+        self.in_flight.retain(|e| !on_link(e));
+        self.held.retain(|(_, e)| !on_link(e));
+        let lost = before - self.in_flight.len() - self.held.len();
+        self.lost += lost as u64;
+        lost
+    }
+
+    /// Messages in flight or held.
+    pub fn len(&self) -> usize {
+        self.in_flight.len() + self.held.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether every message in flight or held satisfies `f`.
+    pub fn all(&self, f: impl Fn(&Envelope) -> bool) -> bool {
+        self.in_flight.iter().all(&f) && self.held.iter().all(|(_, e)| f(e))
+    }
+
+    /// Forgets every message (the caller established none can be delivered).
+    pub fn clear(&mut self) {
+        self.in_flight.clear();
+        self.held.clear();
+    }
+
+    /// Whether a message satisfying `f` is in flight or held.
+    pub fn any(&self, f: impl Fn(&Envelope) -> bool) -> bool {
+        !self.all(|e| !f(e))
+    }
+}

@@ -1,0 +1,213 @@
+//! One seeded run, TigerBeetle's two phases: a *safety* phase of `steps` random steps with
+//! faults drawn from the seed, then a *liveness* phase that stops the faults and new
+//! requests, heals the cluster — failed nodes restarted and rejoined, stuck ones restarted
+//! by "the operator", everything delivered — and requires convergence; then the checkers of
+//! [`crate::check`].
+//!
+//! Guarantees: [`run_seed`] is a pure function of the seed and the [`SimOptions`] (same
+//! inputs, same [`SeedReport`], bit for bit); a failure names the seed and the one command
+//! that replays it ([`SeedFailure`]'s `Display`).
+
+use std::fmt;
+
+use coordinator::Event;
+use wire::messages::{ClientResult, NodeId, PartitionId, Rejection, Seq, StateDigest};
+
+use crate::check;
+use crate::cluster::{self, Faults, Sim, SimStats};
+
+/// Heal rounds (100 steps and 5 ms each) before a run that has not converged fails.
+pub const HEAL_ROUNDS_MAX: usize = 400;
+/// Heal rounds a live node may fail to become a replica of every partition before the
+/// operator restarts it (its rejoin is stuck: the source it copies from is gone or frozen).
+pub const STUCK_ROUNDS_MAX: u32 = 8;
+
+/// What a run does besides its seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Nodes in the cluster; every partition has a replica on each.
+    pub nodes: u8,
+    /// Steps of the safety phase (with faults).
+    pub steps: usize,
+    pub faults: Faults,
+    /// The seed of the TPC-C population (`cluster.toml`'s `seed`).
+    pub load_seed: u64,
+    /// Print every event and fault as it happens.
+    pub trace: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> SimOptions {
+        SimOptions { nodes: 3, steps: 2_000, faults: Faults::ALL, load_seed: 42, trace: false }
+    }
+}
+
+/// What a passing run did and ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedReport {
+    pub seed: u64,
+    pub stats: SimStats,
+    pub committed: u64,
+    pub aborted: u64,
+    /// Rejected or busy (never executed).
+    pub refused: u64,
+    pub outcome_unknown: u64,
+    pub failed: u64,
+    /// Acknowledged NewOrders and Payments found in the final state.
+    pub acks_checked: u64,
+    /// Each partition's final batch and digest (equal on every replica).
+    pub digests: Vec<(PartitionId, Seq, StateDigest)>,
+    /// A hash of every answer in the order it came.
+    pub answer_log: u64,
+}
+
+/// A failed run: the seed, why, and how to replay it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedFailure {
+    pub seed: u64,
+    pub reason: String,
+    pub replay: String,
+    pub stats: SimStats,
+}
+
+impl fmt::Display for SeedFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "seed {} failed: {}\n  replay: {}\n  {:?}", self.seed, self.reason, self.replay, self.stats)
+    }
+}
+
+/// The one command that replays `seed` with `opts`.
+pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
+    let d = SimOptions::default();
+    let mut cmd = format!("glass sim --seed {seed} --seeds 1");
+    if opts.steps != d.steps {
+        cmd += &format!(" --steps {}", opts.steps);
+    }
+    if opts.nodes != d.nodes {
+        cmd += &format!(" --nodes {}", opts.nodes);
+    }
+    if opts.trace {
+        cmd += " --trace";
+    }
+    if opts.load_seed != d.load_seed {
+        cmd += &format!(" --load-seed {}", opts.load_seed);
+    }
+    if opts.faults != d.faults {
+        cmd += if opts.faults == Faults::NETWORK { " --faults network" } else { " --faults none" };
+    }
+    cmd
+}
+
+/// Runs seed `seed`: safety phase, heal, drain, checks.
+pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFailure>> {
+    let config = cluster::config(opts.nodes, opts.load_seed);
+    let mut sim = Sim::new(&config, seed, opts.faults);
+    sim.trace = opts.trace;
+    let fail = |sim: &Sim, reason: String| {
+        Box::new(SeedFailure { seed, reason, replay: replay_command(seed, opts), stats: sim.stats() })
+    };
+    sim.run(opts.steps);
+    if let Err(e) = heal(&mut sim) {
+        return Err(fail(&sim, e));
+    }
+    let checked = (|| {
+        sim.drain()?;
+        check::every_request_answered_once(&sim)?;
+        check::no_alarms(&sim)?;
+        // The digest requests run batches too: an alarm they raise explains a missing reply.
+        let digests = check::replicas_converged(&mut sim).map_err(|e| match check::no_alarms(&sim) {
+            Err(alarm) => format!("{alarm} ({e})"),
+            Ok(()) => e,
+        })?;
+        let acks = check::acknowledged_present(&mut sim)?;
+        check::consistency(&mut sim)?;
+        Ok::<_, String>((digests, acks))
+    })();
+    let (digests, acks_checked) = checked.map_err(|e| fail(&sim, e))?;
+    let count = |f: fn(&ClientResult) -> bool| sim.count(f) as u64;
+    Ok(SeedReport {
+        seed,
+        stats: sim.stats(),
+        committed: count(|r| matches!(r, ClientResult::Committed { .. })),
+        aborted: count(|r| matches!(r, ClientResult::Aborted { .. })),
+        refused: count(|r| matches!(r, ClientResult::Rejected(_) | ClientResult::Busy { .. })),
+        outcome_unknown: count(|r| matches!(r, ClientResult::OutcomeUnknown { .. })),
+        failed: count(|r| matches!(r, ClientResult::Failed { .. })),
+        acks_checked,
+        digests,
+        answer_log: sim.answer_log_digest(),
+    })
+}
+
+/// The liveness phase: no more faults; every failed node is restarted once the coordinator
+/// counts it failed (a crashed process first has to be detected); a live node that does not
+/// become a replica of every partition within [`STUCK_ROUNDS_MAX`] rounds is killed and
+/// restarted, as an operator would — unless it is some partition's last solid replica.
+/// Succeeds once every node is a live replica of every partition.
+fn heal(sim: &mut Sim) -> Result<(), String> {
+    sim.calm();
+    // No new requests: the backlog drains, so a rejoin waits only for what was sent.
+    sim.submitting = false;
+    let nodes = sim.node_ids();
+    let mut stuck: Vec<u32> = vec![0; nodes.len()];
+    for _ in 0..HEAL_ROUNDS_MAX {
+        if nodes.iter().all(|&n| sim.is_full_member(n)) && !sim.is_rejoining() {
+            return Ok(());
+        }
+        for (i, &n) in nodes.iter().enumerate() {
+            if sim.is_full_member(n) {
+                stuck[i] = 0;
+            } else if !sim.is_healthy(n) {
+                if sim.can_restart(n) {
+                    sim.restart(n);
+                    stuck[i] = 0;
+                }
+            } else {
+                stuck[i] += 1;
+                if stuck[i] >= STUCK_ROUNDS_MAX && sim.others_solid(n) {
+                    sim.crash(n);
+                    stuck[i] = 0;
+                }
+            }
+        }
+        sim.run(100);
+        sim.advance(5_000);
+    }
+    Err(format!("the cluster did not heal in {HEAL_ROUNDS_MAX} rounds:{}", sim.describe_nodes()))
+}
+
+/// Whether `r` refused a transaction spanning partitions (the standard mix's remote
+/// warehouses).
+pub fn is_multi_partition(r: &ClientResult) -> bool {
+    matches!(r, ClientResult::Rejected(Rejection::MultiPartition { .. }))
+}
+
+/// Whether the coordinator reported node `node` down.
+pub fn node_went_down(events: &[Event], node: NodeId) -> bool {
+    events.iter().any(|e| matches!(e, Event::NodeDown { node: n, .. } if *n == node))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 6: a failure names its seed and the one command that replays it, with every
+    /// option that differs from the defaults.
+    #[test]
+    fn a_failure_names_the_seed_and_the_replay_command() {
+        let opts = SimOptions { steps: 500, nodes: 4, ..SimOptions::default() };
+        assert_eq!(replay_command(9, &SimOptions::default()), "glass sim --seed 9 --seeds 1");
+        assert_eq!(replay_command(9, &opts), "glass sim --seed 9 --seeds 1 --steps 500 --nodes 4");
+        let f = SeedFailure {
+            seed: 9,
+            reason: "replicas differ".into(),
+            replay: replay_command(9, &opts),
+            stats: SimStats::default(),
+        };
+        let shown = f.to_string();
+        assert!(
+            shown.starts_with("seed 9 failed: replicas differ")
+                && shown.contains("replay: glass sim --seed 9 --seeds 1")
+        );
+    }
+}

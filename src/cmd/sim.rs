@@ -1,0 +1,205 @@
+//! `glass sim`: runs the seeded whole-cluster simulator ([`sim`]) over a range of seeds —
+//! the real coordinator and replicas in one thread, faults drawn from each seed, healed and
+//! checked — with a progress bar and a summary. A failing seed is printed with the one
+//! command that replays it, and the command exits 1.
+//!
+//! Guarantees: seeds run in order from `--seed`; each run is a pure function of its seed and
+//! the flags, so the printed replay command reproduces a failure exactly (with `--trace` to
+//! watch it); a panic inside a run (an assertion of the coordinator or a replica) names its
+//! seed too, even in a release build that aborts on panic.
+
+use std::cell::Cell;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use sim::cluster::{Faults, SimStats};
+use sim::run::replay_command;
+use sim::{run_seed, SeedFailure, SeedReport, SimOptions};
+
+thread_local! {
+    /// The seed this thread is running, for the panic hook.
+    static CURRENT_SEED: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// How many seeds to run, one after another from `--seed`.
+    #[arg(long, default_value_t = 1_000)]
+    pub seeds: u64,
+    /// The first seed. A failure prints the command that replays it:
+    /// `glass sim --seed S --seeds 1`.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Steps of each run's fault phase (submit a request, deliver a message, let time pass,
+    /// maybe a fault); the heal phase that follows runs until the cluster converges.
+    #[arg(long, default_value_t = SimOptions::default().steps)]
+    pub steps: usize,
+    /// Nodes in the simulated cluster (every partition has a replica on each; at least 2).
+    #[arg(long, default_value_t = SimOptions::default().nodes, value_parser = clap::value_parser!(u8).range(2..=8))]
+    pub nodes: u8,
+    /// Which faults to draw: `all` (reordering, duplicates, delays, broken links, lost
+    /// heartbeats, crashes and restarts), `network` (reordering, duplicates and delays
+    /// only) or `none`.
+    #[arg(long, value_enum, default_value_t = FaultSet::All)]
+    pub faults: FaultSet,
+    /// Seed of the (tiny, simulation-only) TPC-C population.
+    #[arg(long, default_value_t = SimOptions::default().load_seed)]
+    pub load_seed: u64,
+    /// Print every coordinator event and every fault as it happens (use with `--seeds 1`).
+    #[arg(long)]
+    pub trace: bool,
+    /// Run every seed even after a failure, and list the failing ones at the end.
+    #[arg(long)]
+    pub keep_going: bool,
+    /// Seeds run at once, one thread each (runs are independent: each is still a pure
+    /// function of its seed) [default: the machine's cores].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
+}
+
+/// The fault sets `--faults` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FaultSet {
+    All,
+    Network,
+    None,
+}
+
+impl FaultSet {
+    fn faults(self) -> Faults {
+        match self {
+            FaultSet::All => Faults::ALL,
+            FaultSet::Network => Faults::NETWORK,
+            FaultSet::None => Faults::NONE,
+        }
+    }
+}
+
+pub fn run(args: SimArgs) -> Result<ExitCode> {
+    if args.seeds == 0 {
+        bail!("--seeds must be at least 1");
+    }
+    let Some(end) = args.seed.checked_add(args.seeds) else { bail!("--seed + --seeds overflows u64") };
+    let opts = SimOptions {
+        nodes: args.nodes,
+        steps: args.steps,
+        faults: args.faults.faults(),
+        load_seed: args.load_seed,
+        trace: args.trace,
+    };
+    eprintln!(
+        "glass sim: seeds {}..{} ({} seeds), {} nodes, {} steps, faults {:?} (tiny population: simulation only, not TPC-C compliant)",
+        args.seed,
+        end - 1,
+        args.seeds,
+        args.nodes,
+        args.steps,
+        args.faults
+    );
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        if let Some(seed) = CURRENT_SEED.with(Cell::get) {
+            eprintln!("glass sim: seed {seed} panicked\n  replay: {}", replay_command(seed, &opts));
+        }
+    }));
+
+    let bar = ProgressBar::with_draw_target(Some(args.seeds), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("simulating [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta}) {msg}")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    let next = AtomicU64::new(args.seed);
+    let stop = AtomicBool::new(false);
+    let results: Mutex<Vec<Result<SeedReport, Box<SeedFailure>>>> = Mutex::new(Vec::new());
+    let t0 = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(args.seeds as usize) {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        break;
+                    }
+                    CURRENT_SEED.with(|c| c.set(Some(seed)));
+                    let result = run_seed(seed, &opts);
+                    CURRENT_SEED.with(|c| c.set(None));
+                    if let Err(f) = &result {
+                        bar.suspend(|| eprintln!("{f}"));
+                        if !args.keep_going {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    let mut all = results.lock().unwrap_or_else(|e| e.into_inner());
+                    all.push(result);
+                    let failed = all.iter().filter(|r| r.is_err()).count();
+                    drop(all);
+                    if failed > 0 {
+                        bar.set_message(format!("{failed} failed"));
+                    }
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let mut totals = SimStats::default();
+    let (mut committed, mut aborted, mut refused, mut unknown, mut acks) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut failures = Vec::new();
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    let ran = results.len() as u64;
+    for result in results {
+        match result {
+            Ok(r) => {
+                totals.add(&r.stats);
+                committed += r.committed;
+                aborted += r.aborted;
+                refused += r.refused;
+                unknown += r.outcome_unknown;
+                acks += r.acks_checked;
+            }
+            Err(f) => {
+                totals.add(&f.stats);
+                failures.push(f);
+            }
+        }
+    }
+    failures.sort_by_key(|f| f.seed);
+    let secs = t0.elapsed().as_secs_f64();
+
+    println!(
+        "seeds run        {ran} in {secs:.2} s on {jobs} threads ({:.0} seeds/s; {:.2} ms of a thread each)",
+        ran as f64 / secs,
+        secs * 1e3 * jobs.min(args.seeds as usize) as f64 / ran as f64
+    );
+    println!("failures         {}", failures.len());
+    println!(
+        "requests         {} ({committed} committed, {aborted} aborted, {refused} refused or busy, {unknown} outcome unknown)",
+        totals.requests
+    );
+    println!("acks verified    {acks} (acknowledged NewOrders and Payments found in the final state)");
+    println!(
+        "node faults      {} crashes ({} while rejoining, {} of a rejoin's source), {} drops (broken links), {} heartbeat outages",
+        totals.crashes, totals.crashes_while_rejoining, totals.crashes_of_rejoin_source, totals.drops, totals.mutes
+    );
+    println!(
+        "recovery         {} nodes declared down, {} restarts, {} rejoins ({} given up and restarted)",
+        totals.nodes_down, totals.restarts, totals.rejoins, totals.rejoins_given_up
+    );
+    println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);
+    if failures.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("failing seeds:");
+    for f in &failures {
+        println!("  {}  ({})", f.replay, f.reason.lines().next().unwrap_or_default());
+    }
+    Ok(ExitCode::from(1))
+}
