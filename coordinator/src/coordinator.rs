@@ -127,7 +127,14 @@ pub enum Event {
         node: NodeId,
         snapshot_seq: Seq,
     },
-    /// Full-stack: a restarted node recovered the partition from its write-ahead log and
+    /// Full stack: the partition's last primary, restarted, may serve it again from its own
+    /// write-ahead log: it recovers, then executes from batch `from_seq`.
+    RecoveringFromLog {
+        partition: PartitionId,
+        node: NodeId,
+        from_seq: Seq,
+    },
+    /// Full stack: a restarted node recovered the partition from its write-ahead log and
     /// serves it again, executing from batch `from_seq`.
     RecoveredFromLog {
         partition: PartitionId,
@@ -190,6 +197,10 @@ impl fmt::Display for Event {
                 f,
                 "node {primary} is partition {partition}'s primary (applied through batch {applied_seq}, executes from {next_seq})"
             ),
+            Event::RecoveringFromLog { partition, node, from_seq } => write!(
+                f,
+                "node {node} recovers partition {partition} from its write-ahead log; it will execute from batch {from_seq}"
+            ),
             Event::RecoveredFromLog { partition, node, from_seq } => write!(
                 f,
                 "node {node} recovered partition {partition} from its write-ahead log; it executes from batch {from_seq}"
@@ -215,6 +226,11 @@ pub enum Phase {
     /// outside (answered "not ready") until it answers.
     Promoting {
         backup: NodeId,
+    },
+    /// Full stack: the partition's last primary, restarted, runs restart recovery from its
+    /// log; requests are answered "not ready" until it reports it is done.
+    Recovering {
+        node: NodeId,
     },
 }
 
@@ -606,6 +622,13 @@ impl Coordinator {
     /// A rejoining node installed its copy and caught up: it counts from the next batch on.
     fn on_rejoined(&mut self, from: NodeId, partition: PartitionId, snapshot_seq: Seq, out: &mut Vec<Output>) {
         let Some(p) = self.partitions.get_mut(&partition) else { return };
+        if p.phase == (Phase::Recovering { node: from }) {
+            // Restart recovery from the log is done: the partition serves again.
+            p.phase = Phase::Serving;
+            let from_seq = snapshot_seq + 1;
+            out.push(Output::Event(Event::RecoveredFromLog { partition, node: from, from_seq }));
+            return;
+        }
         let Some(at) = p.joining.iter().position(|(n, _)| *n == from) else {
             out.push(Output::Event(Event::Ignored {
                 node: from,
@@ -695,7 +718,7 @@ impl Partition {
                 Some(Rejection::PartitionStopped { partition: self.id, reason: reason.clone() })
             }
             Phase::Unavailable => Some(Rejection::NoLiveReplica { partition: self.id }),
-            Phase::Promoting { .. } => Some(Rejection::NotReady { partition: self.id }),
+            Phase::Promoting { .. } | Phase::Recovering { .. } => Some(Rejection::NotReady { partition: self.id }),
         }
     }
 
@@ -818,6 +841,9 @@ impl Partition {
                 return Err(format!("partition {partition} has a live primary: rejoin as its backup"))
             }
             (Phase::Loading, _) => return Err(format!("partition {partition} is still loading")),
+            (Phase::Recovering { node }, _) => {
+                return Err(format!("partition {partition} is recovering on node {node} from its log"))
+            }
             (Phase::Stopped { reason }, _) => return Err(format!("partition {partition} is stopped: {reason}")),
         }
         let from_seq = self.sequencer.next_seq();
@@ -826,13 +852,13 @@ impl Partition {
         self.joining.clear();
         self.unanswered.clear();
         self.last_primary = None;
-        self.phase = Phase::Serving;
+        self.phase = Phase::Recovering { node: from };
         out.push(Output::ToNodes { nodes: vec![from], msg: Message::ResumeFromLog { partition, from_seq } });
         out.push(Output::ToNodes {
             nodes: vec![from],
             msg: Message::Membership { partition, epoch, live: vec![from] },
         });
-        out.push(Output::Event(Event::RecoveredFromLog { partition, node: from, from_seq }));
+        out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq }));
         Ok(())
     }
 
@@ -883,7 +909,7 @@ impl Partition {
             self.promote_next(out);
             return;
         }
-        if self.agreement.live() == [node] && matches!(self.phase, Phase::Serving) {
+        if self.agreement.live() == [node] && matches!(self.phase, Phase::Serving | Phase::Recovering { .. }) {
             // The last executing replica: what it was sent and did not answer may have taken
             // effect (in full-stack mode, durably) — the clients cannot be told it did not.
             self.last_primary = Some(node);

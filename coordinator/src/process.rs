@@ -505,6 +505,7 @@ impl Core {
                         Phase::Stopped { reason } => format!("stopped: {reason}"),
                         Phase::Unavailable => "unavailable".to_string(),
                         Phase::Promoting { backup } => format!("promoting node {backup}"),
+                        Phase::Recovering { node } => format!("recovering on node {node} from its log"),
                     },
                     load: None,
                     replicas: p.live_replicas,

@@ -300,6 +300,11 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
         })
         .collect();
     assert_eq!(resume, vec![2], "batch 1 was sent; batch 2 is next: {out:?}");
+    assert!(events(&out).contains(&Event::RecoveringFromLog { partition: 1, node: 1, from_seq: 2 }));
+    assert_eq!(phase(&c, 1), Phase::Recovering { node: 1 }, "not ready until recovery is done");
+    let refused = replies(&c.on_client_request(1, request(9, payment(1, 9)), now + MS));
+    assert!(matches!(refused[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 })));
+    let out = c.on_node_message(1, Message::Rejoined { partition: 1, snapshot_seq: 1 }, now + MS);
     assert!(events(&out).contains(&Event::RecoveredFromLog { partition: 1, node: 1, from_seq: 2 }));
     assert_eq!(phase(&c, 1), Phase::Serving);
     assert_eq!(c.status()[0].live_replicas, vec![1]);

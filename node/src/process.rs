@@ -610,7 +610,8 @@ impl Executor {
                         return self.give_up(inbox, format!("cannot resume: {e}"));
                     }
                     info!(partition = pid, from_seq, "serving the recovered partition");
-                    return Some(self.finish_rejoin(replica, Vec::new(), Vec::new(), None));
+                    let recovered_through = from_seq.saturating_sub(1);
+                    return Some(self.finish_rejoin(replica, Vec::new(), Vec::new(), recovered_through));
                 }
                 Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
                     return self.give_up(inbox, format!("the coordinator refused the rejoin: {reason}"));
@@ -651,7 +652,7 @@ impl Executor {
                         } else {
                             Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
                         };
-                        return Some(self.finish_rejoin(replica, held, held_shipments, Some(info.seq)));
+                        return Some(self.finish_rejoin(replica, held, held_shipments, info.seq));
                     }
                 },
                 Work::InstallBase(fetched) => match *fetched {
@@ -675,7 +676,7 @@ impl Executor {
                             "the primary's log base applied; applying the shipments held"
                         );
                         let replica = Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
-                        return Some(self.finish_rejoin(replica, Vec::new(), held_shipments, Some(base.seq)));
+                        return Some(self.finish_rejoin(replica, Vec::new(), held_shipments, base.seq));
                     }
                 },
             };
@@ -692,16 +693,15 @@ impl Executor {
         None
     }
 
-    /// The end of a rejoin, its starting state installed (as of batch `snapshot_seq`, if it
-    /// copied one): executes the batches and applies the shipments held meanwhile, shows the
-    /// replica ready, and tells the coordinator it counts from the next batch on (a replica
-    /// resumed from its own log counts already).
+    /// The end of a rejoin, its starting state installed as of batch `snapshot_seq`: executes
+    /// the batches and applies the shipments held meanwhile, shows the replica ready, and
+    /// tells the coordinator it counts from the next batch on.
     fn finish_rejoin(
         &self,
         mut replica: Replica,
         held: Vec<Message>,
         held_shipments: Vec<(Message, mpsc::Sender<Message>)>,
-        snapshot_seq: Option<Seq>,
+        snapshot_seq: Seq,
     ) -> Replica {
         for msg in held {
             self.on_coordinator(&mut replica, msg);
@@ -712,10 +712,8 @@ impl Executor {
         let digest = replica.state_digest();
         self.shared.load.send_replace(LoadState::Ready { digest });
         self.publish(&mut replica);
-        if let Some(snapshot_seq) = snapshot_seq {
-            let partition = self.partition.id;
-            let _ = self.to_coordinator.blocking_send(Message::Rejoined { partition, snapshot_seq });
-        }
+        let partition = self.partition.id;
+        let _ = self.to_coordinator.blocking_send(Message::Rejoined { partition, snapshot_seq });
         replica
     }
 

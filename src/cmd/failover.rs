@@ -258,8 +258,11 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
                 Ok(child) => {
                     ev.restarted = Some(Instant::now());
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
-                    ev.recovered =
-                        handle.block_on(wait_status(&killer_client, victim, run_end, |p| p.replicas.contains(&victim)));
+                                             // Counted again (a full-stack node recovering from its log counts once
+                                             // its partition serves).
+                    ev.recovered = handle.block_on(wait_status(&killer_client, victim, run_end, |p| {
+                        p.replicas.contains(&victim) && p.phase == "serving"
+                    }));
                 }
                 Err(e) => ev.error = Some(format!("cannot restart node {victim}: {e:#}")),
             }

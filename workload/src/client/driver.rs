@@ -56,6 +56,10 @@ pub const BUCKET: Duration = Duration::from_millis(100);
 pub const GAP_MIN: Duration = Duration::from_millis(20);
 /// Pause between two attempts to reconnect (`outages`).
 const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+/// Outage mode: after an answer that the partition cannot serve now (no live replica, not
+/// ready, stopped), the terminal waits this long before issuing again, as a client backs
+/// off, rather than spin the coordinator and the machine while a node recovers.
+pub const UNAVAILABLE_BACKOFF: Duration = Duration::from_millis(5);
 
 const PHASE_WARMUP: u8 = 0;
 const PHASE_MEASURE: u8 = 1;
@@ -252,6 +256,7 @@ pub fn run(
             phase: phase.clone(),
             next_id: 1,
             pending: HashMap::with_capacity(cfg.inflight),
+            backoff_until: None,
         };
         tasks.push(rt.spawn(terminal.run(link)));
     }
@@ -419,6 +424,8 @@ struct Terminal {
     phase: Arc<AtomicU8>,
     next_id: u64,
     pending: HashMap<u64, Pending>,
+    /// Outage mode: no request is issued before this ([`UNAVAILABLE_BACKOFF`]).
+    backoff_until: Option<Instant>,
 }
 
 impl Terminal {
@@ -496,6 +503,7 @@ impl Terminal {
                 Rejection::NoLiveReplica { .. } | Rejection::PartitionStopped { .. } | Rejection::NotReady { .. },
             ) if self.outages => {
                 self.shared.unavailable.fetch_add(1, Ordering::Relaxed);
+                self.backoff_until = Some(now + UNAVAILABLE_BACKOFF);
             }
             ClientResult::Rejected(r) => self.failure(format!("{} rejected: {r}", p.kind.name())),
         }
@@ -553,7 +561,8 @@ impl Terminal {
             }
             // Issue what is due, in one frame.
             let mut batch = Vec::new();
-            if phase != PHASE_DRAIN {
+            let backing_off = self.backoff_until.filter(|&t| t > Instant::now());
+            if phase != PHASE_DRAIN && backing_off.is_none() {
                 let room = self.inflight_max.saturating_sub(self.pending.len()).min(REQUESTS_PER_FRAME_MAX);
                 match self.rate {
                     None => {
@@ -581,6 +590,7 @@ impl Terminal {
             let received = tokio::select! {
                 r = rx.recv() => r,
                 _ = ticker.tick(), if self.rate.is_some() || phase == PHASE_DRAIN => continue,
+                _ = tokio::time::sleep_until(backing_off.unwrap_or_else(Instant::now).into()), if backing_off.is_some() => continue,
             };
             let replies = match received {
                 Ok(Some(Message::ClientReplies(replies))) => replies,
