@@ -6,7 +6,8 @@
 //!
 //! Guarantees:
 //! - a batch is decided only when every live replica has reported it, and batches are decided
-//!   in sequence order;
+//!   in sequence order (a [`Verdict::Unknown`], for a batch no one is left to answer, may come
+//!   before an earlier batch's decision);
 //! - a disagreement — different result digests or outcomes for a transaction, different state
 //!   digests after a batch, results that do not match the batch (count, timestamps), or (under
 //!   `debug_assertions`) a digest that does not match its outcome — yields
@@ -14,7 +15,12 @@
 //!   handed back, and nothing more is decided;
 //! - results may arrive in any order, duplicated, late, from failed replicas or for batches
 //!   never sent: none of these changes a decision (they are [`Ignored`]);
-//! - a replica declared failed no longer counts; if none remains, [`Verdict::NoLiveReplica`].
+//! - a replica declared failed no longer counts; if none remains, [`Verdict::NoLiveReplica`];
+//! - a rejoining replica's results for the batches it held while copying are kept aside
+//!   ([`Agreement::on_joiner_results`]): they decide nothing while the replicas the batch was
+//!   sent to live, but if those all fail, the rejoined replica's results decide the batch; a
+//!   batch sent before the joiner's copy was taken that no one is left to answer took effect
+//!   in every live replica (they copied it) and is [`Verdict::Unknown`], not a lost partition.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -31,6 +37,10 @@ pub enum Verdict<T> {
     Diverged { divergence: Divergence, unanswered: Vec<T> },
     /// No live replica remains; `unanswered` as above.
     NoLiveReplica { unanswered: Vec<T> },
+    /// Every replica batch `seq` was sent to failed before answering, but live replicas remain
+    /// whose state includes it (they copied a state after it): its transactions took effect
+    /// and their results are lost — "outcome unknown".
+    Unknown { seq: Seq, unanswered: Vec<(Timestamp, T)> },
 }
 
 /// An agreed batch.
@@ -128,6 +138,8 @@ struct PendingBatch<T> {
     expected: Vec<NodeId>,
     /// Results from live replicas, in arrival order.
     replies: Vec<(NodeId, Results)>,
+    /// Results of rejoining replicas, which the batch does not wait for.
+    joiners: Vec<(NodeId, Results)>,
 }
 
 /// One partition's agreement tracker; `T` tags a transaction's client.
@@ -205,6 +217,7 @@ impl<T> Agreement<T> {
             digest_after,
             replies: Vec::with_capacity(expected.len()),
             expected,
+            joiners: Vec::new(),
         });
     }
 
@@ -239,9 +252,15 @@ impl<T> Agreement<T> {
         if seq < first {
             return Err(Ignored::AlreadyDecided { seq });
         }
-        let batch = &mut self.pending[(seq - first) as usize];
+        let batch = self.pending.iter_mut().find(|b| b.seq == seq).ok_or(Ignored::AlreadyDecided { seq })?;
         if !batch.expected.contains(&from) {
-            return Err(Ignored::NotExpected { node: from, seq });
+            // A replica that rejoined after the batch was sent, and executed it while it
+            // copied: kept, not waited for (see `on_joiner_results`).
+            if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, &results).is_some() {
+                return Err(Ignored::NotExpected { node: from, seq });
+            }
+            batch.joiners.push((from, results));
+            return Ok(Vec::new());
         }
         if batch.replies.iter().any(|(n, _)| *n == from) {
             return Err(Ignored::Duplicate { node: from, seq });
@@ -255,6 +274,28 @@ impl<T> Agreement<T> {
         Ok(self.decide())
     }
 
+    /// Results of a rejoining replica (not live yet) for a batch it held while copying: kept
+    /// with the batch, which does not wait for them; they count only if every replica the
+    /// batch was sent to fails ([`Agreement::replica_down`]).
+    pub fn on_joiner_results(&mut self, from: NodeId, results: Results) -> Result<(), Ignored> {
+        if self.stopped {
+            return Err(Ignored::Stopped);
+        }
+        let seq = results.seq;
+        let first = self.pending.front().map_or(self.next_seq, |b| b.seq);
+        if seq < first || seq >= self.next_seq || results.partition != self.partition {
+            return Err(Ignored::NotExpected { node: from, seq });
+        }
+        let Some(batch) = self.pending.iter_mut().find(|b| b.seq == seq) else {
+            return Err(Ignored::AlreadyDecided { seq });
+        };
+        if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, &results).is_some() {
+            return Err(Ignored::Duplicate { node: from, seq });
+        }
+        batch.joiners.push((from, results));
+        Ok(())
+    }
+
     /// Replica `node` failed: stop waiting for it; returns the batches this decided.
     pub fn replica_down(&mut self, node: NodeId) -> Vec<Verdict<T>> {
         let Ok(at) = self.live.binary_search(&node) else { return Vec::new() };
@@ -262,17 +303,35 @@ impl<T> Agreement<T> {
         if self.stopped {
             return Vec::new();
         }
+        let live = &self.live;
         for b in &mut self.pending {
             b.replies.retain(|(n, _)| *n != node);
             b.expected.retain(|n| *n != node);
+            b.joiners.retain(|(n, _)| *n != node);
+            if b.expected.is_empty() {
+                // Everyone it was sent to failed: a rejoined replica that executed it answers.
+                let joined: Vec<(NodeId, Results)> =
+                    std::mem::take(&mut b.joiners).into_iter().filter(|(n, _)| live.contains(n)).collect();
+                b.expected = joined.iter().map(|(n, _)| *n).collect();
+                b.replies = joined;
+            }
         }
-        // No replica that executed a pending batch is left (they all failed, and the live one
-        // rejoined after it was sent): its answers are lost with them.
-        if self.live.is_empty() || self.pending.iter().any(|b| b.expected.is_empty()) {
+        if self.live.is_empty() {
             self.stopped = true;
             return vec![Verdict::NoLiveReplica { unanswered: self.drain_unanswered() }];
         }
-        self.decide()
+        // A batch no one is left to answer took effect in every live replica: each joined
+        // after it was sent, and either executed it (sent it while copying) or copied a
+        // state after it. Its results are lost.
+        let mut verdicts = Vec::new();
+        let (unknown, kept): (VecDeque<_>, VecDeque<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|b| b.expected.is_empty());
+        self.pending = kept;
+        for b in unknown {
+            verdicts.push(Verdict::Unknown { seq: b.seq, unanswered: b.txns });
+        }
+        verdicts.extend(self.decide());
+        verdicts
     }
 
     /// Stops the tracker from outside (a divergence found elsewhere, a load failure) and
@@ -405,6 +464,26 @@ mod tests {
 
     fn good(seq: Seq) -> Results {
         results(seq, &[(seq * 100, committed(seq as u32)), (seq * 100 + 1, committed(seq as u32 + 50))], None)
+    }
+
+    /// Section 5.3's logless rejoin under a second failure: node 2 rejoins while batches 1–3
+    /// are pending on node 1 alone — batch 1 before its copy, batches 2 and 3 held and
+    /// executed while it copied — and node 1 then fails. Node 2's results for 2 and 3
+    /// (kept, not waited for) decide them; batch 1, which no one is left to answer, took
+    /// effect in node 2's copy: "outcome unknown", and the partition goes on.
+    #[test]
+    fn a_rejoined_replica_answers_for_the_batches_it_held_when_the_others_fail() {
+        let mut a = three_batches(&[1]);
+        assert_eq!(a.on_joiner_results(2, good(2)), Ok(()));
+        assert!(a.on_joiner_results(2, good(2)).is_err(), "a duplicate is ignored");
+        assert!(a.add_replica(2));
+        assert!(a.on_results(2, good(3)).unwrap().is_empty(), "kept, not waited for: node 1 decides");
+        let v = a.replica_down(1);
+        assert!(matches!(&v[0], Verdict::Unknown { seq: 1, unanswered } if unanswered.len() == 2), "{v:?}");
+        assert_eq!(agreed_seqs(&v[1..]), vec![2, 3]);
+        assert!(!a.is_stopped());
+        a.sent(4, vec![(Timestamp(400), 40)], false);
+        assert_eq!(a.live(), &[2]);
     }
 
     fn agreed_seqs(v: &[Verdict<u32>]) -> Vec<Seq> {

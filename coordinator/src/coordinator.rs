@@ -561,6 +561,13 @@ impl Coordinator {
             }));
             return;
         };
+        if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
+            // A rejoining replica's results for a batch it held: kept, not waited for.
+            if let Err(e) = p.agreement.on_joiner_results(from, results) {
+                out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() }));
+            }
+            return;
+        }
         match p.agreement.on_results(from, results) {
             Ok(verdicts) => {
                 for v in verdicts {
@@ -988,6 +995,19 @@ impl Partition {
                 }
                 self.stop_answering(unanswered, reason, out);
                 out.push(Output::Event(Event::Diverged(divergence)));
+            }
+            Verdict::Unknown { seq, unanswered } => {
+                while self.unanswered.front().is_some_and(|b| b.seq <= seq) {
+                    self.unanswered.pop_front();
+                }
+                self.sequencer.complete(unanswered.len());
+                for (ts, tag) in unanswered {
+                    let reason = format!("every replica batch {seq} was sent to failed before answering");
+                    out.push(outcome_unknown(tag, ts, reason));
+                }
+                if let Some(waiters) = self.digest_waiters.remove(&seq) {
+                    self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
+                }
             }
             Verdict::NoLiveReplica { unanswered } => {
                 let rejection = Rejection::NoLiveReplica { partition: self.id };

@@ -222,10 +222,6 @@ pub struct Sim {
     answered: Vec<bool>,
     /// Request ids below this were all answered.
     answered_below: u64,
-    /// For each replica that rejoined: the requests submitted before it counted again. It
-    /// cannot answer for the batches those went in (the coordinator decides a batch with the
-    /// replicas live when it was sent), so it is not solid until they are all answered.
-    rejoined_after_request: BTreeMap<(NodeId, PartitionId), u64>,
     /// Hash of every reply in arrival order.
     answer_log: xxhash_rust::xxh3::Xxh3,
     digest_replies: BTreeMap<u64, DigestOutcome>,
@@ -296,7 +292,6 @@ impl Sim {
             answers: BTreeMap::new(),
             answered: Vec::new(),
             answered_below: 0,
-            rejoined_after_request: BTreeMap::new(),
             answer_log: xxhash_rust::xxh3::Xxh3::new(),
             digest_replies: BTreeMap::new(),
             next_digest_request: 1 << 40,
@@ -467,10 +462,7 @@ impl Sim {
                     }
                     match &e {
                         Event::NodeDown { .. } => self.stats.nodes_down += 1,
-                        Event::Rejoined { partition, node, .. } => {
-                            self.stats.rejoins += 1;
-                            self.rejoined_after_request.insert((*node, *partition), self.inputs.len() as u64);
-                        }
+                        Event::Rejoined { .. } => self.stats.rejoins += 1,
                         _ => {}
                     }
                     self.events.push(e);
@@ -783,13 +775,12 @@ impl Sim {
     }
 
     /// Whether some node other than `node` serves every partition solidly: its process runs,
-    /// its link is connected, its heartbeats flow, the coordinator counts it a live replica
-    /// of each, and — if it rejoined — every request sent before it counted again was
-    /// answered (the coordinator decides a batch only with the replicas live when it was
-    /// sent: if they all fail, the partition is unavailable even though a rejoined replica
-    /// executed the batch). Faults are drawn only when this holds, so that a partition never
-    /// loses every replica (active-active keeps no log: such a partition could not come
-    /// back, which is the replication factor's promise, not something to test).
+    /// its link is connected, its heartbeats flow, and the coordinator counts it a live
+    /// replica of each (a replica that just rejoined counts: if every replica a pending batch
+    /// was sent to fails, the rejoined one's results decide it, or it is answered "outcome
+    /// unknown"). Faults are drawn only when this holds, so that a partition never loses
+    /// every replica (active-active keeps no log: such a partition could not come back, which
+    /// is the replication factor's promise, not something to test).
     pub fn others_solid(&self, node: NodeId) -> bool {
         let status = self.coordinator.status();
         status.iter().all(|st| {
@@ -800,10 +791,6 @@ impl Sim {
                         && self.now_us >= n.mute_until_us
                         && self.coordinator.is_node_live(m)
                         && matches!(n.slots.get(&st.partition), Some(Slot::Serving(r)) if r.stopped().is_none())
-                        && self
-                            .rejoined_after_request
-                            .get(&(m, st.partition))
-                            .is_none_or(|&before| self.answered_below >= before)
                 }
             })
         })
