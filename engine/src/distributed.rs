@@ -120,21 +120,7 @@ pub fn execute_piece<S: Storage>(
     local: &dyn Fn(u16) -> bool,
     remote_reads: Option<&[RemoteReads]>,
 ) -> Result<Piece, TxnError> {
-    db.begin(ts);
-    let result = run_piece(db, input, local, remote_reads);
-    match result {
-        Ok(out) => match db.commit() {
-            Ok(()) => Ok(out),
-            Err(e) => {
-                db.abort();
-                Err(e.into())
-            }
-        },
-        Err(e) => {
-            db.abort();
-            Err(e)
-        }
-    }
+    procedures::in_transaction(db, ts, |db| run_piece(db, input, local, remote_reads))
 }
 
 /// What a piece produced.

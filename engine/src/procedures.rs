@@ -242,14 +242,24 @@ impl TxnOutput {
 /// Runs one transaction at timestamp `ts`: begin, the procedure, then commit — or abort when
 /// the procedure fails, so a failed transaction leaves no trace.
 pub fn execute<S: Storage>(db: &mut S, ts: u64, input: &TxnInput) -> Result<TxnOutput, TxnError> {
-    db.begin(ts);
-    let result = match input {
+    in_transaction(db, ts, |db| match input {
         TxnInput::NewOrder(i) => new_order(db, i).map(TxnOutput::NewOrder),
         TxnInput::Payment(i) => payment(db, i).map(TxnOutput::Payment),
         TxnInput::OrderStatus(i) => order_status(db, i).map(TxnOutput::OrderStatus),
         TxnInput::Delivery(i) => delivery(db, i).map(TxnOutput::Delivery),
         TxnInput::StockLevel(i) => stock_level(db, i).map(TxnOutput::StockLevel),
-    };
+    })
+}
+
+/// Runs `body` as one transaction at timestamp `ts`: begin, `body`, commit — or abort when
+/// `body` or the commit fails, leaving no trace.
+pub fn in_transaction<S: Storage, T>(
+    db: &mut S,
+    ts: u64,
+    body: impl FnOnce(&mut S) -> Result<T, TxnError>,
+) -> Result<T, TxnError> {
+    db.begin(ts);
+    let result = body(db);
     match result {
         Ok(out) => match db.commit() {
             Ok(()) => Ok(out),

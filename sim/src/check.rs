@@ -148,16 +148,7 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, String> {
         // HISTORY has no key (clause 1.3): count its rows by their columns, one per ack.
         let mut rows: BTreeMap<PaymentAck, u32> = BTreeMap::new();
         db.for_each::<t::Histories>(|h| {
-            let key = PaymentAck {
-                w: h.h_w_id,
-                d: h.h_d_id,
-                c_w: h.h_c_w_id,
-                c_d: h.h_c_d_id,
-                c_id: h.h_c_id,
-                date: h.h_date,
-                amount: h.h_amount,
-            };
-            *rows.entry(key).or_default() += 1;
+            *rows.entry(PaymentAck::of_history(h)).or_default() += 1;
         });
         for a in payments.iter().filter(|a| warehouses.contains(a.w)) {
             checked += 1;

@@ -588,16 +588,7 @@ pub async fn check(
         if !mine.is_empty() {
             let mut rows: std::collections::HashMap<driver::PaymentAck, u32> = std::collections::HashMap::new();
             db.for_each::<t::Histories>(|h| {
-                let key = driver::PaymentAck {
-                    w: h.h_w_id,
-                    d: h.h_d_id,
-                    c_w: h.h_c_w_id,
-                    c_d: h.h_c_d_id,
-                    c_id: h.h_c_id,
-                    date: h.h_date,
-                    amount: h.h_amount,
-                };
-                *rows.entry(key).or_default() += 1;
+                *rows.entry(driver::PaymentAck::of_history(h)).or_default() += 1;
             });
             for a in mine {
                 payments_checked += 1;

@@ -150,6 +150,21 @@ pub struct PaymentAck {
     pub amount: i64,
 }
 
+impl PaymentAck {
+    /// The acknowledgement a HISTORY row answers to.
+    pub fn of_history(h: &engine::schema::History) -> PaymentAck {
+        PaymentAck {
+            w: h.h_w_id,
+            d: h.h_d_id,
+            c_w: h.h_c_w_id,
+            c_d: h.h_c_d_id,
+            c_id: h.h_c_id,
+            date: h.h_date,
+            amount: h.h_amount,
+        }
+    }
+}
+
 /// What a cluster bench produced.
 #[derive(Debug)]
 pub struct DriverOutcome {
