@@ -141,6 +141,12 @@ pub enum Event {
         node: NodeId,
         from_seq: Seq,
     },
+    /// Passive modes: a backup no longer counts after another one was promoted (the new
+    /// primary does not ship to it); it comes back by a restart with `--rejoin`.
+    BackupDropped {
+        partition: PartitionId,
+        node: NodeId,
+    },
     /// A message from a node that had no effect (late, duplicated, unexpected).
     Ignored {
         node: NodeId,
@@ -159,6 +165,7 @@ impl Event {
                 | Event::PartitionUnavailable { .. }
                 | Event::Promoting { .. }
                 | Event::LoadFailed { .. }
+                | Event::BackupDropped { .. }
         )
     }
 }
@@ -204,6 +211,11 @@ impl fmt::Display for Event {
             Event::RecoveredFromLog { partition, node, from_seq } => write!(
                 f,
                 "node {node} recovered partition {partition} from its write-ahead log; it executes from batch {from_seq}"
+            ),
+            Event::BackupDropped { partition, node } => write!(
+                f,
+                "node {node} no longer counts as a backup of partition {partition}: the promoted primary does not \
+                 ship to it (restart it with --rejoin)"
             ),
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
         }
@@ -271,6 +283,8 @@ struct Partition {
     /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
     /// may bring the partition back by restart recovery.
     last_primary: Option<NodeId>,
+    /// Passive modes: the last batch each backup reported applied ([`Message::BackupApplied`]).
+    backup_applied: BTreeMap<NodeId, Seq>,
 }
 
 #[derive(Debug)]
@@ -323,6 +337,7 @@ impl Coordinator {
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                     last_primary: None,
+                    backup_applied: BTreeMap::new(),
                 };
                 (p.id, partition)
             })
@@ -461,6 +476,12 @@ impl Coordinator {
             Message::Results(results) => self.on_results(from, results, &mut out),
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
+            Message::BackupApplied { partition, seq } => {
+                if let Some(p) = self.partitions.get_mut(&partition).filter(|p| p.backups.contains(&from)) {
+                    let applied = p.backup_applied.entry(from).or_default();
+                    *applied = (*applied).max(seq);
+                }
+            }
             other => {
                 out.push(Output::Event(Event::Ignored { node: from, what: format!("unexpected {}", other.name()) }))
             }
@@ -749,7 +770,12 @@ impl Partition {
     /// holds every acknowledged transaction.) With no backup left, the partition is
     /// unavailable.
     fn promote_next(&mut self, out: &mut Vec<Output>) {
-        let Some(&backup) = self.backups.first() else {
+        // The most up-to-date backup (by what each last reported applied; the first listed
+        // among equals).
+        let most_applied = self.backups.iter().map(|b| self.backup_applied.get(b).copied().unwrap_or(0)).max();
+        let best =
+            self.backups.iter().find(|b| self.backup_applied.get(b).copied().unwrap_or(0) == most_applied.unwrap_or(0));
+        let Some(&backup) = best else {
             if let Some(&primary) = self.agreement.live().first() {
                 self.last_primary = Some(primary);
             }
@@ -781,7 +807,13 @@ impl Partition {
         let mut tags: BTreeMap<Seq, Vec<(Timestamp, ClientRef)>> =
             pending.into_iter().map(|(seq, txns, _)| (seq, txns)).collect();
         self.agreement = Agreement::starting_at(self.id, [from], next_seq);
-        self.backups.retain(|&b| b != from);
+        // A promoted backup ships to no one: the other backups would fall behind while still
+        // counted, and a later promotion of one would lose what it missed. They stop counting
+        // (restarted with --rejoin, they come back as the new primary's backups).
+        for dropped in self.backups.drain(..).filter(|&b| b != from) {
+            out.push(Output::Event(Event::BackupDropped { partition: self.id, node: dropped }));
+        }
+        self.backup_applied.clear();
         let mut unknown = 0usize;
         for batch in std::mem::take(&mut self.unanswered) {
             let txns = tags.remove(&batch.seq).unwrap_or_default();

@@ -321,3 +321,42 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     assert!(out.iter().any(|o| matches!(o, Output::ToNodes { msg: Message::RejoinRefused { partition: 1, .. }, .. })));
     assert_eq!(phase(&c, 1), Phase::Serving);
 }
+
+/// Issue 6: "the most up-to-date backup is promoted". Partition 1 on nodes 1 (primary), 2
+/// and 3: the backups report what they applied with their heartbeats; when the primary
+/// fails, node 3 — further along than node 2 — is asked to take over. Once it did, node 2
+/// no longer counts as a backup (a promoted primary ships to no one; counting a backup that
+/// falls behind would let a later promotion lose what it missed): an alarm says so.
+#[test]
+fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
+    let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
+    c.mode = Mode::ActivePassive;
+    c.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7403".into() });
+    let c = c.with_replication(3).unwrap();
+    assert_eq!(c.partitions[0].replicas, vec![1, 2, 3]);
+    let mut co = Coordinator::new(&c, START_US).unwrap();
+    for node in [1, 2, 3] {
+        for partition in [1, 2] {
+            co.on_node_message(node, ready(partition, LOADED), START_US);
+        }
+    }
+    assert_eq!(phase(&co, 1), Phase::Serving);
+    co.on_node_message(2, Message::BackupApplied { partition: 1, seq: 4 }, START_US + MS);
+    co.on_node_message(3, Message::BackupApplied { partition: 1, seq: 6 }, START_US + MS);
+    co.on_node_message(2, Message::BackupApplied { partition: 1, seq: 5 }, START_US + 2 * MS);
+
+    let out = co.on_node_lost(1, START_US + 3 * MS);
+    let promote: Vec<NodeId> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::Promote { partition: 1, .. } } => Some(nodes[0]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(promote, vec![3], "node 3 applied batch 6, node 2 only batch 5: {out:?}");
+    let out = co.on_node_message(3, Message::Promoted { partition: 1, applied_seq: 6, next_seq: 7 }, START_US + 4 * MS);
+    let dropped = Event::BackupDropped { partition: 1, node: 2 };
+    assert!(events(&out).contains(&dropped) && dropped.is_alarm(), "{out:?}");
+    assert_eq!(co.status()[0].live_replicas, vec![3]);
+    assert_eq!(phase(&co, 1), Phase::Serving);
+}

@@ -1163,7 +1163,17 @@ async fn write_to_coordinator(
                 }
                 None => Vec::new(),
             },
-            _ = heartbeat.tick() => vec![Message::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }],
+            _ = heartbeat.tick() => {
+                let mut beat = vec![Message::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }];
+                // The backups' progress, for choosing whom to promote.
+                for (&partition, r) in &node.replicas {
+                    if r.shared.role == ReplicaRole::Backup && !outbox.gates.contains_key(&partition) {
+                        let seq = r.shared.applied_seq.load(Ordering::Relaxed);
+                        beat.push(Message::BackupApplied { partition, seq });
+                    }
+                }
+                beat
+            }
             () = node.stopped() => return,
         };
         for msg in out {

@@ -415,6 +415,10 @@ pub enum Message {
     LogBaseRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
     /// A piece of the answer to a [`Message::LogBaseRequest`].
     LogBaseChunk(LogBaseChunk),
+    /// Backup's node → coordinator, with every heartbeat (passive modes): the backup of
+    /// `partition` applied every shipment up to batch `seq`. The coordinator promotes the
+    /// most up-to-date backup when the primary fails.
+    BackupApplied { partition: PartitionId, seq: Seq },
     /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
     /// every batch held since has executed: count me as live.
     Rejoined { partition: PartitionId, snapshot_seq: Seq },
@@ -462,6 +466,7 @@ impl Message {
             Message::ResumeFromLog { .. } => "ResumeFromLog",
             Message::LogBaseRequest { .. } => "LogBaseRequest",
             Message::LogBaseChunk(_) => "LogBaseChunk",
+            Message::BackupApplied { .. } => "BackupApplied",
             Message::Rejoined { .. } => "Rejoined",
             Message::Promote { .. } => "Promote",
             Message::Promoted { .. } => "Promoted",
