@@ -321,10 +321,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         let r = workload::replay::execute_vs_replay(&cfg, &mut obs)?;
         print!("{}", workload::replay::render(&r));
         if let Some(p) = &a.json {
-            let mut bytes = serde_json::to_vec_pretty(&r)?;
-            bytes.push(b'\n');
-            bench::write_atomic(p, &bytes)?;
-            println!("wrote {}", p.display());
+            super::write_json(p, &r)?;
         }
         return Ok(if r.digests_equal { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
@@ -448,10 +445,7 @@ fn run_conventional(
 /// JSON, the consistency check and the dump, after a run.
 fn finish<S: Storage>(db: &mut S, report: &BenchReport, a: &BenchArgs) -> Result<ExitCode> {
     if let Some(p) = &a.json {
-        let mut bytes = serde_json::to_vec_pretty(report)?;
-        bytes.push(b'\n');
-        bench::write_atomic(p, &bytes)?;
-        println!("wrote {}", p.display());
+        super::write_json(p, report)?;
     }
     let mut code = ExitCode::SUCCESS;
     if a.check {

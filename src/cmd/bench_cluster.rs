@@ -170,10 +170,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         println!("{l}");
     }
     if let Some(p) = &b.json {
-        let mut bytes = serde_json::to_vec_pretty(&report)?;
-        bytes.push(b'\n');
-        bench::write_atomic(p, &bytes)?;
-        println!("wrote {}", p.display());
+        super::write_json(p, &report)?;
     }
     if let Some(p) = &b.ack_log {
         write_acks(p, &acks)?;

@@ -219,10 +219,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     println!();
     print!("{}", report::render_table(&rows));
     if let Some(p) = &a.json {
-        let mut bytes = serde_json::to_vec_pretty(&report::to_json(&rows))?;
-        bytes.push(b'\n');
-        bench::write_atomic(p, &bytes)?;
-        println!("wrote {}", p.display());
+        super::write_json(p, &report::to_json(&rows))?;
     }
     if let Some(p) = &a.csv {
         bench::write_atomic(p, report::to_csv(&rows).as_bytes())?;

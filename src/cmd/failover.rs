@@ -168,10 +168,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     println!();
     print!("{r}");
     if let Some(p) = &a.json {
-        let mut bytes = serde_json::to_vec_pretty(&r)?;
-        bytes.push(b'\n');
-        bench::write_atomic(p, &bytes)?;
-        println!("wrote {}", p.display());
+        super::write_json(p, &r)?;
     }
     if let Some(p) = &a.svg {
         report::write_svg(&r, p).map_err(anyhow::Error::msg)?;

@@ -1,4 +1,4 @@
-//! One module per subcommand.
+//! One module per subcommand, and what several share ([`write_json`]).
 
 pub mod bench;
 pub mod bench_cluster;
@@ -13,3 +13,12 @@ pub mod logging;
 pub mod node;
 pub mod recover;
 pub mod sim;
+
+/// Writes `value` as pretty JSON (newline-terminated) to `path` atomically, and says so.
+pub fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value)?;
+    bytes.push(b'\n');
+    workload::bench::write_atomic(path, &bytes)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
