@@ -187,6 +187,11 @@ impl<T> Agreement<T> {
         self.next_seq
     }
 
+    /// The last batch decided (every batch up to it was answered one way or another).
+    pub fn decided_through(&self) -> Seq {
+        self.pending.front().map_or(self.next_seq, |b| b.seq).saturating_sub(1)
+    }
+
     /// The live replicas, sorted: those a batch is sent to.
     pub fn live(&self) -> &[NodeId] {
         &self.live

@@ -19,21 +19,29 @@
 //! - each partition has at most `inflight_txns_max` transactions in flight; beyond, requests
 //!   are answered `Busy` at once and nothing is kept;
 //! - reads (OrderStatus, StockLevel) and state digests go through the same ordered path;
-//! - transactions spanning partitions are refused with "multi-partition transactions not
-//!   supported yet".
+//! - a transaction spanning partitions (`engine::distributed`, Calvin style) gets one
+//!   timestamp and is admitted on every partition it touches or on none (a refusal or `Busy`
+//!   of one refuses it whole); its home piece and remote pieces ride in each partition's
+//!   batches; remote pieces' outcomes ([`Message::PieceReads`]) are forwarded to the home
+//!   partition's executing replicas and kept until every replica that may still run the home
+//!   piece ran it (a promoted backup or a rejoining replica gets them again); the client is
+//!   answered once *every* partition decided its piece — committed only if all did, "outcome
+//!   unknown" if a partition's answer was lost — so a commit is acknowledged only when it is
+//!   as durable on every partition as a single-partition one is on its own. A partition lost
+//!   for good (no live replica) aborts the home pieces still waiting for it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use wire::config::ClusterConfig;
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, Message, NodeId, PartitionId, Rejection,
-    Results, Seq, StateDigest, Timestamp, TxnOutcome,
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId,
+    PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
 use crate::error::CoordinatorError;
-use crate::router::Router;
+use crate::router::{Route, Router};
 use crate::sequencer::{Busy, Sequencer, SequencerLimits};
 use crate::timestamp::TimestampClock;
 
@@ -285,6 +293,34 @@ struct Partition {
     last_primary: Option<NodeId>,
     /// Passive modes: the last batch each backup reported applied ([`Message::BackupApplied`]).
     backup_applied: BTreeMap<NodeId, Seq>,
+    /// Multi-partition transactions whose home piece runs here, by timestamp: the batch it
+    /// rides in and the remote pieces' outcomes received, kept for executors that start
+    /// later (a promoted backup, a rejoining replica).
+    piece_reads: BTreeMap<Timestamp, HeldReads>,
+    /// Active-active: replicas rejoining or just rejoined, with the last batch they executed
+    /// (or copied): piece outcomes they may still need are kept.
+    catching_up: BTreeMap<NodeId, Seq>,
+    /// Remote pieces decided here since the coordinator last joined them (see
+    /// [`Coordinator::settle`]).
+    pieces_done: Vec<(ClientRef, Timestamp)>,
+}
+
+/// The remote pieces' outcomes of one multi-partition transaction, kept at its home partition.
+#[derive(Debug, Default)]
+struct HeldReads {
+    /// The home partition's batch the home piece rides in.
+    seq: Seq,
+    outcomes: Vec<(PartitionId, PieceOutcome)>,
+}
+
+/// A multi-partition transaction admitted and not yet answered.
+#[derive(Debug)]
+struct MultiTxn {
+    ts: Timestamp,
+    home: PartitionId,
+    remotes: Vec<PartitionId>,
+    /// Each partition's answer for its piece, as they come (`None`: a remote piece done).
+    answers: Vec<Option<ClientResult>>,
 }
 
 #[derive(Debug)]
@@ -310,6 +346,8 @@ pub struct Coordinator {
     passive: bool,
     /// The full-stack mode.
     mode_full_stack: bool,
+    /// Multi-partition transactions admitted and not yet answered.
+    multi: HashMap<ClientRef, MultiTxn>,
 }
 
 impl Coordinator {
@@ -338,6 +376,9 @@ impl Coordinator {
                     digest_waiters: BTreeMap::new(),
                     last_primary: None,
                     backup_applied: BTreeMap::new(),
+                    piece_reads: BTreeMap::new(),
+                    catching_up: BTreeMap::new(),
+                    pieces_done: Vec::new(),
                 };
                 (p.id, partition)
             })
@@ -365,16 +406,23 @@ impl Coordinator {
             last_ts: None,
             passive,
             mode_full_stack: config.mode == wire::config::Mode::FullStack,
+            multi: HashMap::new(),
         })
     }
 
     /// A client's transaction request.
     pub fn on_client_request(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
+        let out = self.on_client_request_unsettled(client, request, now_us);
+        self.settle(out)
+    }
+
+    fn on_client_request_unsettled(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         let tag = ClientRef { client, request_id: request.request_id };
         let reply = |result| Output::Reply { client, reply: ClientReply { request_id: request.request_id, result } };
         let pid = match self.router.route(&request.input) {
-            Ok(p) => p,
+            Ok(Route { home, remotes }) if remotes.is_empty() => home,
+            Ok(route) => return self.admit_multi(tag, request.input, route, now_us),
             Err(e) => return vec![reply(ClientResult::Rejected(e.into()))],
         };
         let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
@@ -392,6 +440,55 @@ impl Coordinator {
                 }
             }
         }
+        out
+    }
+
+    /// A multi-partition transaction: one timestamp, its home piece admitted on `route.home`
+    /// and a remote piece on each other partition — on all of them or on none.
+    fn admit_multi(
+        &mut self,
+        tag: ClientRef,
+        input: engine::procedures::TxnInput,
+        route: Route,
+        now_us: u64,
+    ) -> Vec<Output> {
+        let reply =
+            |result| Output::Reply { client: tag.client, reply: ClientReply { request_id: tag.request_id, result } };
+        if self.multi.contains_key(&tag) {
+            let problem = format!("request id {} is already in flight", tag.request_id);
+            return vec![reply(ClientResult::Rejected(Rejection::InvalidInput { problem }))];
+        }
+        let Ok(remotes) = u8::try_from(route.remotes.len()) else {
+            let problem = "a transaction touching more than 255 partitions".to_string();
+            return vec![reply(ClientResult::Rejected(Rejection::InvalidInput { problem }))];
+        };
+        for pid in std::iter::once(route.home).chain(route.remotes.iter().copied()) {
+            let p = &self.partitions[&pid];
+            if let Some(rejection) = p.refusal() {
+                return vec![reply(ClientResult::Rejected(rejection))];
+            }
+            if !p.sequencer.has_room() {
+                return vec![reply(ClientResult::Busy { partition: pid })];
+            }
+        }
+        let ts = self.clock.next(now_us / 1_000);
+        self.last_ts = Some(ts);
+        let mut out = Vec::new();
+        let parts = std::iter::once((route.home, Part::Home { remotes }))
+            .chain(route.remotes.iter().map(|&r| (r, Part::Remote { home: route.home })));
+        for (pid, part) in parts {
+            let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
+            if let Part::Home { .. } = part {
+                p.piece_reads.insert(ts, HeldReads { seq: p.sequencer.next_seq(), outcomes: Vec::new() });
+            }
+            let closed = p.sequencer.admit_part(ts, input, part, now_us).expect("room checked above");
+            p.open_tags.push(tag);
+            if let Some(batch) = closed {
+                p.send(batch, &mut out);
+            }
+        }
+        let answers = Vec::with_capacity(1 + route.remotes.len());
+        self.multi.insert(tag, MultiTxn { ts, home: route.home, remotes: route.remotes, answers });
         out
     }
 
@@ -448,6 +545,11 @@ impl Coordinator {
     /// A message from node `from` (the network code authenticated it): results, load status,
     /// heartbeats. Anything else is reported as ignored.
     pub fn on_node_message(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+        let out = self.on_node_message_unsettled(from, msg, now_us);
+        self.settle(out)
+    }
+
+    fn on_node_message_unsettled(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         let Some(node) = self.nodes.get_mut(&from) else {
             out.push(Output::Event(Event::Ignored { node: from, what: "a node not in cluster.toml".into() }));
@@ -474,6 +576,7 @@ impl Coordinator {
                 }
             }
             Message::Results(results) => self.on_results(from, results, &mut out),
+            Message::PieceReads(reads) => self.deliver_reads(reads, &mut out),
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
             Message::BackupApplied { partition, seq } => {
@@ -491,6 +594,11 @@ impl Coordinator {
 
     /// The connection to node `node` was lost: it counts as failed at once.
     pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<Output> {
+        let out = self.on_node_lost_unsettled(node, now_us);
+        self.settle(out)
+    }
+
+    fn on_node_lost_unsettled(&mut self, node: NodeId, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         if let Some(n) = self.nodes.get(&node).filter(|n| n.live) {
             let silent_ms = now_us.saturating_sub(n.last_heard_us) / 1_000;
@@ -502,6 +610,11 @@ impl Coordinator {
     /// Time passed: closes batches whose wait is over, sends heartbeats, declares silent nodes
     /// failed and stops partitions that did not load in time.
     pub fn tick(&mut self, now_us: u64) -> Vec<Output> {
+        let out = self.tick_unsettled(now_us);
+        self.settle(out)
+    }
+
+    fn tick_unsettled(&mut self, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         for p in self.partitions.values_mut() {
             if p.phase == Phase::Serving {
@@ -582,6 +695,9 @@ impl Coordinator {
             }));
             return;
         };
+        if let Some(done) = p.catching_up.get_mut(&from) {
+            *done = (*done).max(results.seq);
+        }
         if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
             // A rejoining replica's results for a batch it held: kept, not waited for.
             if let Err(e) = p.agreement.on_joiner_results(from, results) {
@@ -594,6 +710,7 @@ impl Coordinator {
                 for v in verdicts {
                     p.apply(v, out);
                 }
+                p.prune_reads();
             }
             Err(Ignored::Stopped | Ignored::NotExpected { .. }) => {}
             Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
@@ -645,6 +762,10 @@ impl Coordinator {
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
         out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
+        if !self.passive {
+            p.catching_up.insert(from, from_seq.saturating_sub(1));
+            p.resend_reads(from, out);
+        }
     }
 
     /// A rejoining node installed its copy and caught up: it counts from the next batch on.
@@ -665,6 +786,9 @@ impl Coordinator {
             return;
         };
         p.joining.remove(at);
+        if let Some(done) = p.catching_up.get_mut(&from) {
+            *done = (*done).max(snapshot_seq);
+        }
         if p.passive {
             if p.backups.contains(&from) || p.agreement.is_stopped() {
                 return;
@@ -717,12 +841,87 @@ impl Coordinator {
         }
     }
 
+    /// A remote piece's outcome: kept at the home partition and forwarded to its executing
+    /// replicas, once (a duplicate — active-active replicas all send theirs, a promoted
+    /// primary sends again — or one for a transaction answered already is dropped).
+    fn deliver_reads(&mut self, reads: PieceReads, out: &mut Vec<Output>) {
+        let Some(p) = self.partitions.get_mut(&reads.home) else { return };
+        let Some(held) = p.piece_reads.get_mut(&reads.ts) else { return };
+        if held.outcomes.iter().any(|(from, _)| *from == reads.from) {
+            return;
+        }
+        held.outcomes.push((reads.from, reads.outcome.clone()));
+        let nodes = p.executors();
+        if !nodes.is_empty() {
+            out.push(Output::ToNodes { nodes, msg: Message::PieceReads(reads) });
+        }
+    }
+
+    /// Joins multi-partition transactions' answers: each partition's answer for its piece
+    /// (a reply in `out`, or a remote piece decided) is taken aside until every partition
+    /// answered, then the client gets one answer ([`combine`]). A partition lost for good
+    /// aborts the home pieces still waiting for its piece.
+    fn settle(&mut self, out: Vec<Output>) -> Vec<Output> {
+        if self.multi.is_empty() {
+            return out;
+        }
+        let mut kept = Vec::with_capacity(out.len());
+        let mut lost = Vec::new();
+        let mut answers: Vec<(ClientRef, Option<ClientResult>)> = Vec::new();
+        for o in out {
+            match o {
+                Output::Reply { client, reply }
+                    if self.multi.contains_key(&ClientRef { client, request_id: reply.request_id }) =>
+                {
+                    answers.push((ClientRef { client, request_id: reply.request_id }, Some(reply.result)));
+                }
+                Output::Event(e) => {
+                    match &e {
+                        Event::PartitionUnavailable { partition } | Event::PartitionStopped { partition, .. } => {
+                            lost.push(*partition)
+                        }
+                        Event::Diverged(d) => lost.push(d.partition),
+                        _ => {}
+                    }
+                    kept.push(Output::Event(e));
+                }
+                other => kept.push(other),
+            }
+        }
+        for p in self.partitions.values_mut() {
+            answers.extend(p.pieces_done.drain(..).map(|(tag, _)| (tag, None)));
+        }
+        for (tag, answer) in answers {
+            let Some(m) = self.multi.get_mut(&tag) else { continue };
+            m.answers.push(answer);
+            if m.answers.len() == 1 + m.remotes.len() {
+                let m = self.multi.remove(&tag).expect("looked up above");
+                let result = combine(m);
+                kept.push(Output::Reply {
+                    client: tag.client,
+                    reply: ClientReply { request_id: tag.request_id, result },
+                });
+            }
+        }
+        for q in lost {
+            let waiting: Vec<(PartitionId, Timestamp)> =
+                self.multi.values().filter(|m| m.remotes.contains(&q)).map(|m| (m.home, m.ts)).collect();
+            for (home, ts) in waiting {
+                let reason = format!("partition {q} was lost before its piece reported");
+                let reads = PieceReads { home, from: q, ts, outcome: PieceOutcome::Aborted { reason } };
+                self.deliver_reads(reads, &mut kept);
+            }
+        }
+        kept
+    }
+
     fn node_down(&mut self, node: NodeId, silent_ms: u64, out: &mut Vec<Output>) {
         let Some(n) = self.nodes.get_mut(&node) else { return };
         n.live = false;
         out.push(Output::Event(Event::NodeDown { node, silent_ms }));
         for p in self.partitions.values_mut() {
             p.joining.retain(|(n, _)| *n != node);
+            p.catching_up.remove(&node);
             if p.members().any(|n| n == node) {
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
@@ -834,6 +1033,8 @@ impl Partition {
             }
         }
         self.sequencer.complete(unknown);
+        self.resend_reads(from, out);
+        self.prune_reads();
         self.phase = Phase::Serving;
         *epoch += 1;
         let live: Vec<NodeId> = self.members().collect();
@@ -893,12 +1094,43 @@ impl Partition {
         self.last_primary = None;
         self.phase = Phase::Recovering { node: from };
         out.push(Output::ToNodes { nodes: vec![from], msg: Message::ResumeFromLog { partition, from_seq } });
+        self.resend_reads(from, out);
         out.push(Output::ToNodes {
             nodes: vec![from],
             msg: Message::Membership { partition, epoch, live: vec![from] },
         });
         out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq }));
         Ok(())
+    }
+
+    /// The replicas that run this partition's home pieces: the executing ones, and in
+    /// active-active the rejoining ones (they execute what they hold once their copy is in).
+    fn executors(&self) -> Vec<NodeId> {
+        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
+        self.agreement.live().iter().copied().chain(joiners).collect()
+    }
+
+    /// Sends every remote piece's outcome kept here to `node` (it starts executing: a
+    /// promoted backup, a rejoining replica, a recovered one).
+    fn resend_reads(&self, node: NodeId, out: &mut Vec<Output>) {
+        for (&ts, held) in &self.piece_reads {
+            for (from, outcome) in &held.outcomes {
+                let reads = PieceReads { home: self.id, from: *from, ts, outcome: outcome.clone() };
+                out.push(Output::ToNodes { nodes: vec![node], msg: Message::PieceReads(reads) });
+            }
+        }
+    }
+
+    /// Forgets the remote pieces' outcomes no replica can need any more: those of batches
+    /// decided, and executed (or copied) by every replica still catching up.
+    fn prune_reads(&mut self) {
+        let decided = self.agreement.decided_through();
+        let live = self.agreement.live();
+        self.catching_up.retain(|n, done| !(live.contains(n) && *done >= decided));
+        let floor = self.catching_up.values().copied().min().unwrap_or(decided).min(decided);
+        while self.piece_reads.first_key_value().is_some_and(|(_, h)| h.seq <= floor) {
+            self.piece_reads.pop_first();
+        }
     }
 
     /// Answers digest requesters with `rejection`.
@@ -996,6 +1228,10 @@ impl Partition {
                         TxnOutcome::Committed(output) => ClientResult::Committed { ts, output },
                         TxnOutcome::Aborted { reason } => ClientResult::Aborted { ts, reason },
                         TxnOutcome::Failed { reason } => ClientResult::Failed { ts, reason },
+                        TxnOutcome::PieceDone { .. } => {
+                            self.pieces_done.push((tag, ts));
+                            continue;
+                        }
                     };
                     out.push(Output::Reply {
                         client: tag.client,
@@ -1094,6 +1330,51 @@ impl Partition {
             self.reject_waiters(waiters, rejection.clone(), out);
         }
     }
+}
+
+/// One answer for a multi-partition transaction from its partitions' answers (`None`: a
+/// remote piece committed): committed when the home piece committed and every remote piece
+/// did; aborted when every partition rolled back; refused when every partition refused it
+/// before running it; failed, naming the partitions, when some committed and others did not
+/// (a piece failing on a row TPC-C guarantees — a corrupt database); otherwise "outcome
+/// unknown" (a partition's answer was lost with its replicas).
+fn combine(m: MultiTxn) -> ClientResult {
+    let ts = m.ts;
+    let n = m.answers.len();
+    let pieces = m.answers.iter().filter(|a| a.is_none()).count();
+    let mut home = None;
+    let (mut aborted, mut failed, mut rejected, mut unknown) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for a in m.answers.into_iter().flatten() {
+        match a {
+            ClientResult::Committed { .. } => home = Some(a),
+            ClientResult::Aborted { reason, .. } => aborted.push(reason),
+            ClientResult::Failed { reason, .. } => failed.push(reason),
+            ClientResult::Rejected(r) => rejected.push(r),
+            ClientResult::Busy { partition } => rejected.push(Rejection::NotReady { partition }),
+            ClientResult::OutcomeUnknown { reason, .. } => unknown.push(reason),
+        }
+    }
+    if let Some(home) = home.filter(|_| pieces == n - 1) {
+        return home;
+    }
+    if aborted.len() == n {
+        // The home piece's reason names the partition whose piece rolled back; a
+        // partition's own rollback (an unused item) reads the same everywhere.
+        aborted.sort_by_key(|r| r.starts_with("partition "));
+        return ClientResult::Aborted { ts, reason: aborted.swap_remove(0) };
+    }
+    if rejected.len() == n {
+        return ClientResult::Rejected(rejected.swap_remove(0));
+    }
+    let parts = format!("home partition {} and partitions {:?}", m.home, m.remotes);
+    if unknown.is_empty() && rejected.is_empty() {
+        let why = failed.first().or(aborted.first()).cloned().unwrap_or_default();
+        let reason = format!("multi-partition transaction ({parts}) committed on some partitions only: {why}");
+        return ClientResult::Failed { ts, reason: wire::messages::bounded_reason(reason) };
+    }
+    let why = unknown.first().cloned().unwrap_or_else(|| format!("{:?}", rejected.first()));
+    let reason = format!("multi-partition transaction ({parts}): {why}");
+    ClientResult::OutcomeUnknown { ts, reason: wire::messages::bounded_reason(reason) }
 }
 
 /// The "outcome unknown" answer to the transaction tagged `tag` (timestamp `ts`).

@@ -2,9 +2,9 @@
 //! and supply warehouses, Payment's home and customer warehouses, the home warehouse of the
 //! others (TPC-C clauses 2.4–2.8).
 //!
-//! Guarantees: a transaction is routed to a partition only when every warehouse it touches is
-//! in that partition; one touching two partitions is refused with
-//! [`RouteError::MultiPartition`] (this issue serves single-partition transactions), one naming
+//! Guarantees: a transaction is routed to its home warehouse's partition, with the other
+//! partitions it touches (a multi-partition transaction: NewOrder's remote supplying
+//! warehouses, Payment's remote customer), one naming
 //! an unknown warehouse with [`RouteError::UnknownWarehouse`], an invalid input (one a replica
 //! could not execute) with [`RouteError::InvalidInput`]. Routing is a table lookup per
 //! warehouse, without allocation on the single-partition path.
@@ -39,8 +39,9 @@ impl Router {
         self.by_warehouse.get(usize::from(w)).copied().flatten()
     }
 
-    /// The one partition `input` touches.
-    pub fn route(&self, input: &TxnInput) -> Result<PartitionId, RouteError> {
+    /// The partitions `input` touches: its home warehouse's, then the others in increasing
+    /// order (none for a single-partition transaction).
+    pub fn route(&self, input: &TxnInput) -> Result<Route, RouteError> {
         if let Some(problem) = input_problem(input) {
             return Err(RouteError::InvalidInput { problem });
         }
@@ -55,15 +56,19 @@ impl Router {
             }
         }
         let home = home.expect("every transaction touches its home warehouse");
-        if others.is_empty() {
-            Ok(home)
-        } else {
-            let mut partitions = vec![home];
-            partitions.extend(others);
-            partitions.sort_unstable();
-            Err(RouteError::MultiPartition { partitions })
-        }
+        others.sort_unstable();
+        Ok(Route { home, remotes: others })
     }
+}
+
+/// Where a transaction runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The home warehouse's partition.
+    pub home: PartitionId,
+    /// The other partitions it touches, in increasing order: empty for a single-partition
+    /// transaction.
+    pub remotes: Vec<PartitionId>,
 }
 
 #[cfg(test)]
@@ -95,29 +100,32 @@ mod tests {
         })
     }
 
+    fn home(p: PartitionId) -> Result<Route, RouteError> {
+        Ok(Route { home: p, remotes: Vec::new() })
+    }
+
     #[test]
     fn single_partition_transactions_go_to_their_home_partition() {
         let r = router();
-        assert_eq!(r.route(&new_order(1, &[1, 2, 2, 1, 1])), Ok(1));
-        assert_eq!(r.route(&new_order(4, &[3, 4, 4, 4, 3])), Ok(2));
-        assert_eq!(r.route(&payment(2, 1)), Ok(1));
+        assert_eq!(r.route(&new_order(1, &[1, 2, 2, 1, 1])), home(1));
+        assert_eq!(r.route(&new_order(4, &[3, 4, 4, 4, 3])), home(2));
+        assert_eq!(r.route(&payment(2, 1)), home(1));
         assert_eq!(
             r.route(&TxnInput::OrderStatus(OrderStatusInput { w_id: 3, d_id: 1, customer: CustomerSelector::ById(1) })),
-            Ok(2)
+            home(2)
         );
-        assert_eq!(r.route(&TxnInput::Delivery(DeliveryInput { w_id: 2, o_carrier_id: 3, date: 0 })), Ok(1));
-        assert_eq!(r.route(&TxnInput::StockLevel(StockLevelInput { w_id: 4, d_id: 10, threshold: 15 })), Ok(2));
+        assert_eq!(r.route(&TxnInput::Delivery(DeliveryInput { w_id: 2, o_carrier_id: 3, date: 0 })), home(1));
+        assert_eq!(r.route(&TxnInput::StockLevel(StockLevelInput { w_id: 4, d_id: 10, threshold: 15 })), home(2));
     }
 
     /// TPC-C clause 2.4.1.5 (remote supply warehouses) and 2.5.1.2 (remote customers) make
-    /// transactions span partitions; this issue refuses them.
+    /// transactions span partitions: routed home first, with the others.
     #[test]
-    fn transactions_spanning_partitions_are_refused_clearly() {
+    fn transactions_spanning_partitions_name_their_home_and_the_others() {
         let r = router();
-        let e = r.route(&new_order(1, &[1, 1, 3, 1, 1])).unwrap_err();
-        assert_eq!(e, RouteError::MultiPartition { partitions: vec![1, 2] });
-        assert!(e.to_string().starts_with("multi-partition transactions not supported yet"));
-        assert_eq!(r.route(&payment(4, 1)), Err(RouteError::MultiPartition { partitions: vec![1, 2] }));
+        assert_eq!(r.route(&new_order(1, &[1, 1, 3, 1, 1])), Ok(Route { home: 1, remotes: vec![2] }));
+        assert_eq!(r.route(&new_order(3, &[1, 3, 2, 4])), Ok(Route { home: 2, remotes: vec![1] }));
+        assert_eq!(r.route(&payment(4, 1)), Ok(Route { home: 2, remotes: vec![1] }));
     }
 
     #[test]

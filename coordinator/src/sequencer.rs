@@ -12,7 +12,7 @@
 //!   must next be called.
 
 use engine::procedures::TxnInput;
-use wire::messages::{Batch, BatchTxn, PartitionId, Seq, Timestamp};
+use wire::messages::{Batch, BatchTxn, Part, PartitionId, Seq, Timestamp};
 
 /// The partition is at its in-flight limit: answer the client "busy".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,13 +75,31 @@ impl Sequencer {
     /// Admits transaction `ts` (timestamps must increase across calls). Returns the batch
     /// this closed, if it filled it; [`Busy`] when the partition is at its in-flight limit.
     pub fn admit(&mut self, ts: Timestamp, input: TxnInput, now_us: u64) -> Result<Option<Batch>, Busy> {
-        if self.inflight_txns >= self.limits.inflight_txns_max {
+        self.admit_part(ts, input, Part::Whole, now_us)
+    }
+
+    /// Whether [`Sequencer::admit`] would admit a transaction now (a multi-partition
+    /// transaction is admitted on every partition it touches, or on none).
+    pub fn has_room(&self) -> bool {
+        self.inflight_txns < self.limits.inflight_txns_max
+    }
+
+    /// [`Sequencer::admit`] of `part` of transaction `ts` (a multi-partition transaction's
+    /// piece).
+    pub fn admit_part(
+        &mut self,
+        ts: Timestamp,
+        input: TxnInput,
+        part: Part,
+        now_us: u64,
+    ) -> Result<Option<Batch>, Busy> {
+        if !self.has_room() {
             return Err(Busy);
         }
         assert!(self.last_ts.is_none_or(|l| ts > l), "timestamp {ts} admitted after {:?}", self.last_ts);
         self.last_ts = Some(ts);
         self.inflight_txns += 1;
-        self.open.push(BatchTxn { ts, input });
+        self.open.push(BatchTxn { ts, input, part });
         self.opened_at_us.get_or_insert(now_us);
         if self.open.len() >= self.limits.batch_txns_max {
             Ok(Some(self.close(false)))

@@ -172,19 +172,160 @@ fn a_batch_is_sent_when_its_wait_is_over() {
 }
 
 #[test]
-fn multi_partition_and_invalid_transactions_are_refused_without_executing() {
+fn unknown_warehouses_and_invalid_transactions_are_refused_without_executing() {
     let mut c = serving(1, 64);
-    let out = c.on_client_request(1, request(1, new_order(1, &[1, 1, 3, 1, 1])), START_US);
-    assert!(batches(&out).is_empty());
-    let ClientResult::Rejected(r) = &replies(&out)[0].1.result else { panic!("{out:?}") };
-    assert_eq!(r, &Rejection::MultiPartition { partitions: vec![1, 2] });
-    assert!(r.to_string().starts_with("multi-partition transactions not supported yet"));
-    let out = c.on_client_request(1, request(2, payment(2, 3, 1)), START_US);
-    assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::MultiPartition { .. })));
     let out = c.on_client_request(1, request(3, payment(9, 9, 1)), START_US);
     assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::UnknownWarehouse { warehouse: 9 })));
     let out = c.on_client_request(1, request(4, new_order(1, &[])), START_US);
     assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::InvalidInput { .. })));
+    assert!(batches(&out).is_empty());
+}
+
+/// The remote piece's outcome a correct replica of partition `from` sends for `batch`'s
+/// remote pieces.
+fn piece_reads(batch: &Batch, from: PartitionId) -> Vec<Message> {
+    batch
+        .txns
+        .iter()
+        .filter_map(|t| match t.part {
+            Part::Remote { home } => Some(Message::PieceReads(PieceReads {
+                home,
+                from,
+                ts: t.ts,
+                outcome: PieceOutcome::Reads(engine::distributed::RemoteReads::Stock(Vec::new())),
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+fn results_with(batch: &Batch, outcome: TxnOutcome) -> Message {
+    let results =
+        batch.txns.iter().map(|t| TxnResult { ts: t.ts, digest: outcome.digest(), outcome: outcome.clone() }).collect();
+    Message::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+}
+
+fn committed_new_order() -> TxnOutcome {
+    TxnOutcome::Committed(TxnOutput::NewOrder(NewOrderOutput {
+        o_id: 7,
+        total: 100,
+        c_discount: 0,
+        w_tax: 0,
+        d_tax: 0,
+        brand_lines: 0,
+    }))
+}
+
+/// Issue 7 (TPC-C clause 2.4.1.5: a remote supplying warehouse): a transaction spanning two
+/// partitions gets one timestamp, rides in both partitions' batches as its home piece and a
+/// remote piece, the remote piece's reads reach the home partition's replicas once, and the
+/// client is answered once both partitions decided — not before.
+#[test]
+fn a_multi_partition_transaction_runs_at_one_timestamp_on_both_partitions_and_is_answered_once() {
+    let mut c = serving(1, 64);
+    let out = c.on_client_request(1, request(1, new_order(1, &[1, 1, 3, 1, 1])), START_US);
+    assert!(replies(&out).is_empty(), "{out:?}");
+    let b = batches(&out);
+    assert_eq!(b.len(), 2, "{out:?}");
+    let home = b.iter().find(|(_, b)| b.partition == 1).unwrap().1.clone();
+    let remote = b.iter().find(|(_, b)| b.partition == 2).unwrap().1.clone();
+    assert_eq!(home.txns[0].ts, remote.txns[0].ts, "one timestamp on every partition");
+    assert_eq!(home.txns[0].part, Part::Home { remotes: 1 });
+    assert_eq!(remote.txns[0].part, Part::Remote { home: 1 });
+
+    // Both remote replicas send their reads: forwarded once, to the home partition's replicas.
+    let reads = piece_reads(&remote, 2);
+    let out = c.on_node_message(1, reads[0].clone(), START_US);
+    let forwarded: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::PieceReads(r) } => Some((nodes.clone(), r.home)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forwarded, vec![(vec![1, 2], 1)]);
+    assert!(c.on_node_message(2, reads[0].clone(), START_US).is_empty(), "a duplicate is dropped");
+
+    // The remote partition decides first: no answer yet.
+    let piece = TxnOutcome::PieceDone { reads_digest: 5 };
+    for node in [1, 2] {
+        assert!(replies(&c.on_node_message(node, results_with(&remote, piece.clone()), START_US)).is_empty());
+    }
+    // The home partition decides: one answer, the home piece's.
+    assert!(replies(&c.on_node_message(1, results_with(&home, committed_new_order()), START_US)).is_empty());
+    let out = c.on_node_message(2, results_with(&home, committed_new_order()), START_US);
+    let r = replies(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert!(matches!(&r[0].1.result, ClientResult::Committed { output: TxnOutput::NewOrder(o), .. } if o.o_id == 7));
+    assert!(c.status().iter().all(|p| p.inflight_txns == 0));
+}
+
+/// Issue 7: a remote piece that rolled back makes the whole transaction roll back (the home
+/// piece aborts on its outcome), and the client hears one abort.
+#[test]
+fn a_remote_rollback_aborts_the_transaction_everywhere() {
+    let mut c = serving(1, 64);
+    let out = c.on_client_request(1, request(1, payment(1, 3, 1)), START_US);
+    let b = batches(&out);
+    let home = b.iter().find(|(_, b)| b.partition == 1).unwrap().1.clone();
+    let remote = b.iter().find(|(_, b)| b.partition == 2).unwrap().1.clone();
+    let aborted = TxnOutcome::Aborted { reason: "customer not found".into() };
+    let home_aborted = TxnOutcome::Aborted { reason: "partition 2's piece rolled back: customer not found".into() };
+    for node in [1, 2] {
+        c.on_node_message(node, results_with(&remote, aborted.clone()), START_US);
+    }
+    c.on_node_message(1, results_with(&home, home_aborted.clone()), START_US);
+    let out = c.on_node_message(2, results_with(&home, home_aborted), START_US);
+    let r = replies(&out);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1.result, ClientResult::Aborted { ts: home.txns[0].ts, reason: "customer not found".into() });
+}
+
+/// Issue 7: a multi-partition transaction is admitted on every partition it touches or on
+/// none: a partition at its in-flight limit makes it "busy" and nothing is kept anywhere.
+#[test]
+fn a_busy_partition_refuses_the_whole_transaction() {
+    let mut c = serving(64, 64);
+    for id in 0..64 {
+        c.on_client_request(1, request(id, payment(3, 3, 1)), START_US);
+    }
+    let out = c.on_client_request(1, request(100, payment(1, 3, 1)), START_US);
+    assert_eq!(replies(&out)[0].1.result, ClientResult::Busy { partition: 2 });
+    let inflight: Vec<usize> = c.status().iter().map(|p| p.inflight_txns).collect();
+    assert_eq!(inflight, vec![0, 64], "nothing admitted on partition 1");
+}
+
+/// Issue 7: every replica of the remote partition fails before its piece reported: the home
+/// piece waiting for it is told to abort (the coordinator sends the home replicas an aborted
+/// outcome in the lost partition's name), and the client hears "outcome unknown" — the lost
+/// partition's state is gone with its replicas.
+#[test]
+fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
+    let mut cfg = config(1, 64);
+    cfg.partitions[1].replicas = vec![2];
+    let mut c = Coordinator::new(&cfg, START_US).unwrap();
+    for (node, partition) in [(1, 1), (2, 1), (2, 2)] {
+        let ready = Message::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+        c.on_node_message(node, ready, START_US);
+    }
+    let out = c.on_client_request(1, request(1, new_order(1, &[3, 1])), START_US);
+    let home = batches(&out).into_iter().find(|(_, b)| b.partition == 1).unwrap().1;
+    let out = c.on_node_lost(2, START_US);
+    let aborts: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::PieceReads(r) } => Some((nodes.clone(), r.from, r.outcome.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(aborts.len(), 1, "{out:?}");
+    assert_eq!((aborts[0].0.clone(), aborts[0].1), (vec![1], 2));
+    assert!(matches!(aborts[0].2, PieceOutcome::Aborted { .. }));
+    let aborted = TxnOutcome::Aborted { reason: "partition 2's piece rolled back: lost".into() };
+    let out = c.on_node_message(1, results_with(&home, aborted), START_US);
+    let r = replies(&out);
+    assert_eq!(r.len(), 1, "{out:?}");
+    assert!(matches!(r[0].1.result, ClientResult::OutcomeUnknown { .. }), "{r:?}");
 }
 
 #[test]

@@ -582,7 +582,9 @@ impl Executor {
         let full = self.mode == Mode::FullStack;
         let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
         info!(partition = pid, "asked the coordinator to rejoin");
+        // Batches and remote pieces' outcomes, in arrival order.
         let mut held: Vec<Message> = Vec::new();
+        let mut held_batches = 0usize;
         // Passive modes: the primary's shipments, with where to acknowledge them.
         let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
         let mut plan: Option<(NodeId, Seq)> = None;
@@ -617,8 +619,17 @@ impl Executor {
                     return self.give_up(inbox, format!("the coordinator refused the rejoin: {reason}"));
                 }
                 Work::Coordinator(msg @ Message::Batch(_)) => {
-                    if held.len() >= REJOIN_HELD_BATCHES_MAX {
+                    held_batches += 1;
+                    if held_batches > REJOIN_HELD_BATCHES_MAX {
                         let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
+                        return self.give_up(inbox, why);
+                    }
+                    held.push(msg);
+                    continue;
+                }
+                Work::Coordinator(msg @ Message::PieceReads(_)) => {
+                    if held.len() - held_batches >= crate::replica::PIECE_READS_HELD_MAX {
+                        let why = "too many multi-partition piece outcomes held while rejoining".to_string();
                         return self.give_up(inbox, why);
                     }
                     held.push(msg);
@@ -934,6 +945,8 @@ async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result
 /// batch, a log base once the primary took one that far (a backup is refused at once).
 fn can_answer_now(replica: &mut Replica, msg: &Message) -> bool {
     match msg {
+        // A batch parked at a home piece is half run: copies and digests wait for its end.
+        Message::SnapshotRequest { .. } | Message::DigestRequest { .. } if replica.parked_at().is_some() => false,
         Message::SnapshotRequest { after_seq, .. } => *after_seq <= replica.applied_seq(),
         Message::LogBaseRequest { after_seq, .. } => {
             replica.role() == ReplicaRole::Backup
@@ -1062,6 +1075,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
         };
         let partition = match &msg {
             Message::Batch(b) => Some(b.partition),
+            Message::PieceReads(r) => Some(r.home),
             Message::Membership { partition, .. }
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }

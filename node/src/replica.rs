@@ -21,17 +21,30 @@
 //! - shipments apply in sequence order exactly once, as batches do; a shipment that fails its
 //!   checksum or cannot be applied stops the backup before it changes anything it checked;
 //! - once stopped (a divergence reported by the coordinator, or a refused stream) the replica
-//!   executes nothing more.
+//!   executes nothing more;
+//! - multi-partition transactions (`engine::distributed`, Calvin style): a *remote* piece runs
+//!   at its timestamp without waiting and its outcome leaves at once as [`PieceReads`] for the
+//!   home partition (not at the end of the batch: two partitions each waiting for the other's
+//!   batch to end would wait forever); a *home* piece runs once the outcomes of all its remote
+//!   pieces arrived, and aborts, changing nothing, if one of them aborted. Until then the
+//!   batch is parked at that transaction — nothing after it runs — and the replica goes on
+//!   taking messages. Since every partition executes in timestamp order and remote pieces
+//!   never wait, the smallest waiting timestamp's remote pieces always run: no wait cycle.
+//!   In `full-stack` the batch's single-partition transactions run first on the worker pool,
+//!   then its pieces one at a time in timestamp order on the executor thread (a worker
+//!   waiting for another node while holding locks could deadlock across nodes).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use engine::distributed::{execute_piece, touched, Piece};
 use engine::procedures::{execute, TxnInput};
+use engine::storage::Storage;
 use engine::LeanDb;
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
-    bounded_reason, input_problem, Batch, DigestOutcome, LoadState, Message, NodeId, PartitionId, Results, Seq,
-    Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult,
+    bounded_reason, input_problem, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId,
+    PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult,
 };
 use workload::loader::{load_database, LoadProgress};
 
@@ -93,6 +106,30 @@ pub struct ReplicaStats {
     pub batches_waited: u64,
     /// Batches dropped as duplicates.
     pub duplicate_batches: u64,
+    /// Multi-partition transactions' remote pieces committed here (not counted in
+    /// `txns_committed`: the transaction commits on its home partition).
+    pub pieces_committed: u64,
+    /// Times a batch parked at a home piece waiting for remote pieces' outcomes.
+    pub parks: u64,
+}
+
+/// Remote pieces' outcomes a replica holds for home pieces it has not run yet, at most (one
+/// per multi-partition transaction in flight; the coordinator bounds those).
+pub const PIECE_READS_HELD_MAX: usize = 1 << 20;
+
+/// A batch stopped at a home piece that waits for its remote pieces' outcomes.
+#[derive(Debug)]
+struct Parked {
+    batch: Batch,
+    /// The order the transactions run in (indices into `batch.txns`); in `full-stack`, the
+    /// pieces only (the rest ran on the worker pool).
+    order: Vec<usize>,
+    /// The next position in `order`.
+    pos: usize,
+    outcomes: Vec<Option<TxnOutcome>>,
+    last_ts: Option<Timestamp>,
+    /// The position it last parked at (for counting parks once).
+    parked_at_pos: Option<usize>,
 }
 
 /// What a full-stack backup that rejoins starts from, besides its own log: its primary's log
@@ -132,6 +169,12 @@ pub struct Replica {
     log_fork: Option<u64>,
     /// Full stack, a primary with a rejoining backup: the base that backup starts from.
     log_base: Option<LogBase>,
+    /// The batch under way, parked at a home piece.
+    parked: Option<Parked>,
+    /// Remote pieces' outcomes for home pieces not yet run, by timestamp.
+    piece_reads: BTreeMap<Timestamp, Vec<(PartitionId, PieceOutcome)>>,
+    /// A `ShipTo` arrived while a batch was parked: shipping starts when it ends.
+    ship_when_parked_batch_ends: bool,
     stats: ReplicaStats,
 }
 
@@ -178,6 +221,9 @@ impl Replica {
             membership: None,
             log_fork: None,
             log_base: None,
+            parked: None,
+            piece_reads: BTreeMap::new(),
+            ship_when_parked_batch_ends: false,
             stats: ReplicaStats::default(),
         }
     }
@@ -250,10 +296,12 @@ impl Replica {
         match msg {
             Message::Batch(batch) => {
                 let mut out = Vec::new();
-                for (results, shipment) in self.on_batch_shipping(batch)? {
-                    out.extend(shipment.map(Message::Ship));
-                    out.push(Message::Results(results));
-                }
+                self.take_batch(batch, &mut out)?;
+                Ok(out)
+            }
+            Message::PieceReads(reads) => {
+                let mut out = Vec::new();
+                self.on_piece_reads(reads, &mut out)?;
                 Ok(out)
             }
             Message::Ship(shipment) => Ok(self
@@ -295,7 +343,12 @@ impl Replica {
             }
             Message::ShipTo { partition, .. } => {
                 self.check_partition(partition)?;
-                self.ship_from_now_on()?;
+                // Shipping starts between batches: a parked batch is half run.
+                if self.parked.is_some() {
+                    self.ship_when_parked_batch_ends = true;
+                } else {
+                    self.ship_from_now_on()?;
+                }
                 Ok(Vec::new())
             }
             Message::Promote { partition, first_unanswered } => {
@@ -317,11 +370,22 @@ impl Replica {
     /// Takes a batch; returns the results of every batch this made executable, in order
     /// (none when it must wait for an earlier batch or was a duplicate).
     pub fn on_batch(&mut self, batch: Batch) -> Result<Vec<Results>, ReplicaError> {
-        Ok(self.on_batch_shipping(batch)?.into_iter().map(|(r, _)| r).collect())
+        let mut out = Vec::new();
+        self.take_batch(batch, &mut out)?;
+        Ok(out
+            .into_iter()
+            .filter_map(|m| match m {
+                Message::Results(r) => Some(r),
+                _ => None,
+            })
+            .collect())
     }
 
-    /// [`Replica::on_batch`], with each executed batch's shipment when this is a primary.
-    pub fn on_batch_shipping(&mut self, batch: Batch) -> Result<Vec<(Results, Option<Shipment>)>, ReplicaError> {
+    /// Takes a batch: executes it and every batch it made executable, in order, until one
+    /// parks at a home piece; appends to `out`, in order, the pieces' outcomes as they run and
+    /// each batch's shipment (a primary) and results. Nothing when it must wait for an earlier
+    /// batch or was a duplicate.
+    pub fn take_batch(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
         if self.role == ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a batch (a backup applies its primary's log records)" });
         }
@@ -330,12 +394,189 @@ impl Replica {
         }
         self.check_partition(batch.partition)?;
         let seq = batch.seq;
-        let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(Vec::new()) };
-        let mut out = vec![self.run(batch)?];
-        while let Some(next) = self.waiting.remove(&self.next_seq) {
-            out.push(self.run(next)?);
+        if let Some(parked) = &self.parked {
+            if seq == parked.batch.seq {
+                if parked.batch != batch {
+                    return Err(self.stop(ReplicaError::ConflictingDuplicate { seq }));
+                }
+                self.stats.duplicate_batches += 1;
+                return Ok(());
+            }
         }
-        Ok(out)
+        let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(()) };
+        self.start(batch)?;
+        self.advance(out)
+    }
+
+    /// A remote piece's outcome for one of this partition's home pieces: held until the piece
+    /// runs (a duplicate, or one for a transaction already run, is dropped), and the parked
+    /// batch goes on if it was waiting for it.
+    pub fn on_piece_reads(&mut self, reads: PieceReads, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
+        self.check_partition(reads.home)?;
+        if self.stopped.is_some() || self.role == ReplicaRole::Backup {
+            return Ok(());
+        }
+        let passed = match &self.parked {
+            Some(p) => p.order.get(p.pos).is_none_or(|&i| p.batch.txns[i].ts > reads.ts),
+            None => self.last_ts.is_some_and(|l| reads.ts <= l),
+        };
+        if passed {
+            return Ok(());
+        }
+        if self.piece_reads.len() >= PIECE_READS_HELD_MAX && !self.piece_reads.contains_key(&reads.ts) {
+            let why = format!("more than {PIECE_READS_HELD_MAX} multi-partition transactions' piece outcomes held");
+            return Err(self.stop(ReplicaError::Stopped { reason: why }));
+        }
+        let held = self.piece_reads.entry(reads.ts).or_default();
+        if held.iter().all(|(from, _)| *from != reads.from) {
+            held.push((reads.from, reads.outcome));
+        }
+        if self.parked.is_some() {
+            self.advance(out)?;
+        }
+        Ok(())
+    }
+
+    /// Checks batch `next_seq`'s timestamps follow those executed, runs its single-partition
+    /// transactions on the worker pool in `full-stack`, and parks it ready to run the rest.
+    fn start(&mut self, batch: Batch) -> Result<(), ReplicaError> {
+        debug_assert_eq!(batch.seq, self.next_seq);
+        debug_assert!(self.parked.is_none());
+        let mut last = self.last_ts;
+        for t in &batch.txns {
+            if let Some(l) = last.filter(|l| t.ts <= *l) {
+                return Err(self.stop(ReplicaError::TimestampRegression { seq: batch.seq, ts: t.ts, last: l }));
+            }
+            last = Some(t.ts);
+        }
+        let mut outcomes = vec![None; batch.txns.len()];
+        let order: Vec<usize> = match &mut self.db {
+            Store::Lean(_) => (0..batch.txns.len()).collect(),
+            Store::Full(f) => {
+                let whole: Vec<BatchTxn> = batch.txns.iter().filter(|t| t.part == Part::Whole).copied().collect();
+                let mut done = f.execute(&whole).into_iter();
+                let mut pieces = Vec::new();
+                for (i, t) in batch.txns.iter().enumerate() {
+                    if t.part == Part::Whole {
+                        outcomes[i] = done.next();
+                    } else {
+                        pieces.push(i);
+                    }
+                }
+                pieces
+            }
+        };
+        self.parked = Some(Parked { batch, order, pos: 0, outcomes, last_ts: last, parked_at_pos: None });
+        Ok(())
+    }
+
+    /// Runs the parked batch on from where it stopped, then every batch waiting behind it,
+    /// until one parks at a home piece or none is left.
+    fn advance(&mut self, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
+        loop {
+            let Some(mut p) = self.parked.take() else { return Ok(()) };
+            while let Some(&i) = p.order.get(p.pos) {
+                let t = p.batch.txns[i];
+                let outcome = match t.part {
+                    Part::Whole => self.run_whole(&t),
+                    Part::Remote { home } => {
+                        let outcome = self.run_remote_piece(&t);
+                        out.push(Message::PieceReads(PieceReads {
+                            home,
+                            from: self.partition,
+                            ts: t.ts,
+                            outcome: outcome.clone(),
+                        }));
+                        outcome.txn_outcome()
+                    }
+                    Part::Home { remotes } => {
+                        let arrived = self.piece_reads.get(&t.ts).map_or(0, Vec::len);
+                        if arrived < usize::from(remotes) {
+                            if p.parked_at_pos != Some(p.pos) {
+                                p.parked_at_pos = Some(p.pos);
+                                self.stats.parks += 1;
+                            }
+                            self.parked = Some(p);
+                            return Ok(());
+                        }
+                        // Outcomes of earlier timestamps can no longer be used.
+                        let mut later = self.piece_reads.split_off(&t.ts);
+                        let reads = later.remove(&t.ts).unwrap_or_default();
+                        self.piece_reads = later;
+                        self.run_home_piece(&t, reads)
+                    }
+                };
+                p.outcomes[i] = Some(outcome);
+                p.pos += 1;
+            }
+            let (results, shipment) = self.finish(p)?;
+            out.extend(shipment.map(Message::Ship));
+            out.push(Message::Results(results));
+            if std::mem::take(&mut self.ship_when_parked_batch_ends) {
+                self.ship_from_now_on()?;
+            }
+            let Some(next) = self.waiting.remove(&self.next_seq) else { return Ok(()) };
+            self.start(next)?;
+        }
+    }
+
+    /// A single-partition transaction, whole (the lean kernel; the worker pool runs them in
+    /// `full-stack`).
+    fn run_whole(&mut self, t: &BatchTxn) -> TxnOutcome {
+        if let Some(problem) = input_problem(&t.input) {
+            return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
+        }
+        match &mut self.db {
+            Store::Lean(db) => TxnOutcome::from_result(execute(db, t.ts.0, &t.input)),
+            Store::Full(f) => TxnOutcome::from_result(execute(f.session(), t.ts.0, &t.input)),
+        }
+    }
+
+    /// A remote piece: its reads, or why it changed nothing.
+    fn run_remote_piece(&mut self, t: &BatchTxn) -> PieceOutcome {
+        if let Some(problem) = input_problem(&t.input) {
+            return PieceOutcome::Aborted { reason: bounded_reason(problem.to_string()) };
+        }
+        let result = match &mut self.db {
+            Store::Lean(db) => run_piece(db, t, None),
+            Store::Full(f) => run_piece(f.session(), t, None),
+        };
+        match result {
+            Ok(Piece::Reads(reads)) => {
+                self.stats.pieces_committed += 1;
+                PieceOutcome::Reads(reads)
+            }
+            Ok(Piece::Output(_)) => PieceOutcome::Aborted { reason: "a remote piece produced an output".into() },
+            Err(e) => PieceOutcome::Aborted { reason: bounded_reason(e.to_string()) },
+        }
+    }
+
+    /// A home piece, given every remote piece's outcome: aborts, changing nothing, if one of
+    /// them aborted; runs with their reads otherwise.
+    fn run_home_piece(&mut self, t: &BatchTxn, reads: Vec<(PartitionId, PieceOutcome)>) -> TxnOutcome {
+        if let Some(problem) = input_problem(&t.input) {
+            return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
+        }
+        let mut remote = Vec::with_capacity(reads.len());
+        for (from, outcome) in reads {
+            match outcome {
+                PieceOutcome::Reads(r) => remote.push(r),
+                PieceOutcome::Aborted { reason } => {
+                    return TxnOutcome::Aborted {
+                        reason: bounded_reason(format!("partition {from}'s piece rolled back: {reason}")),
+                    }
+                }
+            }
+        }
+        let result = match &mut self.db {
+            Store::Lean(db) => run_piece(db, t, Some(&remote)),
+            Store::Full(f) => run_piece(f.session(), t, Some(&remote)),
+        };
+        match result {
+            Ok(Piece::Output(output)) => TxnOutcome::Committed(output),
+            Ok(Piece::Reads(_)) => TxnOutcome::Failed { reason: "a home piece produced reads".into() },
+            Err(e) => TxnOutcome::from_result(Err(e)),
+        }
     }
 
     /// The ordering rule batches and shipments share: `item` numbered `seq` is returned when it
@@ -534,37 +775,23 @@ impl Replica {
         }
     }
 
-    /// Executes batch `next_seq` after checking its timestamps follow those executed.
-    fn run(&mut self, batch: Batch) -> Result<(Results, Option<Shipment>), ReplicaError> {
+    /// Batch `next_seq` ran to its end: counts, results, the state digest if asked, and a
+    /// primary's shipment.
+    fn finish(&mut self, p: Parked) -> Result<(Results, Option<Shipment>), ReplicaError> {
+        let batch = p.batch;
         debug_assert_eq!(batch.seq, self.next_seq);
-        let mut last = self.last_ts;
-        for t in &batch.txns {
-            if let Some(l) = last.filter(|l| t.ts <= *l) {
-                return Err(self.stop(ReplicaError::TimestampRegression { seq: batch.seq, ts: t.ts, last: l }));
-            }
-            last = Some(t.ts);
-        }
-        let outcomes: Vec<TxnOutcome> = match &mut self.db {
-            Store::Lean(db) => batch
-                .txns
-                .iter()
-                .map(|t| match input_problem(&t.input) {
-                    Some(problem) => TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) },
-                    None => TxnOutcome::from_result(execute(db, t.ts.0, &t.input)),
-                })
-                .collect(),
-            Store::Full(f) => f.execute(&batch.txns),
-        };
         let mut results = Vec::with_capacity(batch.txns.len());
-        for (t, outcome) in batch.txns.iter().zip(outcomes) {
+        for (t, outcome) in batch.txns.iter().zip(p.outcomes) {
+            let outcome = outcome.expect("every transaction of a finished batch ran");
             match outcome {
                 TxnOutcome::Committed(_) => self.stats.txns_committed += 1,
                 TxnOutcome::Aborted { .. } => self.stats.txns_aborted += 1,
                 TxnOutcome::Failed { .. } => self.stats.txns_failed += 1,
+                TxnOutcome::PieceDone { .. } => {}
             }
             results.push(TxnResult { ts: t.ts, digest: outcome.digest(), outcome });
         }
-        self.last_ts = last;
+        self.last_ts = p.last_ts;
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         let state_digest = batch.digest_after.then(|| self.state_digest());
@@ -585,6 +812,8 @@ impl Replica {
 
     fn stop(&mut self, e: ReplicaError) -> ReplicaError {
         self.stopped.get_or_insert_with(|| e.to_string());
+        self.parked = None;
+        self.piece_reads.clear();
         self.waiting.clear();
         self.waiting_shipments.clear();
         e
@@ -630,6 +859,12 @@ impl Replica {
         self.waiting.len()
     }
 
+    /// The timestamp of the home piece the batch under way is parked at, if it is.
+    pub fn parked_at(&self) -> Option<Timestamp> {
+        let p = self.parked.as_ref()?;
+        p.order.get(p.pos).map(|&i| p.batch.txns[i].ts)
+    }
+
     /// Why the replica stopped, if it did.
     pub fn stopped(&self) -> Option<&str> {
         self.stopped.as_deref()
@@ -658,6 +893,21 @@ impl Replica {
     }
 }
 
+/// Runs one piece of transaction `t` on `db` (`engine::distributed::execute_piece`): the
+/// warehouses this partition holds are those of the transaction found in WAREHOUSE here.
+fn run_piece<S: Storage>(
+    db: &mut S,
+    t: &BatchTxn,
+    remote: Option<&[engine::distributed::RemoteReads]>,
+) -> Result<Piece, engine::TxnError> {
+    let mut local = touched(&t.input);
+    local.retain(|&w| {
+        db.get::<engine::schema::t::Warehouses, _>(engine::schema::keys::warehouse(w), |_| ())
+            .is_ok_and(|r| r.is_some())
+    });
+    execute_piece(db, t.ts.0, &t.input, &|w| local.contains(&w), remote)
+}
+
 #[cfg(test)]
 mod tests {
     //! Ordering and refusal on an empty database: every transaction fails (no rows), which is
@@ -671,6 +921,7 @@ mod tests {
         let txns = ts
             .iter()
             .map(|&t| BatchTxn {
+                part: wire::messages::Part::Whole,
                 ts: Timestamp(t),
                 input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 0 }),
             })

@@ -89,7 +89,7 @@ impl Stream {
         let ms = self.next_ms;
         self.next_ms += 1;
         let txns = (0..BATCH_TXNS as u64)
-            .map(|counter| BatchTxn { ts: Timestamp::new(ms, counter, 0), input: self.gen.next((ms / 1_000) as i64) })
+            .map(|counter| BatchTxn::whole(Timestamp::new(ms, counter, 0), self.gen.next((ms / 1_000) as i64)))
             .collect();
         let seq = self.next_seq;
         self.next_seq += 1;

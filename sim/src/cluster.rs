@@ -517,6 +517,7 @@ impl Sim {
     fn on_node_message(&mut self, node: NodeId, msg: Message) {
         let partition = match &msg {
             Message::Batch(b) => b.partition,
+            Message::PieceReads(r) => r.home,
             Message::Membership { partition, .. }
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }
@@ -543,6 +544,7 @@ impl Sim {
                     *slot = Slot::GaveUp;
                     self.stats.rejoins_given_up += 1;
                 }
+                m @ Message::PieceReads(_) => j.held.push(m),
                 m @ Message::Batch(_) => {
                     if j.held.len() >= node::process::REJOIN_HELD_BATCHES_MAX {
                         *slot = Slot::GaveUp;
@@ -577,7 +579,8 @@ impl Sim {
                 let Slot::Joining(Joiner { plan: Some((source, from_seq)), .. }) = slot else { continue };
                 let src = self.nodes.get(source).filter(|s| s.up).and_then(|s| s.slots.get(&partition));
                 match src {
-                    Some(Slot::Serving(r)) if r.applied_seq() + 1 >= *from_seq => {
+                    // A batch parked at a home piece is half run: the copy waits for its end.
+                    Some(Slot::Serving(r)) if r.applied_seq() + 1 >= *from_seq && r.parked_at().is_none() => {
                         ready.push((node, partition, *source))
                     }
                     Some(Slot::Serving(r)) if r.stopped().is_none() => {} // the copy waits for the source

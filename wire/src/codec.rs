@@ -206,7 +206,7 @@ mod tests {
             Message::Batch(Batch {
                 partition: 2,
                 seq: 41,
-                txns: vec![BatchTxn { ts, input: worst_new_order() }, BatchTxn { ts, input: payment() }],
+                txns: vec![BatchTxn::whole(ts, worst_new_order()), BatchTxn::whole(ts, payment())],
                 digest_after: true,
             }),
             Message::Results(Results {
@@ -271,7 +271,7 @@ mod tests {
             Message::Batch(Batch {
                 partition: u16::MAX,
                 seq: u64::MAX,
-                txns: vec![BatchTxn { ts, input }],
+                txns: vec![BatchTxn::whole(ts, input)],
                 digest_after: true,
             })
         };

@@ -21,7 +21,7 @@ use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`].
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -162,11 +162,82 @@ pub enum LoadState {
     Failed { reason: String },
 }
 
-/// One transaction of a batch: its timestamp and its input.
+/// One transaction of a batch: its timestamp, its input, and which part of it this partition
+/// runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchTxn {
     pub ts: Timestamp,
     pub input: TxnInput,
+    pub part: Part,
+}
+
+impl BatchTxn {
+    /// A single-partition transaction, run whole.
+    pub fn whole(ts: Timestamp, input: TxnInput) -> BatchTxn {
+        BatchTxn { ts, input, part: Part::Whole }
+    }
+}
+
+/// Which part of a transaction a partition runs (`engine::distributed`): a multi-partition
+/// transaction is sent, with one timestamp, to every partition it touches; each runs its
+/// piece at that timestamp in its own order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Part {
+    /// The whole transaction: it touches this partition only.
+    Whole,
+    /// A remote piece (NewOrder's supplying warehouse, Payment's customer): it runs without
+    /// waiting and sends its reads ([`PieceReads`]) to partition `home`.
+    Remote { home: PartitionId },
+    /// The home piece: it runs once the reads of `remotes` other partitions arrived.
+    Home { remotes: u8 },
+}
+
+/// What a remote piece tells the home piece of a multi-partition transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PieceOutcome {
+    /// The piece committed; these are its reads.
+    Reads(engine::distributed::RemoteReads),
+    /// The piece rolled back or failed, changing nothing: the home piece must not commit.
+    Aborted { reason: String },
+}
+
+impl PieceOutcome {
+    /// The remote piece's result as its replica reports it in [`Results`] (replicas of the
+    /// partition compare it like any other result).
+    pub fn txn_outcome(&self) -> TxnOutcome {
+        match self {
+            PieceOutcome::Reads(reads) => TxnOutcome::PieceDone { reads_digest: reads_digest(reads) },
+            PieceOutcome::Aborted { reason } => TxnOutcome::Aborted { reason: reason.clone() },
+        }
+    }
+}
+
+/// A 64-bit digest of a remote piece's reads.
+pub fn reads_digest(reads: &engine::distributed::RemoteReads) -> u64 {
+    use engine::distributed::RemoteReads;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    match reads {
+        RemoteReads::Stock(lines) => {
+            for l in lines {
+                h.update(&[l.line, u8::from(l.s_original)]);
+                h.update(&l.dist_info);
+            }
+        }
+        RemoteReads::Customer(c) => h.update(&TxnOutput::Payment(*c).digest().to_le_bytes()),
+    }
+    h.digest()
+}
+
+/// A remote piece's outcome on its way to the home partition (node → coordinator → the home
+/// partition's executing replicas).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceReads {
+    /// The home partition.
+    pub home: PartitionId,
+    /// The partition that ran the piece.
+    pub from: PartitionId,
+    pub ts: Timestamp,
+    pub outcome: PieceOutcome,
 }
 
 /// A partition's transactions in timestamp order, sent to every live replica of the partition.
@@ -191,6 +262,10 @@ pub enum TxnOutcome {
     Aborted { reason: String },
     /// Failed: the input was invalid or the database lacked a row the procedure needs.
     Failed { reason: String },
+    /// A remote piece of a multi-partition transaction committed; its reads (sent to the home
+    /// partition as [`PieceReads`]) hash to `reads_digest`. The client is answered from the
+    /// home piece's outcome.
+    PieceDone { reads_digest: u64 },
 }
 
 impl TxnOutcome {
@@ -210,6 +285,7 @@ impl TxnOutcome {
             TxnOutcome::Committed(out) => out.digest(),
             TxnOutcome::Aborted { reason } => tagged_hash(b"aborted", reason),
             TxnOutcome::Failed { reason } => tagged_hash(b"failed", reason),
+            TxnOutcome::PieceDone { reads_digest } => *reads_digest,
         }
     }
 }
@@ -433,6 +509,9 @@ pub enum Message {
     /// the next one on to `backup` too (a backup rejoining); wait for its acknowledgements
     /// only once a membership names it.
     ShipTo { partition: PartitionId, backup: NodeId },
+    /// A remote piece's outcome: node → coordinator, which forwards it to the executing
+    /// replicas of the home partition (DESIGN.md, multi-partition transactions).
+    PieceReads(PieceReads),
 }
 
 impl Message {
@@ -471,6 +550,7 @@ impl Message {
             Message::Promote { .. } => "Promote",
             Message::Promoted { .. } => "Promoted",
             Message::ShipTo { .. } => "ShipTo",
+            Message::PieceReads(_) => "PieceReads",
         }
     }
 }

@@ -84,7 +84,7 @@ fn payment(i: u32) -> TxnInput {
 
 fn batch(txns: u32) -> Message {
     let txns = (0..txns)
-        .map(|i| BatchTxn { ts: Timestamp::new(1 + u64::from(i >> 13), u64::from(i & 0x1fff), 0), input: payment(i) })
+        .map(|i| BatchTxn::whole(Timestamp::new(1 + u64::from(i >> 13), u64::from(i & 0x1fff), 0), payment(i)))
         .collect();
     Message::Batch(Batch { partition: 1, seq: 9, txns, digest_after: true })
 }
