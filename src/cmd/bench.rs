@@ -47,6 +47,21 @@ pub struct BenchArgs {
     /// (default: closed loop).
     #[arg(long)]
     rate: Option<f64>,
+    /// Cluster bench: percent of order lines supplied by a remote warehouse (TPC-C clause
+    /// 2.4.1.5), drawn from all of the cluster's warehouses but the home one, so a remote line
+    /// may lie in another partition [default: the profile's, standard 1, paper 0].
+    #[arg(long, value_name = "PCT")]
+    remote_items: Option<u32>,
+    /// Cluster bench: percent of Payments by a customer of a remote warehouse (TPC-C clause
+    /// 2.5.1.2), drawn from all of the cluster's warehouses but the home one [default: the
+    /// profile's, standard 15, paper 0].
+    #[arg(long, value_name = "PCT")]
+    remote_payments: Option<u32>,
+    /// Cluster bench: percent of NewOrders forced multi-partition: one order line, chosen at
+    /// random, is supplied by a warehouse of another partition (needs at least two
+    /// partitions). Commits are reported as single- or multi-partition either way.
+    #[arg(long, value_name = "PCT", default_value_t = 0)]
+    multi_partition: u32,
     /// Workload profile: `paper` (50% NewOrder / 50% Payment, 10 local items, payment by id:
     /// the paper's Section 4 setting) or `standard` (TPC-C's 45/43/4/4/4 mix with remote
     /// items, remote payments, last-name selection and 1% rollbacks).
@@ -284,9 +299,14 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     if !a.embedded {
         bail!("say where to run: `--embedded` (this process) or `--config cluster.toml` (a cluster)");
     }
-    for (given, flag) in
-        [(a.clients.is_some(), "--clients"), (a.inflight.is_some(), "--inflight"), (a.rate.is_some(), "--rate")]
-    {
+    for (given, flag) in [
+        (a.clients.is_some(), "--clients"),
+        (a.inflight.is_some(), "--inflight"),
+        (a.rate.is_some(), "--rate"),
+        (a.remote_items.is_some(), "--remote-items"),
+        (a.remote_payments.is_some(), "--remote-payments"),
+        (a.multi_partition != 0, "--multi-partition"),
+    ] {
         if given {
             bail!("{flag} applies to cluster benches (--config) only");
         }
@@ -358,6 +378,9 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
         clients: a.clients,
         inflight: a.inflight,
         rate: a.rate,
+        remote_items: a.remote_items,
+        remote_payments: a.remote_payments,
+        multi_partition: a.multi_partition,
         profile: a.profile,
         mix: a.mix,
         duration: a.duration,

@@ -8,6 +8,9 @@
 //! executor threads apart from their network threads (from the nodes' status), and batches
 //! sent. `--check` then verifies the cluster (equal replica digests, consistency, and every
 //! NewOrder acknowledged during the run present in the data); `--ack-log` writes that record.
+//! `--remote-items`, `--remote-payments` and `--multi-partition` set how many transactions
+//! reach beyond their home partition ([`RemoteShares`]); the report counts committed
+//! single- and multi-partition transactions, and requests refused as multi-partition.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,7 +22,7 @@ use tokio::runtime::Runtime;
 use wire::endpoint::Link;
 use wire::messages::{NodeId, PartitionReport, ProcessStatus};
 use workload::bench::{self, IntervalLine, Observer, StopAfter};
-use workload::client::driver::{self, DriverConfig};
+use workload::client::driver::{self, DriverConfig, RemoteShares};
 use workload::client::{self, ClusterClient};
 use workload::gen::{Mix, Profile};
 use workload::report::{self, ConsoleObserver};
@@ -41,6 +44,10 @@ pub struct ClusterBench {
     pub clients: Option<usize>,
     pub inflight: Option<usize>,
     pub rate: Option<f64>,
+    /// `--remote-items`, `--remote-payments`, `--multi-partition` (see [`RemoteShares`]).
+    pub remote_items: Option<u32>,
+    pub remote_payments: Option<u32>,
+    pub multi_partition: u32,
     pub profile: String,
     pub mix: Option<String>,
     pub duration: f64,
@@ -101,6 +108,13 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         outages: false,
     };
     cfg.validate()?;
+    let shares = RemoteShares {
+        remote_item_pct: b.remote_items,
+        remote_payment_pct: b.remote_payments,
+        multi_partition_pct: b.multi_partition,
+    };
+    shares.validate()?;
+    check_partitions(config, &shares)?;
     if let Some(p) = &b.json {
         bench::check_writable_file(p).context("--json")?;
     }
@@ -146,7 +160,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     let local = cluster.running_procs();
 
     let Measurement { mut report, acks, payments, time_lines, .. } =
-        measure(&rt, &cluster, &client, &cfg, &local, b.quiet)?;
+        measure_with(&rt, &cluster, &client, &cfg, &shares, &local, b.quiet)?;
     report.load_seconds = load_seconds;
     print!("{}", report::render(&report));
     if let Some(c) = &report.cluster {
@@ -165,6 +179,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
              second",
             report.txn_per_cpu_sec
         );
+        println!("{}", partition_line(c));
     }
     for l in &time_lines {
         println!("{l}");
@@ -199,6 +214,35 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// Refuses forcing multi-partition NewOrders on a cluster of one partition, naming the flag.
+pub fn check_partitions(config: &wire::ClusterConfig, shares: &RemoteShares) -> Result<()> {
+    if shares.multi_partition_pct > 0 && config.partitions.len() < 2 {
+        bail!(
+            "--multi-partition {} needs a cluster of at least two partitions; this one has {}",
+            shares.multi_partition_pct,
+            config.partitions.len()
+        );
+    }
+    Ok(())
+}
+
+/// The report's line on partitions crossed: the shares run, commits by partitions touched,
+/// and requests refused as multi-partition.
+pub fn partition_line(c: &driver::ClusterInfo) -> String {
+    let committed = (c.committed_single_partition + c.committed_multi_partition).max(1) as f64;
+    format!(
+        "partitions   {} single-partition and {} multi-partition commits ({:.1}% multi); {} refused as \
+         multi-partition (remote items {}%, remote payments {}%, forced multi-partition NewOrders {}%)",
+        c.committed_single_partition,
+        c.committed_multi_partition,
+        100.0 * c.committed_multi_partition as f64 / committed,
+        c.rejected_multi_partition,
+        c.remote_item_pct,
+        c.remote_payment_pct,
+        c.multi_partition_pct
+    )
+}
+
 /// What one measured run of the driver against a serving cluster produced.
 pub struct Measurement {
     /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
@@ -219,8 +263,7 @@ pub struct Measurement {
     pub time_lines: Vec<String>,
 }
 
-/// Runs the driver against a serving cluster (`local`: its processes on this machine) and
-/// fills in what the nodes report.
+/// [`measure_with`] at the profile's remote shares, no NewOrder forced multi-partition.
 pub fn measure(
     rt: &Runtime,
     cluster: &Cluster,
@@ -229,9 +272,23 @@ pub fn measure(
     local: &[Running],
     quiet: bool,
 ) -> Result<Measurement> {
+    measure_with(rt, cluster, client, cfg, &RemoteShares::default(), local, quiet)
+}
+
+/// Runs the driver with `shares` against a serving cluster (`local`: its processes on this
+/// machine) and fills in what the nodes report.
+pub fn measure_with(
+    rt: &Runtime,
+    cluster: &Cluster,
+    client: &ClusterClient,
+    cfg: &DriverConfig,
+    shares: &RemoteShares,
+    local: &[Running],
+    quiet: bool,
+) -> Result<Measurement> {
     let config = &cluster.config;
     let mut obs = Sampler::new(rt, client, config, local, ConsoleObserver::new(quiet))?;
-    let outcome = driver::run(client, rt.handle(), cfg, &mut obs)?;
+    let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
     let mut report = outcome.report;
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
     // Executions per committed transaction: every replica in active-active, the primary only

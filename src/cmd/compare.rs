@@ -5,8 +5,13 @@
 //! NewOrders, replica reads), stops it, and prints one side-by-side table
 //! ([`workload::compare`]); `--json`, `--csv` and `--svg` keep the record.
 //!
+//! `--multi-partition 0,10,20,50` runs each mode once per share of NewOrders forced
+//! multi-partition and draws H-Store's curve instead of the side-by-side table: NewOrder
+//! throughput against the share, one line per mode ([`workload::compare::multi`]), written to
+//! `compare-multi-partition.{json,csv,svg}` beside the other outputs.
+//!
 //! Guarantees: every run starts from a fresh run directory of its own
-//! (`<run_dir>/compare/<mode>-r<k>/`, which keeps its process logs and its derived
+//! (`<run_dir>/compare/<mode>-r<k>/`, `…-r<k>-mp<share>/` with `--multi-partition`, which keeps its process logs and its derived
 //! `cluster.toml`), and its cluster is stopped however the run ends; the figures of a row
 //! come from that run only (CPU from `/proc` and the nodes' thread accounting, bytes from
 //! the processes' own counters, disk from the files left in its run directory); a failed
@@ -20,12 +25,15 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use wire::config::{ClusterConfig, Mode, Shipping};
 use workload::bench::{self, StopAfter};
-use workload::client::driver::DriverConfig;
+use workload::client::driver::{DriverConfig, RemoteShares};
 use workload::client::{self};
+use workload::compare::multi::{self as curve, CurvePoint};
 use workload::compare::{self as report, CompareRow};
 use workload::gen::{Mix, Profile};
 
-use super::bench_cluster::{measure, Measurement, Sample, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use super::bench_cluster::{
+    check_partitions, measure_with, Measurement, Sample, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT,
+};
 use super::cluster::{runtime, Cluster, Proc, Up};
 use super::failover::{experiment, Experiment};
 
@@ -60,6 +68,26 @@ pub struct CompareArgs {
     /// Override the profile's mix with weights, e.g. `neworder=50,payment=50`.
     #[arg(long)]
     pub mix: Option<String>,
+    /// Percent of order lines supplied by a remote warehouse (TPC-C clause 2.4.1.5), drawn
+    /// from all of the cluster's warehouses but the home one, so a remote line may lie in
+    /// another partition [default: the profile's, standard 1, paper 0].
+    #[arg(long, value_name = "PCT")]
+    pub remote_items: Option<u32>,
+    /// Percent of Payments by a customer of a remote warehouse (TPC-C clause 2.5.1.2), drawn
+    /// from all of the cluster's warehouses but the home one [default: the profile's,
+    /// standard 15, paper 0].
+    #[arg(long, value_name = "PCT")]
+    pub remote_payments: Option<u32>,
+    /// Shares of NewOrders forced multi-partition, comma-separated percents (e.g.
+    /// `0,10,20,50`): each mode runs once per share, with one order line of that share of
+    /// NewOrders supplied by a warehouse of another partition (needs at least two
+    /// partitions). Prints NewOrder throughput, latency and single/multi-partition commits per
+    /// mode per share instead of the side-by-side table, and writes
+    /// `compare-multi-partition.{json,csv,svg}` (the SVG: NewOrder throughput against the
+    /// share, one line per mode) into the directory of --json, else --csv, else --svg, else
+    /// `<run_dir>/compare/`.
+    #[arg(long, value_name = "PCT,…", value_delimiter = ',')]
+    pub multi_partition: Vec<u32>,
     /// Length of each measured phase in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -90,11 +118,13 @@ pub struct CompareArgs {
     pub quiet: bool,
 }
 
-/// One mode at one replication factor.
+/// One mode at one replication factor (and, with `--multi-partition`, one share).
 struct Plan {
     mode: Mode,
     config: ClusterConfig,
     dir: PathBuf,
+    /// The share of NewOrders forced multi-partition (`--multi-partition`).
+    multi_partition: Option<u32>,
 }
 
 pub fn run(a: CompareArgs) -> Result<ExitCode> {
@@ -115,10 +145,33 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     for p in [&a.json, &a.csv, &a.svg].into_iter().flatten() {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
     }
+    let shares_given: Vec<Option<u32>> =
+        if a.multi_partition.is_empty() { vec![None] } else { a.multi_partition.iter().copied().map(Some).collect() };
+    let base_shares =
+        RemoteShares { remote_item_pct: a.remote_items, remote_payment_pct: a.remote_payments, multi_partition_pct: 0 };
+    base_shares.validate()?;
+    for &pct in a.multi_partition.iter() {
+        let shares = RemoteShares { multi_partition_pct: pct, ..base_shares };
+        shares.validate()?;
+        check_partitions(&base.config, &shares)?;
+    }
+    if a.failover && !a.multi_partition.is_empty() {
+        bail!("--failover and --multi-partition cannot be combined: run them as two comparisons");
+    }
+    let compare_dir = base.config.run_dir.join("compare");
+    let curve_dir = [&a.json, &a.csv, &a.svg]
+        .into_iter()
+        .flatten()
+        .next()
+        .map(|p| p.parent().map(Path::to_path_buf).unwrap_or_default())
+        .unwrap_or_else(|| compare_dir.clone());
+    let curve_files = ["json", "csv", "svg"].map(|x| {
+        let dir = if curve_dir.as_os_str().is_empty() { Path::new(".") } else { curve_dir.as_path() };
+        dir.join(format!("{}.{x}", curve::FILE_STEM))
+    });
     // Every plan first, so an impossible flag fails before anything runs.
     let factors: Vec<Option<usize>> =
         if a.replicas.is_empty() { vec![None] } else { a.replicas.iter().copied().map(Some).collect() };
-    let compare_dir = base.config.run_dir.join("compare");
     let mut plans = Vec::new();
     for factor in &factors {
         let placed = match factor {
@@ -131,10 +184,17 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
             if let Some(s) = a.shipping {
                 config.shipping = s;
             }
-            let dir = compare_dir.join(format!("{}-r{}", mode.name(), config.replication_factor()));
-            config.run_dir = dir.clone();
             config.validate().with_context(|| format!("the {mode} cluster derived from {}", base.path.display()))?;
-            plans.push(Plan { mode, config, dir });
+            for &multi_partition in &shares_given {
+                let mut config = config.clone();
+                let mut name = format!("{}-r{}", mode.name(), config.replication_factor());
+                if let Some(pct) = multi_partition {
+                    name.push_str(&format!("-mp{pct}"));
+                }
+                let dir = compare_dir.join(name);
+                config.run_dir = dir.clone();
+                plans.push(Plan { mode, config, dir, multi_partition });
+            }
         }
     }
     let warehouses = usize::from(base.config.warehouses_total());
@@ -166,15 +226,17 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     let mut failed = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         println!(
-            "\n[{}/{}] {} — {} replica{} per partition{}",
+            "\n[{}/{}] {} — {} replica{} per partition{}{}",
             i + 1,
             plans.len(),
             plan.mode,
             plan.config.replication_factor(),
             if plan.config.replication_factor() == 1 { "" } else { "s" },
-            if plan.mode.is_passive() { format!(", {} shipping", plan.config.shipping.name()) } else { String::new() }
+            if plan.mode.is_passive() { format!(", {} shipping", plan.config.shipping.name()) } else { String::new() },
+            plan.multi_partition.map_or(String::new(), |p| format!(", {p}% multi-partition NewOrders"))
         );
-        let mut row = run_one(plan, &cfg, a.quiet).with_context(|| format!("the {} run", plan.mode))?;
+        let shares = RemoteShares { multi_partition_pct: plan.multi_partition.unwrap_or(0), ..base_shares };
+        let mut row = run_one(plan, &cfg, &shares, a.quiet).with_context(|| format!("the {} run", plan.mode))?;
         if a.failover {
             let mut config = plan.config.clone();
             config.run_dir = plan.dir.join("failover");
@@ -207,17 +269,34 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
             failed.push(row.label());
         }
         println!(
-            "  {:.0} committed txn/s, p50 {:.2} ms, p99 {:.2} ms; digests {}, consistency {}",
+            "  {:.0} committed txn/s ({:.0} NewOrders/s), p50 {:.2} ms, p99 {:.2} ms; {} single-, {} \
+             multi-partition commits, {} refused as multi-partition; digests {}, consistency {}",
             row.txn_per_sec,
+            row.neworder_per_sec,
             row.p50_us / 1e3,
             row.p99_us / 1e3,
+            row.committed_single_partition,
+            row.committed_multi_partition,
+            row.rejected_multi_partition,
             if row.digests_equal { "equal" } else { "DIFFER" },
             if row.consistent { "holds" } else { "VIOLATED" }
         );
         rows.push(row);
     }
     println!();
-    print!("{}", report::render_table(&rows));
+    if a.multi_partition.is_empty() {
+        print!("{}", report::render_table(&rows));
+    } else {
+        let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
+        print!("{}", curve::render_table(&points));
+        std::fs::create_dir_all(&curve_dir).with_context(|| format!("create {}", curve_dir.display()))?;
+        let [json, csv, svg] = &curve_files;
+        super::write_json(json, &curve::to_json(&points))?;
+        bench::write_atomic(csv, curve::to_csv(&points).as_bytes())?;
+        println!("wrote {}", csv.display());
+        curve::write_svg(&points, svg)?;
+        println!("wrote {}", svg.display());
+    }
     if let Some(p) = &a.json {
         super::write_json(p, &report::to_json(&rows))?;
     }
@@ -237,7 +316,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
 }
 
 /// Starts the plan's cluster, measures, checks, stops it; returns its row.
-fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
+fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) -> Result<CompareRow> {
     let note = format!(
         "Derived by `glass compare` from the cluster it was given: mode {}, {} replicas.",
         plan.mode,
@@ -256,7 +335,7 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
     let client = cluster.client();
     let local = cluster.running_procs();
     let Measurement { mut report, acks, payments, start, end, .. } =
-        measure(&rt, &cluster, &client, cfg, &local, quiet)?;
+        measure_with(&rt, &cluster, &client, cfg, shares, &local, quiet)?;
     report.load_seconds = load_seconds;
     let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
     if !verdict.passed() {
@@ -302,6 +381,11 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
     let replicas = config.replication_factor();
     let reads_total: usize = verdict.partitions.iter().map(|p| p.reads).sum();
     let bench_json = serde_json::to_value(&report)?;
+    let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
+    let (single, multi, refused) = report
+        .cluster
+        .as_ref()
+        .map_or((0, 0, 0), |c| (c.committed_single_partition, c.committed_multi_partition, c.rejected_multi_partition));
     Ok(CompareRow {
         mode: plan.mode.name().to_string(),
         shipping: plan.mode.is_passive().then(|| config.shipping.name().to_string()),
@@ -313,6 +397,11 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, quiet: bool) -> Result<CompareRow> {
         committed: report.committed,
         aborted: report.aborted,
         txn_per_sec: report.txn_per_sec,
+        neworder_per_sec: neworders as f64 / report.seconds.max(1e-9),
+        multi_partition_pct: plan.multi_partition,
+        committed_single_partition: single,
+        committed_multi_partition: multi,
+        rejected_multi_partition: refused,
         p50_us: report.p50_us,
         p95_us: report.p95_us,
         p99_us: report.p99_us,

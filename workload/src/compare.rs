@@ -2,7 +2,8 @@
 //! replication factor, all runs under the same TPC-C workload) and its four renderings — a
 //! terminal table ([`render_table`]), CSV ([`to_csv`]), JSON ([`to_json`]) and an SVG picture
 //! ([`write_svg`], plotters' SVG backend, no font files). The driver that starts clusters and
-//! fills the rows lives elsewhere.
+//! fills the rows lives elsewhere. [`multi`] renders `glass compare --multi-partition`'s
+//! curve: NewOrder throughput against the share of multi-partition NewOrders, per mode.
 //!
 //! Guarantees:
 //! - every rendering shows every scalar field of every row, in the order the rows were given
@@ -22,6 +23,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
+
+pub mod multi;
 
 /// Every replica executes transactions.
 pub const ACTIVE_ACTIVE: &str = "active-active";
@@ -54,9 +57,19 @@ pub struct CompareRow {
     pub committed: u64,
     pub aborted: u64,
     pub txn_per_sec: f64,
+    /// Committed NewOrders per second (measured phase).
+    pub neworder_per_sec: f64,
     pub p50_us: f64,
     pub p95_us: f64,
     pub p99_us: f64,
+    /// `--multi-partition`: the percent of NewOrders forced multi-partition in this run
+    /// (`None` without the flag).
+    pub multi_partition_pct: Option<u32>,
+    /// Committed transactions (measured phase) whose warehouses lie in one partition, in
+    /// more than one, and requests the coordinator refused as multi-partition.
+    pub committed_single_partition: u64,
+    pub committed_multi_partition: u64,
+    pub rejected_multi_partition: u64,
     /// CPU seconds per 1,000 committed transactions of the executing (primary) replicas'
     /// threads, summed.
     pub primary_cpu_s_per_1000: f64,
@@ -97,8 +110,17 @@ pub struct CompareRow {
 
 impl CompareRow {
     /// The run's name in every rendering: mode, shipping if any, replication factor, e.g.
-    /// "active-passive (sync) ×2".
+    /// "active-passive (sync) ×2", and the forced multi-partition share if any, e.g.
+    /// "active-active ×2, 10% multi-partition".
     pub fn label(&self) -> String {
+        match self.multi_partition_pct {
+            Some(pct) => format!("{}, {pct}% multi-partition", self.series()),
+            None => self.series(),
+        }
+    }
+
+    /// The label without the multi-partition share: one line of the multi-partition curve.
+    pub fn series(&self) -> String {
         match &self.shipping {
             Some(s) => format!("{} ({s}) ×{}", self.mode, self.replicas),
             None => format!("{} ×{}", self.mode, self.replicas),
@@ -107,7 +129,9 @@ impl CompareRow {
 
     /// Runs of the same workload, so that their figures compare.
     fn same_workload(&self, other: &CompareRow) -> bool {
-        self.warehouses == other.warehouses && self.clients == other.clients
+        self.warehouses == other.warehouses
+            && self.clients == other.clients
+            && self.multi_partition_pct == other.multi_partition_pct
     }
 }
 
@@ -207,7 +231,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 27] = [
+const METRICS: [Metric; 32] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -215,6 +239,11 @@ const METRICS: [Metric; 27] = [
     ("committed (txns)", |r| r.committed.to_string()),
     ("aborted (txns)", |r| r.aborted.to_string()),
     ("throughput (txn/s)", |r| format!("{:.0}", r.txn_per_sec)),
+    ("NewOrder throughput (commits/s)", |r| format!("{:.0}", r.neworder_per_sec)),
+    ("forced multi-partition (%)", |r| opt(r.multi_partition_pct.map(|v| v.to_string()))),
+    ("single-partition commits", |r| r.committed_single_partition.to_string()),
+    ("multi-partition commits", |r| r.committed_multi_partition.to_string()),
+    ("refused multi-partition", |r| r.rejected_multi_partition.to_string()),
     ("latency p50 (ms)", |r| ms(r.p50_us)),
     ("latency p95 (ms)", |r| ms(r.p95_us)),
     ("latency p99 (ms)", |r| ms(r.p99_us)),
@@ -360,7 +389,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 30] = [
+const CSV_COLUMNS: [Column; 35] = [
     ("mode", |r| r.mode.clone()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -371,9 +400,14 @@ const CSV_COLUMNS: [Column; 30] = [
     ("committed", |r| r.committed.to_string()),
     ("aborted", |r| r.aborted.to_string()),
     ("txn_per_sec", |r| r.txn_per_sec.to_string()),
+    ("neworder_per_sec", |r| r.neworder_per_sec.to_string()),
     ("p50_us", |r| r.p50_us.to_string()),
     ("p95_us", |r| r.p95_us.to_string()),
     ("p99_us", |r| r.p99_us.to_string()),
+    ("multi_partition_pct", |r| csv_opt(&r.multi_partition_pct)),
+    ("committed_single_partition", |r| r.committed_single_partition.to_string()),
+    ("committed_multi_partition", |r| r.committed_multi_partition.to_string()),
+    ("rejected_multi_partition", |r| r.rejected_multi_partition.to_string()),
     ("primary_cpu_s_per_1000", |r| r.primary_cpu_s_per_1000.to_string()),
     ("backup_cpu_s_per_1000", |r| csv_opt(&r.backup_cpu_s_per_1000)),
     ("node_cpu_s_per_1000", |r| r.node_cpu_s_per_1000.to_string()),
@@ -620,7 +654,7 @@ fn draw_latency(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn row(mode: &str, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
@@ -635,6 +669,11 @@ mod tests {
             committed: (txn_per_sec * 10.0) as u64,
             aborted: 7,
             txn_per_sec,
+            neworder_per_sec: txn_per_sec * 0.45,
+            multi_partition_pct: None,
+            committed_single_partition: (txn_per_sec * 10.0) as u64,
+            committed_multi_partition: 0,
+            rejected_multi_partition: 0,
             p50_us: 850.0,
             p95_us: 2_400.0,
             p99_us: 5_100.0,
@@ -666,7 +705,7 @@ mod tests {
     }
 
     /// 3 modes × replication factors 1 and 2.
-    fn example() -> Vec<CompareRow> {
+    pub(super) fn example() -> Vec<CompareRow> {
         vec![
             row(ACTIVE_ACTIVE, None, 1, 10_000.0),
             row(ACTIVE_PASSIVE, Some("sync"), 1, 8_000.0),

@@ -43,6 +43,13 @@ pub enum GenError {
     BadWarehouses { start: u16, end: u16 },
     #[error("order lines per NewOrder must lie within 1..=15 (clause 2.4.1.3); got {min}..={max}")]
     BadOrderLines { min: u8, max: u8 },
+    #[error("the home partition {first}..={last} is empty or not within the generator's warehouses {start}..={end}")]
+    BadHomePartition { first: u16, last: u16, start: u16, end: u16 },
+    #[error(
+        "{pct}% of NewOrders should be multi-partition, but every warehouse is in the home partition {first}..={last}: \
+         forcing multi-partition transactions needs a cluster of at least two partitions"
+    )]
+    NoForeignWarehouse { pct: u32, first: u16, last: u16 },
 }
 
 /// Why a dump failed. Files already written are removed; the target files are left as they

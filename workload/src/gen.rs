@@ -9,7 +9,13 @@
 //! and the load seed (the load seed fixes C_LOAD, from which the run's C_LAST constant is
 //! chosen per clause 2.1.6.1); timestamps are parameters. Every warehouse an input names lies
 //! in the configured range; a "remote" choice with a single warehouse falls back to the home
-//! warehouse. Item ids, customer ids and last-name numbers are drawn over the configured
+//! warehouse. Home warehouses lie in the home partition ([`GenConfig::home_partition`], the
+//! whole range by default); remote warehouses (clauses 2.4.1.5, 2.5.1.2) are drawn uniformly
+//! from every configured warehouse but the home one, so on a partitioned cluster the standard
+//! profile produces multi-partition transactions as TPC-C does. On top of that,
+//! [`GenConfig::multi_partition_pct`] percent of NewOrders have one order line supplied by a
+//! warehouse of another partition (the H-Store experiment's knob); with a zero percentage the
+//! stream is exactly what it was without the knob. Item ids, customer ids and last-name numbers are drawn over the configured
 //! [`Scale`] (the TPC-C population by default, where the inputs are exactly the clause's; a
 //! smaller scale is for simulation and tests only and is not TPC-C compliant).
 
@@ -201,8 +207,17 @@ pub struct GenConfig {
     pub profile: Profile,
     /// Overrides the profile's mix when set.
     pub mix: Option<Mix>,
-    /// The warehouses this generator may use, as home warehouses and as remote ones.
+    /// The warehouses this generator may name: every one may be a remote warehouse
+    /// (clauses 2.4.1.5, 2.5.1.2); home warehouses are drawn from [`GenConfig::home_partition`]
+    /// (the whole range when that is `None`). A cluster terminal gets all of the cluster's
+    /// warehouses here.
     pub warehouses: RangeInclusive<u16>,
+    /// The warehouses of the home partition: a sub-range of `warehouses` holding every home
+    /// warehouse ([`Generator::next`] draws from it; [`Generator::next_for`] refuses a home
+    /// outside it). The other warehouses of `warehouses` are the *foreign* ones, those of
+    /// other partitions, from which [`GenConfig::multi_partition_pct`] draws. `None`: one
+    /// partition holds every warehouse (the embedded bench), so there is no foreign one.
+    pub home_partition: Option<RangeInclusive<u16>>,
     /// Order lines per NewOrder (clause 2.4.1.3: 5–15; the paper: exactly 10).
     pub order_lines: RangeInclusive<u8>,
     /// Percent of order lines supplied by another warehouse (clause 2.4.1.5: 1).
@@ -214,6 +229,12 @@ pub struct GenConfig {
     pub by_last_name_pct: u32,
     /// Percent of NewOrders that roll back (clause 2.4.1.4: 1).
     pub rollback_pct: u32,
+    /// Percent of NewOrders forced multi-partition (default 0; not a TPC-C setting): one
+    /// order line, chosen uniformly, is supplied by a warehouse drawn uniformly from the
+    /// foreign ones (outside [`GenConfig::home_partition`]). Applied after the line's usual
+    /// draw, so a NewOrder may also have ordinary remote lines. Above 0 it needs a foreign
+    /// warehouse, else [`Generator::new`] fails with [`GenError::NoForeignWarehouse`].
+    pub multi_partition_pct: u32,
     /// The population the inputs name: item ids NURand(8191, 1, items), customer ids
     /// NURand(1023, 1, customers), last names NURand(255, 0, last_name_max). The profiles
     /// start at [`Scale::TPCC`]; a smaller one must match the database's load.
@@ -228,22 +249,26 @@ impl GenConfig {
                 profile,
                 mix: None,
                 warehouses,
+                home_partition: None,
                 order_lines: 10..=10,
                 remote_item_pct: 0,
                 remote_payment_pct: 0,
                 by_last_name_pct: 0,
                 rollback_pct: 0,
+                multi_partition_pct: 0,
                 scale: Scale::TPCC,
             },
             Profile::Standard => GenConfig {
                 profile,
                 mix: None,
                 warehouses,
+                home_partition: None,
                 order_lines: 5..=ORDER_LINES_MAX as u8,
                 remote_item_pct: 1,
                 remote_payment_pct: 15,
                 by_last_name_pct: 60,
                 rollback_pct: 1,
+                multi_partition_pct: 0,
                 scale: Scale::TPCC,
             },
         }
@@ -256,6 +281,24 @@ impl GenConfig {
         self
     }
 
+    /// These settings with home warehouses in `home_partition`, a sub-range of the
+    /// configured warehouses (the partition of a cluster terminal's home warehouse).
+    pub fn with_home_partition(mut self, home_partition: RangeInclusive<u16>) -> GenConfig {
+        self.home_partition = Some(home_partition);
+        self
+    }
+
+    /// The range home warehouses are drawn from: the home partition, else every warehouse.
+    pub fn home_range(&self) -> RangeInclusive<u16> {
+        self.home_partition.clone().unwrap_or_else(|| self.warehouses.clone())
+    }
+
+    /// How many warehouses lie outside the home partition (0 without one).
+    pub fn foreign_warehouses(&self) -> u32 {
+        let len = |r: &RangeInclusive<u16>| (u32::from(*r.end()) + 1).saturating_sub(u32::from(*r.start()));
+        len(&self.warehouses) - len(&self.home_range()).min(len(&self.warehouses))
+    }
+
     /// The item id a rolled-back NewOrder names: one past the last item loaded.
     pub fn unused_item_id(&self) -> u32 {
         self.scale.items + 1
@@ -266,12 +309,20 @@ impl GenConfig {
         self.mix.unwrap_or_else(|| self.profile.mix())
     }
 
-    /// Checks the settings: a non-empty warehouse range without warehouse 0, a mix with a
-    /// non-zero total, order lines within 1..=15, percentages at most 100.
+    /// Checks the settings: a non-empty warehouse range without warehouse 0, a home partition
+    /// (if any) that is a non-empty sub-range of it, a mix with a non-zero total, order lines
+    /// within 1..=15, percentages at most 100, and a foreign warehouse when NewOrders are
+    /// forced multi-partition.
     pub fn validate(&self) -> Result<(), GenError> {
         let (start, end) = (*self.warehouses.start(), *self.warehouses.end());
         if self.warehouses.is_empty() || start == 0 {
             return Err(GenError::BadWarehouses { start, end });
+        }
+        if let Some(home) = &self.home_partition {
+            let (first, last) = (*home.start(), *home.end());
+            if home.is_empty() || first < start || last > end {
+                return Err(GenError::BadHomePartition { first, last, start, end });
+            }
         }
         assert!(
             self.scale.items >= 1 && self.scale.customers_per_district >= 1,
@@ -290,10 +341,19 @@ impl GenConfig {
             ("remote_payment_pct", self.remote_payment_pct),
             ("by_last_name_pct", self.by_last_name_pct),
             ("rollback_pct", self.rollback_pct),
+            ("multi_partition_pct", self.multi_partition_pct),
         ] {
             if value > 100 {
                 return Err(GenError::PercentOutOfRange { what, value });
             }
+        }
+        if self.multi_partition_pct > 0 && self.foreign_warehouses() == 0 {
+            let home = self.home_range();
+            return Err(GenError::NoForeignWarehouse {
+                pct: self.multi_partition_pct,
+                first: *home.start(),
+                last: *home.end(),
+            });
         }
         Ok(())
     }
@@ -332,22 +392,28 @@ impl Generator {
         self.constants
     }
 
-    /// The next input, for a home warehouse drawn uniformly from the configured range; `ts`
-    /// becomes the input's entry date or date.
+    /// The next input, for a home warehouse drawn uniformly from the home partition (every
+    /// configured warehouse without one); `ts` becomes the input's entry date or date.
     pub fn next(&mut self, ts: i64) -> TxnInput {
-        let (lo, hi) = (*self.cfg.warehouses.start(), *self.cfg.warehouses.end());
+        let home = self.cfg.home_range();
+        let (lo, hi) = (*home.start(), *home.end());
         let home = self.rng.uniform(u64::from(lo), u64::from(hi)) as u16;
         self.next_for(home, ts)
     }
 
     /// The next input for home warehouse `home_w` (a terminal's fixed warehouse).
     ///
-    /// Panics if `home_w` is outside the configured range.
+    /// Panics if `home_w` is outside the configured range or the home partition.
     pub fn next_for(&mut self, home_w: u16, ts: i64) -> TxnInput {
         assert!(
             self.cfg.warehouses.contains(&home_w),
             "home warehouse {home_w} is outside the generator's range {:?}",
             self.cfg.warehouses
+        );
+        assert!(
+            self.cfg.home_range().contains(&home_w),
+            "home warehouse {home_w} is outside the generator's home partition {:?}",
+            self.cfg.home_range()
         );
         match self.mix.draw(&mut self.rng) {
             TxnKind::NewOrder => TxnInput::NewOrder(self.new_order(home_w, ts)),
@@ -380,6 +446,22 @@ impl Generator {
         }
     }
 
+    /// A warehouse outside the home partition, uniformly ([`GenConfig::validate`] ensured one
+    /// exists when this is called).
+    fn foreign_warehouse(&mut self) -> u16 {
+        let (lo, hi) = (*self.cfg.warehouses.start(), *self.cfg.warehouses.end());
+        let home = self.cfg.home_range();
+        let (first, last) = (*home.start(), *home.end());
+        let foreign = u64::from(self.cfg.foreign_warehouses());
+        debug_assert!(foreign > 0, "no warehouse outside the home partition {home:?}");
+        // Below the home partition: lo..first; above it: last+1..=hi.
+        let k = self.rng.uniform(0, foreign - 1);
+        let below = u64::from(first - lo);
+        let w = if k < below { u64::from(lo) + k } else { u64::from(last) + 1 + (k - below) };
+        debug_assert!(w <= u64::from(hi) && !home.contains(&(w as u16)));
+        w as u16
+    }
+
     /// By last name `by_last_name_pct` of the time (C_LAST from NURand(255,0,999)), else by
     /// C_ID NURand(1023,1,3000) (clauses 2.5.1.2, 2.6.1.2).
     fn customer(&mut self) -> CustomerSelector {
@@ -410,6 +492,11 @@ impl Generator {
         }
         if rollback {
             lines[ol_cnt as usize - 1].i_id = self.cfg.unused_item_id();
+        }
+        // Drawn only when the knob is on, so that a zero share leaves the stream unchanged.
+        if self.cfg.multi_partition_pct > 0 && self.rng.percent(self.cfg.multi_partition_pct) {
+            let k = self.rng.uniform(0, u64::from(ol_cnt) - 1) as usize;
+            lines[k].supply_w_id = self.foreign_warehouse();
         }
         NewOrderInput { w_id, d_id, c_id, ol_cnt, lines, entry_d: ts }
     }
@@ -695,6 +782,146 @@ mod tests {
         assert!(rollbacks > 0 && names.len() > 10);
         // The default scale is the clause's, and the profiles start there.
         assert_eq!(GenConfig::for_profile(Profile::Paper, 1..=1).scale, Scale::TPCC);
+    }
+
+    /// `n` NewOrders of `cfg` with its mix replaced by NewOrder only.
+    fn new_orders(mut cfg: GenConfig, n: usize) -> Vec<NewOrderInput> {
+        cfg.mix = Some(Mix::parse("neworder=1").unwrap());
+        draws(cfg, n)
+            .into_iter()
+            .map(|i| match i {
+                TxnInput::NewOrder(no) => no,
+                other => unreachable!("only NewOrders: {other:?}"),
+            })
+            .collect()
+    }
+
+    /// The forced share: `multi_partition_pct` = 10 makes 10% ± 2 of 20,000 NewOrders
+    /// multi-partition. The paper profile (Section 4: every line local) keeps every other
+    /// line at home, so exactly the forced NewOrders leave the home partition.
+    #[test]
+    fn forced_multi_partition_share_within_tolerance() {
+        let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=4).with_home_partition(1..=2);
+        cfg.multi_partition_pct = 10;
+        let orders = new_orders(cfg, 20_000);
+        let multi = orders.iter().filter(|no| no.lines().iter().any(|l| !(1..=2).contains(&l.supply_w_id))).count();
+        let pct = multi as f64 * 100.0 / orders.len() as f64;
+        assert!((8.0..=12.0).contains(&pct), "forced share {pct}%");
+        for no in &orders {
+            assert!((1..=2).contains(&no.w_id), "homes stay in the home partition");
+            let away = no.lines().iter().filter(|l| l.supply_w_id != no.w_id).count();
+            assert!(away <= 1, "one forced line per NewOrder: {no:?}");
+        }
+    }
+
+    /// A forced line's supply warehouse (clause 2.4.1.5's OL_SUPPLY_W_ID) lies in another
+    /// partition, drawn uniformly over the foreign warehouses below and above the home
+    /// partition; the line chosen is uniform over the order's lines.
+    #[test]
+    fn forced_lines_land_in_another_partition() {
+        // Partitions 1..=2, 3..=4, 5..=6; the terminal's home partition is the middle one.
+        let mut cfg = GenConfig::for_profile(Profile::Standard, 1..=6).with_home_partition(3..=4);
+        cfg.remote_item_pct = 0;
+        cfg.rollback_pct = 0;
+        cfg.multi_partition_pct = 100;
+        assert_eq!(cfg.foreign_warehouses(), 4);
+        let mut foreign = [0usize; 7];
+        let mut position = [0usize; 15];
+        for no in new_orders(cfg, 8_000) {
+            assert!((3..=4).contains(&no.w_id));
+            let away: Vec<(usize, u16)> = no
+                .lines()
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !(3..=4).contains(&l.supply_w_id))
+                .map(|(k, l)| (k, l.supply_w_id))
+                .collect();
+            assert_eq!(away.len(), 1, "exactly the forced line leaves the partition: {no:?}");
+            let (k, w) = away[0];
+            foreign[w as usize] += 1;
+            position[k] += 1;
+            assert!(no.lines().iter().enumerate().all(|(j, l)| j == k || l.supply_w_id == no.w_id));
+        }
+        assert_eq!(foreign[3] + foreign[4] + foreign[0], 0);
+        for w in [1, 2, 5, 6] {
+            assert!(foreign[w].abs_diff(2_000) < 200, "foreign warehouses uniform: {foreign:?}");
+        }
+        assert!(position[..5].iter().all(|&n| n > 0), "every line can be the forced one: {position:?}");
+    }
+
+    /// Clauses 2.4.1.5 and 2.5.1.2 over a two-partition layout (warehouses 1–2 and 3–4, homes
+    /// in 1–2): remote order lines stay ≈1% and remote payments ≈15%, their warehouse drawn
+    /// from every warehouse but the home one — so 2 of 3 remote choices cross partitions and
+    /// the standard profile yields multi-partition transactions with no forcing.
+    #[test]
+    fn standard_profile_over_two_partitions_crosses_them() {
+        let cfg = GenConfig::for_profile(Profile::Standard, 1..=4).with_home_partition(1..=2);
+        let (mut lines, mut remote_lines, mut foreign_lines) = (0usize, 0usize, 0usize);
+        let (mut payments, mut remote_pay, mut foreign_pay) = (0usize, 0usize, 0usize);
+        for input in draws(cfg, 200_000) {
+            match input {
+                TxnInput::NewOrder(no) => {
+                    assert!((1..=2).contains(&no.w_id));
+                    for l in no.lines() {
+                        lines += 1;
+                        remote_lines += usize::from(l.supply_w_id != no.w_id);
+                        foreign_lines += usize::from(!(1..=2).contains(&l.supply_w_id));
+                    }
+                }
+                TxnInput::Payment(p) => {
+                    assert!((1..=2).contains(&p.w_id));
+                    payments += 1;
+                    remote_pay += usize::from(p.c_w_id != p.w_id);
+                    foreign_pay += usize::from(!(1..=2).contains(&p.c_w_id));
+                }
+                _ => {}
+            }
+        }
+        let pct = |a: usize, b: usize| a as f64 * 100.0 / b as f64;
+        assert!((0.9..1.1).contains(&pct(remote_lines, lines)), "remote lines {}", pct(remote_lines, lines));
+        assert!((14.5..15.5).contains(&pct(remote_pay, payments)), "remote payments {}", pct(remote_pay, payments));
+        let cross_lines = pct(foreign_lines, remote_lines);
+        let cross_pay = pct(foreign_pay, remote_pay);
+        assert!((60.0..73.0).contains(&cross_lines), "remote lines in the other partition {cross_lines}%");
+        assert!((63.0..70.0).contains(&cross_pay), "remote payments in the other partition {cross_pay}%");
+    }
+
+    #[test]
+    fn forcing_needs_another_partition_and_a_valid_home_partition() {
+        let mut cfg = GenConfig::for_profile(Profile::Standard, 1..=4);
+        cfg.multi_partition_pct = 10;
+        let e = Generator::new(cfg.clone(), 1, 1).unwrap_err();
+        assert_eq!(e, GenError::NoForeignWarehouse { pct: 10, first: 1, last: 4 });
+        assert!(e.to_string().contains("at least two partitions"), "{e}");
+        let e = Generator::new(cfg.clone().with_home_partition(1..=4), 1, 1).unwrap_err();
+        assert!(matches!(e, GenError::NoForeignWarehouse { .. }));
+        assert!(Generator::new(cfg.clone().with_home_partition(4..=4), 1, 1).is_ok());
+        cfg.multi_partition_pct = 101;
+        assert_eq!(
+            Generator::new(cfg.clone().with_home_partition(1..=2), 1, 1).unwrap_err(),
+            GenError::PercentOutOfRange { what: "multi_partition_pct", value: 101 }
+        );
+        cfg.multi_partition_pct = 0;
+        for bad in [0..=2, 3..=5] {
+            let e = Generator::new(cfg.clone().with_home_partition(bad.clone()), 1, 1).unwrap_err();
+            assert!(matches!(e, GenError::BadHomePartition { .. }), "{bad:?}: {e}");
+        }
+        // A zero share draws nothing extra: the stream is the one without the knob.
+        let plain = GenConfig::for_profile(Profile::Standard, 1..=4);
+        let mut forced = plain.clone();
+        forced.multi_partition_pct = 0;
+        assert_eq!(draws(plain, 5_000), draws(forced, 5_000));
+        // Forced streams are seeded like the rest.
+        let mut forced = GenConfig::for_profile(Profile::Standard, 1..=4).with_home_partition(3..=4);
+        forced.multi_partition_pct = 50;
+        assert_eq!(draws(forced.clone(), 5_000), draws(forced, 5_000));
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the generator's home partition")]
+    fn next_for_rejects_a_home_outside_the_home_partition() {
+        let cfg = GenConfig::for_profile(Profile::Paper, 1..=4).with_home_partition(1..=2);
+        Generator::new(cfg, 1, 1).unwrap().next_for(3, 0);
     }
 
     #[test]

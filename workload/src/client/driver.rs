@@ -1,8 +1,17 @@
 //! The cluster benchmark driver (`glass bench --config …`): `clients` connections to the
-//! coordinator, each a terminal bound to one home warehouse (its generator draws remote
-//! warehouses only within the home warehouse's partition, so every transaction is
-//! single-partition), each keeping up to `inflight` requests outstanding and sending its new
-//! requests grouped in one frame.
+//! coordinator, each a terminal bound to one home warehouse, each keeping up to `inflight`
+//! requests outstanding and sending its new requests grouped in one frame. A terminal's home
+//! warehouse is fixed; its remote warehouses (clause 2.4.1.5's remote supply warehouse,
+//! 2.5.1.2's remote customer warehouse) are drawn from all of the cluster's warehouses but the
+//! home one, so the standard profile produces multi-partition NewOrders and Payments on a
+//! partitioned cluster; [`RemoteShares`] overrides the profile's remote shares and forces a
+//! share of NewOrders multi-partition ([`crate::gen::GenConfig::multi_partition_pct`]).
+//!
+//! Every committed transaction of the measured phase is classified single- or
+//! multi-partition by the partitions of the warehouses it touches
+//! ([`engine::distributed::touched`]); requests the coordinator refuses as multi-partition
+//! (`Rejection::MultiPartition`, while it serves single-partition transactions only) are
+//! counted apart, never fatal, and never retried ([`ClusterInfo`]).
 //!
 //! - closed loop (default): a connection sends a new request for every reply;
 //! - open loop (`rate`): requests are issued on a schedule of `rate` per second over all
@@ -30,7 +39,7 @@ use engine::procedures::{TxnInput, TxnKind, TxnOutput};
 use serde::Serialize;
 use tokio::runtime::Handle;
 use tracing::debug;
-use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, Rejection};
+use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, PartitionId, Rejection};
 
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
@@ -112,6 +121,52 @@ impl DriverConfig {
     }
 }
 
+/// How many transactions reach beyond their home warehouse's partition: the profile's remote
+/// shares, optionally overridden, and a forced multi-partition share of NewOrders. The
+/// default is the profile's shares and no forcing. Kept apart from [`DriverConfig`] so that
+/// callers that do not vary it keep building one as before ([`run`] uses the default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteShares {
+    /// Percent of order lines supplied by a remote warehouse (clause 2.4.1.5); `None`: the
+    /// profile's (standard 1, paper 0). `--remote-items`.
+    pub remote_item_pct: Option<u32>,
+    /// Percent of Payments by a customer of a remote warehouse (clause 2.5.1.2); `None`: the
+    /// profile's (standard 15, paper 0). `--remote-payments`.
+    pub remote_payment_pct: Option<u32>,
+    /// Percent of NewOrders with one line supplied by a warehouse of another partition.
+    /// `--multi-partition`.
+    pub multi_partition_pct: u32,
+}
+
+impl RemoteShares {
+    /// Rejects a percentage above 100, naming the flag.
+    pub fn validate(&self) -> Result<(), crate::bench::BenchError> {
+        use crate::bench::BenchError::Invalid;
+        for (flag, value) in [
+            ("--remote-items", self.remote_item_pct),
+            ("--remote-payments", self.remote_payment_pct),
+            ("--multi-partition", Some(self.multi_partition_pct)),
+        ] {
+            if let Some(v) = value.filter(|&v| v > 100) {
+                return Err(Invalid(format!("{flag} is a percentage within 0..=100, not {v}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `gen` with these shares applied.
+    pub fn apply(&self, mut gen: GenConfig) -> GenConfig {
+        if let Some(p) = self.remote_item_pct {
+            gen.remote_item_pct = p;
+        }
+        if let Some(p) = self.remote_payment_pct {
+            gen.remote_payment_pct = p;
+        }
+        gen.multi_partition_pct = self.multi_partition_pct;
+        gen
+    }
+}
+
 /// The cluster figures a cluster bench adds to [`BenchReport`] (flattened into its JSON).
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterInfo {
@@ -135,6 +190,20 @@ pub struct ClusterInfo {
     pub batches: Option<u64>,
     /// CPU seconds of this client process during the measured phase.
     pub client_cpu_seconds: f64,
+    /// The shares the generators ran with: remote order lines (clause 2.4.1.5), remote
+    /// Payments (clause 2.5.1.2) and NewOrders forced multi-partition, in percent.
+    pub remote_item_pct: u32,
+    pub remote_payment_pct: u32,
+    pub multi_partition_pct: u32,
+    /// Committed transactions of the measured phase whose warehouses all lie in one
+    /// partition; with `committed_multi_partition` they sum to the report's `committed`.
+    pub committed_single_partition: u64,
+    /// Committed transactions of the measured phase touching warehouses of more than one
+    /// partition.
+    pub committed_multi_partition: u64,
+    /// Requests of the measured phase the coordinator refused as multi-partition
+    /// (`Rejection::MultiPartition`); neither committed nor aborted.
+    pub rejected_multi_partition: u64,
 }
 
 /// A Payment a client saw committed: its HISTORY row must exist (clause 2.5.2.2: H_W_ID,
@@ -201,6 +270,10 @@ struct Shared {
     payments: Mutex<Vec<PaymentAck>>,
     unknown: AtomicU64,
     unavailable: AtomicU64,
+    /// Measured phase: commits classified by partitions touched, and multi-partition refusals.
+    committed_single: AtomicU64,
+    committed_multi: AtomicU64,
+    rejected_multi: AtomicU64,
     /// Commits per [`BUCKET`] since the run's origin (filled when the terminal ends).
     buckets: Mutex<Vec<u64>>,
     /// Pauses between commits longer than [`GAP_MIN`] (filled when the terminal ends).
@@ -216,19 +289,55 @@ struct Pending {
     d: u8,
     /// A Payment's customer warehouse and district, H_DATE and H_AMOUNT.
     payment: Option<(u16, u8, i64, i64)>,
+    /// Whether the warehouses the transaction touches lie in more than one partition.
+    multi: bool,
 }
 
-/// Runs a bench on the cluster `client` reaches, on runtime `rt`, reporting to `obs`; fills
-/// the report's common fields and [`ClusterInfo`] (node-side figures are the caller's).
+/// The partition of each warehouse, indexed by warehouse id (`None` for 0 and ids no
+/// partition holds).
+#[derive(Debug)]
+struct PartitionMap(Vec<Option<PartitionId>>);
+
+impl PartitionMap {
+    fn of(config: &wire::ClusterConfig) -> PartitionMap {
+        let w = config.warehouses_total();
+        PartitionMap((0..=w).map(|w| config.partition_of_warehouse(w)).collect())
+    }
+
+    /// Whether `input` touches warehouses of more than one partition.
+    fn is_multi(&self, input: &TxnInput) -> bool {
+        let touched = engine::distributed::touched(input);
+        let home = self.0.get(usize::from(touched[0])).copied().flatten();
+        touched[1..].iter().any(|&w| self.0.get(usize::from(w)).copied().flatten() != home)
+    }
+}
+
+/// [`run_with`] at the profile's remote shares, no NewOrder forced multi-partition.
 pub fn run(
     client: &ClusterClient,
     rt: &Handle,
     cfg: &DriverConfig,
     obs: &mut dyn Observer,
 ) -> Result<DriverOutcome, ClientError> {
+    run_with(client, rt, cfg, &RemoteShares::default(), obs)
+}
+
+/// Runs a bench on the cluster `client` reaches, on runtime `rt`, with the remote shares
+/// `shares`, reporting to `obs`; fills the report's common fields and [`ClusterInfo`]
+/// (node-side figures are the caller's). Forcing multi-partition NewOrders on a cluster of
+/// one partition is an error ([`crate::error::GenError::NoForeignWarehouse`]).
+pub fn run_with(
+    client: &ClusterClient,
+    rt: &Handle,
+    cfg: &DriverConfig,
+    shares: &RemoteShares,
+    obs: &mut dyn Observer,
+) -> Result<DriverOutcome, ClientError> {
     cfg.validate()?;
+    shares.validate()?;
     let config = client.config().clone();
     let warehouses = config.warehouses_total();
+    let partitions = Arc::new(PartitionMap::of(&config));
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
     let mut shared = Vec::with_capacity(cfg.clients);
     let mut tasks = Vec::with_capacity(cfg.clients);
@@ -239,6 +348,7 @@ pub fn run(
         links.push(rt.block_on(c.connect_coordinator())?);
     }
     let mut mix = None;
+    let mut gen_shares = None;
     let origin = Instant::now();
     let mut partition_of = Vec::with_capacity(cfg.clients);
     for (i, link) in links.into_iter().enumerate() {
@@ -248,11 +358,16 @@ pub fn run(
             .iter()
             .find(|p| p.warehouses.contains(home))
             .expect("validated partitions cover every warehouse");
-        let mut gen_cfg = GenConfig::for_profile(cfg.profile, partition.warehouses.range());
+        // Remote warehouses from the whole cluster; the home one fixed in its partition.
+        let mut gen_cfg = shares
+            .apply(GenConfig::for_profile(cfg.profile, 1..=warehouses))
+            .with_home_partition(partition.warehouses.range());
         gen_cfg.mix = cfg.mix;
         let gen =
             Generator::new(gen_cfg, run_seed(cfg.seed) ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), config.seed)?;
         mix.get_or_insert(gen.mix().weights);
+        let g = gen.config();
+        gen_shares.get_or_insert((g.remote_item_pct, g.remote_payment_pct, g.multi_partition_pct));
         let s = Arc::new(Shared::default());
         shared.push(s.clone());
         partition_of.push(config.partitions.iter().position(|p| p.warehouses.contains(home)).unwrap_or(0));
@@ -265,6 +380,7 @@ pub fn run(
             gaps: Vec::new(),
             home,
             gen,
+            partitions: partitions.clone(),
             inflight_max: cfg.inflight,
             rate: cfg.rate.map(|r| r / cfg.clients as f64),
             shared: s,
@@ -319,7 +435,9 @@ pub fn run(
             }
             total.merge(&interval);
         }
-        let done = total.committed() + total.aborted();
+        // Refusals end a `--txns` run too, so that one refusing everything still ends.
+        let rejected: u64 = shared.iter().map(|s| s.rejected_multi.load(Ordering::Relaxed)).sum();
+        let done = total.committed() + total.aborted() + rejected;
         if e >= next_tick || e >= limit_time || done >= limit_txns || dead {
             let span = (e - last_tick).as_secs_f64().max(1e-9);
             let h = interval.all_latencies();
@@ -387,6 +505,10 @@ pub fn run(
     }
     let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
     let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
+    let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
+    let (committed_single, committed_multi, rejected_multi) =
+        (sum(|s| &s.committed_single), sum(|s| &s.committed_multi), sum(|s| &s.rejected_multi));
+    let (remote_item_pct, remote_payment_pct, multi_partition_pct) = gen_shares.unwrap_or_default();
 
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
     let mut report = BenchReport::assemble(Measured {
@@ -414,6 +536,12 @@ pub fn run(
         busy,
         batches: None,
         client_cpu_seconds: client_cpu,
+        remote_item_pct,
+        remote_payment_pct,
+        multi_partition_pct,
+        committed_single_partition: committed_single,
+        committed_multi_partition: committed_multi,
+        rejected_multi_partition: rejected_multi,
     });
     Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
 }
@@ -432,6 +560,8 @@ struct Terminal {
     gaps: Vec<(Duration, Duration)>,
     home: u16,
     gen: Generator,
+    /// Which partition holds each warehouse (to classify commits).
+    partitions: Arc<PartitionMap>,
     inflight_max: usize,
     /// Open loop: this terminal's requests per second.
     rate: Option<f64>,
@@ -459,7 +589,8 @@ impl Terminal {
             TxnInput::Payment(i) => Some((i.c_w_id, i.c_d_id, i.date, i.h_amount)),
             _ => None,
         };
-        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d, payment });
+        let multi = self.partitions.is_multi(&input);
+        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d, payment, multi });
         ClientRequest { request_id, input }
     }
 
@@ -495,6 +626,8 @@ impl Terminal {
                 self.buckets[bucket] += 1;
                 if measuring {
                     stats.record(p.kind, ns, true);
+                    let n = if p.multi { &self.shared.committed_multi } else { &self.shared.committed_single };
+                    n.fetch_add(1, Ordering::Relaxed);
                 }
             }
             ClientResult::Aborted { .. } => {
@@ -519,6 +652,12 @@ impl Terminal {
             ) if self.outages => {
                 self.shared.unavailable.fetch_add(1, Ordering::Relaxed);
                 self.backoff_until = Some(now + UNAVAILABLE_BACKOFF);
+            }
+            // Until the coordinator runs multi-partition transactions it refuses them: counted.
+            ClientResult::Rejected(Rejection::MultiPartition { .. }) => {
+                if measuring {
+                    self.shared.rejected_multi.fetch_add(1, Ordering::Relaxed);
+                }
             }
             ClientResult::Rejected(r) => self.failure(format!("{} rejected: {r}", p.kind.name())),
         }
@@ -643,5 +782,114 @@ impl Terminal {
         }
         tx.finish(Duration::from_millis(500)).await;
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use engine::procedures::{NewOrderInput, OrderLineInput, PaymentInput};
+
+    use super::*;
+
+    /// Four warehouses in two partitions (1–2, 3–4), as the default `cluster.toml`.
+    const CLUSTER: &str = r#"
+        mode = "active-active"
+        seed = 42
+        run_dir = "run"
+        cert_dir = "run/certs"
+        [coordinator]
+        id = 0
+        address = "127.0.0.1:7400"
+        [[nodes]]
+        id = 1
+        address = "127.0.0.1:7401"
+        [[partitions]]
+        id = 1
+        warehouses = { first = 1, last = 2 }
+        replicas = [1]
+        [[partitions]]
+        id = 2
+        warehouses = { first = 3, last = 4 }
+        replicas = [1]
+    "#;
+
+    fn config() -> wire::ClusterConfig {
+        wire::ClusterConfig::parse(CLUSTER).unwrap()
+    }
+
+    fn new_order(w_id: u16, supply: &[u16]) -> TxnInput {
+        let mut lines = [OrderLineInput::default(); engine::procedures::ORDER_LINES_MAX];
+        for (l, &s) in lines.iter_mut().zip(supply) {
+            *l = OrderLineInput { i_id: 1, supply_w_id: s, quantity: 1 };
+        }
+        TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: 0 })
+    }
+
+    fn payment(w_id: u16, c_w_id: u16) -> TxnInput {
+        TxnInput::Payment(PaymentInput {
+            w_id,
+            d_id: 1,
+            c_w_id,
+            c_d_id: 1,
+            customer: engine::procedures::CustomerSelector::ById(1),
+            h_amount: 100,
+            date: 0,
+        })
+    }
+
+    /// A transaction is multi-partition when the warehouses it touches (the home one, each
+    /// line's OL_SUPPLY_W_ID, clause 2.4.1.5; the customer's C_W_ID, clause 2.5.1.2) lie in
+    /// more than one partition — not merely when it names a remote warehouse.
+    #[test]
+    fn commits_are_classified_by_the_partitions_touched() {
+        let map = PartitionMap::of(&config());
+        assert!(!map.is_multi(&new_order(1, &[1, 1, 1])));
+        assert!(!map.is_multi(&new_order(1, &[2, 1, 2])), "remote, same partition");
+        assert!(map.is_multi(&new_order(1, &[1, 3, 1])));
+        assert!(map.is_multi(&new_order(4, &[4, 2])));
+        assert!(!map.is_multi(&payment(3, 4)));
+        assert!(map.is_multi(&payment(2, 3)));
+    }
+
+    #[test]
+    fn shares_over_100_name_their_flag() {
+        assert!(RemoteShares::default().validate().is_ok());
+        for (shares, flag) in [
+            (RemoteShares { remote_item_pct: Some(101), ..Default::default() }, "--remote-items"),
+            (RemoteShares { remote_payment_pct: Some(150), ..Default::default() }, "--remote-payments"),
+            (RemoteShares { multi_partition_pct: 101, ..Default::default() }, "--multi-partition"),
+        ] {
+            let e = shares.validate().unwrap_err().to_string();
+            assert!(e.contains(flag), "{e}");
+        }
+        let ok = RemoteShares { remote_item_pct: Some(100), remote_payment_pct: Some(0), multi_partition_pct: 100 };
+        assert!(ok.validate().is_ok());
+    }
+
+    /// The defaults keep the profile's shares (standard: clause 2.4.1.5's 1%, 2.5.1.2's 15%;
+    /// paper: none); overrides replace them.
+    #[test]
+    fn shares_apply_over_the_profile() {
+        let standard = RemoteShares::default().apply(GenConfig::for_profile(Profile::Standard, 1..=4));
+        assert_eq!((standard.remote_item_pct, standard.remote_payment_pct, standard.multi_partition_pct), (1, 15, 0));
+        let paper = RemoteShares::default().apply(GenConfig::for_profile(Profile::Paper, 1..=4));
+        assert_eq!((paper.remote_item_pct, paper.remote_payment_pct), (0, 0));
+        let set = RemoteShares { remote_item_pct: Some(5), remote_payment_pct: Some(30), multi_partition_pct: 20 };
+        let g = set.apply(GenConfig::for_profile(Profile::Paper, 1..=4));
+        assert_eq!((g.remote_item_pct, g.remote_payment_pct, g.multi_partition_pct), (5, 30, 20));
+    }
+
+    /// A terminal's generator as [`run_with`] builds it: forced NewOrders are classified
+    /// multi-partition, at the forced share; the paper profile's others stay single.
+    #[test]
+    fn a_terminals_forced_share_is_classified_multi_partition() {
+        let config = config();
+        let map = PartitionMap::of(&config);
+        let shares = RemoteShares { multi_partition_pct: 20, ..Default::default() };
+        let mut gen_cfg = shares.apply(GenConfig::for_profile(Profile::Paper, 1..=4)).with_home_partition(3..=4);
+        gen_cfg.mix = Some(Mix::parse("neworder=1").unwrap());
+        let mut gen = Generator::new(gen_cfg, 5, config.seed).unwrap();
+        let multi = (0..10_000).filter(|&i| map.is_multi(&gen.next_for(3, i))).count();
+        assert!(multi.abs_diff(2_000) < 250, "{multi} of 10000");
     }
 }
