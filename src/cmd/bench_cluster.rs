@@ -263,18 +263,6 @@ pub struct Measurement {
     pub time_lines: Vec<String>,
 }
 
-/// [`measure_with`] at the profile's remote shares, no NewOrder forced multi-partition.
-pub fn measure(
-    rt: &Runtime,
-    cluster: &Cluster,
-    client: &ClusterClient,
-    cfg: &DriverConfig,
-    local: &[Running],
-    quiet: bool,
-) -> Result<Measurement> {
-    measure_with(rt, cluster, client, cfg, &RemoteShares::default(), local, quiet)
-}
-
 /// Runs the driver with `shares` against a serving cluster (`local`: its processes on this
 /// machine) and fills in what the nodes report.
 pub fn measure_with(

@@ -246,6 +246,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
                 at: a.duration / 3.0,
                 restart_after: None,
                 cfg: DriverConfig { outages: true, ..cfg.clone() },
+                shares,
                 quiet: a.quiet,
             };
             println!("  failover: SIGKILL node {} at {:.1} s", x.victim, x.at);

@@ -23,12 +23,12 @@ use clap::Args;
 use wire::config::{ClusterConfig, Mode, Shipping};
 use wire::messages::NodeId;
 use workload::bench::{self, StopAfter};
-use workload::client::driver::{DriverConfig, BUCKET, GAP_MIN};
+use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
 use workload::client::{self, ClusterClient};
 use workload::failover::{self as report, FailoverReport};
 use workload::gen::Profile;
 
-use super::bench_cluster::{measure, Measurement, StopOnDrop, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use super::bench_cluster::{measure_with, Measurement, StopOnDrop, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use super::cluster::{runtime, Cluster, Proc, Up};
 
 /// How often the coordinator's view of live replicas is polled around the kill.
@@ -81,6 +81,23 @@ pub struct FailoverArgs {
     /// Seed of the input generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Workload profile: `paper` (50% NewOrder / 50% Payment, local warehouses only) or
+    /// `standard` (TPC-C's mix, with remote items and payments drawn from every warehouse of
+    /// the cluster — multi-partition transactions).
+    #[arg(long, default_value = "paper")]
+    pub profile: String,
+    /// Percent of order lines supplied by a remote warehouse (clause 2.4.1.5) [default: the
+    /// profile's, standard 1, paper 0].
+    #[arg(long, value_name = "PCT")]
+    pub remote_items: Option<u32>,
+    /// Percent of Payments by a customer of a remote warehouse (clause 2.5.1.2) [default:
+    /// the profile's, standard 15, paper 0].
+    #[arg(long, value_name = "PCT")]
+    pub remote_payments: Option<u32>,
+    /// Percent of NewOrders forced multi-partition (one line supplied by a warehouse of
+    /// another partition): the kill then lands in the middle of multi-partition traffic.
+    #[arg(long, value_name = "PCT", default_value_t = 0)]
+    pub multi_partition: u32,
     /// Write the report (with the per-100 ms timeline) as one JSON object.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -141,8 +158,15 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
     }
     let warehouses = usize::from(config.warehouses_total());
+    let profile: Profile = a.profile.parse()?;
+    let shares = RemoteShares {
+        remote_item_pct: a.remote_items,
+        remote_payment_pct: a.remote_payments,
+        multi_partition_pct: a.multi_partition,
+    };
+    shares.validate()?;
     let cfg = DriverConfig {
-        profile: Profile::Paper,
+        profile,
         mix: None,
         clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
         inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
@@ -163,7 +187,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
     );
     config.run_dir = config.run_dir.join("failover").join(config.mode.name());
-    let x = Experiment { victim, signal, at: a.at, restart_after: a.restart_after, cfg, quiet: a.quiet };
+    let x = Experiment { victim, signal, at: a.at, restart_after: a.restart_after, cfg, shares, quiet: a.quiet };
     let r = experiment(&config, &x)?;
     println!();
     print!("{r}");
@@ -191,6 +215,8 @@ pub struct Experiment {
     pub at: f64,
     pub restart_after: Option<f64>,
     pub cfg: DriverConfig,
+    /// Remote and multi-partition shares of the workload.
+    pub shares: RemoteShares,
     pub quiet: bool,
 }
 
@@ -266,7 +292,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
         }
         ev
     });
-    let measured = measure(&rt, &cluster, &client, &x.cfg, &local, x.quiet);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
     let ev = killer.join().map_err(|_| anyhow::anyhow!("the killer thread panicked"))?;
     let Measurement { report: bench_report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps, .. } =
         measured?;
@@ -330,6 +356,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
         consistent: verdict.consistency.all_passed(),
         committed: bench_report.committed,
+        committed_multi_partition: bench_report.cluster.as_ref().map_or(0, |c| c.committed_multi_partition),
         seconds: bench_report.seconds,
         timeline,
     };

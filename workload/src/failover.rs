@@ -71,6 +71,8 @@ pub struct FailoverReport {
     pub digests_equal: bool,
     pub consistent: bool,
     pub committed: u64,
+    /// Of `committed`, transactions that spanned partitions (issue 7).
+    pub committed_multi_partition: u64,
     pub seconds: f64,
     pub timeline: Vec<TimelinePoint>,
 }
@@ -139,6 +141,7 @@ impl std::fmt::Display for FailoverReport {
             "  throughput           {:.0} txn/s before, {:.0} txn/s in the worst 100 ms after",
             self.txn_per_sec_before, self.txn_per_sec_lowest_after
         )?;
+        writeln!(f, "  committed            {} ({} multi-partition)", self.committed, self.committed_multi_partition)?;
         writeln!(
             f,
             "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
