@@ -321,6 +321,9 @@ struct MultiTxn {
     remotes: Vec<PartitionId>,
     /// Each partition's answer for its piece, as they come (`None`: a remote piece done).
     answers: Vec<Option<ClientResult>>,
+    /// Remote partitions lost for good before their piece's outcome reached the home
+    /// partition (whose piece was then told to abort).
+    lost: Vec<PartitionId>,
 }
 
 #[derive(Debug)]
@@ -488,7 +491,7 @@ impl Coordinator {
             }
         }
         let answers = Vec::with_capacity(1 + route.remotes.len());
-        self.multi.insert(tag, MultiTxn { ts, home: route.home, remotes: route.remotes, answers });
+        self.multi.insert(tag, MultiTxn { ts, home: route.home, remotes: route.remotes, answers, lost: Vec::new() });
         out
     }
 
@@ -576,7 +579,9 @@ impl Coordinator {
                 }
             }
             Message::Results(results) => self.on_results(from, results, &mut out),
-            Message::PieceReads(reads) => self.deliver_reads(reads, &mut out),
+            Message::PieceReads(reads) => {
+                self.deliver_reads(reads, &mut out);
+            }
             Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             Message::Heartbeat { .. } | Message::Hello(_) => {}
             Message::BackupApplied { partition, seq } => {
@@ -844,17 +849,19 @@ impl Coordinator {
     /// A remote piece's outcome: kept at the home partition and forwarded to its executing
     /// replicas, once (a duplicate — active-active replicas all send theirs, a promoted
     /// primary sends again — or one for a transaction answered already is dropped).
-    fn deliver_reads(&mut self, reads: PieceReads, out: &mut Vec<Output>) {
-        let Some(p) = self.partitions.get_mut(&reads.home) else { return };
-        let Some(held) = p.piece_reads.get_mut(&reads.ts) else { return };
+    /// Returns whether it was new.
+    fn deliver_reads(&mut self, reads: PieceReads, out: &mut Vec<Output>) -> bool {
+        let Some(p) = self.partitions.get_mut(&reads.home) else { return false };
+        let Some(held) = p.piece_reads.get_mut(&reads.ts) else { return false };
         if held.outcomes.iter().any(|(from, _)| *from == reads.from) {
-            return;
+            return false;
         }
         held.outcomes.push((reads.from, reads.outcome.clone()));
         let nodes = p.executors();
         if !nodes.is_empty() {
             out.push(Output::ToNodes { nodes, msg: Message::PieceReads(reads) });
         }
+        true
     }
 
     /// Joins multi-partition transactions' answers: each partition's answer for its piece
@@ -863,6 +870,9 @@ impl Coordinator {
     /// aborts the home pieces still waiting for its piece.
     fn settle(&mut self, out: Vec<Output>) -> Vec<Output> {
         if self.multi.is_empty() {
+            for p in self.partitions.values_mut() {
+                p.pieces_done.clear();
+            }
             return out;
         }
         let mut kept = Vec::with_capacity(out.len());
@@ -904,12 +914,20 @@ impl Coordinator {
             }
         }
         for q in lost {
-            let waiting: Vec<(PartitionId, Timestamp)> =
-                self.multi.values().filter(|m| m.remotes.contains(&q)).map(|m| (m.home, m.ts)).collect();
-            for (home, ts) in waiting {
+            let waiting: Vec<(ClientRef, PartitionId, Timestamp)> = self
+                .multi
+                .iter()
+                .filter(|(_, m)| m.remotes.contains(&q))
+                .map(|(tag, m)| (*tag, m.home, m.ts))
+                .collect();
+            for (tag, home, ts) in waiting {
                 let reason = format!("partition {q} was lost before its piece reported");
                 let reads = PieceReads { home, from: q, ts, outcome: PieceOutcome::Aborted { reason } };
-                self.deliver_reads(reads, &mut kept);
+                if self.deliver_reads(reads, &mut kept) {
+                    if let Some(m) = self.multi.get_mut(&tag) {
+                        m.lost.push(q);
+                    }
+                }
             }
         }
         kept
@@ -1337,7 +1355,7 @@ impl Partition {
 /// did; aborted when every partition rolled back; refused when every partition refused it
 /// before running it; failed, naming the partitions, when some committed and others did not
 /// (a piece failing on a row TPC-C guarantees — a corrupt database); otherwise "outcome
-/// unknown" (a partition's answer was lost with its replicas).
+/// unknown" (a partition's answer, or its piece's outcome, was lost with its replicas).
 fn combine(m: MultiTxn) -> ClientResult {
     let ts = m.ts;
     let n = m.answers.len();
@@ -1367,6 +1385,16 @@ fn combine(m: MultiTxn) -> ClientResult {
         return ClientResult::Rejected(rejected.swap_remove(0));
     }
     let parts = format!("home partition {} and partitions {:?}", m.home, m.remotes);
+    if !m.lost.is_empty() {
+        // A remote piece may have committed on replicas that are all gone: with no replica
+        // left, its partition's state (in full-stack, its log) alone knows.
+        let reason = format!(
+            "multi-partition transaction ({parts}): partitions {:?} were lost with their replicas before their \
+             piece's outcome reached the home partition, which rolled back",
+            m.lost
+        );
+        return ClientResult::OutcomeUnknown { ts, reason: wire::messages::bounded_reason(reason) };
+    }
     if unknown.is_empty() && rejected.is_empty() {
         let why = failed.first().or(aborted.first()).cloned().unwrap_or_default();
         let reason = format!("multi-partition transaction ({parts}) committed on some partitions only: {why}");

@@ -1,16 +1,12 @@
-//! Errors of the coordinator crate. Refusals a client must see (a multi-partition transaction,
-//! an unknown warehouse) are [`RouteError`] variants that become `wire` rejections; a refused
+//! Errors of the coordinator crate. Refusals a client must see (an unknown warehouse, an
+//! invalid input) are [`RouteError`] variants that become `wire` rejections; a refused
 //! configuration is [`CoordinatorError`].
 
-use wire::messages::{PartitionId, Rejection, WarehouseId};
+use wire::messages::{Rejection, WarehouseId};
 
-/// Why a transaction cannot be sent to one partition.
+/// Why a transaction cannot be routed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
-    /// The transaction touches warehouses of several partitions (this issue serves
-    /// single-partition transactions only).
-    #[error("multi-partition transactions not supported yet (this one touches partitions {partitions:?})")]
-    MultiPartition { partitions: Vec<PartitionId> },
     /// A warehouse of the transaction belongs to no partition.
     #[error("warehouse {warehouse} belongs to no partition of this cluster")]
     UnknownWarehouse { warehouse: WarehouseId },
@@ -22,7 +18,6 @@ pub enum RouteError {
 impl From<RouteError> for Rejection {
     fn from(e: RouteError) -> Rejection {
         match e {
-            RouteError::MultiPartition { partitions } => Rejection::MultiPartition { partitions },
             RouteError::UnknownWarehouse { warehouse } => Rejection::UnknownWarehouse { warehouse },
             RouteError::InvalidInput { problem } => Rejection::InvalidInput { problem: problem.to_string() },
         }
