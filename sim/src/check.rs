@@ -13,13 +13,18 @@
 //!   Payment's HISTORY row (one per acknowledgement) are in the final state — the same
 //!   lookups `workload::client::check` makes on a real cluster, over the same ack types;
 //! - [`consistency`]: the TPC-C consistency conditions (clause 3.3.2, `engine::check`) over
-//!   the final state of every partition.
+//!   the final state of every partition;
+//! - [`stock_agrees_with_order_lines`]: every STOCK row's S_YTD, S_ORDER_CNT and S_REMOTE_CNT
+//!   moved by exactly what the ORDER_LINE rows it supplied account for, whichever partition
+//!   holds them — a NewOrder whose supplying warehouse's piece committed without its home
+//!   piece, or the reverse (half applied), breaks it. TPC-C has no such condition (stock is
+//!   in no consistency condition), so the baseline is the loaded population's.
 
 use std::collections::BTreeMap;
 
 use engine::procedures::{TxnInput, TxnOutput};
 use engine::schema::{keys, t};
-use engine::Storage;
+use engine::{LeanDb, Storage};
 use wire::messages::{ClientResult, DigestOutcome, PartitionId, Seq, StateDigest};
 use workload::client::driver::PaymentAck;
 use workload::client::NewOrderAck;
@@ -176,4 +181,68 @@ pub fn consistency(sim: &mut Sim) -> Result<(), String> {
     } else {
         Err(format!("TPC-C consistency fails:\n{report}"))
     }
+}
+
+/// Per STOCK row (warehouse, item): S_YTD, S_ORDER_CNT and S_REMOTE_CNT minus the sums the
+/// ORDER_LINE rows it supplied account for (their OL_QUANTITY, their count, the count of
+/// those ordered for another warehouse). NewOrder moves both sides alike, so the balance of
+/// a consistent state is the loaded population's.
+pub type StockBalance = BTreeMap<(u16, u32), [i64; 3]>;
+
+/// Adds `db`'s STOCK rows and subtracts its ORDER_LINE rows into `balance` (add every
+/// partition once: an order line and the stock that supplied it may be in different ones).
+pub fn add_stock_balance(db: &mut LeanDb, balance: &mut StockBalance) {
+    db.for_each::<t::Stocks>(|s| {
+        let b = balance.entry((s.s_w_id, s.s_i_id)).or_default();
+        b[0] += i64::from(s.s_ytd);
+        b[1] += i64::from(s.s_order_cnt);
+        b[2] += i64::from(s.s_remote_cnt);
+    });
+    db.for_each::<t::OrderLines>(|l| {
+        let b = balance.entry((l.ol_supply_w_id, l.ol_i_id)).or_default();
+        b[0] -= i64::from(l.ol_quantity);
+        b[1] -= 1;
+        b[2] -= i64::from(l.ol_supply_w_id != l.ol_w_id);
+    });
+}
+
+/// The stock balance of the loaded population of every partition of `config`.
+pub fn initial_stock_balance(config: &wire::config::ClusterConfig) -> StockBalance {
+    let mut balance = StockBalance::new();
+    for p in &config.partitions {
+        let (mut db, _) = crate::population::partition_db(p, config.seed);
+        add_stock_balance(&mut db, &mut balance);
+    }
+    balance
+}
+
+/// Compares two stock balances; names the first row that differs.
+pub fn same_stock_balance(expected: &StockBalance, found: &StockBalance) -> Result<(), String> {
+    for (key, b) in found {
+        let e = expected.get(key).copied().unwrap_or_default();
+        if e != *b {
+            return Err(format!(
+                "STOCK (w {}, i {}) disagrees with the ORDER_LINE rows it supplied: [S_YTD, S_ORDER_CNT, S_REMOTE_CNT] minus the lines' sums is {b:?}, loaded {e:?} (a NewOrder half applied?)",
+                key.0, key.1
+            ));
+        }
+    }
+    match expected.keys().find(|k| !found.contains_key(k)) {
+        Some(k) => Err(format!("STOCK (w {}, i {}) is missing", k.0, k.1)),
+        None => Ok(()),
+    }
+}
+
+/// Every partition's STOCK agrees with the ORDER_LINE rows of every partition (its first
+/// replica's state), as in the loaded population.
+pub fn stock_agrees_with_order_lines(sim: &mut Sim) -> Result<(), String> {
+    let expected = initial_stock_balance(sim.config());
+    let partitions: Vec<(PartitionId, wire::messages::NodeId)> =
+        sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
+    let mut found = StockBalance::new();
+    for (partition, node) in partitions {
+        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        add_stock_balance(db, &mut found);
+    }
+    same_stock_balance(&expected, &found)
 }

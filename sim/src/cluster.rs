@@ -345,6 +345,11 @@ impl Sim {
         &self.inputs
     }
 
+    /// Whether request `request_id` was answered.
+    pub fn is_answered(&self, request_id: u64) -> bool {
+        self.answered.get(request_id as usize).copied().unwrap_or(false)
+    }
+
     /// A hash of every reply in the order it came.
     pub fn answer_log_digest(&self) -> u64 {
         self.answer_log.digest()
@@ -361,6 +366,48 @@ impl Sim {
             Slot::Serving(r) => Some(r),
             _ => None,
         }
+    }
+
+    /// The serving replica of `partition` on `node`, if there is one (to observe it: whether
+    /// it is parked at a home piece, how far it executed).
+    pub fn replica(&self, node: NodeId, partition: PartitionId) -> Option<&Replica> {
+        match self.nodes.get(&node)?.slots.get(&partition)? {
+            Slot::Serving(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The messages in flight and held (to observe a protocol step: which message is on its
+    /// way where).
+    pub fn net(&self) -> &Network {
+        &self.net
+    }
+
+    /// Whether `node`'s process runs.
+    pub fn is_up(&self, node: NodeId) -> bool {
+        self.nodes.get(&node).is_some_and(|n| n.up)
+    }
+
+    /// A copy of the state of `partition`'s serving replica on `node`, made the way a
+    /// rejoining replica copies its source (the snapshot stream), as it is now — a batch
+    /// parked at a home piece is half run, and the copy has the half that ran; `None` unless
+    /// it serves. A test keeps one to check a partition about to be lost for good.
+    pub fn copy_db(&mut self, node: NodeId, partition: PartitionId) -> Option<engine::LeanDb> {
+        let r = self.replica_mut(node, partition)?;
+        let seq = r.applied_seq();
+        let Store::Lean(db) = r.store_mut() else { return None };
+        let mut chunks = Vec::new();
+        node::snapshot::stream(db, 1, partition, seq, wire::messages::StateDigest(0), 1 << 22, &mut |m| {
+            chunks.push(m);
+            true
+        });
+        let mut copy = engine::LeanDb::new();
+        for m in chunks {
+            let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
+            let table = engine::schema::TableId::ALL[usize::from(c.table)];
+            workload::client::insert_table(&mut copy, table, &c.rows_bytes).ok()?;
+        }
+        Some(copy)
     }
 
     /// Whether some replica is rejoining (or gave up rejoining).

@@ -26,4 +26,4 @@ pub mod population;
 pub mod run;
 
 pub use cluster::{Faults, Sim};
-pub use run::{run_seed, SeedFailure, SeedReport, SimOptions};
+pub use run::{check_healed, heal, run_seed, SeedFailure, SeedReport, SimOptions};

@@ -11,7 +11,9 @@
 use std::fmt;
 
 use coordinator::Event;
-use wire::messages::{ClientResult, NodeId, PartitionId, Rejection, Seq, StateDigest};
+use engine::procedures::TxnInput;
+use wire::config::ClusterConfig;
+use wire::messages::{ClientResult, NodeId, PartitionId, Seq, StateDigest};
 
 use crate::check;
 use crate::cluster::{self, Faults, Sim, SimStats};
@@ -48,6 +50,12 @@ pub struct SeedReport {
     pub seed: u64,
     pub stats: SimStats,
     pub committed: u64,
+    /// Committed transactions whose warehouses fall in one partition.
+    pub committed_single: u64,
+    /// Committed transactions spanning partitions (`engine::distributed`).
+    pub committed_multi: u64,
+    /// Requests spanning partitions, whatever became of them.
+    pub multi_requests: u64,
     pub aborted: u64,
     /// Rejected or busy (never executed).
     pub refused: u64,
@@ -110,25 +118,17 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
     if let Err(e) = heal(&mut sim) {
         return Err(fail(&sim, e));
     }
-    let checked = (|| {
-        sim.drain()?;
-        check::every_request_answered_once(&sim)?;
-        check::no_alarms(&sim)?;
-        // The digest requests run batches too: an alarm they raise explains a missing reply.
-        let digests = check::replicas_converged(&mut sim).map_err(|e| match check::no_alarms(&sim) {
-            Err(alarm) => format!("{alarm} ({e})"),
-            Ok(()) => e,
-        })?;
-        let acks = check::acknowledged_present(&mut sim)?;
-        check::consistency(&mut sim)?;
-        Ok::<_, String>((digests, acks))
-    })();
-    let (digests, acks_checked) = checked.map_err(|e| fail(&sim, e))?;
+    let checked = check_healed(&mut sim);
+    let Checked { digests, acks_checked } = checked.map_err(|e| fail(&sim, e))?;
     let count = |f: fn(&ClientResult) -> bool| sim.count(f) as u64;
+    let span = spans(&sim);
     Ok(SeedReport {
         seed,
         stats: sim.stats(),
         committed: count(|r| matches!(r, ClientResult::Committed { .. })),
+        committed_single: span.committed_single,
+        committed_multi: span.committed_multi,
+        multi_requests: span.multi_requests,
         aborted: count(|r| matches!(r, ClientResult::Aborted { .. })),
         refused: count(|r| matches!(r, ClientResult::Rejected(_) | ClientResult::Busy { .. })),
         outcome_unknown: count(|r| matches!(r, ClientResult::OutcomeUnknown { .. })),
@@ -139,12 +139,40 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
     })
 }
 
+/// What [`check_healed`] verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// Each partition's final batch and digest (equal on every replica).
+    pub digests: Vec<(PartitionId, Seq, StateDigest)>,
+    /// Acknowledged NewOrders and Payments found in the final state.
+    pub acks_checked: u64,
+}
+
+/// Every check [`run_seed`] makes on a healed cluster, in its order: drain, every request
+/// answered once, no alarms, replicas converged, every acknowledgement present, TPC-C
+/// consistency over every partition together, stock agreeing with the order lines it
+/// supplied across partitions.
+pub fn check_healed(sim: &mut Sim) -> Result<Checked, String> {
+    sim.drain()?;
+    check::every_request_answered_once(sim)?;
+    check::no_alarms(sim)?;
+    // The digest requests run batches too: an alarm they raise explains a missing reply.
+    let digests = check::replicas_converged(sim).map_err(|e| match check::no_alarms(sim) {
+        Err(alarm) => format!("{alarm} ({e})"),
+        Ok(()) => e,
+    })?;
+    let acks_checked = check::acknowledged_present(sim)?;
+    check::consistency(sim)?;
+    check::stock_agrees_with_order_lines(sim)?;
+    Ok(Checked { digests, acks_checked })
+}
+
 /// The liveness phase: no more faults; every failed node is restarted once the coordinator
 /// counts it failed (a crashed process first has to be detected); a live node that does not
 /// become a replica of every partition within [`STUCK_ROUNDS_MAX`] rounds is killed and
 /// restarted, as an operator would — unless it is some partition's last solid replica.
 /// Succeeds once every node is a live replica of every partition.
-fn heal(sim: &mut Sim) -> Result<(), String> {
+pub fn heal(sim: &mut Sim) -> Result<(), String> {
     sim.calm();
     // No new requests: the backlog drains, so a rejoin waits only for what was sent.
     sim.submitting = false;
@@ -176,10 +204,50 @@ fn heal(sim: &mut Sim) -> Result<(), String> {
     Err(format!("the cluster did not heal in {HEAL_ROUNDS_MAX} rounds:{}", sim.describe_nodes()))
 }
 
-/// Whether `r` refused a transaction spanning partitions (the standard mix's remote
-/// warehouses).
-pub fn is_multi_partition(r: &ClientResult) -> bool {
-    matches!(r, ClientResult::Rejected(Rejection::MultiPartition { .. }))
+/// The partitions holding the warehouses `input` touches (`engine::distributed::touched`),
+/// its home partition first, each once.
+pub fn partitions_of(config: &ClusterConfig, input: &TxnInput) -> Vec<PartitionId> {
+    let mut out: Vec<PartitionId> = Vec::new();
+    for w in engine::distributed::touched(input) {
+        if let Some(p) = config.partition_of_warehouse(w) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `input` touches warehouses of more than one partition of `config`.
+pub fn is_multi_partition(config: &ClusterConfig, input: &TxnInput) -> bool {
+    partitions_of(config, input).len() > 1
+}
+
+/// Requests and commits by how many partitions they span.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spans {
+    pub committed_single: u64,
+    pub committed_multi: u64,
+    /// Requests spanning partitions, whatever their answer.
+    pub multi_requests: u64,
+}
+
+/// Counts `sim`'s requests and commits by span, from each request's input.
+pub fn spans(sim: &Sim) -> Spans {
+    let config = sim.config();
+    let multi: Vec<bool> = sim.inputs().iter().map(|i| is_multi_partition(config, i)).collect();
+    let mut s = Spans { multi_requests: multi.iter().filter(|&&m| m).count() as u64, ..Spans::default() };
+    for (&(_, id), (result, _)) in sim.answers() {
+        if !matches!(result, ClientResult::Committed { .. }) {
+            continue;
+        }
+        match multi.get(id as usize) {
+            Some(true) => s.committed_multi += 1,
+            Some(false) => s.committed_single += 1,
+            None => {}
+        }
+    }
+    s
 }
 
 /// Whether the coordinator reported node `node` down.

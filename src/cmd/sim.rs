@@ -152,6 +152,7 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     let mut totals = SimStats::default();
     let (mut committed, mut aborted, mut refused, mut unknown, mut acks) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut committed_multi, mut committed_single, mut multi_requests) = (0u64, 0u64, 0u64);
     let mut failures = Vec::new();
     let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     let ran = results.len() as u64;
@@ -160,6 +161,9 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
             Ok(r) => {
                 totals.add(&r.stats);
                 committed += r.committed;
+                committed_multi += r.committed_multi;
+                committed_single += r.committed_single;
+                multi_requests += r.multi_requests;
                 aborted += r.aborted;
                 refused += r.refused;
                 unknown += r.outcome_unknown;
@@ -181,8 +185,11 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     );
     println!("failures         {}", failures.len());
     println!(
-        "requests         {} ({committed} committed, {aborted} aborted, {refused} refused or busy, {unknown} outcome unknown)",
+        "requests         {} ({committed} committed, of which {committed_multi} multi-partition; {aborted} aborted, {refused} refused or busy, {unknown} outcome unknown)",
         totals.requests
+    );
+    println!(
+        "multi-partition  {committed_multi} committed of {multi_requests} requests spanning partitions ({committed_single} single-partition commits)"
     );
     println!("acks verified    {acks} (acknowledged NewOrders and Payments found in the final state)");
     println!(
