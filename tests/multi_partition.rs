@@ -59,7 +59,6 @@ fn standard_profile_across_partitions(mode: &str) {
     let multi = v["committed_multi_partition"].as_u64().unwrap();
     let single = v["committed_single_partition"].as_u64().unwrap();
     assert!(multi > 20 && single > multi, "{mode}: {single} single-, {multi} multi-partition commits");
-    assert_eq!(v["rejected_multi_partition"].as_u64().unwrap_or(0), 0, "{v}");
 
     // The standalone verdict: every replica equal, consistency over both partitions.
     let o = glass(&["check", "--config", cfg, "--ack-log", acks.to_str().unwrap()]);

@@ -271,14 +271,13 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         }
         println!(
             "  {:.0} committed txn/s ({:.0} NewOrders/s), p50 {:.2} ms, p99 {:.2} ms; {} single-, {} \
-             multi-partition commits, {} refused as multi-partition; digests {}, consistency {}",
+             multi-partition commits; digests {}, consistency {}",
             row.txn_per_sec,
             row.neworder_per_sec,
             row.p50_us / 1e3,
             row.p99_us / 1e3,
             row.committed_single_partition,
             row.committed_multi_partition,
-            row.rejected_multi_partition,
             if row.digests_equal { "equal" } else { "DIFFER" },
             if row.consistent { "holds" } else { "VIOLATED" }
         );
@@ -383,10 +382,8 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
     let reads_total: usize = verdict.partitions.iter().map(|p| p.reads).sum();
     let bench_json = serde_json::to_value(&report)?;
     let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
-    let (single, multi, refused) = report
-        .cluster
-        .as_ref()
-        .map_or((0, 0, 0), |c| (c.committed_single_partition, c.committed_multi_partition, c.rejected_multi_partition));
+    let (single, multi) =
+        report.cluster.as_ref().map_or((0, 0), |c| (c.committed_single_partition, c.committed_multi_partition));
     Ok(CompareRow {
         mode: plan.mode.name().to_string(),
         shipping: plan.mode.is_passive().then(|| config.shipping.name().to_string()),
@@ -402,7 +399,6 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
         multi_partition_pct: plan.multi_partition,
         committed_single_partition: single,
         committed_multi_partition: multi,
-        rejected_multi_partition: refused,
         p50_us: report.p50_us,
         p95_us: report.p95_us,
         p99_us: report.p99_us,

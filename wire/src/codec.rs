@@ -232,10 +232,7 @@ mod tests {
             Message::ClientRequests(vec![ClientRequest { request_id: 3, input: payment() }]),
             Message::ClientReplies(vec![
                 ClientReply { request_id: 3, result: ClientResult::Busy { partition: 1 } },
-                ClientReply {
-                    request_id: 4,
-                    result: ClientResult::Rejected(Rejection::MultiPartition { partitions: vec![1, 2] }),
-                },
+                ClientReply { request_id: 4, result: ClientResult::Rejected(Rejection::NotReady { partition: 2 }) },
             ]),
             Message::DigestRequest { request_id: 8, partition: 1 },
             Message::DigestReply {

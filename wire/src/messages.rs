@@ -341,9 +341,6 @@ pub struct ClientRequest {
 /// Why the coordinator refused a request without executing it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Rejection {
-    /// The transaction touches warehouses of more than one partition.
-    #[error("multi-partition transactions not supported yet (this one touches partitions {partitions:?})")]
-    MultiPartition { partitions: Vec<PartitionId> },
     /// The transaction names a warehouse no partition holds.
     #[error("warehouse {warehouse} belongs to no partition of this cluster")]
     UnknownWarehouse { warehouse: WarehouseId },

@@ -65,11 +65,10 @@ pub struct CompareRow {
     /// `--multi-partition`: the percent of NewOrders forced multi-partition in this run
     /// (`None` without the flag).
     pub multi_partition_pct: Option<u32>,
-    /// Committed transactions (measured phase) whose warehouses lie in one partition, in
-    /// more than one, and requests the coordinator refused as multi-partition.
+    /// Committed transactions (measured phase) whose warehouses lie in one partition, and
+    /// in more than one.
     pub committed_single_partition: u64,
     pub committed_multi_partition: u64,
-    pub rejected_multi_partition: u64,
     /// CPU seconds per 1,000 committed transactions of the executing (primary) replicas'
     /// threads, summed.
     pub primary_cpu_s_per_1000: f64,
@@ -231,7 +230,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 32] = [
+const METRICS: [Metric; 31] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -243,7 +242,6 @@ const METRICS: [Metric; 32] = [
     ("forced multi-partition (%)", |r| opt(r.multi_partition_pct.map(|v| v.to_string()))),
     ("single-partition commits", |r| r.committed_single_partition.to_string()),
     ("multi-partition commits", |r| r.committed_multi_partition.to_string()),
-    ("refused multi-partition", |r| r.rejected_multi_partition.to_string()),
     ("latency p50 (ms)", |r| ms(r.p50_us)),
     ("latency p95 (ms)", |r| ms(r.p95_us)),
     ("latency p99 (ms)", |r| ms(r.p99_us)),
@@ -389,7 +387,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 35] = [
+const CSV_COLUMNS: [Column; 34] = [
     ("mode", |r| r.mode.clone()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -407,7 +405,6 @@ const CSV_COLUMNS: [Column; 35] = [
     ("multi_partition_pct", |r| csv_opt(&r.multi_partition_pct)),
     ("committed_single_partition", |r| r.committed_single_partition.to_string()),
     ("committed_multi_partition", |r| r.committed_multi_partition.to_string()),
-    ("rejected_multi_partition", |r| r.rejected_multi_partition.to_string()),
     ("primary_cpu_s_per_1000", |r| r.primary_cpu_s_per_1000.to_string()),
     ("backup_cpu_s_per_1000", |r| csv_opt(&r.backup_cpu_s_per_1000)),
     ("node_cpu_s_per_1000", |r| r.node_cpu_s_per_1000.to_string()),
@@ -673,7 +670,6 @@ pub(crate) mod tests {
             multi_partition_pct: None,
             committed_single_partition: (txn_per_sec * 10.0) as u64,
             committed_multi_partition: 0,
-            rejected_multi_partition: 0,
             p50_us: 850.0,
             p95_us: 2_400.0,
             p99_us: 5_100.0,

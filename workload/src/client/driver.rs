@@ -9,9 +9,8 @@
 //!
 //! Every committed transaction of the measured phase is classified single- or
 //! multi-partition by the partitions of the warehouses it touches
-//! ([`engine::distributed::touched`]); requests the coordinator refuses as multi-partition
-//! (`Rejection::MultiPartition`, while it serves single-partition transactions only) are
-//! counted apart, never fatal, and never retried ([`ClusterInfo`]).
+//! ([`engine::distributed::touched`]); the coordinator executes both kinds, and the counts
+//! are reported in [`ClusterInfo`].
 //!
 //! - closed loop (default): a connection sends a new request for every reply;
 //! - open loop (`rate`): requests are issued on a schedule of `rate` per second over all
@@ -201,9 +200,6 @@ pub struct ClusterInfo {
     /// Committed transactions of the measured phase touching warehouses of more than one
     /// partition.
     pub committed_multi_partition: u64,
-    /// Requests of the measured phase the coordinator refused as multi-partition
-    /// (`Rejection::MultiPartition`); neither committed nor aborted.
-    pub rejected_multi_partition: u64,
 }
 
 /// A Payment a client saw committed: its HISTORY row must exist (clause 2.5.2.2: H_W_ID,
@@ -270,10 +266,9 @@ struct Shared {
     payments: Mutex<Vec<PaymentAck>>,
     unknown: AtomicU64,
     unavailable: AtomicU64,
-    /// Measured phase: commits classified by partitions touched, and multi-partition refusals.
+    /// Measured phase: commits classified by partitions touched.
     committed_single: AtomicU64,
     committed_multi: AtomicU64,
-    rejected_multi: AtomicU64,
     /// Commits per [`BUCKET`] since the run's origin (filled when the terminal ends).
     buckets: Mutex<Vec<u64>>,
     /// Pauses between commits longer than [`GAP_MIN`] (filled when the terminal ends).
@@ -435,9 +430,7 @@ pub fn run_with(
             }
             total.merge(&interval);
         }
-        // Refusals end a `--txns` run too, so that one refusing everything still ends.
-        let rejected: u64 = shared.iter().map(|s| s.rejected_multi.load(Ordering::Relaxed)).sum();
-        let done = total.committed() + total.aborted() + rejected;
+        let done = total.committed() + total.aborted();
         if e >= next_tick || e >= limit_time || done >= limit_txns || dead {
             let span = (e - last_tick).as_secs_f64().max(1e-9);
             let h = interval.all_latencies();
@@ -506,8 +499,7 @@ pub fn run_with(
     let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
     let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
     let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
-    let (committed_single, committed_multi, rejected_multi) =
-        (sum(|s| &s.committed_single), sum(|s| &s.committed_multi), sum(|s| &s.rejected_multi));
+    let (committed_single, committed_multi) = (sum(|s| &s.committed_single), sum(|s| &s.committed_multi));
     let (remote_item_pct, remote_payment_pct, multi_partition_pct) = gen_shares.unwrap_or_default();
 
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
@@ -541,7 +533,6 @@ pub fn run_with(
         multi_partition_pct,
         committed_single_partition: committed_single,
         committed_multi_partition: committed_multi,
-        rejected_multi_partition: rejected_multi,
     });
     Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
 }
@@ -652,12 +643,6 @@ impl Terminal {
             ) if self.outages => {
                 self.shared.unavailable.fetch_add(1, Ordering::Relaxed);
                 self.backoff_until = Some(now + UNAVAILABLE_BACKOFF);
-            }
-            // Until the coordinator runs multi-partition transactions it refuses them: counted.
-            ClientResult::Rejected(Rejection::MultiPartition { .. }) => {
-                if measuring {
-                    self.shared.rejected_multi.fetch_add(1, Ordering::Relaxed);
-                }
             }
             ClientResult::Rejected(r) => self.failure(format!("{} rejected: {r}", p.kind.name())),
         }

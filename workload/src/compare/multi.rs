@@ -58,9 +58,6 @@ pub struct CurvePoint {
     pub p99_us: f64,
     pub committed_single_partition: u64,
     pub committed_multi_partition: u64,
-    /// Requests the coordinator refused as multi-partition (while it serves single-partition
-    /// transactions only).
-    pub rejected_multi_partition: u64,
     /// Replica digests equal, TPC-C consistent and replica reads matching.
     pub checks_passed: bool,
 }
@@ -82,7 +79,6 @@ impl CurvePoint {
             p99_us: r.p99_us,
             committed_single_partition: r.committed_single_partition,
             committed_multi_partition: r.committed_multi_partition,
-            rejected_multi_partition: r.rejected_multi_partition,
             checks_passed: r.digests_equal && r.consistent && r.replica_reads_consistent != Some(false),
         })
     }
@@ -109,7 +105,7 @@ fn series(points: &[CurvePoint]) -> Vec<(&str, Vec<&CurvePoint>)> {
 
 type Cell = (&'static str, fn(&CurvePoint) -> String);
 
-const TABLE_COLUMNS: [Cell; 8] = [
+const TABLE_COLUMNS: [Cell; 7] = [
     ("multi-partition (%)", |p| p.multi_partition_pct.to_string()),
     ("txn/s", |p| format!("{:.0}", p.txn_per_sec)),
     ("NewOrder commits/s", |p| format!("{:.0}", p.neworder_per_sec)),
@@ -117,11 +113,10 @@ const TABLE_COLUMNS: [Cell; 8] = [
     ("p99 (ms)", |p| ms(p.p99_us)),
     ("single-partition commits", |p| p.committed_single_partition.to_string()),
     ("multi-partition commits", |p| p.committed_multi_partition.to_string()),
-    ("refused multi-partition", |p| p.rejected_multi_partition.to_string()),
 ];
 
 /// The curve as a fixed-width table: one block per series, one line per share, then one
-/// line per run whose checks failed and a note when requests were refused.
+/// line per run whose checks failed.
 pub fn render_table(points: &[CurvePoint]) -> String {
     let mut out = String::new();
     if points.is_empty() {
@@ -151,14 +146,6 @@ pub fn render_table(points: &[CurvePoint]) -> String {
             out.push('\n');
         }
     }
-    let refused: u64 = points.iter().map(|p| p.rejected_multi_partition).sum();
-    if refused > 0 {
-        let _ = writeln!(
-            out,
-            "\n{refused} requests were refused as multi-partition: the coordinator does not run them (yet); the \
-             throughput counts what committed"
-        );
-    }
     let failed: Vec<&CurvePoint> = points.iter().filter(|p| !p.checks_passed).collect();
     if failed.is_empty() {
         out.push_str("\nchecks: every run consistent, replica digests equal\n");
@@ -175,7 +162,7 @@ pub fn render_table(points: &[CurvePoint]) -> String {
 // CSV and JSON
 // ---------------------------------------------------------------------------------------------
 
-const CSV_COLUMNS: [Cell; 15] = [
+const CSV_COLUMNS: [Cell; 14] = [
     ("series", |p| p.series.clone()),
     ("mode", |p| p.mode.clone()),
     ("shipping", |p| p.shipping.clone().unwrap_or_default()),
@@ -189,7 +176,6 @@ const CSV_COLUMNS: [Cell; 15] = [
     ("p99_us", |p| p.p99_us.to_string()),
     ("committed_single_partition", |p| p.committed_single_partition.to_string()),
     ("committed_multi_partition", |p| p.committed_multi_partition.to_string()),
-    ("rejected_multi_partition", |p| p.rejected_multi_partition.to_string()),
     ("checks_passed", |p| p.checks_passed.to_string()),
 ];
 
@@ -300,7 +286,6 @@ mod tests {
             p99_us: 4_000.0 + f64::from(pct) * 100.0,
             committed_single_partition: (neworder_per_sec * 20.0) as u64 - u64::from(pct) * 10,
             committed_multi_partition: u64::from(pct) * 10,
-            rejected_multi_partition: 0,
             checks_passed: true,
         }
     }
@@ -323,7 +308,7 @@ mod tests {
         }
         assert!(table.contains("active-active ×2") && table.contains("full-stack ×2"), "{table}");
         let aa: Vec<&str> = table.lines().skip(1).take(4).collect();
-        let shares: Vec<u32> = aa.iter().map(|l| l.split_whitespace().rev().nth(7).unwrap().parse().unwrap()).collect();
+        let shares: Vec<u32> = aa.iter().map(|l| l.split_whitespace().rev().nth(6).unwrap().parse().unwrap()).collect();
         assert_eq!(shares, [0, 10, 20, 50], "{table}");
         assert!(table.contains("3000"), "NewOrder commits/s at 50%:\n{table}");
         assert!(table.contains("checks: every run consistent"));
@@ -332,12 +317,10 @@ mod tests {
     }
 
     #[test]
-    fn table_names_refusals_and_failed_checks() {
+    fn table_names_failed_checks() {
         let mut points = example();
-        points[1].rejected_multi_partition = 42;
         points[2].checks_passed = false;
         let table = render_table(&points);
-        assert!(table.contains("42 requests were refused as multi-partition"), "{table}");
         assert!(table.contains("CHECKS FAILED") && table.contains("active-active ×2 at 0% multi-partition"));
         assert_eq!(render_table(&[]), "no multi-partition runs\n");
     }
