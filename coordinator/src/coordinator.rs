@@ -317,8 +317,11 @@ struct HeldReads {
 #[derive(Debug)]
 struct MultiTxn {
     ts: Timestamp,
+    input: engine::procedures::TxnInput,
     home: PartitionId,
     remotes: Vec<PartitionId>,
+    /// The batch each remote piece rides in, in `remotes`' order.
+    remote_seqs: Vec<Seq>,
     /// Each partition's answer for its piece, as they come (`None`: a remote piece done).
     answers: Vec<Option<ClientResult>>,
     /// Remote partitions lost for good before their piece's outcome reached the home
@@ -477,12 +480,16 @@ impl Coordinator {
         let ts = self.clock.next(now_us / 1_000);
         self.last_ts = Some(ts);
         let mut out = Vec::new();
+        let mut remote_seqs = Vec::with_capacity(route.remotes.len());
         let parts = std::iter::once((route.home, Part::Home { remotes }))
             .chain(route.remotes.iter().map(|&r| (r, Part::Remote { home: route.home })));
         for (pid, part) in parts {
             let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
-            if let Part::Home { .. } = part {
-                p.piece_reads.insert(ts, HeldReads { seq: p.sequencer.next_seq(), outcomes: Vec::new() });
+            match part {
+                Part::Home { .. } => {
+                    p.piece_reads.insert(ts, HeldReads { seq: p.sequencer.next_seq(), outcomes: Vec::new() });
+                }
+                _ => remote_seqs.push(p.sequencer.next_seq()),
             }
             let closed = p.sequencer.admit_part(ts, input, part, now_us).expect("room checked above");
             p.open_tags.push(tag);
@@ -491,7 +498,9 @@ impl Coordinator {
             }
         }
         let answers = Vec::with_capacity(1 + route.remotes.len());
-        self.multi.insert(tag, MultiTxn { ts, home: route.home, remotes: route.remotes, answers, lost: Vec::new() });
+        let m =
+            MultiTxn { ts, input, home: route.home, remotes: route.remotes, remote_seqs, answers, lost: Vec::new() };
+        self.multi.insert(tag, m);
         out
     }
 
@@ -902,6 +911,25 @@ impl Coordinator {
             answers.extend(p.pieces_done.drain(..).map(|(tag, _)| (tag, None)));
         }
         for (tag, answer) in answers {
+            let Some(m) = self.multi.get_mut(&tag) else { continue };
+            if let Some(ClientResult::OutcomeUnknown { .. }) = answer {
+                // Every replica a batch was sent to failed before answering: its remote
+                // piece's outcome may be lost with them while a copy of their state lives on.
+                let (home, ts, input) = (m.home, m.ts, m.input);
+                let remotes: Vec<(PartitionId, Seq)> =
+                    m.remotes.iter().copied().zip(m.remote_seqs.iter().copied()).collect();
+                for (q, seq) in remotes {
+                    let arrived = self.partitions[&home]
+                        .piece_reads
+                        .get(&ts)
+                        .is_none_or(|h| h.outcomes.iter().any(|(from, _)| *from == q));
+                    let nodes = self.partitions[&q].executors();
+                    if !arrived && !nodes.is_empty() {
+                        let msg = Message::RederivePiece { partition: q, home, seq, ts, input };
+                        kept.push(Output::ToNodes { nodes, msg });
+                    }
+                }
+            }
             let Some(m) = self.multi.get_mut(&tag) else { continue };
             m.answers.push(answer);
             if m.answers.len() == 1 + m.remotes.len() {

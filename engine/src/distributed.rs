@@ -123,6 +123,28 @@ pub fn execute_piece<S: Storage>(
     procedures::in_transaction(db, ts, |db| run_piece(db, input, local, remote_reads))
 }
 
+/// A remote piece's reads derived again, changing nothing (the piece runs and is rolled
+/// back): for a piece already applied at `ts` whose reads were lost with every replica that
+/// sent them. Exact for what the home piece writes — NewOrder's S_DIST_xx and S_DATA's brand
+/// flag never change in TPC-C, nor does which customer a Payment selects (by id, or by last
+/// name among names that never change); a Payment's customer balance in the output is
+/// today's, not the one the piece first saw (only a client's answer shows it, never the home
+/// partition's state). A rollback (an unused item, no such customer) is derived the same.
+pub fn rederive_reads<S: Storage>(
+    db: &mut S,
+    ts: u64,
+    input: &TxnInput,
+    local: &dyn Fn(u16) -> bool,
+) -> Result<RemoteReads, TxnError> {
+    db.begin(ts);
+    let result = run_piece(db, input, local, None);
+    db.abort();
+    match result? {
+        Piece::Reads(reads) => Ok(reads),
+        Piece::Output(_) => Err(TxnError::Rollback("a remote piece produced an output")),
+    }
+}
+
 /// What a piece produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {

@@ -627,7 +627,7 @@ impl Executor {
                     held.push(msg);
                     continue;
                 }
-                Work::Coordinator(msg @ Message::PieceReads(_)) => {
+                Work::Coordinator(msg @ (Message::PieceReads(_) | Message::RederivePiece { .. })) => {
                     if held.len() - held_batches >= crate::replica::PIECE_READS_HELD_MAX {
                         let why = "too many multi-partition piece outcomes held while rejoining".to_string();
                         return self.give_up(inbox, why);
@@ -1076,6 +1076,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
         let partition = match &msg {
             Message::Batch(b) => Some(b.partition),
             Message::PieceReads(r) => Some(r.home),
+            Message::RederivePiece { partition, .. } => Some(*partition),
             Message::Membership { partition, .. }
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }

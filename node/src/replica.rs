@@ -304,6 +304,10 @@ impl Replica {
                 self.on_piece_reads(reads, &mut out)?;
                 Ok(out)
             }
+            Message::RederivePiece { partition, home, seq, ts, input } => {
+                self.check_partition(partition)?;
+                Ok(self.rederive_piece(home, seq, ts, &input).map(Message::PieceReads).into_iter().collect())
+            }
             Message::Ship(shipment) => Ok(self
                 .on_shipment(shipment)?
                 .into_iter()
@@ -435,6 +439,32 @@ impl Replica {
             self.advance(out)?;
         }
         Ok(())
+    }
+
+    /// The coordinator lost a remote piece's outcome (every replica that ran batch `seq`
+    /// failed before it arrived): derived again from this replica's state if that state
+    /// includes the batch ([`engine::distributed::rederive_reads`]); `None` if this replica
+    /// will run the batch itself (and send the outcome then), or cannot execute.
+    pub fn rederive_piece(
+        &mut self,
+        home: PartitionId,
+        seq: Seq,
+        ts: Timestamp,
+        input: &TxnInput,
+    ) -> Option<PieceReads> {
+        if self.stopped.is_some() || self.role == ReplicaRole::Backup || self.applied_seq() < seq {
+            return None;
+        }
+        let t = BatchTxn { ts, input: *input, part: Part::Remote { home } };
+        let result = match &mut self.db {
+            Store::Lean(db) => rederive(db, &t),
+            Store::Full(f) => rederive(f.session(), &t),
+        };
+        let outcome = match result {
+            Ok(reads) => PieceOutcome::Reads(reads),
+            Err(e) => PieceOutcome::Aborted { reason: bounded_reason(e.to_string()) },
+        };
+        Some(PieceReads { home, from: self.partition, ts, outcome })
     }
 
     /// Checks batch `next_seq`'s timestamps follow those executed, runs its single-partition
@@ -900,12 +930,24 @@ fn run_piece<S: Storage>(
     t: &BatchTxn,
     remote: Option<&[engine::distributed::RemoteReads]>,
 ) -> Result<Piece, engine::TxnError> {
+    let local = local_warehouses(db, t);
+    execute_piece(db, t.ts.0, &t.input, &|w| local.contains(&w), remote)
+}
+
+/// [`engine::distributed::rederive_reads`] of transaction `t` on `db`.
+fn rederive<S: Storage>(db: &mut S, t: &BatchTxn) -> Result<engine::distributed::RemoteReads, engine::TxnError> {
+    let local = local_warehouses(db, t);
+    engine::distributed::rederive_reads(db, t.ts.0, &t.input, &|w| local.contains(&w))
+}
+
+/// The warehouses of transaction `t` this partition holds (those found in its WAREHOUSE).
+fn local_warehouses<S: Storage>(db: &mut S, t: &BatchTxn) -> Vec<u16> {
     let mut local = touched(&t.input);
     local.retain(|&w| {
         db.get::<engine::schema::t::Warehouses, _>(engine::schema::keys::warehouse(w), |_| ())
             .is_ok_and(|r| r.is_some())
     });
-    execute_piece(db, t.ts.0, &t.input, &|w| local.contains(&w), remote)
+    local
 }
 
 #[cfg(test)]

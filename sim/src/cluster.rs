@@ -447,10 +447,11 @@ impl Sim {
                 .iter()
                 .map(|(p, s)| match s {
                     Slot::Serving(r) => format!(
-                        "p{p} serving at batch {} ({} waiting{})",
+                        "p{p} serving at batch {} ({} waiting{}{})",
                         r.applied_seq(),
                         r.waiting_batches(),
-                        if r.stopped().is_some() { ", stopped" } else { "" }
+                        if r.stopped().is_some() { ", stopped" } else { "" },
+                        r.parked_at().map_or(String::new(), |ts| format!(", parked at the home piece of {ts:?}"))
                     ),
                     Slot::Joining(j) => format!("p{p} joining, plan {:?}, {} held", j.plan, j.held.len()),
                     Slot::GaveUp => format!("p{p} gave up"),
@@ -565,6 +566,7 @@ impl Sim {
         let partition = match &msg {
             Message::Batch(b) => b.partition,
             Message::PieceReads(r) => r.home,
+            Message::RederivePiece { partition, .. } => *partition,
             Message::Membership { partition, .. }
             | Message::PartitionStopped { partition, .. }
             | Message::RejoinPlan { partition, .. }
@@ -591,7 +593,7 @@ impl Sim {
                     *slot = Slot::GaveUp;
                     self.stats.rejoins_given_up += 1;
                 }
-                m @ Message::PieceReads(_) => j.held.push(m),
+                m @ (Message::PieceReads(_) | Message::RederivePiece { .. }) => j.held.push(m),
                 m @ Message::Batch(_) => {
                     if j.held.len() >= node::process::REJOIN_HELD_BATCHES_MAX {
                         *slot = Slot::GaveUp;

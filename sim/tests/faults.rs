@@ -56,3 +56,14 @@ fn a_run_is_a_pure_function_of_its_seed() {
     let three = run_seed(3, &opts).unwrap_or_else(|f| panic!("{f}"));
     assert_ne!(other.answer_log, three.answer_log, "another seed is another run");
 }
+
+/// Issue 7, found by `glass sim --seeds 5000`: a remote piece ran on replicas that all
+/// crashed before its outcome left them, while a rejoining replica had already copied their
+/// state past it; the home partition's batch stayed parked for good. The coordinator now
+/// asks the partition's live replicas to derive the piece's reads again from a state that
+/// includes it (`Message::RederivePiece`), and the seed heals and checks clean.
+#[test]
+fn a_remote_piece_whose_outcome_died_with_its_replicas_is_derived_again() {
+    let report = run_seed(904, &SimOptions::default()).unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.committed_multi > 0, "{report:?}");
+}

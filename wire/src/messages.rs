@@ -509,6 +509,11 @@ pub enum Message {
     /// A remote piece's outcome: node → coordinator, which forwards it to the executing
     /// replicas of the home partition (DESIGN.md, multi-partition transactions).
     PieceReads(PieceReads),
+    /// Coordinator → a partition's replicas: every replica batch `seq` was sent to failed
+    /// before answering, and the outcome of its remote piece of transaction `ts` never
+    /// reached the home partition; a replica whose state includes batch `seq` derives the
+    /// piece's reads again (changing nothing) and sends them as [`Message::PieceReads`].
+    RederivePiece { partition: PartitionId, home: PartitionId, seq: Seq, ts: Timestamp, input: TxnInput },
 }
 
 impl Message {
@@ -548,6 +553,7 @@ impl Message {
             Message::Promoted { .. } => "Promoted",
             Message::ShipTo { .. } => "ShipTo",
             Message::PieceReads(_) => "PieceReads",
+            Message::RederivePiece { .. } => "RederivePiece",
         }
     }
 }
