@@ -297,31 +297,41 @@ struct Partition {
     /// rides in and the remote pieces' outcomes received, kept for executors that start
     /// later (a promoted backup, a rejoining replica).
     piece_reads: BTreeMap<Timestamp, HeldReads>,
-    /// Active-active: replicas rejoining or just rejoined, with the last batch they executed
-    /// (or copied): piece outcomes they may still need are kept.
-    catching_up: BTreeMap<NodeId, Seq>,
+    /// Active-active: replicas rejoining or just rejoined — they execute batches sent before
+    /// they counted, which may be decided without them — with the last batch they executed
+    /// (or copied) and the last batch sent before they counted (`Seq::MAX` while
+    /// rejoining): piece outcomes they may still need are kept until they reach it.
+    catching_up: BTreeMap<NodeId, (Seq, Seq)>,
     /// Remote pieces decided here since the coordinator last joined them (see
     /// [`Coordinator::settle`]).
     pieces_done: Vec<(ClientRef, Timestamp)>,
 }
 
 /// The remote pieces' outcomes of one multi-partition transaction, kept at its home partition.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct HeldReads {
     /// The home partition's batch the home piece rides in.
     seq: Seq,
+    /// Who asked, the transaction, and the batch each remote piece rides in.
+    tag: ClientRef,
+    input: engine::procedures::TxnInput,
+    remotes: Vec<(PartitionId, Seq)>,
     outcomes: Vec<(PartitionId, PieceOutcome)>,
+}
+
+impl HeldReads {
+    /// Whether partition `q`'s piece's outcome arrived.
+    fn has(&self, q: PartitionId) -> bool {
+        self.outcomes.iter().any(|(from, _)| *from == q)
+    }
 }
 
 /// A multi-partition transaction admitted and not yet answered.
 #[derive(Debug)]
 struct MultiTxn {
     ts: Timestamp,
-    input: engine::procedures::TxnInput,
     home: PartitionId,
     remotes: Vec<PartitionId>,
-    /// The batch each remote piece rides in, in `remotes`' order.
-    remote_seqs: Vec<Seq>,
     /// Each partition's answer for its piece, as they come (`None`: a remote piece done).
     answers: Vec<Option<ClientResult>>,
     /// Remote partitions lost for good before their piece's outcome reached the home
@@ -480,16 +490,16 @@ impl Coordinator {
         let ts = self.clock.next(now_us / 1_000);
         self.last_ts = Some(ts);
         let mut out = Vec::new();
-        let mut remote_seqs = Vec::with_capacity(route.remotes.len());
+        let remote_seqs: Vec<(PartitionId, Seq)> =
+            route.remotes.iter().map(|q| (*q, self.partitions[q].sequencer.next_seq())).collect();
         let parts = std::iter::once((route.home, Part::Home { remotes }))
             .chain(route.remotes.iter().map(|&r| (r, Part::Remote { home: route.home })));
         for (pid, part) in parts {
             let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
-            match part {
-                Part::Home { .. } => {
-                    p.piece_reads.insert(ts, HeldReads { seq: p.sequencer.next_seq(), outcomes: Vec::new() });
-                }
-                _ => remote_seqs.push(p.sequencer.next_seq()),
+            if let Part::Home { .. } = part {
+                let seq = p.sequencer.next_seq();
+                let remotes = remote_seqs.clone();
+                p.piece_reads.insert(ts, HeldReads { seq, tag, input, remotes, outcomes: Vec::new() });
             }
             let closed = p.sequencer.admit_part(ts, input, part, now_us).expect("room checked above");
             p.open_tags.push(tag);
@@ -498,8 +508,7 @@ impl Coordinator {
             }
         }
         let answers = Vec::with_capacity(1 + route.remotes.len());
-        let m =
-            MultiTxn { ts, input, home: route.home, remotes: route.remotes, remote_seqs, answers, lost: Vec::new() };
+        let m = MultiTxn { ts, home: route.home, remotes: route.remotes, answers, lost: Vec::new() };
         self.multi.insert(tag, m);
         out
     }
@@ -709,7 +718,7 @@ impl Coordinator {
             }));
             return;
         };
-        if let Some(done) = p.catching_up.get_mut(&from) {
+        if let Some((done, _)) = p.catching_up.get_mut(&from) {
             *done = (*done).max(results.seq);
         }
         if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
@@ -777,7 +786,7 @@ impl Coordinator {
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
         out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
         if !self.passive {
-            p.catching_up.insert(from, from_seq.saturating_sub(1));
+            p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
         }
     }
@@ -800,8 +809,10 @@ impl Coordinator {
             return;
         };
         p.joining.remove(at);
-        if let Some(done) = p.catching_up.get_mut(&from) {
+        let sent = p.agreement.next_seq().saturating_sub(1);
+        if let Some((done, until)) = p.catching_up.get_mut(&from) {
             *done = (*done).max(snapshot_seq);
+            *until = sent;
         }
         if p.passive {
             if p.backups.contains(&from) || p.agreement.is_stopped() {
@@ -862,7 +873,7 @@ impl Coordinator {
     fn deliver_reads(&mut self, reads: PieceReads, out: &mut Vec<Output>) -> bool {
         let Some(p) = self.partitions.get_mut(&reads.home) else { return false };
         let Some(held) = p.piece_reads.get_mut(&reads.ts) else { return false };
-        if held.outcomes.iter().any(|(from, _)| *from == reads.from) {
+        if held.has(reads.from) {
             return false;
         }
         held.outcomes.push((reads.from, reads.outcome.clone()));
@@ -886,6 +897,7 @@ impl Coordinator {
         }
         let mut kept = Vec::with_capacity(out.len());
         let mut lost = Vec::new();
+        let mut node_down = false;
         let mut answers: Vec<(ClientRef, Option<ClientResult>)> = Vec::new();
         for o in out {
             match o {
@@ -900,6 +912,7 @@ impl Coordinator {
                             lost.push(*partition)
                         }
                         Event::Diverged(d) => lost.push(d.partition),
+                        Event::NodeDown { .. } => node_down = true,
                         _ => {}
                     }
                     kept.push(Output::Event(e));
@@ -912,25 +925,6 @@ impl Coordinator {
         }
         for (tag, answer) in answers {
             let Some(m) = self.multi.get_mut(&tag) else { continue };
-            if let Some(ClientResult::OutcomeUnknown { .. }) = answer {
-                // Every replica a batch was sent to failed before answering: its remote
-                // piece's outcome may be lost with them while a copy of their state lives on.
-                let (home, ts, input) = (m.home, m.ts, m.input);
-                let remotes: Vec<(PartitionId, Seq)> =
-                    m.remotes.iter().copied().zip(m.remote_seqs.iter().copied()).collect();
-                for (q, seq) in remotes {
-                    let arrived = self.partitions[&home]
-                        .piece_reads
-                        .get(&ts)
-                        .is_none_or(|h| h.outcomes.iter().any(|(from, _)| *from == q));
-                    let nodes = self.partitions[&q].executors();
-                    if !arrived && !nodes.is_empty() {
-                        let msg = Message::RederivePiece { partition: q, home, seq, ts, input };
-                        kept.push(Output::ToNodes { nodes, msg });
-                    }
-                }
-            }
-            let Some(m) = self.multi.get_mut(&tag) else { continue };
             m.answers.push(answer);
             if m.answers.len() == 1 + m.remotes.len() {
                 let m = self.multi.remove(&tag).expect("looked up above");
@@ -941,24 +935,56 @@ impl Coordinator {
                 });
             }
         }
+        if node_down {
+            self.rederive_lost_pieces(&mut kept);
+        }
         for q in lost {
+            // Every home piece still waiting for `q`'s piece, answered or not (a rejoining
+            // replica may still run one whose client was answered).
             let waiting: Vec<(ClientRef, PartitionId, Timestamp)> = self
-                .multi
-                .iter()
-                .filter(|(_, m)| m.remotes.contains(&q))
-                .map(|(tag, m)| (*tag, m.home, m.ts))
+                .partitions
+                .values()
+                .flat_map(|p| {
+                    p.piece_reads
+                        .iter()
+                        .filter(|(_, h)| h.remotes.iter().any(|(r, _)| *r == q) && !h.has(q))
+                        .map(|(&ts, h)| (h.tag, p.id, ts))
+                })
                 .collect();
             for (tag, home, ts) in waiting {
                 let reason = format!("partition {q} was lost before its piece reported");
                 let reads = PieceReads { home, from: q, ts, outcome: PieceOutcome::Aborted { reason } };
                 if self.deliver_reads(reads, &mut kept) {
-                    if let Some(m) = self.multi.get_mut(&tag) {
+                    if let Some(m) = self.multi.get_mut(&tag).filter(|m| m.ts == ts) {
                         m.lost.push(q);
                     }
                 }
             }
         }
         kept
+    }
+
+    /// After a node failed: remote pieces whose batch is decided (their replicas answered, or
+    /// all failed) but whose outcome never reached the home partition — it died in flight
+    /// with the replicas that ran it — are derived again by the partition's live replicas
+    /// whose state includes the batch ([`Message::RederivePiece`]; a replica that will run
+    /// the batch itself ignores it).
+    fn rederive_lost_pieces(&self, out: &mut Vec<Output>) {
+        for home in self.partitions.values() {
+            for (&ts, held) in &home.piece_reads {
+                for &(q, seq) in held.remotes.iter().filter(|(q, _)| !held.has(*q)) {
+                    let p = &self.partitions[&q];
+                    if p.phase != Phase::Serving || p.agreement.decided_through() < seq {
+                        continue;
+                    }
+                    let nodes = p.executors();
+                    if !nodes.is_empty() {
+                        let msg = Message::RederivePiece { partition: q, home: home.id, seq, ts, input: held.input };
+                        out.push(Output::ToNodes { nodes, msg });
+                    }
+                }
+            }
+        }
     }
 
     fn node_down(&mut self, node: NodeId, silent_ms: u64, out: &mut Vec<Output>) {
@@ -1171,9 +1197,8 @@ impl Partition {
     /// decided, and executed (or copied) by every replica still catching up.
     fn prune_reads(&mut self) {
         let decided = self.agreement.decided_through();
-        let live = self.agreement.live();
-        self.catching_up.retain(|n, done| !(live.contains(n) && *done >= decided));
-        let floor = self.catching_up.values().copied().min().unwrap_or(decided).min(decided);
+        self.catching_up.retain(|_, (done, until)| done < until);
+        let floor = self.catching_up.values().map(|(done, _)| *done).min().unwrap_or(decided).min(decided);
         while self.piece_reads.first_key_value().is_some_and(|(_, h)| h.seq <= floor) {
             self.piece_reads.pop_first();
         }

@@ -57,13 +57,19 @@ fn a_run_is_a_pure_function_of_its_seed() {
     assert_ne!(other.answer_log, three.answer_log, "another seed is another run");
 }
 
-/// Issue 7, found by `glass sim --seeds 5000`: a remote piece ran on replicas that all
-/// crashed before its outcome left them, while a rejoining replica had already copied their
-/// state past it; the home partition's batch stayed parked for good. The coordinator now
-/// asks the partition's live replicas to derive the piece's reads again from a state that
-/// includes it (`Message::RederivePiece`), and the seed heals and checks clean.
+/// Issue 7, found by `glass sim --seeds 20000`: a remote piece ran on replicas that all
+/// crashed before its outcome left them (seed 904), or whose results reached the coordinator
+/// ahead of its outcome on a reordering link before they crashed (seed 6505), while a
+/// rejoining replica had already copied their state past it; the home partition's batch
+/// stayed parked for good — in seed 904 on a rejoining home replica whose client had already
+/// been answered "outcome unknown". The coordinator now keeps a home piece's remote outcomes
+/// until every replica that may run it reached it, and after a failure asks the remote
+/// partition's live replicas to derive a lost outcome again from a state that includes the
+/// batch (`Message::RederivePiece`); both seeds heal and check clean.
 #[test]
 fn a_remote_piece_whose_outcome_died_with_its_replicas_is_derived_again() {
-    let report = run_seed(904, &SimOptions::default()).unwrap_or_else(|f| panic!("{f}"));
-    assert!(report.committed_multi > 0, "{report:?}");
+    for seed in [904, 6505] {
+        let report = run_seed(seed, &SimOptions::default()).unwrap_or_else(|f| panic!("{f}"));
+        assert!(report.committed_multi > 0, "{report:?}");
+    }
 }
