@@ -36,27 +36,7 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     // A few seconds of the paper's profile, closed loop, several requests in flight.
     let json = dir.join("r.json");
     let acks = dir.join("acks.txt");
-    let o = glass(&[
-        "bench",
-        "--config",
-        cfg,
-        "--profile",
-        "paper",
-        "--duration",
-        "3",
-        "--warmup",
-        "0.5",
-        "--clients",
-        "4",
-        "--inflight",
-        "16",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-        "--ack-log",
-        acks.to_str().unwrap(),
-        "--check",
-    ]);
+    let o = short_checked_bench(cfg, &json, &acks, &["--profile", "paper"]);
     assert!(o.status.success(), "{}", text(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.starts_with("seed: 1"), "{stdout}");

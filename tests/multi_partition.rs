@@ -28,29 +28,7 @@ fn standard_profile_across_partitions(mode: &str) {
 
     let json = dir.join("r.json");
     let acks = dir.join("acks.txt");
-    let o = glass(&[
-        "bench",
-        "--config",
-        cfg,
-        "--profile",
-        "standard",
-        "--multi-partition",
-        "20",
-        "--duration",
-        "3",
-        "--warmup",
-        "0.5",
-        "--clients",
-        "4",
-        "--inflight",
-        "16",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-        "--ack-log",
-        acks.to_str().unwrap(),
-        "--check",
-    ]);
+    let o = short_checked_bench(cfg, &json, &acks, &["--profile", "standard", "--multi-partition", "20"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains(" 0 missing") && !out.contains("FAIL"), "{out}");

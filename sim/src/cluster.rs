@@ -394,20 +394,7 @@ impl Sim {
     /// it serves. A test keeps one to check a partition about to be lost for good.
     pub fn copy_db(&mut self, node: NodeId, partition: PartitionId) -> Option<engine::LeanDb> {
         let r = self.replica_mut(node, partition)?;
-        let seq = r.applied_seq();
-        let Store::Lean(db) = r.store_mut() else { return None };
-        let mut chunks = Vec::new();
-        node::snapshot::stream(db, 1, partition, seq, wire::messages::StateDigest(0), 1 << 22, &mut |m| {
-            chunks.push(m);
-            true
-        });
-        let mut copy = engine::LeanDb::new();
-        for m in chunks {
-            let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
-            let table = engine::schema::TableId::ALL[usize::from(c.table)];
-            workload::client::insert_table(&mut copy, table, &c.rows_bytes).ok()?;
-        }
-        Some(copy)
+        snapshot_copy(r, wire::messages::StateDigest(0)).ok()
     }
 
     /// Whether some replica is rejoining (or gave up rejoining).
@@ -659,20 +646,13 @@ impl Sim {
             // `debug_assertions` only; the final convergence check compares every replica's
             // digest in every build.
             let digest = if cfg!(debug_assertions) { src.state_digest() } else { wire::messages::StateDigest(0) };
-            let mut chunks = Vec::new();
-            let Store::Lean(db) = src.store_mut() else { unreachable!("simulated replicas are lean") };
-            node::snapshot::stream(db, 1, partition, seq, digest, 1 << 22, &mut |m| {
-                chunks.push(m);
-                true
-            });
-            let mut copy = engine::LeanDb::new();
-            for m in chunks {
-                let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
-                let table = engine::schema::TableId::ALL[usize::from(c.table)];
-                if let Err(e) = workload::client::insert_table(&mut copy, table, &c.rows_bytes) {
+            let copy = match snapshot_copy(src, digest) {
+                Ok(copy) => copy,
+                Err(e) => {
                     self.violations.push(format!("node {node} partition {partition}: a bad snapshot chunk: {e}"));
+                    continue;
                 }
-            }
+            };
             let n = self.nodes.get_mut(&node).expect("a configured node");
             let Some(Slot::Joining(j)) = n.slots.remove(&partition) else { unreachable!("listed as joining") };
             let mut r = Replica::restored(node, partition, copy, seq, self.pending_max);
@@ -962,4 +942,23 @@ impl Sim {
             Store::Full(_) => None,
         }
     }
+}
+
+/// A copy of replica `r`'s partition as a rejoin takes it: streamed as snapshot chunks
+/// (`node::snapshot::stream`, closing with `digest`) and inserted into a fresh database.
+fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result<engine::LeanDb, String> {
+    let (partition, seq) = (r.partition(), r.applied_seq());
+    let Store::Lean(db) = r.store_mut() else { return Err("simulated replicas are lean".into()) };
+    let mut chunks = Vec::new();
+    node::snapshot::stream(db, 1, partition, seq, digest, 1 << 22, &mut |m| {
+        chunks.push(m);
+        true
+    });
+    let mut copy = engine::LeanDb::new();
+    for m in chunks {
+        let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
+        let table = engine::schema::TableId::ALL[usize::from(c.table)];
+        workload::client::insert_table(&mut copy, table, &c.rows_bytes).map_err(|e| e.to_string())?;
+    }
+    Ok(copy)
 }

@@ -118,3 +118,14 @@ pub fn logs_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// A short checked cluster bench against the running cluster of `cfg` — 3 s after 0.5 s of
+/// warm-up, 4 connections × 16 in flight, `--check` — writing its JSON report to `json` and
+/// the acknowledged NewOrders to `acks`, with `extra` flags (a profile, shares).
+pub fn short_checked_bench(cfg: &str, json: &Path, acks: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["bench", "--config", cfg];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--duration", "3", "--warmup", "0.5", "--clients", "4", "--inflight", "16", "--quiet"]);
+    args.extend_from_slice(&["--json", json.to_str().unwrap(), "--ack-log", acks.to_str().unwrap(), "--check"]);
+    glass(&args)
+}
