@@ -566,3 +566,34 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
         assert!(c.status().iter().all(|p| p.phase == Phase::Serving && p.inflight_txns == 0));
     }
 }
+
+/// Issue 7: a remote piece's partition answered (its replicas' results agreed) but its
+/// outcome never reached the coordinator — it died in flight with the replica that sent it.
+/// After the failure, the partition's live replicas are asked to derive it again from a
+/// state that includes the batch, for the home piece still waiting.
+#[test]
+fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
+    let mut c = serving(1, 64);
+    let out = c.on_client_request(1, request(1, new_order(1, &[1, 3])), START_US);
+    let remote = batches(&out).into_iter().find(|(_, b)| b.partition == 2).unwrap().1;
+    for node in [1, 2] {
+        c.on_node_message(node, results_with(&remote, TxnOutcome::PieceDone { reads_digest: 1 }), START_US);
+    }
+    let out = c.on_node_lost(1, START_US);
+    let asks: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: Message::RederivePiece { partition, home, seq, ts, .. } } => {
+                Some((nodes.clone(), *partition, *home, *seq, *ts))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(asks, vec![(vec![2], 2, 1, remote.seq, remote.txns[0].ts)], "{out:?}");
+    // Its outcome, derived again, goes to the home partition's replica.
+    let reads = piece_reads(&remote, 2).remove(0);
+    let out = c.on_node_message(2, reads, START_US);
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::ToNodes { nodes, msg: Message::PieceReads(_) } if nodes == &vec![2])));
+}

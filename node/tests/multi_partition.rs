@@ -165,3 +165,70 @@ fn pieces_in_two_replicas_batches_equal_the_whole_procedures_whatever_the_delive
         assert_eq!(*reference.get_or_insert(states.clone()), states, "order seed {order_seed}");
     }
 }
+
+/// A NewOrder supplied by warehouse 2 for warehouse 1, and its two pieces' batches.
+fn one_multi_partition_new_order() -> (TxnInput, Batch, Batch) {
+    let mut cfg = GenConfig::for_profile(Profile::Standard, 1..=2).with_scale(Scale::tiny());
+    cfg.remote_item_pct = 100;
+    cfg.rollback_pct = 0;
+    let mut gen = Generator::new(cfg, 5, LOAD_SEED).unwrap();
+    let input = loop {
+        let i = gen.next(1_000);
+        if matches!(i, TxnInput::NewOrder(o) if o.w_id == 1) && touched(&i).len() > 1 {
+            break i;
+        }
+    };
+    let ts = Timestamp(1_000);
+    let home = Batch {
+        partition: 1,
+        seq: 1,
+        txns: vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 } }],
+        digest_after: false,
+    };
+    let remote = Batch {
+        partition: 2,
+        seq: 1,
+        txns: vec![BatchTxn { ts, input, part: Part::Remote { home: 1 } }],
+        digest_after: false,
+    };
+    (input, home, remote)
+}
+
+/// Issue 7: a remote piece's outcome lost with every replica that sent it is derived again
+/// from a state that includes its batch — the same reads, nothing changed — and not by a
+/// replica that has not run the batch yet (it will send the outcome when it does).
+#[test]
+fn a_lost_remote_outcome_is_derived_again_from_a_state_past_its_batch() {
+    let (input, _, remote) = one_multi_partition_new_order();
+    let mut r = Replica::new(1, 2, loaded(2..=2), 16);
+    assert_eq!(r.rederive_piece(1, 1, Timestamp(1_000), &input), None, "batch 1 not run yet");
+    let out = r.on_message(Message::Batch(remote)).unwrap();
+    let Message::PieceReads(first) = &out[0] else { panic!("{out:?}") };
+    let before = r.state_digest();
+    let again = r.rederive_piece(1, 1, Timestamp(1_000), &input).expect("the state includes batch 1");
+    assert_eq!(&again, first, "the same reads");
+    assert_eq!(r.state_digest(), before, "deriving again changes nothing");
+}
+
+/// Issue 7: a home replica parked at a home piece runs nothing after it, and a `ShipTo`
+/// (a backup joining) waits for the batch's end — shipping starts between batches.
+#[test]
+fn a_parked_batch_runs_nothing_after_its_home_piece_and_shipping_starts_after_it() {
+    let (_, mut home, remote) = one_multi_partition_new_order();
+    let delivery = TxnInput::Delivery(engine::procedures::DeliveryInput { w_id: 1, o_carrier_id: 3, date: 1 });
+    home.txns.push(BatchTxn::whole(Timestamp(1_001), delivery));
+    let mut h = Replica::new(1, 1, loaded(1..=1), 16);
+    let mut rr = Replica::new(2, 2, loaded(2..=2), 16);
+    assert!(h.on_message(Message::Batch(home.clone())).unwrap().is_empty(), "parked: no results yet");
+    assert_eq!(h.parked_at(), Some(Timestamp(1_000)));
+    assert_eq!(h.stats().txns_committed, 0, "the Delivery after the home piece waits");
+    assert!(h.on_message(Message::Batch(home)).unwrap().is_empty(), "a duplicate of the parked batch is dropped");
+    h.on_message(Message::ShipTo { partition: 1, backup: 9 }).unwrap();
+    assert_eq!(h.role(), node::replica::ReplicaRole::Replica, "not while the batch is half run");
+    let reads = rr.on_message(Message::Batch(remote)).unwrap().remove(0);
+    let out = h.on_message(reads).unwrap();
+    let Some(Message::Results(res)) = out.last() else { panic!("{out:?}") };
+    assert!(res.results.iter().all(|t| matches!(t.outcome, TxnOutcome::Committed(_))), "{res:?}");
+    assert_eq!(h.role(), node::replica::ReplicaRole::Primary, "shipping from the next batch on");
+    assert_eq!(h.parked_at(), None);
+}
