@@ -31,7 +31,10 @@ fn standard_profile_across_partitions(mode: &str) {
     let o = short_checked_bench(cfg, &json, &acks, &["--profile", "standard", "--multi-partition", "20"]);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
-    assert!(out.contains(" 0 missing") && !out.contains("FAIL"), "{out}");
+    // Every acknowledged NewOrder's ORDER row and Payment's HISTORY row is in the data.
+    assert!(out.contains("acknowledged NewOrders:") && out.contains("acknowledged Payments:"), "{out}");
+    assert_eq!(out.matches(" missing").count(), out.matches(" 0 missing").count(), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["mode"], mode);
     let multi = v["committed_multi_partition"].as_u64().unwrap();
