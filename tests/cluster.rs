@@ -20,10 +20,7 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     let _teardown = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
 
-    let o = glass(&["cluster", "init", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
-    let o = glass(&["cluster", "up", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
+    let o = init_and_up(cfg);
     assert!(String::from_utf8_lossy(&o.stdout).contains("cluster up"), "{}", text(&o));
     assert_eq!(processes_of(&config).len(), 3, "coordinator and two nodes run");
 

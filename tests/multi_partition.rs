@@ -21,10 +21,7 @@ fn standard_profile_across_partitions(mode: &str) {
     std::fs::write(&config, toml).unwrap();
     let _teardown = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
-    let o = glass(&["cluster", "init", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
-    let o = glass(&["cluster", "up", "--config", cfg]);
-    assert!(o.status.success(), "{}", text(&o));
+    init_and_up(cfg);
 
     let json = dir.join("r.json");
     let acks = dir.join("acks.txt");

@@ -129,3 +129,13 @@ pub fn short_checked_bench(cfg: &str, json: &Path, acks: &Path, extra: &[&str]) 
     args.extend_from_slice(&["--json", json.to_str().unwrap(), "--ack-log", acks.to_str().unwrap(), "--check"]);
     glass(&args)
 }
+
+/// `glass cluster init` then `glass cluster up` for `cfg`, asserting both succeed; returns
+/// the output of `up`.
+pub fn init_and_up(cfg: &str) -> Output {
+    let o = glass(&["cluster", "init", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = glass(&["cluster", "up", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    o
+}
