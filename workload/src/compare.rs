@@ -381,7 +381,9 @@ pub fn render_table(rows: &[CompareRow]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// CSV columns: the row's serde field name and the field's text (empty for `None`).
-type Column = (&'static str, fn(&CompareRow) -> String);
+/// A CSV or table column: its name, and the field of an item it shows.
+type CsvColumn<T> = (&'static str, fn(&T) -> String);
+type Column = CsvColumn<CompareRow>;
 
 fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
@@ -436,12 +438,18 @@ fn csv_field(s: &str) -> String {
 /// The scalar fields (not `bench`) as CSV: a header of the serde field names, then one line
 /// per row; `None` is an empty field, numbers at full precision, lines end with `\n`.
 pub fn to_csv(rows: &[CompareRow]) -> String {
+    csv_table(&CSV_COLUMNS, rows)
+}
+
+/// `items` as CSV through `columns` (name, field of an item): a header of the names, then one
+/// line per item, fields quoted by [`csv_field`], lines ending with `\n`.
+fn csv_table<T>(columns: &[CsvColumn<T>], items: &[T]) -> String {
     let mut out = String::new();
-    let header: Vec<&str> = CSV_COLUMNS.iter().map(|(name, _)| *name).collect();
+    let header: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     out.push_str(&header.join(","));
     out.push('\n');
-    for r in rows {
-        let line: Vec<String> = CSV_COLUMNS.iter().map(|(_, cell)| csv_field(&cell(r))).collect();
+    for item in items {
+        let line: Vec<String> = columns.iter().map(|(_, cell)| csv_field(&cell(item))).collect();
         out.push_str(&line.join(","));
         out.push('\n');
     }

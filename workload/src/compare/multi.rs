@@ -19,7 +19,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{csv_field, mode_color, ms, CompareRow, SvgError, MISSING};
+use super::{csv_table, mode_color, ms, CompareRow, CsvColumn, SvgError, MISSING};
 
 /// The stem of the curve's files (`.json`, `.csv`, `.svg`), written next to the comparison's.
 pub const FILE_STEM: &str = "compare-multi-partition";
@@ -103,7 +103,7 @@ fn series(points: &[CurvePoint]) -> Vec<(&str, Vec<&CurvePoint>)> {
 // Terminal table
 // ---------------------------------------------------------------------------------------------
 
-type Cell = (&'static str, fn(&CurvePoint) -> String);
+type Cell = CsvColumn<CurvePoint>;
 
 const TABLE_COLUMNS: [Cell; 7] = [
     ("multi-partition (%)", |p| p.multi_partition_pct.to_string()),
@@ -182,16 +182,7 @@ const CSV_COLUMNS: [Cell; 14] = [
 /// The points as CSV: a header of the serde field names, one line per point in the order
 /// given; `None` is an empty field, numbers at full precision, lines end with `\n`.
 pub fn to_csv(points: &[CurvePoint]) -> String {
-    let mut out = String::new();
-    let header: Vec<&str> = CSV_COLUMNS.iter().map(|(name, _)| *name).collect();
-    out.push_str(&header.join(","));
-    out.push('\n');
-    for p in points {
-        let line: Vec<String> = CSV_COLUMNS.iter().map(|(_, cell)| csv_field(&cell(p))).collect();
-        out.push_str(&line.join(","));
-        out.push('\n');
-    }
-    out
+    csv_table(&CSV_COLUMNS, points)
 }
 
 /// The points as a JSON array of objects, in the order given.
