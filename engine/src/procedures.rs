@@ -28,9 +28,83 @@ pub struct NewOrderInput {
     pub c_id: u32,
     /// Number of valid entries in `lines` (5–15).
     pub ol_cnt: u8,
+    /// Serialised packed ([`packed_lines`]): up to the last non-default line, 7 bytes a line.
+    #[serde(with = "packed_lines")]
     pub lines: [OrderLineInput; ORDER_LINES_MAX],
     /// O_ENTRY_D: the transaction's timestamp.
     pub entry_d: i64,
+}
+
+/// The serialised form of a NewOrder's order lines: one byte string holding the lines up to
+/// the last one that is not `OrderLineInput::default()`, each as I_ID (u32), the supplying
+/// warehouse (u16) and the quantity (u8), little-endian: 7 bytes a line, so a 10-line order
+/// travels in 70 bytes and decodes with one copy instead of 45 field visits. Trailing default
+/// lines (beyond `ol_cnt`, as the generator leaves them) are implied, so every array
+/// round-trips exactly. Decoding refuses a string that is not a whole number of lines or
+/// holds more than [`ORDER_LINES_MAX`].
+pub mod packed_lines {
+    use super::{OrderLineInput, ORDER_LINES_MAX};
+    use serde::de::{Error, SeqAccess, Visitor};
+
+    const LINE_BYTES: usize = 7;
+
+    pub fn serialize<S: serde::Serializer>(lines: &[OrderLineInput; ORDER_LINES_MAX], s: S) -> Result<S::Ok, S::Error> {
+        let used = lines.iter().rposition(|l| *l != OrderLineInput::default()).map_or(0, |i| i + 1);
+        let mut buf = [0u8; ORDER_LINES_MAX * LINE_BYTES];
+        for (l, out) in lines[..used].iter().zip(buf.chunks_exact_mut(LINE_BYTES)) {
+            out[..4].copy_from_slice(&l.i_id.to_le_bytes());
+            out[4..6].copy_from_slice(&l.supply_w_id.to_le_bytes());
+            out[6] = l.quantity;
+        }
+        s.serialize_bytes(&buf[..used * LINE_BYTES])
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[OrderLineInput; ORDER_LINES_MAX], D::Error> {
+        d.deserialize_bytes(Packed)
+    }
+
+    fn unpack<E: Error>(bytes: &[u8]) -> Result<[OrderLineInput; ORDER_LINES_MAX], E> {
+        if bytes.len() % LINE_BYTES != 0 || bytes.len() > ORDER_LINES_MAX * LINE_BYTES {
+            return Err(E::invalid_length(bytes.len(), &Packed));
+        }
+        let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
+        for (l, b) in lines.iter_mut().zip(bytes.chunks_exact(LINE_BYTES)) {
+            *l = OrderLineInput {
+                i_id: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                supply_w_id: u16::from_le_bytes([b[4], b[5]]),
+                quantity: b[6],
+            };
+        }
+        Ok(lines)
+    }
+
+    struct Packed;
+
+    impl<'de> Visitor<'de> for Packed {
+        type Value = [OrderLineInput; ORDER_LINES_MAX];
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "order lines packed 7 bytes each, at most {ORDER_LINES_MAX}")
+        }
+
+        fn visit_bytes<E: Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+            unpack(v)
+        }
+
+        /// Self-describing formats (JSON) give the bytes as a sequence of numbers.
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut buf = [0u8; ORDER_LINES_MAX * LINE_BYTES];
+            let mut n = 0;
+            while let Some(b) = seq.next_element::<u8>()? {
+                if n == buf.len() {
+                    return Err(A::Error::invalid_length(n + 1, &self));
+                }
+                buf[n] = b;
+                n += 1;
+            }
+            unpack(&buf[..n])
+        }
+    }
 }
 
 impl NewOrderInput {

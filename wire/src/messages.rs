@@ -21,7 +21,7 @@ use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`].
-pub const PROTOCOL_VERSION: u8 = 4;
+pub const PROTOCOL_VERSION: u8 = 5;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
