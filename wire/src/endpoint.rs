@@ -73,6 +73,12 @@ const STREAM_WINDOW_BYTES_MIN: usize = 1_250_000;
 const ACK_ELICITING_THRESHOLD: u32 = 16;
 /// How long a peer may delay an acknowledgement.
 const MAX_ACK_DELAY_MS: u64 = 2;
+/// The largest UDP payload an endpoint accepts and MTU discovery may probe for. QUIC starts
+/// every path at 1,200 bytes and probes upward (RFC 9000 §14.3); quinn stops at 1,452 by
+/// default, which on loopback (MTU 65,536) or a jumbo-frame network splits a 64-transaction
+/// batch into four or more packets, each decrypted, acknowledged and woken for separately.
+/// Where the path is narrower the probes are simply lost and discovery settles below it.
+const UDP_PAYLOAD_BYTES_MAX: u16 = 65_000;
 
 /// The limits a listener or a dialler applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,7 +258,19 @@ fn transport_config(limits: &EndpointLimits) -> Arc<TransportConfig> {
     ack.ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD));
     ack.max_ack_delay(Some(Duration::from_millis(MAX_ACK_DELAY_MS)));
     t.ack_frequency_config(Some(ack));
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(UDP_PAYLOAD_BYTES_MAX);
+    t.mtu_discovery_config(Some(mtu));
     Arc::new(t)
+}
+
+/// A UDP endpoint on `addr` that accepts datagrams of up to [`UDP_PAYLOAD_BYTES_MAX`] (quinn's
+/// default endpoint refuses more than 1,472).
+fn endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> std::io::Result<quinn::Endpoint> {
+    let mut config = quinn::EndpointConfig::default();
+    config.max_udp_payload_size(UDP_PAYLOAD_BYTES_MAX).map_err(std::io::Error::other)?;
+    let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no tokio runtime"))?;
+    quinn::Endpoint::new(config, server, std::net::UdpSocket::bind(addr)?, runtime)
 }
 
 /// Checks a peer's Hello against ours: same protocol version, same cluster.
@@ -568,7 +586,7 @@ pub async fn listen(
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| EndpointError::TlsConfig { detail: e.to_string() })?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(transport_config(&limits));
-    let endpoint = quinn::Endpoint::server(server, addr).map_err(|source| EndpointError::Bind { addr, source })?;
+    let endpoint = endpoint(addr, Some(server)).map_err(|source| EndpointError::Bind { addr, source })?;
     let local_addr = endpoint.local_addr().map_err(|source| EndpointError::Bind { addr, source })?;
     let (tx, accepted) = mpsc::channel(limits.connections_max.max(1));
     let task = tokio::spawn(accept_loop(endpoint.clone(), hello, limits, tx));
@@ -730,7 +748,7 @@ async fn connect_inner(
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
     };
-    let endpoint = quinn::Endpoint::client(bind).map_err(|source| EndpointError::Bind { addr: bind, source })?;
+    let endpoint = endpoint(bind, None).map_err(|source| EndpointError::Bind { addr: bind, source })?;
     let connect_error = |detail: String| EndpointError::Connect { addr, server_name: server_name.to_string(), detail };
     let connecting = endpoint.connect_with(client, addr, server_name).map_err(|e| connect_error(e.to_string()))?;
     let dial_error = |e| lost_while_dialling(addr, server_name, role, e);
