@@ -40,7 +40,7 @@ pub struct BenchArgs {
     /// warehouse].
     #[arg(long)]
     clients: Option<usize>,
-    /// Cluster bench: requests each connection keeps in flight [default: 32].
+    /// Cluster bench: requests each connection keeps in flight [default: 128].
     #[arg(long)]
     inflight: Option<usize>,
     /// Cluster bench: open loop at this many transactions per second over all connections

@@ -75,7 +75,7 @@ pub struct FailoverArgs {
     /// Client connections [default: one per warehouse].
     #[arg(long)]
     pub clients: Option<usize>,
-    /// Requests each connection keeps in flight [default: 64].
+    /// Requests each connection keeps in flight [default: 128].
     #[arg(long)]
     pub inflight: Option<usize>,
     /// Seed of the input generator.
