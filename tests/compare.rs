@@ -122,5 +122,11 @@ fn impossible_flags_are_refused_and_nothing_runs() {
         assert!(String::from_utf8_lossy(&out.stderr).contains(needle), "{}", text(&out));
         assert!(!json.exists() && !dir.join("run").exists(), "a refused compare wrote something");
     }
+    // A per-run file named as the multi-partition curve's own would be overwritten by it.
+    let curve = dir.join("compare-multi-partition.json");
+    let out = compare(&config, &["--multi-partition", "10", "--json", curve.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("would be overwritten by the multi-partition curve"));
+    assert!(!curve.exists() && !dir.join("run").exists(), "a refused compare wrote something");
     let _ = std::fs::remove_dir_all(&dir);
 }

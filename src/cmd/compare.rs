@@ -169,6 +169,18 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         let dir = if curve_dir.as_os_str().is_empty() { Path::new(".") } else { curve_dir.as_path() };
         dir.join(format!("{}.{x}", curve::FILE_STEM))
     });
+    if !a.multi_partition.is_empty() {
+        for (flag, given) in [("--json", &a.json), ("--csv", &a.csv), ("--svg", &a.svg)] {
+            if let Some(p) = given.as_ref().filter(|p| curve_files.iter().any(|c| same_file_name(c, p))) {
+                bail!(
+                    "{flag} {} would be overwritten by the multi-partition curve, which is written as {}.{{json,csv,svg}} \
+                     in the same directory: give the per-run file another name",
+                    p.display(),
+                    curve::FILE_STEM
+                );
+            }
+        }
+    }
     // Every plan first, so an impossible flag fails before anything runs.
     let factors: Vec<Option<usize>> =
         if a.replicas.is_empty() { vec![None] } else { a.replicas.iter().copied().map(Some).collect() };
@@ -434,6 +446,19 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
 
 /// Bytes of the files a run left in its directory besides what the launcher writes (process
 /// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
+/// Whether two paths name the same file, judged without touching the disk (neither needs to
+/// exist): equal once a bare file name is taken as relative to `.`.
+fn same_file_name(a: &Path, b: &Path) -> bool {
+    let norm = |p: &Path| -> PathBuf {
+        if p.parent().is_none_or(|d| d.as_os_str().is_empty()) {
+            Path::new(".").join(p)
+        } else {
+            p.to_path_buf()
+        }
+    };
+    norm(a) == norm(b)
+}
+
 fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
     let launcher: Vec<PathBuf> = std::iter::once(Proc::Coordinator)
         .chain(cluster.config.nodes.iter().map(|n| Proc::Node(n.id)))
