@@ -116,8 +116,8 @@ pub fn prefault_enabled() -> bool {
 
 /// Hands `[ptr, ptr + bytes)` to the pre-faulter thread, which populates its pages
 /// (`MADV_POPULATE_WRITE`) before the executor thread first writes there. On this VM a first
-/// touch costs ≈1.2 ns per byte (a 2 MiB page ≈2.5 ms to zero and back), which would otherwise
-/// land inside transactions. The thread only asks the kernel to fault pages in: it never reads
+/// touch costs 1.2–2.6 ns per byte (a 2 MiB page 2.5–5 ms: the host backs it on first
+/// touch), which would otherwise land inside transactions. The thread only asks the kernel to fault pages in: it never reads
 /// or writes the data, and it is only a hint (the executor faults the pages itself if the
 /// pre-faulter has not got there).
 fn prefault_async(ptr: *mut u8, bytes: usize) {
