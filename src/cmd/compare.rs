@@ -444,8 +444,6 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
     })
 }
 
-/// Bytes of the files a run left in its directory besides what the launcher writes (process
-/// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
 /// Whether two paths name the same file, judged without touching the disk (neither needs to
 /// exist): equal once a bare file name is taken as relative to `.`.
 fn same_file_name(a: &Path, b: &Path) -> bool {
@@ -459,6 +457,8 @@ fn same_file_name(a: &Path, b: &Path) -> bool {
     norm(a) == norm(b)
 }
 
+/// Bytes of the files a run left in its directory besides what the launcher writes (process
+/// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
 fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
     let launcher: Vec<PathBuf> = std::iter::once(Proc::Coordinator)
         .chain(cluster.config.nodes.iter().map(|n| Proc::Node(n.id)))
