@@ -9,8 +9,8 @@
 //! last one splits by starting a new leaf instead of halving (as B-trees in production do for
 //! ascending inserts), and one whose inserts keep landing one past the previous insert splits
 //! at that point, so TPC-C's ever-growing order keys (ascending within each district, in the
-//! middle of the key space) fill leaves completely. Deletion
-//! removes empty nodes but does not rebalance under-full ones (lazy deletion).
+//! middle of the key space) fill leaves completely. Deletion removes empty nodes but does not
+//! rebalance under-full ones (lazy deletion).
 //! Everything depends only on the sequence of operations: two replicas fed the same sequence
 //! hold identical trees.
 
