@@ -33,6 +33,8 @@ use super::cluster::{runtime, Cluster, Proc, Up};
 
 /// How often the coordinator's view of live replicas is polled around the kill.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How long one status poll waits for the coordinator's answer.
+const STATUS_PATIENCE: Duration = Duration::from_millis(1_000);
 
 #[derive(Args, Debug)]
 pub struct FailoverArgs {
@@ -57,6 +59,17 @@ pub struct FailoverArgs {
     /// Stop this node with SIGTERM (a clean shutdown) instead of killing it.
     #[arg(long)]
     pub stop: Option<NodeId>,
+    /// A kill loop instead of one kill: CYCLES cycles, the first at `--at`, one every
+    /// `--every` seconds. Each SIGKILLs a node drawn from `--seed`, restarts it after
+    /// `--restart-after` seconds (it rejoins), SIGKILLs it again 50–500 ms into its rejoin,
+    /// and restarts it once more to rejoin for good. Reports the longest stretch in which no
+    /// partition committed, and checks that nothing acknowledged was lost.
+    #[arg(long, value_name = "CYCLES", conflicts_with_all = ["stop", "kill"])]
+    pub kill_loop: Option<u32>,
+    /// Kill loop: seconds from one cycle's first kill to the next's (a cycle that runs longer
+    /// delays the next).
+    #[arg(long, default_value_t = 8.0, requires = "kill_loop")]
+    pub every: f64,
     /// Seconds into the measured phase at which the node is killed.
     #[arg(long, default_value_t = 3.0)]
     pub at: f64,
@@ -149,6 +162,11 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     if !(a.at > 0.0 && a.at < a.duration) {
         bail!("--at {} must fall inside the measured phase (0 < at < --duration {})", a.at, a.duration);
     }
+    if let Some(cycles) = a.kill_loop {
+        if cycles == 0 || !(a.every > 0.0) {
+            bail!("--kill-loop needs at least one cycle and a positive --every (got {cycles} and {})", a.every);
+        }
+    }
     if let Some(r) = a.restart_after {
         if !(r > 0.0 && a.at + r < a.duration) {
             bail!("--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)");
@@ -177,6 +195,50 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         outages: true,
     };
     cfg.validate()?;
+    if let Some(cycles) = a.kill_loop {
+        println!(
+            "failover: {} on {} ({} warehouses); a kill loop of {cycles} cycles from {:.1} s, one every {:.1} s",
+            config.mode,
+            base.path.display(),
+            warehouses,
+            a.at,
+            a.every
+        );
+        config.run_dir = config.run_dir.join("failover").join(config.mode.name());
+        let x = KillLoop {
+            cycles,
+            at: a.at,
+            every: a.every,
+            restart_after: a.restart_after.unwrap_or(1.0),
+            seed: a.seed,
+            cfg,
+            shares,
+            quiet: a.quiet,
+        };
+        let r = kill_loop(&config, &x)?;
+        println!();
+        print!("{r}");
+        if let Some(p) = &a.json {
+            super::write_json(p, &r)?;
+        }
+        if a.svg.is_some() {
+            println!("(no SVG for a kill loop: the per-100 ms timeline is in --json)");
+        }
+        let loss_allowed = config.mode == Mode::ActivePassive && config.shipping == Shipping::Async;
+        if (r.lost_acknowledged > 0 && !loss_allowed) || !r.digests_equal || !r.consistent {
+            eprintln!("glass: error: the kill loop lost acknowledged transactions or left replicas inconsistent");
+            return Ok(ExitCode::from(1));
+        }
+        if r.rejoins_completed < r.cycles {
+            eprintln!(
+                "glass: error: {} of {} restarted nodes did not rejoin",
+                r.cycles - r.rejoins_completed,
+                r.cycles
+            );
+            return Ok(ExitCode::from(1));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "failover: {} on {} ({} warehouses); node {victim} gets {} {:.1} s into the measured phase{}",
         config.mode,
@@ -363,6 +425,173 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
     Ok(r)
 }
 
+/// A kill loop: see `--kill-loop`.
+pub struct KillLoop {
+    pub cycles: u32,
+    /// Seconds into the measured phase of the first kill, and between cycles.
+    pub at: f64,
+    pub every: f64,
+    pub restart_after: f64,
+    /// Draws the victims and the moments inside each rejoin.
+    pub seed: u64,
+    pub cfg: DriverConfig,
+    pub shares: RemoteShares,
+    pub quiet: bool,
+}
+
+/// What the kill loop's thread did.
+#[derive(Debug, Default)]
+struct LoopEvents {
+    /// (node, when, still rejoining)
+    kills: Vec<(NodeId, Instant, bool)>,
+    cycles: u32,
+    rejoins_completed: u32,
+    error: Option<String>,
+}
+
+/// How long after the measured phase the last restarted node may take to rejoin before the
+/// replicas are compared.
+const LAST_REJOIN_GRACE: Duration = Duration::from_secs(30);
+
+/// Runs a kill loop on a cluster derived from `config` (see [`experiment`]).
+pub fn kill_loop(config: &ClusterConfig, x: &KillLoop) -> Result<report::KillLoopReport> {
+    let duration_s = match x.cfg.stop {
+        StopAfter::Seconds(s) => s,
+        StopAfter::Transactions(_) => bail!("a kill loop runs for a time"),
+    };
+    let cluster = Cluster::derived(config, "Derived by `glass failover --kill-loop`.")?;
+    let path = cluster.path.clone();
+    let children = match cluster.up(!x.quiet)? {
+        Up::Started(c) => c,
+        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
+    };
+    let mut guard = StopOnDrop { cluster: &cluster, armed: true, children };
+    let rt = runtime()?;
+    let client = cluster.client();
+    let local = cluster.running_procs();
+    let mut pids: std::collections::BTreeMap<NodeId, u32> = local
+        .iter()
+        .filter_map(|r| match r.proc {
+            Proc::Node(id) => Some((id, r.pid)),
+            Proc::Coordinator => None,
+        })
+        .collect();
+    let nodes: Vec<NodeId> = config.nodes.iter().map(|n| n.id).filter(|id| pids.contains_key(id)).collect();
+    if nodes.is_empty() {
+        bail!("no node of {} runs here", path.display());
+    }
+
+    let start = Instant::now();
+    let first = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
+    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
+    let (every, restart_after) = (Duration::from_secs_f64(x.every), Duration::from_secs_f64(x.restart_after));
+    let (cycles, seed) = (x.cycles, x.seed);
+    let handle = rt.handle().clone();
+    let killer_client = client.clone();
+    let killer = std::thread::spawn(move || {
+        let mut ev = LoopEvents::default();
+        let mut rng = workload::rng::Rng::stream(seed, 0x6b69_6c6c);
+        let mut next = first;
+        let sigkill = |pid: u32| {
+            // SAFETY: kill(2) with a pid this command started; no memory is involved.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) == 0 }
+        };
+        let restart = |victim: NodeId| Cluster::open(&path).and_then(|c| c.restart_node(victim, &["--rejoin"]));
+        for _ in 0..cycles {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            if Instant::now() + 2 * restart_after >= run_end {
+                break;
+            }
+            ev.cycles += 1;
+            let victim = nodes[rng.below(nodes.len() as u64) as usize];
+            if !sigkill(pids[&victim]) {
+                ev.error = Some(format!("cannot SIGKILL node {victim}: {}", std::io::Error::last_os_error()));
+                return ev;
+            }
+            ev.kills.push((victim, Instant::now(), false));
+            handle.block_on(wait_status(&killer_client, victim, run_end, |p| !p.replicas.contains(&victim)));
+            std::thread::sleep(restart_after);
+            // Restarted, then killed again in the middle of its rejoin.
+            let mut joiner = match restart(victim) {
+                Ok(c) => c,
+                Err(e) => {
+                    ev.error = Some(format!("cannot restart node {victim}: {e:#}"));
+                    return ev;
+                }
+            };
+            std::thread::sleep(Duration::from_millis(rng.uniform(50, 500)));
+            // One look (the window closes after the first poll): is it counted live yet?
+            let once = Instant::now() + Duration::from_millis(1);
+            let rejoined = handle.block_on(wait_status(&killer_client, victim, once, |p| p.replicas.contains(&victim)));
+            let _ = joiner.kill();
+            let _ = joiner.wait();
+            ev.kills.push((victim, Instant::now(), rejoined.is_none()));
+            std::thread::sleep(restart_after);
+            match restart(victim) {
+                Ok(child) => {
+                    pids.insert(victim, child.id());
+                    std::mem::forget(child); // reaped by `cluster down`'s wait, not here
+                }
+                Err(e) => {
+                    ev.error = Some(format!("cannot restart node {victim}: {e:#}"));
+                    return ev;
+                }
+            }
+            let rejoined = handle.block_on(wait_status(&killer_client, victim, run_end + LAST_REJOIN_GRACE, |p| {
+                p.replicas.contains(&victim) && p.phase == "serving"
+            }));
+            if rejoined.is_some() {
+                ev.rejoins_completed += 1;
+            }
+            next = (next + every).max(Instant::now());
+        }
+        ev
+    });
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
+    let ev = killer.join().map_err(|_| anyhow::anyhow!("the kill loop's thread panicked"))?;
+    let Measurement { report: bench_report, acks, payments, outcome_unknown, unavailable, fine, origin, .. } =
+        measured?;
+    if let Some(e) = &ev.error {
+        bail!("{e}");
+    }
+    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
+    if !verdict.passed() {
+        eprint!("{verdict}");
+    }
+    guard.armed = false;
+    cluster.down(false)?;
+    drop(guard);
+
+    let (per_partition, all) = report::longest_silences(&fine, BUCKET);
+    Ok(report::KillLoopReport {
+        mode: config.mode.name().to_string(),
+        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        failure_timeout_ms: config.timeouts.failure_timeout_ms,
+        cycles: ev.cycles,
+        kills: ev
+            .kills
+            .iter()
+            .map(|&(node, at, while_rejoining)| report::LoopKill {
+                node,
+                at_s: at.saturating_duration_since(origin).as_secs_f64(),
+                while_rejoining,
+            })
+            .collect(),
+        rejoins_completed: ev.rejoins_completed,
+        longest_silence_ms: all,
+        longest_silence_per_partition_ms: per_partition,
+        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
+        lost_acknowledged: (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64,
+        outcome_unknown,
+        unavailable_answers: unavailable,
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed(),
+        committed: bench_report.committed,
+        seconds: bench_report.seconds,
+        timeline: report::timeline(&fine, BUCKET),
+    })
+}
+
 /// Polls the coordinator until `holds(partition report)` is true of every partition node
 /// `node` holds; `None` if that does not happen before `until`.
 async fn wait_status(
@@ -378,15 +607,19 @@ async fn wait_status(
             link = client.connect_coordinator().await.ok();
         }
         if let Some(l) = link.as_mut() {
-            match client::status(l).await {
-                Ok(st) => {
+            // A coordinator that does not answer within the poll's patience counts as a
+            // failed poll (it once stalled for 30 s; the poll must not stall with it).
+            let answer = tokio::time::timeout(STATUS_PATIENCE, client::status(l)).await;
+            match answer.ok().and_then(Result::ok) {
+                Some(st) => {
                     let ok =
                         mine.iter().all(|pid| st.partitions.iter().find(|p| p.partition == *pid).is_some_and(&holds));
                     if ok {
                         return Some(Instant::now());
                     }
                 }
-                Err(_) => link = None,
+                // A late answer would be read as the next poll's: start afresh.
+                None => link = None,
             }
         }
         tokio::time::sleep(POLL_INTERVAL).await;

@@ -77,6 +77,102 @@ pub struct FailoverReport {
     pub timeline: Vec<TimelinePoint>,
 }
 
+/// One kill of a kill loop.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LoopKill {
+    pub node: u16,
+    /// Seconds from the run's start.
+    pub at_s: f64,
+    /// Whether the node was still rejoining (not yet counted live again) when it was killed.
+    pub while_rejoining: bool,
+}
+
+/// The record of a kill loop (`glass failover --kill-loop N`): nodes SIGKILLed again and again,
+/// each restarted and killed once more in the middle of its rejoin, then restarted to rejoin
+/// for good — the adversarial run that once stalled the whole cluster for 30 s.
+#[derive(Debug, Clone, Serialize)]
+pub struct KillLoopReport {
+    pub mode: String,
+    pub shipping: Option<String>,
+    pub failure_timeout_ms: u64,
+    /// Cycles run (each: kill, restart, kill while rejoining, restart).
+    pub cycles: u32,
+    pub kills: Vec<LoopKill>,
+    /// Cycles whose last restart rejoined (the node counted live and its partitions serving)
+    /// within the run.
+    pub rejoins_completed: u32,
+    /// The longest stretch in which no partition committed anything (ms, to the timeline's
+    /// 100 ms resolution).
+    pub longest_silence_ms: f64,
+    /// The longest stretch without a commit, per partition (cluster.toml order).
+    pub longest_silence_per_partition_ms: Vec<f64>,
+    pub acknowledged_checked: u64,
+    pub lost_acknowledged: u64,
+    pub outcome_unknown: u64,
+    pub unavailable_answers: u64,
+    pub digests_equal: bool,
+    pub consistent: bool,
+    pub committed: u64,
+    pub seconds: f64,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// The longest run of buckets of `fine` (commits per bucket and partition) in which nothing
+/// committed: per partition, and in all partitions at once; in milliseconds.
+pub fn longest_silences(fine: &[Vec<u64>], bucket: Duration) -> (Vec<f64>, f64) {
+    let partitions = fine.first().map_or(0, Vec::len);
+    let ms = bucket.as_secs_f64() * 1e3;
+    let longest = |silent: &dyn Fn(&[u64]) -> bool| {
+        let (mut run, mut best) = (0usize, 0usize);
+        for row in fine {
+            run = if silent(row) { run + 1 } else { 0 };
+            best = best.max(run);
+        }
+        best as f64 * ms
+    };
+    let per = (0..partitions).map(|p| longest(&|row: &[u64]| row[p] == 0)).collect();
+    (per, longest(&|row: &[u64]| row.iter().all(|&n| n == 0)))
+}
+
+impl std::fmt::Display for KillLoopReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "kill loop: {}{}, {} cycles, failure timeout {} ms",
+            self.mode,
+            self.shipping.as_ref().map_or(String::new(), |s| format!(" ({s} shipping)")),
+            self.cycles,
+            self.failure_timeout_ms
+        )?;
+        for k in &self.kills {
+            writeln!(
+                f,
+                "  SIGKILL node {} at {:>5.1} s{}",
+                k.node,
+                k.at_s,
+                if k.while_rejoining { " (while it rejoined)" } else { "" }
+            )?;
+        }
+        writeln!(f, "  rejoins completed    {} of {}", self.rejoins_completed, self.cycles)?;
+        writeln!(f, "  longest stretch without any commit   {:.0} ms", self.longest_silence_ms)?;
+        for (i, ms) in self.longest_silence_per_partition_ms.iter().enumerate() {
+            writeln!(f, "  partition {:<3}        longest stretch without a commit {ms:.0} ms", i + 1)?;
+        }
+        writeln!(f, "  committed            {} in {:.1} s", self.committed, self.seconds)?;
+        writeln!(
+            f,
+            "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
+            self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
+        )?;
+        writeln!(
+            f,
+            "  afterwards           digests {}, TPC-C consistency {}",
+            if self.digests_equal { "equal" } else { "DIFFER" },
+            if self.consistent { "holds" } else { "VIOLATED" }
+        )
+    }
+}
+
 /// How long after the kill a pause may begin and still count as the kill's: batches whose
 /// results all arrived before the kill still commit just after it.
 pub const PAUSE_START_AFTER_KILL_MAX: Duration = Duration::from_millis(200);
@@ -232,6 +328,15 @@ mod tests {
         assert_eq!(o[0].unavailability_ms, Some(1_150.0));
         assert_eq!(o[1].unavailability_ms, None);
         assert_eq!(o[1].unavailability_at_most_ms, Some(20.0), "an upper bound, never zero");
+    }
+
+    #[test]
+    fn longest_silences_count_consecutive_empty_buckets() {
+        let fine = vec![vec![1, 1], vec![0, 1], vec![0, 0], vec![0, 0], vec![2, 0], vec![0, 0], vec![1, 1]];
+        let (per, all) = longest_silences(&fine, ms(100));
+        assert_eq!(per, vec![300.0, 400.0]);
+        assert_eq!(all, 200.0, "only where every partition is silent");
+        assert_eq!(longest_silences(&[], ms(100)), (Vec::new(), 0.0));
     }
 
     #[test]
