@@ -14,10 +14,17 @@
 //!   queued (up to [`CORE_DRAIN_MAX`] events),
 //!   then sends each client its replies as one `ClientReplies` frame; a batch for several
 //!   replicas is encoded once and the same bytes go to each;
-//! - each connection has a reader task (decode, queue to the core) and a writer task (bounded
-//!   queue to the link). The core waits for room in a node's queue (backpressure reaches the
-//!   clients through the core's queue and QUIC flow control); a client that does not read
-//!   its replies until its queue ([`CLIENT_OUTBOX_MAX`] frames) is full is disconnected;
+//! - each connection has a reader task (decode, queue to the core) and a writer task (a queue
+//!   to the link). Nothing one peer does may stall the core (and with it the failure
+//!   detector): the core never waits on a peer. A node's queue is bounded in bytes
+//!   ([`NODE_OUTBOX_BYTES_MAX`]); a node that lets it fill does not read what it is sent (it
+//!   is dead, hung, or hostile), so it is declared failed and its link closed. A client that
+//!   lets its queue ([`CLIENT_OUTBOX_MAX`] frames) fill is disconnected. Backpressure on
+//!   healthy peers comes from the partitions' bound on transactions in flight;
+//! - a node declared failed (silent past `failure_timeout_ms`, its link lost, or its queue
+//!   full) is disconnected at once; a node that connects again (a restarted process) replaces
+//!   its old connection, and a node still counted live then is first declared failed: its
+//!   new process holds none of the old one's state;
 //! - the state machine is built once every node of `cluster.toml` has joined (until then
 //!   requests are answered "not ready" and load reports are kept): nodes started by hand on
 //!   other hosts may come minutes apart, and a node that never came could not be told from
@@ -34,6 +41,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,8 +61,15 @@ use crate::error::CoordinatorError;
 pub const CORE_INBOX_MAX: usize = 8_192;
 /// Events the core handles before it flushes the replies they produced.
 pub const CORE_DRAIN_MAX: usize = 512;
-/// Encoded frames queued for one node.
-pub const NODE_OUTBOX_MAX: usize = 1_024;
+/// Bytes of encoded frames queued for one node (each frame is shared by every replica it goes
+/// to, so this bounds what one node can pin). A live node reads its batches as they come —
+/// a rejoining one holds them while it copies a replica — so this is slack for a slow moment
+/// (several seconds of a partition's batches at full load), not a working queue; a node that
+/// lets it fill is declared failed.
+pub const NODE_OUTBOX_BYTES_MAX: usize = 64 << 20;
+/// Application close code of a node link the coordinator ends because the node counts as
+/// failed (or a newer connection of the same node replaced it).
+pub const CLOSE_NODE_FAILED: u32 = 16;
 /// Frames queued for one client; a client that lets it fill is disconnected.
 pub const CLIENT_OUTBOX_MAX: usize = 1_024;
 /// Replies in one `ClientReplies` frame (each ≤ ~256 bytes: far below the frame limit).
@@ -126,8 +141,41 @@ pub async fn bind(config: &ClusterConfig, address: SocketAddr) -> Result<Listene
     Ok(endpoint::listen(address, tls, hello(config), limits).await?)
 }
 
-/// The queue of encoded frames to one node.
-type NodeOutbox = mpsc::Sender<Arc<Vec<u8>>>;
+/// The queue of encoded frames to one node's writer task, bounded in bytes, and the means to
+/// end that node's link from the core.
+#[derive(Debug)]
+struct NodeOutbox {
+    conn: ConnId,
+    frames: mpsc::UnboundedSender<Arc<Vec<u8>>>,
+    /// Bytes queued and not yet handed to QUIC (the writer subtracts what it sent).
+    queued: Arc<AtomicUsize>,
+    /// Set once to end the link: the writer closes the connection with [`CLOSE_NODE_FAILED`]
+    /// and this reason.
+    close: Arc<std::sync::OnceLock<String>>,
+    closed: Arc<tokio::sync::Notify>,
+}
+
+impl NodeOutbox {
+    /// Queues `frame` unless that would exceed [`NODE_OUTBOX_BYTES_MAX`]; `false`: the node
+    /// does not read what it is sent.
+    fn offer(&self, frame: &Arc<Vec<u8>>) -> bool {
+        let len = frame.len();
+        let queued = self.queued.load(Ordering::Relaxed);
+        if queued > 0 && queued + len > NODE_OUTBOX_BYTES_MAX {
+            return false;
+        }
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        // A send error means the writer is gone: the reader reports the link lost.
+        let _ = self.frames.send(frame.clone());
+        true
+    }
+
+    /// Ends the link (the writer closes the connection, the reader then stops).
+    fn close(&self, reason: String) {
+        let _ = self.close.set(reason);
+        self.closed.notify_one();
+    }
+}
 
 /// A connection's serial number (a node may reconnect: its old connection's late events are
 /// told apart).
@@ -139,8 +187,7 @@ enum CoreEvent {
     Tick,
     NodeUp {
         node: NodeId,
-        conn: ConnId,
-        out: mpsc::Sender<Arc<Vec<u8>>>,
+        out: NodeOutbox,
     },
     FromNode {
         node: NodeId,
@@ -220,7 +267,7 @@ struct Core {
     started: Instant,
     /// Built once every node joined.
     machine: Option<Coordinator>,
-    nodes: BTreeMap<NodeId, (ConnId, NodeOutbox)>,
+    nodes: BTreeMap<NodeId, NodeOutbox>,
     /// The last load report of each replica that arrived before the machine was built.
     early_load: BTreeMap<(NodeId, wire::messages::PartitionId), Message>,
     clients: HashMap<ClientId, mpsc::Sender<Message>>,
@@ -260,28 +307,28 @@ impl Core {
                 () = shutdown.as_mut() => return "signal".to_string(),
             };
             if let Some(ev) = first {
-                if let Some(why) = self.handle(ev).await {
+                if let Some(why) = self.handle(ev) {
                     return why;
                 }
                 for _ in 1..CORE_DRAIN_MAX {
                     let Ok(ev) = rx.try_recv() else { break };
-                    if let Some(why) = self.handle(ev).await {
+                    if let Some(why) = self.handle(ev) {
                         return why;
                     }
                 }
             }
-            self.tick().await;
+            self.tick();
             self.flush_replies();
         }
     }
 
-    async fn tick(&mut self) {
+    fn tick(&mut self) {
         let now = self.clock.now_us();
         match &mut self.machine {
             Some(m) => {
                 if m.next_deadline_us().is_some_and(|d| d <= now) {
                     let out = m.tick(now);
-                    self.dispatch(out).await;
+                    self.dispatch(out);
                 }
             }
             None => {
@@ -304,35 +351,37 @@ impl Core {
             .collect()
     }
 
-    /// Handles one event; returns a reason to stop, if it is one.
-    async fn handle(&mut self, ev: CoreEvent) -> Option<String> {
+    /// Handles one event; returns a reason to stop, if it is one. Never waits: nothing a peer
+    /// does may hold up the core.
+    fn handle(&mut self, ev: CoreEvent) -> Option<String> {
         let now = self.clock.now_us();
         match ev {
-            CoreEvent::NodeUp { node, conn, out } => {
+            CoreEvent::NodeUp { node, out } => {
                 if self.nodes.contains_key(&node) {
-                    // A node restarted after it failed (its old connection not timed out yet)
-                    // takes over; a second connection of a live node is refused.
-                    let failed = self.machine.as_ref().is_some_and(|m| !m.is_node_live(node));
-                    if !failed {
-                        warn!(node, "a second connection from a node already joined; dropped");
-                        return None;
+                    // A new connection means a new process (a node never dials twice): the old
+                    // connection may hang until QUIC's idle timeout, and the old process's
+                    // state is gone, so a node still counted live is declared failed first.
+                    info!(node, "node connected again; its new connection replaces the old one");
+                    if let Some(m) = self.machine.as_mut().filter(|m| m.is_node_live(node)) {
+                        let out = m.on_node_lost(node, now);
+                        self.dispatch(out);
                     }
-                    info!(node, "a failed node reconnected; its new connection replaces the old one");
+                    self.disconnect(node, "a newer connection of this node replaced this one");
                 }
-                info!(node, "node joined");
-                self.nodes.insert(node, (conn, out));
+                info!(node, conn = out.conn, "node joined");
+                self.nodes.insert(node, out);
                 if self.machine.is_none() && self.missing_nodes().is_empty() {
-                    self.build_machine(now).await;
+                    self.build_machine(now);
                 }
             }
             CoreEvent::FromNode { node, conn, msg } => {
-                if self.nodes.get(&node).is_none_or(|(c, _)| *c != conn) {
+                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
                 match &mut self.machine {
                     Some(m) => {
                         let out = m.on_node_message(node, msg, now);
-                        self.dispatch(out).await;
+                        self.dispatch(out);
                     }
                     None => {
                         if let Message::LoadStatus { partition, state } = &msg {
@@ -345,7 +394,7 @@ impl Core {
                 }
             }
             CoreEvent::NodeLost { node, conn } => {
-                if self.nodes.get(&node).is_none_or(|(c, _)| *c != conn) {
+                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
                 self.nodes.remove(&node);
@@ -355,7 +404,7 @@ impl Core {
                 match &mut self.machine {
                     Some(m) => {
                         let out = m.on_node_lost(node, now);
-                        self.dispatch(out).await;
+                        self.dispatch(out);
                     }
                     None => warn!(node, "node left before the cluster started; waiting for it again"),
                 }
@@ -381,7 +430,7 @@ impl Core {
                 msg @ (Message::ClientRequests(_) | Message::DigestRequest { .. }) => match &mut self.machine {
                     Some(m) => {
                         let out = m.on_client_message(client, msg, now);
-                        self.dispatch(out).await;
+                        self.dispatch(out);
                     }
                     None => self.refuse_before_start(client, msg),
                 },
@@ -392,7 +441,7 @@ impl Core {
     }
 
     /// Builds the state machine once every node joined, and replays the load reports kept.
-    async fn build_machine(&mut self, now: u64) {
+    fn build_machine(&mut self, now: u64) {
         let machine = match Coordinator::new(&self.config, now) {
             Ok(m) => m,
             Err(e) => {
@@ -404,7 +453,7 @@ impl Core {
         self.machine = Some(machine);
         for ((node, _), msg) in std::mem::take(&mut self.early_load) {
             let out = self.machine.as_mut().expect("just built").on_node_message(node, msg, now);
-            self.dispatch(out).await;
+            self.dispatch(out);
         }
     }
 
@@ -433,7 +482,10 @@ impl Core {
         }
     }
 
-    async fn dispatch(&mut self, outputs: Vec<Output>) {
+    /// Carries out the state machine's outputs. A node whose queue is full is declared failed
+    /// (and the outputs of that are carried out in turn); nothing here waits.
+    fn dispatch(&mut self, outputs: Vec<Output>) {
+        let mut not_reading = Vec::new();
         for o in outputs {
             match o {
                 Output::ToNodes { nodes, msg } => {
@@ -448,9 +500,10 @@ impl Core {
                         *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
                     }
                     for n in nodes {
-                        if let Some((_, tx)) = self.nodes.get(&n) {
-                            // Waits for room: a slow node slows the coordinator, not the reverse.
-                            let _ = tx.send(frame.clone()).await;
+                        if let Some(outbox) = self.nodes.get(&n) {
+                            if !outbox.offer(&frame) && !not_reading.contains(&n) {
+                                not_reading.push(n);
+                            }
                         }
                     }
                 }
@@ -460,8 +513,40 @@ impl Core {
                     }
                 }
                 Output::ToClient { client, msg } => self.send_client(client, msg),
-                Output::Event(e) => log_event(&e),
+                Output::Event(e) => {
+                    log_event(&e);
+                    if let Event::NodeDown { node, .. } = e {
+                        // Failed is final for this process of the node: end its link now, so
+                        // its writer stops holding frames and a live but excluded process
+                        // learns it was excluded (it comes back by a restart with --rejoin).
+                        self.disconnect(node, "the coordinator declared this node failed");
+                    }
+                }
             }
+        }
+        let now = self.clock.now_us();
+        for node in not_reading {
+            if !self.nodes.contains_key(&node) {
+                continue;
+            }
+            error!(
+                node,
+                limit_mib = NODE_OUTBOX_BYTES_MAX >> 20,
+                "the node does not read what it is sent (its queue is full); declaring it failed"
+            );
+            self.disconnect(node, "the node did not read what it was sent");
+            if let Some(m) = self.machine.as_mut() {
+                let out = m.on_node_lost(node, now);
+                self.dispatch(out);
+            }
+        }
+    }
+
+    /// Ends node `node`'s link, if it has one, with `reason`.
+    fn disconnect(&mut self, node: NodeId, reason: &str) {
+        if let Some(outbox) = self.nodes.remove(&node) {
+            info!(node, conn = outbox.conn, reason, "closing the node's link");
+            outbox.close(reason.to_string());
         }
     }
 
@@ -551,8 +636,8 @@ impl Core {
         let msg = Message::Shutdown { reason: reason.to_string() };
         if let Ok(frame) = wire::codec::encode(&msg, self.frame_bytes_max) {
             let frame = Arc::new(frame);
-            for (_, tx) in self.nodes.values() {
-                let _ = tx.try_send(frame.clone());
+            for outbox in self.nodes.values() {
+                let _ = outbox.offer(&frame);
             }
         }
         for tx in self.clients.values() {
@@ -672,7 +757,9 @@ async fn feed_core(
     }
 }
 
-/// One node's link: a writer of encoded frames, and a reader feeding the core.
+/// One node's link: a writer of encoded frames, and a reader feeding the core. The writer
+/// ends the connection when the core asks ([`NodeOutbox::close`]), even in the middle of a
+/// send that a peer which never reads would hold up until QUIC's idle timeout.
 async fn node_connection(
     node: NodeId,
     conn: ConnId,
@@ -681,16 +768,43 @@ async fn node_connection(
     mut stopping: watch::Receiver<bool>,
 ) {
     let (mut sender, mut receiver) = link.split();
-    let (out, mut out_rx) = mpsc::channel::<Arc<Vec<u8>>>(NODE_OUTBOX_MAX);
-    if core.send(CoreEvent::NodeUp { node, conn, out }).await.is_err() {
+    let (frames, mut out_rx) = mpsc::unbounded_channel::<Arc<Vec<u8>>>();
+    let outbox = NodeOutbox {
+        conn,
+        frames,
+        queued: Arc::new(AtomicUsize::new(0)),
+        close: Arc::new(std::sync::OnceLock::new()),
+        closed: Arc::new(tokio::sync::Notify::new()),
+    };
+    let (queued, close, closed) = (outbox.queued.clone(), outbox.close.clone(), outbox.closed.clone());
+    if core.send(CoreEvent::NodeUp { node, out: outbox }).await.is_err() {
         return;
     }
     let writer = tokio::spawn(async move {
-        while let Some(frame) = out_rx.recv().await {
-            if let Err(e) = sender.send_encoded(&frame).await {
-                debug!(node, error = %e, "cannot send to the node");
-                return;
+        let close_now = |sender: &endpoint::LinkSender| {
+            let reason = close.get().map_or("closed", String::as_str);
+            sender.close(CLOSE_NODE_FAILED, reason);
+        };
+        loop {
+            let frame = tokio::select! {
+                biased;
+                () = closed.notified() => return close_now(&sender),
+                f = out_rx.recv() => match f {
+                    Some(f) => f,
+                    None => break,
+                },
+            };
+            tokio::select! {
+                biased;
+                () = closed.notified() => return close_now(&sender),
+                sent = sender.send_encoded(&frame) => {
+                    if let Err(e) = sent {
+                        debug!(node, error = %e, "cannot send to the node");
+                        return;
+                    }
+                }
             }
+            queued.fetch_sub(frame.len(), Ordering::Relaxed);
         }
         sender.finish(Duration::from_secs(1)).await;
     });

@@ -62,6 +62,10 @@ pub const COORDINATOR_OUTBOX_MAX: usize = 4_096;
 pub const TOOL_CONNECTIONS_MAX: usize = 16;
 /// Replies (snapshot chunks of up to 1 MiB included) queued for one tool connection.
 pub const TOOL_OUTBOX_MAX: usize = 8;
+/// How long an executor waits for room in a tool connection's reply queue before it drops
+/// the reply: a peer that does not read its replies (dead, hung or hostile) must not stall
+/// the partition's executor — the node's core — for longer than this.
+pub const TOOL_REPLY_PATIENCE: Duration = Duration::from_millis(1_000);
 /// Encoded shipments queued for one backup node's link.
 pub const PEER_OUTBOX_MAX: usize = 4_096;
 /// Acknowledgements and membership changes queued for the writer task.
@@ -363,6 +367,7 @@ pub async fn run(
             frame_bytes_max: config.limits.frame_bytes_max as usize,
             shared: shared.clone(),
             to_coordinator: to_coordinator.clone(),
+            deaf_tools: Default::default(),
         };
         std::thread::Builder::new()
             .name(format!("replica-p{}", p.id))
@@ -444,9 +449,50 @@ struct Executor {
     frame_bytes_max: usize,
     shared: Arc<ReplicaShared>,
     to_coordinator: mpsc::Sender<Message>,
+    /// Tool connections that let their reply queue stay full for [`TOOL_REPLY_PATIENCE`]:
+    /// their further replies are dropped at once (at most [`DEAF_TOOLS_MAX`] remembered).
+    deaf_tools: std::cell::RefCell<Vec<mpsc::Sender<Message>>>,
 }
 
+/// Deaf tool connections an executor remembers; older ones are forgotten.
+const DEAF_TOOLS_MAX: usize = 16;
+
 impl Executor {
+    /// Queues `msg` for a tool connection, waiting at most [`TOOL_REPLY_PATIENCE`] for room:
+    /// a peer that does not read its replies (dead, hung or hostile) loses them (logged) and
+    /// costs the executor — the partition's only thread — that long once, never more.
+    fn reply_to_tool(&self, reply: &mpsc::Sender<Message>, msg: Message) {
+        let mut deaf = self.deaf_tools.borrow_mut();
+        deaf.retain(|d| !d.is_closed());
+        if deaf.iter().any(|d| d.same_channel(reply)) {
+            return;
+        }
+        let deadline = Instant::now() + TOOL_REPLY_PATIENCE;
+        let mut msg = msg;
+        loop {
+            match reply.try_send(msg) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => return,
+                Err(mpsc::error::TrySendError::Full(m)) => {
+                    if Instant::now() >= deadline {
+                        warn!(
+                            partition = self.partition.id,
+                            message = m.name(),
+                            patience_ms = TOOL_REPLY_PATIENCE.as_millis() as u64,
+                            "a tool connection does not read its replies; its replies are dropped from now on"
+                        );
+                        if deaf.len() >= DEAF_TOOLS_MAX {
+                            deaf.remove(0);
+                        }
+                        deaf.push(reply.clone());
+                        return;
+                    }
+                    msg = m;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+    }
+
     fn run(self, mut inbox: mpsc::Receiver<Work>) {
         let pid = self.partition.id;
         if let Ok(me) = std::fs::read_link("/proc/thread-self") {
@@ -642,7 +688,7 @@ impl Executor {
                 }
                 Work::Tool { msg, reply } => {
                     if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
-                        let _ = reply.blocking_send(refusal);
+                        self.reply_to_tool(&reply, refusal);
                     }
                     continue;
                 }
@@ -828,7 +874,7 @@ impl Executor {
                     let why =
                         "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup";
                     if let Some(refusal) = snapshot::refusal_of(&msg, why) {
-                        let _ = reply.blocking_send(refusal);
+                        self.reply_to_tool(reply, refusal);
                     }
                     return;
                 };
@@ -860,7 +906,7 @@ impl Executor {
             }
             Message::SnapshotRequest { request_id, partition, .. } => {
                 if let Some(reason) = replica.stopped() {
-                    let _ = reply.blocking_send(snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
+                    self.reply_to_tool(reply, snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
                     return;
                 }
                 // The copy is taken here, between two batches (a transaction boundary), into
@@ -906,7 +952,7 @@ impl Executor {
             other => match replica.on_message(other) {
                 Ok(replies) => {
                     for m in replies {
-                        let _ = reply.blocking_send(m);
+                        self.reply_to_tool(reply, m);
                     }
                 }
                 Err(e) => warn!(partition = replica.partition(), error = %e, "tool request refused"),
@@ -921,7 +967,7 @@ impl Executor {
                 Work::Stop => return,
                 Work::Tool { msg, reply } => {
                     if let Some(refusal) = snapshot::refusal_of(&msg, reason) {
-                        let _ = reply.blocking_send(refusal);
+                        self.reply_to_tool(&reply, refusal);
                     }
                 }
                 Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) => {}
