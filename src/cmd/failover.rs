@@ -562,7 +562,12 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop) -> Result<report::KillLoo
     cluster.down(false)?;
     drop(guard);
 
-    let (per_partition, all) = report::longest_silences(&fine, BUCKET);
+    // Silences count inside the measured phase only: not the warm-up, nor the answers that
+    // trickle in after the terminals stopped.
+    let (first, last) = (x.cfg.warmup_s, x.cfg.warmup_s + duration_s);
+    let bucket_s = BUCKET.as_secs_f64();
+    let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
+    let (per_partition, all) = report::longest_silences(measured, BUCKET);
     Ok(report::KillLoopReport {
         mode: config.mode.name().to_string(),
         shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),

@@ -125,10 +125,14 @@ pub struct BenchReport {
     pub aborted: u64,
     pub txn_per_sec: f64,
     /// CPU seconds the executor thread(s) used during the measured phase (less than
-    /// `seconds` × threads when the machine's other work descheduled them).
-    pub executor_cpu_seconds: f64,
+    /// `seconds` × threads when the machine's other work descheduled them); `None` when it
+    /// could not be measured ([`BenchReport::cpu_not_measured`] says why).
+    pub executor_cpu_seconds: Option<f64>,
     /// Committed transactions per executor CPU second: throughput net of descheduling.
-    pub txn_per_cpu_sec: f64,
+    pub txn_per_cpu_sec: Option<f64>,
+    /// Why the executors' CPU time is not reported (a node restarted during the run, a
+    /// node's counters could not be read), if it is not.
+    pub cpu_not_measured: Option<String>,
     pub p50_us: f64,
     pub p95_us: f64,
     pub p99_us: f64,
@@ -188,7 +192,7 @@ impl BenchReport {
         let us = |q: f64| all.value_at_quantile(q) as f64 / 1000.0;
         let committed = m.stats.committed();
         let (rss_after_load, rss, neworders) = m.memory.unwrap_or((0, 0, 0));
-        let cpu = m.cpu_seconds.unwrap_or(0.0);
+        let cpu = m.cpu_seconds.filter(|c| *c > 0.0);
         BenchReport {
             mode: m.mode,
             profile: m.profile.to_string(),
@@ -202,7 +206,8 @@ impl BenchReport {
             aborted: m.stats.aborted(),
             txn_per_sec: committed as f64 / m.seconds.max(1e-9),
             executor_cpu_seconds: cpu,
-            txn_per_cpu_sec: if cpu > 0.0 { committed as f64 / cpu } else { 0.0 },
+            txn_per_cpu_sec: cpu.map(|c| committed as f64 / c),
+            cpu_not_measured: cpu.is_none().then(|| "the executor thread's CPU time could not be read".to_string()),
             p50_us: us(0.50),
             p95_us: us(0.95),
             p99_us: us(0.99),

@@ -101,8 +101,8 @@ pub struct KillLoopReport {
     /// Cycles whose last restart rejoined (the node counted live and its partitions serving)
     /// within the run.
     pub rejoins_completed: u32,
-    /// The longest stretch in which no partition committed anything (ms, to the timeline's
-    /// 100 ms resolution).
+    /// The longest stretch of the measured phase in which no partition committed anything
+    /// (ms, to the timeline's 100 ms resolution).
     pub longest_silence_ms: f64,
     /// The longest stretch without a commit, per partition (cluster.toml order).
     pub longest_silence_per_partition_ms: Vec<f64>,

@@ -111,13 +111,21 @@ pub fn render(r: &BenchReport) -> String {
         "{:<12} {:>10} {:>8} {:>10} {:>10.1} {:>10.1} {:>10.1}",
         "all", r.committed, r.aborted, "", r.p50_us, r.p95_us, r.p99_us
     );
-    let _ = writeln!(
-        s,
-        "\nthroughput   {:.0} committed txn/s ({:.0} per executor CPU second; the executor ran {:.0}% of the wall time)",
-        r.txn_per_sec,
-        r.txn_per_cpu_sec,
-        100.0 * r.executor_cpu_seconds / r.seconds.max(1e-9)
-    );
+    let _ = match (r.txn_per_cpu_sec, r.executor_cpu_seconds) {
+        (Some(per_cpu), Some(cpu)) => writeln!(
+            s,
+            "\nthroughput   {:.0} committed txn/s ({per_cpu:.0} per executor CPU second; the executor ran {:.0}% of the \
+             wall time)",
+            r.txn_per_sec,
+            100.0 * cpu / r.seconds.max(1e-9)
+        ),
+        _ => writeln!(
+            s,
+            "\nthroughput   {:.0} committed txn/s (executor CPU not measured: {})",
+            r.txn_per_sec,
+            r.cpu_not_measured.as_deref().unwrap_or("no figure")
+        ),
+    };
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     let _ = writeln!(
         s,
