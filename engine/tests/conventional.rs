@@ -3,8 +3,8 @@
 //! the same results as the lean kernel, abort leaves no trace, ARIES restart recovery keeps
 //! exactly the committed transactions (Mohan et al., TODS 1992, Section 6), a torn log tail is
 //! truncated by checksum and reported while a corrupt record followed by valid ones, a missing
-//! checkpoint or log, and a damaged checkpoint are refused with nothing changed, and strict 2PL with wait-die keeps an invariant under
-//! several workers.
+//! checkpoint or log, and a damaged checkpoint are refused with nothing changed, and strict
+//! 2PL with wait-die keeps an invariant under several workers.
 
 mod common;
 use common::TempDir;

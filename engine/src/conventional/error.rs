@@ -54,10 +54,10 @@ pub enum ConventionalError {
     /// tears only the log's last write). Truncating would drop the records after it, so
     /// recovery refuses; nothing was changed.
     #[error(
-        "write-ahead log {path} is corrupt at byte offset {offset} (the record expected there, LSN {lsn_expected}, \
-         fails its length, checksum or LSN check), but {records_after} valid records of the same log generation follow from offset \
-         {next_valid_offset} ({bytes_after} bytes, {commits_after} commit records): this is damage, not a torn \
-         tail; recovery refused and nothing was changed"
+        "write-ahead log {path} is corrupt at byte offset {offset} (the record expected there, LSN \
+         {lsn_expected}, fails its length, checksum or LSN check), but {records_after} valid records of the \
+         same log generation follow from offset {next_valid_offset} ({bytes_after} bytes, {commits_after} \
+         commit records): this is damage, not a torn tail; recovery refused and nothing was changed"
     )]
     CorruptLog {
         path: PathBuf,

@@ -456,7 +456,8 @@ impl LogDevice for CrashingLogDevice {
 pub struct TornTail {
     /// Device offset of the first damaged byte (the end of the last valid record).
     pub offset: u64,
-    /// The LSN a record at `offset` would carry: where the log ends once the tail is cut.
+    /// The LSN a record at `offset` would carry: where the log ends once the tail is cut (0
+    /// when the scan knew no base: the record at offset 0 unreadable and no base expected).
     pub lsn: u64,
     /// Bytes from `offset` to the last non-zero byte before the next stale record of an
     /// earlier generation (or the device's end): the damaged bytes the truncation drops.

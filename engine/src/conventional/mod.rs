@@ -28,10 +28,10 @@
 //! recovery (ARIES: analysis, redo, undo) loads the snapshot, scans the log's valid prefix
 //! (checksums and LSN continuity: a torn tail — damage with nothing valid of the log's
 //! generation after it — is truncated, zeroed and reported in the [`RecoveryReport`], never
-//! replayed), refuses before writing anything a log it cannot recover from as found (a
-//! damaged record followed by valid ones, [`ConventionalError::CorruptLog`]; a missing
-//! snapshot the log says was taken, a missing log beside a snapshot, a damaged snapshot, a
-//! log newer than the snapshot), finds winners and losers (analysis), repeats history from the snapshot's LSN
+//! replayed), refuses before writing anything a log it cannot recover from as found (a damaged
+//! record followed by valid ones, [`ConventionalError::CorruptLog`]; a missing snapshot the
+//! log says was taken, a missing log beside a snapshot, a damaged snapshot, a log newer than
+//! the snapshot), finds winners and losers (analysis), repeats history from the snapshot's LSN
 //! (redo: logical by key for B+tree records, with the page-LSN test for in-place updates;
 //! physical by record id for the heap), rolls losers back writing CLRs (undo, honouring the
 //! undo-next LSNs of CLRs already written), and takes a checkpoint. B+tree splits are not
