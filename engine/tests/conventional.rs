@@ -1,9 +1,10 @@
 //! Integration tests of the conventional stack (issue 3): each of the paper's switches does
 //! what it says (Harizopoulos et al., SIGMOD 2008, Section 4, Figures 5–6), every step gives
 //! the same results as the lean kernel, abort leaves no trace, ARIES restart recovery keeps
-//! exactly the committed transactions (Mohan et al., TODS 1992, Section 6), a torn or corrupt
-//! log tail is truncated by checksum, and strict 2PL with wait-die keeps an invariant under
-//! several workers.
+//! exactly the committed transactions (Mohan et al., TODS 1992, Section 6), a torn log tail is
+//! truncated by checksum and reported while a corrupt record followed by valid ones, a missing
+//! checkpoint or log, and a damaged checkpoint are refused with nothing changed, and strict
+//! 2PL with wait-die keeps an invariant under several workers.
 
 mod common;
 use common::TempDir;
@@ -12,7 +13,8 @@ use std::sync::Arc;
 
 use bytemuck::Zeroable;
 use engine::conventional::{
-    Config, ConventionalDb, ConventionalError, Counters, CrashingLogDevice, Session, Step, Switches,
+    Config, ConventionalDb, ConventionalError, Counters, CrashingLogDevice, Session, Step, Switches, LOG_FILE,
+    SNAPSHOT_FILE,
 };
 use engine::procedures::{
     execute, CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput,
@@ -554,41 +556,264 @@ fn torn_log_tail_is_truncated_not_replayed() {
     }
 }
 
-/// A corrupt record in the middle of the log ends the log there: it and everything after it
-/// (even a later committed transaction's valid records) are discarded, never replayed.
+/// Issue #14, item 7: a corrupt record in the middle of the log, followed by valid records,
+/// is corruption, not a torn tail: restart recovery refuses it, says where, and leaves the
+/// medium exactly as it found it (before the fix it truncated the log there, dropping the
+/// later committed transactions, and reported success).
 #[test]
-fn corrupt_log_record_is_detected_by_checksum() {
+fn corrupt_log_record_mid_log_is_refused_not_truncated() {
     let dir = TempDir::new("conventional", "corrupt");
     let device = CrashingLogDevice::new();
     let db = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.clone()))).unwrap();
     let mut s = db.session().unwrap();
     load(&mut s);
     db.checkpoint().unwrap();
+    let mut damaged = 0;
     for (q, i) in [(11, 1), (22, 2), (33, 3)] {
+        let before = device.durable_bytes();
+        s.begin(i);
+        s.update::<t::Stocks, _>(keys::stock(1, i as u32 * 7), |r| r.s_quantity = q).unwrap();
+        s.commit().unwrap();
         if i == 2 {
-            // Remember where transaction 2's records start on the medium.
-            let before = device.durable_bytes();
-            s.begin(i);
-            s.update::<t::Stocks, _>(keys::stock(1, i as u32 * 7), |r| r.s_quantity = q).unwrap();
-            s.commit().unwrap();
+            // Transaction 2's update record starts where the medium changed.
             let after = device.durable_bytes();
-            let start = before.iter().zip(&after).position(|(a, b)| a != b).unwrap();
-            device.corrupt(start as u64 + 200);
-        } else {
-            s.begin(i);
-            s.update::<t::Stocks, _>(keys::stock(1, i as u32 * 7), |r| r.s_quantity = q).unwrap();
-            s.commit().unwrap();
+            damaged = before.iter().zip(&after).position(|(a, b)| a != b).unwrap() as u64;
         }
     }
+    device.corrupt(damaged + 200);
     device.crash();
     drop(s);
     drop(db);
-    let db = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.restart()))).unwrap();
-    assert!(db.recovery_report().truncated_tail);
+    let medium = device.durable_bytes();
+    let err = ConventionalDb::open_with_device(&dir.0, crash_config(), Some(Box::new(device.restart()))).unwrap_err();
+    match err {
+        // After the damaged update: transaction 2's commit, transaction 3's update and commit.
+        ConventionalError::CorruptLog { offset, records_after: 3, commits_after: 2, .. } if offset == damaged => {}
+        other => panic!("{other}"),
+    }
+    assert!(device.durable_bytes() == medium, "a refused log is left as found");
+}
+
+/// Step 0's configuration on real files, with `txns` committed transactions after the
+/// load's checkpoint: transaction `i` sets stock `7i` to `1000 + i`. Returns the log's
+/// records as (offset, length) pairs, walking the format of `docs/conventional.md` (length
+/// at bytes 0..4, LSN = base + offset at bytes 8..16).
+fn file_db_with_commits(dir: &TempDir, txns: u32) -> Vec<(usize, usize)> {
+    let db = open(dir, config(0, 1));
     let mut s = db.session().unwrap();
-    assert_eq!(stock_quantity(&mut s, 1), Some(11));
-    assert_eq!(stock_quantity(&mut s, 2), Some(50), "the corrupt record is not replayed");
-    assert_eq!(stock_quantity(&mut s, 3), Some(50), "nothing after it is replayed");
+    load(&mut s);
+    db.checkpoint().unwrap();
+    for i in 1..=txns {
+        s.begin(i as u64);
+        s.update::<t::Stocks, _>(keys::stock(1, i * 7), |r| r.s_quantity = 1000 + i as i32).unwrap();
+        s.commit().unwrap();
+    }
+    drop(s);
+    drop(db);
+    log_records(&std::fs::read(dir.0.join(LOG_FILE)).unwrap())
+}
+
+fn log_records(log: &[u8]) -> Vec<(usize, usize)> {
+    let word = |at: usize, n: usize| log[at..at + n].iter().rev().fold(0u64, |v, &b| v << 8 | b as u64);
+    let base = word(8, 8);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 64 <= log.len() && word(at, 4) >= 64 && word(at + 8, 8) == base + at as u64 {
+        let len = word(at, 4) as usize;
+        out.push((at, len));
+        at += len;
+    }
+    out
+}
+
+/// The database directory's files, byte for byte.
+fn files(dir: &TempDir) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn flip(path: &std::path::Path, offset: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[offset] ^= 0x01;
+    std::fs::write(path, b).unwrap();
+}
+
+/// Issue #14, item 7, on real files: one flipped byte in the middle of `wal.log` makes
+/// `open` refuse with [`ConventionalError::CorruptLog`] naming the file, the damaged
+/// record's offset and what follows it — and `wal.log` and `checkpoint.db` are byte-identical
+/// afterwards (no truncation, no zeroing, no checkpoint, no new log generation). Before the
+/// fix recovery truncated the log at the flip and checkpointed, destroying every later
+/// committed transaction.
+#[test]
+fn flipped_byte_mid_log_is_refused_and_changes_nothing() {
+    const TXNS: u32 = 40;
+    let dir = TempDir::new("conventional", "flip");
+    let records = file_db_with_commits(&dir, TXNS);
+    // The checkpoint record, then an update and a commit record per transaction.
+    assert_eq!(records.len(), 1 + 2 * TXNS as usize);
+    let victim = records.len() / 2;
+    let (offset, len) = records[victim];
+    flip(&dir.0.join(LOG_FILE), offset + len / 2);
+    let found = files(&dir);
+    let err = ConventionalDb::open(&dir.0, config(0, 1)).unwrap_err();
+    let after = &records[victim + 1..];
+    let bytes_after: usize = after.iter().map(|r| r.1).sum();
+    match &err {
+        ConventionalError::CorruptLog {
+            path,
+            offset: at,
+            next_valid_offset,
+            records_after,
+            commits_after,
+            bytes_after: bytes,
+            ..
+        } => {
+            assert_eq!(path, &dir.0.join(LOG_FILE));
+            assert_eq!(*at, offset as u64);
+            assert_eq!(*next_valid_offset, after[0].0 as u64);
+            assert_eq!(*records_after, after.len() as u64);
+            assert_eq!(*commits_after, after.len() as u64 / 2 + (after.len() as u64 % 2));
+            assert_eq!(*bytes, bytes_after as u64);
+        }
+        other => panic!("expected CorruptLog, got: {other}"),
+    }
+    let text = err.to_string();
+    assert!(text.contains(LOG_FILE) && text.contains(&offset.to_string()), "{text}");
+    assert!(files(&dir) == found, "wal.log and checkpoint.db are byte-identical after the refusal");
+    // Refusing is repeatable: the second attempt finds the same damage.
+    assert!(matches!(ConventionalDb::open(&dir.0, config(0, 1)), Err(ConventionalError::CorruptLog { .. })));
+}
+
+/// Issue #14, item 7: a torn tail — the last record damaged, or the file ending inside it,
+/// or garbage after the last record, with nothing valid of the log's generation after it —
+/// is truncated and reported (where the log now ends, how many bytes were dropped), and
+/// every committed transaction before it is present. (The old code truncated these too,
+/// but reported only a yes/no.)
+#[test]
+fn torn_tail_at_the_end_is_truncated_and_reported() {
+    const TXNS: u32 = 12;
+    #[derive(Debug, Clone, Copy)]
+    enum Tear {
+        /// A flipped byte in the last record (transaction TXNS's commit).
+        Flip,
+        /// The file cut in the middle of the last record.
+        Cut,
+        /// Garbage written after the last record.
+        Garbage,
+    }
+    for tear in [Tear::Flip, Tear::Cut, Tear::Garbage] {
+        let dir = TempDir::new("conventional", "tail");
+        let records = file_db_with_commits(&dir, TXNS);
+        let path = dir.0.join(LOG_FILE);
+        let (last, len) = *records.last().unwrap();
+        let (offset, bytes, kept) = match tear {
+            Tear::Flip => {
+                flip(&path, last + len - 3);
+                (last, len, TXNS - 1)
+            }
+            Tear::Cut => {
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                f.set_len((last + len / 2) as u64).unwrap();
+                (last, len / 2, TXNS - 1)
+            }
+            Tear::Garbage => {
+                let mut b = std::fs::read(&path).unwrap();
+                b[last + len..last + len + 100].fill(0xA5);
+                std::fs::write(&path, b).unwrap();
+                (last + len, 100, TXNS)
+            }
+        };
+        // The damaged bytes: from the tear to the last non-zero byte (zeros follow: the
+        // preallocated rest of the file).
+        let b = std::fs::read(&path).unwrap();
+        assert!(b[offset + bytes..].iter().all(|&x| x == 0), "{tear:?}");
+        let bytes = b[offset..offset + bytes].iter().rposition(|&x| x != 0).unwrap() + 1;
+        let db = ConventionalDb::open(&dir.0, config(0, 1)).unwrap();
+        let r = db.recovery_report().clone();
+        let torn = r.torn_tail.unwrap_or_else(|| panic!("{tear:?}: no torn tail reported: {r:?}"));
+        assert!(r.truncated_tail, "{tear:?}");
+        assert_eq!((torn.offset, torn.bytes), (offset as u64, bytes as u64), "{tear:?}: {r:?}");
+        assert_eq!(
+            Some(torn.lsn),
+            r.snapshot_lsn.map(|l| l + offset as u64),
+            "{tear:?}: the log's generation starts at the snapshot"
+        );
+        assert_eq!(r.winners, kept as usize, "{tear:?}: {r:?}");
+        let mut s = db.session().unwrap();
+        for i in 1..=TXNS {
+            let want = if i <= kept { 1000 + i as i32 } else { 50 };
+            assert_eq!(stock_quantity(&mut s, i), Some(want), "{tear:?}: transaction {i}");
+        }
+        // Recovery ended with a checkpoint: reopening finds a clean log.
+        drop(s);
+        drop(db);
+        let db = ConventionalDb::open(&dir.0, config(0, 1)).unwrap();
+        assert_eq!(db.recovery_report().torn_tail, None, "{tear:?}");
+    }
+}
+
+/// Issue #14, item 7: a deleted `checkpoint.db`, when the log starts from a checkpoint, is
+/// reported as a missing checkpoint and changes nothing — both when later checkpoints moved
+/// the log's generation past the first LSN (the old code said "records are missing") and
+/// when the log is the first generation (the old code recovered an empty database from it
+/// and rewrote the log). A deleted `wal.log` beside a snapshot is refused likewise (the old
+/// code created an empty log and silently dropped every transaction since the checkpoint).
+#[test]
+fn missing_checkpoint_or_log_is_reported_and_changes_nothing() {
+    // The load's checkpoint moved the generation past the first LSN.
+    let dir = TempDir::new("conventional", "nockpt");
+    file_db_with_commits(&dir, 5);
+    std::fs::remove_file(dir.0.join(SNAPSHOT_FILE)).unwrap();
+    let found = files(&dir);
+    match ConventionalDb::open(&dir.0, config(0, 1)) {
+        Err(ConventionalError::MissingCheckpoint { path, .. }) => assert_eq!(path, dir.0.join(SNAPSHOT_FILE)),
+        other => panic!("expected MissingCheckpoint, got {:?}", other.map(|_| ())),
+    }
+    assert!(files(&dir) == found, "nothing changed");
+
+    // Only the checkpoint taken at the first open: the log's first record is a checkpoint.
+    let dir = TempDir::new("conventional", "nockpt-first");
+    let db = open(&dir, config(0, 1));
+    let mut s = db.session().unwrap();
+    s.begin(1);
+    s.insert::<t::Stocks>(&stock(1, 7, 77)).unwrap();
+    s.commit().unwrap();
+    drop(s);
+    drop(db);
+    std::fs::remove_file(dir.0.join(SNAPSHOT_FILE)).unwrap();
+    let found = files(&dir);
+    let err = ConventionalDb::open(&dir.0, config(0, 1)).map(|_| ()).unwrap_err();
+    assert!(matches!(err, ConventionalError::MissingCheckpoint { .. }), "{err}");
+    assert!(err.to_string().contains("checkpoint.db is missing"), "{err}");
+    assert!(files(&dir) == found, "nothing changed");
+
+    // The log deleted, the snapshot kept.
+    let dir = TempDir::new("conventional", "nolog");
+    file_db_with_commits(&dir, 5);
+    std::fs::remove_file(dir.0.join(LOG_FILE)).unwrap();
+    let found = files(&dir);
+    let err = ConventionalDb::open(&dir.0, config(0, 1)).map(|_| ()).unwrap_err();
+    assert!(matches!(err, ConventionalError::MissingLog { .. }), "{err}");
+    assert!(files(&dir) == found, "no log file created");
+}
+
+/// A damaged checkpoint snapshot is refused before the log is read, and nothing changes.
+#[test]
+fn damaged_checkpoint_is_refused_and_changes_nothing() {
+    let dir = TempDir::new("conventional", "badckpt");
+    file_db_with_commits(&dir, 5);
+    let snapshot = dir.0.join(SNAPSHOT_FILE);
+    let len = std::fs::metadata(&snapshot).unwrap().len() as usize;
+    flip(&snapshot, len / 2);
+    let found = files(&dir);
+    let err = ConventionalDb::open(&dir.0, config(0, 1)).map(|_| ()).unwrap_err();
+    assert!(matches!(err, ConventionalError::BadSnapshot { what: "checksum mismatch", .. }), "{err}");
+    assert!(files(&dir) == found, "nothing changed");
 }
 
 /// A clean shutdown and reopen on a real log file keeps every committed transaction.

@@ -119,7 +119,19 @@ impl FullStack {
             None => None,
         };
         let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
+        // A log that recovery refuses (a damaged record followed by valid ones, a missing
+        // checkpoint) fails the restart here, the directory as found: the node does not
+        // serve a truncated state.
         let db = ConventionalDb::open(dir, config).map_err(|e| fail("restart recovery", &e))?;
+        if let Some(t) = db.recovery_report().torn_tail {
+            tracing::warn!(
+                dir = %dir.display(),
+                offset = t.offset,
+                lsn = t.lsn,
+                bytes = t.bytes,
+                "restart recovery truncated a torn write-ahead log tail"
+            );
+        }
         let session = db.session().map_err(|e| fail("open a session", &e))?;
         Ok((FullStack::start(db, dir, session, workers)?, cut))
     }

@@ -1,7 +1,10 @@
 //! `glass recover`: opens the conventional stack's database directory with ARIES restart
 //! recovery (analysis, redo, undo of losers; see `engine::conventional`), prints what recovery
-//! found and did, verifies that every transaction a record of acknowledged commits names is
-//! present, and checks TPC-C consistency.
+//! found and did (a torn log tail it truncated: where, how many bytes), verifies that every
+//! transaction a record of acknowledged commits names is present, and checks TPC-C
+//! consistency. A log recovery refuses — a damaged record followed by valid ones (issue #14,
+//! item 7), a missing checkpoint or log, a damaged checkpoint — ends the command with the
+//! error (file, offset, what follows the damage) and exit status 2, the directory unchanged.
 //!
 //! Also owns the acknowledged-commit record (`glass bench --ack-log FILE` writes it): one
 //! line per transaction whose commit returned, written and handed to the kernel before the
@@ -191,7 +194,13 @@ pub fn run(a: RecoverArgs) -> Result<ExitCode> {
     let lsn = r.snapshot_lsn.map_or_else(|| "none".to_string(), |l| l.to_string());
     println!("  checkpoint snapshot LSN   {lsn}");
     println!("  log records scanned       {}", r.log_records);
-    println!("  torn tail truncated       {}", if r.truncated_tail { "yes" } else { "no" });
+    match r.torn_tail {
+        Some(t) => println!(
+            "  torn tail truncated       yes: {} damaged bytes at {} offset {} (LSN {}); the log now ends there",
+            t.bytes, LOG_FILE, t.offset, t.lsn
+        ),
+        None => println!("  torn tail truncated       no"),
+    }
     println!("  winners (committed)       {}", r.winners);
     println!("  changes redone            {}", r.redone);
     println!("  losers (rolled back)      {}", r.losers);

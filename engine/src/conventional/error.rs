@@ -33,6 +33,41 @@ pub enum ConventionalError {
     /// The log starts after the snapshot's LSN: records between them are missing.
     #[error("the log starts at LSN {log_start} but the snapshot is at LSN {snapshot}: records are missing")]
     LogGap { log_start: u64, snapshot: u64 },
+    /// The checkpoint snapshot is missing although the log says a checkpoint was taken (the
+    /// log's first record is a checkpoint record, or its generation starts past the first
+    /// LSN): the log alone cannot rebuild the database. Nothing was changed.
+    #[error(
+        "checkpoint snapshot {path} is missing, but the write-ahead log starts from a checkpoint (log \
+         generation at LSN {log_start}): the log alone cannot rebuild the database; nothing changed"
+    )]
+    MissingCheckpoint { path: PathBuf, log_start: u64 },
+    /// The log file is missing although a checkpoint snapshot exists (every checkpoint
+    /// leaves a log holding its checkpoint record): the committed transactions logged after
+    /// the snapshot would be lost. Nothing was changed.
+    #[error(
+        "write-ahead log {path} is missing, but the checkpoint snapshot exists: the transactions committed \
+         after the checkpoint would be lost; nothing changed"
+    )]
+    MissingLog { path: PathBuf },
+    /// A record in the middle of the log fails its length, checksum or LSN test, yet valid
+    /// records of the same log generation follow it: corruption, not a torn tail (a crash
+    /// tears only the log's last write). Truncating would drop the records after it, so
+    /// recovery refuses; nothing was changed.
+    #[error(
+        "write-ahead log {path} is corrupt at byte offset {offset} (the record expected there, LSN \
+         {lsn_expected}, fails its length, checksum or LSN check), but {records_after} valid records of the \
+         same log generation follow from offset {next_valid_offset} ({bytes_after} bytes, {commits_after} \
+         commit records): this is damage, not a torn tail; recovery refused and nothing was changed"
+    )]
+    CorruptLog {
+        path: PathBuf,
+        offset: u64,
+        lsn_expected: u64,
+        next_valid_offset: u64,
+        records_after: u64,
+        commits_after: u64,
+        bytes_after: u64,
+    },
     /// A log record that passed its checksum cannot be applied (the log does not belong to
     /// this snapshot).
     #[error("recovery cannot apply the log record at LSN {lsn}: {what}")]

@@ -26,8 +26,13 @@
 //!
 //! Guarantees: a record's LSN equals `base + offset` where `base` is the LSN of the record at
 //! device offset 0, so the scan rejects stale records left from earlier log generations; the
-//! checksum is computed at append and verified at every read, and the scan stops at the first
-//! record that fails either test: a torn or corrupt tail is truncated, never replayed.
+//! checksum is computed at append and verified at every read, and the valid prefix ends at the
+//! first record that fails either test. The scan then looks past that record for records of
+//! the same generation (checksum and `LSN = base + offset`, at 8-byte-aligned offsets): if
+//! there are none, the damage is a torn tail (the write a crash cut short), which recovery
+//! truncates and reports ([`TornTail`]); if there are, it is corruption in the middle of the
+//! log ([`LogCorruption`]), which recovery refuses without changing anything. Nothing after
+//! the valid prefix is ever replayed.
 //! `flush_to(lsn)` returns only after every record up to `lsn` is on the device and
 //! `fdatasync` returned (group commit: whichever committer holds the device flushes every
 //! record appended so far, for all waiting committers at once).
@@ -444,16 +449,64 @@ impl LogDevice for CrashingLogDevice {
     }
 }
 
+/// A torn tail: damaged bytes after the log's last valid record with no record of the same
+/// log generation anywhere after them — the write a crash cut short. Restart recovery
+/// truncates it (overwrites it with zeros) and reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    /// Device offset of the first damaged byte (the end of the last valid record).
+    pub offset: u64,
+    /// The LSN a record at `offset` would carry: where the log ends once the tail is cut (0
+    /// when the scan knew no base: the record at offset 0 unreadable and no base expected).
+    pub lsn: u64,
+    /// Bytes from `offset` to the last non-zero byte before the next stale record of an
+    /// earlier generation (or the device's end): the damaged bytes the truncation drops.
+    pub bytes: u64,
+}
+
+/// Damage in the middle of the log: the record at `offset` fails its length, checksum or
+/// LSN test, yet valid records of the same log generation follow it. A crash tears only the
+/// last write, so this is corruption, not a torn tail; restart recovery refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogCorruption {
+    /// Device offset of the damaged record (the end of the valid prefix).
+    pub offset: u64,
+    /// The LSN the record at `offset` should carry (`base + offset`).
+    pub lsn_expected: u64,
+    /// Device offset of the first valid record of the generation after the damage.
+    pub next_valid_offset: u64,
+    /// Valid records of the generation after the damage.
+    pub records_after: u64,
+    /// Of those, commit records (committed transactions a truncation would lose).
+    pub commits_after: u64,
+    /// Bytes those records hold.
+    pub bytes_after: u64,
+}
+
+/// What follows the valid prefix of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tail {
+    /// Zeros, or a stale record of an earlier generation (a checkpoint restarted the log at
+    /// offset 0, so older records follow the live end): nothing to cut.
+    Clean,
+    /// Damage with nothing valid of this generation after it.
+    Torn(TornTail),
+    /// Damage followed by valid records of this generation.
+    Corrupt(LogCorruption),
+}
+
 /// The valid prefix of a log device, as recovery's scan found it.
 #[derive(Debug)]
 pub(crate) struct LogScan {
-    /// LSN of the record at offset 0 (`None`: no valid record).
+    /// LSN of the record at offset 0 (`None`: no valid record there).
     pub base: Option<u64>,
     /// The device's bytes up to the end of the last valid record.
     pub bytes: Vec<u8>,
-    /// Whether damaged bytes follow the last valid record (a torn or corrupt tail; a stale
-    /// earlier generation does not count).
-    pub garbage_after: bool,
+    /// What follows the valid prefix.
+    pub tail: Tail,
+    /// When the record at offset 0 is unreadable: the newest generation (highest `LSN −
+    /// offset`) among the valid records found after it, `None` if there is none.
+    pub newest_base_after: Option<u64>,
     pub device_size: u64,
 }
 
@@ -469,8 +522,34 @@ impl LogScan {
     }
 }
 
-/// Reads the device and finds its valid prefix (checksums and LSN continuity).
+/// Whether the 8 bytes at `at` could start a record (length and kind bytes in range): a cheap
+/// filter before [`decode`] hashes the record.
+fn plausible_head(b: &[u8], at: usize) -> bool {
+    if at + HEADER_BYTES + CHECKSUM_BYTES > b.len() {
+        return false;
+    }
+    let len = u32_at(b, at) as usize;
+    len >= HEADER_BYTES + CHECKSUM_BYTES && len % 8 == 0 && len <= b.len() - at && Kind::from_u8(b[at + 4]).is_some()
+}
+
+/// Reads the device and finds its valid prefix (checksums and LSN continuity) and what
+/// follows it; see [`scan_expecting`]. Used where the live generation's first LSN is unknown
+/// (a record at offset 0 that fails its checksum then leaves the tail unclassified: torn).
 pub(crate) fn scan(device: &mut dyn LogDevice) -> io::Result<LogScan> {
+    scan_expecting(device, None)
+}
+
+/// Reads the device and finds its valid prefix — records passing their checksum whose LSN is
+/// `base + offset`, `base` being the LSN of the record at offset 0 — and classifies what
+/// follows it ([`Tail`]) by looking, at every 8-byte-aligned offset after the prefix, for a
+/// record of the same generation (its checksum verifies and its LSN is `base + offset`): one
+/// found means corruption, none a torn tail (or a clean end). Stale records of earlier
+/// generations never match, since each checkpoint starts a generation at a higher base.
+/// `first_lsn` is the base the live generation should have (the snapshot's LSN) when the
+/// record at offset 0 is itself unreadable. Cost: one pass over the device already read
+/// into memory; an LSN comparison per aligned offset, a checksum only where it matches (and,
+/// when the record at offset 0 is unreadable, wherever a record header is plausible).
+pub(crate) fn scan_expecting(device: &mut dyn LogDevice, first_lsn: Option<u64>) -> io::Result<LogScan> {
     let size = device.size()?;
     let mut bytes = vec![0u8; size as usize];
     device.read_at(0, &mut bytes)?;
@@ -483,13 +562,67 @@ pub(crate) fn scan(device: &mut dyn LogDevice) -> io::Result<LogScan> {
         }
         at += r.len;
     }
-    // A checksummed record with the wrong LSN is a stale earlier generation (a checkpoint
-    // restarted the log at offset 0): expected, not damage. Anything else non-zero is a torn
-    // or corrupt tail.
-    let stale = decode(&bytes[at..]).is_some();
-    let garbage_after = !stale && bytes[at..].iter().any(|&b| b != 0);
-    bytes.truncate(at);
-    Ok(LogScan { base: if at == 0 { None } else { base }, bytes, garbage_after, device_size: size })
+    if at == 0 {
+        base = None;
+    }
+    let end = at;
+    // Records of the live generation after the prefix (chains of them are walked whole).
+    let mut after: Option<LogCorruption> = None;
+    if let Some(g) = base.or(first_lsn) {
+        let mut p = end + 8;
+        while p + HEADER_BYTES + CHECKSUM_BYTES <= bytes.len() {
+            let r = (u64_at(&bytes, p + 8) == g.wrapping_add(p as u64)).then(|| decode(&bytes[p..])).flatten();
+            let Some(r) = r else {
+                p += 8;
+                continue;
+            };
+            let c = after.get_or_insert(LogCorruption {
+                offset: end as u64,
+                lsn_expected: g.wrapping_add(end as u64),
+                next_valid_offset: p as u64,
+                records_after: 0,
+                commits_after: 0,
+                bytes_after: 0,
+            });
+            c.records_after += 1;
+            c.commits_after += u64::from(r.head.kind == Kind::Commit);
+            c.bytes_after += r.len as u64;
+            p += r.len;
+        }
+    }
+    // The record at offset 0 unreadable: which generations do the records after it belong to?
+    let mut newest_base_after = None;
+    if base.is_none() {
+        let mut p = 8;
+        while p < bytes.len() {
+            match plausible_head(&bytes, p).then(|| decode(&bytes[p..])).flatten() {
+                Some(r) => {
+                    let g = r.lsn.wrapping_sub(p as u64);
+                    newest_base_after = Some(newest_base_after.map_or(g, |n: u64| n.max(g)));
+                    p += r.len;
+                }
+                None => p += 8,
+            }
+        }
+    }
+    let tail = match after {
+        Some(c) => Tail::Corrupt(c),
+        // A checksummed record with the wrong LSN right at the end is a stale generation.
+        None if decode(&bytes[end..]).is_some() || bytes[end..].iter().all(|&b| b == 0) => Tail::Clean,
+        None => {
+            // The damage reaches up to the next stale record (or the device's end).
+            let mut stop = end + 8;
+            while stop < bytes.len() && !(plausible_head(&bytes, stop) && decode(&bytes[stop..]).is_some()) {
+                stop += 8;
+            }
+            let stop = stop.min(bytes.len());
+            let last = bytes[end..stop].iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+            let lsn = base.or(first_lsn).map_or(0, |g| g.wrapping_add(end as u64));
+            Tail::Torn(TornTail { offset: end as u64, lsn, bytes: last as u64 })
+        }
+    };
+    bytes.truncate(end);
+    Ok(LogScan { base, bytes, tail, newest_base_after, device_size: size })
 }
 
 struct LogBuffer {
@@ -790,30 +923,84 @@ mod tests {
         }
     }
 
+    /// `n` commit records of the generation starting at `base`, sealed.
+    fn generation(base: u64, n: u64, txn0: u64) -> Vec<u8> {
+        let mut log = Vec::new();
+        for i in 0..n {
+            let at = encode(&mut log, &Head::new(Kind::Commit, txn0 + i, 0), &[], &[]);
+            seal(&mut log[at..], base + at as u64);
+        }
+        log
+    }
+
+    fn device_with(bytes: &[u8]) -> CrashingLogDevice {
+        let mut dev = CrashingLogDevice::new();
+        dev.write_at(0, bytes).unwrap();
+        dev.sync_data().unwrap();
+        dev
+    }
+
     #[test]
     fn scan_stops_at_a_torn_record_and_at_stale_generations() {
-        let mut dev = CrashingLogDevice::new();
-        let mut log = Vec::new();
-        for i in 0..3u64 {
-            let at = encode(&mut log, &Head::new(Kind::Commit, i, 0), &[], &[]);
-            let lsn = LSN_FIRST + at as u64;
-            seal(&mut log[at..], lsn);
-        }
-        dev.write_at(0, &log).unwrap();
-        dev.sync_data().unwrap();
+        let log = generation(LSN_FIRST, 3, 0);
+        let mut dev = device_with(&log);
         let s = scan(&mut dev).unwrap();
-        assert_eq!((s.base, s.records().count(), s.garbage_after), (Some(LSN_FIRST), 3, false));
-        // Tear the last record.
-        let last = log.len() - 3;
-        dev.write_at(last as u64, &[0xAB]).unwrap();
+        assert_eq!((s.base, s.records().count(), s.tail), (Some(LSN_FIRST), 3, Tail::Clean));
+        // Tear the last record: nothing of the generation follows it.
+        let last = log.len() - 64;
+        dev.write_at(log.len() as u64 - 3, &[0xAB]).unwrap();
         let s = scan(&mut dev).unwrap();
-        assert_eq!((s.records().count(), s.garbage_after), (2, true));
+        let torn = TornTail { offset: last as u64, lsn: LSN_FIRST + last as u64, bytes: 64 };
+        assert_eq!((s.records().count(), s.tail), (2, Tail::Torn(torn)));
         // A new generation at offset 0 with a higher base hides the old records.
-        let mut g = Vec::new();
-        encode(&mut g, &Head::new(Kind::Checkpoint, 0, 0), &[], &[]);
-        seal(&mut g, 1 << 20);
+        let g = generation(1 << 20, 1, 9);
         dev.write_at(0, &g).unwrap();
         let s = scan(&mut dev).unwrap();
-        assert_eq!((s.base, s.records().count()), (Some(1 << 20), 1));
+        assert_eq!((s.base, s.records().count(), s.tail), (Some(1 << 20), 1, Tail::Clean));
+    }
+
+    /// Issue #14, item 7: a damaged record followed by valid records of its generation is
+    /// corruption (the scan says where and what follows), not a torn tail; stale records of
+    /// an earlier generation after the damage do not count.
+    #[test]
+    fn scan_tells_mid_log_corruption_from_a_torn_tail() {
+        // Generation 2 (10 records) over the remains of generation 1 (20 records).
+        let mut log = generation(LSN_FIRST, 20, 100);
+        let live = generation(1 << 20, 10, 0);
+        log[..live.len()].copy_from_slice(&live);
+        for (flip, want) in [(3 * 64 + 20, Some(6)), (9 * 64 + 20, None)] {
+            let mut bad = log.clone();
+            bad[flip] ^= 0x01;
+            let s = scan(&mut device_with(&bad)).unwrap();
+            let at = flip / 64 * 64;
+            assert_eq!(s.bytes.len(), at, "flip at {flip}");
+            match want {
+                Some(after) => assert_eq!(
+                    s.tail,
+                    Tail::Corrupt(LogCorruption {
+                        offset: at as u64,
+                        lsn_expected: (1 << 20) + at as u64,
+                        next_valid_offset: at as u64 + 64,
+                        records_after: after,
+                        commits_after: after,
+                        bytes_after: after * 64,
+                    })
+                ),
+                // The last live record damaged, stale records after it: a torn tail.
+                None => assert_eq!(
+                    s.tail,
+                    Tail::Torn(TornTail { offset: at as u64, lsn: (1 << 20) + at as u64, bytes: 64 })
+                ),
+            }
+        }
+        // The record at offset 0 damaged: the expected base finds the rest of its generation
+        // (another base finds nothing: a torn tail), and the newest generation found is told.
+        let mut bad = log.clone();
+        bad[20] ^= 0x01;
+        let s = scan_expecting(&mut device_with(&bad), Some(1 << 20)).unwrap();
+        assert!(matches!(s.tail, Tail::Corrupt(c) if c.offset == 0 && c.records_after == 9), "{:?}", s.tail);
+        assert_eq!((s.base, s.newest_base_after), (None, Some(1 << 20)));
+        let s = scan_expecting(&mut device_with(&bad), Some(1 << 30)).unwrap();
+        assert!(matches!(s.tail, Tail::Torn(t) if t.offset == 0), "{:?}", s.tail);
     }
 }

@@ -26,8 +26,12 @@
 //! `checkpoint.db` (temporary file, `fsync`, rename, directory `fsync`), then starts a new
 //! log generation whose first record is a checkpoint record at the snapshot's LSN. Restart
 //! recovery (ARIES: analysis, redo, undo) loads the snapshot, scans the log's valid prefix
-//! (checksums and LSN continuity: a torn or corrupt tail is truncated and zeroed, never
-//! replayed), finds winners and losers (analysis), repeats history from the snapshot's LSN
+//! (checksums and LSN continuity: a torn tail — damage with nothing valid of the log's
+//! generation after it — is truncated, zeroed and reported in the [`RecoveryReport`], never
+//! replayed), refuses before writing anything a log it cannot recover from as found (a damaged
+//! record followed by valid ones, [`ConventionalError::CorruptLog`]; a missing snapshot the
+//! log says was taken, a missing log beside a snapshot, a damaged snapshot, a log newer than
+//! the snapshot), finds winners and losers (analysis), repeats history from the snapshot's LSN
 //! (redo: logical by key for B+tree records, with the page-LSN test for in-place updates;
 //! physical by record id for the heap), rolls losers back writing CLRs (undo, honouring the
 //! undo-next LSNs of CLRs already written), and takes a checkpoint. B+tree splits are not
@@ -68,7 +72,7 @@ use self::btree::{BTree, Comparator, KeyBuf, KeyField, KEY_BYTES_MAX};
 use self::heap::{HeapFile, Rid};
 use self::latch::Latch;
 use self::lock::LockManager;
-use self::log::{ClrAction, Kind, LogManager, LogScan, Record, LSN_FIRST};
+use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
 use self::page::{BufferPool, PageNo, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
@@ -76,7 +80,7 @@ use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
 
 pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
 pub use self::error::ConventionalError;
-pub use self::log::{CrashingLogDevice, FileLogDevice, LogDevice};
+pub use self::log::{CrashingLogDevice, FileLogDevice, LogCorruption, LogDevice, TornTail};
 pub use self::session::Session;
 pub use self::ship::{cut_log, CutAt, LogCut, ShipApplyReport};
 pub use self::stats::Counters;
@@ -261,8 +265,13 @@ pub struct RecoveryReport {
     pub snapshot_lsn: Option<u64>,
     /// Valid log records at or after the snapshot's LSN.
     pub log_records: usize,
-    /// Whether bytes after the last valid record were discarded (torn or corrupt tail).
+    /// Whether a torn tail after the last valid record was truncated (`torn_tail` says
+    /// where and how much).
     pub truncated_tail: bool,
+    /// The torn tail truncated: where the log now ends and how many damaged bytes were
+    /// dropped. (Damage followed by valid records is refused instead:
+    /// [`ConventionalError::CorruptLog`].)
+    pub torn_tail: Option<TornTail>,
     /// Changes redone (repeating history, losers included).
     pub redone: usize,
     /// Transactions with a commit record.
@@ -304,8 +313,13 @@ impl ConventionalDb {
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Arc<ConventionalDb>, ConventionalError> {
         let dir = dir.as_ref();
         let device: Option<Box<dyn LogDevice>> = if config.switches.durable() {
+            let log = dir.join(LOG_FILE);
+            // Opening creates a missing log file: refuse first when a checkpoint implies one.
+            if dir.join(SNAPSHOT_FILE).exists() && !log.exists() {
+                return Err(ConventionalError::MissingLog { path: log });
+            }
             std::fs::create_dir_all(dir).map_err(ConventionalError::io("create database directory"))?;
-            Some(Box::new(FileLogDevice::open(&dir.join(LOG_FILE)).map_err(ConventionalError::io("open log"))?))
+            Some(Box::new(FileLogDevice::open(&log).map_err(ConventionalError::io("open log"))?))
         } else {
             None
         };
@@ -346,9 +360,12 @@ impl ConventionalDb {
             std::fs::create_dir_all(&dir).map_err(ConventionalError::io("create database directory"))?;
             snapshot_lsn = load_snapshot(&dir, &tables, sw.page_bytes(), &stats)?;
             let dev = device.as_mut().expect("durable configurations have a device");
-            let s = log::scan(dev.as_mut()).map_err(ConventionalError::io("read log"))?;
-            if s.garbage_after {
-                log::zero_tail(dev.as_mut(), s.bytes.len() as u64, s.device_size)
+            let s = log::scan_expecting(dev.as_mut(), Some(snapshot_lsn.unwrap_or(LSN_FIRST)))
+                .map_err(ConventionalError::io("read log"))?;
+            // Every refusal comes before the first write: a refused log is left as found.
+            refuse_unrecoverable(&dir, snapshot_lsn, &s)?;
+            if let Tail::Torn(t) = s.tail {
+                log::zero_tail(dev.as_mut(), t.offset, s.device_size)
                     .map_err(ConventionalError::io("truncate log tail"))?;
             }
             scan = Some(s);
@@ -361,9 +378,6 @@ impl ConventionalDb {
             }
             _ => (from, from, 0),
         };
-        if base > from {
-            return Err(ConventionalError::LogGap { log_start: base, snapshot: from });
-        }
         let capacity = scan.as_ref().map_or(0, |s| s.device_size);
         let log = LogManager::new(
             sw.log_flush,
@@ -390,7 +404,10 @@ impl ConventionalDb {
         if let Some(scan) = &scan {
             db.recovery = db.recover(scan, from, &stats)?;
             db.recovery.snapshot_lsn = snapshot_lsn;
-            db.recovery.truncated_tail = scan.garbage_after;
+            if let Tail::Torn(t) = scan.tail {
+                db.recovery.truncated_tail = true;
+                db.recovery.torn_tail = Some(t);
+            }
         }
         db.counters.merge(&stats.take());
         if durable && db.checkpoint_unavailable().is_none() {
@@ -669,6 +686,40 @@ impl ConventionalDb {
             .map_err(|e| ConventionalError::Io { what: "flush recovery log", source: std::io::Error::other(e) })?;
         Ok(report)
     }
+}
+
+/// Refuses, before restart recovery writes anything, a log it cannot recover from as found:
+/// a checkpoint snapshot missing although the log says one was taken (its first record is a
+/// checkpoint record, or its generation starts past [`LSN_FIRST`]); a log that starts after
+/// the snapshot; damage in the middle of the log ([`Tail::Corrupt`]).
+fn refuse_unrecoverable(dir: &Path, snapshot_lsn: Option<u64>, s: &LogScan) -> Result<(), ConventionalError> {
+    // The log's generation: its first record's, or (that one unreadable) the newest found.
+    let generation = s.base.or(s.newest_base_after);
+    if snapshot_lsn.is_none() {
+        let starts_at_checkpoint = s.records().next().is_some_and(|r| r.head.kind == Kind::Checkpoint);
+        if starts_at_checkpoint || generation.is_some_and(|g| g > LSN_FIRST) {
+            return Err(ConventionalError::MissingCheckpoint {
+                path: dir.join(SNAPSHOT_FILE),
+                log_start: generation.unwrap_or(LSN_FIRST),
+            });
+        }
+    }
+    let from = snapshot_lsn.unwrap_or(LSN_FIRST);
+    if let Some(g) = generation.filter(|&g| g > from) {
+        return Err(ConventionalError::LogGap { log_start: g, snapshot: from });
+    }
+    if let Tail::Corrupt(c) = s.tail {
+        return Err(ConventionalError::CorruptLog {
+            path: dir.join(LOG_FILE),
+            offset: c.offset,
+            lsn_expected: c.lsn_expected,
+            next_valid_offset: c.next_valid_offset,
+            records_after: c.records_after,
+            commits_after: c.commits_after,
+            bytes_after: c.bytes_after,
+        });
+    }
+    Ok(())
 }
 
 /// Writes every page of every file to the snapshot (temporary file, fsync, rename, directory
