@@ -1,8 +1,8 @@
 //! Errors of the coordinator crate. Refusals a client must see (an unknown warehouse, an
-//! invalid input) are [`RouteError`] variants that become `wire` rejections; a refused
-//! configuration is [`CoordinatorError`].
+//! input outside TPC-C's domains) are [`RouteError`] variants that become `wire` rejections; a
+//! refused configuration is [`CoordinatorError`].
 
-use wire::messages::{Rejection, WarehouseId};
+use wire::messages::{InputError, Rejection, WarehouseId};
 
 /// Why a transaction cannot be routed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -10,16 +10,16 @@ pub enum RouteError {
     /// A warehouse of the transaction belongs to no partition.
     #[error("warehouse {warehouse} belongs to no partition of this cluster")]
     UnknownWarehouse { warehouse: WarehouseId },
-    /// The input is not a valid TPC-C input.
-    #[error("invalid input: {problem}")]
-    InvalidInput { problem: &'static str },
+    /// The input lies outside TPC-C's domains (clauses 2.4.1–2.8.1).
+    #[error("input outside TPC-C's domains: {0}")]
+    OutOfDomain(#[from] InputError),
 }
 
 impl From<RouteError> for Rejection {
     fn from(e: RouteError) -> Rejection {
         match e {
             RouteError::UnknownWarehouse { warehouse } => Rejection::UnknownWarehouse { warehouse },
-            RouteError::InvalidInput { problem } => Rejection::InvalidInput { problem: problem.to_string() },
+            RouteError::OutOfDomain(e) => Rejection::OutOfDomain(e),
         }
     }
 }

@@ -4,14 +4,15 @@
 //!
 //! Guarantees: a transaction is routed to its home warehouse's partition, with the other
 //! partitions it touches (a multi-partition transaction: NewOrder's remote supplying
-//! warehouses, Payment's remote customer), one naming
-//! an unknown warehouse with [`RouteError::UnknownWarehouse`], an invalid input (one a replica
-//! could not execute) with [`RouteError::InvalidInput`]. Routing is a table lookup per
-//! warehouse, without allocation on the single-partition path.
+//! warehouses, Payment's remote customer). An input outside TPC-C's domains (clauses
+//! 2.4.1–2.8.1, `wire::messages::check_input`) is refused with [`RouteError::OutOfDomain`],
+//! one naming a warehouse outside the cluster's configuration with
+//! [`RouteError::UnknownWarehouse`]; either way nothing is routed. Routing is a table lookup
+//! per warehouse, without allocation on the single-partition path.
 
 use engine::procedures::TxnInput;
 use wire::config::ClusterConfig;
-use wire::messages::{input_problem, warehouses_touched, PartitionId, WarehouseId};
+use wire::messages::{check_input, warehouses_touched, PartitionId, WarehouseId};
 
 use crate::error::RouteError;
 
@@ -42,9 +43,7 @@ impl Router {
     /// The partitions `input` touches: its home warehouse's, then the others in increasing
     /// order (none for a single-partition transaction).
     pub fn route(&self, input: &TxnInput) -> Result<Route, RouteError> {
-        if let Some(problem) = input_problem(input) {
-            return Err(RouteError::InvalidInput { problem });
-        }
+        check_input(input)?;
         let mut home = None;
         let mut others: Vec<PartitionId> = Vec::new();
         for w in warehouses_touched(input) {
@@ -75,6 +74,10 @@ pub struct Route {
 mod tests {
     use super::*;
     use engine::procedures::*;
+    use wire::messages::{InputError, InputField};
+
+    /// A date in TPC-C's domain (2008-06-10, the load's date).
+    const DATE: i64 = 1_213_056_000;
 
     fn router() -> Router {
         Router::new(&ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap())
@@ -85,7 +88,7 @@ mod tests {
         for (n, &s) in supply.iter().enumerate() {
             lines[n] = OrderLineInput { i_id: n as u32 + 1, supply_w_id: s, quantity: 5 };
         }
-        TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: 0 })
+        TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: DATE })
     }
 
     fn payment(w_id: u16, c_w_id: u16) -> TxnInput {
@@ -96,7 +99,7 @@ mod tests {
             c_d_id: 2,
             customer: CustomerSelector::ById(7),
             h_amount: 500,
-            date: 0,
+            date: DATE,
         })
     }
 
@@ -114,7 +117,7 @@ mod tests {
             r.route(&TxnInput::OrderStatus(OrderStatusInput { w_id: 3, d_id: 1, customer: CustomerSelector::ById(1) })),
             home(2)
         );
-        assert_eq!(r.route(&TxnInput::Delivery(DeliveryInput { w_id: 2, o_carrier_id: 3, date: 0 })), home(1));
+        assert_eq!(r.route(&TxnInput::Delivery(DeliveryInput { w_id: 2, o_carrier_id: 3, date: DATE })), home(1));
         assert_eq!(r.route(&TxnInput::StockLevel(StockLevelInput { w_id: 4, d_id: 10, threshold: 15 })), home(2));
     }
 
@@ -124,7 +127,7 @@ mod tests {
     fn transactions_spanning_partitions_name_their_home_and_the_others() {
         let r = router();
         assert_eq!(r.route(&new_order(1, &[1, 1, 3, 1, 1])), Ok(Route { home: 1, remotes: vec![2] }));
-        assert_eq!(r.route(&new_order(3, &[1, 3, 2, 4])), Ok(Route { home: 2, remotes: vec![1] }));
+        assert_eq!(r.route(&new_order(3, &[1, 3, 2, 4, 3])), Ok(Route { home: 2, remotes: vec![1] }));
         assert_eq!(r.route(&payment(4, 1)), Ok(Route { home: 2, remotes: vec![1] }));
     }
 
@@ -133,7 +136,58 @@ mod tests {
         let r = router();
         assert_eq!(r.route(&new_order(5, &[5, 5, 5, 5, 5])), Err(RouteError::UnknownWarehouse { warehouse: 5 }));
         assert_eq!(r.route(&payment(1, 9)), Err(RouteError::UnknownWarehouse { warehouse: 9 }));
-        assert!(matches!(r.route(&new_order(1, &[])), Err(RouteError::InvalidInput { .. })));
-        assert!(matches!(r.route(&payment(0, 1)), Err(RouteError::InvalidInput { .. })));
+        assert!(matches!(r.route(&new_order(1, &[])), Err(RouteError::OutOfDomain(InputError::OrderLineCount { .. }))));
+        assert!(matches!(r.route(&payment(0, 1)), Err(RouteError::OutOfDomain(InputError::Warehouse { .. }))));
+    }
+
+    /// Issue #14, item 6: the router refuses every input outside TPC-C's domains (clauses
+    /// 2.4.1.3, 2.4.1.5, 2.4.1.6, 2.5.1.3, 2.7.1.2, 2.8.1.2) with the typed reason, before
+    /// looking at its warehouses — so such a request is never sent to a partition.
+    #[test]
+    fn out_of_domain_inputs_are_refused_with_the_typed_reason() {
+        let r = router();
+        let TxnInput::NewOrder(no) = new_order(1, &[1, 1, 1, 1, 1]) else { unreachable!() };
+        let mut quantity_0 = no;
+        quantity_0.lines[0].quantity = 0;
+        let mut quantity_255 = no;
+        quantity_255.lines[4].quantity = 255;
+        let entry_d_min = NewOrderInput { entry_d: i64::MIN, ..no };
+        let TxnInput::Payment(pay) = payment(1, 1) else { unreachable!() };
+        let cases = [
+            (TxnInput::NewOrder(quantity_0), InputError::Quantity { line: 1, value: 0, min: 1, max: 10 }),
+            (TxnInput::NewOrder(quantity_255), InputError::Quantity { line: 5, value: 255, min: 1, max: 10 }),
+            (
+                TxnInput::NewOrder(entry_d_min),
+                InputError::Date {
+                    txn: TxnKind::NewOrder,
+                    field: InputField::OEntryD,
+                    value: i64::MIN,
+                    min: DATE_MIN,
+                    max: DATE_MAX,
+                },
+            ),
+            (
+                TxnInput::Payment(PaymentInput { h_amount: 0, ..pay }),
+                InputError::Amount { value: 0, min: 100, max: 500_000 },
+            ),
+            (
+                TxnInput::StockLevel(StockLevelInput { w_id: 1, d_id: 1, threshold: i32::MIN }),
+                InputError::Threshold { value: i32::MIN, min: 10, max: 20 },
+            ),
+            (
+                TxnInput::StockLevel(StockLevelInput { w_id: 1, d_id: 1, threshold: i32::MAX }),
+                InputError::Threshold { value: i32::MAX, min: 10, max: 20 },
+            ),
+            (
+                TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 0, date: DATE }),
+                InputError::Carrier { value: 0, min: 1, max: 10 },
+            ),
+        ];
+        for (input, e) in cases {
+            assert_eq!(r.route(&input), Err(RouteError::OutOfDomain(e)), "{input:?}");
+        }
+        // The domain is checked first: an out-of-domain input on an unknown warehouse too.
+        let unknown = StockLevelInput { w_id: 9, d_id: 1, threshold: 0 };
+        assert!(matches!(r.route(&TxnInput::StockLevel(unknown)), Err(RouteError::OutOfDomain(_))));
     }
 }

@@ -18,6 +18,8 @@ use wire::messages::*;
 
 const MS: u64 = 1_000;
 const START_US: u64 = 1_700_000_000_000 * MS;
+/// A date in TPC-C's domain (2008-06-10).
+const DATE: i64 = 1_213_056_000;
 
 fn config(batch_txns_max: u32, inflight_txns_max: u32) -> ClusterConfig {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
@@ -35,7 +37,7 @@ fn payment(w_id: u16, c_w_id: u16, c_id: u32) -> TxnInput {
         c_d_id: 1,
         customer: CustomerSelector::ById(c_id),
         h_amount: 1_000,
-        date: 0,
+        date: DATE,
     })
 }
 
@@ -44,7 +46,7 @@ fn new_order(w_id: u16, supply: &[u16]) -> TxnInput {
     for (n, &s) in supply.iter().enumerate() {
         lines[n] = OrderLineInput { i_id: n as u32 + 1, supply_w_id: s, quantity: 1 };
     }
-    TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: 0 })
+    TxnInput::NewOrder(NewOrderInput { w_id, d_id: 1, c_id: 1, ol_cnt: supply.len() as u8, lines, entry_d: DATE })
 }
 
 /// What a correct replica would answer: a pure function of the input.
@@ -177,7 +179,8 @@ fn unknown_warehouses_and_invalid_transactions_are_refused_without_executing() {
     let out = c.on_client_request(1, request(3, payment(9, 9, 1)), START_US);
     assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::UnknownWarehouse { warehouse: 9 })));
     let out = c.on_client_request(1, request(4, new_order(1, &[])), START_US);
-    assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::InvalidInput { .. })));
+    let no_lines = InputError::OrderLineCount { value: 0, min: 5, max: 15 };
+    assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::OutOfDomain(no_lines)));
     assert!(batches(&out).is_empty());
 }
 
@@ -308,7 +311,7 @@ fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
         let ready = Message::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
         c.on_node_message(node, ready, START_US);
     }
-    let out = c.on_client_request(1, request(1, new_order(1, &[3, 1])), START_US);
+    let out = c.on_client_request(1, request(1, new_order(1, &[3, 1, 1, 1, 1])), START_US);
     let home = batches(&out).into_iter().find(|(_, b)| b.partition == 1).unwrap().1;
     let out = c.on_node_lost(2, START_US);
     let aborts: Vec<_> = out
@@ -533,8 +536,11 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
             match rng.below(10) {
                 0..=4 => {
                     let w = 1 + rng.below(4) as u16;
-                    let out =
-                        c.on_client_request(rng.below(3), request(next_id, payment(w, w, rng.below(20) as u32)), now);
+                    let out = c.on_client_request(
+                        rng.below(3),
+                        request(next_id, payment(w, w, 1 + rng.below(20) as u32)),
+                        now,
+                    );
                     next_id += 1;
                     handle(out, &mut in_transit, &mut answers);
                 }
@@ -574,7 +580,7 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
 #[test]
 fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
     let mut c = serving(1, 64);
-    let out = c.on_client_request(1, request(1, new_order(1, &[1, 3])), START_US);
+    let out = c.on_client_request(1, request(1, new_order(1, &[1, 3, 1, 1, 1])), START_US);
     let remote = batches(&out).into_iter().find(|(_, b)| b.partition == 2).unwrap().1;
     for node in [1, 2] {
         c.on_node_message(node, results_with(&remote, TxnOutcome::PieceDone { reads_digest: 1 }), START_US);

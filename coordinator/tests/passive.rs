@@ -41,7 +41,7 @@ fn payment(w_id: u16, c_id: u32) -> TxnInput {
         c_d_id: 1,
         customer: CustomerSelector::ById(c_id),
         h_amount: 1_000,
-        date: 0,
+        date: 1_213_056_000, // 2008-06-10: a date in TPC-C's domain
     })
 }
 

@@ -9,8 +9,53 @@ use crate::storage::{Prefetch, ScanDir, Storage};
 
 /// Most order lines a NewOrder can carry (clause 2.4.1.3: 5–15).
 pub const ORDER_LINES_MAX: usize = 15;
+/// Fewest order lines a NewOrder carries (clause 2.4.1.3: 5–15).
+pub const ORDER_LINES_MIN: usize = 5;
 /// Districts per warehouse (clause 1.2.1).
 pub const DISTRICTS_PER_WAREHOUSE: u8 = 10;
+/// ITEM rows: I_ID runs over 1..=100,000 (clauses 1.2.1, 4.3.3.1).
+pub const ITEMS: u32 = 100_000;
+/// CUSTOMER rows per district: C_ID runs over 1..=3,000 (clauses 1.2.1, 4.3.3.1).
+pub const CUSTOMERS_PER_DISTRICT: u32 = 3_000;
+/// Largest OL_QUANTITY a NewOrder line asks for (clause 2.4.1.5: 1–10).
+pub const OL_QUANTITY_MAX: u8 = 10;
+/// Carriers: O_CARRIER_ID runs over 1..=10 (clause 2.7.1.2).
+pub const CARRIERS: u8 = 10;
+/// H_AMOUNT's domain in cents (clause 2.5.1.3: 1.00–5,000.00).
+pub const H_AMOUNT_MIN_CENTS: i64 = 100;
+/// See [`H_AMOUNT_MIN_CENTS`].
+pub const H_AMOUNT_MAX_CENTS: i64 = 500_000;
+/// StockLevel's threshold domain (clause 2.8.1.2: 10–20).
+pub const THRESHOLD_MIN: i32 = 10;
+/// See [`THRESHOLD_MIN`].
+pub const THRESHOLD_MAX: i32 = 20;
+/// The dates an input may carry (O_ENTRY_D, H_DATE, OL_DELIVERY_D), in the procedures' unit:
+/// seconds since the Unix epoch. From 1970-01-01T00:00:01Z — 0 is excluded because the
+/// schema stores a null OL_DELIVERY_D (an undelivered line, clause 4.3.3.1) as 0, so a
+/// Delivery dated 0 would leave delivered lines that read as undelivered, breaking
+/// consistency condition 7 of clause 3.3.2 — to 9999-12-31T23:59:59Z, the last instant of a
+/// four-digit year, as SQL's TIMESTAMP has it.
+pub const DATE_MIN: i64 = 1;
+/// See [`DATE_MIN`].
+pub const DATE_MAX: i64 = 253_402_300_799;
+/// The syllables C_LAST is built from, three per name, indexed by the digits of a number in
+/// 0..=999 (clause 4.3.2.3).
+pub const C_LAST_SYLLABLES: [&[u8]; 10] =
+    [b"BAR", b"OUGHT", b"ABLE", b"PRI", b"PRES", b"ESE", b"ANTI", b"CALLY", b"ATION", b"EING"];
+
+/// The number in 0..=999 whose C_LAST (clause 4.3.2.3: its three digits' syllables,
+/// concatenated) `field` holds, zero-filled after the name; `None` when `field` is not such a
+/// name. No syllable is a prefix of another, so the reading is unique.
+pub fn c_last_number(field: &[u8; 16]) -> Option<u32> {
+    let mut at = 0;
+    let mut number = 0;
+    for _ in 0..3 {
+        let digit = C_LAST_SYLLABLES.iter().position(|s| field[at..].starts_with(s))?;
+        at += C_LAST_SYLLABLES[digit].len();
+        number = number * 10 + digit as u32;
+    }
+    field[at..].iter().all(|&b| b == 0).then_some(number)
+}
 
 /// One requested item of a NewOrder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -199,6 +244,18 @@ impl TxnKind {
 
     pub fn from_name(s: &str) -> Option<TxnKind> {
         TxnKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+impl std::fmt::Display for TxnKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TxnKind::NewOrder => "NewOrder",
+            TxnKind::Payment => "Payment",
+            TxnKind::OrderStatus => "OrderStatus",
+            TxnKind::Delivery => "Delivery",
+            TxnKind::StockLevel => "StockLevel",
+        })
     }
 }
 
@@ -845,6 +902,26 @@ pub fn stock_level<S: Storage>(db: &mut S, i: &StockLevelInput) -> Result<StockL
 
 #[cfg(test)]
 mod tests {
+    /// Clause 4.3.2.3: each of the 1,000 names reads back as its number; nothing else does.
+    #[test]
+    fn c_last_numbers_read_exactly_the_names_of_clause_4_3_2_3() {
+        use super::{c_last_number, C_LAST_SYLLABLES};
+        for n in 0..=999usize {
+            let mut field = [0u8; 16];
+            let text: Vec<u8> =
+                [n / 100, n / 10 % 10, n % 10].iter().flat_map(|&d| C_LAST_SYLLABLES[d].to_vec()).collect();
+            field[..text.len()].copy_from_slice(&text);
+            assert_eq!(c_last_number(&field), Some(n as u32), "{}", String::from_utf8_lossy(&text));
+        }
+        let mut field = *b"BARBARBAR\0\0\0\0\0\0\0";
+        assert_eq!(c_last_number(&field), Some(0));
+        field[15] = b'X';
+        assert_eq!(c_last_number(&field), None, "junk after the zero fill");
+        for bad in [[0u8; 16], *b"BARBAR\0\0\0\0\0\0\0\0\0\0", *b"BARBARBARBAR\0\0\0\0", *b"barbarbar\0\0\0\0\0\0\0"] {
+            assert_eq!(c_last_number(&bad), None, "{}", String::from_utf8_lossy(&bad));
+        }
+    }
+
     #[test]
     fn has_original_finds_the_word_anywhere_and_only_there() {
         let mut field = [0u8; 50];

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use engine::conventional::{cut_log, Config, ConventionalDb, CutAt, LogCut, RecoveryReport, Session, Step};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
-use wire::messages::{bounded_reason, input_problem, BatchTxn, TxnOutcome};
+use wire::messages::{bounded_reason, check_held, check_input, BatchTxn, TxnOutcome, WarehouseId};
 use workload::loader::{load_database, LoadProgress};
 use workload::workers::is_conflict;
 
@@ -188,6 +188,24 @@ impl FullStack {
     /// Executes a batch on the workers; outcomes in the batch's order.
     pub fn execute(&mut self, txns: &[BatchTxn]) -> Vec<TxnOutcome> {
         let mut outcomes: Vec<Option<TxnOutcome>> = vec![None; txns.len()];
+        // Inputs outside TPC-C's domains, or naming a warehouse this partition does not hold,
+        // fail without running; checked before any worker starts (the executor's session
+        // looks WAREHOUSE up, each warehouse once).
+        let mut held: Vec<(WarehouseId, bool)> = Vec::new();
+        for (t, outcome) in txns.iter().zip(&mut outcomes) {
+            let session = &mut self.session;
+            let mut holds = |w| match held.iter().find(|(h, _)| *h == w) {
+                Some(&(_, is)) => is,
+                None => {
+                    let is = crate::replica::holds_warehouse(session, w);
+                    held.push((w, is));
+                    is
+                }
+            };
+            if let Err(problem) = check_input(&t.input).and_then(|()| check_held(&t.input, t.part, &mut holds)) {
+                *outcome = Some(TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) });
+            }
+        }
         let jobs = self.jobs.as_ref().expect("workers run until drop");
         let mut sent = 0usize;
         let mut received = 0usize;
@@ -195,8 +213,7 @@ impl FullStack {
         while received < txns.len() {
             while sent < txns.len() {
                 let t = &txns[sent];
-                if let Some(problem) = input_problem(&t.input) {
-                    outcomes[sent] = Some(TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) });
+                if outcomes[sent].is_some() {
                     sent += 1;
                     received += 1;
                     continue;

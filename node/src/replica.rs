@@ -17,7 +17,9 @@
 //! - every transaction runs through [`engine::procedures::execute`] with the coordinator's
 //!   timestamp, in strictly increasing timestamp order (checked before a batch runs: a
 //!   regression stops the replica); so replicas fed the same stream reach bit-identical states;
-//! - an input a procedure could not execute is reported as failed, never run;
+//! - an input outside TPC-C's domains (`wire::messages::check_input`), or naming a warehouse
+//!   this partition does not hold where it must (`wire::messages::check_held`), is reported as
+//!   failed (a remote piece: aborted), never run — it changes nothing;
 //! - shipments apply in sequence order exactly once, as batches do; a shipment that fails its
 //!   checksum or cannot be applied stops the backup before it changes anything it checked;
 //! - once stopped (a divergence reported by the coordinator, or a refused stream) the replica
@@ -43,8 +45,9 @@ use engine::storage::Storage;
 use engine::LeanDb;
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
-    bounded_reason, input_problem, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId,
-    PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult,
+    bounded_reason, check_held, check_input, Batch, BatchTxn, DigestOutcome, InputError, LoadState, Message, NodeId,
+    Part, PartitionId, PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp,
+    TxnOutcome, TxnResult, WarehouseId,
 };
 use workload::loader::{load_database, LoadProgress};
 
@@ -553,7 +556,7 @@ impl Replica {
     /// A single-partition transaction, whole (the lean kernel; the worker pool runs them in
     /// `full-stack`).
     fn run_whole(&mut self, t: &BatchTxn) -> TxnOutcome {
-        if let Some(problem) = input_problem(&t.input) {
+        if let Err(problem) = self.check(&t.input, Part::Whole) {
             return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
         }
         match &mut self.db {
@@ -564,7 +567,7 @@ impl Replica {
 
     /// A remote piece: its reads, or why it changed nothing.
     fn run_remote_piece(&mut self, t: &BatchTxn) -> PieceOutcome {
-        if let Some(problem) = input_problem(&t.input) {
+        if let Err(problem) = self.check(&t.input, t.part) {
             return PieceOutcome::Aborted { reason: bounded_reason(problem.to_string()) };
         }
         let result = match &mut self.db {
@@ -584,7 +587,7 @@ impl Replica {
     /// A home piece, given every remote piece's outcome: aborts, changing nothing, if one of
     /// them aborted; runs with their reads otherwise.
     fn run_home_piece(&mut self, t: &BatchTxn, reads: Vec<(PartitionId, PieceOutcome)>) -> TxnOutcome {
-        if let Some(problem) = input_problem(&t.input) {
+        if let Err(problem) = self.check(&t.input, t.part) {
             return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
         }
         let mut remote = Vec::with_capacity(reads.len());
@@ -795,13 +798,23 @@ impl Replica {
         if !matches!(input, TxnInput::OrderStatus(_) | TxnInput::StockLevel(_)) {
             return TxnOutcome::Failed { reason: "replica reads run OrderStatus and StockLevel only".into() };
         }
-        if let Some(problem) = input_problem(input) {
+        if let Err(problem) = self.check(input, Part::Whole) {
             return TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) };
         }
         let ts = self.last_ts.map_or(0, |t| t.0);
         match &mut self.db {
             Store::Lean(db) => TxnOutcome::from_result(execute(db, ts, input)),
             Store::Full(f) => TxnOutcome::from_result(execute(f.session(), ts, input)),
+        }
+    }
+
+    /// Whether this replica may run `part` of `input`: the input lies within TPC-C's domains
+    /// and the warehouses `part` runs on are this partition's (those with a WAREHOUSE row here).
+    fn check(&mut self, input: &TxnInput, part: Part) -> Result<(), InputError> {
+        check_input(input)?;
+        match &mut self.db {
+            Store::Lean(db) => check_held(input, part, |w| holds_warehouse(db, w)),
+            Store::Full(f) => check_held(input, part, |w| holds_warehouse(f.session(), w)),
         }
     }
 
@@ -940,6 +953,11 @@ fn rederive<S: Storage>(db: &mut S, t: &BatchTxn) -> Result<engine::distributed:
     engine::distributed::rederive_reads(db, t.ts.0, &t.input, &|w| local.contains(&w))
 }
 
+/// Whether `db` holds warehouse `w` (its WAREHOUSE row is here).
+pub(crate) fn holds_warehouse<S: Storage>(db: &mut S, w: WarehouseId) -> bool {
+    db.get::<engine::schema::t::Warehouses, _>(engine::schema::keys::warehouse(w), |_| ()).is_ok_and(|r| r.is_some())
+}
+
 /// The warehouses of transaction `t` this partition holds (those found in its WAREHOUSE).
 fn local_warehouses<S: Storage>(db: &mut S, t: &BatchTxn) -> Vec<u16> {
     let mut local = touched(&t.input);
@@ -965,7 +983,7 @@ mod tests {
             .map(|&t| BatchTxn {
                 part: wire::messages::Part::Whole,
                 ts: Timestamp(t),
-                input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 0 }),
+                input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 1 }),
             })
             .collect();
         Batch { partition: 1, seq, txns, digest_after: false }
@@ -1052,12 +1070,10 @@ mod tests {
     fn invalid_inputs_fail_without_running() {
         let mut r = replica();
         let mut b = batch(1, &[10]);
-        b.txns[0].input = TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 11, date: 0 });
+        b.txns[0].input = TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 11, date: 1 });
         let out = r.on_batch(b).unwrap();
-        assert_eq!(
-            out[0].results[0].outcome,
-            TxnOutcome::Failed { reason: "Delivery: o_carrier_id is not within 1..=10".into() }
-        );
+        let reason = InputError::Carrier { value: 11, min: 1, max: 10 }.to_string();
+        assert_eq!(out[0].results[0].outcome, TxnOutcome::Failed { reason });
     }
 
     #[test]

@@ -351,8 +351,12 @@ fn replica_reads_on_a_backup_are_possibly_stale_and_agree_once_it_caught_up() {
 
     // A write sent as a replica read fails without running, anywhere.
     let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
-    lines[0] = OrderLineInput { i_id: 1, supply_w_id: 1, quantity: 5 };
-    let new_order = TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 1, lines, entry_d: 0 });
+    for (n, l) in lines.iter_mut().take(5).enumerate() {
+        *l = OrderLineInput { i_id: n as u32 + 1, supply_w_id: 1, quantity: 5 };
+    }
+    // In TPC-C's domains (clause 2.4.1): refused for being a write, not for its input.
+    let entry_d = 1_213_056_000;
+    let new_order = TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 5, lines, entry_d });
     for r in [&mut primary, &mut backup, &mut active] {
         let digest = r.state_digest();
         let (seq, _, outcome) = read(r, 7, new_order);

@@ -41,7 +41,7 @@ pub enum GenError {
     PercentOutOfRange { what: &'static str, value: u32 },
     #[error("the generator's warehouse range {start}..={end} is empty or includes warehouse 0")]
     BadWarehouses { start: u16, end: u16 },
-    #[error("order lines per NewOrder must lie within 1..=15 (clause 2.4.1.3); got {min}..={max}")]
+    #[error("order lines per NewOrder must lie within 5..=15 (clause 2.4.1.3); got {min}..={max}")]
     BadOrderLines { min: u8, max: u8 },
     #[error("the home partition {first}..={last} is empty or not within the generator's warehouses {start}..={end}")]
     BadHomePartition { first: u16, last: u16, start: u16, end: u16 },

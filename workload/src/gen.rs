@@ -17,7 +17,11 @@
 //! warehouse of another partition (the H-Store experiment's knob); with a zero percentage the
 //! stream is exactly what it was without the knob. Item ids, customer ids and last-name numbers are drawn over the configured
 //! [`Scale`] (the TPC-C population by default, where the inputs are exactly the clause's; a
-//! smaller scale is for simulation and tests only and is not TPC-C compliant).
+//! smaller scale is for simulation and tests only and is not TPC-C compliant). Every input
+//! lies within TPC-C's input domains as `wire::messages::check_input` enforces them (clauses
+//! 2.4.1–2.8.1; tested over both profiles), given a date `ts` within
+//! `engine::procedures::DATE_MIN..=DATE_MAX` — the callers pass `loader::LOAD_TIMESTAMP` plus
+//! seconds.
 
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -25,7 +29,7 @@ use std::str::FromStr;
 
 use engine::procedures::{
     CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput, StockLevelInput,
-    TxnInput, TxnKind, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX,
+    TxnInput, TxnKind, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX, ORDER_LINES_MIN,
 };
 
 use crate::error::GenError;
@@ -218,7 +222,8 @@ pub struct GenConfig {
     /// other partitions, from which [`GenConfig::multi_partition_pct`] draws. `None`: one
     /// partition holds every warehouse (the embedded bench), so there is no foreign one.
     pub home_partition: Option<RangeInclusive<u16>>,
-    /// Order lines per NewOrder (clause 2.4.1.3: 5–15; the paper: exactly 10).
+    /// Order lines per NewOrder (clause 2.4.1.3: 5–15; the paper: exactly 10). Within 5..=15:
+    /// [`GenConfig::validate`] refuses anything else.
     pub order_lines: RangeInclusive<u8>,
     /// Percent of order lines supplied by another warehouse (clause 2.4.1.5: 1).
     pub remote_item_pct: u32,
@@ -311,7 +316,7 @@ impl GenConfig {
 
     /// Checks the settings: a non-empty warehouse range without warehouse 0, a home partition
     /// (if any) that is a non-empty sub-range of it, a mix with a non-zero total, order lines
-    /// within 1..=15, percentages at most 100, and a foreign warehouse when NewOrders are
+    /// within 5..=15 (clause 2.4.1.3), percentages at most 100, and a foreign warehouse when NewOrders are
     /// forced multi-partition.
     pub fn validate(&self) -> Result<(), GenError> {
         let (start, end) = (*self.warehouses.start(), *self.warehouses.end());
@@ -333,7 +338,7 @@ impl GenConfig {
             Mix::new(mix.weights)?;
         }
         let (min, max) = (*self.order_lines.start(), *self.order_lines.end());
-        if min == 0 || min > max || max as usize > ORDER_LINES_MAX {
+        if (min as usize) < ORDER_LINES_MIN || min > max || max as usize > ORDER_LINES_MAX {
             return Err(GenError::BadOrderLines { min, max });
         }
         for (what, value) in [
@@ -607,6 +612,10 @@ mod tests {
         let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=1);
         cfg.order_lines = 5..=16;
         assert_eq!(Generator::new(cfg, 1, 1).unwrap_err(), GenError::BadOrderLines { min: 5, max: 16 });
+        // Clause 2.4.1.3: at least 5 lines; fewer would generate inputs the cluster refuses.
+        let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=1);
+        cfg.order_lines = 4..=15;
+        assert_eq!(Generator::new(cfg, 1, 1).unwrap_err(), GenError::BadOrderLines { min: 4, max: 15 });
         let mut cfg = GenConfig::for_profile(Profile::Paper, 1..=1);
         cfg.mix = Some(Mix { weights: [0; 5] });
         assert_eq!(Generator::new(cfg, 1, 1).unwrap_err(), GenError::MixAllZero);
@@ -738,7 +747,7 @@ mod tests {
         cfg.mix = Some(Mix::parse("payment=1").unwrap());
         let mut g = Generator::new(cfg, 1, 1).unwrap();
         for _ in 0..1_000 {
-            let TxnInput::Payment(p) = g.next_for(2, 0) else { unreachable!() };
+            let TxnInput::Payment(p) = g.next_for(2, 1) else { unreachable!() };
             assert_eq!((p.w_id, p.c_w_id), (2, 1));
         }
     }
@@ -747,7 +756,7 @@ mod tests {
     #[should_panic(expected = "outside the generator's range")]
     fn next_for_rejects_a_foreign_home() {
         let mut g = Generator::new(GenConfig::for_profile(Profile::Paper, 1..=2), 1, 1).unwrap();
-        g.next_for(3, 0);
+        g.next_for(3, 1);
     }
 
     /// A scaled generator names only rows a load of that scale has (simulation only).
@@ -921,7 +930,7 @@ mod tests {
     #[should_panic(expected = "outside the generator's home partition")]
     fn next_for_rejects_a_home_outside_the_home_partition() {
         let cfg = GenConfig::for_profile(Profile::Paper, 1..=4).with_home_partition(1..=2);
-        Generator::new(cfg, 1, 1).unwrap().next_for(3, 0);
+        Generator::new(cfg, 1, 1).unwrap().next_for(3, 1);
     }
 
     #[test]
@@ -930,5 +939,53 @@ mod tests {
         let load = NuRandConstants::for_load(22);
         assert_eq!(g.constants(), NuRandConstants::for_run(&load, 11));
         assert!(crate::rng::c_last_delta_ok(g.constants().c_last, load.c_last));
+    }
+
+    /// Issue #14, item 6: every input either profile generates — home-only and partitioned,
+    /// forced multi-partition, at the simulator's scale — lies within TPC-C's domains
+    /// (clauses 2.4.1–2.8.1) as the cluster checks them, at the dates the callers use.
+    #[test]
+    fn every_generated_input_is_within_the_clauses_domains() {
+        let mut forced = GenConfig::for_profile(Profile::Standard, 1..=4).with_home_partition(3..=4);
+        forced.multi_partition_pct = 50;
+        let mut paper_forced = GenConfig::for_profile(Profile::Paper, 1..=4).with_home_partition(1..=2);
+        paper_forced.multi_partition_pct = 10;
+        let configs = [
+            GenConfig::for_profile(Profile::Paper, 1..=5),
+            GenConfig::for_profile(Profile::Standard, 1..=5),
+            GenConfig::for_profile(Profile::Standard, 7..=7),
+            forced,
+            paper_forced,
+            GenConfig::for_profile(Profile::Standard, 1..=2).with_scale(Scale::tiny()),
+        ];
+        for cfg in configs {
+            let mut g = Generator::new(cfg.clone(), 3, 4).unwrap();
+            for n in 0..50_000 {
+                let input = g.next(crate::loader::LOAD_TIMESTAMP + n);
+                assert_eq!(wire::messages::check_input(&input), Ok(()), "{:?}: {input:?}", cfg.profile);
+            }
+        }
+        for ts in [engine::procedures::DATE_MIN, 1_000, engine::procedures::DATE_MAX] {
+            let mut g = Generator::new(GenConfig::for_profile(Profile::Standard, 1..=2), 3, 4).unwrap();
+            assert!((0..1_000).all(|_| wire::messages::check_input(&g.next(ts)).is_ok()));
+        }
+    }
+
+    /// The domains the cluster checks (`engine::procedures`) are the population the loader
+    /// loads and the generator draws from (clauses 1.2.1, 4.3.2.3, 4.3.3.1).
+    #[test]
+    fn the_checked_domains_are_the_loaded_population() {
+        use engine::procedures::{c_last_number, CUSTOMERS_PER_DISTRICT, C_LAST_SYLLABLES};
+        assert_eq!(crate::loader::ITEMS, engine::procedures::ITEMS);
+        assert_eq!(crate::loader::CUSTOMERS_PER_DISTRICT, CUSTOMERS_PER_DISTRICT);
+        assert_eq!(
+            Scale::TPCC,
+            Scale { items: engine::procedures::ITEMS, customers_per_district: CUSTOMERS_PER_DISTRICT }
+        );
+        assert_eq!(crate::rng::LAST_NAME_SYLLABLES, C_LAST_SYLLABLES);
+        for n in 0..=999 {
+            assert_eq!(c_last_number(&crate::rng::last_name_field(n)), Some(n));
+        }
+        assert_eq!(UNUSED_ITEM_ID, engine::procedures::ITEMS + 1);
     }
 }
