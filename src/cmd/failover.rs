@@ -163,7 +163,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         bail!("--at {} must fall inside the measured phase (0 < at < --duration {})", a.at, a.duration);
     }
     if let Some(cycles) = a.kill_loop {
-        if cycles == 0 || !(a.every > 0.0) {
+        if cycles == 0 || a.every.is_nan() || a.every <= 0.0 {
             bail!("--kill-loop needs at least one cycle and a positive --every (got {cycles} and {})", a.every);
         }
     }
