@@ -198,6 +198,13 @@ pub enum TlsError {
     /// The client-certificate verifier could not be built from the CA.
     #[error("client certificate verifier for the {role}: {detail}")]
     Verifier { role: Role, detail: String },
+    /// `cert_dir` holds a CA but no certificate or key for a process of `cluster.toml` (added
+    /// after the certificates were issued).
+    #[error(
+        "{path} is missing: the CA in its directory issued no certificate for the {role} (added to cluster.toml \
+         after `glass cluster init`?): run `glass cluster init --force` and copy cert_dir to every host"
+    )]
+    Missing { path: PathBuf, role: Role },
     /// A certificate in `cert_dir` is not the identity its file name says.
     #[error("{path} is not the {role}'s certificate: {problem}")]
     WrongIdentity { path: PathBuf, role: Role, problem: IdentityProblem },
@@ -513,6 +520,11 @@ pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
     }
     processes.push((Role::Client, None));
     for (role, address) in processes {
+        for path in [role.cert_path(dir), role.key_path(dir)] {
+            if !path.exists() {
+                return Err(TlsError::Missing { path, role });
+            }
+        }
         let identity = load_identity(dir, role)?;
         let Some((field, address)) = address else { continue };
         let path = role.cert_path(dir);

@@ -655,3 +655,49 @@ async fn a_link_closed_while_sending_tells_its_peer_at_once() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Defect #14, item 5: certificates already in `cert_dir` are checked against the current
+/// cluster.toml before a local cluster starts; what does not fit is named with what to run.
+#[test]
+fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
+    let (cfg, _cfg_dir) = cluster("check-certificates");
+    tls::check_certificates(&cfg).unwrap();
+
+    // A port change keeps the certificates valid (they name hosts); a host change does not.
+    let mut moved = cfg.clone();
+    moved.nodes[0].address = moved.nodes[0].address.replace("127.0.0.1:", "127.0.0.1:1");
+    tls::check_certificates(&moved).unwrap();
+    moved.nodes[0].address = "127.0.0.2:7401".into();
+    match tls::check_certificates(&moved) {
+        Err(e @ TlsError::NotForAddress { .. }) => {
+            let text = e.to_string();
+            for part in
+                ["node-1.pem", "nodes[0].address = \"127.0.0.2:7401\"", "`127.0.0.2`", "glass cluster init --force"]
+            {
+                assert!(text.contains(part), "{part}: {text}");
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A certificate from another CA (a CA replaced without reissuing, files mixed).
+    let (other, _other_dir) = cluster("check-certificates-other");
+    std::fs::copy(other.cert_dir.join("coordinator.pem"), cfg.cert_dir.join("coordinator.pem")).unwrap();
+    match tls::check_certificates(&cfg) {
+        Err(e @ TlsError::NotFromCa { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("coordinator.pem") && text.contains("glass cluster init --force"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A node added to cluster.toml after `cluster init` has no certificate yet.
+    let (mut grown, _grown_dir) = cluster("check-certificates-grown");
+    grown.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7403".into() });
+    match tls::check_certificates(&grown) {
+        Err(e @ TlsError::Missing { role: Role::Node(3), .. }) => {
+            assert!(e.to_string().contains("node-3.pem") && e.to_string().contains("init --force"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
