@@ -218,11 +218,29 @@ pub enum TlsError {
     /// A certificate does not carry a name its process is dialled by now (the address in
     /// `cluster.toml` changed after the certificates were issued).
     #[error(
-        "{path} (the {role}'s certificate) is not valid for `{name}`, the host of {field} = \"{address}\" \
-         ({detail}); the certificates were issued for other addresses: run `glass cluster init --force --config \
-         <this cluster.toml>` and copy cert_dir to every host"
+        "{} (the {}'s certificate) is not valid for `{}`, the host of {} = \"{}\" ({}); the certificates were \
+         issued for other addresses: run `glass cluster init --force --config <this cluster.toml>` and copy \
+         cert_dir to every host",
+        .0.path.display(), .0.role, .0.name, .0.field, .0.address, .0.detail
     )]
-    NotForAddress { path: PathBuf, role: Role, field: String, address: String, name: String, detail: String },
+    NotForAddress(Box<AddressMismatch>),
+}
+
+/// A certificate and the current address it is not valid for ([`TlsError::NotForAddress`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressMismatch {
+    /// The certificate's file.
+    pub path: PathBuf,
+    /// Whose certificate it is.
+    pub role: Role,
+    /// The field of `cluster.toml` holding the address (`nodes[0].address`).
+    pub field: String,
+    /// The address, as `cluster.toml` has it.
+    pub address: String,
+    /// The name the certificate lacks (the address's host, or a loopback name).
+    pub name: String,
+    /// What webpki said.
+    pub detail: String,
 }
 
 /// Why a certificate is not the certificate of a given identity ([`check_identity`]).
@@ -534,13 +552,15 @@ pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
             problem: IdentityProblem::Unparsable { detail: e.to_string() },
         })?;
         for name in address_names(&field, address)? {
-            let not_for_address = |detail: String| TlsError::NotForAddress {
-                path: path.clone(),
-                role,
-                field: field.clone(),
-                address: address.clone(),
-                name: name.clone(),
-                detail,
+            let not_for_address = |detail: String| {
+                TlsError::NotForAddress(Box::new(AddressMismatch {
+                    path: path.clone(),
+                    role,
+                    field: field.clone(),
+                    address: address.clone(),
+                    name: name.clone(),
+                    detail,
+                }))
             };
             let server_name = ServerName::try_from(name.clone()).map_err(|e| not_for_address(e.to_string()))?;
             rustls::client::verify_server_name(&parsed, &server_name).map_err(|e| not_for_address(e.to_string()))?;

@@ -669,7 +669,7 @@ fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
     tls::check_certificates(&moved).unwrap();
     moved.nodes[0].address = "127.0.0.2:7401".into();
     match tls::check_certificates(&moved) {
-        Err(e @ TlsError::NotForAddress { .. }) => {
+        Err(e @ TlsError::NotForAddress(_)) => {
             let text = e.to_string();
             for part in
                 ["node-1.pem", "nodes[0].address = \"127.0.0.2:7401\"", "`127.0.0.2`", "glass cluster init --force"]
