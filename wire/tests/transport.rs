@@ -1,7 +1,10 @@
-//! The QUIC transport over real sockets on 127.0.0.1 with real mutual TLS (DESIGN.md,
-//! "Security"): peers with the cluster's certificates exchange Hellos and frames; peers with
-//! another CA's certificate or none are refused before any message is read; bad frames cost
-//! their sender its connection and nobody else theirs; `glass cluster init`'s files are safe.
+//! The QUIC transport over real sockets on 127.0.0.1 with real mutual TLS (docs/cluster.md,
+//! "Who talks to whom"): peers with the cluster's certificates exchange Hellos and frames;
+//! peers with another CA's certificate or none are refused before any message is read; bad
+//! frames cost their sender its connection and nobody else theirs; `glass cluster init`'s
+//! files are safe. Defect #14: a certificate acts only as its own identity (item 3), a peer
+//! refused or abandoned around the Hello learns it at once with a code and a reason (item 4),
+//! and certificates already issued are checked against the current cluster.toml (item 5).
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
