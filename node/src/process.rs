@@ -982,7 +982,8 @@ async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result
     let server_name = split_address(&address).map(|(h, _)| h.to_string()).map_err(|e| e.to_string())?;
     let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address).map_err(|e| e.to_string())?;
     let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me)).map_err(|e| e.to_string())?;
-    endpoint::connect(addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
+    let peer = wire::tls::Role::Node(source);
+    endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
         .await
         .map_err(|e| e.to_string())
 }
@@ -1033,7 +1034,7 @@ struct Outbox {
 
 /// Dials `address` (the coordinator's or a peer node's), retrying until it answers, refuses
 /// this node (`None`, and the node stops if it is the coordinator) or the node stops.
-async fn dial(node: &Node, what: &str, address: &str) -> Option<Link> {
+async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> Option<Link> {
     let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
     let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
         Ok(t) => t,
@@ -1055,14 +1056,17 @@ async fn dial(node: &Node, what: &str, address: &str) -> Option<Link> {
         };
         if let Some(addr) = addr {
             let limits = EndpointLimits::from_config(&node.config);
-            let attempt = endpoint::connect(addr, &server_name, tls.clone(), node.hello(), limits);
+            let attempt = endpoint::connect_to(peer, addr, &server_name, tls.clone(), node.hello(), limits);
             tokio::select! {
                 r = attempt => match r {
                     Ok(link) => return Some(link),
                     Err(e @ (EndpointError::HelloRefused { .. }
                     | EndpointError::HelloRejected { .. }
                     | EndpointError::CertificateRefused { .. }
-                    | EndpointError::PeerCertificateInvalid { .. })) => {
+                    | EndpointError::PeerCertificateInvalid { .. }
+                    | EndpointError::IdentityRefused { .. }
+                    | EndpointError::IdentityMismatch { .. }
+                    | EndpointError::WrongPeer { .. })) => {
                         error!(peer = what, %address, error = %e, "refused this node");
                         return None;
                     }
@@ -1088,7 +1092,7 @@ async fn dial(node: &Node, what: &str, address: &str) -> Option<Link> {
 /// coordinator's in.
 async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Message>, outbox: Outbox) {
     let address = node.config.coordinator.address.clone();
-    let Some(link) = dial(&node, "coordinator.address", &address).await else {
+    let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
         if !*node.stopping.borrow() {
             node.stop("refused by the coordinator");
         }
@@ -1305,7 +1309,7 @@ fn publish_gate(node: &Node, gate: &ShipGate) {
 async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
     let Some(address) = node.config.node(peer).map(|n| n.address.clone()) else { return };
     let what = format!("nodes[{peer}].address");
-    let Some(link) = dial(&node, &what, &address).await else { return };
+    let Some(link) = dial(&node, wire::tls::Role::Node(peer), &what, &address).await else { return };
     info!(backup = peer, %address, "shipping to backup");
     let (mut sender, mut receiver) = link.split();
     let events = node.events.clone();

@@ -10,6 +10,12 @@
 //!
 //! A pid file is trusted only when `/proc/PID/cmdline` shows this binary's subcommand and the
 //! same `cluster.toml`: a recycled pid is never signalled.
+//!
+//! `up` checks everything before it creates anything (no run directory, no certificate for a
+//! refused file): every address resolves and can be bound here, and when `cert_dir` already
+//! holds a CA, every certificate is from it, is its process's identity and is valid for that
+//! process's current address (`wire::tls::check_certificates`); a certificate that does not
+//! fit is named, with its address and what to run (`glass cluster init --force`).
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -47,7 +53,7 @@ pub struct ClusterArgs {
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
     /// Create the cluster's CA and a certificate for the coordinator, each node and the
-    /// client, in `cert_dir`.
+    /// client, in `cert_dir`; each certificate is bound to its process's identity.
     Init {
         #[arg(long, default_value = "cluster.toml")]
         config: PathBuf,
@@ -101,7 +107,7 @@ fn init(config: &Path, force: bool) -> Result<ExitCode> {
     println!("{} the cluster CA in {}", if r.replaced_ca { "replaced" } else { "created" }, r.cert_dir.display());
     for id in &r.identities {
         let names = if id.names.is_empty() { String::new() } else { format!(" for {}", id.names.join(", ")) };
-        println!("  {:<12} {}{names}", id.role.to_string(), id.cert.display());
+        println!("  {:<12} {}{names} (identity {})", id.role.to_string(), id.cert.display(), id.identity);
     }
     println!("copy {} to every host of the cluster (keys are private: mode 0600)", r.cert_dir.display());
     Ok(ExitCode::SUCCESS)
@@ -251,15 +257,25 @@ impl Cluster {
                 self.path.display()
             );
         }
+        // Everything is checked before anything is created (defect #14, item 5): every address
+        // resolves and can be bound here, and certificates already issued fit the addresses
+        // and identities of this cluster.toml; a refused `up` leaves no file behind.
+        wire::check_ports_free(&self.config).context("cannot start the processes of cluster.toml here")?;
+        let cert_dir = &self.config.cert_dir;
+        let has_ca = cert_dir.join(wire::tls::CA_CERT_FILE).exists();
+        if has_ca {
+            wire::tls::check_certificates(&self.config).with_context(|| {
+                format!("the certificates in {} do not fit {}", cert_dir.display(), self.path.display())
+            })?;
+        }
         fs::create_dir_all(&self.config.run_dir)
             .with_context(|| format!("create run_dir {}", self.config.run_dir.display()))?;
-        if !self.config.cert_dir.join(wire::tls::CA_CERT_FILE).exists() {
+        if !has_ca {
             let r = wire::tls::init_cluster(&self.config, false)?;
             if chatty {
                 println!("created the cluster's certificates in {}", r.cert_dir.display());
             }
         }
-        wire::check_ports_free(&self.config).context("a port of cluster.toml is taken")?;
         let exe = std::env::current_exe().context("find the glass binary")?;
         let t0 = Instant::now();
         let mut children: Vec<(Proc, Child)> = Vec::new();

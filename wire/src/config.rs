@@ -8,8 +8,10 @@
 //!   cluster: unique node and partition ids, distinct `host:port` addresses, every partition
 //!   with at least one replica and at most one per node, replicas only on listed nodes,
 //!   warehouse ranges that do not overlap and cover `1..=W` without gaps, limits that can be
-//!   met (a full batch fits in a frame and in the in-flight bound), a full-stack worker count
-//!   within bounds;
+//!   met (a full batch fits in a frame and in the in-flight bound), transport windows within
+//!   [`WINDOW_BYTES_MIN`]..=[`WINDOW_BYTES_MAX`], a full-stack worker count within bounds, and
+//!   a non-empty `run_dir` and `cert_dir` (an empty one is not made the file's directory:
+//!   [`ClusterConfig::from_file`] leaves it empty for validation to refuse);
 //! - errors name the field (`partitions[1].replicas: node 2 holds two replicas of partition 1`);
 //! - [`check_ports_free`] (what a launcher calls before starting processes) binds a UDP
 //!   socket on every address and names the first one that fails.
@@ -253,7 +255,24 @@ pub struct Limits {
     pub replica_pending_batches_max: u32,
     /// Client connections the coordinator accepts at once.
     pub client_connections_max: u32,
+    /// QUIC receive window of one connection, in bytes: what a peer may have sent that this
+    /// process has not read yet, all streams together (a connection carries one stream, whose
+    /// window is the same). Bounds what a peer can make a process buffer; throughput on one
+    /// connection is at most about this much per round trip. 64 KiB to 256 MiB.
+    pub receive_window_bytes: u32,
+    /// Bytes a process keeps of what it sent on one connection and the peer has not
+    /// acknowledged yet; a send past it waits. 64 KiB to 256 MiB.
+    ///
+    /// What one peer can make a process hold for its connection is at most
+    /// `receive_window_bytes + send_window_bytes + frame_bytes_max`; the coordinator has
+    /// `client_connections_max` + one per node of them, a node 16 (docs/cluster.md, "Limits").
+    pub send_window_bytes: u32,
 }
+
+/// Smallest `limits.receive_window_bytes` and `limits.send_window_bytes`.
+pub const WINDOW_BYTES_MIN: u32 = 64 << 10;
+/// Largest `limits.receive_window_bytes` and `limits.send_window_bytes`.
+pub const WINDOW_BYTES_MAX: u32 = 256 << 20;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -264,6 +283,8 @@ impl Default for Limits {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT as u32,
             replica_pending_batches_max: 1_024,
             client_connections_max: 256,
+            receive_window_bytes: 2 << 20,
+            send_window_bytes: 2 << 20,
         }
     }
 }
@@ -356,14 +377,15 @@ impl ClusterConfig {
     }
 
     /// Reads and parses the file at `path`, and makes a relative `run_dir` or `cert_dir`
-    /// relative to the file's directory (no validation).
+    /// relative to the file's directory (no validation; an empty one stays empty, so that
+    /// [`ClusterConfig::validate`] refuses it rather than take the file's directory).
     pub fn from_file(path: &Path) -> Result<ClusterConfig, ConfigError> {
         let text =
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let mut config = ClusterConfig::parse(&text)?;
         let base = path.parent().unwrap_or(Path::new(""));
         for dir in [&mut config.run_dir, &mut config.cert_dir] {
-            if dir.is_relative() {
+            if dir.is_relative() && !dir.as_os_str().is_empty() {
                 *dir = base.join(&*dir);
             }
         }
@@ -536,6 +558,20 @@ impl ClusterConfig {
                     frame_bytes_max: l.frame_bytes_max,
                 },
             );
+        }
+        for (field, value) in
+            [("limits.receive_window_bytes", l.receive_window_bytes), ("limits.send_window_bytes", l.send_window_bytes)]
+        {
+            if !(WINDOW_BYTES_MIN..=WINDOW_BYTES_MAX).contains(&value) {
+                return invalid(
+                    field,
+                    Problem::OutOfRange {
+                        value: u64::from(value),
+                        min: u64::from(WINDOW_BYTES_MIN),
+                        max: u64::from(WINDOW_BYTES_MAX),
+                    },
+                );
+            }
         }
         if !(1..=FULL_STACK_WORKERS_MAX).contains(&self.full_stack.workers) {
             return invalid(
@@ -876,6 +912,62 @@ mod tests {
         let mut c = base();
         c.cert_dir = PathBuf::new();
         assert_eq!(problem_at(&c).0, "cert_dir");
+    }
+
+    /// Defect #14, item 5: `cert_dir = ""` (or `run_dir = ""`) in a file was made the file's
+    /// directory before validation, so `glass cluster up` wrote the CA key and every private
+    /// key next to cluster.toml. Read from a file, an empty directory is refused, by name.
+    #[test]
+    fn an_empty_directory_in_the_file_is_refused_not_made_the_files_directory() {
+        let dir = std::env::temp_dir().join(format!("glass-config-empty-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.toml");
+        for (key, committed) in [("cert_dir", "cert_dir = \"run/certs\""), ("run_dir", "run_dir = \"run\"")] {
+            std::fs::write(&path, COMMITTED.replace(committed, &format!("{key} = \"\""))).unwrap();
+            let e = ClusterConfig::load(&path).unwrap_err();
+            assert_eq!(e.field(), key);
+            assert_eq!(e.problem(), Some(&Problem::EmptyPath));
+            assert!(e.to_string().starts_with(&format!("{key}: is empty: name a directory")), "{e}");
+            // A "." is the file's directory, said explicitly.
+            std::fs::write(&path, COMMITTED.replace(committed, &format!("{key} = \".\""))).unwrap();
+            let c = ClusterConfig::load(&path).unwrap();
+            let loaded = if key == "cert_dir" { c.cert_dir } else { c.run_dir };
+            assert_eq!(loaded, dir.join("."));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Defect #14, item 2: the transport's windows are configuration, within bounds.
+    #[test]
+    fn transport_windows_must_be_within_bounds() {
+        for field in ["receive_window_bytes", "send_window_bytes"] {
+            for (value, ok) in [
+                (0, false),
+                (WINDOW_BYTES_MIN - 1, false),
+                (WINDOW_BYTES_MIN, true),
+                (WINDOW_BYTES_MAX, true),
+                (WINDOW_BYTES_MAX + 1, false),
+            ] {
+                let mut c = base();
+                let slot = if field == "receive_window_bytes" {
+                    &mut c.limits.receive_window_bytes
+                } else {
+                    &mut c.limits.send_window_bytes
+                };
+                *slot = value;
+                if ok {
+                    c.validate().unwrap();
+                } else {
+                    let (f, problem, _) = problem_at(&c);
+                    assert_eq!(f, format!("limits.{field}"));
+                    assert!(matches!(problem, Problem::OutOfRange { .. }), "{problem:?}");
+                }
+            }
+        }
+        let (field, msg) =
+            parse_error(&COMMITTED.replace("receive_window_bytes = 2097152", "receive_window_bytes = -1"));
+        assert_eq!(field, "limits.receive_window_bytes");
+        assert!(!msg.is_empty());
     }
 
     #[test]

@@ -5,11 +5,16 @@
 //! A connection's life:
 //!
 //! ```text
-//! dialler (connect)                          listener (Listener::accept)
+//! dialler (connect, connect_to)              listener (Listener::accept)
 //!   QUIC + TLS 1.3 handshake  ─────────────▶  client certificate checked against the CA
+//!   connect_to: the listener's certificate
+//!   must be the identity dialled
 //!   open stream, send Hello   ─────────────▶  read Hello (within handshake_timeout);
+//!                                             certificate not the identity the Hello
+//!                                             claims → closed, CLOSE_IDENTITY_REFUSED;
 //!                                             version or fingerprint differs → HelloRefused
-//!   read the reply            ◀─────────────  our Hello → Link handed to accept()'s caller
+//!   read the reply; it must   ◀─────────────  our Hello → Link handed to accept()'s caller
+//!   match the listener's certificate
 //! ```
 //!
 //! Guarantees:
@@ -17,13 +22,22 @@
 //!   and both Hellos were exchanged; under TLS 1.3 a client whose certificate the server
 //!   refuses still sees its handshake complete, so [`connect`] waits for the reply Hello and
 //!   turns the refusal into [`EndpointError::CertificateRefused`];
+//! - identities (defect #14, item 3): every certificate is bound to one identity — the
+//!   coordinator, node N or the client ([`crate::tls::check_identity`]). A listener refuses a
+//!   Hello whose role (and, for a node, id) is not the identity of the certificate presented
+//!   ([`EndpointError::IdentityMismatch`]; the dialler gets
+//!   [`EndpointError::IdentityRefused`]), so a client can never act as a node or the
+//!   coordinator, nor node 1 as node 2; a dialler refuses a reply Hello that is not its
+//!   listener's certificate's identity, and [`connect_to`] refuses a listener that is not the
+//!   identity it meant to reach ([`EndpointError::WrongPeer`]) before sending anything;
 //! - a failing peer (bad certificate, no Hello, a bad frame) is an error of that peer alone:
 //!   [`Listener::accept`] returns it and the listener keeps serving; only
 //!   [`EndpointError::ListenerClosed`] ends a listener;
-//! - every buffer is bounded: a receiver holds at most one frame of `frame_bytes_max` bytes,
-//!   a frame whose prefix announces more is refused before its body is read, QUIC's stream
-//!   window is bounded, and a listener holds at most `connections_max` connections (handshaking
-//!   or established; extras are refused at once);
+//! - every way a connection ends between the handshake and the handover of its [`Link`] —
+//!   a refused Hello or identity, a bad or missing Hello, a timeout, the listener or the
+//!   dialler giving up — closes it at once with an application code (`CLOSE_*`) and a reason
+//!   the peer reads (defect #14, item 4): a peer never waits out the idle timeout to learn it
+//!   was refused;
 //! - a malformed or oversized frame makes [`LinkReceiver::recv`] return
 //!   [`EndpointError::Frame`] and closes the connection with [`CLOSE_PROTOCOL_VIOLATION`];
 //! - a peer closing with [`CLOSE_NORMAL`] or finishing its stream ends [`LinkReceiver::recv`]
@@ -31,22 +45,47 @@
 //!   connection until the peer has everything sent before (at most a few seconds), so the last
 //!   frames are not lost; [`Link::close`] closes at once.
 //!
-//! Replying to a Hello beyond version and fingerprint (an unknown node id, a second
+//! Memory (defect #14, item 2). Every buffer a peer can fill is bounded by `cluster.toml`
+//! ([`EndpointLimits`], docs/cluster.md "Limits"). For one connection:
+//! - QUIC's receive buffers hold at most `limits.receive_window_bytes`: that is both the
+//!   connection's window (all its streams together) and its one stream's. A link uses one
+//!   bidirectional stream, opened by the dialler, so a listener grants a peer exactly one
+//!   ([`STREAMS_PER_CONNECTION`]) and a dialler none: a further stream cannot be opened (the
+//!   peer waits for a credit that never comes), never buffered; unidirectional streams and
+//!   unreliable datagrams are refused;
+//! - the link's frame buffer holds at most one frame of `limits.frame_bytes_max` bytes; it
+//!   grows with the bytes actually received, and before the Hellos are exchanged a frame may
+//!   not exceed [`HELLO_FRAME_BYTES_MAX`];
+//! - QUIC keeps at most `limits.send_window_bytes` of what this process sent and the peer has
+//!   not acknowledged.
+//!
+//! So the most a peer can make a process hold for one connection is
+//! [`EndpointLimits::peer_bytes_max`] = `receive_window_bytes + send_window_bytes +
+//! frame_bytes_max`, and for a listener [`EndpointLimits::listener_bytes_max`] =
+//! `connections_max × peer_bytes_max` plus [`INCOMING_BUFFER_BYTES_TOTAL`] for connection
+//! attempts not yet accepted. (What the process does with the messages it decodes is bounded
+//! by its own queues, not here.)
+//!
+//! Replying to a Hello beyond version, fingerprint and identity (an unknown node id, a second
 //! coordinator) is the caller's: [`Link::refuse`] sends `HelloRefused` and closes.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{ConnectionError, ReadError, RecvStream, SendStream, TransportConfig, VarInt, WriteError};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
+use rustls::pki_types::CertificateDer;
+
 use crate::codec::{self, FRAME_BYTES_MAX_DEFAULT, LENGTH_PREFIX_BYTES};
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, Limits};
 use crate::error::CodecError;
-use crate::messages::{Hello, Message, Role, PROTOCOL_VERSION};
+use crate::messages::{bounded_reason, Hello, Message, Role, PROTOCOL_VERSION};
+use crate::tls::{self, IdentityProblem, Role as Identity};
 
 /// Application close code: the link is done (not an error).
 pub const CLOSE_NORMAL: u32 = 0;
@@ -54,8 +93,28 @@ pub const CLOSE_NORMAL: u32 = 0;
 pub const CLOSE_PROTOCOL_VIOLATION: u32 = 1;
 /// Application close code: the peer's Hello was refused.
 pub const CLOSE_HELLO_REFUSED: u32 = 2;
-/// Application close code: the peer sent no Hello in time.
+/// Application close code: the peer sent no Hello in time (or, from a dialler, got no reply
+/// in time).
 pub const CLOSE_HELLO_TIMEOUT: u32 = 3;
+/// Application close code: the peer's certificate is not the identity its Hello claims, or
+/// not the identity the dialler meant to reach.
+pub const CLOSE_IDENTITY_REFUSED: u32 = 4;
+/// Application close code: the listener stopped (its process is shutting down) before the
+/// Hello exchange finished.
+pub const CLOSE_LISTENER_CLOSED: u32 = 5;
+
+/// Bidirectional streams a listener lets a peer open on one connection: a link uses one
+/// (opened by the dialler). A dialler lets the listener open none.
+pub const STREAMS_PER_CONNECTION: u32 = 1;
+/// Largest frame accepted before the Hellos are exchanged: a Hello or a `HelloRefused` (its
+/// reason at most `messages::REASON_BYTES_MAX` bytes) needs far less.
+pub const HELLO_FRAME_BYTES_MAX: usize = 1_024;
+/// Bytes a listener buffers for one connection attempt it has not accepted yet (handshake
+/// packets arriving before `accept`; quinn's default is 10 MiB).
+pub const INCOMING_BUFFER_BYTES: u64 = 64 << 10;
+/// Bytes a listener buffers for all connection attempts it has not accepted yet (quinn's
+/// default is 100 MiB).
+pub const INCOMING_BUFFER_BYTES_TOTAL: u64 = 1 << 20;
 
 /// Initial size of a receiver's buffer; it grows to the largest frame received, at most
 /// `frame_bytes_max`.
@@ -66,8 +125,6 @@ const KEEP_ALIVE_MS: u64 = 2_000;
 const IDLE_TIMEOUT_MS: u32 = 30_000;
 /// How long a dropped link's connection stays open for its last frames to be delivered.
 const LINGER_MS: u64 = 3_000;
-/// QUIC's per-stream receive window at least (it is raised to `frame_bytes_max`).
-const STREAM_WINDOW_BYTES_MIN: usize = 1_250_000;
 
 /// Packets a peer may receive before it must acknowledge (quinn's default: 1, every other one).
 const ACK_ELICITING_THRESHOLD: u32 = 16;
@@ -90,6 +147,13 @@ pub struct EndpointLimits {
     pub connections_max: usize,
     /// Time for the QUIC handshake and the Hello exchange (`timeouts.connect_timeout_ms`).
     pub handshake_timeout: Duration,
+    /// QUIC receive window of a connection — bytes the peer may have sent that this process
+    /// has not read, all streams together — and of its one stream
+    /// (`limits.receive_window_bytes`).
+    pub receive_window_bytes: u32,
+    /// Bytes QUIC keeps of what this process sent on a connection and the peer has not
+    /// acknowledged (`limits.send_window_bytes`); a write past it waits.
+    pub send_window_bytes: u32,
 }
 
 impl EndpointLimits {
@@ -99,16 +163,33 @@ impl EndpointLimits {
             frame_bytes_max: cfg.limits.frame_bytes_max as usize,
             connections_max: cfg.limits.client_connections_max as usize,
             handshake_timeout: Duration::from_millis(cfg.timeouts.connect_timeout_ms),
+            receive_window_bytes: cfg.limits.receive_window_bytes,
+            send_window_bytes: cfg.limits.send_window_bytes,
         }
+    }
+
+    /// The most bytes a peer can make this process hold for one connection: QUIC's receive
+    /// window, its send window and one frame buffer (see the module documentation).
+    pub fn peer_bytes_max(&self) -> u64 {
+        u64::from(self.receive_window_bytes) + u64::from(self.send_window_bytes) + self.frame_bytes_max as u64
+    }
+
+    /// The most bytes the peers of a listener can make it hold: `connections_max` times
+    /// [`EndpointLimits::peer_bytes_max`], plus [`INCOMING_BUFFER_BYTES_TOTAL`].
+    pub fn listener_bytes_max(&self) -> u64 {
+        self.connections_max as u64 * self.peer_bytes_max() + INCOMING_BUFFER_BYTES_TOTAL
     }
 }
 
 impl Default for EndpointLimits {
     fn default() -> EndpointLimits {
+        let limits = Limits::default();
         EndpointLimits {
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT,
-            connections_max: 256,
+            connections_max: limits.client_connections_max as usize,
             handshake_timeout: Duration::from_millis(5_000),
+            receive_window_bytes: limits.receive_window_bytes,
+            send_window_bytes: limits.send_window_bytes,
         }
     }
 }
@@ -164,6 +245,20 @@ pub enum EndpointError {
     /// This side refused the peer's Hello (another protocol version or cluster).
     #[error("refused {addr}'s Hello: {reason}")]
     HelloRejected { addr: SocketAddr, reason: String },
+    /// The peer's Hello claims an identity its certificate is not (a client's certificate
+    /// with a node's Hello, node 1's with node 2's); the connection was closed with
+    /// [`CLOSE_IDENTITY_REFUSED`].
+    #[error("refused {addr}: its Hello claims to be the {claimed}, but {problem}")]
+    IdentityMismatch { addr: SocketAddr, claimed: Identity, problem: IdentityProblem },
+    /// The peer refused this process's Hello because this process's certificate is not the
+    /// identity the Hello claims (it closed with [`CLOSE_IDENTITY_REFUSED`]).
+    #[error("{addr} refused this process's identity: {reason}")]
+    IdentityRefused { addr: SocketAddr, reason: String },
+    /// The dialled listener is not the process [`connect_to`] meant to reach: its certificate
+    /// is another identity's (another process holds the address, or `cluster.toml` names the
+    /// wrong address).
+    #[error("{server_name} ({addr}) is not the {expected}: {problem}")]
+    WrongPeer { addr: SocketAddr, server_name: String, expected: Identity, problem: IdentityProblem },
     /// The peer's first message was not a Hello.
     #[error("{addr} sent {got} instead of a Hello")]
     NoHello { addr: SocketAddr, got: String },
@@ -243,17 +338,135 @@ fn lost_while_dialling(addr: SocketAddr, server_name: &str, role: Role, e: Conne
         ConnectionError::TransportError(t) if is_crypto_code(t.code.into()) => {
             EndpointError::PeerCertificateInvalid { addr, server_name: server_name.to_string(), detail: t.to_string() }
         }
-        _ => lost(addr, e),
+        _ => refused_at_hello(lost(addr, e)),
     }
 }
 
-fn transport_config(limits: &EndpointLimits) -> Arc<TransportConfig> {
+/// A dialler's reading of the listener closing the connection during the Hello exchange: the
+/// close codes of a refusal become their typed errors.
+fn refused_at_hello(e: EndpointError) -> EndpointError {
+    match e {
+        EndpointError::ClosedByPeer { addr, code, reason } if code == u64::from(CLOSE_IDENTITY_REFUSED) => {
+            EndpointError::IdentityRefused { addr, reason }
+        }
+        EndpointError::ClosedByPeer { addr, code, reason } if code == u64::from(CLOSE_HELLO_REFUSED) => {
+            EndpointError::HelloRefused { addr, reason }
+        }
+        other => other,
+    }
+}
+
+/// Closes `conn` with `code` and `reason` (at most [`crate::messages::REASON_BYTES_MAX`]
+/// bytes), making sure the CONNECTION_CLOSE is sent: see [`CloseableCubic`].
+fn close(conn: &quinn::Connection, code: u32, reason: &str) {
+    if let Ok(congestion) = conn.congestion_state().into_any().downcast::<CloseableCubic>() {
+        congestion.closing.store(true, Ordering::Relaxed);
+    }
+    conn.close(VarInt::from_u32(code), bounded_reason(reason.to_string()).as_bytes());
+}
+
+/// quinn's Cubic congestion controller, whose window opens once its connection is closing.
+///
+/// quinn-proto 0.11.19 (quinn issue #2785, fixed upstream by PR #2787 but not released)
+/// holds a CONNECTION_CLOSE back while the congestion window is full, and once closed it
+/// processes no acknowledgement and no loss timer, so the window never empties: the close is
+/// never sent and the peer waits out its idle timeout. Right after a handshake the window is
+/// often full — MTU discovery probes up to [`UDP_PAYLOAD_BYTES_MAX`]-byte packets against an
+/// initial window of 14,720 bytes — which is exactly when a refused Hello is closed. [`close`]
+/// sets `closing` (shared by the clones `congestion_state` returns) before closing, so the
+/// close leaves at once; nothing but the close is sent after it. Remove once a quinn-proto
+/// with the fix is used.
+struct CloseableCubic {
+    inner: Box<dyn quinn::congestion::Controller>,
+    closing: Arc<AtomicBool>,
+}
+
+/// Builds a [`CloseableCubic`] for each connection.
+#[derive(Debug, Default)]
+struct CloseableCubicFactory {
+    cubic: Arc<quinn::congestion::CubicConfig>,
+}
+
+impl quinn::congestion::ControllerFactory for CloseableCubicFactory {
+    fn build(self: Arc<Self>, now: Instant, current_mtu: u16) -> Box<dyn quinn::congestion::Controller> {
+        let inner = self.cubic.clone().build(now, current_mtu);
+        Box::new(CloseableCubic { inner, closing: Arc::new(AtomicBool::new(false)) })
+    }
+}
+
+impl quinn::congestion::Controller for CloseableCubic {
+    fn on_sent(&mut self, now: Instant, bytes: u64, last_packet_number: u64) {
+        self.inner.on_sent(now, bytes, last_packet_number)
+    }
+
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, app_limited: bool, rtt: &quinn_proto::RttEstimator) {
+        self.inner.on_ack(now, sent, bytes, app_limited, rtt)
+    }
+
+    fn on_end_acks(&mut self, now: Instant, in_flight: u64, app_limited: bool, largest_acked: Option<u64>) {
+        self.inner.on_end_acks(now, in_flight, app_limited, largest_acked)
+    }
+
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, is_persistent_congestion: bool, lost_bytes: u64) {
+        self.inner.on_congestion_event(now, sent, is_persistent_congestion, lost_bytes)
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.inner.on_mtu_update(new_mtu)
+    }
+
+    fn window(&self) -> u64 {
+        if self.closing.load(Ordering::Relaxed) {
+            // Far above anything in flight, far below overflowing a sum with it.
+            u64::MAX >> 2
+        } else {
+            self.inner.window()
+        }
+    }
+
+    fn metrics(&self) -> quinn::congestion::ControllerMetrics {
+        self.inner.metrics()
+    }
+
+    fn clone_box(&self) -> Box<dyn quinn::congestion::Controller> {
+        Box::new(CloseableCubic { inner: self.inner.clone_box(), closing: self.closing.clone() })
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.inner.initial_window()
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any> {
+        self
+    }
+}
+
+/// Which end of a connection a transport configuration is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Listener,
+    Dialler,
+}
+
+/// QUIC's transport parameters: every receive and send buffer bounded by `limits` (see the
+/// module documentation, "Memory").
+fn transport_config(limits: &EndpointLimits, side: Side) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.keep_alive_interval(Some(Duration::from_millis(KEEP_ALIVE_MS)));
     t.max_idle_timeout(Some(VarInt::from_u32(IDLE_TIMEOUT_MS).into()));
+    // The dialler opens the link's one stream; the listener opens none.
+    let streams = match side {
+        Side::Listener => STREAMS_PER_CONNECTION,
+        Side::Dialler => 0,
+    };
+    t.max_concurrent_bidi_streams(VarInt::from_u32(streams));
     t.max_concurrent_uni_streams(VarInt::from_u32(0));
-    let window = limits.frame_bytes_max.max(STREAM_WINDOW_BYTES_MIN) as u32;
-    t.stream_receive_window(VarInt::from_u32(window));
+    let window = VarInt::from_u32(limits.receive_window_bytes);
+    t.stream_receive_window(window);
+    t.receive_window(window);
+    t.send_window(u64::from(limits.send_window_bytes));
+    // No unreliable datagrams: a peer's would sit unread in a buffer.
+    t.datagram_receive_buffer_size(None);
     let mut ack = quinn::AckFrequencyConfig::default();
     ack.ack_eliciting_threshold(VarInt::from_u32(ACK_ELICITING_THRESHOLD));
     ack.max_ack_delay(Some(Duration::from_millis(MAX_ACK_DELAY_MS)));
@@ -261,6 +474,7 @@ fn transport_config(limits: &EndpointLimits) -> Arc<TransportConfig> {
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(UDP_PAYLOAD_BYTES_MAX);
     t.mtu_discovery_config(Some(mtu));
+    t.congestion_controller_factory(Arc::new(CloseableCubicFactory::default()));
     Arc::new(t)
 }
 
@@ -305,7 +519,8 @@ fn kind(msg: &Message) -> String {
     debug[..end].to_string()
 }
 
-/// Reassembles frames from a QUIC stream in a buffer that never exceeds one maximum frame.
+/// Reassembles frames from a QUIC stream in a buffer that never exceeds one maximum frame and
+/// grows only with the bytes of a frame actually received.
 #[derive(Debug)]
 struct FrameReader {
     buf: Vec<u8>,
@@ -336,15 +551,18 @@ impl FrameReader {
                     return Ok(Some(msg));
                 }
             }
-            // Need more bytes: move the partial frame to the front, make room for all of it.
+            // Need more bytes: move the partial frame to the front; if the buffer is full,
+            // double it (at most to the frame's length): a prefix alone, announcing a large
+            // frame, does not make the buffer large.
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
             }
-            if self.buf.len() < needed {
-                debug_assert!(needed <= self.frame_bytes_max);
-                self.buf.resize(needed, 0);
+            if self.end == self.buf.len() {
+                debug_assert!(needed > self.buf.len() && needed <= self.frame_bytes_max);
+                let grown = (self.buf.len() * 2).max(RECV_BUFFER_BYTES_INITIAL).min(needed);
+                self.buf.resize(grown, 0);
             }
             debug_assert!(self.end < self.buf.len());
             match stream.read(&mut self.buf[self.end..]).await {
@@ -376,7 +594,26 @@ struct Shared {
     peer_hello: Hello,
     remote: SocketAddr,
     _permit: Option<OwnedSemaphorePermit>,
-    _endpoint: Option<quinn::Endpoint>,
+    endpoint: Option<quinn::Endpoint>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(endpoint) = self.endpoint.take() {
+            linger(endpoint);
+        }
+    }
+}
+
+/// Keeps a dialler's own endpoint (one per [`connect`]) until its connection has drained, at
+/// most [`LINGER_MS`] and a second: the endpoint is what sends a closed connection's
+/// CONNECTION_CLOSE, and answers the peer's late packets with it. Dropped at once, the close
+/// may never leave and the peer would wait out its idle timeout.
+fn linger(endpoint: quinn::Endpoint) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    runtime.spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_millis(LINGER_MS + 1_000), endpoint.wait_idle()).await;
+    });
 }
 
 /// The sending half of a [`Link`].
@@ -439,7 +676,7 @@ impl LinkSender {
 
     /// Closes the connection at once with `code` and `reason` (unsent data is dropped).
     pub fn close(&self, code: u32, reason: &str) {
-        self.conn.close(VarInt::from_u32(code), reason.as_bytes());
+        close(&self.conn, code, reason);
     }
 
     /// The peer's Hello.
@@ -485,14 +722,14 @@ impl LinkReceiver {
     pub async fn recv(&mut self) -> Result<Option<Message>, EndpointError> {
         let result = self.reader.next(&mut self.stream, self.shared.remote).await;
         if let Err(e @ (EndpointError::Frame { .. } | EndpointError::Truncated { .. })) = &result {
-            self.conn.close(VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION), e.to_string().as_bytes());
+            close(&self.conn, CLOSE_PROTOCOL_VIOLATION, &e.to_string());
         }
         result
     }
 
     /// Closes the connection at once with `code` and `reason`.
     pub fn close(&self, code: u32, reason: &str) {
-        self.conn.close(VarInt::from_u32(code), reason.as_bytes());
+        close(&self.conn, code, reason);
     }
 
     /// The peer's Hello.
@@ -550,7 +787,7 @@ impl Link {
     /// Refuses the peer after reading its Hello: sends `HelloRefused { reason }`, waits
     /// briefly for it to be delivered, and closes with [`CLOSE_HELLO_REFUSED`].
     pub async fn refuse(mut self, reason: &str) {
-        let msg = Message::HelloRefused { reason: crate::messages::bounded_reason(reason.to_string()) };
+        let msg = Message::HelloRefused { reason: bounded_reason(reason.to_string()) };
         if self.sender.send(&msg).await.is_ok() && self.sender.stream.finish().is_ok() {
             let _ = tokio::time::timeout(Duration::from_millis(500), self.sender.stream.stopped()).await;
         }
@@ -585,7 +822,9 @@ pub async fn listen(
 ) -> Result<Listener, EndpointError> {
     let crypto = QuicServerConfig::try_from(tls).map_err(|e| EndpointError::TlsConfig { detail: e.to_string() })?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    server.transport_config(transport_config(&limits));
+    server.transport_config(transport_config(&limits, Side::Listener));
+    server.incoming_buffer_size(INCOMING_BUFFER_BYTES);
+    server.incoming_buffer_size_total(INCOMING_BUFFER_BYTES_TOTAL);
     let endpoint = endpoint(addr, Some(server)).map_err(|source| EndpointError::Bind { addr, source })?;
     let local_addr = endpoint.local_addr().map_err(|source| EndpointError::Bind { addr, source })?;
     let (tx, accepted) = mpsc::channel(limits.connections_max.max(1));
@@ -639,7 +878,9 @@ async fn accept_loop(
             let result = accept_one(incoming, permit, hello, &limits).await;
             match result {
                 Ok(link) => {
-                    let _ = tx.send(Ok(link)).await;
+                    if let Err(mpsc::error::SendError(Ok(link))) = tx.send(Ok(link)).await {
+                        link.close(CLOSE_LISTENER_CLOSED, "the listener stopped before taking the connection");
+                    }
                 }
                 Err(e) => {
                     let _ = tx.try_send(Err(e));
@@ -647,6 +888,67 @@ async fn accept_loop(
             }
         });
     }
+}
+
+/// A connection being set up: closed with `code` and `reason` when dropped — an error, a
+/// timeout, or its task aborted (the listener or the dialler gone) — unless its [`Link`] was
+/// handed over ([`Setup::done`]). The peer reads the code and the reason at once.
+struct Setup {
+    conn: Option<quinn::Connection>,
+    /// A dialler's own endpoint, kept until the close has left ([`linger`]).
+    endpoint: Option<quinn::Endpoint>,
+    code: u32,
+    reason: String,
+}
+
+impl Setup {
+    fn new(conn: &quinn::Connection, code: u32, reason: &str) -> Setup {
+        Setup { conn: Some(conn.clone()), endpoint: None, code, reason: reason.to_string() }
+    }
+
+    /// A dialler's connection on its own `endpoint`.
+    fn dialled(conn: &quinn::Connection, endpoint: &quinn::Endpoint, code: u32, reason: &str) -> Setup {
+        let mut setup = Setup::new(conn, code, reason);
+        setup.endpoint = Some(endpoint.clone());
+        setup
+    }
+
+    /// Closes the connection now with `code` and `reason`, and returns `e`.
+    fn fail(&mut self, code: u32, reason: &str, e: EndpointError) -> EndpointError {
+        self.code = code;
+        self.reason = reason.to_string();
+        self.close();
+        e
+    }
+
+    fn close(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            close(&conn, self.code, &self.reason);
+        }
+        if let Some(endpoint) = self.endpoint.take() {
+            linger(endpoint);
+        }
+    }
+
+    /// The link is handed over: nothing to close.
+    fn done(mut self) {
+        self.conn = None;
+        self.endpoint = None;
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The certificates the peer of `conn` presented (its leaf first).
+fn peer_certificates(conn: &quinn::Connection) -> Vec<CertificateDer<'static>> {
+    conn.peer_identity()
+        .and_then(|any| any.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .map(|chain| *chain)
+        .unwrap_or_default()
 }
 
 async fn accept_one(
@@ -666,39 +968,55 @@ async fn accept_one(
         }
         Ok(Err(e)) => return Err(EndpointError::Handshake { addr, detail: e.to_string() }),
     };
+    let mut setup = Setup::new(&conn, CLOSE_LISTENER_CLOSED, "the listener stopped before the Hello exchange finished");
     let first = async {
         let (send, mut recv) = conn.accept_bi().await.map_err(|e| lost(addr, e))?;
-        let mut reader = FrameReader::new(limits.frame_bytes_max);
+        let mut reader = FrameReader::new(HELLO_FRAME_BYTES_MAX);
         let first = reader.next(&mut recv, addr).await?;
         Ok::<_, EndpointError>((send, recv, reader, first))
     };
-    let (send, recv, reader, first) = match tokio::time::timeout(timeout, first).await {
+    let (send, recv, mut reader, first) = match tokio::time::timeout(timeout, first).await {
         Err(_) => {
-            conn.close(VarInt::from_u32(CLOSE_HELLO_TIMEOUT), b"no Hello in time");
-            return Err(EndpointError::Timeout { addr, what: "Hello", timeout });
+            let reason = format!("no Hello within {timeout:?}");
+            return Err(setup.fail(
+                CLOSE_HELLO_TIMEOUT,
+                &reason,
+                EndpointError::Timeout { addr, what: "Hello", timeout },
+            ));
         }
-        Ok(Err(e)) => {
-            conn.close(VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION), e.to_string().as_bytes());
-            return Err(e);
-        }
+        Ok(Err(e)) => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
         Ok(Ok(parts)) => parts,
     };
     let peer_hello = match first {
         Some(Message::Hello(h)) => h,
         other => {
             let got = other.as_ref().map_or("nothing".to_string(), kind);
-            conn.close(VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION), b"the first message must be a Hello");
-            return Err(EndpointError::NoHello { addr, got });
+            let e = EndpointError::NoHello { addr, got };
+            return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, "the first message must be a Hello", e));
         }
     };
+    let claimed = Identity::claimed_by(&peer_hello);
+    if let Err(problem) = tls::check_peer_identity(&peer_certificates(&conn), claimed) {
+        let reason = format!("the Hello claims to be the {claimed}, but {problem}");
+        return Err(setup.fail(
+            CLOSE_IDENTITY_REFUSED,
+            &reason,
+            EndpointError::IdentityMismatch { addr, claimed, problem },
+        ));
+    }
     let shared =
-        Arc::new(Shared { peer_hello: peer_hello.clone(), remote: addr, _permit: Some(permit), _endpoint: None });
+        Arc::new(Shared { peer_hello: peer_hello.clone(), remote: addr, _permit: Some(permit), endpoint: None });
+    reader.frame_bytes_max = limits.frame_bytes_max;
     let mut link = assemble(conn, send, recv, reader, limits.frame_bytes_max, shared);
     if let Err(reason) = check_hello(&hello, &peer_hello) {
+        setup.done();
         link.refuse(&reason).await;
         return Err(EndpointError::HelloRejected { addr, reason });
     }
-    link.send(&Message::Hello(hello)).await?;
+    if let Err(e) = link.send(&Message::Hello(hello)).await {
+        return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &format!("cannot send the Hello: {e}"), e));
+    }
+    setup.done();
     Ok(link)
 }
 
@@ -718,7 +1036,8 @@ fn assemble(
 
 /// Dials `addr`, verifying that its certificate names `server_name` and comes from the CA
 /// `tls` trusts (from [`crate::tls::client_config`]), sends `hello` and waits for the peer's
-/// Hello, all within `limits.handshake_timeout`.
+/// Hello, all within `limits.handshake_timeout`. The peer may be any identity of the cluster
+/// whose Hello matches its certificate: [`connect_to`] when a given one is meant.
 pub async fn connect(
     addr: SocketAddr,
     server_name: &str,
@@ -726,8 +1045,33 @@ pub async fn connect(
     hello: Hello,
     limits: EndpointLimits,
 ) -> Result<Link, EndpointError> {
+    dial(addr, server_name, None, tls, hello, limits).await
+}
+
+/// [`connect`] to `peer` only: a listener whose certificate is not `peer`'s identity (another
+/// process answering at the address) is refused with [`EndpointError::WrongPeer`] before
+/// anything is sent to it.
+pub async fn connect_to(
+    peer: Identity,
+    addr: SocketAddr,
+    server_name: &str,
+    tls: Arc<rustls::ClientConfig>,
+    hello: Hello,
+    limits: EndpointLimits,
+) -> Result<Link, EndpointError> {
+    dial(addr, server_name, Some(peer), tls, hello, limits).await
+}
+
+async fn dial(
+    addr: SocketAddr,
+    server_name: &str,
+    peer: Option<Identity>,
+    tls: Arc<rustls::ClientConfig>,
+    hello: Hello,
+    limits: EndpointLimits,
+) -> Result<Link, EndpointError> {
     let timeout = limits.handshake_timeout;
-    match tokio::time::timeout(timeout, connect_inner(addr, server_name, tls, hello, &limits)).await {
+    match tokio::time::timeout(timeout, connect_inner(addr, server_name, peer, tls, hello, &limits)).await {
         Ok(result) => result,
         Err(_) => Err(EndpointError::Timeout { addr, what: "handshake and Hello reply", timeout }),
     }
@@ -736,6 +1080,7 @@ pub async fn connect(
 async fn connect_inner(
     addr: SocketAddr,
     server_name: &str,
+    peer: Option<Identity>,
     tls: Arc<rustls::ClientConfig>,
     hello: Hello,
     limits: &EndpointLimits,
@@ -743,7 +1088,7 @@ async fn connect_inner(
     let role = hello.role;
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| EndpointError::TlsConfig { detail: e.to_string() })?;
     let mut client = quinn::ClientConfig::new(Arc::new(crypto));
-    client.transport_config(transport_config(limits));
+    client.transport_config(transport_config(limits, Side::Dialler));
     let bind: SocketAddr = match addr {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -753,38 +1098,62 @@ async fn connect_inner(
     let connecting = endpoint.connect_with(client, addr, server_name).map_err(|e| connect_error(e.to_string()))?;
     let dial_error = |e| lost_while_dialling(addr, server_name, role, e);
     let conn = connecting.await.map_err(dial_error)?;
+    // Dropped before the link is handed over: this dialler gave up (its timeout, or its caller).
+    let mut setup =
+        Setup::dialled(&conn, &endpoint, CLOSE_HELLO_TIMEOUT, "the dialler stopped waiting for the Hello reply");
+    let certificates = peer_certificates(&conn);
+    if let Some(expected) = peer {
+        if let Err(problem) = tls::check_peer_identity(&certificates, expected) {
+            let reason = format!("this dialler meant to reach the {expected}, but {problem}");
+            let e = EndpointError::WrongPeer { addr, server_name: server_name.to_string(), expected, problem };
+            return Err(setup.fail(CLOSE_IDENTITY_REFUSED, &reason, e));
+        }
+    }
     let (mut send, mut recv) = conn.open_bi().await.map_err(dial_error)?;
 
-    let frame = codec::encode(&Message::Hello(hello.clone()), limits.frame_bytes_max)
+    let frame = codec::encode(&Message::Hello(hello.clone()), HELLO_FRAME_BYTES_MAX)
         .map_err(|source| EndpointError::Encode { addr, source })?;
-    send.write_all(&frame).await.map_err(|e| match e {
-        WriteError::ConnectionLost(e) => dial_error(e),
-        other => connect_error(other.to_string()),
-    })?;
-    let mut reader = FrameReader::new(limits.frame_bytes_max);
+    if let Err(e) = send.write_all(&frame).await {
+        return Err(match e {
+            WriteError::ConnectionLost(e) => dial_error(e),
+            other => {
+                let e = connect_error(other.to_string());
+                setup.fail(CLOSE_PROTOCOL_VIOLATION, "cannot send the Hello", e)
+            }
+        });
+    }
+    let mut reader = FrameReader::new(HELLO_FRAME_BYTES_MAX);
     let reply = match reader.next(&mut recv, addr).await {
         Ok(reply) => reply,
         Err(EndpointError::ConnectionLost { source, .. }) => return Err(dial_error(source)),
-        Err(e) => {
-            conn.close(VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION), e.to_string().as_bytes());
-            return Err(e);
-        }
+        Err(e @ EndpointError::ClosedByPeer { .. }) => return Err(refused_at_hello(e)),
+        Err(e) => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
     };
     let peer_hello = match reply {
         Some(Message::Hello(h)) => h,
         Some(Message::HelloRefused { reason }) => {
-            conn.close(VarInt::from_u32(CLOSE_NORMAL), b"");
-            return Err(EndpointError::HelloRefused { addr, reason });
+            return Err(setup.fail(CLOSE_NORMAL, "", EndpointError::HelloRefused { addr, reason }));
         }
         other => {
             let got = other.as_ref().map_or("nothing".to_string(), kind);
-            conn.close(VarInt::from_u32(CLOSE_PROTOCOL_VIOLATION), b"the first message must be a Hello");
-            return Err(EndpointError::NoHello { addr, got });
+            let e = EndpointError::NoHello { addr, got };
+            return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, "the first message must be a Hello", e));
         }
     };
+    let claimed = Identity::claimed_by(&peer_hello);
+    if let Err(problem) = tls::check_peer_identity(&certificates, claimed) {
+        let reason = format!("the Hello claims to be the {claimed}, but {problem}");
+        return Err(setup.fail(
+            CLOSE_IDENTITY_REFUSED,
+            &reason,
+            EndpointError::IdentityMismatch { addr, claimed, problem },
+        ));
+    }
     let shared =
-        Arc::new(Shared { peer_hello: peer_hello.clone(), remote: addr, _permit: None, _endpoint: Some(endpoint) });
+        Arc::new(Shared { peer_hello: peer_hello.clone(), remote: addr, _permit: None, endpoint: Some(endpoint) });
+    reader.frame_bytes_max = limits.frame_bytes_max;
     let link = assemble(conn, send, recv, reader, limits.frame_bytes_max, shared);
+    setup.done();
     if let Err(reason) = check_hello(&hello, &peer_hello) {
         link.refuse(&reason).await;
         return Err(EndpointError::HelloRejected { addr, reason });

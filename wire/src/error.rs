@@ -95,7 +95,10 @@ pub enum Problem {
     WarehouseGap { missing_first: u16, missing_last: u16, total: u16 },
     #[error("must be at least 1")]
     Zero,
-    #[error("is empty")]
+    #[error(
+        "is empty: name a directory (a relative path is relative to the directory holding cluster.toml; \".\" is \
+         that directory itself)"
+    )]
     EmptyPath,
     #[error("{value} is more than limits.inflight_txns_max ({inflight_txns_max}): a batch could never be admitted")]
     BatchAboveInflight { value: u32, inflight_txns_max: u32 },

@@ -5,9 +5,11 @@
 //!
 //! ```text
 //! ca.pem, ca.key                  the cluster's CA (self-signed, ECDSA P-256)
-//! coordinator.pem, .key           CN "glass coordinator"
-//! node-<id>.pem, .key             CN "glass node <id>", one pair per [[nodes]] entry
-//! client.pem, .key                CN "glass client": the benchmark and CLI client
+//! coordinator.pem, .key           CN "glass coordinator", identity coordinator.identity.glass.invalid
+//! node-<id>.pem, .key             CN "glass node <id>", identity node-<id>.identity.glass.invalid,
+//!                                 one pair per [[nodes]] entry
+//! client.pem, .key                CN "glass client", identity client.identity.glass.invalid:
+//!                                 the benchmark and CLI client
 //! ```
 //!
 //! Guarantees:
@@ -16,6 +18,18 @@
 //!   alternative name for every name it may be dialled by: the host part of its configured
 //!   address (an IP address or a DNS name), plus `localhost`, `127.0.0.1` and `::1` when that
 //!   address is a loopback (or unspecified) one ([`names_for_address`]);
+//! - every leaf is bound to exactly one identity — the coordinator, node N or the client — by
+//!   one more DNS subject alternative name, [`Role::identity_name`], under the reserved
+//!   `.invalid` top-level domain (RFC 6761: never resolved, so never confused with an
+//!   address). [`check_identity`] tells whether a certificate is a given identity's (the
+//!   transport refuses a Hello claiming another one: `crate::endpoint`); a certificate issued
+//!   before identities were bound carries none and is refused everywhere with
+//!   [`IdentityProblem::NoIdentity`], which says to run `glass cluster init --force`;
+//! - [`load_identity`] refuses a process's own certificate when the CA in `cert_dir` did not
+//!   issue it or it is not that process's identity, and [`check_certificates`] (what `glass
+//!   cluster up` runs before starting anything) checks every certificate of `cert_dir`
+//!   against the CA, its identity and the current addresses of `cluster.toml`, naming the
+//!   certificate and the address that do not match and what to run;
 //! - private keys are created with mode 0600 from the start (never loosened then tightened),
 //!   the directory with 0700;
 //! - an existing CA is never overwritten unless `force` is given ([`TlsError::CaExists`]);
@@ -35,13 +49,13 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::RootCertStore;
 
 use crate::config::{split_address, ClusterConfig};
 use crate::error::Problem;
-use crate::messages::NodeId;
+use crate::messages::{self, Hello, NodeId};
 
 /// The ALPN protocol every glass connection negotiates.
 pub const ALPN: &[u8] = b"glass/1";
@@ -55,6 +69,10 @@ pub const KEY_FILE_MODE: u32 = 0o600;
 pub const CERT_FILE_MODE: u32 = 0o644;
 /// Mode of `cert_dir` when [`init_cluster`] creates it.
 pub const CERT_DIR_MODE: u32 = 0o700;
+/// The domain under which every identity name lies ([`Role::identity_name`]): `.invalid` is
+/// reserved (RFC 6761) and never resolves, so an identity name can never be an address a
+/// process is dialled by.
+pub const IDENTITY_DOMAIN: &str = "identity.glass.invalid";
 
 /// Which process an identity belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,6 +101,40 @@ impl Role {
             Role::Coordinator => "glass coordinator".to_string(),
             Role::Node(id) => format!("glass node {id}"),
             Role::Client => "glass client".to_string(),
+        }
+    }
+
+    /// The DNS subject alternative name binding a certificate to this identity:
+    /// `coordinator.identity.glass.invalid`, `node-2.identity.glass.invalid`,
+    /// `client.identity.glass.invalid`.
+    pub fn identity_name(self) -> String {
+        format!("{}.{IDENTITY_DOMAIN}", self.file_stem())
+    }
+
+    /// The identity an identity name (as [`Role::identity_name`] writes it) stands for.
+    pub fn from_identity_name(name: &str) -> Option<Role> {
+        let stem = name.strip_suffix(IDENTITY_DOMAIN)?.strip_suffix('.')?;
+        match stem {
+            "coordinator" => Some(Role::Coordinator),
+            "client" => Some(Role::Client),
+            _ => {
+                let id = stem.strip_prefix("node-")?;
+                // Exactly what `file_stem` writes: no sign, no leading zero.
+                if id.starts_with('0') && id != "0" || id.starts_with('+') {
+                    return None;
+                }
+                id.parse().ok().map(Role::Node)
+            }
+        }
+    }
+
+    /// The identity a Hello claims: its role, and for a node its id (a client's id is its own
+    /// choice, and there is one coordinator).
+    pub fn claimed_by(hello: &Hello) -> Role {
+        match hello.role {
+            messages::Role::Coordinator => Role::Coordinator,
+            messages::Role::Node => Role::Node(hello.id),
+            messages::Role::Client => Role::Client,
         }
     }
 
@@ -146,6 +198,121 @@ pub enum TlsError {
     /// The client-certificate verifier could not be built from the CA.
     #[error("client certificate verifier for the {role}: {detail}")]
     Verifier { role: Role, detail: String },
+    /// `cert_dir` holds a CA but no certificate or key for a process of `cluster.toml` (added
+    /// after the certificates were issued).
+    #[error(
+        "{path} is missing: the CA in its directory issued no certificate for the {role} (added to cluster.toml \
+         after `glass cluster init`?): run `glass cluster init --force` and copy cert_dir to every host"
+    )]
+    Missing { path: PathBuf, role: Role },
+    /// A certificate in `cert_dir` is not the identity its file name says.
+    #[error("{path} is not the {role}'s certificate: {problem}")]
+    WrongIdentity { path: PathBuf, role: Role, problem: IdentityProblem },
+    /// A certificate in `cert_dir` was not issued by the CA there (a CA replaced without
+    /// reissuing, or files mixed from two clusters).
+    #[error(
+        "{path} was not issued by the CA in {ca} ({detail}): run `glass cluster init --force` and copy cert_dir to \
+         every host"
+    )]
+    NotFromCa { path: PathBuf, ca: PathBuf, detail: String },
+    /// A certificate does not carry a name its process is dialled by now (the address in
+    /// `cluster.toml` changed after the certificates were issued).
+    #[error(
+        "{} (the {}'s certificate) is not valid for `{}`, the host of {} = \"{}\" ({}); the certificates were \
+         issued for other addresses: run `glass cluster init --force --config <this cluster.toml>` and copy \
+         cert_dir to every host",
+        .0.path.display(), .0.role, .0.name, .0.field, .0.address, .0.detail
+    )]
+    NotForAddress(Box<AddressMismatch>),
+}
+
+/// A certificate and the current address it is not valid for ([`TlsError::NotForAddress`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressMismatch {
+    /// The certificate's file.
+    pub path: PathBuf,
+    /// Whose certificate it is.
+    pub role: Role,
+    /// The field of `cluster.toml` holding the address (`nodes[0].address`).
+    pub field: String,
+    /// The address, as `cluster.toml` has it.
+    pub address: String,
+    /// The name the certificate lacks (the address's host, or a loopback name).
+    pub name: String,
+    /// What webpki said.
+    pub detail: String,
+}
+
+/// Why a certificate is not the certificate of a given identity ([`check_identity`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityProblem {
+    /// The peer presented no certificate (the TLS handshake requires one: a bug if seen).
+    #[error("no certificate was presented")]
+    NoCertificate,
+    /// The certificate cannot be parsed as an X.509 end-entity certificate.
+    #[error("the certificate cannot be parsed ({detail})")]
+    Unparsable { detail: String },
+    /// The certificate carries no identity name: `glass cluster init` issued it before each
+    /// certificate was bound to one identity.
+    #[error(
+        "the certificate carries no glass identity (it was issued before certificates were bound to one process \
+         each): run `glass cluster init --force` and copy cert_dir to every host"
+    )]
+    NoIdentity,
+    /// The certificate is another identity's.
+    #[error("the certificate is the {holder}'s")]
+    Other { holder: String },
+}
+
+/// Checks that `cert` is `role`'s certificate: that it carries `role`'s identity name
+/// ([`Role::identity_name`]). It does not check who issued it: the TLS handshake (or
+/// [`load_identity`]) checked that against the CA.
+pub fn check_identity(cert: &CertificateDer<'_>, role: Role) -> Result<(), IdentityProblem> {
+    let parsed =
+        ParsedCertificate::try_from(cert).map_err(|e| IdentityProblem::Unparsable { detail: e.to_string() })?;
+    let name = ServerName::try_from(role.identity_name()).expect("identity names are DNS names");
+    if rustls::client::verify_server_name(&parsed, &name).is_ok() {
+        return Ok(());
+    }
+    match identity_names_in(cert.as_ref()).first() {
+        None => Err(IdentityProblem::NoIdentity),
+        Some(other) => Err(IdentityProblem::Other {
+            holder: Role::from_identity_name(other).map_or_else(|| other.clone(), |r| r.to_string()),
+        }),
+    }
+}
+
+/// [`check_identity`] for the leaf of a chain a peer presented.
+pub fn check_peer_identity(chain: &[CertificateDer<'_>], role: Role) -> Result<(), IdentityProblem> {
+    check_identity(chain.first().ok_or(IdentityProblem::NoCertificate)?, role)
+}
+
+/// The identity names a DER certificate carries, for error messages only (whether a
+/// certificate *is* an identity's is decided by webpki in [`check_identity`]). A DNS subject
+/// alternative name is encoded as `[0x82, length, ASCII bytes]`; the names ending in
+/// `.identity.glass.invalid` are found by that suffix and their header.
+fn identity_names_in(der: &[u8]) -> Vec<String> {
+    let suffix = format!(".{IDENTITY_DOMAIN}");
+    let suffix = suffix.as_bytes();
+    let mut names = Vec::new();
+    for end in suffix.len()..=der.len() {
+        if &der[end - suffix.len()..end] != suffix {
+            continue;
+        }
+        // The header is somewhere before the suffix: find the one whose length ends here.
+        for start in (2..=end - suffix.len()).rev() {
+            if der[start - 2] == 0x82 && usize::from(der[start - 1]) == end - start {
+                if let Ok(name) = std::str::from_utf8(&der[start..end]) {
+                    names.push(name.to_ascii_lowercase());
+                }
+                break;
+            }
+            if end - start > 255 {
+                break;
+            }
+        }
+    }
+    names
 }
 
 /// One certificate and key [`init_cluster`] wrote.
@@ -156,8 +323,10 @@ pub struct IssuedIdentity {
     pub cert: PathBuf,
     /// The private key's file (mode 0600).
     pub key: PathBuf,
-    /// The certificate's subject alternative names.
+    /// The names it may be dialled by (subject alternative names besides its identity).
     pub names: Vec<String>,
+    /// Its identity name ([`Role::identity_name`]), a subject alternative name too.
+    pub identity: String,
 }
 
 /// What [`init_cluster`] wrote.
@@ -235,7 +404,7 @@ pub fn init_cluster(cfg: &ClusterConfig, force: bool) -> Result<InitReport, TlsE
         let (cert_path, key_path) = (role.cert_path(dir), role.key_path(dir));
         files.push((cert_path.clone(), cert.pem(), CERT_FILE_MODE));
         files.push((key_path.clone(), keypair.serialize_pem(), KEY_FILE_MODE));
-        identities.push(IssuedIdentity { role, cert: cert_path, key: key_path, names });
+        identities.push(IssuedIdentity { role, cert: cert_path, key: key_path, names, identity: role.identity_name() });
     }
 
     DirBuilder::new()
@@ -268,7 +437,9 @@ fn ca_params() -> CertificateParams {
 }
 
 fn leaf_params(role: Role, names: &[String]) -> Result<CertificateParams, rcgen::Error> {
-    let mut params = CertificateParams::new(names.to_vec())?;
+    let mut sans = names.to_vec();
+    sans.push(role.identity_name());
+    let mut params = CertificateParams::new(sans)?;
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, role.common_name());
     params.distinguished_name = dn;
@@ -322,13 +493,80 @@ pub fn load_ca(cert_dir: &Path) -> Result<CertificateDer<'static>, TlsError> {
     load_cert(&cert_dir.join(CA_CERT_FILE))
 }
 
-/// Reads `role`'s certificate and key, and the CA certificate, from `cert_dir`.
+/// Reads `role`'s certificate and key, and the CA certificate, from `cert_dir`; refuses a
+/// certificate the CA did not issue or that is not `role`'s identity (one issued before
+/// identities were bound included), so that a process with stale certificates stops at start
+/// with an error that says what to run.
 pub fn load_identity(cert_dir: &Path, role: Role) -> Result<Identity, TlsError> {
     let ca = load_ca(cert_dir)?;
-    let cert = load_cert(&role.cert_path(cert_dir))?;
+    let cert_path = role.cert_path(cert_dir);
+    let cert = load_cert(&cert_path)?;
+    check_issued_by(&cert, &cert_path, &ca, &cert_dir.join(CA_CERT_FILE), role)?;
+    check_identity(&cert, role).map_err(|problem| TlsError::WrongIdentity { path: cert_path, role, problem })?;
     let key_path = role.key_path(cert_dir);
     let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| pem_error(&key_path, e))?;
     Ok(Identity { role, ca, chain: vec![cert], key })
+}
+
+/// Checks that the CA certificate `ca` (read from `ca_path`) issued `cert` (read from `path`).
+fn check_issued_by(
+    cert: &CertificateDer<'_>,
+    path: &Path,
+    ca: &CertificateDer<'static>,
+    ca_path: &Path,
+    role: Role,
+) -> Result<(), TlsError> {
+    let not_from_ca =
+        |detail: String| TlsError::NotFromCa { path: path.to_path_buf(), ca: ca_path.to_path_buf(), detail };
+    let parsed = ParsedCertificate::try_from(cert).map_err(|e| not_from_ca(e.to_string()))?;
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.clone()).map_err(|source| TlsError::Rustls { role, source })?;
+    let algorithms = provider().signature_verification_algorithms.all;
+    rustls::client::verify_server_cert_signed_by_trust_anchor(&parsed, &roots, &[], UnixTime::now(), algorithms)
+        .map_err(|e| not_from_ca(e.to_string()))
+}
+
+/// Checks every certificate of `cfg.cert_dir` before a local cluster starts: each was issued
+/// by the CA there, is its process's identity, and is valid for every name its process is
+/// dialled by at its current address in `cluster.toml` ([`names_for_address`]); the client's
+/// is checked for its identity. The error names the certificate, the address and what to run.
+pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
+    let dir = cfg.cert_dir.as_path();
+    let mut processes = vec![(Role::Coordinator, Some(("coordinator.address".to_string(), &cfg.coordinator.address)))];
+    for (i, node) in cfg.nodes.iter().enumerate() {
+        processes.push((Role::Node(node.id), Some((format!("nodes[{i}].address"), &node.address))));
+    }
+    processes.push((Role::Client, None));
+    for (role, address) in processes {
+        for path in [role.cert_path(dir), role.key_path(dir)] {
+            if !path.exists() {
+                return Err(TlsError::Missing { path, role });
+            }
+        }
+        let identity = load_identity(dir, role)?;
+        let Some((field, address)) = address else { continue };
+        let path = role.cert_path(dir);
+        let parsed = ParsedCertificate::try_from(&identity.chain[0]).map_err(|e| TlsError::WrongIdentity {
+            path: path.clone(),
+            role,
+            problem: IdentityProblem::Unparsable { detail: e.to_string() },
+        })?;
+        for name in address_names(&field, address)? {
+            let not_for_address = |detail: String| {
+                TlsError::NotForAddress(Box::new(AddressMismatch {
+                    path: path.clone(),
+                    role,
+                    field: field.clone(),
+                    address: address.clone(),
+                    name: name.clone(),
+                    detail,
+                }))
+            };
+            let server_name = ServerName::try_from(name.clone()).map_err(|e| not_for_address(e.to_string()))?;
+            rustls::client::verify_server_name(&parsed, &server_name).map_err(|e| not_for_address(e.to_string()))?;
+        }
+    }
+    Ok(())
 }
 
 fn load_cert(path: &Path) -> Result<CertificateDer<'static>, TlsError> {
@@ -437,10 +675,71 @@ mod tests {
             params.extended_key_usages,
             [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
         );
-        assert_eq!(params.subject_alt_names, [SanType::IpAddress("10.0.0.7".parse().unwrap())]);
+        assert_eq!(
+            params.subject_alt_names,
+            [
+                SanType::IpAddress("10.0.0.7".parse().unwrap()),
+                SanType::DnsName("node-2.identity.glass.invalid".try_into().unwrap())
+            ]
+        );
         let params = leaf_params(Role::Coordinator, &names("coord.example:7000")).unwrap();
-        assert_eq!(params.subject_alt_names, [SanType::DnsName("coord.example".try_into().unwrap())]);
+        assert_eq!(
+            params.subject_alt_names,
+            [
+                SanType::DnsName("coord.example".try_into().unwrap()),
+                SanType::DnsName("coordinator.identity.glass.invalid".try_into().unwrap())
+            ]
+        );
         assert_eq!(Role::Node(2).common_name(), "glass node 2");
         assert_eq!(Role::Node(2).file_stem(), "node-2");
+    }
+
+    #[test]
+    fn identity_names_round_trip_and_nothing_else_parses() {
+        for role in [Role::Coordinator, Role::Client, Role::Node(0), Role::Node(7), Role::Node(u16::MAX)] {
+            assert_eq!(Role::from_identity_name(&role.identity_name()), Some(role), "{role}");
+        }
+        for name in [
+            "node-07.identity.glass.invalid",
+            "node-+7.identity.glass.invalid",
+            "node-65536.identity.glass.invalid",
+            "node.identity.glass.invalid",
+            "coordinator.identity.glass.example",
+            "xcoordinator.identity.glass.invalid",
+            "coordinatoridentity.glass.invalid",
+        ] {
+            assert_eq!(Role::from_identity_name(name), None, "{name}");
+        }
+    }
+
+    /// Defect #14, item 3: a certificate is exactly one identity's, and one issued before
+    /// identities were bound (no identity name) is told apart with what to run.
+    #[test]
+    fn a_certificate_is_its_identity_only() {
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params();
+        let issuer = Issuer::from_params(&ca, &ca_key);
+        let leaf = |role: Role, with_identity: bool| {
+            let key = KeyPair::generate().unwrap();
+            let mut params = leaf_params(role, &names("127.0.0.1:7000")).unwrap();
+            if !with_identity {
+                params.subject_alt_names.pop();
+            }
+            params.signed_by(&key, &issuer).unwrap().der().clone()
+        };
+        let node2 = leaf(Role::Node(2), true);
+        check_identity(&node2, Role::Node(2)).unwrap();
+        assert_eq!(check_identity(&node2, Role::Node(3)), Err(IdentityProblem::Other { holder: "node 2".into() }));
+        assert_eq!(check_identity(&node2, Role::Coordinator), Err(IdentityProblem::Other { holder: "node 2".into() }));
+        let client = leaf(Role::Client, true);
+        check_identity(&client, Role::Client).unwrap();
+        let e = check_identity(&client, Role::Node(2)).unwrap_err();
+        assert_eq!(e, IdentityProblem::Other { holder: "client".into() });
+        assert_eq!(e.to_string(), "the certificate is the client's");
+        let old = leaf(Role::Coordinator, false);
+        let e = check_identity(&old, Role::Coordinator).unwrap_err();
+        assert_eq!(e, IdentityProblem::NoIdentity);
+        assert!(e.to_string().contains("glass cluster init --force"), "{e}");
+        assert_eq!(check_peer_identity(&[], Role::Client), Err(IdentityProblem::NoCertificate));
     }
 }

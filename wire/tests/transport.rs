@@ -1,7 +1,10 @@
-//! The QUIC transport over real sockets on 127.0.0.1 with real mutual TLS (DESIGN.md,
-//! "Security"): peers with the cluster's certificates exchange Hellos and frames; peers with
-//! another CA's certificate or none are refused before any message is read; bad frames cost
-//! their sender its connection and nobody else theirs; `glass cluster init`'s files are safe.
+//! The QUIC transport over real sockets on 127.0.0.1 with real mutual TLS (docs/cluster.md,
+//! "Who talks to whom"): peers with the cluster's certificates exchange Hellos and frames;
+//! peers with another CA's certificate or none are refused before any message is read; bad
+//! frames cost their sender its connection and nobody else theirs; `glass cluster init`'s
+//! files are safe. Defect #14: a certificate acts only as its own identity (item 3), a peer
+//! refused or abandoned around the Hello learns it at once with a code and a reason (item 4),
+//! and certificates already issued are checked against the current cluster.toml (item 5).
 
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -10,10 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::procedures::{CustomerSelector, PaymentInput, TxnInput};
+use rustls::pki_types::pem::PemObject;
 use wire::codec;
-use wire::endpoint::{connect, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_PROTOCOL_VIOLATION};
+use wire::endpoint::{
+    connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_TIMEOUT,
+    CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
+};
 use wire::messages::{Batch, BatchTxn, ClientRequest, Hello, Role as PeerRole};
-use wire::tls::{self, init_cluster, Role, TlsError};
+use wire::tls::{self, init_cluster, IdentityProblem, Role, TlsError};
 use wire::{ClusterConfig, Message, Timestamp, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -394,4 +401,306 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite_without_force() {
     tls::server_config(&cfg.cert_dir, Role::Node(2)).unwrap();
     tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
     assert!(matches!(tls::server_config(&cfg.cert_dir, Role::Node(9)), Err(TlsError::Pem { .. })));
+}
+
+/// How long a refused peer may take to learn it before the test calls it waiting: far more
+/// than a refusal takes, far less than QUIC's 30 s idle timeout a silent drop would cost.
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// Dials `listener` presenting `cert`'s certificate with a Hello claiming `(role, id)`; the
+/// dialler's own timeout is far beyond [`PROMPT`], so only a refusal the listener sends ends
+/// it in time.
+async fn dial_as(
+    cfg: &ClusterConfig,
+    addr: SocketAddr,
+    cert: Role,
+    role: PeerRole,
+    id: u16,
+) -> Result<Link, EndpointError> {
+    let tls = tls::client_config(&cfg.cert_dir, cert).unwrap();
+    let patient = EndpointLimits { handshake_timeout: Duration::from_secs(60), ..limits() };
+    let dialled = connect(addr, "localhost", tls, hello(role, id, cfg), patient);
+    tokio::time::timeout(PROMPT, dialled).await.expect("the refusal never reached the dialler")
+}
+
+/// Defect #14, item 3: a certificate is bound to one identity; a Hello claiming another is
+/// refused by the listener (typed, the connection closed with CLOSE_IDENTITY_REFUSED) and —
+/// item 4 — the dialler learns it at once, with the reason, as a typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_claiming_another_identity_than_its_certificate_is_refused() {
+    let (cfg, _cfg_dir) = cluster("identity-claims");
+    let mut listener = coordinator(&cfg, limits()).await;
+    let addr = listener.local_addr();
+    for (cert, role, id, holder) in [
+        (Role::Client, PeerRole::Node, 1, "client"),
+        (Role::Client, PeerRole::Coordinator, 0, "client"),
+        (Role::Node(1), PeerRole::Node, 2, "node 1"),
+        (Role::Node(1), PeerRole::Coordinator, 0, "node 1"),
+        (Role::Node(2), PeerRole::Client, 7, "node 2"),
+    ] {
+        let claimed = Role::claimed_by(&hello(role, id, &cfg));
+        let (dialled, accepted) = tokio::join!(dial_as(&cfg, addr, cert, role, id), accept(&mut listener));
+        match dialled {
+            Err(EndpointError::IdentityRefused { reason, .. }) => {
+                assert!(reason.contains(&format!("claims to be the {claimed}")), "{reason}");
+                assert!(reason.contains(&format!("the certificate is the {holder}'s")), "{reason}");
+            }
+            other => panic!("{cert} claiming {claimed}: {other:?}"),
+        }
+        match accepted {
+            Err(EndpointError::IdentityMismatch {
+                claimed: c, problem: IdentityProblem::Other { holder: h }, ..
+            }) => {
+                assert_eq!((c, h.as_str()), (claimed, holder))
+            }
+            other => panic!("{cert} claiming {claimed}: {other:?}"),
+        }
+    }
+    // Each certificate's own identity is served.
+    for (cert, role, id) in [(Role::Node(1), PeerRole::Node, 1), (Role::Client, PeerRole::Client, 9)] {
+        let (dialled, accepted) = tokio::join!(dial_as(&cfg, addr, cert, role, id), accept(&mut listener));
+        dialled.unwrap();
+        assert_eq!(accepted.unwrap().peer_hello(), &hello(role, id, &cfg));
+    }
+}
+
+/// Defect #14, item 3, dialling side: a node dialling the coordinator must reach the
+/// coordinator's certificate, not a node's that also carries 127.0.0.1; and any dialler
+/// refuses a listener whose Hello is not its certificate's identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
+    let (cfg, _cfg_dir) = cluster("identity-dial");
+    let node1_tls = || tls::server_config(&cfg.cert_dir, Role::Node(1)).unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut node1 = listen(any, node1_tls(), hello(PeerRole::Node, 1, &cfg), limits()).await.unwrap();
+    let node2 = tls::client_config(&cfg.cert_dir, Role::Node(2)).unwrap();
+    let addr = node1.local_addr();
+    let dialled =
+        connect_to(Role::Coordinator, addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits());
+    let (dialled, accepted) = tokio::join!(tokio::time::timeout(PROMPT, dialled), accept(&mut node1));
+    match dialled.expect("connect_to waited") {
+        Err(e @ EndpointError::WrongPeer { expected: Role::Coordinator, .. }) => {
+            assert!(e.to_string().contains("is not the coordinator: the certificate is the node 1's"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The listener learns why at once: closed before any Hello, with the identity code.
+    match accepted {
+        Err(EndpointError::ClosedByPeer { code, reason, .. }) => {
+            assert_eq!(code, u64::from(CLOSE_IDENTITY_REFUSED));
+            assert!(reason.contains("meant to reach the coordinator"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // connect_to node 1 reaches it.
+    let (dialled, accepted) = tokio::join!(
+        connect_to(Role::Node(1), addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits()),
+        accept(&mut node1)
+    );
+    assert_eq!(dialled.unwrap().peer_hello(), &hello(PeerRole::Node, 1, &cfg));
+    accepted.unwrap();
+
+    // Node 1's certificate answering with the coordinator's Hello.
+    let mut posing = listen(any, node1_tls(), hello(PeerRole::Coordinator, 0, &cfg), limits()).await.unwrap();
+    let dialled = connect(posing.local_addr(), "localhost", node2, hello(PeerRole::Node, 2, &cfg), limits());
+    let (dialled, _) = tokio::join!(dialled, accept(&mut posing));
+    match dialled {
+        Err(EndpointError::IdentityMismatch { claimed: Role::Coordinator, problem, .. }) => {
+            assert_eq!(problem, IdentityProblem::Other { holder: "node 1".into() })
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A client certificate and key (PEM) as `glass cluster init` issued them before identities
+/// were bound (no identity name), from this cluster's CA.
+fn client_certificate_without_identity(cfg: &ClusterConfig) -> (String, String) {
+    use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::from_pem(&std::fs::read_to_string(cfg.cert_dir.join("ca.key")).unwrap()).unwrap();
+    let mut ca = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "glass cluster CA");
+    ca.distinguished_name = dn;
+    ca.is_ca = IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(Vec::<String>::new()).unwrap();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "glass client");
+    leaf.distinguished_name = dn;
+    leaf.is_ca = IsCa::ExplicitNoCa;
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    let cert = leaf.signed_by(&key, &issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Defect #14, item 3: a certificate issued before identities were bound is refused, by a
+/// listener and when a process loads its own, with an error that says to run
+/// `glass cluster init --force`; so is a process's certificate from another CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
+    let (cfg, cfg_dir) = cluster("identity-old");
+    let mut listener = coordinator(&cfg, limits()).await;
+    // The old certificate in a directory of its own, with this cluster's CA.
+    let old_dir = cfg_dir.0.join("old");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::copy(cfg.cert_dir.join("ca.pem"), old_dir.join("ca.pem")).unwrap();
+    let (cert, key) = client_certificate_without_identity(&cfg);
+    std::fs::write(old_dir.join("client.pem"), cert).unwrap();
+    std::fs::write(old_dir.join("client.key"), key).unwrap();
+
+    // Loaded as a process's own: refused.
+    match tls::load_identity(&old_dir, Role::Client) {
+        Err(e @ TlsError::WrongIdentity { problem: IdentityProblem::NoIdentity, .. }) => {
+            assert!(e.to_string().contains("glass cluster init --force"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Presented to a listener (a tool built before the check): refused, and told why.
+    let old = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(tls::load_identity(&cfg.cert_dir, Role::Client).unwrap().roots().unwrap())
+        .with_client_auth_cert(
+            vec![rustls::pki_types::CertificateDer::from_pem_file(old_dir.join("client.pem")).unwrap()],
+            rustls::pki_types::PrivateKeyDer::from_pem_file(old_dir.join("client.key")).unwrap(),
+        )
+        .unwrap();
+    let mut old = old;
+    old.alpn_protocols = vec![tls::ALPN.to_vec()];
+    let dialled =
+        connect(listener.local_addr(), "localhost", Arc::new(old), hello(PeerRole::Client, 7, &cfg), limits());
+    let (dialled, accepted) = tokio::join!(tokio::time::timeout(PROMPT, dialled), accept(&mut listener));
+    match dialled.expect("the refusal never reached the dialler") {
+        Err(EndpointError::IdentityRefused { reason, .. }) => {
+            assert!(reason.contains("carries no glass identity"), "{reason}");
+            assert!(reason.contains("glass cluster init --force"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(accepted, Err(EndpointError::IdentityMismatch { problem: IdentityProblem::NoIdentity, .. })),
+        "{accepted:?}"
+    );
+
+    // Another CA's certificate as a process's own: refused when loaded.
+    let (other, _other_dir) = cluster("identity-old-other");
+    std::fs::copy(other.cert_dir.join("client.pem"), old_dir.join("client.pem")).unwrap();
+    match tls::load_identity(&old_dir, Role::Client) {
+        Err(e @ TlsError::NotFromCa { .. }) => assert!(e.to_string().contains("glass cluster init --force"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Defect #14, item 4, dialling side: a dialler that gives up waiting for the Hello reply
+/// closes the connection with a code and a reason, so the listener does not hold it until the
+/// idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialler_giving_up_tells_the_listener_at_once() {
+    let (cfg, _cfg_dir) = cluster("dialler-gives-up");
+    // A listener that takes the Hello and never answers it.
+    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator).unwrap();
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
+    let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mute = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = mute.local_addr().unwrap();
+    let serving = tokio::spawn(async move {
+        let conn = mute.accept().await.unwrap().await.unwrap();
+        let (_send, mut recv) = conn.accept_bi().await.unwrap();
+        let mut byte = [0u8; 1];
+        recv.read_exact(&mut byte).await.unwrap();
+        tokio::time::timeout(PROMPT, conn.closed()).await
+    });
+    let hasty = EndpointLimits { handshake_timeout: Duration::from_millis(500), ..limits() };
+    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
+    let err = connect(addr, "localhost", tls, hello(PeerRole::Client, 7, &cfg), hasty).await.unwrap_err();
+    assert!(matches!(err, EndpointError::Timeout { .. }), "{err:?}");
+    match serving.await.unwrap().expect("the dialler's close never reached the listener") {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(close.error_code, quinn::VarInt::from_u32(CLOSE_HELLO_TIMEOUT));
+            assert!(String::from_utf8_lossy(&close.reason).contains("stopped waiting for the Hello reply"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Defect #14, item 4: a close is sent even while the congestion window is full (quinn holds
+/// a CONNECTION_CLOSE back behind in-flight data it will never see acknowledged once closed:
+/// quinn issue #2785) — the peer learns the code and reason at once, not at its idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_closed_while_sending_tells_its_peer_at_once() {
+    let (cfg, _cfg_dir) = cluster("close-while-sending");
+    let mut listener = coordinator(&cfg, limits()).await;
+    let (dialled, served) = tokio::join!(client(&cfg, listener.local_addr(), "localhost"), accept(&mut listener));
+    let (mut dialled, mut served) = (dialled.unwrap(), served.unwrap());
+    // Frames within the send window (the writes return at once) and far beyond the congestion
+    // window of a young connection; once the peer has the first, the rest is in flight or
+    // queued behind the congestion window.
+    let frame = codec::encode(&batch_near(16 << 10), 16 << 10).unwrap();
+    let frames: Vec<u8> = (0..64).flat_map(|_| frame.iter().copied()).collect();
+    served.send_encoded(&frames).await.unwrap();
+    assert!(recv(&mut dialled).await.is_some());
+    served.close(CLOSE_PROTOCOL_VIOLATION, "closed while sending");
+    let ended = tokio::time::timeout(PROMPT, async {
+        loop {
+            match dialled.recv().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    });
+    match ended.await.expect("the close never reached the peer") {
+        Err(EndpointError::ClosedByPeer { code, reason, .. }) => {
+            assert_eq!(code, u64::from(CLOSE_PROTOCOL_VIOLATION));
+            assert_eq!(reason, "closed while sending");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Defect #14, item 5: certificates already in `cert_dir` are checked against the current
+/// cluster.toml before a local cluster starts; what does not fit is named with what to run.
+#[test]
+fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
+    let (cfg, _cfg_dir) = cluster("check-certificates");
+    tls::check_certificates(&cfg).unwrap();
+
+    // A port change keeps the certificates valid (they name hosts); a host change does not.
+    let mut moved = cfg.clone();
+    moved.nodes[0].address = moved.nodes[0].address.replace("127.0.0.1:", "127.0.0.1:1");
+    tls::check_certificates(&moved).unwrap();
+    moved.nodes[0].address = "127.0.0.2:7401".into();
+    match tls::check_certificates(&moved) {
+        Err(e @ TlsError::NotForAddress(_)) => {
+            let text = e.to_string();
+            for part in
+                ["node-1.pem", "nodes[0].address = \"127.0.0.2:7401\"", "`127.0.0.2`", "glass cluster init --force"]
+            {
+                assert!(text.contains(part), "{part}: {text}");
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A certificate from another CA (a CA replaced without reissuing, files mixed).
+    let (other, _other_dir) = cluster("check-certificates-other");
+    std::fs::copy(other.cert_dir.join("coordinator.pem"), cfg.cert_dir.join("coordinator.pem")).unwrap();
+    match tls::check_certificates(&cfg) {
+        Err(e @ TlsError::NotFromCa { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("coordinator.pem") && text.contains("glass cluster init --force"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A node added to cluster.toml after `cluster init` has no certificate yet.
+    let (mut grown, _grown_dir) = cluster("check-certificates-grown");
+    grown.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7403".into() });
+    match tls::check_certificates(&grown) {
+        Err(e @ TlsError::Missing { role: Role::Node(3), .. }) => {
+            assert!(e.to_string().contains("node-3.pem") && e.to_string().contains("init --force"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
