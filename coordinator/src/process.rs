@@ -675,7 +675,17 @@ async fn accept_loop(
         let link = match accepted {
             Ok(l) => l,
             Err(e) => {
-                debug!(error = %e, "a connection attempt failed");
+                if matches!(
+                    e,
+                    endpoint::EndpointError::IdentityMismatch { .. }
+                        | endpoint::EndpointError::HelloRejected { .. }
+                        | endpoint::EndpointError::ClientCertificateRejected { .. }
+                ) {
+                    // A peer presenting another identity, cluster or CA: worth an operator's look.
+                    warn!(error = %e, "a connection was refused");
+                } else {
+                    debug!(error = %e, "a connection attempt failed");
+                }
                 continue;
             }
         };

@@ -110,7 +110,8 @@ impl ClusterClient {
         }
     }
 
-    async fn connect(&self, field: &str, address: &str) -> Result<Link, ClientError> {
+    /// A link to `peer` at `address`, refusing a listener that is not that identity.
+    async fn connect(&self, peer: wire::tls::Role, field: &str, address: &str) -> Result<Link, ClientError> {
         let addr = resolve(field, address)?;
         let server_name = split_address(address)
             .map_err(|problem| wire::ConfigError::Invalid { field: field.to_string(), problem })?
@@ -118,12 +119,12 @@ impl ClusterClient {
             .to_string();
         let tls = wire::tls::client_config(&self.config.cert_dir, wire::tls::Role::Client)?;
         let limits = EndpointLimits::from_config(&self.config);
-        Ok(endpoint::connect(addr, &server_name, tls, self.hello(), limits).await?)
+        Ok(endpoint::connect_to(peer, addr, &server_name, tls, self.hello(), limits).await?)
     }
 
     /// A link to the coordinator.
     pub async fn connect_coordinator(&self) -> Result<Link, ClientError> {
-        self.connect("coordinator.address", &self.config.coordinator.address).await
+        self.connect(wire::tls::Role::Coordinator, "coordinator.address", &self.config.coordinator.address).await
     }
 
     /// A link to node `node`.
@@ -131,7 +132,7 @@ impl ClusterClient {
         let (i, n) = self.config.nodes.iter().enumerate().find(|(_, n)| n.id == node).ok_or_else(|| {
             ClientError::Refused { peer: format!("node {node}"), reason: "not in cluster.toml".into() }
         })?;
-        self.connect(&format!("nodes[{i}].address"), &n.address).await
+        self.connect(wire::tls::Role::Node(node), &format!("nodes[{i}].address"), &n.address).await
     }
 }
 
