@@ -263,18 +263,10 @@ fn killing_a_full_stack_node_loses_nothing_and_it_recovers_from_its_log() {
 
 /// The file named `name` under `dir` whose path contains `within`.
 fn find_file(dir: &Path, name: &str, within: &str) -> PathBuf {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == name) && p.to_string_lossy().contains(within) {
-                return p;
-            }
-        }
-    }
-    panic!("no {name} under {} in a path with {within}", dir.display());
+    files_under(dir)
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == name) && p.to_string_lossy().contains(within))
+        .unwrap_or_else(|| panic!("no {name} under {} in a path with {within}", dir.display()))
 }
 
 /// Active-passive: the killed primary, started again, rejoins as a backup — it copies the

@@ -14,21 +14,8 @@ use std::path::Path;
 use common::*;
 
 /// Every file under `dir`, as paths relative to it, sorted.
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
+fn files_relative(dir: &Path) -> Vec<String> {
+    files_under(dir).iter().map(|p| p.strip_prefix(dir).unwrap().display().to_string()).collect()
 }
 
 fn stderr(o: &std::process::Output) -> String {
@@ -63,7 +50,7 @@ fn an_empty_cert_dir_or_run_dir_is_refused_and_nothing_is_written() {
             let o = glass(&["cluster", command, "--config", cfg]);
             assert!(!o.status.success(), "{command} with {key} = \"\": {}", text(&o));
             assert!(stderr(&o).contains(&format!("{key}: is empty: name a directory")), "{}", text(&o));
-            assert_eq!(files_under(&dir), ["cluster.toml"], "{command} with {key} = \"\" wrote files");
+            assert_eq!(files_relative(&dir), ["cluster.toml"], "{command} with {key} = \"\" wrote files");
             assert!(processes_of(&config).is_empty(), "{command} started processes");
         }
     }
@@ -93,7 +80,7 @@ fn a_refused_up_creates_nothing_and_the_corrected_file_starts() {
         let o = glass(&["cluster", "up", "--config", cfg]);
         assert!(!o.status.success(), "{bad}: {}", text(&o));
         assert!(stderr(&o).contains(&says), "{bad}: {}", text(&o));
-        assert_eq!(files_under(&dir), ["cluster.toml"], "a refused up for {bad} created files");
+        assert_eq!(files_relative(&dir), ["cluster.toml"], "a refused up for {bad} created files");
         edit(&config, &bad, &good);
     }
     // Corrected: `up` issues the certificates itself and the cluster serves.
@@ -117,7 +104,7 @@ fn certificates_issued_for_other_addresses_are_named_with_what_to_run() {
     edit(&config, "load_timeout_s = 600", "load_timeout_s = 60");
     let o = glass(&["cluster", "init", "--config", cfg]);
     assert!(o.status.success(), "{}", text(&o));
-    let issued = files_under(&dir);
+    let issued = files_relative(&dir);
 
     // Another loopback address: bindable here, and not among the names node 1's certificate has.
     let old = node_address(&config, 1);
@@ -134,7 +121,7 @@ fn certificates_issued_for_other_addresses_are_named_with_what_to_run() {
     ] {
         assert!(err.contains(&part), "{part}: {}", text(&o));
     }
-    assert_eq!(files_under(&dir), issued, "the refused up created or changed files");
+    assert_eq!(files_relative(&dir), issued, "the refused up created or changed files");
     assert!(processes_of(&config).is_empty());
 
     let o = glass(&["cluster", "init", "--force", "--config", cfg]);

@@ -675,16 +675,9 @@ async fn accept_loop(
         let link = match accepted {
             Ok(l) => l,
             Err(e) => {
-                if matches!(
-                    e,
-                    endpoint::EndpointError::IdentityMismatch { .. }
-                        | endpoint::EndpointError::HelloRejected { .. }
-                        | endpoint::EndpointError::ClientCertificateRejected { .. }
-                ) {
-                    // A peer presenting another identity, cluster or CA: worth an operator's look.
-                    warn!(error = %e, "a connection was refused");
-                } else {
-                    debug!(error = %e, "a connection attempt failed");
+                match e.is_refusal() {
+                    true => warn!(error = %e, "a connection was refused"),
+                    false => debug!(error = %e, "a connection attempt failed"),
                 }
                 continue;
             }

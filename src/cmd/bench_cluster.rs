@@ -87,6 +87,34 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// Starts `cluster` (an experiment's own, not running yet) and arms a guard that stops it
+/// however the experiment ends.
+pub fn up_guarded(cluster: &Cluster, quiet: bool) -> Result<StopOnDrop<'_>> {
+    match cluster.up(!quiet)? {
+        Up::Started(children) => Ok(StopOnDrop { cluster, armed: true, children }),
+        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", cluster.path.display()),
+    }
+}
+
+/// Checks what the clients saw acknowledged against the cluster (printing a failing
+/// verdict), then stops the cluster the guard holds.
+pub fn check_and_down(
+    rt: &Runtime,
+    guard: StopOnDrop<'_>,
+    client: &ClusterClient,
+    acks: &[client::NewOrderAck],
+    payments: &[workload::client::driver::PaymentAck],
+) -> Result<client::ClusterCheck> {
+    let verdict = rt.block_on(client::check(client, acks, payments))?;
+    if !verdict.passed() {
+        eprint!("{verdict}");
+    }
+    let mut guard = guard;
+    guard.armed = false;
+    guard.cluster.down(false)?;
+    Ok(verdict)
+}
+
 pub fn run(b: ClusterBench) -> Result<ExitCode> {
     if let Some(flag) = b.embedded_only.first() {
         bail!("{flag} applies to --embedded benches only; a cluster bench runs what cluster.toml describes");

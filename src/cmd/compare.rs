@@ -26,7 +26,6 @@ use clap::Args;
 use wire::config::{ClusterConfig, Mode, Shipping};
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
-use workload::client::{self};
 use workload::compare::multi::{self as curve, CurvePoint};
 use workload::compare::{self as report, CompareRow};
 use workload::gen::{Mix, Profile};
@@ -34,7 +33,7 @@ use workload::gen::{Mix, Profile};
 use super::bench_cluster::{
     check_partitions, measure_with, Measurement, Sample, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT,
 };
-use super::cluster::{runtime, Cluster, Proc, Up};
+use super::cluster::{runtime, Cluster, Proc};
 use super::failover::{experiment, Experiment};
 
 #[derive(Args, Debug)]
@@ -335,13 +334,8 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
         plan.config.replication_factor()
     );
     let cluster = Cluster::derived(&plan.config, &note)?;
-    let path = cluster.path.clone();
     let t0 = Instant::now();
-    let children = match cluster.up(!quiet)? {
-        Up::Started(children) => children,
-        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
-    };
-    let mut guard = super::bench_cluster::StopOnDrop { cluster: &cluster, armed: true, children };
+    let guard = super::bench_cluster::up_guarded(&cluster, quiet)?;
     let load_seconds = t0.elapsed().as_secs_f64();
     let rt = runtime()?;
     let client = cluster.client();
@@ -349,13 +343,7 @@ fn run_one(plan: &Plan, cfg: &DriverConfig, shares: &RemoteShares, quiet: bool) 
     let Measurement { mut report, acks, payments, start, end, .. } =
         measure_with(&rt, &cluster, &client, cfg, shares, &local, quiet)?;
     report.load_seconds = load_seconds;
-    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
-    if !verdict.passed() {
-        eprint!("{verdict}");
-    }
-    guard.armed = false;
-    cluster.down(false)?;
-    drop(guard);
+    let verdict = super::bench_cluster::check_and_down(&rt, guard, &client, &acks, &payments)?;
     let disk_bytes = disk_bytes(&plan.dir, &cluster)?;
     if disk_bytes > 0 {
         // The full stack leaves gigabytes of log and checkpoint in the page cache; write them

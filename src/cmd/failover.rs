@@ -28,8 +28,10 @@ use workload::client::{self, ClusterClient};
 use workload::failover::{self as report, FailoverReport};
 use workload::gen::Profile;
 
-use super::bench_cluster::{measure_with, Measurement, StopOnDrop, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
-use super::cluster::{runtime, Cluster, Proc, Up};
+use super::bench_cluster::{
+    check_and_down, measure_with, up_guarded, Measurement, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT,
+};
+use super::cluster::{runtime, Cluster, Proc};
 
 /// How often the coordinator's view of live replicas is polled around the kill.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -292,12 +294,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
     };
     let cluster = Cluster::derived(config, "Derived by `glass failover`.")?;
     let path = cluster.path.clone();
-
-    let children = match cluster.up(!x.quiet)? {
-        Up::Started(c) => c,
-        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
-    };
-    let mut guard = StopOnDrop { cluster: &cluster, armed: true, children };
+    let guard = up_guarded(&cluster, x.quiet)?;
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_procs();
@@ -361,13 +358,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment) -> Result<FailoverRepo
     if let Some(e) = &ev.error {
         bail!("{e}");
     }
-    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
-    if !verdict.passed() {
-        eprint!("{verdict}");
-    }
-    guard.armed = false;
-    cluster.down(false)?;
-    drop(guard);
+    let verdict = check_and_down(&rt, guard, &client, &acks, &payments)?;
 
     let killed = ev.killed.context("the node was not killed within the run")?;
     let kill_offset = killed.saturating_duration_since(origin);
@@ -461,11 +452,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop) -> Result<report::KillLoo
     };
     let cluster = Cluster::derived(config, "Derived by `glass failover --kill-loop`.")?;
     let path = cluster.path.clone();
-    let children = match cluster.up(!x.quiet)? {
-        Up::Started(c) => c,
-        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", path.display()),
-    };
-    let mut guard = StopOnDrop { cluster: &cluster, armed: true, children };
+    let guard = up_guarded(&cluster, x.quiet)?;
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_procs();
@@ -554,13 +541,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop) -> Result<report::KillLoo
     if let Some(e) = &ev.error {
         bail!("{e}");
     }
-    let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
-    if !verdict.passed() {
-        eprint!("{verdict}");
-    }
-    guard.armed = false;
-    cluster.down(false)?;
-    drop(guard);
+    let verdict = check_and_down(&rt, guard, &client, &acks, &payments)?;
 
     // Silences count inside the measured phase only: not the warm-up, nor the answers that
     // trickle in after the terminals stopped.

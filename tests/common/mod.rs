@@ -139,3 +139,21 @@ pub fn init_and_up(cfg: &str) -> Output {
     assert!(o.status.success(), "{}", text(&o));
     o
 }
+
+/// Every file under `dir` (at any depth), sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -302,6 +302,17 @@ impl EndpointError {
     pub fn is_listener_closed(&self) -> bool {
         matches!(self, EndpointError::ListenerClosed)
     }
+
+    /// Whether a listener refused the peer for who it claims to be (another identity, cluster
+    /// or CA) — worth an operator's look, unlike a peer that merely went away or timed out.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            EndpointError::IdentityMismatch { .. }
+                | EndpointError::HelloRejected { .. }
+                | EndpointError::ClientCertificateRejected { .. }
+        )
+    }
 }
 
 /// Whether a QUIC error code is a TLS alert (RFC 9001 §4.8: `0x100 + alert`).

@@ -159,18 +159,35 @@ impl std::fmt::Display for KillLoopReport {
             writeln!(f, "  partition {:<3}        longest stretch without a commit {ms:.0} ms", i + 1)?;
         }
         writeln!(f, "  committed            {} in {:.1} s", self.committed, self.seconds)?;
-        writeln!(
+        write_outcome(
             f,
-            "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
-            self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
-        )?;
-        writeln!(
-            f,
-            "  afterwards           digests {}, TPC-C consistency {}",
-            if self.digests_equal { "equal" } else { "DIFFER" },
-            if self.consistent { "holds" } else { "VIOLATED" }
+            [self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers],
+            self.digests_equal,
+            self.consistent,
         )
     }
+}
+
+/// The closing lines of a failover record: acknowledged transactions checked, lost, of
+/// unknown outcome, answered unavailable (`counts`, in that order); replicas and consistency.
+fn write_outcome(
+    f: &mut std::fmt::Formatter<'_>,
+    counts: [u64; 4],
+    digests_equal: bool,
+    consistent: bool,
+) -> std::fmt::Result {
+    let [checked, lost, unknown, unavailable] = counts;
+    writeln!(
+        f,
+        "  acknowledged         {checked} checked, {lost} LOST; {unknown} outcome unknown; {unavailable} unavailable \
+         answers"
+    )?;
+    writeln!(
+        f,
+        "  afterwards           digests {}, TPC-C consistency {}",
+        if digests_equal { "equal" } else { "DIFFER" },
+        if consistent { "holds" } else { "VIOLATED" }
+    )
 }
 
 /// How long after the kill a pause may begin and still count as the kill's: batches whose
@@ -238,16 +255,11 @@ impl std::fmt::Display for FailoverReport {
             self.txn_per_sec_before, self.txn_per_sec_lowest_after
         )?;
         writeln!(f, "  committed            {} ({} multi-partition)", self.committed, self.committed_multi_partition)?;
-        writeln!(
+        write_outcome(
             f,
-            "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
-            self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
-        )?;
-        writeln!(
-            f,
-            "  afterwards           digests {}, TPC-C consistency {}",
-            if self.digests_equal { "equal" } else { "DIFFER" },
-            if self.consistent { "holds" } else { "VIOLATED" }
+            [self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers],
+            self.digests_equal,
+            self.consistent,
         )
     }
 }
