@@ -1,6 +1,7 @@
 //! `glass`: the one front door. Thin: parses flags and hands each subcommand to its module
-//! under `cmd/`, which wires the engine and workload crates together. Every decision lives in
-//! the library crates.
+//! under `cmd/`, which turns the flags into calls of the library crates (engine, workload,
+//! harness, node, coordinator, sim) and prints what they return. Every decision lives in the
+//! library crates.
 
 mod cmd;
 

@@ -89,7 +89,7 @@ fn dump_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// Determinism contract (DESIGN.md): the same seed gives the same dump byte for byte.
+/// Determinism contract (docs/design.md): the same seed gives the same dump byte for byte.
 #[test]
 fn same_seed_gives_the_same_dump_byte_for_byte() {
     let dir = scratch("determinism");

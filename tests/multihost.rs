@@ -1,4 +1,4 @@
-//! Past one machine (DESIGN.md, "Past one machine"; issue 4): the coordinator and each node
+//! Past one machine (docs/design.md, "Past one machine"; issue 4): the coordinator and each node
 //! run by hand, each in its own network namespace with its own address, as on separate hosts;
 //! the client runs outside them all. Nothing may assume loopback: certificates must carry the
 //! hosts' addresses, nodes must dial the coordinator's configured address, and the tools must

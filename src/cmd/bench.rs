@@ -6,11 +6,8 @@
 //! load, not logged), then checkpointed so the loaded data is durable; the log and the
 //! checkpoint live in `--wal-dir` (default: a fresh temporary directory removed at the end).
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -19,12 +16,12 @@ use clap::Args;
 use engine::conventional::{Config, ConventionalDb, Step, LOG_FILE, SNAPSHOT_FILE};
 use engine::procedures::{TxnInput, TxnOutput};
 use engine::{LeanDb, Storage};
-use workload::bench::{self, BenchConfig, BenchError, BenchReport, StopAfter};
+use workload::bench::{self, BenchConfig, BenchReport, StopAfter};
 use workload::gen::{Mix, Profile};
 use workload::report::{self, ConsoleObserver};
 use workload::workers;
 
-use super::recover::Ack;
+use harness::acks::AckLog;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -253,30 +250,6 @@ impl Drop for WalDir {
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.path);
         }
-    }
-}
-
-/// The record of acknowledged commits (`--ack-log`; format in `cmd::recover`).
-struct AckLog {
-    path: PathBuf,
-    file: Mutex<File>,
-}
-
-impl AckLog {
-    fn create(path: &Path) -> Result<AckLog> {
-        let file = File::create(path).with_context(|| format!("create --ack-log {}", path.display()))?;
-        Ok(AckLog { path: path.to_path_buf(), file: Mutex::new(file) })
-    }
-
-    /// Appends the transaction's line with one `write` (so it reaches the kernel, and
-    /// survives the process being killed, before the worker goes on).
-    fn acknowledge(&self, input: &TxnInput, output: &TxnOutput) -> Result<(), BenchError> {
-        let Some(ack) = Ack::of(input, output) else { return Ok(()) };
-        let line = ack.line();
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
-        file.write_all(line.as_bytes())
-            .and_then(|()| file.flush())
-            .map_err(|e| BenchError::Output { path: self.path.clone(), why: e.to_string() })
     }
 }
 

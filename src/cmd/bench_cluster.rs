@@ -1,6 +1,7 @@
 //! `glass bench --config cluster.toml`: the TPC-C driver as a client of a running cluster
-//! ([`workload::client::driver`]). Without a running cluster it starts one from the file
-//! (`glass cluster up`), runs, and stops it, so one command does the whole job.
+//! ([`workload::client::driver`], measured by [`harness::measure`]). Without a running cluster
+//! it starts one from the file (`glass cluster up`), runs, and stops it, so one command does
+//! the whole job.
 //!
 //! Beside the embedded bench's lines, table and JSON (plus `mode`, `replicas`, `nodes` and the
 //! other [`ClusterInfo`](workload::client::driver::ClusterInfo) fields), it says where the
@@ -14,31 +15,22 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use engine::LeanDb;
-use tokio::runtime::Runtime;
-use wire::endpoint::Link;
-use wire::messages::{NodeId, PartitionReport, ProcessStatus};
-use workload::bench::{self, IntervalLine, Observer, StopAfter};
-use workload::client::driver::{self, DriverConfig, RemoteShares};
-use workload::client::{self, ClusterClient};
+use harness::acks::write_acks;
+use harness::measure::{
+    attach_or_start, check_partitions, measure_with, partition_line, Measurement, CLIENTS_PER_WAREHOUSE_DEFAULT,
+    INFLIGHT_DEFAULT,
+};
+use harness::{runtime, Cluster};
+use workload::bench::{self, BenchReport, StopAfter};
+use workload::client;
+use workload::client::driver::{DriverConfig, RemoteShares};
 use workload::gen::{Mix, Profile};
-use workload::report::{self, ConsoleObserver};
+use workload::report;
 
-use super::check::write_acks;
-use super::cluster::{process_cpu_seconds, process_rss_bytes, runtime, thread_cpu_seconds, Cluster, Proc, Running, Up};
-
-/// Requests each connection keeps outstanding by default: with one connection per warehouse,
-/// the deepest pipeline at which the default cluster on a 2-core machine keeps p99 latency
-/// under 10 ms (64 leaves a fifth of the CPU idle between batches; README, "The active-active
-/// cluster").
-pub const INFLIGHT_DEFAULT: usize = 128;
-/// Connections per warehouse by default.
-pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 1;
-/// How long a bench waits for a running cluster's partitions to serve.
-const READY_WAIT: Duration = Duration::from_secs(600);
+use super::progress::{glass_exe, Console};
 
 /// The flags of `glass bench` a cluster bench uses.
 #[derive(Debug)]
@@ -64,55 +56,6 @@ pub struct ClusterBench {
     pub ack_log: Option<PathBuf>,
     /// Flags of the embedded bench only, refused here when given.
     pub embedded_only: Vec<&'static str>,
-}
-
-/// Stops a cluster this command started, however the command ends, and reaps its processes.
-pub struct StopOnDrop<'a> {
-    pub cluster: &'a Cluster,
-    pub armed: bool,
-    pub children: Vec<std::process::Child>,
-}
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            if let Err(e) = self.cluster.down(false) {
-                eprintln!("glass: error: stopping the cluster: {e:#}");
-            }
-        }
-        // Reaps those that exited (a survivor of a failed `down` is left to the operator).
-        for c in &mut self.children {
-            let _ = c.try_wait();
-        }
-    }
-}
-
-/// Starts `cluster` (an experiment's own, not running yet) and arms a guard that stops it
-/// however the experiment ends.
-pub fn up_guarded(cluster: &Cluster, quiet: bool) -> Result<StopOnDrop<'_>> {
-    match cluster.up(!quiet)? {
-        Up::Started(children) => Ok(StopOnDrop { cluster, armed: true, children }),
-        Up::AlreadyRunning(_) => bail!("a cluster already runs from {}", cluster.path.display()),
-    }
-}
-
-/// Checks what the clients saw acknowledged against the cluster (printing a failing
-/// verdict), then stops the cluster the guard holds.
-pub fn check_and_down(
-    rt: &Runtime,
-    guard: StopOnDrop<'_>,
-    client: &ClusterClient,
-    acks: &[client::NewOrderAck],
-    payments: &[workload::client::driver::PaymentAck],
-) -> Result<client::ClusterCheck> {
-    let verdict = rt.block_on(client::check(client, acks, payments))?;
-    if !verdict.passed() {
-        eprint!("{verdict}");
-    }
-    let mut guard = guard;
-    guard.armed = false;
-    guard.cluster.down(false)?;
-    Ok(verdict)
 }
 
 pub fn run(b: ClusterBench) -> Result<ExitCode> {
@@ -157,65 +100,20 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     let client = cluster.client();
 
     // A running cluster, or one started here.
-    let t0 = Instant::now();
-    let mut guard = StopOnDrop { cluster: &cluster, armed: false, children: Vec::new() };
-    let reachable = rt.block_on(async {
-        let wait = Duration::from_millis(config.timeouts.connect_timeout_ms.min(2_000));
-        tokio::time::timeout(wait, client.connect_coordinator()).await.ok().and_then(Result::ok)
-    });
-    let load_seconds = match reachable {
-        Some(link) => {
-            println!("cluster: using the running cluster of {}", cluster.path.display());
-            rt.block_on(wait_serving(link))?;
-            0.0
+    let path = cluster.path.display().to_string();
+    let mut attached = attach_or_start(&rt, &cluster, &glass_exe()?, &mut Console::new(!b.quiet), &mut |start| {
+        if start {
+            println!("cluster: none running; starting one from {path}");
+        } else {
+            println!("cluster: using the running cluster of {path}");
         }
-        None => {
-            if !cluster.running_procs().is_empty() {
-                bail!(
-                    "the cluster's processes run here but the coordinator does not answer; see `glass cluster status \
-                     --config {}`",
-                    cluster.path.display()
-                );
-            }
-            println!("cluster: none running; starting one from {}", cluster.path.display());
-            match cluster.up(!b.quiet)? {
-                Up::Started(children) => {
-                    guard.armed = true;
-                    guard.children = children;
-                }
-                Up::AlreadyRunning(_) => {}
-            }
-            t0.elapsed().as_secs_f64()
-        }
-    };
+    })?;
     let local = cluster.running_procs();
 
     let Measurement { mut report, acks, payments, time_lines, .. } =
         measure_with(&rt, &cluster, &client, &cfg, &shares, &local, b.quiet)?;
-    report.load_seconds = load_seconds;
-    print!("{}", report::render(&report));
-    if let Some(c) = &report.cluster {
-        println!(
-            "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
-            c.nodes,
-            c.partitions,
-            c.replicas,
-            c.clients,
-            c.inflight,
-            c.rate.map_or(" (closed loop)".to_string(), |r| format!(", open loop at {r:.0} txn/s")),
-            c.busy
-        );
-        if let Some(per_cpu) = report.txn_per_cpu_sec {
-            println!(
-                "             the executor figures above count every replica's thread: {per_cpu:.0} executions per \
-                 executor CPU second"
-            );
-        }
-        println!("{}", partition_line(c));
-    }
-    for l in &time_lines {
-        println!("{l}");
-    }
+    report.load_seconds = attached.load_seconds;
+    print_report(&report, &time_lines);
     if let Some(p) = &b.json {
         super::write_json(p, &report)?;
     }
@@ -239,365 +137,36 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         let summary = workload::dump::dump(&mut db, dir)?;
         println!("dumped {summary} into {}", dir.display());
     }
-    if guard.armed {
-        guard.armed = false;
-        cluster.down(true)?;
+    if attached.guard.armed {
+        attached.guard.armed = false;
+        super::cluster::print_down(&cluster, &cluster.down()?);
     }
     Ok(code)
 }
 
-/// Refuses forcing multi-partition NewOrders on a cluster of one partition, naming the flag.
-pub fn check_partitions(config: &wire::ClusterConfig, shares: &RemoteShares) -> Result<()> {
-    if shares.multi_partition_pct > 0 && config.partitions.len() < 2 {
-        bail!(
-            "--multi-partition {} needs a cluster of at least two partitions; this one has {}",
-            shares.multi_partition_pct,
-            config.partitions.len()
+/// The report, the cluster's lines and where the time went.
+fn print_report(report: &BenchReport, time_lines: &[String]) {
+    print!("{}", report::render(report));
+    if let Some(c) = &report.cluster {
+        println!(
+            "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
+            c.nodes,
+            c.partitions,
+            c.replicas,
+            c.clients,
+            c.inflight,
+            c.rate.map_or(" (closed loop)".to_string(), |r| format!(", open loop at {r:.0} txn/s")),
+            c.busy
         );
-    }
-    Ok(())
-}
-
-/// The report's line on partitions crossed: the shares run and commits by partitions touched.
-pub fn partition_line(c: &driver::ClusterInfo) -> String {
-    let committed = (c.committed_single_partition + c.committed_multi_partition).max(1) as f64;
-    format!(
-        "partitions   {} single-partition and {} multi-partition commits ({:.1}% multi; remote items {}%, \
-         remote payments {}%, forced multi-partition NewOrders {}%)",
-        c.committed_single_partition,
-        c.committed_multi_partition,
-        100.0 * c.committed_multi_partition as f64 / committed,
-        c.remote_item_pct,
-        c.remote_payment_pct,
-        c.multi_partition_pct
-    )
-}
-
-/// What one measured run of the driver against a serving cluster produced.
-pub struct Measurement {
-    /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
-    pub report: bench::BenchReport,
-    /// Every NewOrder and Payment acknowledged, warm-up included.
-    pub acks: Vec<client::NewOrderAck>,
-    pub payments: Vec<driver::PaymentAck>,
-    /// The driver's outage figures and fine timeline (see [`driver::DriverOutcome`]).
-    pub outcome_unknown: u64,
-    pub unavailable: u64,
-    pub fine: Vec<Vec<u64>>,
-    pub origin: Instant,
-    pub gaps: Vec<Vec<(Duration, Duration)>>,
-    /// The cluster sampled at the start and the end of the measured phase.
-    pub start: Option<Sample>,
-    pub end: Option<Sample>,
-    /// "Where the time goes" lines.
-    pub time_lines: Vec<String>,
-}
-
-/// Runs the driver with `shares` against a serving cluster (`local`: its processes on this
-/// machine) and fills in what the nodes report.
-pub fn measure_with(
-    rt: &Runtime,
-    cluster: &Cluster,
-    client: &ClusterClient,
-    cfg: &DriverConfig,
-    shares: &RemoteShares,
-    local: &[Running],
-    quiet: bool,
-) -> Result<Measurement> {
-    let config = &cluster.config;
-    let mut obs = Sampler::new(rt, client, config, local, ConsoleObserver::new(quiet))?;
-    let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
-    let mut report = outcome.report;
-    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
-    // Executions per committed transaction: every replica in active-active, the primary only
-    // in the passive modes (backups apply log records).
-    let executions = if config.mode.is_passive() { 1 } else { replicas };
-    let (start, end) = (obs.start.take(), obs.end.take());
-    let mut time_lines = Vec::new();
-    if let (Some(s), Some(e)) = (&start, &end) {
-        let executor_cpu = e.executor_cpu_s - s.executor_cpu_s;
-        match executor_cpu_unmeasured(s, e, executor_cpu) {
-            None => {
-                report.executor_cpu_seconds = Some(executor_cpu);
-                report.txn_per_cpu_sec = Some(report.committed as f64 * executions as f64 / executor_cpu);
-                report.cpu_not_measured = None;
-            }
-            Some(why) => {
-                report.executor_cpu_seconds = None;
-                report.txn_per_cpu_sec = None;
-                report.cpu_not_measured = Some(why);
-            }
+        if let Some(per_cpu) = report.txn_per_cpu_sec {
+            println!(
+                "             the executor figures above count every replica's thread: {per_cpu:.0} executions per \
+                 executor CPU second"
+            );
         }
-        report.rss_after_load_bytes = s.nodes_rss_bytes;
-        report.rss_bytes = e.nodes_rss_bytes;
-        let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
-        if neworders > 0 && e.nodes_rss_bytes > 0 {
-            report.rss_growth_per_neworder_bytes =
-                e.nodes_rss_bytes.saturating_sub(s.nodes_rss_bytes) as f64 / (neworders * replicas as u64) as f64;
-        }
-        let batches = e.batches.saturating_sub(s.batches);
-        if let Some(c) = report.cluster.as_mut() {
-            c.batches = Some(batches);
-        }
-        time_lines = where_the_time_goes(s, e, &report, batches, executions);
+        println!("{}", partition_line(c));
     }
-    Ok(Measurement {
-        report,
-        acks: outcome.acks,
-        payments: outcome.payments,
-        outcome_unknown: outcome.outcome_unknown,
-        unavailable: outcome.unavailable,
-        fine: outcome.fine,
-        origin: outcome.origin,
-        gaps: outcome.gaps,
-        start,
-        end,
-        time_lines,
-    })
-}
-
-/// Waits until every partition of a running cluster serves.
-async fn wait_serving(mut link: Link) -> Result<()> {
-    let deadline = Instant::now() + READY_WAIT;
-    loop {
-        let s = client::status(&mut link).await?;
-        if s.partitions.iter().all(|p| p.phase == "serving") {
-            return Ok(());
-        }
-        if let Some(p) = s.partitions.iter().find(|p| p.phase.starts_with("stopped") || p.phase == "unavailable") {
-            bail!("partition {} cannot serve: {}", p.partition, p.phase);
-        }
-        if Instant::now() > deadline {
-            bail!("the cluster's partitions did not all serve within {} s", READY_WAIT.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Why the executors' CPU over the measured phase cannot be told from the two samples, if it
-/// cannot: a node that restarted in between (its counters began again from zero), one that
-/// did not answer either sample, or no CPU counted at all. A figure that cannot be measured is
-/// left out with its reason, never printed as a number.
-pub fn executor_cpu_unmeasured(s: &Sample, e: &Sample, executor_cpu_s: f64) -> Option<String> {
-    for (node, start) in &s.node_pids {
-        let end = e.node_pids.iter().find(|(n, _)| n == node).and_then(|(_, p)| *p);
-        match (start, end) {
-            (Some(a), Some(b)) if *a != b => {
-                return Some(format!("node {node} restarted during the run (pid {a}, then {b})"));
-            }
-            (Some(_), Some(_)) => {}
-            (None, _) => return Some(format!("node {node} did not report its executors' CPU at the start")),
-            (_, None) => return Some(format!("node {node} did not report its executors' CPU at the end")),
-        }
-    }
-    if e.node_pids.len() != s.node_pids.len() {
-        return Some("the nodes answering changed during the run".to_string());
-    }
-    (executor_cpu_s <= 0.0).then(|| "no executor CPU time was counted".to_string())
-}
-
-/// CPU seconds per thread name.
-type ThreadCpu = Vec<(String, f64)>;
-
-/// Figures sampled at the start and the end of the measured phase.
-#[derive(Debug, Clone, Default)]
-pub struct Sample {
-    pub at: Option<Instant>,
-    /// Σ executor thread CPU over every replica.
-    pub executor_cpu_s: f64,
-    /// Per node: (id, its executors' CPU seconds).
-    pub node_executor_cpu_s: Vec<(NodeId, f64)>,
-    /// Per node: (id, the pid its status reported; `None`: it did not answer).
-    pub node_pids: Vec<(NodeId, Option<u32>)>,
-    /// Local processes' CPU seconds: (label, seconds, per thread name).
-    pub process_cpu_s: Vec<(String, f64, ThreadCpu)>,
-    pub nodes_rss_bytes: u64,
-    /// Batches the coordinator sent, over all partitions.
-    pub batches: u64,
-    /// Every replica's report, by node.
-    pub replicas: Vec<(NodeId, PartitionReport)>,
-    /// The coordinator's report of each partition.
-    pub coordinator: Vec<PartitionReport>,
-}
-
-/// The console observer, plus samples of the cluster at the measured phase's start and end.
-struct Sampler<'a> {
-    rt: &'a Runtime,
-    inner: ConsoleObserver,
-    client: ClusterClient,
-    coordinator: Option<Link>,
-    nodes: Vec<(NodeId, Option<Link>)>,
-    local: &'a [Running],
-    start: Option<Sample>,
-    end: Option<Sample>,
-}
-
-impl<'a> Sampler<'a> {
-    fn new(
-        rt: &'a Runtime,
-        client: &ClusterClient,
-        config: &wire::ClusterConfig,
-        local: &'a [Running],
-        inner: ConsoleObserver,
-    ) -> Result<Sampler<'a>> {
-        let (coordinator, nodes) = rt.block_on(async {
-            let coordinator = client.connect_coordinator().await.ok();
-            let mut nodes = Vec::new();
-            for n in &config.nodes {
-                nodes.push((n.id, client.connect_node(n.id).await.ok()));
-            }
-            (coordinator, nodes)
-        });
-        Ok(Sampler { rt, inner, client: client.clone(), coordinator, nodes, local, start: None, end: None })
-    }
-
-    fn sample(&mut self) -> Sample {
-        let mut s = Sample { at: Some(Instant::now()), ..Sample::default() };
-        for r in self.local {
-            if let Some(cpu) = process_cpu_seconds(r.pid) {
-                s.process_cpu_s.push((label(&r.proc), cpu, thread_cpu_seconds(r.pid)));
-            }
-            if matches!(r.proc, Proc::Node(_)) {
-                s.nodes_rss_bytes += process_rss_bytes(r.pid).unwrap_or(0);
-            }
-        }
-        let statuses: Vec<(NodeId, Option<ProcessStatus>)> = self.rt.block_on(async {
-            let mut out = Vec::new();
-            for (id, link) in self.nodes.iter_mut() {
-                let mut st = match link {
-                    Some(l) => client::status(l).await.ok(),
-                    None => None,
-                };
-                if st.is_none() {
-                    // The node may have restarted (a failover run): ask its new process.
-                    let dial = tokio::time::timeout(Duration::from_secs(1), self.client.connect_node(*id));
-                    *link = dial.await.ok().and_then(Result::ok);
-                    if let Some(l) = link {
-                        st = client::status(l).await.ok();
-                    }
-                }
-                out.push((*id, st));
-            }
-            out
-        });
-        for (id, st) in statuses {
-            let cpu = st.as_ref().map_or(0.0, |st| st.partitions.iter().map(|p| p.cpu_ms as f64 / 1000.0).sum());
-            s.executor_cpu_s += cpu;
-            s.node_executor_cpu_s.push((id, cpu));
-            s.node_pids.push((id, st.as_ref().map(|st| st.pid)));
-            s.replicas.extend(st.into_iter().flat_map(|st| st.partitions).map(|p| (id, p)));
-        }
-        if let Some(c) = self.coordinator.as_mut() {
-            if let Ok(st) = self.rt.block_on(client::status(c)) {
-                s.batches = st.partitions.iter().map(|p| p.seq).sum();
-                s.coordinator = st.partitions;
-            }
-        }
-        s
-    }
-}
-
-fn label(p: &Proc) -> String {
-    match p {
-        Proc::Coordinator => "coordinator".to_string(),
-        Proc::Node(id) => format!("node {id}"),
-    }
-}
-
-impl Observer for Sampler<'_> {
-    fn loading(&mut self, done: u64, total: u64) {
-        self.inner.loading(done, total);
-    }
-    fn phase(&mut self, name: &str, stop: StopAfter) {
-        if name == "run" {
-            self.start = Some(self.sample());
-        }
-        self.inner.phase(name, stop);
-    }
-    fn progress(&mut self, elapsed_s: f64, txns: u64) {
-        self.inner.progress(elapsed_s, txns);
-    }
-    fn interval(&mut self, line: &IntervalLine) {
-        self.inner.interval(line);
-    }
-    fn finished(&mut self) {
-        self.end = Some(self.sample());
-        self.inner.finished();
-    }
-}
-
-/// Lines saying where the CPU went during the measured phase.
-fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: u64, executions: usize) -> Vec<String> {
-    let wall = match (s.at, e.at) {
-        (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-9),
-        _ => return Vec::new(),
-    };
-    let mut lines = vec![format!(
-        "\nwhere the time goes (CPU during the measured {wall:.1} s; 100% = one core busy all along; this machine has \
-         {} cores):",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    )];
-    let mut total = 0.0;
-    for (name, end_cpu, end_threads) in &e.process_cpu_s {
-        let Some((_, start_cpu, start_threads)) = s.process_cpu_s.iter().find(|(n, _, _)| n == name) else { continue };
-        let cpu = end_cpu - start_cpu;
-        total += cpu;
-        let mut threads: Vec<(String, f64)> = end_threads
-            .iter()
-            .map(|(t, end)| {
-                let start = start_threads.iter().find(|(n, _)| n == t).map_or(0.0, |x| x.1);
-                (t.clone(), end - start)
-            })
-            .filter(|(_, c)| *c >= 0.005)
-            .collect();
-        threads.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let parts: Vec<String> =
-            threads.iter().map(|(t, c)| format!("{t} {c:.2} s ({:.0}%)", 100.0 * c / wall)).collect();
-        lines.push(format!("  {name:<12} {cpu:>7.2} s  {:>5.0}%   {}", 100.0 * cpu / wall, parts.join(", ")));
-    }
-    if let Some(c) = &r.cluster {
-        total += c.client_cpu_seconds;
-        lines.push(format!(
-            "  {:<12} {:>7.2} s  {:>5.0}%",
-            "client",
-            c.client_cpu_seconds,
-            100.0 * c.client_cpu_seconds / wall
-        ));
-    }
-    lines.push(format!("  {:<12} {total:>7.2} s  {:>5.0}%", "total", 100.0 * total / wall));
-    if let (true, Some(executor_cpu)) = (batches > 0, r.executor_cpu_seconds) {
-        let txns = r.committed + r.aborted;
-        lines.push(format!(
-            "  batches: {batches} sent ({:.1} transactions each); executors spent {:.2} µs per transaction executed \
-             ({executions} execution{} per transaction; backups' log replay counted in the executors' CPU)",
-            txns as f64 / batches as f64,
-            1e6 * executor_cpu / (txns as f64 * executions as f64).max(1.0),
-            if executions == 1 { "" } else { "s" }
-        ));
-    }
-    lines
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample(pids: &[(NodeId, Option<u32>)], cpu: f64) -> Sample {
-        Sample { node_pids: pids.to_vec(), executor_cpu_s: cpu, ..Sample::default() }
-    }
-
-    /// Issue 14, item 8: a node restarted during a run begins its CPU counters again from zero,
-    /// which once printed "-6% of the wall time"; such a figure is left out with its reason.
-    #[test]
-    fn executor_cpu_is_not_measured_across_a_restart_or_a_silent_node() {
-        let start = sample(&[(1, Some(100)), (2, Some(200))], 50.0);
-        let same = sample(&[(1, Some(100)), (2, Some(200))], 60.0);
-        assert_eq!(executor_cpu_unmeasured(&start, &same, 10.0), None);
-        let restarted = sample(&[(1, Some(101)), (2, Some(200))], 47.0);
-        let why = executor_cpu_unmeasured(&start, &restarted, -3.0).expect("a restart voids the figure");
-        assert!(why.contains("node 1 restarted") && why.contains("pid 100, then 101"), "{why}");
-        let silent = sample(&[(1, Some(100)), (2, None)], 55.0);
-        assert!(executor_cpu_unmeasured(&start, &silent, 5.0).unwrap().contains("node 2 did not report"));
-        assert!(executor_cpu_unmeasured(&start, &same, 0.0).unwrap().contains("no executor CPU"));
+    for l in time_lines {
+        println!("{l}");
     }
 }

@@ -129,7 +129,7 @@ fn choose_plan(a: &BreakdownArgs) -> Result<InstrPlan> {
     }
     let perf_error = match HwInstructions::open() {
         Ok(hw) => return Ok(InstrPlan::Perf(hw)),
-        Err(e) => e,
+        Err(e) => e.to_string(),
     };
     if !callgrind::SUPPORTED {
         return Ok(InstrPlan::None {

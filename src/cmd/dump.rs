@@ -8,9 +8,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use engine::LeanDb;
+use harness::{runtime, Cluster};
 use workload::client;
-
-use super::cluster::{runtime, Cluster};
 
 #[derive(Args, Debug)]
 pub struct DumpArgs {

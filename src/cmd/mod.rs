@@ -1,4 +1,6 @@
-//! One module per subcommand, and what several share ([`write_json`]).
+//! One module per subcommand, and what several share ([`write_json`], the console's
+//! [`progress`]). Each turns its flags into calls of the library crates (a cluster's life and
+//! the experiments are [`harness`]'s) and prints what they return.
 
 pub mod bench;
 pub mod bench_cluster;
@@ -11,6 +13,7 @@ pub mod dump;
 pub mod failover;
 pub mod logging;
 pub mod node;
+pub mod progress;
 pub mod recover;
 pub mod sim;
 

@@ -6,32 +6,18 @@
 //! item 7), a missing checkpoint or log, a damaged checkpoint — ends the command with the
 //! error (file, offset, what follows the damage) and exit status 2, the directory unchanged.
 //!
-//! Also owns the acknowledged-commit record (`glass bench --ack-log FILE` writes it): one
-//! line per transaction whose commit returned, written and handed to the kernel before the
-//! worker starts its next transaction, so it survives the bench process being killed.
-//!
-//! ```text
-//! neworder W D O_ID
-//! payment W D C_W C_D C_ID H_AMOUNT H_DATE
-//! ```
-//!
-//! A NewOrder is present when its ORDER row exists; a Payment when a HISTORY row with the same
-//! (H_W_ID, H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID, H_AMOUNT, H_DATE) exists (counted as a
-//! multiset: two identical acknowledged payments need two rows). Other transaction types are
-//! not recorded. A last line without its newline (the writer killed mid-line) is ignored.
+//! The acknowledged-commit record (`glass bench --ack-log FILE` writes it) and the check
+//! against it are [`harness::acks`]'s.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use engine::conventional::{Config, ConventionalDb, Session, Step, LOG_FILE, SNAPSHOT_FILE};
-use engine::procedures::{TxnInput, TxnOutput};
-use engine::schema::{keys, t};
-use engine::Storage;
+use engine::conventional::{Config, ConventionalDb, Step, LOG_FILE, SNAPSHOT_FILE};
+use harness::acks::{missing, read_ack_log, Ack};
 
 /// Acknowledged transactions listed when some are missing.
 const MISSING_SHOWN_MAX: usize = 10;
@@ -56,119 +42,6 @@ pub struct RecoverArgs {
     /// After recovery, write one CSV per table into this directory.
     #[arg(long)]
     dump: Option<PathBuf>,
-}
-
-/// One acknowledged commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Ack {
-    NewOrder { w: u16, d: u8, o_id: u32 },
-    Payment { w: u16, d: u8, c_w: u16, c_d: u8, c_id: u32, amount: i64, date: i64 },
-}
-
-impl Ack {
-    /// The record of a committed transaction, for the types that are recorded.
-    pub fn of(input: &TxnInput, output: &TxnOutput) -> Option<Ack> {
-        match (input, output) {
-            (TxnInput::NewOrder(i), TxnOutput::NewOrder(o)) => {
-                Some(Ack::NewOrder { w: i.w_id, d: i.d_id, o_id: o.o_id })
-            }
-            (TxnInput::Payment(i), TxnOutput::Payment(o)) => Some(Ack::Payment {
-                w: i.w_id,
-                d: i.d_id,
-                c_w: i.c_w_id,
-                c_d: i.c_d_id,
-                c_id: o.c_id,
-                amount: i.h_amount,
-                date: i.date,
-            }),
-            _ => None,
-        }
-    }
-
-    /// The record's line, newline included.
-    pub fn line(&self) -> String {
-        match *self {
-            Ack::NewOrder { w, d, o_id } => format!("neworder {w} {d} {o_id}\n"),
-            Ack::Payment { w, d, c_w, c_d, c_id, amount, date } => {
-                format!("payment {w} {d} {c_w} {c_d} {c_id} {amount} {date}\n")
-            }
-        }
-    }
-
-    fn parse(line: &str) -> Option<Ack> {
-        let mut f = line.split_ascii_whitespace();
-        let kind = f.next()?;
-        let mut next = || f.next().and_then(|v| v.parse::<i64>().ok());
-        let ack = match kind {
-            "neworder" => Ack::NewOrder {
-                w: u16::try_from(next()?).ok()?,
-                d: u8::try_from(next()?).ok()?,
-                o_id: u32::try_from(next()?).ok()?,
-            },
-            "payment" => Ack::Payment {
-                w: u16::try_from(next()?).ok()?,
-                d: u8::try_from(next()?).ok()?,
-                c_w: u16::try_from(next()?).ok()?,
-                c_d: u8::try_from(next()?).ok()?,
-                c_id: u32::try_from(next()?).ok()?,
-                amount: next()?,
-                date: next()?,
-            },
-            _ => return None,
-        };
-        f.next().is_none().then_some(ack)
-    }
-}
-
-/// Reads a record of acknowledged commits (ignoring an unterminated last line).
-pub fn read_ack_log(path: &Path) -> Result<Vec<Ack>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read --ack-log {}", path.display()))?;
-    let complete = match text.rfind('\n') {
-        Some(end) => &text[..=end],
-        None => "",
-    };
-    complete
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(n, l)| {
-            Ack::parse(l)
-                .with_context(|| format!("{} line {}: not an acknowledged commit: `{l}`", path.display(), n + 1))
-        })
-        .collect()
-}
-
-type PaymentKey = (u16, u8, u16, u8, u32, i64, i64);
-
-/// The acknowledged transactions that are not in the database.
-fn missing(s: &mut Session, acks: &[Ack]) -> Result<Vec<Ack>> {
-    let mut history: HashMap<PaymentKey, u64> = HashMap::new();
-    if acks.iter().any(|a| matches!(a, Ack::Payment { .. })) {
-        s.for_each::<t::Histories>(|h| {
-            *history
-                .entry((h.h_w_id, h.h_d_id, h.h_c_w_id, h.h_c_d_id, h.h_c_id, h.h_amount, h.h_date))
-                .or_default() += 1;
-        });
-    }
-    let mut gone = Vec::new();
-    for &ack in acks {
-        let present = match ack {
-            Ack::NewOrder { w, d, o_id } => s.get::<t::Orders, _>(keys::order(w, d, o_id), |_| ())?.is_some(),
-            Ack::Payment { w, d, c_w, c_d, c_id, amount, date } => {
-                match history.get_mut(&(w, d, c_w, c_d, c_id, amount, date)) {
-                    Some(n) if *n > 0 => {
-                        *n -= 1;
-                        true
-                    }
-                    _ => false,
-                }
-            }
-        };
-        if !present {
-            gone.push(ack);
-        }
-    }
-    Ok(gone)
 }
 
 pub fn run(a: RecoverArgs) -> Result<ExitCode> {
@@ -239,24 +112,4 @@ pub fn run(a: RecoverArgs) -> Result<ExitCode> {
         println!("dumped {summary} into {}", d.display());
     }
     Ok(code)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ack_lines_round_trip() {
-        for ack in [
-            Ack::NewOrder { w: 3, d: 10, o_id: 3001 },
-            Ack::Payment { w: 1, d: 2, c_w: 4, c_d: 5, c_id: 2999, amount: 500_000, date: 1_213_056_777 },
-        ] {
-            let line = ack.line();
-            assert!(line.ends_with('\n'));
-            assert_eq!(Ack::parse(line.trim_end()), Some(ack));
-        }
-        assert_eq!(Ack::parse("neworder 1 2"), None);
-        assert_eq!(Ack::parse("neworder 1 2 3 4"), None);
-        assert_eq!(Ack::parse("delivery 1"), None);
-    }
 }

@@ -109,17 +109,24 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         }
     }));
 
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
+    let t0 = Instant::now();
+    let results = run_seeds(&args, &opts, end, jobs);
+    summarise(&args, results, t0.elapsed().as_secs_f64(), jobs)
+}
+
+/// Runs seeds `args.seed..end` on `jobs` threads (stopping at the first failure unless
+/// `--keep-going`), with a progress bar; the results in the order they finished.
+fn run_seeds(args: &SimArgs, opts: &SimOptions, end: u64, jobs: usize) -> Vec<Result<SeedReport, Box<SeedFailure>>> {
     let bar = ProgressBar::with_draw_target(Some(args.seeds), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("simulating [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta}) {msg}")
             .expect("valid progress template")
             .progress_chars("=> "),
     );
-    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
     let next = AtomicU64::new(args.seed);
     let stop = AtomicBool::new(false);
     let results: Mutex<Vec<Result<SeedReport, Box<SeedFailure>>>> = Mutex::new(Vec::new());
-    let t0 = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(args.seeds as usize) {
             scope.spawn(|| {
@@ -129,7 +136,7 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
                         break;
                     }
                     CURRENT_SEED.with(|c| c.set(Some(seed)));
-                    let result = run_seed(seed, &opts);
+                    let result = run_seed(seed, opts);
                     CURRENT_SEED.with(|c| c.set(None));
                     if let Err(f) = &result {
                         bar.suspend(|| eprintln!("{f}"));
@@ -150,11 +157,20 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         }
     });
     bar.finish_and_clear();
+    results.into_inner().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Prints the totals over every seed run and the failing seeds; exit status 1 if any failed.
+fn summarise(
+    args: &SimArgs,
+    results: Vec<Result<SeedReport, Box<SeedFailure>>>,
+    secs: f64,
+    jobs: usize,
+) -> Result<ExitCode> {
     let mut totals = SimStats::default();
     let (mut committed, mut aborted, mut refused, mut unknown, mut acks) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut committed_multi, mut committed_single, mut multi_requests) = (0u64, 0u64, 0u64);
     let mut failures = Vec::new();
-    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     let ran = results.len() as u64;
     for result in results {
         match result {
@@ -176,7 +192,6 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         }
     }
     failures.sort_by_key(|f| f.seed);
-    let secs = t0.elapsed().as_secs_f64();
 
     println!(
         "seeds run        {ran} in {secs:.2} s on {jobs} threads ({:.0} seeds/s; {:.2} ms of a thread each)",

@@ -136,8 +136,8 @@ pub enum BreakdownError {
     /// An output file cannot be written.
     #[error("cannot write {}: {why}", path.display())]
     Output { path: PathBuf, why: String },
-    #[error("cannot draw {}: {why}", path.display())]
-    Plot { path: PathBuf, why: String },
+    #[error("cannot draw {}: {source}", path.display())]
+    Plot { path: PathBuf, source: plot::DrawError },
 }
 
 /// Everything a breakdown run depends on.
@@ -294,25 +294,34 @@ impl std::fmt::Debug for HwInstructions {
     }
 }
 
+/// Why the machine has no hardware instruction counter.
+#[derive(Debug, thiserror::Error)]
+pub enum NoCounter {
+    #[error("perf_event_open(hardware INSTRUCTIONS) failed: {0}")]
+    Open(std::io::Error),
+    #[error("the hardware INSTRUCTIONS counter opened but counts nothing")]
+    CountsNothing,
+    #[error("hardware counters are read through perf_event_open, which only Linux has")]
+    NotLinux,
+}
+
 impl HwInstructions {
     /// Opens the counter, or says why the machine has none.
-    pub fn open() -> Result<HwInstructions, String> {
+    pub fn open() -> Result<HwInstructions, NoCounter> {
         #[cfg(target_os = "linux")]
         {
             use perf_event::events::Hardware;
-            let counter = perf_event::Builder::new(Hardware::INSTRUCTIONS)
-                .build()
-                .map_err(|e| format!("perf_event_open(hardware INSTRUCTIONS) failed: {e}"))?;
+            let counter = perf_event::Builder::new(Hardware::INSTRUCTIONS).build().map_err(NoCounter::Open)?;
             let mut hw = HwInstructions { counter };
             // A counter that opens but never counts is no counter either.
             let (_, n) = hw.count(|| std::hint::black_box((0..1000u64).sum::<u64>()));
             match n {
                 Some(n) if n > 0 => Ok(hw),
-                _ => Err("the hardware INSTRUCTIONS counter opened but counts nothing".to_string()),
+                _ => Err(NoCounter::CountsNothing),
             }
         }
         #[cfg(not(target_os = "linux"))]
-        Err("hardware counters are read through perf_event_open, which only Linux has".to_string())
+        Err(NoCounter::NotLinux)
     }
 
     /// Counts the instructions `f` executes; `None` when the counter failed.
@@ -1170,9 +1179,9 @@ pub fn write_json(b: &Breakdown, path: &Path) -> Result<(), BreakdownError> {
 /// Draws the stacked bars (atomically: drawn to a temporary file, then renamed).
 pub fn write_svg(b: &Breakdown, path: &Path) -> Result<(), BreakdownError> {
     let tmp = tmp_path(path);
-    plot::draw(b, &tmp).map_err(|why| {
+    plot::draw(b, &tmp).map_err(|source| {
         let _ = std::fs::remove_file(&tmp);
-        BreakdownError::Plot { path: path.to_path_buf(), why }
+        BreakdownError::Plot { path: path.to_path_buf(), source }
     })?;
     std::fs::rename(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

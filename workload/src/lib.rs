@@ -4,10 +4,8 @@
 pub mod bench;
 pub mod breakdown;
 pub mod client;
-pub mod compare;
 pub mod dump;
 pub mod error;
-pub mod failover;
 pub mod gen;
 pub mod loader;
 pub mod metrics;

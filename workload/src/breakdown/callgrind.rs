@@ -188,12 +188,21 @@ pub fn find_dump(dumps: &[Dump], name: &str, dir: &Path) -> Result<u64, Callgrin
         .ok_or_else(|| CallgrindError::NoDump { trigger: name.to_string(), dir: dir.to_path_buf() })
 }
 
+/// Why there is no valgrind to count with.
+#[derive(Debug, thiserror::Error)]
+pub enum NoValgrind {
+    #[error("`valgrind --version` failed ({0})")]
+    Failed(std::process::ExitStatus),
+    #[error("valgrind is not installed or not on PATH ({0})")]
+    NotInstalled(std::io::Error),
+}
+
 /// The installed valgrind's version line, or why there is none.
-pub fn valgrind_version() -> Result<String, String> {
+pub fn valgrind_version() -> Result<String, NoValgrind> {
     match Command::new("valgrind").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(String::from_utf8_lossy(&o.stdout).trim().to_string()),
-        Ok(o) => Err(format!("`valgrind --version` failed ({})", o.status)),
-        Err(e) => Err(format!("valgrind is not installed or not on PATH ({e})")),
+        Ok(o) => Err(NoValgrind::Failed(o.status)),
+        Err(e) => Err(NoValgrind::NotInstalled(e)),
     }
 }
 

@@ -42,26 +42,23 @@ fn segments(b: &Breakdown, txn: &str, use_instructions: bool) -> Segments {
         .collect()
 }
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
+/// Why drawing failed (plotters' error over the SVG file's I/O).
+pub type DrawError = DrawingAreaErrorKind<std::io::Error>;
 
 /// Draws the picture of `b` into `path` (an SVG file).
-pub fn draw(b: &Breakdown, path: &Path) -> Result<(), String> {
+pub fn draw(b: &Breakdown, path: &Path) -> Result<(), DrawError> {
     let use_instructions = b.source != Source::None;
     let root = SVGBackend::new(path, (WIDTH_PX, HEIGHT_PX)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    root.fill(&WHITE)?;
     let what = if use_instructions {
         format!("instructions ({})", b.source.name())
     } else {
         "time (no instruction counts)".to_string()
     };
-    let root = root
-        .titled(
-            &format!("Share of the full stack's {what} removed per component: glass vs the paper"),
-            ("sans-serif", 18),
-        )
-        .map_err(err)?;
+    let root = root.titled(
+        &format!("Share of the full stack's {what} removed per component: glass vs the paper"),
+        ("sans-serif", 18),
+    )?;
     let (charts, legend) = root.split_horizontally(WIDTH_PX - LEGEND_PX);
     let panels = charts.split_evenly((1, 2));
     let mut negatives = Vec::new();
@@ -75,10 +72,10 @@ pub fn draw(b: &Breakdown, path: &Path) -> Result<(), String> {
         draw_panel(panel, kind.name(), &segs)?;
     }
     draw_legend(&legend, &negatives)?;
-    root.present().map_err(err)
+    root.present()
 }
 
-fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segments) -> Result<(), String> {
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segments) -> Result<(), DrawError> {
     let top = |f: fn(&(&'static str, f64, f64)) -> f64| segs.iter().map(|s| f(s).max(0.0)).sum::<f64>();
     let y_max = top(|s| s.1).max(top(|s| s.2)).max(100.0);
     let caption = match txn {
@@ -90,8 +87,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segme
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(45)
-        .build_cartesian_2d((0u32..1u32).into_segmented(), 0.0..y_max)
-        .map_err(err)?;
+        .build_cartesian_2d((0u32..1u32).into_segmented(), 0.0..y_max)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -103,8 +99,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segme
             SegmentValue::CenterOf(1) => "paper".to_string(),
             _ => String::new(),
         })
-        .draw()
-        .map_err(err)?;
+        .draw()?;
     let label_style = ("sans-serif", 12).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Center));
     for bar in 0..2u32 {
         let mut base = 0.0;
@@ -117,14 +112,14 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segme
                     COLORS[i % COLORS.len()].filled(),
                 );
                 rect.set_margin(0, 0, 28, 28);
-                chart.draw_series(std::iter::once(rect)).map_err(err)?;
+                chart.draw_series(std::iter::once(rect))?;
                 if h >= 3.0 {
                     let text = Text::new(
                         format!("{value:.1}%"),
                         (SegmentValue::CenterOf(bar), base + h / 2.0),
                         label_style.clone(),
                     );
-                    chart.draw_series(std::iter::once(text)).map_err(err)?;
+                    chart.draw_series(std::iter::once(text))?;
                 }
             }
             base += h;
@@ -133,23 +128,23 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segme
     Ok(())
 }
 
-fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, negatives: &[String]) -> Result<(), String> {
+fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, negatives: &[String]) -> Result<(), DrawError> {
     const NAMES: [&str; 6] =
         ["B-tree keys", "logging", "locking", "latching", "buffer manager", "remaining (stripped)"];
     let style = ("sans-serif", 13).into_font().color(&BLACK);
     let mut y = 60;
     // Top of the stack first, as the bars read.
     for (i, name) in NAMES.iter().enumerate().rev() {
-        area.draw(&Rectangle::new([(10, y), (26, y + 14)], COLORS[i].filled())).map_err(err)?;
-        area.draw(&Text::new(name.to_string(), (34, y), style.clone())).map_err(err)?;
+        area.draw(&Rectangle::new([(10, y), (26, y + 14)], COLORS[i].filled()))?;
+        area.draw(&Text::new(name.to_string(), (34, y), style.clone()))?;
         y += 24;
     }
     if !negatives.is_empty() {
         y += 12;
-        area.draw(&Text::new("negative (drawn empty):".to_string(), (10, y), style.clone())).map_err(err)?;
+        area.draw(&Text::new("negative (drawn empty):".to_string(), (10, y), style.clone()))?;
         for n in negatives {
             y += 18;
-            area.draw(&Text::new(n.clone(), (10, y), style.clone())).map_err(err)?;
+            area.draw(&Text::new(n.clone(), (10, y), style.clone()))?;
         }
     }
     Ok(())

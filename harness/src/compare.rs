@@ -1,8 +1,8 @@
 //! The results of `glass compare`: one [`CompareRow`] per run (a replication mode at a
 //! replication factor, all runs under the same TPC-C workload) and its four renderings — a
 //! terminal table ([`render_table`]), CSV ([`to_csv`]), JSON ([`to_json`]) and an SVG picture
-//! ([`write_svg`], plotters' SVG backend, no font files). The driver that starts clusters and
-//! fills the rows lives elsewhere. [`multi`] renders `glass compare --multi-partition`'s
+//! ([`write_svg`], plotters' SVG backend, no font files). [`plan`] plans the runs, starts each
+//! one's cluster and fills its row. [`multi`] renders `glass compare --multi-partition`'s
 //! curve: NewOrder throughput against the share of multi-partition NewOrders, per mode.
 //!
 //! Guarantees:
@@ -23,17 +23,13 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
+use wire::config::Mode;
+
+use crate::failover::FailoverReport;
+use crate::verdict;
 
 pub mod multi;
-
-/// Every replica executes transactions.
-pub const ACTIVE_ACTIVE: &str = "active-active";
-/// The lean kernel executes on the primary and ships its log to backups.
-pub const ACTIVE_PASSIVE: &str = "active-passive";
-/// The conventional stack executes on the primary and ships its log to backups.
-pub const FULL_STACK: &str = "full-stack";
-/// The modes `glass compare` runs, in the order it runs them.
-pub const MODES: [&str; 3] = [ACTIVE_ACTIVE, ACTIVE_PASSIVE, FULL_STACK];
+pub mod plan;
 
 /// Shown for a value the run does not have (`None`).
 const MISSING: &str = "—";
@@ -43,8 +39,8 @@ const TABLE_COLUMNS_PER_BLOCK_MAX: usize = 4;
 /// One run of `glass compare`: a mode at a replication factor under the shared workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareRow {
-    /// [`ACTIVE_ACTIVE`], [`ACTIVE_PASSIVE`] or [`FULL_STACK`].
-    pub mode: String,
+    /// The replication mode (its `cluster.toml` name in JSON and CSV: `active-active`, …).
+    pub mode: Mode,
     /// "sync" or "async" for the passive modes, `None` for active-active.
     pub shipping: Option<String>,
     /// Replication factor.
@@ -126,6 +122,21 @@ impl CompareRow {
         }
     }
 
+    /// Whether the run passed its checks ([`verdict::run_passed`]).
+    pub fn checks_passed(&self) -> bool {
+        verdict::run_passed(self.digests_equal, self.consistent, self.replica_reads_consistent)
+    }
+
+    /// Fills the `failover_*` fields from the failover run of the same mode (`--failover`).
+    pub fn set_failover(&mut self, f: &FailoverReport) {
+        self.failover_detection_ms = f.detection_ms;
+        self.failover_unavailability_ms =
+            f.unavailability_ms.or(f.partitions.iter().filter_map(|p| p.unavailability_at_most_ms).reduce(f64::max));
+        self.failover_recovery_ms = f.recovery_ms;
+        self.failover_lost = Some(f.lost_acknowledged);
+        self.failover_outcome_unknown = Some(f.outcome_unknown);
+    }
+
     /// Runs of the same workload, so that their figures compare.
     fn same_workload(&self, other: &CompareRow) -> bool {
         self.warehouses == other.warehouses
@@ -168,10 +179,11 @@ pub fn comparisons(rows: &[CompareRow]) -> Vec<Comparison> {
     let ratio = |num: f64, den: f64| (den.is_finite() && den > 0.0).then(|| num / den);
     let mut out = Vec::new();
     for (i, r) in rows.iter().enumerate() {
-        if r.mode == ACTIVE_ACTIVE {
+        if r.mode == Mode::ActiveActive {
             continue;
         }
-        let base = rows.iter().position(|b| b.mode == ACTIVE_ACTIVE && b.replicas == r.replicas && b.same_workload(r));
+        let base =
+            rows.iter().position(|b| b.mode == Mode::ActiveActive && b.replicas == r.replicas && b.same_workload(r));
         if let Some(b) = base {
             if let Some(x) = ratio(r.txn_per_sec, rows[b].txn_per_sec) {
                 out.push(Comparison::VsActiveActive { row: i, baseline: b, ratio: x });
@@ -390,7 +402,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
 }
 
 const CSV_COLUMNS: [Column; 34] = [
-    ("mode", |r| r.mode.clone()),
+    ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
     ("nodes", |r| r.nodes.to_string()),
@@ -498,12 +510,12 @@ const SVG_HEIGHT_MIN_PX: u32 = 320;
 /// Room right of the longest bar for its value label, as a fraction of its length.
 const SVG_HEADROOM: f64 = 0.35;
 
-/// One colour per mode (in [`MODES`] order), then for anything else.
+/// One colour per mode (in [`Mode::ALL`] order), then for anything else.
 const MODE_COLORS: [RGBColor; 4] =
     [RGBColor(0x4e, 0x79, 0xa7), RGBColor(0xf2, 0x8e, 0x2b), RGBColor(0xe1, 0x57, 0x59), RGBColor(0x9d, 0x9d, 0x9d)];
 
-fn mode_color(mode: &str) -> RGBColor {
-    MODES.iter().position(|m| *m == mode).map_or(MODE_COLORS[3], |i| MODE_COLORS[i])
+fn mode_color(mode: Mode) -> RGBColor {
+    Mode::ALL.iter().position(|m| *m == mode).map_or(MODE_COLORS[3], |i| MODE_COLORS[i])
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
@@ -582,7 +594,7 @@ fn draw_throughput(
         let len = if v.is_finite() { v.max(0.0) } else { 0.0 };
         chart.draw_series(std::iter::once(Rectangle::new(
             [(0.0, y + 0.12), (len, y + 0.58)],
-            mode_color(&r.mode).filled(),
+            mode_color(r.mode).filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
             format!("{v:.0}"),
@@ -628,7 +640,7 @@ fn draw_latency(
     const P50_ALPHA: f64 = 0.45;
     for (i, r) in rows.iter().enumerate() {
         let y = slot(n, i);
-        let color = mode_color(&r.mode);
+        let color = mode_color(r.mode);
         // p99 below, p50 above it, as the legend reads top to bottom: p50, p99.
         let bars = [
             (r.p50_us, y + 0.36, y + 0.6, color.mix(P50_ALPHA).filled(), "p50"),
@@ -662,9 +674,9 @@ fn draw_latency(
 pub(crate) mod tests {
     use super::*;
 
-    fn row(mode: &str, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
+    fn row(mode: Mode, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
         CompareRow {
-            mode: mode.to_string(),
+            mode,
             shipping: shipping.map(str::to_string),
             replicas,
             nodes: 3,
@@ -711,33 +723,34 @@ pub(crate) mod tests {
     /// 3 modes × replication factors 1 and 2.
     pub(super) fn example() -> Vec<CompareRow> {
         vec![
-            row(ACTIVE_ACTIVE, None, 1, 10_000.0),
-            row(ACTIVE_PASSIVE, Some("sync"), 1, 8_000.0),
-            row(FULL_STACK, Some("sync"), 1, 2_000.0),
-            row(ACTIVE_ACTIVE, None, 2, 5_000.0),
-            row(ACTIVE_PASSIVE, Some("async"), 2, 7_500.0),
-            row(FULL_STACK, Some("sync"), 2, 1_000.0),
+            row(Mode::ActiveActive, None, 1, 10_000.0),
+            row(Mode::ActivePassive, Some("sync"), 1, 8_000.0),
+            row(Mode::FullStack, Some("sync"), 1, 2_000.0),
+            row(Mode::ActiveActive, None, 2, 5_000.0),
+            row(Mode::ActivePassive, Some("async"), 2, 7_500.0),
+            row(Mode::FullStack, Some("sync"), 2, 1_000.0),
         ]
     }
 
     #[test]
     fn csv_has_a_header_and_one_line_per_row_and_quotes_commas() {
         let mut rows = example();
-        rows[0].mode = "active-active, patched".to_string();
+        // The mode is an enum now: the comma goes into a text field.
+        rows[0].shipping = Some("sync, patched".to_string());
         rows[1].shipping = Some("say \"sync\"".to_string());
         let csv = to_csv(&rows);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 1 + rows.len());
         assert!(lines[0].starts_with("mode,shipping,replicas,"));
         assert_eq!(lines[0].split(',').count(), CSV_COLUMNS.len());
-        assert!(lines[1].starts_with("\"active-active, patched\",,1,"), "{}", lines[1]);
+        assert!(lines[1].starts_with("active-active,\"sync, patched\",1,"), "{}", lines[1]);
         assert!(lines[2].starts_with("active-passive,\"say \"\"sync\"\"\",1,"), "{}", lines[2]);
         assert!(!csv.contains("profile"), "bench is not a CSV column");
     }
 
     #[test]
     fn csv_header_names_are_the_rows_serde_fields() {
-        let json = serde_json::to_value(row(ACTIVE_ACTIVE, None, 1, 1.0)).unwrap();
+        let json = serde_json::to_value(row(Mode::ActiveActive, None, 1, 1.0)).unwrap();
         let mut fields: Vec<String> = json.as_object().unwrap().keys().filter(|k| *k != "bench").cloned().collect();
         let mut header: Vec<String> = CSV_COLUMNS.iter().map(|(n, _)| n.to_string()).collect();
         fields.sort();
@@ -752,7 +765,7 @@ pub(crate) mod tests {
         let objects = json.as_array().unwrap();
         assert_eq!(objects.len(), rows.len());
         for (o, r) in objects.iter().zip(&rows) {
-            assert_eq!(o["mode"], r.mode.as_str(), "the row's mode beats bench's \"cluster\"");
+            assert_eq!(o["mode"], r.mode.name(), "the row's mode beats bench's \"cluster\"");
             assert_eq!(o["txn_per_sec"], r.txn_per_sec);
             assert_eq!(o["profile"], "paper");
             assert_eq!(o["seed"], 7);
@@ -765,7 +778,7 @@ pub(crate) mod tests {
 
     #[test]
     fn json_of_a_null_bench_holds_the_rows_fields_only() {
-        let mut r = row(ACTIVE_ACTIVE, None, 1, 1.0);
+        let mut r = row(Mode::ActiveActive, None, 1, 1.0);
         r.bench = serde_json::Value::Null;
         let json = to_json(&[r]);
         let o = json[0].as_object().unwrap();

@@ -18,6 +18,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
+use wire::config::Mode;
 
 use super::{csv_table, mode_color, ms, CompareRow, CsvColumn, SvgError, MISSING};
 
@@ -42,7 +43,7 @@ pub struct CurvePoint {
     /// The line this point belongs to: mode, shipping, replication factor
     /// (e.g. "active-passive (sync) ×2").
     pub series: String,
-    pub mode: String,
+    pub mode: Mode,
     pub shipping: Option<String>,
     pub replicas: usize,
     /// Percent of NewOrders forced multi-partition.
@@ -67,7 +68,7 @@ impl CurvePoint {
     pub fn of(r: &CompareRow) -> Option<CurvePoint> {
         Some(CurvePoint {
             series: r.series(),
-            mode: r.mode.clone(),
+            mode: r.mode,
             shipping: r.shipping.clone(),
             replicas: r.replicas,
             multi_partition_pct: r.multi_partition_pct?,
@@ -79,7 +80,7 @@ impl CurvePoint {
             p99_us: r.p99_us,
             committed_single_partition: r.committed_single_partition,
             committed_multi_partition: r.committed_multi_partition,
-            checks_passed: r.digests_equal && r.consistent && r.replica_reads_consistent != Some(false),
+            checks_passed: r.checks_passed(),
         })
     }
 }
@@ -164,7 +165,7 @@ pub fn render_table(points: &[CurvePoint]) -> String {
 
 const CSV_COLUMNS: [Cell; 14] = [
     ("series", |p| p.series.clone()),
-    ("mode", |p| p.mode.clone()),
+    ("mode", |p| p.mode.name().to_string()),
     ("shipping", |p| p.shipping.clone().unwrap_or_default()),
     ("replicas", |p| p.replicas.to_string()),
     ("multi_partition_pct", |p| p.multi_partition_pct.to_string()),
@@ -228,9 +229,9 @@ fn draw(points: &[CurvePoint], path: &Path) -> Result<(), DrawingAreaErrorKind<s
         .draw()?;
     let groups = series(points);
     for (i, (name, group)) in groups.iter().enumerate() {
-        let mode = &group[0].mode;
+        let mode = group[0].mode;
         // A mode's later series (other replication factors) in lighter shades of its colour.
-        let earlier = groups[..i].iter().filter(|(_, g)| g[0].mode == *mode).count();
+        let earlier = groups[..i].iter().filter(|(_, g)| g[0].mode == mode).count();
         let color = mode_color(mode).mix(1.0 / (1.0 + earlier as f64));
         let xy: Vec<(f64, f64)> = group
             .iter()
@@ -261,11 +262,11 @@ fn draw(points: &[CurvePoint], path: &Path) -> Result<(), DrawingAreaErrorKind<s
 mod tests {
     use super::*;
 
-    fn point(mode: &str, replicas: usize, pct: u32, neworder_per_sec: f64) -> CurvePoint {
+    fn point(mode: Mode, replicas: usize, pct: u32, neworder_per_sec: f64) -> CurvePoint {
         let series = format!("{mode} ×{replicas}");
         CurvePoint {
             series,
-            mode: mode.to_string(),
+            mode,
             shipping: None,
             replicas,
             multi_partition_pct: pct,
@@ -285,8 +286,8 @@ mod tests {
     fn example() -> Vec<CurvePoint> {
         let mut v = Vec::new();
         for pct in [50, 0, 20, 10] {
-            v.push(point(super::super::ACTIVE_ACTIVE, 2, pct, 8_000.0 - f64::from(pct) * 100.0));
-            v.push(point(super::super::FULL_STACK, 2, pct, 2_000.0 - f64::from(pct) * 20.0));
+            v.push(point(Mode::ActiveActive, 2, pct, 8_000.0 - f64::from(pct) * 100.0));
+            v.push(point(Mode::FullStack, 2, pct, 2_000.0 - f64::from(pct) * 20.0));
         }
         v
     }

@@ -3,7 +3,9 @@
 //! acknowledged was lost, and the throughput per 100 ms around it — as a terminal summary,
 //! JSON (the report's serde form) and an SVG timeline with the kill and the restart marked.
 //!
-//! Owns the report type, the unavailability computation and the drawing. Guarantees: an
+//! Owns the report type, the unavailability computation and the drawing; [`experiment`] runs
+//! the experiments that fill it (one kill, or a kill loop) on a cluster of real processes.
+//! Guarantees: an
 //! unavailability window is measured from the kill to the end of the longest pause in a
 //! partition's commits that spans the kill (from the clients' own commit times, not from a
 //! guess); a partition whose commits never paused longer than the gap threshold shows the
@@ -14,6 +16,10 @@ use std::time::Duration;
 
 use plotters::prelude::*;
 use serde::Serialize;
+
+use crate::compare::SvgError;
+
+pub mod experiment;
 
 /// One partition's outage.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -266,8 +272,8 @@ impl std::fmt::Display for FailoverReport {
 
 /// Draws throughput per 100 ms over time, one line per partition and the total, with the kill
 /// and the restart marked.
-pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), String> {
-    let err = |e: DrawingAreaErrorKind<std::io::Error>| format!("{}: {e}", path.display());
+pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), SvgError> {
+    let err = |source: DrawingAreaErrorKind<std::io::Error>| SvgError::Draw { path: path.to_path_buf(), source };
     let root = SVGBackend::new(path, (1000, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let t_max = r.timeline.last().map_or(1.0, |p| p.t_s + 0.1).max(r.killed_at_s + 0.1);

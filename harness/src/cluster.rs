@@ -1,0 +1,631 @@
+//! A local cluster's life: `up` starts the coordinator and every node of `cluster.toml` as
+//! background processes of the `glass` executable it is given (each in its own process
+//! group, output to `run_dir/<name>.log`, pid in `run_dir/<name>.pid`), waits until every
+//! partition serves (every replica loaded the same state), and stops what it started if
+//! anything fails. [`Cluster::sample_status`] gathers what `glass cluster status` shows: each
+//! process, its partitions, their state and digests, and whether that is healthy; `down`
+//! asks each process to shut down, then sends SIGTERM, then SIGKILL after
+//! `timeouts.shutdown_timeout_ms`, and checks that no process is left. Processes on other
+//! hosts are started by hand (`glass coordinator`, `glass node`; see docs/cluster.md);
+//! `status` and `down` reach them through the network too.
+//!
+//! A pid file is trusted only when `/proc/PID/cmdline` shows the binary's subcommand and the
+//! same `cluster.toml`: a recycled pid is never signalled.
+//!
+//! `up` checks everything before it creates anything (no run directory, no certificate for a
+//! refused file): every address resolves and can be bound here, and when `cert_dir` already
+//! holds a CA, every certificate is from it, is its process's identity and is valid for that
+//! process's current address (`wire::tls::check_certificates`); a certificate that does not
+//! fit is named, with its address and what to run (`glass cluster init --force`).
+//!
+//! Nothing here prints: `up` reports to an [`Progress`], `down` returns a [`Down`].
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Runtime;
+use wire::config::ClusterConfig;
+use wire::messages::{LoadState, NodeId, PartitionId, ProcessStatus, Seq, StateDigest};
+use workload::client::{self, ClusterClient};
+
+use crate::error::HarnessError;
+use crate::Result;
+
+/// Lines of a failed process's log shown.
+const LOG_TAIL_LINES: usize = 20;
+/// Period of `up`'s readiness polls.
+const READY_POLL: Duration = Duration::from_millis(250);
+/// Time `up` allows beyond `timeouts.load_timeout_s` (process start, connections).
+const READY_SLACK: Duration = Duration::from_secs(30);
+/// How long `down` waits for a local node to go after the coordinator was asked to stop.
+const NODE_GONE_WAIT: Duration = Duration::from_millis(500);
+/// How long `down` waits for a process to go after SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+/// The client id tools use in their Hello.
+pub const TOOL_CLIENT_ID: u16 = 60_000;
+
+/// What `up` and the experiments tell their caller while they work (the binary draws it; an
+/// experiment run with `--quiet` passes [`Silent`]). Every method has an empty default.
+pub trait Progress {
+    /// A cluster's check after a run failed (the experiment goes on; its record says so).
+    fn check_failed(&mut self, _verdict: &workload::client::ClusterCheck) {}
+    /// No CA existed: the cluster's certificates were created in `dir`.
+    fn certificates_created(&mut self, _dir: &Path) {}
+    /// Rows loaded so far over every node, of `rows_total` (polled every 250 ms).
+    fn loading(&mut self, _rows_loaded: u64, _rows_total: u64) {}
+    /// Partitions the coordinator reports serving, of all.
+    fn serving(&mut self, _serving: usize, _partitions: usize) {}
+    /// The wait ended (ready or not): clear what was drawn.
+    fn waited(&mut self) {}
+    /// Every process started and every partition serves, `elapsed` after `up` began.
+    fn up(&mut self, _elapsed: Duration, _started: &[Running], _run_dir: &Path) {}
+}
+
+/// Reports nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Progress for Silent {}
+
+/// A process of the cluster, as `up` starts it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proc {
+    Coordinator,
+    Node(NodeId),
+}
+
+impl Proc {
+    /// The name of its files in `run_dir` (`coordinator`, `node-1`).
+    pub fn name(&self) -> String {
+        match self {
+            Proc::Coordinator => "coordinator".to_string(),
+            Proc::Node(id) => format!("node-{id}"),
+        }
+    }
+
+    /// The name people read (`coordinator`, `node 1`).
+    pub fn label(&self) -> String {
+        match self {
+            Proc::Coordinator => "coordinator".to_string(),
+            Proc::Node(id) => format!("node {id}"),
+        }
+    }
+
+    /// The `glass` arguments that run it with `config`.
+    pub fn args(&self, config: &Path) -> Vec<String> {
+        let config = config.display().to_string();
+        match self {
+            Proc::Coordinator => vec!["coordinator".into(), "--config".into(), config],
+            Proc::Node(id) => vec!["node".into(), "--config".into(), config, "--id".into(), id.to_string()],
+        }
+    }
+}
+
+/// A live process found through its pid file.
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub proc: Proc,
+    pub pid: u32,
+}
+
+/// `coordinator pid 10, node 1 pid 11, …`.
+pub fn describe(running: &[Running]) -> String {
+    running.iter().map(|r| format!("{} pid {}", r.proc.label(), r.pid)).collect::<Vec<_>>().join(", ")
+}
+
+/// What `up` did.
+#[derive(Debug)]
+pub enum Up {
+    /// Started every process (this process is their parent until it exits: it may reap
+    /// them); the cluster serves.
+    Started(Vec<Child>),
+    /// Every process was already running.
+    AlreadyRunning(Vec<Running>),
+}
+
+/// A cluster described by a `cluster.toml`.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The canonical path of `cluster.toml` (what the processes are started with).
+    pub path: PathBuf,
+    pub config: ClusterConfig,
+}
+
+/// What `down` did.
+#[derive(Debug, Default)]
+pub struct Down {
+    /// The processes of this cluster that ran here (by their pid files), now stopped.
+    pub stopped: Vec<Running>,
+    /// How each of them went (`node 1 (pid 11) shut down`, `… stopped by SIGTERM`, `… killed`).
+    pub how: Vec<String>,
+    /// Processes asked over the network to shut down (`coordinator`, `node 2`).
+    pub asked: Vec<String>,
+}
+
+/// A tokio runtime for the client side of a command.
+pub fn runtime() -> Result<Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| HarnessError::io("start the tokio runtime", e))
+}
+
+impl Cluster {
+    pub fn open(path: &Path) -> Result<Cluster> {
+        let path =
+            fs::canonicalize(path).map_err(|e| HarnessError::io(format!("cannot find {}", path.display()), e))?;
+        let config =
+            ClusterConfig::load(&path).map_err(|e| HarnessError::config(format!("read {}", path.display()), e))?;
+        Ok(Cluster { path, config })
+    }
+
+    /// A cluster derived from another's description (another mode or placement) with
+    /// `config.run_dir` as its own, emptied, run directory; its `cluster.toml` is written
+    /// there, headed by `note`.
+    pub fn derived(config: &ClusterConfig, note: &str) -> Result<Cluster> {
+        config.validate()?;
+        let dir = &config.run_dir;
+        if dir.exists() {
+            fs::remove_dir_all(dir).map_err(|e| HarnessError::io(format!("empty {}", dir.display()), e))?;
+        }
+        fs::create_dir_all(dir).map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
+        let path = dir.join("cluster.toml");
+        let text = format!("# {note}\n{}", toml::to_string(config).map_err(HarnessError::Toml)?);
+        fs::write(&path, text).map_err(|e| HarnessError::io(format!("write {}", path.display()), e))?;
+        Cluster::open(&path)
+    }
+
+    pub fn client(&self) -> ClusterClient {
+        ClusterClient::new(self.config.clone(), TOOL_CLIENT_ID)
+    }
+
+    /// The processes `up` starts: the coordinator and every node the file places a replica
+    /// on (a node with none is a spare, started by hand with `glass node --join`).
+    fn procs(&self) -> Vec<Proc> {
+        let placed = self.config.nodes.iter().filter(|n| self.config.partitions_on_node(n.id).next().is_some());
+        std::iter::once(Proc::Coordinator).chain(placed.map(|n| Proc::Node(n.id))).collect()
+    }
+
+    /// Where `up` records `p`'s pid.
+    pub fn pid_file(&self, p: &Proc) -> PathBuf {
+        self.config.run_dir.join(format!("{}.pid", p.name()))
+    }
+
+    pub fn log_file(&self, p: &Proc) -> PathBuf {
+        self.config.run_dir.join(format!("{}.log", p.name()))
+    }
+
+    /// The pid in `p`'s pid file, if the file exists and names a live process of this
+    /// cluster; a stale file is removed.
+    fn running(&self, p: &Proc) -> Option<u32> {
+        let file = self.pid_file(p);
+        let pid: u32 = fs::read_to_string(&file).ok()?.trim().parse().ok()?;
+        if is_ours(pid, p, &self.path) {
+            Some(pid)
+        } else {
+            let _ = fs::remove_file(&file);
+            None
+        }
+    }
+
+    /// The processes of this cluster running here, by their pid files.
+    pub fn running_procs(&self) -> Vec<Running> {
+        self.procs().into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
+    }
+
+    /// Starts every process from the `glass` executable `exe` and waits until every
+    /// partition serves (see the module documentation), reporting to `progress`.
+    pub fn up(&self, exe: &Path, progress: &mut dyn Progress) -> Result<Up> {
+        let running = self.running_procs();
+        let all = self.procs();
+        if !running.is_empty() {
+            if running.len() == all.len() {
+                return Ok(Up::AlreadyRunning(running));
+            }
+            return Err(HarnessError::PartlyRunning { running: describe(&running), path: self.path.clone() });
+        }
+        // Everything is checked before anything is created (defect #14, item 5): every address
+        // resolves and can be bound here, and certificates already issued fit the addresses
+        // and identities of this cluster.toml; a refused `up` leaves no file behind.
+        wire::check_ports_free(&self.config)
+            .map_err(|e| HarnessError::config("cannot start the processes of cluster.toml here", e))?;
+        let cert_dir = &self.config.cert_dir;
+        let has_ca = cert_dir.join(wire::tls::CA_CERT_FILE).exists();
+        if has_ca {
+            wire::tls::check_certificates(&self.config).map_err(|source| HarnessError::Tls {
+                what: format!("the certificates in {} do not fit {}", cert_dir.display(), self.path.display()),
+                source,
+            })?;
+        }
+        fs::create_dir_all(&self.config.run_dir)
+            .map_err(|e| HarnessError::io(format!("create run_dir {}", self.config.run_dir.display()), e))?;
+        if !has_ca {
+            let r = wire::tls::init_cluster(&self.config, false)?;
+            progress.certificates_created(&r.cert_dir);
+        }
+        let t0 = Instant::now();
+        let mut children: Vec<(Proc, Child)> = Vec::new();
+        for p in all {
+            match self.spawn_with(exe, &p, &[], false) {
+                Ok(child) => {
+                    self.write_pid(&p, &child)?;
+                    children.push((p, child));
+                }
+                Err(e) => {
+                    self.abandon(&mut children);
+                    return Err(e);
+                }
+            }
+        }
+        let ready = self.wait_ready(&mut children, progress);
+        progress.waited();
+        match ready {
+            Ok(()) => {
+                let started: Vec<Running> =
+                    children.iter().map(|(p, c)| Running { proc: p.clone(), pid: c.id() }).collect();
+                progress.up(t0.elapsed(), &started, &self.config.run_dir);
+                Ok(Up::Started(children.drain(..).map(|(_, c)| c).collect()))
+            }
+            Err(e) => {
+                self.abandon(&mut children);
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts node `id` again in the background from `exe` (its log appended to), with
+    /// `extra` flags (`--rejoin`), and writes its pid file.
+    pub fn restart_node(&self, exe: &Path, id: NodeId, extra: &[&str]) -> Result<Child> {
+        let p = Proc::Node(id);
+        let child = self.spawn_with(exe, &p, extra, true)?;
+        self.write_pid(&p, &child)?;
+        Ok(child)
+    }
+
+    fn write_pid(&self, p: &Proc, child: &Child) -> Result<()> {
+        let file = self.pid_file(p);
+        fs::write(&file, format!("{}\n", child.id()))
+            .map_err(|e| HarnessError::io(format!("write {}", file.display()), e))
+    }
+
+    fn spawn_with(&self, exe: &Path, p: &Proc, extra: &[&str], append: bool) -> Result<Child> {
+        use std::os::unix::process::CommandExt;
+        let log_path = self.log_file(p);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log_path)
+            .map_err(|e| HarnessError::io(format!("create {}", log_path.display()), e))?;
+        let err = log.try_clone().map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(p.args(&self.path)).args(extra).stdin(Stdio::null()).stdout(log).stderr(err).process_group(0);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.spawn().map_err(|e| HarnessError::io(format!("start the {}", p.label()), e))
+    }
+
+    /// Stops what `up` started after a failure, and removes their pid files.
+    fn abandon(&self, children: &mut Vec<(Proc, Child)>) {
+        for (p, child) in children.iter_mut() {
+            signal(child.id(), libc::SIGKILL);
+            let _ = child.wait();
+            let _ = fs::remove_file(self.pid_file(p));
+        }
+        children.clear();
+    }
+
+    /// Polls until every partition serves; fails when a process exits, a partition stops or
+    /// time runs out.
+    fn wait_ready(&self, children: &mut [(Proc, Child)], progress: &mut dyn Progress) -> Result<()> {
+        let rt = runtime()?;
+        let client = self.client();
+        let deadline = Instant::now() + Duration::from_secs(self.config.timeouts.load_timeout_s) + READY_SLACK;
+        rt.block_on(async {
+            let mut coordinator = None;
+            let mut nodes: Vec<(NodeId, Option<wire::endpoint::Link>)> =
+                self.config.nodes.iter().map(|n| (n.id, None)).collect();
+            loop {
+                for (p, child) in children.iter_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let log = self.log_file(p);
+                        let tail = log_tail(&log, LOG_TAIL_LINES);
+                        return Err(HarnessError::Exited { process: p.label(), status, log, tail });
+                    }
+                }
+                if Instant::now() > deadline {
+                    return Err(HarnessError::NotReady {
+                        load_timeout_s: self.config.timeouts.load_timeout_s,
+                        slack_s: READY_SLACK.as_secs(),
+                        run_dir: self.config.run_dir.clone(),
+                    });
+                }
+                // Load progress, from the nodes.
+                let (loaded, total) = load_progress(&client, &mut nodes).await?;
+                progress.loading(loaded, total);
+                // Readiness, from the coordinator.
+                if coordinator.is_none() {
+                    coordinator = client.connect_coordinator().await.ok();
+                }
+                if let Some(c) = &mut coordinator {
+                    match client::status(c).await {
+                        Ok(s) => {
+                            if let Some(p) = s.partitions.iter().find(|p| p.phase.starts_with("stopped")) {
+                                return Err(HarnessError::PartitionStopped {
+                                    partition: p.partition,
+                                    phase: p.phase.clone(),
+                                });
+                            }
+                            let serving = s.partitions.iter().filter(|p| p.phase == "serving").count();
+                            if serving == s.partitions.len() {
+                                return Ok(());
+                            }
+                            progress.serving(serving, s.partitions.len());
+                        }
+                        Err(_) => coordinator = None,
+                    }
+                }
+                tokio::time::sleep(READY_POLL).await;
+            }
+        })
+    }
+
+    /// Gathers what `glass cluster status` shows (see [`StatusSample`]).
+    pub fn sample_status(&self) -> Result<StatusSample> {
+        let rt = runtime()?;
+        let client = self.client();
+        let local: Vec<Running> = self.running_procs();
+        let (coordinator, digests, nodes) = rt.block_on(async {
+            let mut coordinator: Option<ProcessStatus> = None;
+            let mut digests = Vec::new();
+            if let Ok(mut link) = client.connect_coordinator().await {
+                coordinator = client::status(&mut link).await.ok();
+                if let Some(s) = &coordinator {
+                    for p in s.partitions.iter().filter(|p| p.phase == "serving") {
+                        if let Ok((seq, ds)) = client::digests(&mut link, p.partition).await {
+                            digests.push(PartitionDigests { partition: p.partition, seq, digests: ds });
+                        }
+                    }
+                }
+            }
+            let mut nodes = Vec::new();
+            for n in &self.config.nodes {
+                let s = match client.connect_node(n.id).await {
+                    Ok(mut link) => client::status(&mut link).await.ok(),
+                    Err(_) => None,
+                };
+                nodes.push((n.id, s));
+            }
+            (coordinator, digests, nodes)
+        });
+        Ok(StatusSample { local, coordinator, digests, nodes, passive: self.config.mode.is_passive() })
+    }
+
+    /// Stops the cluster (see the module documentation); says what it stopped and how.
+    pub fn down(&self) -> Result<Down> {
+        let running = self.running_procs();
+        let rt = runtime()?;
+        let client = self.client();
+        // Ask every process, local or not, to shut down: the coordinator first (it tells the
+        // nodes), then, at once, each node not seen gone.
+        let wait = Duration::from_millis(self.config.timeouts.connect_timeout_ms.min(2_000));
+        let asked = rt.block_on(async {
+            let mut asked = Vec::new();
+            if let Ok(Ok(link)) = tokio::time::timeout(wait, client.connect_coordinator()).await {
+                if client::shutdown(link, "glass cluster down").await.is_ok() {
+                    asked.push("coordinator".to_string());
+                }
+            }
+            let mut tasks = Vec::new();
+            for n in &self.config.nodes {
+                let p = Proc::Node(n.id);
+                if let Some(r) = running.iter().find(|r| r.proc == p) {
+                    if wait_gone(std::slice::from_ref(r), NODE_GONE_WAIT, &self.path).is_empty() {
+                        continue;
+                    }
+                }
+                let (client, id) = (client.clone(), n.id);
+                tasks.push(tokio::spawn(async move {
+                    match tokio::time::timeout(wait, client.connect_node(id)).await {
+                        Ok(Ok(link)) => client::shutdown(link, "glass cluster down").await.is_ok().then_some(id),
+                        _ => None,
+                    }
+                }));
+            }
+            for t in tasks {
+                if let Ok(Some(id)) = t.await {
+                    asked.push(format!("node {id}"));
+                }
+            }
+            asked
+        });
+        if running.is_empty() {
+            return Ok(Down { stopped: running, how: Vec::new(), asked });
+        }
+        let grace = Duration::from_millis(self.config.timeouts.shutdown_timeout_ms);
+        let mut how = Vec::new();
+        let mut left = wait_gone(&running, grace, &self.path);
+        for r in &running {
+            if !left.iter().any(|l| l.pid == r.pid) {
+                how.push(format!("{} (pid {}) shut down", r.proc.label(), r.pid));
+            }
+        }
+        if !left.is_empty() {
+            for r in &left {
+                signal(r.pid, libc::SIGTERM);
+            }
+            let after_term = wait_gone(&left, grace, &self.path);
+            for r in &left {
+                if !after_term.iter().any(|l| l.pid == r.pid) {
+                    how.push(format!("{} (pid {}) stopped by SIGTERM", r.proc.label(), r.pid));
+                }
+            }
+            left = after_term;
+        }
+        if !left.is_empty() {
+            for r in &left {
+                signal(r.pid, libc::SIGKILL);
+            }
+            let after_kill = wait_gone(&left, KILL_WAIT, &self.path);
+            for r in &left {
+                if !after_kill.iter().any(|l| l.pid == r.pid) {
+                    how.push(format!("{} (pid {}) killed", r.proc.label(), r.pid));
+                }
+            }
+            left = after_kill;
+        }
+        for r in &running {
+            if !left.iter().any(|l| l.pid == r.pid) {
+                let _ = fs::remove_file(self.pid_file(&r.proc));
+            }
+        }
+        if !left.is_empty() {
+            return Err(HarnessError::Survived(describe(&left)));
+        }
+        Ok(Down { stopped: running, how, asked })
+    }
+}
+
+/// Rows loaded and to load over every node that answers (`nodes`: each node's link, dialled
+/// again when lost); a partition that failed to load is an error.
+async fn load_progress(
+    client: &ClusterClient,
+    nodes: &mut [(NodeId, Option<wire::endpoint::Link>)],
+) -> Result<(u64, u64)> {
+    let (mut loaded, mut total) = (0u64, 0u64);
+    for (id, link) in nodes.iter_mut() {
+        if link.is_none() {
+            *link = client.connect_node(*id).await.ok();
+        }
+        let Some(l) = link else { continue };
+        match client::status(l).await {
+            Ok(s) => {
+                for p in &s.partitions {
+                    if let Some(LoadState::Loading { rows_loaded, rows_total }) = &p.load {
+                        loaded += rows_loaded;
+                        total += rows_total;
+                    }
+                    if let Some(LoadState::Failed { reason }) = &p.load {
+                        return Err(HarnessError::LoadFailed {
+                            partition: p.partition,
+                            node: *id,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+            }
+            Err(_) => *link = None,
+        }
+    }
+    Ok((loaded, total))
+}
+
+/// The digests of one serving partition's live replicas after one batch, through the
+/// coordinator's ordered path.
+#[derive(Debug, Clone)]
+pub struct PartitionDigests {
+    pub partition: PartitionId,
+    pub seq: Seq,
+    pub digests: Vec<(NodeId, StateDigest)>,
+}
+
+impl PartitionDigests {
+    /// Whether every replica's digest is the same.
+    pub fn equal(&self) -> bool {
+        self.digests.windows(2).all(|w| w[0].1 == w[1].1)
+    }
+}
+
+/// What `glass cluster status` shows: the processes running here (by their pid files), the
+/// coordinator's and each node's own status (`None`: it did not answer), and the digests of
+/// each serving partition.
+#[derive(Debug, Clone)]
+pub struct StatusSample {
+    pub local: Vec<Running>,
+    pub coordinator: Option<ProcessStatus>,
+    pub digests: Vec<PartitionDigests>,
+    /// Every node of cluster.toml, in its order.
+    pub nodes: Vec<(NodeId, Option<ProcessStatus>)>,
+    /// The cluster's mode is a passive one: backups' digests are not compared here.
+    pub passive: bool,
+}
+
+impl StatusSample {
+    /// The pid of `p` if it runs here.
+    pub fn pid_of(&self, p: &Proc) -> Option<u32> {
+        self.local.iter().find(|r| r.proc == *p).map(|r| r.pid)
+    }
+
+    /// Healthy: the coordinator answers and every partition serves, every node answers and
+    /// each of its replicas is ready, and the digests of each partition's live replicas are
+    /// equal (in the passive modes, the primary's digest alone is sampled).
+    pub fn healthy(&self) -> bool {
+        let coordinator = self.coordinator.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == "serving"));
+        let nodes =
+            self.nodes.iter().all(|(_, s)| s.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == "ready")));
+        coordinator && nodes && self.digests.iter().all(PartitionDigests::equal)
+    }
+
+    /// Node `node`'s digest of `partition`: at the sampled batch, else the one its load
+    /// reported.
+    pub fn digest_text(&self, node: NodeId, p: &wire::messages::PartitionReport) -> Option<String> {
+        self.digests
+            .iter()
+            .find(|d| d.partition == p.partition)
+            .and_then(|d| d.digests.iter().find(|(n, _)| *n == node).map(|(_, x)| format!("{x} (at batch {})", d.seq)))
+            .or_else(|| match &p.load {
+                Some(LoadState::Ready { digest }) => Some(format!("{digest} (after load)")),
+                _ => None,
+            })
+    }
+}
+
+/// Waits up to `limit` for the processes to exit; returns those still alive.
+pub fn wait_gone(procs: &[Running], limit: Duration, config: &Path) -> Vec<Running> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let alive: Vec<Running> = procs.iter().filter(|r| is_ours(r.pid, &r.proc, config)).cloned().collect();
+        if alive.is_empty() || Instant::now() >= deadline {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a live (not zombie) `glass` process running `p` with `config`.
+pub fn is_ours(pid: u32, p: &Proc, config: &Path) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the parenthesised command name.
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    if matches!(state, Some('Z') | Some('X') | None) {
+        return false;
+    }
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let want = p.args(config);
+    args.len() > want.len() && args[1..=want.len()] == want[..]
+}
+
+/// Sends `sig` to `pid` (a process of this cluster, or a child of this process).
+pub fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid was checked to be one of
+    // this cluster's processes (or is our own child).
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// The last `n` lines of a file.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let Ok(f) = fs::File::open(path) else { return format!("  (cannot read {})", path.display()) };
+    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+    let start = lines.len().saturating_sub(n);
+    lines[start..].iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+}

@@ -1,0 +1,540 @@
+//! The failover experiments on real processes (`glass failover`, `glass compare --failover`):
+//! start the cluster, run the TPC-C driver in outage mode, kill a node with a real `SIGKILL`
+//! (or stop it with `SIGTERM`) at a moment of the measured phase, optionally start it again
+//! (it rejoins), and measure per partition how long it could not commit, how long detection
+//! and recovery took, and whether anything acknowledged was lost — checked against the
+//! client's own record of every acknowledged NewOrder (its ORDER row) and Payment (its
+//! HISTORY row). [`kill_loop`] kills nodes again and again, each also in the middle of its
+//! rejoin.
+//!
+//! Guarantees: the kill time, detection and recovery are measured here (detection and
+//! recovery by polling the coordinator's view of live replicas every [`POLL_INTERVAL`]);
+//! unavailability comes from the clients' commit times ([`super::outages`]); the run's
+//! cluster lives in the `run_dir` of the configuration given, emptied first, and is stopped
+//! however the run ends. Whether a record passes is [`crate::verdict`]'s to say.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use wire::config::{ClusterConfig, Mode, Shipping};
+use wire::messages::NodeId;
+use workload::bench::StopAfter;
+use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
+use workload::client::{self, ClusterCheck, ClusterClient};
+
+use super::{self as report, FailoverReport, KillLoopReport};
+use crate::cluster::{runtime, Cluster, Proc, Progress};
+use crate::error::{chain, HarnessError};
+use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
+use crate::verdict::{self, FailureOutcome};
+use crate::Result;
+
+/// How often the coordinator's view of live replicas is polled around the kill.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// How long one status poll waits for the coordinator's answer.
+const STATUS_PATIENCE: Duration = Duration::from_millis(1_000);
+/// How long after the measured phase the last restarted node may take to rejoin before the
+/// replicas are compared.
+const LAST_REJOIN_GRACE: Duration = Duration::from_secs(30);
+
+/// The cluster a failover experiment runs: `base` with `mode`, `shipping` and a replication
+/// factor of `replicas` where given, in `<run_dir>/failover/<mode>/`.
+pub fn derive(
+    base: &ClusterConfig,
+    mode: Option<Mode>,
+    shipping: Option<Shipping>,
+    replicas: Option<usize>,
+) -> Result<ClusterConfig> {
+    let mut config = base.clone();
+    if let Some(m) = mode {
+        config.mode = m;
+    }
+    if let Some(s) = shipping {
+        config.shipping = s;
+    }
+    if let Some(k) = replicas {
+        config = config.with_replication(k).map_err(|e| HarnessError::config("--replicas", e))?;
+    }
+    config.run_dir = config.run_dir.join("failover").join(config.mode.name());
+    Ok(config)
+}
+
+/// The node to fail and the signal: `stop` gets SIGTERM; else `kill` (0 or none: partition
+/// 1's first replica, its primary in the passive modes) gets SIGKILL. Refuses a node the
+/// file does not list.
+pub fn victim(
+    config: &ClusterConfig,
+    kill: Option<NodeId>,
+    stop: Option<NodeId>,
+    path: &Path,
+) -> Result<(NodeId, libc::c_int)> {
+    let (victim, signal) = match (kill, stop) {
+        (_, Some(n)) => (n, libc::SIGTERM),
+        (Some(0) | None, None) => (config.partitions[0].replicas[0], libc::SIGKILL),
+        (Some(n), None) => (n, libc::SIGKILL),
+    };
+    if config.node(victim).is_none() {
+        return Err(HarnessError::Invalid(format!("node {victim} is not listed in [[nodes]] of {}", path.display())));
+    }
+    Ok((victim, signal))
+}
+
+/// Refuses moments outside the measured phase: the kill at `at` seconds, a restart
+/// `restart_after` later, and a kill loop of `cycles` one `every` seconds.
+pub fn check_times(at: f64, duration: f64, restart_after: Option<f64>, kill_loop: Option<(u32, f64)>) -> Result<()> {
+    if !(at > 0.0 && at < duration) {
+        return Err(HarnessError::Invalid(format!(
+            "--at {at} must fall inside the measured phase (0 < at < --duration {duration})"
+        )));
+    }
+    if let Some((cycles, every)) = kill_loop {
+        if cycles == 0 || every.is_nan() || every <= 0.0 {
+            return Err(HarnessError::Invalid(format!(
+                "--kill-loop needs at least one cycle and a positive --every (got {cycles} and {every})"
+            )));
+        }
+    }
+    if let Some(r) = restart_after {
+        if !(r > 0.0 && at + r < duration) {
+            return Err(HarnessError::Invalid(format!(
+                "--restart-after {r} must be positive and the restart inside the measured phase (at + restart-after < duration)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a failover record passed ([`verdict::failure_passed`] for its cluster's mode).
+pub fn passed(config: &ClusterConfig, r: &FailoverReport) -> bool {
+    let o = FailureOutcome {
+        lost_acknowledged: r.lost_acknowledged,
+        digests_equal: r.digests_equal,
+        consistent: r.consistent,
+    };
+    verdict::failure_passed(config.mode, config.shipping, o)
+}
+
+/// Whether a kill loop's record passed its checks ([`verdict::failure_passed`]); rejoins are
+/// judged apart ([`KillLoopReport::rejoins_completed`]).
+pub fn loop_passed(config: &ClusterConfig, r: &KillLoopReport) -> bool {
+    let o = FailureOutcome {
+        lost_acknowledged: r.lost_acknowledged,
+        digests_equal: r.digests_equal,
+        consistent: r.consistent,
+    };
+    verdict::failure_passed(config.mode, config.shipping, o)
+}
+
+/// One failover experiment: which node gets which signal when, whether it is restarted, and
+/// the workload.
+#[derive(Debug)]
+pub struct Experiment {
+    /// The `glass` executable the cluster's processes run.
+    pub exe: PathBuf,
+    pub victim: NodeId,
+    pub signal: libc::c_int,
+    /// Seconds into the measured phase.
+    pub at: f64,
+    pub restart_after: Option<f64>,
+    pub cfg: DriverConfig,
+    /// Remote and multi-partition shares of the workload.
+    pub shares: RemoteShares,
+    pub quiet: bool,
+}
+
+/// What the killer thread saw.
+#[derive(Debug, Default)]
+struct Events {
+    killed: Option<Instant>,
+    detected: Option<Instant>,
+    restarted: Option<Instant>,
+    recovered: Option<Instant>,
+    error: Option<String>,
+}
+
+/// What the killer thread needs.
+struct Killer {
+    handle: Handle,
+    client: ClusterClient,
+    /// The experiment's cluster.toml and the executable to restart a node from.
+    path: PathBuf,
+    exe: PathBuf,
+    victim: NodeId,
+    run_end: Instant,
+}
+
+impl Killer {
+    /// Polls the coordinator until `holds` is true of every partition of the victim.
+    fn wait(&self, until: Instant, holds: impl Fn(&wire::messages::PartitionReport) -> bool) -> Option<Instant> {
+        self.handle.block_on(wait_status(&self.client, self.victim, until, holds))
+    }
+
+    fn restart(&self) -> Result<std::process::Child> {
+        Cluster::open(&self.path).and_then(|c| c.restart_node(&self.exe, self.victim, &["--rejoin"]))
+    }
+
+    /// Signals the victim (`pid`) at `kill_at`, watches detection and promotion (when
+    /// `promotes`), restarts it `restart_after` the kill if asked and watches it recover.
+    fn kill_once(
+        &self,
+        pid: u32,
+        signal: libc::c_int,
+        kill_at: Instant,
+        promotes: bool,
+        restart_after: Option<Duration>,
+    ) -> Events {
+        let (victim, run_end) = (self.victim, self.run_end);
+        let mut ev = Events::default();
+        std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+        // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
+        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+            ev.error = Some(format!("cannot signal node {victim} (pid {pid}): {}", std::io::Error::last_os_error()));
+            return ev;
+        }
+        let killed = Instant::now();
+        ev.killed = Some(killed);
+        // Detected: the coordinator no longer counts the node, or is promoting a backup.
+        ev.detected = self.wait(run_end, |p| !p.replicas.contains(&victim) || p.phase.starts_with("promoting"));
+        if promotes {
+            // Promoted: serving again without the node.
+            ev.recovered = self.wait(run_end, |p| !p.replicas.contains(&victim) && p.phase == "serving");
+        }
+        if let Some(after) = restart_after {
+            std::thread::sleep((killed + after).saturating_duration_since(Instant::now()));
+            match self.restart() {
+                Ok(child) => {
+                    ev.restarted = Some(Instant::now());
+                    std::mem::forget(child); // reaped by `cluster down`'s wait, not here
+                                             // Counted again (a full-stack node recovering from its log counts once its
+                                             // partition serves).
+                    ev.recovered = self.wait(run_end, |p| p.replicas.contains(&victim) && p.phase == "serving");
+                }
+                Err(e) => ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e))),
+            }
+        }
+        ev
+    }
+}
+
+/// Runs one experiment on a cluster derived from `config` (whose `run_dir` becomes the
+/// experiment's own, emptied first), stopping it however the run ends.
+pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Progress) -> Result<FailoverReport> {
+    let victim = x.victim;
+    let StopAfter::Seconds(duration_s) = x.cfg.stop else {
+        return Err(HarnessError::Invalid("a failover experiment runs for a time".into()));
+    };
+    let cluster = Cluster::derived(config, "Derived by `glass failover`.")?;
+    let guard = up_guarded(&cluster, &x.exe, progress)?;
+    let rt = runtime()?;
+    let client = cluster.client();
+    let local = cluster.running_procs();
+    let victim_pid =
+        local.iter().find(|r| r.proc == Proc::Node(victim)).map(|r| r.pid).ok_or(HarnessError::NotHere(victim))?;
+
+    let start = Instant::now();
+    let kill_at = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
+    let restart_after = x.restart_after.map(Duration::from_secs_f64);
+    let killer = Killer {
+        handle: rt.handle().clone(),
+        client: client.clone(),
+        path: cluster.path.clone(),
+        exe: x.exe.clone(),
+        victim,
+        run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
+    };
+    // A promotion follows only where a backup is left to promote.
+    let promotes = config.mode.is_passive() && config.partitions_on_node(victim).all(|p| p.replicas.len() > 1);
+    let signal = x.signal;
+    let killer = std::thread::spawn(move || killer.kill_once(victim_pid, signal, kill_at, promotes, restart_after));
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
+    let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
+    let m = measured?;
+    if let Some(e) = ev.error {
+        return Err(HarnessError::Killer(e));
+    }
+    let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
+    failover_report(config, x, &ev, promotes, &m, &verdict)
+}
+
+/// The record of one experiment from what the killer saw, the measurement and the check.
+fn failover_report(
+    config: &ClusterConfig,
+    x: &Experiment,
+    ev: &Events,
+    promotes: bool,
+    m: &Measurement,
+    verdict: &ClusterCheck,
+) -> Result<FailoverReport> {
+    let killed = ev.killed.ok_or(HarnessError::NotKilled)?;
+    let kill_offset = killed.saturating_duration_since(m.origin);
+    let since = |t: Option<Instant>, from: Instant| t.map(|t| t.saturating_duration_since(from).as_secs_f64() * 1e3);
+    let partitions = report::outages(&m.gaps, kill_offset, GAP_MIN);
+    let timeline = report::timeline(&m.fine, BUCKET);
+    let kill_bucket = (kill_offset.as_millis() / BUCKET.as_millis()) as usize;
+    let before: Vec<f64> = timeline[kill_bucket.saturating_sub(10)..kill_bucket.min(timeline.len())]
+        .iter()
+        .map(|p| p.txn_per_sec)
+        .collect();
+    let lowest_after = timeline
+        .iter()
+        .skip(kill_bucket)
+        .take(timeline.len().saturating_sub(kill_bucket + 1))
+        .map(|p| p.txn_per_sec)
+        .fold(f64::INFINITY, f64::min);
+    let lost = (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64;
+    let bench_report = &m.report;
+    Ok(FailoverReport {
+        mode: config.mode.name().to_string(),
+        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        node: x.victim,
+        signal: if x.signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
+        killed_at_s: kill_offset.as_secs_f64(),
+        restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
+        detection_ms: since(ev.detected, killed),
+        recovery_ms: match (ev.restarted, promotes) {
+            (Some(r), _) => since(ev.recovered, r),
+            (None, true) => since(ev.recovered, killed),
+            (None, false) => None,
+        },
+        recovery: match (ev.restarted.is_some(), promotes) {
+            (true, false) if config.mode == Mode::FullStack => "wal-recovery",
+            (true, true) if config.mode == Mode::FullStack => "wal-recovery+catch-up",
+            (true, _) => "rejoin",
+            (false, true) => "promotion",
+            (false, false) => "none",
+        }
+        .to_string(),
+        unavailability_ms: partitions.iter().filter_map(|p| p.unavailability_ms).reduce(f64::max),
+        partitions,
+        txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,
+        txn_per_sec_lowest_after: if lowest_after.is_finite() { lowest_after } else { 0.0 },
+        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
+        lost_acknowledged: lost,
+        outcome_unknown: m.outcome_unknown,
+        unavailable_answers: m.unavailable,
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed(),
+        committed: bench_report.committed,
+        committed_multi_partition: bench_report.cluster.as_ref().map_or(0, |c| c.committed_multi_partition),
+        seconds: bench_report.seconds,
+        timeline,
+    })
+}
+
+/// A kill loop: `cycles` cycles, the first `at` seconds into the measured phase, one every
+/// `every` seconds; each SIGKILLs a node drawn from `seed`, restarts it `restart_after`
+/// seconds later, SIGKILLs it again 50–500 ms into its rejoin, and restarts it once more to
+/// rejoin for good.
+#[derive(Debug)]
+pub struct KillLoop {
+    /// The `glass` executable the cluster's processes run.
+    pub exe: PathBuf,
+    pub cycles: u32,
+    /// Seconds into the measured phase of the first kill, and between cycles.
+    pub at: f64,
+    pub every: f64,
+    pub restart_after: f64,
+    /// Draws the victims and the moments inside each rejoin.
+    pub seed: u64,
+    pub cfg: DriverConfig,
+    pub shares: RemoteShares,
+    pub quiet: bool,
+}
+
+/// What the kill loop's thread did.
+#[derive(Debug, Default)]
+struct LoopEvents {
+    /// (node, when, still rejoining)
+    kills: Vec<(NodeId, Instant, bool)>,
+    cycles: u32,
+    rejoins_completed: u32,
+    error: Option<String>,
+}
+
+/// Runs a kill loop on a cluster derived from `config` (see [`experiment`]).
+pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progress) -> Result<KillLoopReport> {
+    let StopAfter::Seconds(duration_s) = x.cfg.stop else {
+        return Err(HarnessError::Invalid("a kill loop runs for a time".into()));
+    };
+    let cluster = Cluster::derived(config, "Derived by `glass failover --kill-loop`.")?;
+    let guard = up_guarded(&cluster, &x.exe, progress)?;
+    let rt = runtime()?;
+    let client = cluster.client();
+    let local = cluster.running_procs();
+    let pids: std::collections::BTreeMap<NodeId, u32> = local
+        .iter()
+        .filter_map(|r| match r.proc {
+            Proc::Node(id) => Some((id, r.pid)),
+            Proc::Coordinator => None,
+        })
+        .collect();
+    let nodes: Vec<NodeId> = config.nodes.iter().map(|n| n.id).filter(|id| pids.contains_key(id)).collect();
+    if nodes.is_empty() {
+        return Err(HarnessError::NoNodeHere { path: cluster.path.clone() });
+    }
+
+    let start = Instant::now();
+    let first = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
+    let killer = Killer {
+        handle: rt.handle().clone(),
+        client: client.clone(),
+        path: cluster.path.clone(),
+        exe: x.exe.clone(),
+        victim: 0,
+        run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
+    };
+    let cycles = Cycles {
+        cycles: x.cycles,
+        first,
+        every: Duration::from_secs_f64(x.every),
+        restart_after: Duration::from_secs_f64(x.restart_after),
+        seed: x.seed,
+    };
+    let thread = std::thread::spawn(move || cycles.run(killer, nodes, pids));
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
+    let ev = thread.join().map_err(|_| HarnessError::Killer("the kill loop's thread panicked".into()))?;
+    let m = measured?;
+    if let Some(e) = ev.error {
+        return Err(HarnessError::Killer(e));
+    }
+    let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
+
+    // Silences count inside the measured phase only: not the warm-up, nor the answers that
+    // trickle in after the terminals stopped.
+    let (first, last) = (x.cfg.warmup_s, x.cfg.warmup_s + duration_s);
+    let bucket_s = BUCKET.as_secs_f64();
+    let fine = &m.fine;
+    let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
+    let (per_partition, all) = report::longest_silences(measured, BUCKET);
+    Ok(KillLoopReport {
+        mode: config.mode.name().to_string(),
+        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        failure_timeout_ms: config.timeouts.failure_timeout_ms,
+        cycles: ev.cycles,
+        kills: ev
+            .kills
+            .iter()
+            .map(|&(node, at, while_rejoining)| report::LoopKill {
+                node,
+                at_s: at.saturating_duration_since(m.origin).as_secs_f64(),
+                while_rejoining,
+            })
+            .collect(),
+        rejoins_completed: ev.rejoins_completed,
+        longest_silence_ms: all,
+        longest_silence_per_partition_ms: per_partition,
+        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
+        lost_acknowledged: (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64,
+        outcome_unknown: m.outcome_unknown,
+        unavailable_answers: m.unavailable,
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed(),
+        committed: m.report.committed,
+        seconds: m.report.seconds,
+        timeline: report::timeline(fine, BUCKET),
+    })
+}
+
+/// The kill loop's schedule.
+struct Cycles {
+    cycles: u32,
+    first: Instant,
+    every: Duration,
+    restart_after: Duration,
+    seed: u64,
+}
+
+impl Cycles {
+    /// The kill loop's thread: runs the cycles on `nodes` (`pids`: each one's process).
+    fn run(self, mut k: Killer, nodes: Vec<NodeId>, mut pids: std::collections::BTreeMap<NodeId, u32>) -> LoopEvents {
+        let mut ev = LoopEvents::default();
+        let mut rng = workload::rng::Rng::stream(self.seed, 0x6b69_6c6c);
+        let mut next = self.first;
+        let restart_after = self.restart_after;
+        for _ in 0..self.cycles {
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            if Instant::now() + 2 * restart_after >= k.run_end {
+                break;
+            }
+            ev.cycles += 1;
+            let victim = nodes[rng.below(nodes.len() as u64) as usize];
+            k.victim = victim;
+            // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
+            if unsafe { libc::kill(pids[&victim] as libc::pid_t, libc::SIGKILL) } != 0 {
+                ev.error = Some(format!("cannot SIGKILL node {victim}: {}", std::io::Error::last_os_error()));
+                return ev;
+            }
+            ev.kills.push((victim, Instant::now(), false));
+            k.wait(k.run_end, |p| !p.replicas.contains(&victim));
+            std::thread::sleep(restart_after);
+            // Restarted, then killed again in the middle of its rejoin.
+            let mut joiner = match k.restart() {
+                Ok(c) => c,
+                Err(e) => {
+                    ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e)));
+                    return ev;
+                }
+            };
+            std::thread::sleep(Duration::from_millis(rng.uniform(50, 500)));
+            // One look (the window closes after the first poll): is it counted live yet?
+            let rejoined = k.wait(Instant::now() + Duration::from_millis(1), |p| p.replicas.contains(&victim));
+            let _ = joiner.kill();
+            let _ = joiner.wait();
+            ev.kills.push((victim, Instant::now(), rejoined.is_none()));
+            std::thread::sleep(restart_after);
+            match k.restart() {
+                Ok(child) => {
+                    pids.insert(victim, child.id());
+                    std::mem::forget(child); // reaped by `cluster down`'s wait, not here
+                }
+                Err(e) => {
+                    ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e)));
+                    return ev;
+                }
+            }
+            let rejoined =
+                k.wait(k.run_end + LAST_REJOIN_GRACE, |p| p.replicas.contains(&victim) && p.phase == "serving");
+            if rejoined.is_some() {
+                ev.rejoins_completed += 1;
+            }
+            next = (next + self.every).max(Instant::now());
+        }
+        ev
+    }
+}
+
+/// Polls the coordinator until `holds(partition report)` is true of every partition node
+/// `node` holds; `None` if that does not happen before `until`.
+async fn wait_status(
+    client: &ClusterClient,
+    node: NodeId,
+    until: Instant,
+    holds: impl Fn(&wire::messages::PartitionReport) -> bool,
+) -> Option<Instant> {
+    let mine: Vec<u16> = client.config().partitions_on_node(node).map(|p| p.id).collect();
+    let mut link = None;
+    while Instant::now() < until {
+        if link.is_none() {
+            link = client.connect_coordinator().await.ok();
+        }
+        if let Some(l) = link.as_mut() {
+            // A coordinator that does not answer within the poll's patience counts as a
+            // failed poll (it once stalled for 30 s; the poll must not stall with it).
+            let answer = tokio::time::timeout(STATUS_PATIENCE, client::status(l)).await;
+            match answer.ok().and_then(Result::ok) {
+                Some(st) => {
+                    let ok =
+                        mine.iter().all(|pid| st.partitions.iter().find(|p| p.partition == *pid).is_some_and(&holds));
+                    if ok {
+                        return Some(Instant::now());
+                    }
+                }
+                // A late answer would be read as the next poll's: start afresh.
+                None => link = None,
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    None
+}

@@ -1,0 +1,30 @@
+//! glass's harness: running local clusters of real `glass` processes and the experiments over
+//! them, with their verdict policy. It owns a cluster's life on this machine ([`cluster`]:
+//! spawning the coordinator and the nodes from the `glass` executable it is given, pid files,
+//! readiness, stopping, what `status` samples), reading processes through `/proc`
+//! ([`procfs`]), one measured run of the TPC-C driver against a serving cluster with the
+//! node-side figures filled in ([`measure`]), the experiments — `glass compare`'s runs and
+//! their renderings ([`compare`], the multi-partition curve in [`compare::multi`]) and `glass
+//! failover`'s kill and kill-loop runs and their records ([`failover`]) — and the one rule
+//! that judges them ([`verdict`]), plus the records of acknowledged transactions that outlive
+//! a process ([`acks`]).
+//!
+//! It drives processes, not the libraries' internals: the cluster is reached through
+//! `workload`'s client and `wire`'s configuration, as any other client would. It prints
+//! nothing: progress goes to a [`cluster::Progress`] the caller implements, results come back
+//! as values (and their `Display` or rendering functions). Errors are [`HarnessError`].
+
+pub mod acks;
+pub mod cluster;
+pub mod compare;
+pub mod error;
+pub mod failover;
+pub mod measure;
+pub mod procfs;
+pub mod verdict;
+
+pub use cluster::{runtime, Cluster, Proc, Progress, Running, Up};
+pub use error::HarnessError;
+
+/// `Result` with [`HarnessError`].
+pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
