@@ -8,12 +8,13 @@ mod common;
 use common::{batches, events, replies};
 
 use std::collections::BTreeMap;
-use workload::rng::Rng;
+use engine::rng::Rng;
 
 use coordinator::agreement::DivergenceKind;
 use coordinator::{Coordinator, Event, Output, Phase};
 use engine::procedures::*;
 use wire::config::ClusterConfig;
+use engine::input::InputError;
 use wire::messages::*;
 
 const MS: u64 = 1_000;

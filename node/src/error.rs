@@ -36,5 +36,5 @@ pub enum ReplicaError {
     FullStack { what: String },
     /// Loading the partition failed.
     #[error(transparent)]
-    Load(#[from] workload::error::LoadError),
+    Load(#[from] engine::LoadError),
 }

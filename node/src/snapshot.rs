@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn chunks_fit_the_frame_and_count_every_row() {
         let mut db = LeanDb::new();
-        workload::loader::load_items(&mut db, 3).unwrap();
+        engine::loader::load_items(&mut db, 3).unwrap();
         let digest = StateDigest::from(engine::digest::digest(&mut db));
         let frame_bytes_max = 64 * 1024;
         let mut got = Vec::new();
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn a_receiver_going_away_stops_the_stream() {
         let mut db = LeanDb::new();
-        workload::loader::load_items(&mut db, 3).unwrap();
+        engine::loader::load_items(&mut db, 3).unwrap();
         let mut sent = 0;
         let s = stream(&mut db, 1, 1, 0, StateDigest(0), 64 * 1024, &mut |_| {
             sent += 1;

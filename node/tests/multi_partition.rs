@@ -18,8 +18,8 @@ use engine::LeanDb;
 use node::replica::{Replica, Store};
 use wire::messages::{Batch, BatchTxn, Message, Part, Results, Timestamp, TxnOutcome};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::loader::{load_database_scaled, Scale};
-use workload::rng::Rng;
+use engine::loader::{load_database_scaled, Scale};
+use engine::rng::Rng;
 
 const LOAD_SEED: u64 = 99;
 const BATCH_TXNS: usize = 8;

@@ -22,7 +22,7 @@ use node::{Replica, ReplicaError};
 use wire::config::{ClusterConfig, Mode, PartitionConfig, WarehouseRange};
 use wire::messages::*;
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::rng::Rng;
+use engine::rng::Rng;
 
 /// Seed of the TPC-C population every replica loads.
 const LOAD_SEED: u64 = 42;

@@ -36,7 +36,7 @@ use node::Replica;
 use wire::config::{ClusterConfig, WarehouseRange};
 use wire::messages::{ClientResult, DigestOutcome, Message, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::rng::Rng;
+use engine::rng::Rng;
 
 use crate::net::{Direction, Envelope, NetFaults, Network};
 use crate::population;

@@ -18,7 +18,7 @@
 //! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
 
 use wire::messages::{Message, NodeId};
-use workload::rng::Rng;
+use engine::rng::Rng;
 
 /// Which end of a node's link a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! population for simulation only, **not TPC-C compliant**) over one warehouse per
 //! partition.
 //!
-//! Guarantees: [`partition_db`] returns exactly the rows `workload::loader` loads for the
+//! Guarantees: [`partition_db`] returns exactly the rows `engine::loader` loads for the
 //! partition at [`SCALE`] (its state digest is checked equal on every copy under
 //! `debug_assertions`); each distinct (seed, warehouses) is loaded once per process and later
 //! calls copy the loaded rows, table by table, through the same row-bytes path a rejoining
@@ -15,7 +15,7 @@ use engine::schema::{t, Table, TableId};
 use engine::{LeanDb, Storage};
 use wire::config::PartitionConfig;
 use wire::messages::StateDigest;
-use workload::loader::{load_database_scaled, Scale};
+use engine::loader::{load_database_scaled, Scale};
 
 /// The population every simulated replica loads.
 pub const SCALE: Scale = Scale::tiny();

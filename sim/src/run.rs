@@ -11,6 +11,7 @@
 use std::fmt;
 
 use coordinator::Event;
+use engine::distributed::partitions_touched;
 use engine::procedures::TxnInput;
 use wire::config::ClusterConfig;
 use wire::messages::{ClientResult, NodeId, PartitionId, Seq, StateDigest};
@@ -204,23 +205,19 @@ pub fn heal(sim: &mut Sim) -> Result<(), String> {
     Err(format!("the cluster did not heal in {HEAL_ROUNDS_MAX} rounds:{}", sim.describe_nodes()))
 }
 
-/// The partitions holding the warehouses `input` touches (`engine::distributed::touched`),
-/// its home partition first, each once.
+/// The partitions holding the warehouses `input` touches
+/// (`engine::distributed::partitions_touched`), its home partition first, each once; none
+/// when a warehouse belongs to no partition of `config`.
 pub fn partitions_of(config: &ClusterConfig, input: &TxnInput) -> Vec<PartitionId> {
-    let mut out: Vec<PartitionId> = Vec::new();
-    for w in engine::distributed::touched(input) {
-        if let Some(p) = config.partition_of_warehouse(w) {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
+    match partitions_touched(input, |w| config.partition_of_warehouse(w)) {
+        Ok(p) => std::iter::once(p.home).chain(p.remotes).collect(),
+        Err(_) => Vec::new(),
     }
-    out
 }
 
 /// Whether `input` touches warehouses of more than one partition of `config`.
 pub fn is_multi_partition(config: &ClusterConfig, input: &TxnInput) -> bool {
-    partitions_of(config, input).len() > 1
+    partitions_touched(input, |w| config.partition_of_warehouse(w)).is_ok_and(|p| p.is_multi())
 }
 
 /// Requests and commits by how many partitions they span.

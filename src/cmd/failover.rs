@@ -477,7 +477,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop) -> Result<report::KillLoo
     let killer_client = client.clone();
     let killer = std::thread::spawn(move || {
         let mut ev = LoopEvents::default();
-        let mut rng = workload::rng::Rng::stream(seed, 0x6b69_6c6c);
+        let mut rng = engine::rng::Rng::stream(seed, 0x6b69_6c6c);
         let mut next = first;
         let sigkill = |pid: u32| {
             // SAFETY: kill(2) with a pid this command started; no memory is involved.

@@ -44,9 +44,10 @@ use engine::{LeanDb, Storage};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{GenError, LoadError};
+use crate::error::GenError;
+use engine::LoadError;
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use crate::loader::{self, LoadProgress};
+use engine::loader::{self, LoadProgress};
 use crate::metrics::thread_cpu_seconds;
 
 /// The measured transaction types, in the paper's figure order (Figure 5, Figure 6).

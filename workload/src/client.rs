@@ -646,7 +646,7 @@ pub async fn replica_reads(
         peer: format!("partition {partition}"),
         reason: format!("cannot draw read-only transactions: {e}"),
     })?;
-    let inputs: Vec<_> = (0..REPLICA_READS_PER_PARTITION).map(|_| gen.next(crate::loader::LOAD_TIMESTAMP)).collect();
+    let inputs: Vec<_> = (0..REPLICA_READS_PER_PARTITION).map(|_| gen.next(engine::loader::LOAD_TIMESTAMP)).collect();
     let mut answers: Vec<Vec<wire::messages::TxnOutcome>> = Vec::new();
     for &node in replicas {
         let mut link = client.connect_node(node).await?;

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::bench::{self, BenchConfig, BenchError, Observer, StopAfter};
 use crate::gen::Generator;
-use crate::loader;
+use engine::loader;
 use crate::metrics::thread_cpu_seconds;
 
 /// Transactions executed between two redo batches.

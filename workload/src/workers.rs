@@ -7,8 +7,8 @@
 //!   (worker 0 draws the single-thread bench's stream); timestamps come from one shared
 //!   logical clock, so every transaction has its own and none reads the wall clock;
 //! - closed loop: a worker submits its next transaction only when the previous one finished;
-//! - a transaction the concurrency control aborts ([`StorageError::Conflict`], e.g. a wait-die
-//!   victim) is re-executed with the same input and timestamp until it commits or the
+//! - a transaction the concurrency control aborts (`engine::TxnError::is_conflict`, e.g. a
+//!   wait-die victim) is re-executed with the same input and timestamp until it commits or the
 //!   procedure rolls it back; it counts once, its re-executions are counted as retries, and
 //!   its latency runs from the first attempt to the outcome;
 //! - `on_commit` sees every committed transaction (warm-up included) after its commit
@@ -23,13 +23,13 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use engine::procedures::{execute, TxnInput, TxnKind, TxnOutput};
-use engine::{Storage, StorageError, TxnError};
+use engine::Storage;
 
 use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::Generator;
-use crate::loader;
+use engine::loader;
 use crate::metrics::{rss_bytes, Stats};
-use crate::rng::Rng;
+use engine::rng::Rng;
 
 /// Most worker threads a run may have.
 pub const WORKERS_MAX: usize = 256;
@@ -93,12 +93,6 @@ struct Outcome {
     neworders: u64,
 }
 
-/// Whether a transaction failed because concurrency control aborted it (a wait-die victim):
-/// re-execute it with the same input and timestamp.
-pub fn is_conflict(e: &TxnError) -> bool {
-    matches!(e, TxnError::Storage(StorageError::Conflict(_)))
-}
-
 /// One worker's closed loop.
 fn worker<S: Storage>(
     db: &mut S,
@@ -126,7 +120,7 @@ fn worker<S: Storage>(
         let mut retries = 0u32;
         let r = loop {
             match execute(db, ts, &input) {
-                Err(e) if is_conflict(&e) && retries < RETRIES_PER_TXN_MAX => retries += 1,
+                Err(e) if e.is_conflict() && retries < RETRIES_PER_TXN_MAX => retries += 1,
                 r => break r,
             }
         };
@@ -136,7 +130,7 @@ fn worker<S: Storage>(
                 on_commit(&input, output)?;
                 out.neworders += (kind == TxnKind::NewOrder) as u64;
             }
-            Err(e) if e.is_abort() && !is_conflict(e) => {} // a TPC-C rollback
+            Err(e) if e.is_abort() && !e.is_conflict() => {} // a TPC-C rollback
             Err(e) => return Err(BenchError::Txn(e.clone())),
         }
         if measured {

@@ -13,7 +13,7 @@ use engine::procedures::{execute, TxnInput};
 use engine::schema::TableId;
 use engine::{LeanDb, TxnError};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::loader::load_database;
+use engine::loader::load_database;
 
 const SEED: u64 = 2024;
 

@@ -1,5 +1,5 @@
 //! TPC-C semantics tests: the five procedures of `engine::procedures` run against the
-//! population of `workload::loader`, each test citing the clause of TPC-C 5.11 it checks, and
+//! population of `engine::loader`, each test citing the clause of TPC-C 5.11 it checks, and
 //! the consistency conditions of clause 3.3.2 (`engine::check`) kept by random transaction
 //! sequences from `workload::gen`.
 //!
@@ -19,7 +19,7 @@ use engine::schema::{keys, t, text, Customer, Order, OrderLine, Table};
 use engine::{LeanDb, ScanDir, Storage, TxnError};
 use proptest::prelude::*;
 use workload::gen::{GenConfig, Generator, Mix, Profile, UNUSED_ITEM_ID};
-use workload::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
+use engine::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
 
 /// The load seed of every test database.
 const SEED: u64 = 0x5167_2008;

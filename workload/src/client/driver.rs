@@ -43,7 +43,7 @@ use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, Partitio
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use crate::loader::LOAD_TIMESTAMP;
+use engine::loader::LOAD_TIMESTAMP;
 use crate::metrics::{cpu_seconds, Stats};
 
 /// Connections a bench may open.
@@ -299,11 +299,11 @@ impl PartitionMap {
         PartitionMap((0..=w).map(|w| config.partition_of_warehouse(w)).collect())
     }
 
-    /// Whether `input` touches warehouses of more than one partition.
+    /// Whether `input` touches warehouses of more than one partition
+    /// (`engine::distributed::partitions_touched`; false when a warehouse is in none).
     fn is_multi(&self, input: &TxnInput) -> bool {
-        let touched = engine::distributed::touched(input);
-        let home = self.0.get(usize::from(touched[0])).copied().flatten();
-        touched[1..].iter().any(|&w| self.0.get(usize::from(w)).copied().flatten() != home)
+        engine::distributed::partitions_touched(input, |w| self.0.get(usize::from(w)).copied().flatten())
+            .is_ok_and(|p| p.is_multi())
     }
 }
 
