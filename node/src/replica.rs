@@ -3,7 +3,7 @@
 //! its own [`LeanDb`], one at a time (the paper's single-threaded, lock-free, log-free
 //! execution), returning each transaction's outcome and result digest.
 //!
-//! Its [`ReplicaRole`] says what it does with the stream (DESIGN.md, "The three modes"): an
+//! Its [`ReplicaRole`] says what it does with the stream (docs/design.md, "The three modes"): an
 //! active-active `Replica` executes every batch; a passive mode's `Primary` executes every
 //! batch and returns, beside the results, the batch's log records as a [`Shipment`] for its
 //! backups (redo records of the lean kernel, or the conventional stack's WAL in

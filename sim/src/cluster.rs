@@ -641,7 +641,7 @@ impl Sim {
             };
             let seq = src.applied_seq();
             // The source's digest closes the stream and the joiner checks its copy against
-            // it, as `workload::client::snapshot_after` does. Two full digests per rejoin
+            // it, as `node::snapshot::snapshot_after` does. Two full digests per rejoin
             // are the simulator's largest cost, so that check runs under
             // `debug_assertions` only; the final convergence check compares every replica's
             // digest in every build.
@@ -958,7 +958,7 @@ fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result
     for m in chunks {
         let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
         let table = engine::schema::TableId::ALL[usize::from(c.table)];
-        workload::client::insert_table(&mut copy, table, &c.rows_bytes).map_err(|e| e.to_string())?;
+        node::snapshot::insert_table(&mut copy, table, &c.rows_bytes).map_err(|e| e.to_string())?;
     }
     Ok(copy)
 }

@@ -1,4 +1,4 @@
-//! glass's deterministic whole-cluster simulator (STYLE.md: TigerBeetle's VOPR, turmoil's
+//! glass's deterministic whole-cluster simulator (docs/design.md: TigerBeetle's VOPR, turmoil's
 //! fault vocabulary): the real sans-I/O [`coordinator::Coordinator`] and real
 //! [`node::Replica`]s run in one thread over an in-memory network, and every choice — which
 //! message moves next, which is held back or duplicated, which link breaks, which node

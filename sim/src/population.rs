@@ -6,7 +6,7 @@
 //! partition at [`SCALE`] (its state digest is checked equal on every copy under
 //! `debug_assertions`); each distinct (seed, warehouses) is loaded once per process and later
 //! calls copy the loaded rows, table by table, through the same row-bytes path a rejoining
-//! replica's snapshot takes (`workload::client::insert_table`).
+//! replica's snapshot takes (`node::snapshot::insert_table`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -57,7 +57,7 @@ pub fn partition_db(partition: &PartitionConfig, seed: u64) -> (LeanDb, StateDig
     };
     let mut db = LeanDb::new();
     for (table, bytes) in &loaded.tables {
-        workload::client::insert_table(&mut db, *table, bytes).expect("rows of the same schema");
+        node::snapshot::insert_table(&mut db, *table, bytes).expect("rows of the same schema");
     }
     debug_assert_eq!(StateDigest::from(engine::digest::digest(&mut db)), loaded.digest, "a faithful copy");
     (db, loaded.digest)

@@ -1,4 +1,4 @@
-//! Multi-partition transactions through two partition replicas (issue 7; DESIGN.md's
+//! Multi-partition transactions through two partition replicas (issue 7; docs/design.md's
 //! determinism contract): warehouse 1 on one replica, warehouse 2 on the other, the standard
 //! profile with many remote order lines and remote customers. The test plays the
 //! coordinator: it numbers each partition's batches, puts a transaction spanning both in both
@@ -7,6 +7,9 @@
 //! (batches out of order, outcomes before or after their batch, duplicates). Checked
 //! against one database holding both warehouses running the whole procedures in timestamp
 //! order: the same outcome for every transaction, and per table the same rows.
+//!
+//! A test of `node`'s replicas, kept here because it draws its inputs from `workload`'s
+//! generator and `node` does not depend on `workload` (not even for its tests).
 
 use std::collections::BTreeMap;
 
