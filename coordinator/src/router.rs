@@ -59,8 +59,8 @@ pub type Route = PartitionsTouched<PartitionId>;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engine::procedures::*;
     use engine::input::{InputError, InputField};
+    use engine::procedures::*;
 
     /// A date in TPC-C's domain (2008-06-10, the load's date).
     const DATE: i64 = 1_213_056_000;

@@ -7,14 +7,14 @@
 mod common;
 use common::{batches, events, replies};
 
-use std::collections::BTreeMap;
 use engine::rng::Rng;
+use std::collections::BTreeMap;
 
 use coordinator::agreement::DivergenceKind;
 use coordinator::{Coordinator, Event, Output, Phase};
+use engine::input::InputError;
 use engine::procedures::*;
 use wire::config::ClusterConfig;
-use engine::input::InputError;
 use wire::messages::*;
 
 const MS: u64 = 1_000;

@@ -7,9 +7,9 @@ mod common;
 use common::{batches, replies};
 
 use coordinator::{Coordinator, Output, Phase};
+use engine::input::{InputError, InputField};
 use engine::procedures::*;
 use wire::config::ClusterConfig;
-use engine::input::{InputError, InputField};
 use wire::messages::*;
 
 const MS: u64 = 1_000;

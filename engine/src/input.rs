@@ -236,7 +236,11 @@ pub fn check_input(input: &TxnInput) -> Result<(), InputError> {
 /// of `input` runs: a whole transaction's every warehouse; a home piece's
 /// W_ID; for a remote piece, some warehouse other than W_ID (Payment's C_W_ID, a NewOrder
 /// line's OL_SUPPLY_W_ID). Assumes [`check_input`] found nothing.
-pub fn check_held(input: &TxnInput, part: PartKind, mut holds: impl FnMut(WarehouseId) -> bool) -> Result<(), InputError> {
+pub fn check_held(
+    input: &TxnInput,
+    part: PartKind,
+    mut holds: impl FnMut(WarehouseId) -> bool,
+) -> Result<(), InputError> {
     let txn = input.kind();
     let not_held = |(field, value)| InputError::NotHeld { txn, field, value };
     let mut named = warehouse_fields(input);

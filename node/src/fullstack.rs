@@ -21,11 +21,11 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use engine::conventional::{cut_log, Config, ConventionalDb, CutAt, LogCut, RecoveryReport, Session, Step};
+use engine::input::{check_held, check_input};
+use engine::loader::{load_database, LoadProgress};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
-use engine::input::{check_held, check_input};
 use wire::messages::{bounded_reason, BatchTxn, TxnOutcome, WarehouseId};
-use engine::loader::{load_database, LoadProgress};
 
 use crate::error::ReplicaError;
 

@@ -1015,8 +1015,7 @@ async fn fetch_copy(
 ) -> Result<(engine::LeanDb, snapshot::SnapshotInfo), String> {
     let mut link = dial_peer(config, me, source).await?;
     let mut db = engine::LeanDb::new();
-    let info =
-        snapshot::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
+    let info = snapshot::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
     if info.seq < after_seq {
         return Err(format!("the copy is of batch {}, before batch {after_seq}", info.seq));
     }

@@ -40,17 +40,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use engine::distributed::{execute_piece, touched, Piece};
+use engine::input::{check_held, check_input, InputError};
+use engine::loader::{load_database, LoadProgress};
 use engine::procedures::{execute, TxnInput};
 use engine::storage::Storage;
 use engine::LeanDb;
 use wire::config::{Mode, PartitionConfig};
-use engine::input::{check_held, check_input, InputError};
 use wire::messages::{
-    bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId,
-    Part, PartitionId, PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp,
-    TxnOutcome, TxnResult, WarehouseId,
+    bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId, PieceOutcome,
+    PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
 };
-use engine::loader::{load_database, LoadProgress};
 
 use crate::error::ReplicaError;
 use crate::fullstack::FullStack;

@@ -340,7 +340,11 @@ pub struct LogBaseReceived {
 /// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
 /// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
 /// batch and fork point throughout). The records' own checksums are checked when applied.
-pub async fn log_base(link: &mut Link, partition: PartitionId, after_seq: Seq) -> Result<LogBaseReceived, TransferError> {
+pub async fn log_base(
+    link: &mut Link,
+    partition: PartitionId,
+    after_seq: Seq,
+) -> Result<LogBaseReceived, TransferError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 3_000;
     link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;

@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use engine::loader::{load_database_scaled, Scale};
 use engine::schema::{t, Table, TableId};
 use engine::{LeanDb, Storage};
 use wire::config::PartitionConfig;
 use wire::messages::StateDigest;
-use engine::loader::{load_database_scaled, Scale};
 
 /// The population every simulated replica loads.
 pub const SCALE: Scale = Scale::tiny();

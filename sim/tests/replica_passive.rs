@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engine::procedures::{
     CustomerSelector, NewOrderInput, OrderLineInput, OrderStatusInput, StockLevelInput, TxnInput, ORDER_LINES_MAX,
 };
+use engine::rng::Rng;
 use engine::LeanDb;
 use node::replica::{ReplicaRole, Store};
 use node::{Replica, ReplicaError};
 use wire::config::{ClusterConfig, Mode, PartitionConfig, WarehouseRange};
 use wire::messages::*;
 use workload::gen::{GenConfig, Generator, Profile};
-use engine::rng::Rng;
 
 /// Seed of the TPC-C population every replica loads.
 const LOAD_SEED: u64 = 42;

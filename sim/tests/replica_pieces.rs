@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 
 use engine::digest::table_digests;
 use engine::distributed::touched;
+use engine::loader::{load_database_scaled, Scale};
 use engine::procedures::{execute, TxnInput};
+use engine::rng::Rng;
 use engine::schema::TableId;
 use engine::LeanDb;
 use node::replica::{Replica, Store};
 use wire::messages::{Batch, BatchTxn, Message, Part, Results, Timestamp, TxnOutcome};
 use workload::gen::{GenConfig, Generator, Profile};
-use engine::loader::{load_database_scaled, Scale};
-use engine::rng::Rng;
 
 const LOAD_SEED: u64 = 99;
 const BATCH_TXNS: usize = 8;

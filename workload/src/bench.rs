@@ -15,8 +15,8 @@ use engine::Storage;
 use serde::Serialize;
 
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use engine::loader::{self, LoadProgress};
 use crate::metrics::{rss_bytes, thread_cpu_seconds, KindSummary, Stats};
+use engine::loader::{self, LoadProgress};
 
 /// Why a bench could not run or finish.
 #[derive(Debug, thiserror::Error)]

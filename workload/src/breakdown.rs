@@ -45,10 +45,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::error::GenError;
-use engine::LoadError;
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use engine::loader::{self, LoadProgress};
 use crate::metrics::thread_cpu_seconds;
+use engine::loader::{self, LoadProgress};
+use engine::LoadError;
 
 /// The measured transaction types, in the paper's figure order (Figure 5, Figure 6).
 pub const MEASURED: [TxnKind; 2] = [TxnKind::Payment, TxnKind::NewOrder];

@@ -27,8 +27,8 @@ use engine::Storage;
 
 use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::Generator;
-use engine::loader;
 use crate::metrics::{rss_bytes, Stats};
+use engine::loader;
 use engine::rng::Rng;
 
 /// Most worker threads a run may have.

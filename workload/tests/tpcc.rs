@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use engine::check::check;
 use engine::digest::digest;
+use engine::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
 use engine::procedures::{
     execute, CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput,
     StockLevelInput, TxnInput, TxnOutput, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX,
@@ -19,7 +20,6 @@ use engine::schema::{keys, t, text, Customer, Order, OrderLine, Table};
 use engine::{LeanDb, ScanDir, Storage, TxnError};
 use proptest::prelude::*;
 use workload::gen::{GenConfig, Generator, Mix, Profile, UNUSED_ITEM_ID};
-use engine::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
 
 /// The load seed of every test database.
 const SEED: u64 = 0x5167_2008;

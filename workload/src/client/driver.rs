@@ -43,8 +43,8 @@ use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, Partitio
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use engine::loader::LOAD_TIMESTAMP;
 use crate::metrics::{cpu_seconds, Stats};
+use engine::loader::LOAD_TIMESTAMP;
 
 /// Connections a bench may open.
 pub const CLIENTS_MAX: usize = 1_024;
