@@ -318,15 +318,12 @@ fn load_district<S: Storage>(
     scale: Scale,
 ) -> Result<u64, StorageError> {
     let mut rows = 0u64;
-    let (customers_per_district, orders_per_district) = (scale.customers_per_district, scale.orders_per_district());
-    let first_new_order_id = scale.first_new_order_id();
-
     // DISTRICT: D_NAME a-string [6..10], address, D_TAX 0.0000–0.2000, D_YTD 30,000.00,
     // D_NEXT_O_ID 3001.
     let mut d = District {
         d_ytd: scale.d_ytd_load_cents(),
         d_tax: 0,
-        d_next_o_id: orders_per_district + 1,
+        d_next_o_id: scale.orders_per_district() + 1,
         d_w_id: w_id,
         d_id,
         d_name: [0; 10],
@@ -338,8 +335,23 @@ fn load_district<S: Storage>(
     db.insert::<t::Districts>(&d)?;
     rows += 1;
 
+    rows += load_customers(db, rng, w_id, d_id, c_last_load, scale)?;
+    rows += load_orders(db, rng, w_id, d_id, scale)?;
+    Ok(rows)
+}
+
+/// A district's CUSTOMER rows and one HISTORY row per customer; returns the rows inserted.
+fn load_customers<S: Storage>(
+    db: &mut S,
+    rng: &mut Rng,
+    w_id: u16,
+    d_id: u8,
+    c_last_load: u32,
+    scale: Scale,
+) -> Result<u64, StorageError> {
+    let mut rows = 0u64;
     // CUSTOMER and one HISTORY row per customer.
-    for c_id in 1..=customers_per_district {
+    for c_id in 1..=scale.customers_per_district {
         let mut c = Customer {
             c_since: LOAD_TIMESTAMP,
             c_credit_lim: C_CREDIT_LIM_CENTS,
@@ -389,9 +401,17 @@ fn load_district<S: Storage>(
         rows += 2;
     }
 
+    Ok(rows)
+}
+
+/// A district's ORDER rows with their ORDER_LINE rows, and NEW_ORDER rows for the
+/// undelivered ones; returns the rows inserted.
+fn load_orders<S: Storage>(db: &mut S, rng: &mut Rng, w_id: u16, d_id: u8, scale: Scale) -> Result<u64, StorageError> {
+    let mut rows = 0u64;
+    let first_new_order_id = scale.first_new_order_id();
     // ORDER, NEW_ORDER and ORDER_LINE.
-    let customers = rng.permutation(customers_per_district);
-    for o_id in 1..=orders_per_district {
+    let customers = rng.permutation(scale.customers_per_district);
+    for o_id in 1..=scale.orders_per_district() {
         let delivered = o_id < first_new_order_id;
         let o = Order {
             o_entry_d: LOAD_TIMESTAMP,
