@@ -232,15 +232,7 @@ pub fn run<S: Storage + Send>(
 
         if !warmup.is_zero() {
             obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
-            let t0 = Instant::now();
-            loop {
-                std::thread::sleep(POLL_INTERVAL.min(warmup.saturating_sub(t0.elapsed())));
-                let e = t0.elapsed();
-                obs.progress(e.as_secs_f64(), total_done(&slots));
-                if e >= warmup || over() {
-                    break;
-                }
-            }
+            warm_up(obs, warmup, &slots, &over);
         }
 
         obs.phase("run", cfg.stop);
@@ -251,40 +243,13 @@ pub fn run<S: Storage + Send>(
             // Unless a failed worker already stopped the run.
             let _ = shared.phase.compare_exchange(PHASE_WARMUP, PHASE_MEASURE, Ordering::AcqRel, Ordering::Acquire);
         }
-        let mut next_tick = Duration::from_secs(1);
-        loop {
-            let now = start.elapsed();
-            let wake = next_tick.min(limit_time);
-            if wake > now {
-                std::thread::sleep((wake - now).min(POLL_INTERVAL));
-            }
-            let e = start.elapsed();
-            if e >= limit_time || over() {
-                shared.phase.store(PHASE_STOP, Ordering::Release);
-                break;
-            }
-            if e >= next_tick {
-                let line = interval_line(&take_interval(&slots), e, e - last_tick);
-                obs.interval(&line);
-                timeline.push(line);
-                last_tick = e;
-                while next_tick <= e {
-                    next_tick += Duration::from_secs(1);
-                }
-            }
-            obs.progress(e.as_secs_f64(), total_done(&slots) - done_before);
-        }
+        let clock = MeasureClock { start, limit_time, done_before };
+        last_tick = measure(obs, &clock, &slots, &shared, &over, &mut timeline);
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     let elapsed = start.elapsed();
 
-    let mut all = Outcome::default();
-    for o in outcomes {
-        let o = o?;
-        all.stats.merge(&o.stats);
-        all.retries += o.retries;
-        all.neworders += o.neworders;
-    }
+    let all = merge_outcomes(outcomes)?;
     let line = interval_line(&take_interval(&slots), elapsed, elapsed - last_tick);
     obs.interval(&line);
     obs.progress(elapsed.as_secs_f64(), all.stats.committed() + all.stats.aborted());
@@ -310,4 +275,75 @@ pub fn run<S: Storage + Send>(
     report.workers = Some(workers);
     report.retries = Some(all.retries);
     Ok(report)
+}
+
+/// The warm-up: reports progress until `warmup` has passed or the run is `over`.
+fn warm_up(obs: &mut dyn Observer, warmup: Duration, slots: &[Slot], over: &dyn Fn() -> bool) {
+    let t0 = Instant::now();
+    loop {
+        std::thread::sleep(POLL_INTERVAL.min(warmup.saturating_sub(t0.elapsed())));
+        let e = t0.elapsed();
+        obs.progress(e.as_secs_f64(), total_done(slots));
+        if e >= warmup || over() {
+            break;
+        }
+    }
+}
+
+/// When the measured phase started, when it ends, and what was done before it.
+#[derive(Clone, Copy)]
+struct MeasureClock {
+    start: Instant,
+    limit_time: Duration,
+    done_before: u64,
+}
+
+/// The measured phase: a line a second into `timeline` until the time limit passes or the
+/// run is `over`, then tells the workers to stop. Returns when the last line was taken.
+fn measure(
+    obs: &mut dyn Observer,
+    clock: &MeasureClock,
+    slots: &[Slot],
+    shared: &Shared,
+    over: &dyn Fn() -> bool,
+    timeline: &mut Vec<IntervalLine>,
+) -> Duration {
+    let MeasureClock { start, limit_time, done_before } = *clock;
+    let mut last_tick = Duration::ZERO;
+    let mut next_tick = Duration::from_secs(1);
+    loop {
+        let now = start.elapsed();
+        let wake = next_tick.min(limit_time);
+        if wake > now {
+            std::thread::sleep((wake - now).min(POLL_INTERVAL));
+        }
+        let e = start.elapsed();
+        if e >= limit_time || over() {
+            shared.phase.store(PHASE_STOP, Ordering::Release);
+            break;
+        }
+        if e >= next_tick {
+            let line = interval_line(&take_interval(slots), e, e - last_tick);
+            obs.interval(&line);
+            timeline.push(line);
+            last_tick = e;
+            while next_tick <= e {
+                next_tick += Duration::from_secs(1);
+            }
+        }
+        obs.progress(e.as_secs_f64(), total_done(slots) - done_before);
+    }
+    last_tick
+}
+
+/// The workers' outcomes together, or the first worker's error.
+fn merge_outcomes(outcomes: Vec<Result<Outcome, BenchError>>) -> Result<Outcome, BenchError> {
+    let mut all = Outcome::default();
+    for o in outcomes {
+        let o = o?;
+        all.stats.merge(&o.stats);
+        all.retries += o.retries;
+        all.neworders += o.neworders;
+    }
+    Ok(all)
 }
