@@ -2,7 +2,8 @@
 //! input outside TPC-C's domains) are [`RouteError`] variants that become `wire` rejections; a
 //! refused configuration is [`CoordinatorError`].
 
-use wire::messages::{InputError, Rejection, WarehouseId};
+use engine::input::InputError;
+use wire::messages::{Rejection, WarehouseId};
 
 /// Why a transaction cannot be routed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

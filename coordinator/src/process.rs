@@ -464,7 +464,7 @@ impl Core {
             Message::ClientRequests(requests) => {
                 let replies = self.replies.entry(client).or_default();
                 for r in requests {
-                    let partition = wire::messages::warehouses_touched(&r.input)
+                    let partition = engine::distributed::warehouses_touched(&r.input)
                         .next()
                         .and_then(|w| self.config.partition_of_warehouse(w))
                         .unwrap_or(partition);

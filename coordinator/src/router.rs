@@ -1,18 +1,21 @@
 //! Which partition a transaction belongs to, from the warehouses it touches: NewOrder's home
 //! and supply warehouses, Payment's home and customer warehouses, the home warehouse of the
-//! others (TPC-C clauses 2.4–2.8).
+//! others (TPC-C clauses 2.4–2.8), as `engine::distributed::partitions_touched` classifies it.
 //!
 //! Guarantees: a transaction is routed to its home warehouse's partition, with the other
 //! partitions it touches (a multi-partition transaction: NewOrder's remote supplying
 //! warehouses, Payment's remote customer). An input outside TPC-C's domains (clauses
-//! 2.4.1–2.8.1, `wire::messages::check_input`) is refused with [`RouteError::OutOfDomain`],
+//! 2.4.1–2.8.1, `engine::input::check_input`) is refused with [`RouteError::OutOfDomain`],
 //! one naming a warehouse outside the cluster's configuration with
 //! [`RouteError::UnknownWarehouse`]; either way nothing is routed. Routing is a table lookup
 //! per warehouse, without allocation on the single-partition path.
 
+use engine::distributed::{partitions_touched, PartitionsTouched};
+use engine::error::UnknownWarehouse;
+use engine::input::check_input;
 use engine::procedures::TxnInput;
 use wire::config::ClusterConfig;
-use wire::messages::{check_input, warehouses_touched, PartitionId, WarehouseId};
+use wire::messages::{PartitionId, WarehouseId};
 
 use crate::error::RouteError;
 
@@ -44,37 +47,20 @@ impl Router {
     /// order (none for a single-partition transaction).
     pub fn route(&self, input: &TxnInput) -> Result<Route, RouteError> {
         check_input(input)?;
-        let mut home = None;
-        let mut others: Vec<PartitionId> = Vec::new();
-        for w in warehouses_touched(input) {
-            let p = self.partition_of(w).ok_or(RouteError::UnknownWarehouse { warehouse: w })?;
-            match home {
-                None => home = Some(p),
-                Some(h) if h != p && !others.contains(&p) => others.push(p),
-                Some(_) => {}
-            }
-        }
-        let home = home.expect("every transaction touches its home warehouse");
-        others.sort_unstable();
-        Ok(Route { home, remotes: others })
+        partitions_touched(input, |w| self.partition_of(w))
+            .map_err(|UnknownWarehouse { warehouse }| RouteError::UnknownWarehouse { warehouse })
     }
 }
 
-/// Where a transaction runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    /// The home warehouse's partition.
-    pub home: PartitionId,
-    /// The other partitions it touches, in increasing order: empty for a single-partition
-    /// transaction.
-    pub remotes: Vec<PartitionId>,
-}
+/// Where a transaction runs: the home warehouse's partition, and the other partitions it
+/// touches in increasing order (empty for a single-partition transaction).
+pub type Route = PartitionsTouched<PartitionId>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::input::{InputError, InputField};
     use engine::procedures::*;
-    use wire::messages::{InputError, InputField};
 
     /// A date in TPC-C's domain (2008-06-10, the load's date).
     const DATE: i64 = 1_213_056_000;

@@ -7,11 +7,12 @@
 mod common;
 use common::{batches, events, replies};
 
+use engine::rng::Rng;
 use std::collections::BTreeMap;
-use workload::rng::Rng;
 
 use coordinator::agreement::DivergenceKind;
 use coordinator::{Coordinator, Event, Output, Phase};
+use engine::input::InputError;
 use engine::procedures::*;
 use wire::config::ClusterConfig;
 use wire::messages::*;

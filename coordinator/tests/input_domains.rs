@@ -7,6 +7,7 @@ mod common;
 use common::{batches, replies};
 
 use coordinator::{Coordinator, Output, Phase};
+use engine::input::{InputError, InputField};
 use engine::procedures::*;
 use wire::config::ClusterConfig;
 use wire::messages::*;

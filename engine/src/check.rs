@@ -286,139 +286,163 @@ impl Checker {
     /// Judges every condition on what was added.
     pub fn finish(self) -> CheckReport {
         let Checker { warehouses, districts, orders, mut customers } = self;
-        let mut c1 = Tally::new(1);
-        let mut c8 = Tally::new(8);
-        for (&w, agg) in &warehouses {
-            let Some(w_ytd) = agg.w_ytd else { continue };
-            let w_ytd = i128::from(w_ytd);
-            c1.judge(w_ytd == agg.district_ytd, || {
-                format!(
-                    "warehouse {w}: W_YTD = {} but Σ D_YTD = {} over {} districts",
-                    money(w_ytd),
-                    money(agg.district_ytd),
-                    agg.districts
-                )
-            });
-            c8.judge(w_ytd == agg.history, || {
-                format!(
-                    "warehouse {w}: W_YTD = {} but Σ H_AMOUNT = {} over {} HISTORY rows",
-                    money(w_ytd),
-                    money(agg.history),
-                    agg.history_rows
-                )
-            });
-        }
-
-        let (mut c2, mut c3, mut c4, mut c9) = (Tally::new(2), Tally::new(3), Tally::new(4), Tally::new(9));
-        for (&key, agg) in &districts {
-            let Some(row) = agg.row else { continue };
-            let name = || district_name(key);
-            // A district without orders has max(O_ID) = 0 (see the module documentation).
-            let last = i64::from(row.next_o_id) - 1;
-            let o_max = i64::from(agg.o_id_max.unwrap_or(0));
-            let no_max = agg.no_range.map(|(_, hi)| i64::from(hi));
-            c2.judge(last == o_max && no_max.is_none_or(|m| m == last), || {
-                if last != o_max {
-                    format!("{}: D_NEXT_O_ID-1 = {last} but max(O_ID) = {o_max}", name())
-                } else {
-                    format!("{}: D_NEXT_O_ID-1 = {last} but max(NO_O_ID) = {}", name(), no_max.unwrap_or(0))
-                }
-            });
-            // Condition 3 holds vacuously for a district with no NEW_ORDER rows.
-            let span = agg.no_range.map_or(0, |(lo, hi)| u64::from(hi - lo) + 1);
-            c3.judge(span == agg.no_rows, || {
-                let (lo, hi) = agg.no_range.unwrap_or_default();
-                format!(
-                    "{}: max(NO_O_ID) − min(NO_O_ID) + 1 = {hi} − {lo} + 1 = {span} but count(NEW_ORDER) = {}",
-                    name(),
-                    agg.no_rows
-                )
-            });
-            c4.judge(agg.ol_cnt_sum == agg.ol_rows, || {
-                format!("{}: Σ O_OL_CNT = {} but count(ORDER_LINE) = {}", name(), agg.ol_cnt_sum, agg.ol_rows)
-            });
-            let ytd = i128::from(row.ytd);
-            c9.judge(ytd == agg.history, || {
-                format!(
-                    "{}: D_YTD = {} but Σ H_AMOUNT = {} over {} HISTORY rows",
-                    name(),
-                    money(ytd),
-                    money(agg.history),
-                    agg.history_rows
-                )
-            });
-        }
-
-        let (mut c5, mut c6, mut c7) = (Tally::new(5), Tally::new(6), Tally::new(7));
-        for (&key, agg) in &orders {
-            let Some(row) = agg.row else { continue };
-            let name = || order_name(key);
-            let carrier_null = row.carrier == 0;
-            c5.judge(carrier_null == agg.new_order, || {
-                if carrier_null {
-                    format!("{}: O_CARRIER_ID is null but the order has no NEW_ORDER row", name())
-                } else {
-                    format!("{}: O_CARRIER_ID = {} but the order has a NEW_ORDER row", name(), row.carrier)
-                }
-            });
-            let lines = agg.undelivered + agg.delivered;
-            c6.judge(u32::from(row.ol_cnt) == lines, || {
-                format!("{}: O_OL_CNT = {} but {lines} ORDER_LINE rows", name(), row.ol_cnt)
-            });
-            // Condition 7 is judged per order line: count each, name the lowest violating one.
-            let (bad, first) = if carrier_null {
-                (agg.delivered, agg.first_delivered)
-            } else {
-                (agg.undelivered, agg.first_undelivered)
-            };
-            c7.judge_many(u64::from(lines), u64::from(bad), || {
-                let line = line_name(key, first.unwrap_or_default());
-                if carrier_null {
-                    format!("{line}: OL_DELIVERY_D is set but O_CARRIER_ID is null")
-                } else {
-                    format!("{line}: OL_DELIVERY_D is null but O_CARRIER_ID = {}", row.carrier)
-                }
-            });
-            if agg.delivered_amount != 0 {
-                let (w, d, _) = split_order(key);
-                customers.entry(keys::customer(w, d, row.c_id)).or_default().delivered += agg.delivered_amount;
-            }
-        }
+        let [c1, c8] = judge_warehouses(&warehouses);
+        let [c2, c3, c4, c9] = judge_districts(&districts);
+        let [c5, c6, c7] = judge_orders(&orders, &mut customers);
         drop(orders);
-
-        let (mut c10, mut c12) = (Tally::new(10), Tally::new(12));
-        for (&key, agg) in &customers {
-            let Some(row) = agg.row else { continue };
-            let name = || customer_name(key);
-            let balance = i128::from(row.balance);
-            let expected = agg.delivered - agg.paid;
-            c10.judge(balance == expected, || {
-                format!(
-                    "{}: C_BALANCE = {} but Σ delivered OL_AMOUNT − Σ H_AMOUNT = {} − {} = {} ({} HISTORY rows)",
-                    name(),
-                    money(balance),
-                    money(agg.delivered),
-                    money(agg.paid),
-                    money(expected),
-                    agg.payments
-                )
-            });
-            let ytd = i128::from(row.ytd_payment);
-            c12.judge(balance + ytd == agg.delivered, || {
-                format!(
-                    "{}: C_BALANCE + C_YTD_PAYMENT = {} + {} = {} but Σ delivered OL_AMOUNT = {}",
-                    name(),
-                    money(balance),
-                    money(ytd),
-                    money(balance + ytd),
-                    money(agg.delivered)
-                )
-            });
-        }
-
+        let [c10, c12] = judge_customers(&customers);
         let conditions = [c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c12].into_iter().map(Tally::into_result).collect();
         CheckReport { conditions }
     }
+}
+
+/// Conditions 1 (W_YTD = Σ D_YTD) and 8 (W_YTD = Σ H_AMOUNT), per warehouse.
+fn judge_warehouses(warehouses: &BTreeMap<u16, WarehouseAgg>) -> [Tally; 2] {
+    let mut c1 = Tally::new(1);
+    let mut c8 = Tally::new(8);
+    for (&w, agg) in warehouses {
+        let Some(w_ytd) = agg.w_ytd else { continue };
+        let w_ytd = i128::from(w_ytd);
+        c1.judge(w_ytd == agg.district_ytd, || {
+            format!(
+                "warehouse {w}: W_YTD = {} but Σ D_YTD = {} over {} districts",
+                money(w_ytd),
+                money(agg.district_ytd),
+                agg.districts
+            )
+        });
+        c8.judge(w_ytd == agg.history, || {
+            format!(
+                "warehouse {w}: W_YTD = {} but Σ H_AMOUNT = {} over {} HISTORY rows",
+                money(w_ytd),
+                money(agg.history),
+                agg.history_rows
+            )
+        });
+    }
+
+    [c1, c8]
+}
+
+/// Conditions 2 (D_NEXT_O_ID − 1 = max(O_ID) = max(NO_O_ID)), 3 (NEW_ORDER contiguous), 4
+/// (Σ O_OL_CNT = count(ORDER_LINE)) and 9 (D_YTD = Σ H_AMOUNT), per district.
+fn judge_districts(districts: &BTreeMap<u64, DistrictAgg>) -> [Tally; 4] {
+    let (mut c2, mut c3, mut c4, mut c9) = (Tally::new(2), Tally::new(3), Tally::new(4), Tally::new(9));
+    for (&key, agg) in districts {
+        let Some(row) = agg.row else { continue };
+        let name = || district_name(key);
+        // A district without orders has max(O_ID) = 0 (see the module documentation).
+        let last = i64::from(row.next_o_id) - 1;
+        let o_max = i64::from(agg.o_id_max.unwrap_or(0));
+        let no_max = agg.no_range.map(|(_, hi)| i64::from(hi));
+        c2.judge(last == o_max && no_max.is_none_or(|m| m == last), || {
+            if last != o_max {
+                format!("{}: D_NEXT_O_ID-1 = {last} but max(O_ID) = {o_max}", name())
+            } else {
+                format!("{}: D_NEXT_O_ID-1 = {last} but max(NO_O_ID) = {}", name(), no_max.unwrap_or(0))
+            }
+        });
+        // Condition 3 holds vacuously for a district with no NEW_ORDER rows.
+        let span = agg.no_range.map_or(0, |(lo, hi)| u64::from(hi - lo) + 1);
+        c3.judge(span == agg.no_rows, || {
+            let (lo, hi) = agg.no_range.unwrap_or_default();
+            format!(
+                "{}: max(NO_O_ID) − min(NO_O_ID) + 1 = {hi} − {lo} + 1 = {span} but count(NEW_ORDER) = {}",
+                name(),
+                agg.no_rows
+            )
+        });
+        c4.judge(agg.ol_cnt_sum == agg.ol_rows, || {
+            format!("{}: Σ O_OL_CNT = {} but count(ORDER_LINE) = {}", name(), agg.ol_cnt_sum, agg.ol_rows)
+        });
+        let ytd = i128::from(row.ytd);
+        c9.judge(ytd == agg.history, || {
+            format!(
+                "{}: D_YTD = {} but Σ H_AMOUNT = {} over {} HISTORY rows",
+                name(),
+                money(ytd),
+                money(agg.history),
+                agg.history_rows
+            )
+        });
+    }
+
+    [c2, c3, c4, c9]
+}
+
+/// Conditions 5 (O_CARRIER_ID null iff a NEW_ORDER row), 6 (O_OL_CNT = its lines) and 7
+/// (OL_DELIVERY_D null iff O_CARRIER_ID null), per order; adds each order's delivered amount
+/// to its customer's aggregate for condition 10.
+fn judge_orders(orders: &BTreeMap<u64, OrderAgg>, customers: &mut BTreeMap<u64, CustomerAgg>) -> [Tally; 3] {
+    let (mut c5, mut c6, mut c7) = (Tally::new(5), Tally::new(6), Tally::new(7));
+    for (&key, agg) in orders {
+        let Some(row) = agg.row else { continue };
+        let name = || order_name(key);
+        let carrier_null = row.carrier == 0;
+        c5.judge(carrier_null == agg.new_order, || {
+            if carrier_null {
+                format!("{}: O_CARRIER_ID is null but the order has no NEW_ORDER row", name())
+            } else {
+                format!("{}: O_CARRIER_ID = {} but the order has a NEW_ORDER row", name(), row.carrier)
+            }
+        });
+        let lines = agg.undelivered + agg.delivered;
+        c6.judge(u32::from(row.ol_cnt) == lines, || {
+            format!("{}: O_OL_CNT = {} but {lines} ORDER_LINE rows", name(), row.ol_cnt)
+        });
+        // Condition 7 is judged per order line: count each, name the lowest violating one.
+        let (bad, first) =
+            if carrier_null { (agg.delivered, agg.first_delivered) } else { (agg.undelivered, agg.first_undelivered) };
+        c7.judge_many(u64::from(lines), u64::from(bad), || {
+            let line = line_name(key, first.unwrap_or_default());
+            if carrier_null {
+                format!("{line}: OL_DELIVERY_D is set but O_CARRIER_ID is null")
+            } else {
+                format!("{line}: OL_DELIVERY_D is null but O_CARRIER_ID = {}", row.carrier)
+            }
+        });
+        if agg.delivered_amount != 0 {
+            let (w, d, _) = split_order(key);
+            customers.entry(keys::customer(w, d, row.c_id)).or_default().delivered += agg.delivered_amount;
+        }
+    }
+    [c5, c6, c7]
+}
+
+/// Conditions 10 (C_BALANCE = Σ delivered OL_AMOUNT − Σ H_AMOUNT) and 12 (C_BALANCE +
+/// C_YTD_PAYMENT = Σ delivered OL_AMOUNT), per customer.
+fn judge_customers(customers: &BTreeMap<u64, CustomerAgg>) -> [Tally; 2] {
+    let (mut c10, mut c12) = (Tally::new(10), Tally::new(12));
+    for (&key, agg) in customers {
+        let Some(row) = agg.row else { continue };
+        let name = || customer_name(key);
+        let balance = i128::from(row.balance);
+        let expected = agg.delivered - agg.paid;
+        c10.judge(balance == expected, || {
+            format!(
+                "{}: C_BALANCE = {} but Σ delivered OL_AMOUNT − Σ H_AMOUNT = {} − {} = {} ({} HISTORY rows)",
+                name(),
+                money(balance),
+                money(agg.delivered),
+                money(agg.paid),
+                money(expected),
+                agg.payments
+            )
+        });
+        let ytd = i128::from(row.ytd_payment);
+        c12.judge(balance + ytd == agg.delivered, || {
+            format!(
+                "{}: C_BALANCE + C_YTD_PAYMENT = {} + {} = {} but Σ delivered OL_AMOUNT = {}",
+                name(),
+                money(balance),
+                money(ytd),
+                money(balance + ytd),
+                money(agg.delivered)
+            )
+        });
+    }
+
+    [c10, c12]
 }
 
 /// A condition being judged: counts and the first violation's description.

@@ -8,8 +8,10 @@
 //!
 //! Owns: the split of NewOrder and Payment ([`new_order_supply`], [`payment_customer`], and
 //! the home pieces [`crate::procedures::new_order_home`], [`crate::procedures::payment_home`]),
-//! which partitions a transaction touches ([`touched`]), and the rule that joins the pieces'
-//! outcomes.
+//! the one classifier of which warehouses a transaction touches ([`warehouses_touched`], and
+//! [`touched`], each once) and which partitions ([`partitions_touched`]: the coordinator's
+//! routing, the drivers' and the simulator's single/multi-partition counts), and the rule
+//! that joins the pieces' outcomes.
 //!
 //! Guarantees: the pieces of a transaction, run on partitions that together hold its
 //! warehouses, leave exactly the rows the single-partition procedure leaves on one database
@@ -19,8 +21,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::TxnError;
-use crate::procedures::{self, NewOrderInput, PaymentInput, PaymentOutput, TxnInput, DISTRICTS_PER_WAREHOUSE};
+use crate::error::{TxnError, UnknownWarehouse};
+use crate::procedures::{
+    self, NewOrderInput, PaymentInput, PaymentOutput, TxnInput, WarehouseId, DISTRICTS_PER_WAREHOUSE,
+};
 use crate::schema::{keys, t};
 use crate::storage::Storage;
 
@@ -44,21 +48,29 @@ pub enum RemoteReads {
     Customer(PaymentOutput),
 }
 
-/// The warehouses `input` writes or reads, the home warehouse first; a transaction is
-/// multi-partition when they fall in more than one partition. Only NewOrder (a remote
-/// supplying warehouse) and Payment (a remote customer) can span warehouses.
-pub fn touched(input: &TxnInput) -> Vec<u16> {
-    let mut w = match input {
-        TxnInput::NewOrder(i) => {
-            let mut w = vec![i.w_id];
-            w.extend(i.lines().iter().map(|l| l.supply_w_id));
-            w
-        }
-        TxnInput::Payment(i) => vec![i.w_id, i.c_w_id],
-        TxnInput::OrderStatus(i) => vec![i.w_id],
-        TxnInput::Delivery(i) => vec![i.w_id],
-        TxnInput::StockLevel(i) => vec![i.w_id],
-    };
+/// Which part of a transaction a partition runs (on the wire, `wire::messages::Part`): the
+/// whole of it, its home piece, or a remote piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartKind {
+    /// The whole transaction: it touches this partition only.
+    Whole,
+    /// The home piece (W_ID's partition).
+    Home,
+    /// A remote piece (NewOrder's supplying warehouse, Payment's customer).
+    Remote,
+}
+
+/// The warehouses a transaction touches, home first: NewOrder's home and supply warehouses,
+/// Payment's home and customer warehouses, the home warehouse of the others. May repeat a
+/// warehouse; allocates nothing. Only NewOrder (a remote supplying warehouse) and Payment (a
+/// remote customer) can span warehouses. Assumes [`crate::input::check_input`] found nothing.
+pub fn warehouses_touched(input: &TxnInput) -> impl Iterator<Item = WarehouseId> + '_ {
+    crate::input::warehouse_fields(input).map(|(_, w)| w)
+}
+
+/// [`warehouses_touched`] each once: the home warehouse first, the others in increasing order.
+pub fn touched(input: &TxnInput) -> Vec<WarehouseId> {
+    let mut w: Vec<WarehouseId> = warehouses_touched(input).collect();
     let home = w[0];
     w[1..].sort_unstable();
     w.dedup();
@@ -67,6 +79,46 @@ pub fn touched(input: &TxnInput) -> Vec<u16> {
         w.insert(0, home);
     }
     w
+}
+
+/// The partitions a transaction touches: its home warehouse's, and the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionsTouched<P> {
+    /// The home warehouse's partition.
+    pub home: P,
+    /// The other partitions it touches, each once, in increasing order: empty for a
+    /// single-partition transaction.
+    pub remotes: Vec<P>,
+}
+
+impl<P> PartitionsTouched<P> {
+    /// Whether the transaction spans more than one partition.
+    pub fn is_multi(&self) -> bool {
+        !self.remotes.is_empty()
+    }
+}
+
+/// The partitions holding the warehouses `input` touches ([`warehouses_touched`]), where
+/// `partition_of` names the partition of a warehouse (`None`: no partition holds it). The
+/// first warehouse, in [`warehouses_touched`]'s order, that no partition holds is the error.
+/// One lookup per warehouse; no allocation for a single-partition transaction.
+pub fn partitions_touched<P: Copy + Ord>(
+    input: &TxnInput,
+    mut partition_of: impl FnMut(WarehouseId) -> Option<P>,
+) -> Result<PartitionsTouched<P>, UnknownWarehouse> {
+    let mut home = None;
+    let mut remotes: Vec<P> = Vec::new();
+    for w in warehouses_touched(input) {
+        let p = partition_of(w).ok_or(UnknownWarehouse { warehouse: w })?;
+        match home {
+            None => home = Some(p),
+            Some(h) if h != p && !remotes.contains(&p) => remotes.push(p),
+            Some(_) => {}
+        }
+    }
+    let home = home.expect("every transaction touches its home warehouse");
+    remotes.sort_unstable();
+    Ok(PartitionsTouched { home, remotes })
 }
 
 /// NewOrder, a supplying partition's piece (clause 2.4.2.2, the stock steps):

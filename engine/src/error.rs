@@ -1,5 +1,7 @@
 //! Errors of the engine crate. Expected outcomes of a transaction (a TPC-C rollback, a lock
-//! conflict that aborts the transaction) are variants, never strings.
+//! conflict that aborts the transaction) are variants, never strings; [`TxnError::is_conflict`]
+//! is the one classification of a concurrency-control abort. A failed TPC-C load is a
+//! [`LoadError`]; an input outside TPC-C's domains is `crate::input::InputError`.
 
 use crate::schema::TableId;
 
@@ -46,4 +48,31 @@ impl TxnError {
     pub fn is_abort(&self) -> bool {
         matches!(self, TxnError::Rollback(_) | TxnError::Storage(StorageError::Conflict(_)))
     }
+
+    /// Whether the transaction failed because concurrency control aborted it (a wait-die
+    /// victim): re-execute it with the same input and timestamp.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, TxnError::Storage(StorageError::Conflict(_)))
+    }
+}
+
+/// Why a database load failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The warehouse range holds no warehouse.
+    #[error("nothing to load: the warehouse range {start}..={end} is empty (at least one warehouse is needed)")]
+    NoWarehouses { start: u16, end: u16 },
+    /// Warehouse ids start at 1 (TPC-C clause 4.3.3.1: W_ID unique within [number_of_configured_warehouses]).
+    #[error("warehouse ids start at 1; the range {start}..={end} includes warehouse 0")]
+    WarehouseZero { start: u16, end: u16 },
+    /// The storage engine refused a row.
+    #[error("storage error while loading: {0}")]
+    Storage(#[from] StorageError),
+}
+
+/// A transaction names a warehouse no partition holds (`crate::distributed::partitions_touched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("warehouse {warehouse} belongs to no partition")]
+pub struct UnknownWarehouse {
+    pub warehouse: u16,
 }

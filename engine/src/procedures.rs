@@ -7,6 +7,9 @@ use crate::error::TxnError;
 use crate::schema::{self, keys, t, Table, TableId};
 use crate::storage::{Prefetch, ScanDir, Storage};
 
+/// A warehouse number, W_ID (clause 1.2.1: from 1).
+pub type WarehouseId = u16;
+
 /// Most order lines a NewOrder can carry (clause 2.4.1.3: 5–15).
 pub const ORDER_LINES_MAX: usize = 15;
 /// Fewest order lines a NewOrder carries (clause 2.4.1.3: 5–15).

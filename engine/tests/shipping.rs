@@ -7,10 +7,11 @@
 //! chunks are refused with nothing applied; a promoted backup's checkpoint survives a
 //! restart.
 //!
-//! The engine crate cannot reach the workload crate (its loader and generator), so this file
-//! carries a small TPC-C population, 1 warehouse scaled down (fewer items, customers and
-//! orders), that satisfies the consistency conditions of clause 3.3.2, and a seeded input
-//! generator following clause 2's shapes. The seed is printed first.
+//! The engine crate cannot reach the workload crate's generator, so this file carries a
+//! seeded input generator following clause 2's shapes, and its own small TPC-C population,
+//! 1 warehouse scaled down (fewer items, customers and orders), that satisfies the
+//! consistency conditions of clause 3.3.2 (written before the loader moved into this crate,
+//! `engine::loader`). The seed is printed first.
 
 mod common;
 use common::TempDir;

@@ -1,7 +1,13 @@
 //! Errors of the node crate. A replica refuses what would break determinism — a batch of
 //! another partition, timestamps out of order, two different batches under one number — and
-//! stops rather than execute it.
+//! stops rather than execute it ([`ReplicaError`]). Receiving a snapshot or a log base fails
+//! with a [`TransferError`].
 
+use std::time::Duration;
+
+use engine::schema::TableId;
+use engine::StorageError;
+use wire::endpoint::EndpointError;
 use wire::messages::{PartitionId, Seq, Timestamp};
 
 /// Why a replica refused a message or stopped.
@@ -36,5 +42,32 @@ pub enum ReplicaError {
     FullStack { what: String },
     /// Loading the partition failed.
     #[error(transparent)]
-    Load(#[from] workload::error::LoadError),
+    Load(#[from] engine::LoadError),
+}
+
+/// Why receiving a snapshot or a log base (`crate::snapshot`) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The peer did not answer in time.
+    #[error("{peer} did not answer {what} within {timeout:?}")]
+    Timeout { peer: String, what: &'static str, timeout: Duration },
+    /// The peer closed the link before answering.
+    #[error("{peer} closed the link before answering {what}")]
+    Closed { peer: String, what: &'static str },
+    /// The node refused the snapshot or log base.
+    #[error("{peer} refused: {reason}")]
+    Refused { peer: String, reason: String },
+    /// A snapshot or log base stream broke one of its rules.
+    #[error("snapshot of partition {partition} from {peer}: {problem}")]
+    Snapshot { partition: PartitionId, peer: String, problem: String },
+}
+
+/// A snapshot's rows that the receiving database refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("table {}: {source}", table.name())]
+pub struct InsertError {
+    pub table: TableId,
+    pub source: StorageError,
 }

@@ -21,11 +21,11 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use engine::conventional::{cut_log, Config, ConventionalDb, CutAt, LogCut, RecoveryReport, Session, Step};
+use engine::input::{check_held, check_input};
+use engine::loader::{load_database, LoadProgress};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
-use wire::messages::{bounded_reason, check_held, check_input, BatchTxn, TxnOutcome, WarehouseId};
-use workload::loader::{load_database, LoadProgress};
-use workload::workers::is_conflict;
+use wire::messages::{bounded_reason, BatchTxn, TxnOutcome, WarehouseId};
 
 use crate::error::ReplicaError;
 
@@ -202,7 +202,7 @@ impl FullStack {
                     is
                 }
             };
-            if let Err(problem) = check_input(&t.input).and_then(|()| check_held(&t.input, t.part, &mut holds)) {
+            if let Err(problem) = check_input(&t.input).and_then(|()| check_held(&t.input, t.part.kind(), &mut holds)) {
                 *outcome = Some(TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) });
             }
         }
@@ -303,8 +303,8 @@ fn run_one(s: &mut Session, ts: u64, input: &TxnInput) -> (TxnOutcome, u32) {
     loop {
         let r: Result<TxnOutput, TxnError> = execute(s, ts, input);
         match r {
-            Err(e) if is_conflict(&e) && retries < RETRIES_PER_TXN_MAX => retries += 1,
-            Err(e) if is_conflict(&e) => {
+            Err(e) if e.is_conflict() && retries < RETRIES_PER_TXN_MAX => retries += 1,
+            Err(e) if e.is_conflict() => {
                 let reason = format!("gave up after {retries} concurrency-control aborts");
                 return (TxnOutcome::Failed { reason }, retries);
             }

@@ -1,8 +1,9 @@
 //! glass's node: partition replicas that execute the coordinator's ordered batches, one
 //! thread each. The deciding logic is the synchronous [`replica::Replica`] state machine
-//! (STYLE.md habit 2); the node process ([`process`]) only carries its messages and feeds
-//! each replica's executor thread; [`snapshot`] streams a replica's rows (for `glass check`,
-//! `glass dump`, and rejoin later).
+//! (docs/design.md); the node process ([`process`]) only carries its messages and feeds
+//! each replica's executor thread; [`snapshot`] owns snapshot and log-base transfer, both
+//! halves: it streams a replica's rows and receives them (for `glass check`, `glass dump`,
+//! and a rejoining replica), and ships and collects a full-stack primary's log base.
 
 pub mod error;
 pub mod faults;
@@ -12,5 +13,5 @@ pub mod replica;
 pub mod shipping;
 pub mod snapshot;
 
-pub use error::ReplicaError;
+pub use error::{ReplicaError, TransferError};
 pub use replica::{Replica, ReplicaStats};

@@ -114,9 +114,9 @@ enum Work {
     /// A tool's digest or snapshot request; replies go to `reply`.
     Tool { msg: Message, reply: mpsc::Sender<Message> },
     /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
-    Install(Box<Result<(engine::LeanDb, workload::client::SnapshotInfo), String>>),
+    Install(Box<Result<(engine::LeanDb, snapshot::SnapshotInfo), String>>),
     /// Full-stack rejoin: the primary's log base (or why it could not be fetched).
-    InstallBase(Box<Result<workload::client::LogBaseReceived, String>>),
+    InstallBase(Box<Result<snapshot::LogBaseReceived, String>>),
     /// Finish: the node is shutting down.
     Stop,
 }
@@ -816,7 +816,7 @@ impl Executor {
         let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
         self.on_fetch_thread("fetch-base", Work::InstallBase, async move {
             let mut link = dial_peer(&config, me, source).await?;
-            workload::client::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
+            snapshot::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
         });
     }
 
@@ -1012,11 +1012,10 @@ async fn fetch_copy(
     source: NodeId,
     pid: PartitionId,
     after_seq: Seq,
-) -> Result<(engine::LeanDb, workload::client::SnapshotInfo), String> {
+) -> Result<(engine::LeanDb, snapshot::SnapshotInfo), String> {
     let mut link = dial_peer(config, me, source).await?;
     let mut db = engine::LeanDb::new();
-    let info =
-        workload::client::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
+    let info = snapshot::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
     if info.seq < after_seq {
         return Err(format!("the copy is of batch {}, before batch {after_seq}", info.seq));
     }

@@ -3,7 +3,7 @@
 //! its own [`LeanDb`], one at a time (the paper's single-threaded, lock-free, log-free
 //! execution), returning each transaction's outcome and result digest.
 //!
-//! Its [`ReplicaRole`] says what it does with the stream (DESIGN.md, "The three modes"): an
+//! Its [`ReplicaRole`] says what it does with the stream (docs/design.md, "The three modes"): an
 //! active-active `Replica` executes every batch; a passive mode's `Primary` executes every
 //! batch and returns, beside the results, the batch's log records as a [`Shipment`] for its
 //! backups (redo records of the lean kernel, or the conventional stack's WAL in
@@ -17,8 +17,8 @@
 //! - every transaction runs through [`engine::procedures::execute`] with the coordinator's
 //!   timestamp, in strictly increasing timestamp order (checked before a batch runs: a
 //!   regression stops the replica); so replicas fed the same stream reach bit-identical states;
-//! - an input outside TPC-C's domains (`wire::messages::check_input`), or naming a warehouse
-//!   this partition does not hold where it must (`wire::messages::check_held`), is reported as
+//! - an input outside TPC-C's domains (`engine::input::check_input`), or naming a warehouse
+//!   this partition does not hold where it must (`engine::input::check_held`), is reported as
 //!   failed (a remote piece: aborted), never run — it changes nothing;
 //! - shipments apply in sequence order exactly once, as batches do; a shipment that fails its
 //!   checksum or cannot be applied stops the backup before it changes anything it checked;
@@ -40,16 +40,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use engine::distributed::{execute_piece, touched, Piece};
+use engine::input::{check_held, check_input, InputError};
+use engine::loader::{load_database, LoadProgress};
 use engine::procedures::{execute, TxnInput};
 use engine::storage::Storage;
 use engine::LeanDb;
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
-    bounded_reason, check_held, check_input, Batch, BatchTxn, DigestOutcome, InputError, LoadState, Message, NodeId,
-    Part, PartitionId, PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp,
-    TxnOutcome, TxnResult, WarehouseId,
+    bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId, PieceOutcome,
+    PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
 };
-use workload::loader::{load_database, LoadProgress};
 
 use crate::error::ReplicaError;
 use crate::fullstack::FullStack;
@@ -240,21 +240,21 @@ impl Replica {
         pending_batches_max: usize,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Replica, ReplicaError> {
-        Replica::load_scaled(node, partition, seed, workload::loader::Scale::TPCC, pending_batches_max, progress)
+        Replica::load_scaled(node, partition, seed, engine::loader::Scale::TPCC, pending_batches_max, progress)
     }
 
     /// [`Replica::load`] of a population of `scale` (the simulator's tiny one; not TPC-C
-    /// compliant unless [`workload::loader::Scale::TPCC`]).
+    /// compliant unless [`engine::loader::Scale::TPCC`]).
     pub fn load_scaled(
         node: NodeId,
         partition: &PartitionConfig,
         seed: u64,
-        scale: workload::loader::Scale,
+        scale: engine::loader::Scale,
         pending_batches_max: usize,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Replica, ReplicaError> {
         let mut db = LeanDb::new();
-        workload::loader::load_database_scaled(&mut db, partition.warehouses.range(), seed, scale, progress)?;
+        engine::loader::load_database_scaled(&mut db, partition.warehouses.range(), seed, scale, progress)?;
         Ok(Replica::new(node, partition.id, db, pending_batches_max))
     }
 
@@ -813,8 +813,8 @@ impl Replica {
     fn check(&mut self, input: &TxnInput, part: Part) -> Result<(), InputError> {
         check_input(input)?;
         match &mut self.db {
-            Store::Lean(db) => check_held(input, part, |w| holds_warehouse(db, w)),
-            Store::Full(f) => check_held(input, part, |w| holds_warehouse(f.session(), w)),
+            Store::Lean(db) => check_held(input, part.kind(), |w| holds_warehouse(db, w)),
+            Store::Full(f) => check_held(input, part.kind(), |w| holds_warehouse(f.session(), w)),
         }
     }
 

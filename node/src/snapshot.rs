@@ -1,6 +1,9 @@
-//! Snapshot transfer, the sending side: a partition replica's rows streamed as
-//! [`SnapshotChunk`]s, table by table in [`TableId::ALL`] order, each chunk holding whole rows
-//! of one table as their fixed-width Pod bytes, checksummed, and numbered from 0.
+//! Snapshot and log-base transfer, both halves. The sending side: a partition replica's rows
+//! streamed as [`SnapshotChunk`]s, table by table in [`TableId::ALL`] order, each chunk
+//! holding whole rows of one table as their fixed-width Pod bytes, checksummed, and numbered
+//! from 0 ([`stream`]); a full-stack primary's log base in pieces ([`log_base_pieces`]); the
+//! refusals of either ([`refusal_of`]). The receiving side: [`snapshot_after`] (and
+//! [`snapshot_into`]) rebuild a copy in a lean database, [`log_base`] collects a log base.
 //!
 //! Guarantees:
 //! - the stream shows one state: the caller (the replica's executor thread) streams between
@@ -9,18 +12,27 @@
 //!   chunk, whatever the limit);
 //! - the last chunk carries [`SnapshotEnd::Complete`] with the number of chunks and rows sent
 //!   and the state digest of the streamed state, so the receiver can prove it rebuilt the same
-//!   state; a stream whose receiver went away stops at once.
+//!   state; a stream whose receiver went away stops at once;
+//! - a snapshot is accepted only whole: chunks numbered without gaps, every checksum and row
+//!   size right, the totals of its end matching what arrived; a log base only in order (pieces
+//!   numbered without gaps, one batch and fork point throughout). Anything else is a
+//!   [`TransferError`].
 //!
 //! `glass check` and `glass dump` use it, and a rejoining lean replica copies a live peer's
 //! state through it. A rejoining full-stack backup gets its primary's log base instead
 //! ([`log_base_pieces`]): whole log records, each carrying its own checksum.
 
+use std::time::Duration;
+
+use crate::error::{InsertError, TransferError};
 use crate::replica::LogBase;
 use engine::schema::{t, Table, TableId};
-use engine::Storage;
+use engine::{LeanDb, Storage};
+use tokio::time::timeout;
 use wire::codec::FRAME_HEADER_BYTES;
+use wire::endpoint::Link;
 use wire::messages::{
-    LogBaseChunk, Message, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
+    LogBaseChunk, Message, PartitionId, Role, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
     SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX,
 };
 
@@ -210,6 +222,238 @@ pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Messa
     })
 }
 
+// --- The receiving side.
+
+/// How long one snapshot chunk may take to arrive.
+pub const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How the process at the other end of `link` names itself in errors: "node 2", "the
+/// coordinator", "client 7".
+pub fn peer(link: &Link) -> String {
+    let h = link.peer_hello();
+    match h.role {
+        Role::Node => format!("node {}", h.id),
+        Role::Coordinator => "the coordinator".to_string(),
+        Role::Client => format!("client {}", h.id),
+    }
+}
+
+/// Receives until `pick` accepts a message (others are skipped), within `limit`.
+pub async fn recv_matching<T>(
+    link: &mut Link,
+    what: &'static str,
+    limit: Duration,
+    mut pick: impl FnMut(Message) -> Option<T>,
+) -> Result<T, TransferError> {
+    let who = peer(link);
+    let wait = async {
+        loop {
+            match link.recv().await? {
+                Some(m) => {
+                    if let Some(t) = pick(m) {
+                        return Ok(t);
+                    }
+                }
+                None => return Err(TransferError::Closed { peer: who.clone(), what }),
+            }
+        }
+    };
+    timeout(limit, wait).await.map_err(|_| TransferError::Timeout { peer: peer(link), what, timeout: limit })?
+}
+
+/// What a snapshot transfer brought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub partition: PartitionId,
+    /// The copy shows the replica after batch `seq`.
+    pub seq: Seq,
+    pub chunks: u32,
+    pub rows: u64,
+    pub bytes: u64,
+    /// The replica's state digest of what it sent.
+    pub digest: StateDigest,
+    /// Rows per table, in [`TableId::ALL`] order.
+    pub table_rows: [u64; 9],
+}
+
+/// Inserts `bytes` (whole rows of table `T`) into `db` as a bulk load.
+fn insert_rows<T: Table>(db: &mut LeanDb, bytes: &[u8]) -> Result<(), InsertError> {
+    let size = std::mem::size_of::<T::Row>();
+    for row in bytes.chunks_exact(size) {
+        let row: T::Row = bytemuck::pod_read_unaligned(row);
+        db.insert::<T>(&row).map_err(|source| InsertError { table: T::ID, source })?;
+    }
+    Ok(())
+}
+
+fn row_size(table: TableId) -> usize {
+    match table {
+        TableId::Warehouse => std::mem::size_of::<<t::Warehouses as Table>::Row>(),
+        TableId::District => std::mem::size_of::<<t::Districts as Table>::Row>(),
+        TableId::Customer => std::mem::size_of::<<t::Customers as Table>::Row>(),
+        TableId::History => std::mem::size_of::<<t::Histories as Table>::Row>(),
+        TableId::Orders => std::mem::size_of::<<t::Orders as Table>::Row>(),
+        TableId::NewOrder => std::mem::size_of::<<t::NewOrders as Table>::Row>(),
+        TableId::OrderLine => std::mem::size_of::<<t::OrderLines as Table>::Row>(),
+        TableId::Item => std::mem::size_of::<<t::Items as Table>::Row>(),
+        TableId::Stock => std::mem::size_of::<<t::Stocks as Table>::Row>(),
+    }
+}
+
+/// Inserts the rows of one snapshot chunk of `table` (fixed-width Pod rows, back to back).
+pub fn insert_table(db: &mut LeanDb, table: TableId, bytes: &[u8]) -> Result<(), InsertError> {
+    match table {
+        TableId::Warehouse => insert_rows::<t::Warehouses>(db, bytes),
+        TableId::District => insert_rows::<t::Districts>(db, bytes),
+        TableId::Customer => insert_rows::<t::Customers>(db, bytes),
+        TableId::History => insert_rows::<t::Histories>(db, bytes),
+        TableId::Orders => insert_rows::<t::Orders>(db, bytes),
+        TableId::NewOrder => insert_rows::<t::NewOrders>(db, bytes),
+        TableId::OrderLine => insert_rows::<t::OrderLines>(db, bytes),
+        TableId::Item => insert_rows::<t::Items>(db, bytes),
+        TableId::Stock => insert_rows::<t::Stocks>(db, bytes),
+    }
+}
+
+/// Streams a copy of `partition` from the node at the other end of `link` into `db`, leaving
+/// out the tables in `skip` (their chunks are still checked). With nothing skipped and `db`
+/// empty before, the digest recomputed here must equal the replica's.
+pub async fn snapshot_into(
+    link: &mut Link,
+    partition: PartitionId,
+    db: &mut LeanDb,
+    skip: &[TableId],
+) -> Result<SnapshotInfo, TransferError> {
+    snapshot_after(link, partition, 0, db, skip).await
+}
+
+/// What a full-stack primary's node sent for a rejoining backup: its log from its last
+/// checkpoint to the end of batch `seq` (whole records, each checksummed), and where its copy
+/// of the requester's log ended, if it is a promoted backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogBaseReceived {
+    pub seq: Seq,
+    pub fork_lsn: Option<u64>,
+    pub records: Vec<u8>,
+}
+
+/// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
+/// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
+/// batch and fork point throughout). The records' own checksums are checked when applied.
+pub async fn log_base(
+    link: &mut Link,
+    partition: PartitionId,
+    after_seq: Seq,
+) -> Result<LogBaseReceived, TransferError> {
+    let who = peer(link);
+    let request_id = u64::from(partition) + 3_000;
+    link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;
+    let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
+    let mut base: Option<LogBaseReceived> = None;
+    let mut next_index = 0u32;
+    loop {
+        let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
+            Message::LogBaseChunk(c) if c.request_id == request_id => Some(c),
+            _ => None,
+        })
+        .await?;
+        if let Some(reason) = piece.refused {
+            return Err(TransferError::Refused { peer: who.clone(), reason });
+        }
+        if piece.partition != partition || piece.index != next_index {
+            return Err(bad(format!(
+                "log base piece {} of partition {} arrived where piece {next_index} of partition {partition} was due",
+                piece.index, piece.partition
+            )));
+        }
+        let b = base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
+        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
+            return Err(bad(format!("log base piece {} changes the batch or the fork point", piece.index)));
+        }
+        if b.seq < after_seq {
+            return Err(bad(format!("the log base ends with batch {}, before batch {after_seq}", b.seq)));
+        }
+        b.records.extend_from_slice(&piece.records);
+        next_index += 1;
+        if piece.last {
+            return Ok(base.take().expect("set above"));
+        }
+    }
+}
+
+/// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
+/// rejoining node asks for).
+pub async fn snapshot_after(
+    link: &mut Link,
+    partition: PartitionId,
+    after_seq: Seq,
+    db: &mut LeanDb,
+    skip: &[TableId],
+) -> Result<SnapshotInfo, TransferError> {
+    let who = peer(link);
+    let request_id = u64::from(partition) + 2_000;
+    link.send(&Message::SnapshotRequest { request_id, partition, after_seq }).await?;
+    let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
+    let mut next_index = 0u32;
+    let mut info =
+        SnapshotInfo { partition, seq: 0, chunks: 0, rows: 0, bytes: 0, digest: StateDigest(0), table_rows: [0; 9] };
+    loop {
+        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
+            Message::SnapshotChunk(c) if c.request_id == request_id => Some(c),
+            _ => None,
+        })
+        .await?;
+        if let Some(SnapshotEnd::Refused { reason }) = &chunk.end {
+            return Err(TransferError::Refused { peer: who.clone(), reason: reason.clone() });
+        }
+        if chunk.partition != partition {
+            return Err(bad(format!("chunk {} is of partition {}", chunk.index, chunk.partition)));
+        }
+        if chunk.index != next_index {
+            return Err(bad(format!("chunk {} arrived where chunk {next_index} was due", chunk.index)));
+        }
+        if next_index == 0 {
+            info.seq = chunk.seq;
+        } else if chunk.seq != info.seq {
+            return Err(bad(format!("chunk {} shows batch {}, the stream batch {}", chunk.index, chunk.seq, info.seq)));
+        }
+        if SnapshotChunk::checksum_of(&chunk.rows_bytes) != chunk.checksum {
+            return Err(bad(format!("chunk {}: checksum mismatch", chunk.index)));
+        }
+        let table = *TableId::ALL
+            .get(usize::from(chunk.table))
+            .ok_or_else(|| bad(format!("chunk {}: unknown table {}", chunk.index, chunk.table)))?;
+        if chunk.rows_bytes.len() != chunk.rows as usize * row_size(table) {
+            return Err(bad(format!(
+                "chunk {}: {} bytes for {} rows of {} ({} bytes each)",
+                chunk.index,
+                chunk.rows_bytes.len(),
+                chunk.rows,
+                table.name(),
+                row_size(table)
+            )));
+        }
+        if !skip.contains(&table) {
+            insert_table(db, table, &chunk.rows_bytes).map_err(|e| bad(e.to_string()))?;
+        }
+        info.rows += u64::from(chunk.rows);
+        info.bytes += chunk.rows_bytes.len() as u64;
+        info.table_rows[table as usize] += u64::from(chunk.rows);
+        next_index += 1;
+        if let Some(SnapshotEnd::Complete { chunks, rows, digest }) = chunk.end {
+            if chunks != next_index || rows != info.rows {
+                return Err(bad(format!(
+                    "the end announces {chunks} chunks and {rows} rows; {next_index} chunks and {} rows arrived",
+                    info.rows
+                )));
+            }
+            info.chunks = chunks;
+            info.digest = digest;
+            return Ok(info);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,7 +465,7 @@ mod tests {
     #[test]
     fn chunks_fit_the_frame_and_count_every_row() {
         let mut db = LeanDb::new();
-        workload::loader::load_items(&mut db, 3).unwrap();
+        engine::loader::load_items(&mut db, 3).unwrap();
         let digest = StateDigest::from(engine::digest::digest(&mut db));
         let frame_bytes_max = 64 * 1024;
         let mut got = Vec::new();
@@ -254,7 +498,7 @@ mod tests {
     #[test]
     fn a_receiver_going_away_stops_the_stream() {
         let mut db = LeanDb::new();
-        workload::loader::load_items(&mut db, 3).unwrap();
+        engine::loader::load_items(&mut db, 3).unwrap();
         let mut sent = 0;
         let s = stream(&mut db, 1, 1, 0, StateDigest(0), 64 * 1024, &mut |_| {
             sent += 1;

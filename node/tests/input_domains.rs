@@ -7,12 +7,13 @@
 
 use std::path::{Path, PathBuf};
 
+use engine::input::{InputError, InputField};
+use engine::loader::{load_database_scaled, Scale};
 use engine::procedures::*;
 use engine::LeanDb;
 use node::replica::{Replica, ReplicaRole, Store};
 use wire::config::{ClusterConfig, Mode, WarehouseRange};
 use wire::messages::*;
-use workload::loader::{load_database_scaled, Scale};
 
 const LOAD_SEED: u64 = 99;
 /// A date in TPC-C's domain (2008-06-10).

@@ -30,27 +30,28 @@ use workload::client::driver::PaymentAck;
 use workload::client::NewOrderAck;
 
 use crate::cluster::Sim;
+use crate::error::SimError;
 
 /// Every request was answered, and exactly once.
-pub fn every_request_answered_once(sim: &Sim) -> Result<(), String> {
+pub fn every_request_answered_once(sim: &Sim) -> Result<(), SimError> {
     let requests = sim.inputs().len();
     if sim.answers().len() != requests {
         let unanswered: Vec<u64> =
             (0..requests as u64).filter(|id| !sim.answers().keys().any(|(_, r)| r == id)).take(5).collect();
-        return Err(format!("{} of {requests} requests answered; unanswered: {unanswered:?}…", sim.answers().len()));
+        return Err(SimError::Unanswered { answered: sim.answers().len(), requests, unanswered });
     }
     if let Some(((client, id), (result, n))) = sim.answers().iter().find(|(_, (_, n))| *n != 1) {
-        return Err(format!("client {client} request {id} was answered {n} times (last: {result:?})"));
+        return Err(SimError::AnsweredTwice { client: *client, id: *id, times: *n, last: result.clone() });
     }
     Ok(())
 }
 
 /// No divergence, stop, unavailability or load failure was reported, and the simulated
 /// processes saw no protocol violation.
-pub fn no_alarms(sim: &Sim) -> Result<(), String> {
+pub fn no_alarms(sim: &Sim) -> Result<(), SimError> {
     use coordinator::Event;
     if let Some(v) = sim.violations().first() {
-        return Err(format!("{} violations; first: {v}", sim.violations().len()));
+        return Err(SimError::Violations { count: sim.violations().len(), first: v.clone() });
     }
     let bad = sim.events().iter().find(|e| {
         matches!(
@@ -62,47 +63,47 @@ pub fn no_alarms(sim: &Sim) -> Result<(), String> {
         )
     });
     match bad {
-        Some(e) => Err(format!("alarm: {e}")),
+        Some(e) => Err(SimError::Alarm(e.clone())),
         None => Ok(()),
     }
 }
 
 /// Every replica of every partition is live and all are at the same batch with equal
 /// digests; returns (partition, batch, digest) for each.
-pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateDigest)>, String> {
+pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateDigest)>, SimError> {
     let partitions: Vec<(PartitionId, Vec<wire::messages::NodeId>)> =
         sim.config().partitions.iter().map(|p| (p.id, p.replicas.clone())).collect();
     let mut out = Vec::new();
     for (partition, replicas) in partitions {
         let outcome = sim.digests(partition)?;
         let DigestOutcome::Digests { seq, digests } = &outcome else {
-            return Err(format!("partition {partition}: no digests: {outcome:?}"));
+            return Err(SimError::NoDigests { partition, outcome: outcome.clone() });
         };
         let mut nodes: Vec<_> = digests.iter().map(|(n, _)| *n).collect();
         nodes.sort_unstable();
         let mut expected = replicas.clone();
         expected.sort_unstable();
         if nodes != expected {
-            return Err(format!(
-                "partition {partition}: digests from nodes {nodes:?}, expected every replica {expected:?}"
-            ));
+            return Err(SimError::MissingReplicas { partition, nodes, expected });
         }
         if !outcome.agreed() {
-            return Err(format!("partition {partition}: replicas differ after batch {seq}: {digests:?}"));
+            return Err(SimError::Diverged { partition, seq: *seq, digests: digests.clone() });
         }
         let digest = digests[0].1;
         for node in replicas {
-            let r =
-                sim.replica_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+            let r = sim.replica_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
             // The digest again, directly: nothing ran after the digest batch (a costly
             // check, so under `debug_assertions` only; the batch is checked always).
             let direct = if cfg!(debug_assertions) { r.state_digest() } else { digest };
             if r.applied_seq() != *seq || direct != digest {
-                return Err(format!(
-                    "partition {partition}: node {node} is at batch {} with digest {}, the coordinator reported batch {seq} with {digest}",
-                    r.applied_seq(),
-                    r.state_digest()
-                ));
+                return Err(SimError::ReplicaElsewhere {
+                    partition,
+                    node,
+                    at: r.applied_seq(),
+                    digest: r.state_digest(),
+                    seq: *seq,
+                    reported: digest,
+                });
             }
         }
         out.push((partition, *seq, digest));
@@ -137,17 +138,17 @@ pub fn acknowledgements(sim: &Sim) -> (Vec<NewOrderAck>, Vec<PaymentAck>) {
 /// Every acknowledged NewOrder's ORDER row and every acknowledged Payment's HISTORY row is
 /// in the final state of its home warehouse's partition (checked on each replica's first
 /// node; [`replicas_converged`] showed the others equal). Returns the number checked.
-pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, String> {
+pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, SimError> {
     let (orders, payments) = acknowledgements(sim);
     let partitions: Vec<(PartitionId, wire::config::WarehouseRange, wire::messages::NodeId)> =
         sim.config().partitions.iter().map(|p| (p.id, p.warehouses, p.replicas[0])).collect();
     let mut checked = 0u64;
     for (partition, warehouses, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
         for a in orders.iter().filter(|a| warehouses.contains(a.w)) {
             checked += 1;
             if db.get::<t::Orders, ()>(keys::order(a.w, a.d, a.o_id), |_| ()).ok().flatten().is_none() {
-                return Err(format!("acknowledged {a} is missing from partition {partition}"));
+                return Err(SimError::NewOrderMissing { ack: *a, partition });
             }
         }
         // HISTORY has no key (clause 1.3): count its rows by their columns, one per ack.
@@ -159,7 +160,7 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, String> {
             checked += 1;
             match rows.get_mut(a) {
                 Some(n) if *n > 0 => *n -= 1,
-                _ => return Err(format!("acknowledged payment {a:?} has no HISTORY row in partition {partition}")),
+                _ => return Err(SimError::PaymentMissing { ack: *a, partition }),
             }
         }
     }
@@ -167,19 +168,19 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, String> {
 }
 
 /// The TPC-C consistency conditions over every partition's final state (its first replica).
-pub fn consistency(sim: &mut Sim) -> Result<(), String> {
+pub fn consistency(sim: &mut Sim) -> Result<(), SimError> {
     let partitions: Vec<(PartitionId, wire::messages::NodeId)> =
         sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
     let mut checker = engine::check::Checker::new();
     for (partition, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
         checker.add(db);
     }
     let report = checker.finish();
     if report.all_passed() {
         Ok(())
     } else {
-        Err(format!("TPC-C consistency fails:\n{report}"))
+        Err(SimError::Inconsistent { report })
     }
 }
 
@@ -217,31 +218,28 @@ pub fn initial_stock_balance(config: &wire::config::ClusterConfig) -> StockBalan
 }
 
 /// Compares two stock balances; names the first row that differs.
-pub fn same_stock_balance(expected: &StockBalance, found: &StockBalance) -> Result<(), String> {
+pub fn same_stock_balance(expected: &StockBalance, found: &StockBalance) -> Result<(), SimError> {
     for (key, b) in found {
         let e = expected.get(key).copied().unwrap_or_default();
         if e != *b {
-            return Err(format!(
-                "STOCK (w {}, i {}) disagrees with the ORDER_LINE rows it supplied: [S_YTD, S_ORDER_CNT, S_REMOTE_CNT] minus the lines' sums is {b:?}, loaded {e:?} (a NewOrder half applied?)",
-                key.0, key.1
-            ));
+            return Err(SimError::StockDisagrees { w: key.0, i: key.1, found: *b, loaded: e });
         }
     }
     match expected.keys().find(|k| !found.contains_key(k)) {
-        Some(k) => Err(format!("STOCK (w {}, i {}) is missing", k.0, k.1)),
+        Some(k) => Err(SimError::StockMissing { w: k.0, i: k.1 }),
         None => Ok(()),
     }
 }
 
 /// Every partition's STOCK agrees with the ORDER_LINE rows of every partition (its first
 /// replica's state), as in the loaded population.
-pub fn stock_agrees_with_order_lines(sim: &mut Sim) -> Result<(), String> {
+pub fn stock_agrees_with_order_lines(sim: &mut Sim) -> Result<(), SimError> {
     let expected = initial_stock_balance(sim.config());
     let partitions: Vec<(PartitionId, wire::messages::NodeId)> =
         sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
     let mut found = StockBalance::new();
     for (partition, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(format!("partition {partition}: node {node} does not serve"))?;
+        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
         add_stock_balance(db, &mut found);
     }
     same_stock_balance(&expected, &found)

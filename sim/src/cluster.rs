@@ -31,13 +31,14 @@ use std::collections::BTreeMap;
 
 use coordinator::{ClientId, Coordinator, Event, Output};
 use engine::procedures::TxnInput;
+use engine::rng::Rng;
 use node::replica::Store;
 use node::Replica;
 use wire::config::{ClusterConfig, WarehouseRange};
 use wire::messages::{ClientResult, DigestOutcome, Message, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::rng::Rng;
 
+use crate::error::SimError;
 use crate::net::{Direction, Envelope, NetFaults, Network};
 use crate::population;
 
@@ -641,7 +642,7 @@ impl Sim {
             };
             let seq = src.applied_seq();
             // The source's digest closes the stream and the joiner checks its copy against
-            // it, as `workload::client::snapshot_after` does. Two full digests per rejoin
+            // it, as `node::snapshot::snapshot_after` does. Two full digests per rejoin
             // are the simulator's largest cost, so that check runs under
             // `debug_assertions` only; the final convergence check compares every replica's
             // digest in every build.
@@ -905,11 +906,11 @@ impl Sim {
 
     /// Delivers everything (no faults), letting batches close, until nothing moves: nothing
     /// deliverable in flight and nothing in flight at the coordinator.
-    pub fn drain(&mut self) -> Result<(), String> {
+    pub fn drain(&mut self) -> Result<(), SimError> {
         let faults = self.faults;
         self.faults.net = NetFaults::CALM;
         self.net.release_all();
-        let mut result = Err(format!("the cluster did not drain within {DRAIN_DELIVERIES_MAX} deliveries"));
+        let mut result = Err(SimError::NotDrained { deliveries: DRAIN_DELIVERIES_MAX });
         for _ in 0..DRAIN_DELIVERIES_MAX {
             if self.net.all(|e| !self.deliverable(e)) && self.coordinator.status().iter().all(|p| p.inflight_txns == 0)
             {
@@ -926,13 +927,13 @@ impl Sim {
     }
 
     /// Asks the coordinator for `partition`'s digests through the ordered path and drains.
-    pub fn digests(&mut self, partition: PartitionId) -> Result<DigestOutcome, String> {
+    pub fn digests(&mut self, partition: PartitionId) -> Result<DigestOutcome, SimError> {
         let request_id = self.next_digest_request;
         self.next_digest_request += 1;
         let out = self.coordinator.on_digest_request(DIGEST_CLIENT, request_id, partition, self.now_us);
         self.route(out);
         self.drain()?;
-        self.digest_replies.remove(&request_id).ok_or_else(|| format!("partition {partition}: no digest reply"))
+        self.digest_replies.remove(&request_id).ok_or(SimError::NoDigestReply { partition })
     }
 
     /// The lean database of `partition`'s replica on `node`, if it serves.
@@ -946,9 +947,9 @@ impl Sim {
 
 /// A copy of replica `r`'s partition as a rejoin takes it: streamed as snapshot chunks
 /// (`node::snapshot::stream`, closing with `digest`) and inserted into a fresh database.
-fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result<engine::LeanDb, String> {
+fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result<engine::LeanDb, SimError> {
     let (partition, seq) = (r.partition(), r.applied_seq());
-    let Store::Lean(db) = r.store_mut() else { return Err("simulated replicas are lean".into()) };
+    let Store::Lean(db) = r.store_mut() else { return Err(SimError::NotLean) };
     let mut chunks = Vec::new();
     node::snapshot::stream(db, 1, partition, seq, digest, 1 << 22, &mut |m| {
         chunks.push(m);
@@ -958,7 +959,7 @@ fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result
     for m in chunks {
         let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
         let table = engine::schema::TableId::ALL[usize::from(c.table)];
-        workload::client::insert_table(&mut copy, table, &c.rows_bytes).map_err(|e| e.to_string())?;
+        node::snapshot::insert_table(&mut copy, table, &c.rows_bytes)?;
     }
     Ok(copy)
 }

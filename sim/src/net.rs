@@ -17,8 +17,8 @@
 //! Guarantees: the order of everything is a function of the [`Rng`] passed in; nothing is
 //! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
 
+use engine::rng::Rng;
 use wire::messages::{Message, NodeId};
-use workload::rng::Rng;
 
 /// Which end of a node's link a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

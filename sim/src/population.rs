@@ -2,20 +2,20 @@
 //! population for simulation only, **not TPC-C compliant**) over one warehouse per
 //! partition.
 //!
-//! Guarantees: [`partition_db`] returns exactly the rows `workload::loader` loads for the
+//! Guarantees: [`partition_db`] returns exactly the rows `engine::loader` loads for the
 //! partition at [`SCALE`] (its state digest is checked equal on every copy under
 //! `debug_assertions`); each distinct (seed, warehouses) is loaded once per process and later
 //! calls copy the loaded rows, table by table, through the same row-bytes path a rejoining
-//! replica's snapshot takes (`workload::client::insert_table`).
+//! replica's snapshot takes (`node::snapshot::insert_table`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use engine::loader::{load_database_scaled, Scale};
 use engine::schema::{t, Table, TableId};
 use engine::{LeanDb, Storage};
 use wire::config::PartitionConfig;
 use wire::messages::StateDigest;
-use workload::loader::{load_database_scaled, Scale};
 
 /// The population every simulated replica loads.
 pub const SCALE: Scale = Scale::tiny();
@@ -57,7 +57,7 @@ pub fn partition_db(partition: &PartitionConfig, seed: u64) -> (LeanDb, StateDig
     };
     let mut db = LeanDb::new();
     for (table, bytes) in &loaded.tables {
-        workload::client::insert_table(&mut db, *table, bytes).expect("rows of the same schema");
+        node::snapshot::insert_table(&mut db, *table, bytes).expect("rows of the same schema");
     }
     debug_assert_eq!(StateDigest::from(engine::digest::digest(&mut db)), loaded.digest, "a faithful copy");
     (db, loaded.digest)

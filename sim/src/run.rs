@@ -11,12 +11,14 @@
 use std::fmt;
 
 use coordinator::Event;
+use engine::distributed::partitions_touched;
 use engine::procedures::TxnInput;
 use wire::config::ClusterConfig;
 use wire::messages::{ClientResult, NodeId, PartitionId, Seq, StateDigest};
 
 use crate::check;
 use crate::cluster::{self, Faults, Sim, SimStats};
+use crate::error::SimError;
 
 /// Heal rounds (100 steps and 5 ms each) before a run that has not converged fails.
 pub const HEAL_ROUNDS_MAX: usize = 400;
@@ -116,10 +118,10 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
     };
     sim.run(opts.steps);
     if let Err(e) = heal(&mut sim) {
-        return Err(fail(&sim, e));
+        return Err(fail(&sim, e.to_string()));
     }
     let checked = check_healed(&mut sim);
-    let Checked { digests, acks_checked } = checked.map_err(|e| fail(&sim, e))?;
+    let Checked { digests, acks_checked } = checked.map_err(|e| fail(&sim, e.to_string()))?;
     let count = |f: fn(&ClientResult) -> bool| sim.count(f) as u64;
     let span = spans(&sim);
     Ok(SeedReport {
@@ -152,13 +154,13 @@ pub struct Checked {
 /// answered once, no alarms, replicas converged, every acknowledgement present, TPC-C
 /// consistency over every partition together, stock agreeing with the order lines it
 /// supplied across partitions.
-pub fn check_healed(sim: &mut Sim) -> Result<Checked, String> {
+pub fn check_healed(sim: &mut Sim) -> Result<Checked, SimError> {
     sim.drain()?;
     check::every_request_answered_once(sim)?;
     check::no_alarms(sim)?;
     // The digest requests run batches too: an alarm they raise explains a missing reply.
     let digests = check::replicas_converged(sim).map_err(|e| match check::no_alarms(sim) {
-        Err(alarm) => format!("{alarm} ({e})"),
+        Err(alarm) => SimError::AlarmBefore { alarm: Box::new(alarm), after: Box::new(e) },
         Ok(()) => e,
     })?;
     let acks_checked = check::acknowledged_present(sim)?;
@@ -172,7 +174,7 @@ pub fn check_healed(sim: &mut Sim) -> Result<Checked, String> {
 /// become a replica of every partition within [`STUCK_ROUNDS_MAX`] rounds is killed and
 /// restarted, as an operator would — unless it is some partition's last solid replica.
 /// Succeeds once every node is a live replica of every partition.
-pub fn heal(sim: &mut Sim) -> Result<(), String> {
+pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
     sim.calm();
     // No new requests: the backlog drains, so a rejoin waits only for what was sent.
     sim.submitting = false;
@@ -201,26 +203,22 @@ pub fn heal(sim: &mut Sim) -> Result<(), String> {
         sim.run(100);
         sim.advance(5_000);
     }
-    Err(format!("the cluster did not heal in {HEAL_ROUNDS_MAX} rounds:{}", sim.describe_nodes()))
+    Err(SimError::NotHealed { rounds: HEAL_ROUNDS_MAX, nodes: sim.describe_nodes() })
 }
 
-/// The partitions holding the warehouses `input` touches (`engine::distributed::touched`),
-/// its home partition first, each once.
+/// The partitions holding the warehouses `input` touches
+/// (`engine::distributed::partitions_touched`), its home partition first, each once; none
+/// when a warehouse belongs to no partition of `config`.
 pub fn partitions_of(config: &ClusterConfig, input: &TxnInput) -> Vec<PartitionId> {
-    let mut out: Vec<PartitionId> = Vec::new();
-    for w in engine::distributed::touched(input) {
-        if let Some(p) = config.partition_of_warehouse(w) {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
+    match partitions_touched(input, |w| config.partition_of_warehouse(w)) {
+        Ok(p) => std::iter::once(p.home).chain(p.remotes).collect(),
+        Err(_) => Vec::new(),
     }
-    out
 }
 
 /// Whether `input` touches warehouses of more than one partition of `config`.
 pub fn is_multi_partition(config: &ClusterConfig, input: &TxnInput) -> bool {
-    partitions_of(config, input).len() > 1
+    partitions_touched(input, |w| config.partition_of_warehouse(w)).is_ok_and(|p| p.is_multi())
 }
 
 /// Requests and commits by how many partitions they span.

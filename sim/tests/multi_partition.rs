@@ -392,8 +392,8 @@ fn lose_remote_at(seed: u64, step: Step) -> Result<Option<ClientResult>, String>
     }
     sim.submitting = false;
     sim.run(AFTER_CRASH_STEPS);
-    sim.drain().map_err(fail)?;
-    check::every_request_answered_once(&sim).map_err(fail)?;
+    sim.drain().map_err(|e| fail(e.to_string()))?;
+    check::every_request_answered_once(&sim).map_err(|e| fail(e.to_string()))?;
     if let Some(v) = sim.violations().first() {
         return Err(fail(format!("violation: {v}")));
     }
@@ -407,7 +407,7 @@ fn lose_remote_at(seed: u64, step: Step) -> Result<Option<ClientResult>, String>
     }
     none_failed(&sim).map_err(fail)?;
     // The home partition's replicas converged.
-    let outcome = sim.digests(t.home).map_err(fail)?;
+    let outcome = sim.digests(t.home).map_err(|e| fail(e.to_string()))?;
     let wire::messages::DigestOutcome::Digests { digests, .. } = &outcome else {
         return Err(fail(format!("no digests: {outcome:?}")));
     };
@@ -490,7 +490,7 @@ fn lose_remote_at(seed: u64, step: Step) -> Result<Option<ClientResult>, String>
             expected.insert(*key, *b);
         }
     }
-    check::same_stock_balance(&expected, &balance).map_err(fail)?;
+    check::same_stock_balance(&expected, &balance).map_err(|e| fail(e.to_string()))?;
     let answer = answer_of(&sim, t.request).ok_or_else(|| fail("the transaction was not answered".into()))?;
     Ok(Some(answer))
 }

@@ -12,4 +12,4 @@ pub mod tls;
 
 pub use config::{check_ports_free, ClusterConfig, Mode};
 pub use error::{CodecError, ConfigError, Problem};
-pub use messages::{InputError, Message, NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};
+pub use messages::{Message, NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};

@@ -15,8 +15,8 @@ use engine::Storage;
 use serde::Serialize;
 
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use crate::loader::{self, LoadProgress};
 use crate::metrics::{rss_bytes, thread_cpu_seconds, KindSummary, Stats};
+use engine::loader::{self, LoadProgress};
 
 /// Why a bench could not run or finish.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,7 @@ pub enum BenchError {
     #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
-    Load(#[from] crate::error::LoadError),
+    Load(#[from] engine::LoadError),
     #[error(transparent)]
     Gen(#[from] crate::error::GenError),
     /// A transaction failed in a way that is not an abort: the database is not TPC-C's.

@@ -44,10 +44,11 @@ use engine::{LeanDb, Storage};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{GenError, LoadError};
+use crate::error::GenError;
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use crate::loader::{self, LoadProgress};
 use crate::metrics::thread_cpu_seconds;
+use engine::loader::{self, LoadProgress};
+use engine::LoadError;
 
 /// The measured transaction types, in the paper's figure order (Figure 5, Figure 6).
 pub const MEASURED: [TxnKind; 2] = [TxnKind::Payment, TxnKind::NewOrder];

@@ -5,9 +5,10 @@
 //! Guarantees:
 //! - every connection is mutually authenticated (the transport refuses a peer whose
 //!   certificate is not from the cluster's CA) and every request has a deadline;
-//! - a snapshot is accepted only whole: chunks numbered without gaps, every checksum and row
-//!   size right, the totals of its end matching what arrived, and — when every table was
-//!   kept — the state digest recomputed here equal to the one the replica sent;
+//! - a snapshot (received by `node::snapshot`, which owns the transfer) is accepted only whole:
+//!   chunks numbered without gaps, every checksum and row size right, the totals of its end
+//!   matching what arrived, and — when every table was kept — the state digest recomputed
+//!   here equal to the one the replica sent;
 //! - [`check`] proves, per partition, that every live replica's state digest is equal at one
 //!   point of the ordered stream (the coordinator's ordered digest), that a copy of one
 //!   replica rebuilt here has that state, that TPC-C's consistency conditions hold across all
@@ -21,20 +22,19 @@ pub mod driver;
 use std::time::Duration;
 
 use engine::check::{CheckReport, Checker};
-use engine::schema::{keys, t, Table, TableId};
+use engine::schema::{keys, t, TableId};
 use engine::{LeanDb, Storage};
-use tokio::time::timeout;
+use node::snapshot::{peer, recv_matching, snapshot_into, SnapshotInfo};
+use node::TransferError;
 use wire::config::{resolve, split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
 use wire::messages::{
-    DigestOutcome, Hello, Message, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, SnapshotChunk,
-    SnapshotEnd, StateDigest, PROTOCOL_VERSION,
+    DigestOutcome, Hello, Message, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, StateDigest,
+    PROTOCOL_VERSION,
 };
 
 /// How long a status or digest request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one snapshot chunk may take to arrive.
-pub const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Acknowledged NewOrders listed when some are missing.
 pub const MISSING_ACKS_SHOWN_MAX: usize = 10;
 /// How long [`check`] waits for a backup to apply the shipments up to the primary's digest.
@@ -75,6 +75,20 @@ pub enum ClientError {
     /// A transaction ended in a way that means the cluster is broken (not an abort).
     #[error("{count} transactions failed or were rejected; the first: {first}")]
     Transactions { count: u64, first: String },
+}
+
+/// A transfer's error as the client reports it: each [`TransferError`] is the [`ClientError`]
+/// of the same name.
+impl From<TransferError> for ClientError {
+    fn from(e: TransferError) -> ClientError {
+        match e {
+            TransferError::Endpoint(e) => ClientError::Endpoint(e),
+            TransferError::Timeout { peer, what, timeout } => ClientError::Timeout { peer, what, timeout },
+            TransferError::Closed { peer, what } => ClientError::Closed { peer, what },
+            TransferError::Refused { peer, reason } => ClientError::Refused { peer, reason },
+            TransferError::Snapshot { partition, peer, problem } => ClientError::Snapshot { partition, peer, problem },
+        }
+    }
 }
 
 /// Connects to a cluster's processes as a client.
@@ -136,38 +150,6 @@ impl ClusterClient {
     }
 }
 
-fn peer(link: &Link) -> String {
-    let h = link.peer_hello();
-    match h.role {
-        Role::Node => format!("node {}", h.id),
-        Role::Coordinator => "the coordinator".to_string(),
-        Role::Client => format!("client {}", h.id),
-    }
-}
-
-/// Receives until `pick` accepts a message (others are skipped), within `limit`.
-async fn recv_matching<T>(
-    link: &mut Link,
-    what: &'static str,
-    limit: Duration,
-    mut pick: impl FnMut(Message) -> Option<T>,
-) -> Result<T, ClientError> {
-    let who = peer(link);
-    let wait = async {
-        loop {
-            match link.recv().await? {
-                Some(m) => {
-                    if let Some(t) = pick(m) {
-                        return Ok(t);
-                    }
-                }
-                None => return Err(ClientError::Closed { peer: who.clone(), what }),
-            }
-        }
-    };
-    timeout(limit, wait).await.map_err(|_| ClientError::Timeout { peer: peer(link), what, timeout: limit })?
-}
-
 /// Asks the process at the other end of `link` for its status.
 pub async fn status(link: &mut Link) -> Result<ProcessStatus, ClientError> {
     let request_id = 1;
@@ -177,6 +159,7 @@ pub async fn status(link: &mut Link) -> Result<ProcessStatus, ClientError> {
         _ => None,
     })
     .await
+    .map_err(ClientError::from)
 }
 
 /// Asks the coordinator (through the ordered path: every live replica digests its state
@@ -206,195 +189,6 @@ pub async fn shutdown(link: Link, reason: &str) -> Result<(), ClientError> {
     sender.send(&Message::Shutdown { reason: reason.to_string() }).await?;
     sender.finish(Duration::from_secs(2)).await;
     Ok(())
-}
-
-/// What a snapshot transfer brought.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    pub partition: PartitionId,
-    /// The copy shows the replica after batch `seq`.
-    pub seq: Seq,
-    pub chunks: u32,
-    pub rows: u64,
-    pub bytes: u64,
-    /// The replica's state digest of what it sent.
-    pub digest: StateDigest,
-    /// Rows per table, in [`TableId::ALL`] order.
-    pub table_rows: [u64; 9],
-}
-
-/// Inserts `bytes` (whole rows of table `T`) into `db` as a bulk load.
-fn insert_rows<T: Table>(db: &mut LeanDb, bytes: &[u8]) -> Result<(), String> {
-    let size = std::mem::size_of::<T::Row>();
-    for row in bytes.chunks_exact(size) {
-        let row: T::Row = bytemuck::pod_read_unaligned(row);
-        db.insert::<T>(&row).map_err(|e| format!("table {}: {e}", T::ID.name()))?;
-    }
-    Ok(())
-}
-
-fn row_size(table: TableId) -> usize {
-    match table {
-        TableId::Warehouse => std::mem::size_of::<<t::Warehouses as Table>::Row>(),
-        TableId::District => std::mem::size_of::<<t::Districts as Table>::Row>(),
-        TableId::Customer => std::mem::size_of::<<t::Customers as Table>::Row>(),
-        TableId::History => std::mem::size_of::<<t::Histories as Table>::Row>(),
-        TableId::Orders => std::mem::size_of::<<t::Orders as Table>::Row>(),
-        TableId::NewOrder => std::mem::size_of::<<t::NewOrders as Table>::Row>(),
-        TableId::OrderLine => std::mem::size_of::<<t::OrderLines as Table>::Row>(),
-        TableId::Item => std::mem::size_of::<<t::Items as Table>::Row>(),
-        TableId::Stock => std::mem::size_of::<<t::Stocks as Table>::Row>(),
-    }
-}
-
-/// Inserts the rows of one snapshot chunk of `table` (fixed-width Pod rows, back to back).
-pub fn insert_table(db: &mut LeanDb, table: TableId, bytes: &[u8]) -> Result<(), String> {
-    match table {
-        TableId::Warehouse => insert_rows::<t::Warehouses>(db, bytes),
-        TableId::District => insert_rows::<t::Districts>(db, bytes),
-        TableId::Customer => insert_rows::<t::Customers>(db, bytes),
-        TableId::History => insert_rows::<t::Histories>(db, bytes),
-        TableId::Orders => insert_rows::<t::Orders>(db, bytes),
-        TableId::NewOrder => insert_rows::<t::NewOrders>(db, bytes),
-        TableId::OrderLine => insert_rows::<t::OrderLines>(db, bytes),
-        TableId::Item => insert_rows::<t::Items>(db, bytes),
-        TableId::Stock => insert_rows::<t::Stocks>(db, bytes),
-    }
-}
-
-/// Streams a copy of `partition` from the node at the other end of `link` into `db`, leaving
-/// out the tables in `skip` (their chunks are still checked). With nothing skipped and `db`
-/// empty before, the digest recomputed here must equal the replica's.
-pub async fn snapshot_into(
-    link: &mut Link,
-    partition: PartitionId,
-    db: &mut LeanDb,
-    skip: &[TableId],
-) -> Result<SnapshotInfo, ClientError> {
-    snapshot_after(link, partition, 0, db, skip).await
-}
-
-/// What a full-stack primary's node sent for a rejoining backup: its log from its last
-/// checkpoint to the end of batch `seq` (whole records, each checksummed), and where its copy
-/// of the requester's log ended, if it is a promoted backup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogBaseReceived {
-    pub seq: Seq,
-    pub fork_lsn: Option<u64>,
-    pub records: Vec<u8>,
-}
-
-/// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
-/// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
-/// batch and fork point throughout). The records' own checksums are checked when applied.
-pub async fn log_base(link: &mut Link, partition: PartitionId, after_seq: Seq) -> Result<LogBaseReceived, ClientError> {
-    let who = peer(link);
-    let request_id = u64::from(partition) + 3_000;
-    link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;
-    let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
-    let mut base: Option<LogBaseReceived> = None;
-    let mut next_index = 0u32;
-    loop {
-        let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::LogBaseChunk(c) if c.request_id == request_id => Some(c),
-            _ => None,
-        })
-        .await?;
-        if let Some(reason) = piece.refused {
-            return Err(ClientError::Refused { peer: who.clone(), reason });
-        }
-        if piece.partition != partition || piece.index != next_index {
-            return Err(bad(format!(
-                "log base piece {} of partition {} arrived where piece {next_index} of partition {partition} was due",
-                piece.index, piece.partition
-            )));
-        }
-        let b = base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
-        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
-            return Err(bad(format!("log base piece {} changes the batch or the fork point", piece.index)));
-        }
-        if b.seq < after_seq {
-            return Err(bad(format!("the log base ends with batch {}, before batch {after_seq}", b.seq)));
-        }
-        b.records.extend_from_slice(&piece.records);
-        next_index += 1;
-        if piece.last {
-            return Ok(base.take().expect("set above"));
-        }
-    }
-}
-
-/// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
-/// rejoining node asks for).
-pub async fn snapshot_after(
-    link: &mut Link,
-    partition: PartitionId,
-    after_seq: Seq,
-    db: &mut LeanDb,
-    skip: &[TableId],
-) -> Result<SnapshotInfo, ClientError> {
-    let who = peer(link);
-    let request_id = u64::from(partition) + 2_000;
-    link.send(&Message::SnapshotRequest { request_id, partition, after_seq }).await?;
-    let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
-    let mut next_index = 0u32;
-    let mut info =
-        SnapshotInfo { partition, seq: 0, chunks: 0, rows: 0, bytes: 0, digest: StateDigest(0), table_rows: [0; 9] };
-    loop {
-        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::SnapshotChunk(c) if c.request_id == request_id => Some(c),
-            _ => None,
-        })
-        .await?;
-        if let Some(SnapshotEnd::Refused { reason }) = &chunk.end {
-            return Err(ClientError::Refused { peer: who.clone(), reason: reason.clone() });
-        }
-        if chunk.partition != partition {
-            return Err(bad(format!("chunk {} is of partition {}", chunk.index, chunk.partition)));
-        }
-        if chunk.index != next_index {
-            return Err(bad(format!("chunk {} arrived where chunk {next_index} was due", chunk.index)));
-        }
-        if next_index == 0 {
-            info.seq = chunk.seq;
-        } else if chunk.seq != info.seq {
-            return Err(bad(format!("chunk {} shows batch {}, the stream batch {}", chunk.index, chunk.seq, info.seq)));
-        }
-        if SnapshotChunk::checksum_of(&chunk.rows_bytes) != chunk.checksum {
-            return Err(bad(format!("chunk {}: checksum mismatch", chunk.index)));
-        }
-        let table = *TableId::ALL
-            .get(usize::from(chunk.table))
-            .ok_or_else(|| bad(format!("chunk {}: unknown table {}", chunk.index, chunk.table)))?;
-        if chunk.rows_bytes.len() != chunk.rows as usize * row_size(table) {
-            return Err(bad(format!(
-                "chunk {}: {} bytes for {} rows of {} ({} bytes each)",
-                chunk.index,
-                chunk.rows_bytes.len(),
-                chunk.rows,
-                table.name(),
-                row_size(table)
-            )));
-        }
-        if !skip.contains(&table) {
-            insert_table(db, table, &chunk.rows_bytes).map_err(bad)?;
-        }
-        info.rows += u64::from(chunk.rows);
-        info.bytes += chunk.rows_bytes.len() as u64;
-        info.table_rows[table as usize] += u64::from(chunk.rows);
-        next_index += 1;
-        if let Some(SnapshotEnd::Complete { chunks, rows, digest }) = chunk.end {
-            if chunks != next_index || rows != info.rows {
-                return Err(bad(format!(
-                    "the end announces {chunks} chunks and {rows} rows; {next_index} chunks and {} rows arrived",
-                    info.rows
-                )));
-            }
-            info.chunks = chunks;
-            info.digest = digest;
-            return Ok(info);
-        }
-    }
 }
 
 /// An acknowledged (committed and answered) NewOrder: its ORDER row must exist.
@@ -646,7 +440,7 @@ pub async fn replica_reads(
         peer: format!("partition {partition}"),
         reason: format!("cannot draw read-only transactions: {e}"),
     })?;
-    let inputs: Vec<_> = (0..REPLICA_READS_PER_PARTITION).map(|_| gen.next(crate::loader::LOAD_TIMESTAMP)).collect();
+    let inputs: Vec<_> = (0..REPLICA_READS_PER_PARTITION).map(|_| gen.next(engine::loader::LOAD_TIMESTAMP)).collect();
     let mut answers: Vec<Vec<wire::messages::TxnOutcome>> = Vec::new();
     for &node in replicas {
         let mut link = client.connect_node(node).await?;

@@ -365,7 +365,7 @@ pub fn dump<S: Storage>(db: &mut S, dir: &Path) -> Result<DumpSummary, DumpError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loader::load_database;
+    use engine::loader::load_database;
     use engine::schema::{fixed, Address, Customer, Order, Warehouse};
     use engine::LeanDb;
 

@@ -1,24 +1,8 @@
-//! Errors of the workload crate's loader, generator configuration and dumps, as thiserror
-//! enums: every failure is a variant carrying what went wrong (the offending name, value or
-//! path), never a preformatted string.
+//! Errors of the workload crate's generator configuration and dumps, as thiserror enums: every
+//! failure is a variant carrying what went wrong (the offending name, value or path), never a
+//! preformatted string. A load's errors are `engine::error::LoadError`.
 
 use std::path::PathBuf;
-
-use engine::StorageError;
-
-/// Why a database load failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoadError {
-    /// The warehouse range holds no warehouse.
-    #[error("nothing to load: the warehouse range {start}..={end} is empty (at least one warehouse is needed)")]
-    NoWarehouses { start: u16, end: u16 },
-    /// Warehouse ids start at 1 (TPC-C clause 4.3.3.1: W_ID unique within [number_of_configured_warehouses]).
-    #[error("warehouse ids start at 1; the range {start}..={end} includes warehouse 0")]
-    WarehouseZero { start: u16, end: u16 },
-    /// The storage engine refused a row.
-    #[error("storage error while loading: {0}")]
-    Storage(#[from] StorageError),
-}
 
 /// A bad profile name, transaction mix or generator setting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

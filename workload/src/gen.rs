@@ -18,7 +18,7 @@
 //! stream is exactly what it was without the knob. Item ids, customer ids and last-name numbers are drawn over the configured
 //! [`Scale`] (the TPC-C population by default, where the inputs are exactly the clause's; a
 //! smaller scale is for simulation and tests only and is not TPC-C compliant). Every input
-//! lies within TPC-C's input domains as `wire::messages::check_input` enforces them (clauses
+//! lies within TPC-C's input domains as `engine::input::check_input` enforces them (clauses
 //! 2.4.1–2.8.1; tested over both profiles), given a date `ts` within
 //! `engine::procedures::DATE_MIN..=DATE_MAX` — the callers pass `loader::LOAD_TIMESTAMP` plus
 //! seconds.
@@ -33,8 +33,8 @@ use engine::procedures::{
 };
 
 use crate::error::GenError;
-use crate::loader::{Scale, ITEMS};
-use crate::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_ID, NURAND_A_C_LAST, NURAND_A_OL_I_ID};
+use engine::loader::{Scale, ITEMS};
+use engine::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_ID, NURAND_A_C_LAST, NURAND_A_OL_I_ID};
 
 /// The item id a rolled-back NewOrder carries as its last item: not a valid I_ID
 /// (clause 2.4.1.4, "an unused value"). At a smaller [`Scale`] it is `scale.items + 1`
@@ -783,7 +783,7 @@ mod tests {
             match customer {
                 CustomerSelector::ById(c) => assert!((1..=30).contains(&c)),
                 CustomerSelector::ByLastName(n) => {
-                    assert!((0..30).any(|k| crate::rng::last_name_field(k) == n));
+                    assert!((0..30).any(|k| engine::rng::last_name_field(k) == n));
                     names.insert(n);
                 }
             }
@@ -938,7 +938,7 @@ mod tests {
         let g = Generator::new(GenConfig::for_profile(Profile::Standard, 1..=1), 11, 22).unwrap();
         let load = NuRandConstants::for_load(22);
         assert_eq!(g.constants(), NuRandConstants::for_run(&load, 11));
-        assert!(crate::rng::c_last_delta_ok(g.constants().c_last, load.c_last));
+        assert!(engine::rng::c_last_delta_ok(g.constants().c_last, load.c_last));
     }
 
     /// Issue #14, item 6: every input either profile generates — home-only and partitioned,
@@ -961,13 +961,13 @@ mod tests {
         for cfg in configs {
             let mut g = Generator::new(cfg.clone(), 3, 4).unwrap();
             for n in 0..50_000 {
-                let input = g.next(crate::loader::LOAD_TIMESTAMP + n);
-                assert_eq!(wire::messages::check_input(&input), Ok(()), "{:?}: {input:?}", cfg.profile);
+                let input = g.next(engine::loader::LOAD_TIMESTAMP + n);
+                assert_eq!(engine::input::check_input(&input), Ok(()), "{:?}: {input:?}", cfg.profile);
             }
         }
         for ts in [engine::procedures::DATE_MIN, 1_000, engine::procedures::DATE_MAX] {
             let mut g = Generator::new(GenConfig::for_profile(Profile::Standard, 1..=2), 3, 4).unwrap();
-            assert!((0..1_000).all(|_| wire::messages::check_input(&g.next(ts)).is_ok()));
+            assert!((0..1_000).all(|_| engine::input::check_input(&g.next(ts)).is_ok()));
         }
     }
 
@@ -976,15 +976,15 @@ mod tests {
     #[test]
     fn the_checked_domains_are_the_loaded_population() {
         use engine::procedures::{c_last_number, CUSTOMERS_PER_DISTRICT, C_LAST_SYLLABLES};
-        assert_eq!(crate::loader::ITEMS, engine::procedures::ITEMS);
-        assert_eq!(crate::loader::CUSTOMERS_PER_DISTRICT, CUSTOMERS_PER_DISTRICT);
+        assert_eq!(engine::loader::ITEMS, engine::procedures::ITEMS);
+        assert_eq!(engine::loader::CUSTOMERS_PER_DISTRICT, CUSTOMERS_PER_DISTRICT);
         assert_eq!(
             Scale::TPCC,
             Scale { items: engine::procedures::ITEMS, customers_per_district: CUSTOMERS_PER_DISTRICT }
         );
-        assert_eq!(crate::rng::LAST_NAME_SYLLABLES, C_LAST_SYLLABLES);
+        assert_eq!(engine::rng::LAST_NAME_SYLLABLES, C_LAST_SYLLABLES);
         for n in 0..=999 {
-            assert_eq!(c_last_number(&crate::rng::last_name_field(n)), Some(n));
+            assert_eq!(c_last_number(&engine::rng::last_name_field(n)), Some(n));
         }
         assert_eq!(UNUSED_ITEM_ID, engine::procedures::ITEMS + 1);
     }

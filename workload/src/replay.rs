@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use crate::bench::{self, BenchConfig, BenchError, Observer, StopAfter};
 use crate::gen::Generator;
-use crate::loader;
 use crate::metrics::thread_cpu_seconds;
+use engine::loader;
 
 /// Transactions executed between two redo batches.
 const REPLAY_BATCH_TXNS: u64 = 256;

@@ -7,8 +7,8 @@
 //!   (worker 0 draws the single-thread bench's stream); timestamps come from one shared
 //!   logical clock, so every transaction has its own and none reads the wall clock;
 //! - closed loop: a worker submits its next transaction only when the previous one finished;
-//! - a transaction the concurrency control aborts ([`StorageError::Conflict`], e.g. a wait-die
-//!   victim) is re-executed with the same input and timestamp until it commits or the
+//! - a transaction the concurrency control aborts (`engine::TxnError::is_conflict`, e.g. a
+//!   wait-die victim) is re-executed with the same input and timestamp until it commits or the
 //!   procedure rolls it back; it counts once, its re-executions are counted as retries, and
 //!   its latency runs from the first attempt to the outcome;
 //! - `on_commit` sees every committed transaction (warm-up included) after its commit
@@ -23,13 +23,13 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use engine::procedures::{execute, TxnInput, TxnKind, TxnOutput};
-use engine::{Storage, StorageError, TxnError};
+use engine::Storage;
 
 use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::Generator;
-use crate::loader;
 use crate::metrics::{rss_bytes, Stats};
-use crate::rng::Rng;
+use engine::loader;
+use engine::rng::Rng;
 
 /// Most worker threads a run may have.
 pub const WORKERS_MAX: usize = 256;
@@ -93,12 +93,6 @@ struct Outcome {
     neworders: u64,
 }
 
-/// Whether a transaction failed because concurrency control aborted it (a wait-die victim):
-/// re-execute it with the same input and timestamp.
-pub fn is_conflict(e: &TxnError) -> bool {
-    matches!(e, TxnError::Storage(StorageError::Conflict(_)))
-}
-
 /// One worker's closed loop.
 fn worker<S: Storage>(
     db: &mut S,
@@ -126,7 +120,7 @@ fn worker<S: Storage>(
         let mut retries = 0u32;
         let r = loop {
             match execute(db, ts, &input) {
-                Err(e) if is_conflict(&e) && retries < RETRIES_PER_TXN_MAX => retries += 1,
+                Err(e) if e.is_conflict() && retries < RETRIES_PER_TXN_MAX => retries += 1,
                 r => break r,
             }
         };
@@ -136,7 +130,7 @@ fn worker<S: Storage>(
                 on_commit(&input, output)?;
                 out.neworders += (kind == TxnKind::NewOrder) as u64;
             }
-            Err(e) if e.is_abort() && !is_conflict(e) => {} // a TPC-C rollback
+            Err(e) if e.is_abort() && !e.is_conflict() => {} // a TPC-C rollback
             Err(e) => return Err(BenchError::Txn(e.clone())),
         }
         if measured {
@@ -238,15 +232,7 @@ pub fn run<S: Storage + Send>(
 
         if !warmup.is_zero() {
             obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
-            let t0 = Instant::now();
-            loop {
-                std::thread::sleep(POLL_INTERVAL.min(warmup.saturating_sub(t0.elapsed())));
-                let e = t0.elapsed();
-                obs.progress(e.as_secs_f64(), total_done(&slots));
-                if e >= warmup || over() {
-                    break;
-                }
-            }
+            warm_up(obs, warmup, &slots, &over);
         }
 
         obs.phase("run", cfg.stop);
@@ -257,40 +243,13 @@ pub fn run<S: Storage + Send>(
             // Unless a failed worker already stopped the run.
             let _ = shared.phase.compare_exchange(PHASE_WARMUP, PHASE_MEASURE, Ordering::AcqRel, Ordering::Acquire);
         }
-        let mut next_tick = Duration::from_secs(1);
-        loop {
-            let now = start.elapsed();
-            let wake = next_tick.min(limit_time);
-            if wake > now {
-                std::thread::sleep((wake - now).min(POLL_INTERVAL));
-            }
-            let e = start.elapsed();
-            if e >= limit_time || over() {
-                shared.phase.store(PHASE_STOP, Ordering::Release);
-                break;
-            }
-            if e >= next_tick {
-                let line = interval_line(&take_interval(&slots), e, e - last_tick);
-                obs.interval(&line);
-                timeline.push(line);
-                last_tick = e;
-                while next_tick <= e {
-                    next_tick += Duration::from_secs(1);
-                }
-            }
-            obs.progress(e.as_secs_f64(), total_done(&slots) - done_before);
-        }
+        let clock = MeasureClock { start, limit_time, done_before };
+        last_tick = measure(obs, &clock, &slots, &shared, &over, &mut timeline);
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     let elapsed = start.elapsed();
 
-    let mut all = Outcome::default();
-    for o in outcomes {
-        let o = o?;
-        all.stats.merge(&o.stats);
-        all.retries += o.retries;
-        all.neworders += o.neworders;
-    }
+    let all = merge_outcomes(outcomes)?;
     let line = interval_line(&take_interval(&slots), elapsed, elapsed - last_tick);
     obs.interval(&line);
     obs.progress(elapsed.as_secs_f64(), all.stats.committed() + all.stats.aborted());
@@ -316,4 +275,75 @@ pub fn run<S: Storage + Send>(
     report.workers = Some(workers);
     report.retries = Some(all.retries);
     Ok(report)
+}
+
+/// The warm-up: reports progress until `warmup` has passed or the run is `over`.
+fn warm_up(obs: &mut dyn Observer, warmup: Duration, slots: &[Slot], over: &dyn Fn() -> bool) {
+    let t0 = Instant::now();
+    loop {
+        std::thread::sleep(POLL_INTERVAL.min(warmup.saturating_sub(t0.elapsed())));
+        let e = t0.elapsed();
+        obs.progress(e.as_secs_f64(), total_done(slots));
+        if e >= warmup || over() {
+            break;
+        }
+    }
+}
+
+/// When the measured phase started, when it ends, and what was done before it.
+#[derive(Clone, Copy)]
+struct MeasureClock {
+    start: Instant,
+    limit_time: Duration,
+    done_before: u64,
+}
+
+/// The measured phase: a line a second into `timeline` until the time limit passes or the
+/// run is `over`, then tells the workers to stop. Returns when the last line was taken.
+fn measure(
+    obs: &mut dyn Observer,
+    clock: &MeasureClock,
+    slots: &[Slot],
+    shared: &Shared,
+    over: &dyn Fn() -> bool,
+    timeline: &mut Vec<IntervalLine>,
+) -> Duration {
+    let MeasureClock { start, limit_time, done_before } = *clock;
+    let mut last_tick = Duration::ZERO;
+    let mut next_tick = Duration::from_secs(1);
+    loop {
+        let now = start.elapsed();
+        let wake = next_tick.min(limit_time);
+        if wake > now {
+            std::thread::sleep((wake - now).min(POLL_INTERVAL));
+        }
+        let e = start.elapsed();
+        if e >= limit_time || over() {
+            shared.phase.store(PHASE_STOP, Ordering::Release);
+            break;
+        }
+        if e >= next_tick {
+            let line = interval_line(&take_interval(slots), e, e - last_tick);
+            obs.interval(&line);
+            timeline.push(line);
+            last_tick = e;
+            while next_tick <= e {
+                next_tick += Duration::from_secs(1);
+            }
+        }
+        obs.progress(e.as_secs_f64(), total_done(slots) - done_before);
+    }
+    last_tick
+}
+
+/// The workers' outcomes together, or the first worker's error.
+fn merge_outcomes(outcomes: Vec<Result<Outcome, BenchError>>) -> Result<Outcome, BenchError> {
+    let mut all = Outcome::default();
+    for o in outcomes {
+        let o = o?;
+        all.stats.merge(&o.stats);
+        all.retries += o.retries;
+        all.neworders += o.neworders;
+    }
+    Ok(all)
 }

@@ -9,11 +9,11 @@
 
 use engine::digest::table_digests;
 use engine::distributed::{execute_piece, touched, Piece};
+use engine::loader::load_database;
 use engine::procedures::{execute, TxnInput};
 use engine::schema::TableId;
 use engine::{LeanDb, TxnError};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::loader::load_database;
 
 const SEED: u64 = 2024;
 

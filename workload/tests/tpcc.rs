@@ -1,5 +1,5 @@
 //! TPC-C semantics tests: the five procedures of `engine::procedures` run against the
-//! population of `workload::loader`, each test citing the clause of TPC-C 5.11 it checks, and
+//! population of `engine::loader`, each test citing the clause of TPC-C 5.11 it checks, and
 //! the consistency conditions of clause 3.3.2 (`engine::check`) kept by random transaction
 //! sequences from `workload::gen`.
 //!
@@ -11,6 +11,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use engine::check::check;
 use engine::digest::digest;
+use engine::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
 use engine::procedures::{
     execute, CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, OrderStatusInput, PaymentInput,
     StockLevelInput, TxnInput, TxnOutput, DISTRICTS_PER_WAREHOUSE, ORDER_LINES_MAX,
@@ -19,7 +20,6 @@ use engine::schema::{keys, t, text, Customer, Order, OrderLine, Table};
 use engine::{LeanDb, ScanDir, Storage, TxnError};
 use proptest::prelude::*;
 use workload::gen::{GenConfig, Generator, Mix, Profile, UNUSED_ITEM_ID};
-use workload::loader::{load_items, load_warehouse, LOAD_TIMESTAMP};
 
 /// The load seed of every test database.
 const SEED: u64 = 0x5167_2008;

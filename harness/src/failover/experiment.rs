@@ -449,7 +449,7 @@ impl Cycles {
     /// The kill loop's thread: runs the cycles on `nodes` (`pids`: each one's process).
     fn run(self, mut k: Killer, nodes: Vec<NodeId>, mut pids: std::collections::BTreeMap<NodeId, u32>) -> LoopEvents {
         let mut ev = LoopEvents::default();
-        let mut rng = workload::rng::Rng::stream(self.seed, 0x6b69_6c6c);
+        let mut rng = engine::rng::Rng::stream(self.seed, 0x6b69_6c6c);
         let mut next = self.first;
         let restart_after = self.restart_after;
         for _ in 0..self.cycles {

@@ -43,8 +43,8 @@ use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, Partitio
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::{GenConfig, Generator, Mix, Profile};
-use crate::loader::LOAD_TIMESTAMP;
 use crate::metrics::{cpu_seconds, Stats};
+use engine::loader::LOAD_TIMESTAMP;
 
 /// Connections a bench may open.
 pub const CLIENTS_MAX: usize = 1_024;
@@ -299,11 +299,11 @@ impl PartitionMap {
         PartitionMap((0..=w).map(|w| config.partition_of_warehouse(w)).collect())
     }
 
-    /// Whether `input` touches warehouses of more than one partition.
+    /// Whether `input` touches warehouses of more than one partition
+    /// (`engine::distributed::partitions_touched`; false when a warehouse is in none).
     fn is_multi(&self, input: &TxnInput) -> bool {
-        let touched = engine::distributed::touched(input);
-        let home = self.0.get(usize::from(touched[0])).copied().flatten();
-        touched[1..].iter().any(|&w| self.0.get(usize::from(w)).copied().flatten() != home)
+        engine::distributed::partitions_touched(input, |w| self.0.get(usize::from(w)).copied().flatten())
+            .is_ok_and(|p| p.is_multi())
     }
 }
 
@@ -332,16 +332,127 @@ pub fn run_with(
     shares.validate()?;
     let config = client.config().clone();
     let warehouses = config.warehouses_total();
-    let partitions = Arc::new(PartitionMap::of(&config));
     let phase = Arc::new(AtomicU8::new(PHASE_WARMUP));
-    let mut shared = Vec::with_capacity(cfg.clients);
-    let mut tasks = Vec::with_capacity(cfg.clients);
     // Connect every terminal first, so the run starts with all of them.
     let mut links = Vec::with_capacity(cfg.clients);
     for i in 0..cfg.clients {
         let c = client.with_id(i as u16);
         links.push(rt.block_on(c.connect_coordinator())?);
     }
+    let Terminals { shared, tasks, partition_of, mix, gen_shares, origin } =
+        spawn_terminals(client, rt, cfg, shares, links, &phase)?;
+
+    // Warm-up.
+    let start = Instant::now();
+    if cfg.warmup_s > 0.0 {
+        obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
+        warm_up(obs, cfg.warmup_s, start, &shared, &tasks);
+    }
+
+    // Measured phase.
+    obs.phase("run", cfg.stop);
+    for s in &shared {
+        std::mem::take(&mut *s.interval.lock().unwrap_or_else(|e| e.into_inner()));
+        s.busy.store(0, Ordering::Relaxed);
+    }
+    let cpu_start = cpu_seconds();
+    let measure_start = Instant::now();
+    phase.store(PHASE_MEASURE, Ordering::SeqCst);
+    let (total, timeline, elapsed) = measure(obs, cfg.stop, measure_start, &shared, &tasks);
+    phase.store(PHASE_DRAIN, Ordering::SeqCst);
+    let client_cpu = cpu_seconds() - cpu_start;
+    obs.finished();
+    let busy: u64 = shared.iter().map(|s| s.busy.load(Ordering::Relaxed)).sum();
+
+    // Let outstanding requests finish (their acknowledgements count), then collect.
+    let drained = rt.block_on(async {
+        tokio::time::timeout(DRAIN_TIMEOUT, async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        })
+        .await
+    });
+    if drained.is_err() {
+        debug!("some connections still had requests outstanding after the drain timeout");
+    }
+    let failures: u64 = shared.iter().map(|s| s.failures.load(Ordering::Relaxed)).sum();
+    if failures > 0 {
+        let first = shared
+            .iter()
+            .flat_map(|s| s.first_failures.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .next()
+            .unwrap_or_default();
+        return Err(ClientError::Transactions { count: failures, first });
+    }
+    let Collected { acks, payments, fine, gaps } = collect(&shared, &partition_of, config.partitions.len());
+    let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
+    let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
+    let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
+    let (committed_single, committed_multi) = (sum(|s| &s.committed_single), sum(|s| &s.committed_multi));
+    let (remote_item_pct, remote_payment_pct, multi_partition_pct) = gen_shares.unwrap_or_default();
+
+    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
+    let mut report = BenchReport::assemble(Measured {
+        mode: config.mode.name().to_string(),
+        profile: cfg.profile.name(),
+        mix: mix.unwrap_or_default(),
+        warehouses,
+        seed: cfg.seed,
+        load_seconds: 0.0,
+        warmup_seconds: cfg.warmup_s,
+        seconds: elapsed.as_secs_f64(),
+        cpu_seconds: None,
+        stats: &total,
+        memory: None,
+        timeline,
+    });
+    report.engine = Some("lean".into());
+    report.cluster = Some(ClusterInfo {
+        replicas,
+        nodes: config.nodes.len(),
+        partitions: config.partitions.len(),
+        clients: cfg.clients,
+        inflight: cfg.inflight,
+        rate: cfg.rate,
+        busy,
+        batches: None,
+        client_cpu_seconds: client_cpu,
+        remote_item_pct,
+        remote_payment_pct,
+        multi_partition_pct,
+        committed_single_partition: committed_single,
+        committed_multi_partition: committed_multi,
+    });
+    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
+}
+
+/// The terminals [`run_with`] started, and what their generators chose.
+struct Terminals {
+    shared: Vec<Arc<Shared>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Each terminal's partition (its index in the configuration).
+    partition_of: Vec<usize>,
+    mix: Option<[u32; 5]>,
+    gen_shares: Option<(u32, u32, u32)>,
+    origin: Instant,
+}
+
+/// Starts one terminal per link on `rt`, each bound to its home warehouse (terminal `i`'s is
+/// warehouse `i mod warehouses + 1`) with its own generator.
+fn spawn_terminals(
+    client: &ClusterClient,
+    rt: &Handle,
+    cfg: &DriverConfig,
+    shares: &RemoteShares,
+    links: Vec<wire::endpoint::Link>,
+    phase: &Arc<AtomicU8>,
+) -> Result<Terminals, ClientError> {
+    let config = client.config().clone();
+    let warehouses = config.warehouses_total();
+    let partitions = Arc::new(PartitionMap::of(&config));
+    let mut shared = Vec::with_capacity(cfg.clients);
+    let mut tasks = Vec::with_capacity(cfg.clients);
     let mut mix = None;
     let mut gen_shares = None;
     let origin = Instant::now();
@@ -386,36 +497,46 @@ pub fn run_with(
         };
         tasks.push(rt.spawn(terminal.run(link)));
     }
+    Ok(Terminals { shared, tasks, partition_of, mix, gen_shares, origin })
+}
 
-    // Warm-up.
-    let start = Instant::now();
+/// The warm-up: reports progress until `warmup_s` seconds from `start` have passed or every
+/// terminal ended.
+fn warm_up(
+    obs: &mut dyn Observer,
+    warmup_s: f64,
+    start: Instant,
+    shared: &[Arc<Shared>],
+    tasks: &[tokio::task::JoinHandle<()>],
+) {
     let replies = |shared: &[Arc<Shared>]| shared.iter().map(|s| s.replies.load(Ordering::Relaxed)).sum::<u64>();
-    if cfg.warmup_s > 0.0 {
-        obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
-        let warmup = Duration::from_secs_f64(cfg.warmup_s);
+    {
+        let warmup = Duration::from_secs_f64(warmup_s);
         while start.elapsed() < warmup {
             std::thread::sleep(Duration::from_millis(100).min(warmup.saturating_sub(start.elapsed())));
-            obs.progress(start.elapsed().as_secs_f64(), replies(&shared));
+            obs.progress(start.elapsed().as_secs_f64(), replies(shared));
             if tasks.iter().all(|t| t.is_finished()) {
                 break;
             }
         }
     }
+}
 
-    // Measured phase.
-    obs.phase("run", cfg.stop);
-    for s in &shared {
-        std::mem::take(&mut *s.interval.lock().unwrap_or_else(|e| e.into_inner()));
-        s.busy.store(0, Ordering::Relaxed);
-    }
-    let cpu_start = cpu_seconds();
-    let measure_start = Instant::now();
-    phase.store(PHASE_MEASURE, Ordering::SeqCst);
+/// The measured phase from `measure_start` until `stop` or every terminal ended: a line a
+/// second (a line per poll under a transaction limit). Returns the stats, the lines and the
+/// phase's length.
+fn measure(
+    obs: &mut dyn Observer,
+    stop: StopAfter,
+    measure_start: Instant,
+    shared: &[Arc<Shared>],
+    tasks: &[tokio::task::JoinHandle<()>],
+) -> (Stats, Vec<IntervalLine>, Duration) {
     let mut total = Stats::default();
     let mut timeline = Vec::new();
     let mut last_tick = Duration::ZERO;
     let mut next_tick = Duration::from_secs(1);
-    let (limit_time, limit_txns) = match cfg.stop {
+    let (limit_time, limit_txns) = match stop {
         StopAfter::Seconds(s) => (Duration::from_secs_f64(s), u64::MAX),
         StopAfter::Transactions(n) => (Duration::MAX, n),
     };
@@ -425,7 +546,7 @@ pub fn run_with(
         let dead = tasks.iter().all(|t| t.is_finished());
         let mut interval = Stats::default();
         if e >= next_tick || e >= limit_time || dead || limit_txns != u64::MAX {
-            for s in &shared {
+            for s in shared {
                 interval.merge(&std::mem::take(&mut *s.interval.lock().unwrap_or_else(|e| e.into_inner())));
             }
             total.merge(&interval);
@@ -455,86 +576,36 @@ pub fn run_with(
             break e;
         }
     };
-    phase.store(PHASE_DRAIN, Ordering::SeqCst);
-    let client_cpu = cpu_seconds() - cpu_start;
-    obs.finished();
-    let busy: u64 = shared.iter().map(|s| s.busy.load(Ordering::Relaxed)).sum();
+    (total, timeline, elapsed)
+}
 
-    // Let outstanding requests finish (their acknowledgements count), then collect.
-    let drained = rt.block_on(async {
-        tokio::time::timeout(DRAIN_TIMEOUT, async {
-            for t in tasks {
-                let _ = t.await;
-            }
-        })
-        .await
-    });
-    if drained.is_err() {
-        debug!("some connections still had requests outstanding after the drain timeout");
-    }
-    let failures: u64 = shared.iter().map(|s| s.failures.load(Ordering::Relaxed)).sum();
-    if failures > 0 {
-        let first = shared
-            .iter()
-            .flat_map(|s| s.first_failures.lock().unwrap_or_else(|e| e.into_inner()).clone())
-            .next()
-            .unwrap_or_default();
-        return Err(ClientError::Transactions { count: failures, first });
-    }
+/// What the terminals gathered, per partition where it matters.
+struct Collected {
+    acks: Vec<NewOrderAck>,
+    payments: Vec<PaymentAck>,
+    fine: Vec<Vec<u64>>,
+    gaps: Vec<Vec<(Duration, Duration)>>,
+}
+
+/// Gathers the terminals' acknowledgements, fine buckets and gaps (`partition_of`: each
+/// terminal's partition, of `partitions`).
+fn collect(shared: &[Arc<Shared>], partition_of: &[usize], partitions: usize) -> Collected {
     let mut acks = Vec::new();
     let mut payments = Vec::new();
     let mut fine: Vec<Vec<u64>> = Vec::new();
-    let mut gaps = vec![Vec::new(); config.partitions.len()];
-    for (s, &p) in shared.iter().zip(&partition_of) {
+    let mut gaps = vec![Vec::new(); partitions];
+    for (s, &p) in shared.iter().zip(partition_of) {
         gaps[p].extend(s.gaps.lock().unwrap_or_else(|e| e.into_inner()).iter().copied());
         acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
         payments.append(&mut s.payments.lock().unwrap_or_else(|e| e.into_inner()));
         for (i, n) in s.buckets.lock().unwrap_or_else(|e| e.into_inner()).iter().enumerate() {
             if fine.len() <= i {
-                fine.resize(i + 1, vec![0; config.partitions.len()]);
+                fine.resize(i + 1, vec![0; partitions]);
             }
             fine[i][p] += n;
         }
     }
-    let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
-    let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
-    let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
-    let (committed_single, committed_multi) = (sum(|s| &s.committed_single), sum(|s| &s.committed_multi));
-    let (remote_item_pct, remote_payment_pct, multi_partition_pct) = gen_shares.unwrap_or_default();
-
-    let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
-    let mut report = BenchReport::assemble(Measured {
-        mode: config.mode.name().to_string(),
-        profile: cfg.profile.name(),
-        mix: mix.unwrap_or_default(),
-        warehouses,
-        seed: cfg.seed,
-        load_seconds: 0.0,
-        warmup_seconds: cfg.warmup_s,
-        seconds: elapsed.as_secs_f64(),
-        cpu_seconds: None,
-        stats: &total,
-        memory: None,
-        timeline,
-    });
-    report.engine = Some("lean".into());
-    report.cluster = Some(ClusterInfo {
-        replicas,
-        nodes: config.nodes.len(),
-        partitions: config.partitions.len(),
-        clients: cfg.clients,
-        inflight: cfg.inflight,
-        rate: cfg.rate,
-        busy,
-        batches: None,
-        client_cpu_seconds: client_cpu,
-        remote_item_pct,
-        remote_payment_pct,
-        multi_partition_pct,
-        committed_single_partition: committed_single,
-        committed_multi_partition: committed_multi,
-    });
-    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
+    Collected { acks, payments, fine, gaps }
 }
 
 /// One connection: a terminal bound to its home warehouse.

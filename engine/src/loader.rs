@@ -1,4 +1,4 @@
-//! The TPC-C initial population (clause 4.3.3.1, summarised in TPCC.md), written through the
+//! The TPC-C initial population (clause 4.3.3.1, summarised in docs/design.md), written through the
 //! [`Storage`] trait as a bulk load (outside any transaction).
 //!
 //! Guarantees:
@@ -17,12 +17,11 @@
 
 use std::ops::RangeInclusive;
 
-use engine::procedures::DISTRICTS_PER_WAREHOUSE;
-use engine::schema::{t, Address, Customer, District, History, Item, NewOrder, Order, OrderLine, Stock, Warehouse};
-use engine::{Storage, StorageError};
-
 use crate::error::LoadError;
+use crate::procedures::DISTRICTS_PER_WAREHOUSE;
 use crate::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_LAST};
+use crate::schema::{t, Address, Customer, District, History, Item, NewOrder, Order, OrderLine, Stock, Warehouse};
+use crate::{Storage, StorageError};
 
 /// The "current date" of the load (C_SINCE, O_ENTRY_D, H_DATE and OL_DELIVERY_D of delivered
 /// lines): 2008-06-10 00:00:00 UTC, the opening of SIGMOD 2008, in seconds since the Unix
@@ -30,11 +29,11 @@ use crate::rng::{last_name, NuRandConstants, Rng, NURAND_A_C_LAST};
 pub const LOAD_TIMESTAMP: i64 = 1_213_056_000;
 
 /// ITEM rows (clause 4.3.3.1; shared by all warehouses).
-pub const ITEMS: u32 = 100_000;
+pub const ITEMS: u32 = crate::procedures::ITEMS;
 /// STOCK rows per warehouse (one per item).
 pub const STOCK_PER_WAREHOUSE: u32 = ITEMS;
 /// CUSTOMER rows (and ORDER rows) per district.
-pub const CUSTOMERS_PER_DISTRICT: u32 = 3_000;
+pub const CUSTOMERS_PER_DISTRICT: u32 = crate::procedures::CUSTOMERS_PER_DISTRICT;
 /// ORDERs per district.
 pub const ORDERS_PER_DISTRICT: u32 = 3_000;
 /// The first undelivered order of each district at load (orders 2101..=3000 have a NEW_ORDER).
@@ -319,15 +318,12 @@ fn load_district<S: Storage>(
     scale: Scale,
 ) -> Result<u64, StorageError> {
     let mut rows = 0u64;
-    let (customers_per_district, orders_per_district) = (scale.customers_per_district, scale.orders_per_district());
-    let first_new_order_id = scale.first_new_order_id();
-
     // DISTRICT: D_NAME a-string [6..10], address, D_TAX 0.0000–0.2000, D_YTD 30,000.00,
     // D_NEXT_O_ID 3001.
     let mut d = District {
         d_ytd: scale.d_ytd_load_cents(),
         d_tax: 0,
-        d_next_o_id: orders_per_district + 1,
+        d_next_o_id: scale.orders_per_district() + 1,
         d_w_id: w_id,
         d_id,
         d_name: [0; 10],
@@ -339,8 +335,23 @@ fn load_district<S: Storage>(
     db.insert::<t::Districts>(&d)?;
     rows += 1;
 
+    rows += load_customers(db, rng, w_id, d_id, c_last_load, scale)?;
+    rows += load_orders(db, rng, w_id, d_id, scale)?;
+    Ok(rows)
+}
+
+/// A district's CUSTOMER rows and one HISTORY row per customer; returns the rows inserted.
+fn load_customers<S: Storage>(
+    db: &mut S,
+    rng: &mut Rng,
+    w_id: u16,
+    d_id: u8,
+    c_last_load: u32,
+    scale: Scale,
+) -> Result<u64, StorageError> {
+    let mut rows = 0u64;
     // CUSTOMER and one HISTORY row per customer.
-    for c_id in 1..=customers_per_district {
+    for c_id in 1..=scale.customers_per_district {
         let mut c = Customer {
             c_since: LOAD_TIMESTAMP,
             c_credit_lim: C_CREDIT_LIM_CENTS,
@@ -390,9 +401,17 @@ fn load_district<S: Storage>(
         rows += 2;
     }
 
+    Ok(rows)
+}
+
+/// A district's ORDER rows with their ORDER_LINE rows, and NEW_ORDER rows for the
+/// undelivered ones; returns the rows inserted.
+fn load_orders<S: Storage>(db: &mut S, rng: &mut Rng, w_id: u16, d_id: u8, scale: Scale) -> Result<u64, StorageError> {
+    let mut rows = 0u64;
+    let first_new_order_id = scale.first_new_order_id();
     // ORDER, NEW_ORDER and ORDER_LINE.
-    let customers = rng.permutation(customers_per_district);
-    for o_id in 1..=orders_per_district {
+    let customers = rng.permutation(scale.customers_per_district);
+    for o_id in 1..=scale.orders_per_district() {
         let delivered = o_id < first_new_order_id;
         let o = Order {
             o_entry_d: LOAD_TIMESTAMP,
@@ -489,8 +508,8 @@ pub fn load_database_scaled<S: Storage>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engine::schema::{keys, text, Table};
-    use engine::LeanDb;
+    use crate::schema::{keys, text, Table};
+    use crate::LeanDb;
 
     fn rows<T: Table>(db: &mut LeanDb, keep: impl Fn(&T::Row) -> bool) -> Vec<T::Row> {
         let mut v = Vec::new();
@@ -499,7 +518,7 @@ mod tests {
                 v.push(*r);
             }
         });
-        if T::ORG != engine::schema::Organisation::Heap {
+        if T::ORG != crate::schema::Organisation::Heap {
             v.sort_by_key(T::key);
         }
         v
@@ -512,7 +531,7 @@ mod tests {
         (db, reports)
     }
 
-    /// Cardinalities of clause 4.3.3.1 (TPCC.md's population table) and the field rules.
+    /// Cardinalities of clause 4.3.3.1 (docs/design.md's population table) and the field rules.
     #[test]
     fn one_warehouse_has_the_tpcc_population() {
         let (mut db, reports) = load(1..=1, 7);
@@ -645,7 +664,7 @@ mod tests {
     #[test]
     fn a_fresh_load_passes_the_consistency_conditions() {
         let (mut db, _) = load(1..=2, 3);
-        let report = engine::check::check(&mut db);
+        let report = crate::check::check(&mut db);
         assert!(report.all_passed(), "{report}");
     }
 
@@ -685,7 +704,7 @@ mod tests {
         // Item i is the same row at every scale.
         let (mut full, _) = load(1..=1, 5);
         assert_eq!(rows::<t::Items>(&mut db, |_| true), rows::<t::Items>(&mut full, |i| i.i_id <= 500));
-        let report = engine::check::check(&mut db);
+        let report = crate::check::check(&mut db);
         assert!(report.all_passed(), "{report}");
     }
 

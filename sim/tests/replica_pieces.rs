@@ -1,4 +1,4 @@
-//! Multi-partition transactions through two partition replicas (issue 7; DESIGN.md's
+//! Multi-partition transactions through two partition replicas (issue 7; docs/design.md's
 //! determinism contract): warehouse 1 on one replica, warehouse 2 on the other, the standard
 //! profile with many remote order lines and remote customers. The test plays the
 //! coordinator: it numbers each partition's batches, puts a transaction spanning both in both
@@ -7,19 +7,22 @@
 //! (batches out of order, outcomes before or after their batch, duplicates). Checked
 //! against one database holding both warehouses running the whole procedures in timestamp
 //! order: the same outcome for every transaction, and per table the same rows.
+//!
+//! A test of `node`'s replicas, kept here because it draws its inputs from `workload`'s
+//! generator and `node` does not depend on `workload` (not even for its tests).
 
 use std::collections::BTreeMap;
 
 use engine::digest::table_digests;
 use engine::distributed::touched;
+use engine::loader::{load_database_scaled, Scale};
 use engine::procedures::{execute, TxnInput};
+use engine::rng::Rng;
 use engine::schema::TableId;
 use engine::LeanDb;
 use node::replica::{Replica, Store};
 use wire::messages::{Batch, BatchTxn, Message, Part, Results, Timestamp, TxnOutcome};
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::loader::{load_database_scaled, Scale};
-use workload::rng::Rng;
 
 const LOAD_SEED: u64 = 99;
 const BATCH_TXNS: usize = 8;

@@ -14,8 +14,7 @@
 const ALNUM: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// The ten last-name syllables of TPC-C clause 4.3.2.3, indexed by a decimal digit.
-pub const LAST_NAME_SYLLABLES: [&[u8]; 10] =
-    [b"BAR", b"OUGHT", b"ABLE", b"PRI", b"PRES", b"ESE", b"ANTI", b"CALLY", b"ATION", b"EING"];
+pub const LAST_NAME_SYLLABLES: [&[u8]; 10] = crate::procedures::C_LAST_SYLLABLES;
 
 /// NURand's A for C_LAST (clause 2.1.6).
 pub const NURAND_A_C_LAST: u32 = 255;
@@ -399,8 +398,8 @@ mod tests {
         assert_eq!(last_name(0, &mut out), 9);
         assert_eq!(&out[..9], b"BARBARBAR");
         assert!(out[9..].iter().all(|&b| b == 0));
-        assert_eq!(engine::schema::text(&last_name_field(371)), b"PRICALLYOUGHT");
-        assert_eq!(engine::schema::text(&last_name_field(999)), b"EINGEINGEING");
+        assert_eq!(crate::schema::text(&last_name_field(371)), b"PRICALLYOUGHT");
+        assert_eq!(crate::schema::text(&last_name_field(999)), b"EINGEINGEING");
         assert_eq!(last_name(888, &mut out), 15);
         assert_eq!(&out[..15], b"ATIONATIONATION");
     }

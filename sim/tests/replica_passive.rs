@@ -1,4 +1,4 @@
-//! The passive replication modes on real replicas over TPC-C data (DESIGN.md, "The three
+//! The passive replication modes on real replicas over TPC-C data (docs/design.md, "The three
 //! modes"): in `active-passive` the primary runs the lean engine and ships redo records
 //! (after-images) that its backup rolls forward; in `full-stack` the primary runs the
 //! conventional stack and ships its write-ahead log. In both, "the backups apply redo in order
@@ -9,6 +9,9 @@
 //!
 //! One warehouse per partition; inputs come from the paper's profile (NewOrder and Payment,
 //! 50/50) with seeded randomness, so a failure replays.
+//!
+//! A test of `node`'s replicas, kept here because it draws its inputs from `workload`'s
+//! generator and `node` does not depend on `workload` (not even for its tests).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,13 +19,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use engine::procedures::{
     CustomerSelector, NewOrderInput, OrderLineInput, OrderStatusInput, StockLevelInput, TxnInput, ORDER_LINES_MAX,
 };
+use engine::rng::Rng;
 use engine::LeanDb;
 use node::replica::{ReplicaRole, Store};
 use node::{Replica, ReplicaError};
 use wire::config::{ClusterConfig, Mode, PartitionConfig, WarehouseRange};
 use wire::messages::*;
 use workload::gen::{GenConfig, Generator, Profile};
-use workload::rng::Rng;
 
 /// Seed of the TPC-C population every replica loads.
 const LOAD_SEED: u64 = 42;
@@ -143,7 +146,7 @@ fn check_consistency(r: &mut Replica) {
     assert!(report.all_passed(), "node {}:\n{report}", r.node());
 }
 
-/// DESIGN.md "The three modes", active-passive: the primary executes and ships redo records
+/// docs/design.md "The three modes", active-passive: the primary executes and ships redo records
 /// (after-images); the backup rolls them forward in sequence order — "the backups apply redo
 /// in order (roll forward) and never execute procedure logic" — even when the network
 /// reorders and duplicates shipments, acknowledging each sequence number once, in order. At
@@ -217,7 +220,7 @@ fn a_backup_rolls_forward_reordered_and_duplicated_shipments_to_the_primary_stat
     check_consistency(&mut primary);
 }
 
-/// DESIGN.md "The three modes": a backup "never execute[s] procedure logic", so it refuses a
+/// docs/design.md "The three modes": a backup "never execute[s] procedure logic", so it refuses a
 /// batch; a primary executes and refuses log records. A shipment that fails its checksum —
 /// whether the checksum or a byte of the after-images was damaged — stops the backup before it
 /// changes anything (engine/src/redo.rs: "a batch carries a checksum of its contents, checked
@@ -281,7 +284,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
 
 /// A replica read (an OrderStatus or StockLevel outside the ordered path, Message::ReplicaRead)
 /// on a backup is answered `possibly_stale` — the backup lags its primary by the shipments in
-/// flight (DESIGN.md "The three modes": `async` answers the client before backups hold the
+/// flight (docs/design.md "The three modes": `async` answers the client before backups hold the
 /// records) — and on a primary or an active-active replica it is not. Once the backup caught
 /// up its answers equal the primary's. Reads run read-only procedures only: a NewOrder sent as
 /// a replica read fails without running (TPC-C clause 2.4's NewOrder writes; the state digest
@@ -392,7 +395,7 @@ impl Drop for TempDir {
     }
 }
 
-/// DESIGN.md "The three modes", full-stack: the conventional stack (buffer pool, B+trees,
+/// docs/design.md "The three modes", full-stack: the conventional stack (buffer pool, B+trees,
 /// strict 2PL, latches, WAL with group-commit fsync, several workers) runs on the primary and
 /// ships its WAL to the passive backup, which replays it — redo only, "never execute[s]
 /// procedure logic" — in sequence order. The backup ends in the primary's state (equal
