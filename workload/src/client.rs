@@ -13,8 +13,13 @@
 //!   replica rebuilt here has that state, that TPC-C's consistency conditions hold across all
 //!   partitions, and that every acknowledged NewOrder it is given has its ORDER row; in the
 //!   passive modes, that every backup, once it applied the same shipments, has the primary's
-//!   digest; and that read-only transactions run on every replica ([`Message::ReplicaRead`])
-//!   return the same results everywhere.
+//!   digest; and that read-only transactions run on every replica
+//!   ([`ToolRequest::ReplicaRead`]) return the same results everywhere.
+//!
+//! A link's channel is chosen by who is at the other end (its Hello): the coordinator is
+//! asked on the client channel ([`ClientToCoordinator`]), a node on the tool channel
+//! ([`ToolRequest`]); a node fetching a copy from another asks on the peer channel
+//! ([`wire::channel::PeerChannel`]).
 
 pub mod driver;
 
@@ -26,9 +31,13 @@ use engine::{LeanDb, Storage};
 use tokio::time::timeout;
 use wire::config::{resolve, split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
+use wire::channel::{
+    ChannelMessage, ClientToCoordinator, CoordinatorToClient, PeerReply, PeerRequest, SnapshotChannel, ToolChannel,
+    ToolReply, ToolRequest,
+};
 use wire::messages::{
-    DigestOutcome, Hello, Message, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, SnapshotChunk,
-    SnapshotEnd, StateDigest, PROTOCOL_VERSION,
+    DigestOutcome, Hello, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, SnapshotChunk, SnapshotEnd,
+    StateDigest, PROTOCOL_VERSION,
 };
 
 /// How long a status or digest request may take.
@@ -145,17 +154,18 @@ fn peer(link: &Link) -> String {
     }
 }
 
-/// Receives until `pick` accepts a message (others are skipped), within `limit`.
-async fn recv_matching<T>(
+/// Receives messages of `M`'s channel until `pick` accepts one (others are skipped), within
+/// `limit`.
+async fn recv_matching<M: ChannelMessage, T>(
     link: &mut Link,
     what: &'static str,
     limit: Duration,
-    mut pick: impl FnMut(Message) -> Option<T>,
+    mut pick: impl FnMut(M) -> Option<T>,
 ) -> Result<T, ClientError> {
     let who = peer(link);
     let wait = async {
         loop {
-            match link.recv().await? {
+            match link.recv::<M>().await? {
                 Some(m) => {
                     if let Some(t) = pick(m) {
                         return Ok(t);
@@ -168,15 +178,31 @@ async fn recv_matching<T>(
     timeout(limit, wait).await.map_err(|_| ClientError::Timeout { peer: peer(link), what, timeout: limit })?
 }
 
+/// Whether `link` reaches the coordinator (the client channel) rather than a node (the tool
+/// channel).
+fn to_coordinator(link: &Link) -> bool {
+    link.peer_hello().role == Role::Coordinator
+}
+
 /// Asks the process at the other end of `link` for its status.
 pub async fn status(link: &mut Link) -> Result<ProcessStatus, ClientError> {
     let request_id = 1;
-    link.send(&Message::StatusRequest { request_id }).await?;
-    recv_matching(link, "a status request", REQUEST_TIMEOUT, |m| match m {
-        Message::StatusReply { request_id: r, status } if r == request_id => Some(status),
-        _ => None,
-    })
-    .await
+    let what = "a status request";
+    if to_coordinator(link) {
+        link.send(&ClientToCoordinator::StatusRequest { request_id }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            CoordinatorToClient::StatusReply { request_id: r, status } if r == request_id => Some(status),
+            _ => None,
+        })
+        .await
+    } else {
+        link.send(&ToolRequest::StatusRequest { request_id }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            ToolReply::StatusReply { request_id: r, status } if r == request_id => Some(status),
+            _ => None,
+        })
+        .await
+    }
 }
 
 /// Asks the coordinator (through the ordered path: every live replica digests its state
@@ -186,12 +212,22 @@ pub async fn digests(
     partition: PartitionId,
 ) -> Result<(Seq, Vec<(NodeId, StateDigest)>), ClientError> {
     let request_id = u64::from(partition) + 1_000;
-    link.send(&Message::DigestRequest { request_id, partition }).await?;
-    let outcome = recv_matching(link, "a digest request", REQUEST_TIMEOUT, |m| match m {
-        Message::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
-        _ => None,
-    })
-    .await?;
+    let what = "a digest request";
+    let outcome = if to_coordinator(link) {
+        link.send(&ClientToCoordinator::DigestRequest { request_id, partition }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            CoordinatorToClient::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+            _ => None,
+        })
+        .await?
+    } else {
+        link.send(&ToolRequest::DigestRequest { request_id, partition }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            ToolReply::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+            _ => None,
+        })
+        .await?
+    };
     match outcome {
         DigestOutcome::Digests { seq, digests } => Ok((seq, digests)),
         DigestOutcome::Rejected(r) => Err(ClientError::Rejected(r)),
@@ -202,8 +238,13 @@ pub async fn digests(
 /// Asks the process at the other end of `link` to shut down, and closes the link once the
 /// request is delivered.
 pub async fn shutdown(link: Link, reason: &str) -> Result<(), ClientError> {
+    let coordinator = to_coordinator(&link);
     let (mut sender, _receiver) = link.split();
-    sender.send(&Message::Shutdown { reason: reason.to_string() }).await?;
+    let reason = reason.to_string();
+    match coordinator {
+        true => sender.send(&ClientToCoordinator::Shutdown { reason }).await?,
+        false => sender.send(&ToolRequest::Shutdown { reason }).await?,
+    }
     sender.finish(Duration::from_secs(2)).await;
     Ok(())
 }
@@ -271,7 +312,7 @@ pub async fn snapshot_into(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, ClientError> {
-    snapshot_after(link, partition, 0, db, skip).await
+    snapshot_after::<ToolChannel>(link, partition, 0, db, skip).await
 }
 
 /// What a full-stack primary's node sent for a rejoining backup: its log from its last
@@ -284,19 +325,20 @@ pub struct LogBaseReceived {
     pub records: Vec<u8>,
 }
 
-/// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
+/// Asks the node at the other end of `link` (a full-stack primary's, dialled by a node: the
+/// peer channel) for its log base as of
 /// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
 /// batch and fork point throughout). The records' own checksums are checked when applied.
 pub async fn log_base(link: &mut Link, partition: PartitionId, after_seq: Seq) -> Result<LogBaseReceived, ClientError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 3_000;
-    link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;
+    link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq }).await?;
     let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
     let mut base: Option<LogBaseReceived> = None;
     let mut next_index = 0u32;
     loop {
         let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::LogBaseChunk(c) if c.request_id == request_id => Some(c),
+            PeerReply::LogBaseChunk(c) if c.request_id == request_id => Some(c),
             _ => None,
         })
         .await?;
@@ -325,8 +367,8 @@ pub async fn log_base(link: &mut Link, partition: PartitionId, after_seq: Seq) -
 }
 
 /// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
-/// rejoining node asks for).
-pub async fn snapshot_after(
+/// rejoining node asks for), on channel `C` (a tool's, or a node's: [`SnapshotChannel`]).
+pub async fn snapshot_after<C: SnapshotChannel>(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
@@ -335,15 +377,14 @@ pub async fn snapshot_after(
 ) -> Result<SnapshotInfo, ClientError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 2_000;
-    link.send(&Message::SnapshotRequest { request_id, partition, after_seq }).await?;
+    link.send(&C::snapshot_request(request_id, partition, after_seq)).await?;
     let bad = |problem: String| ClientError::Snapshot { partition, peer: who.clone(), problem };
     let mut next_index = 0u32;
     let mut info =
         SnapshotInfo { partition, seq: 0, chunks: 0, rows: 0, bytes: 0, digest: StateDigest(0), table_rows: [0; 9] };
     loop {
-        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::SnapshotChunk(c) if c.request_id == request_id => Some(c),
-            _ => None,
+        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m: C::Reply| {
+            C::snapshot_chunk(m).filter(|c| c.request_id == request_id)
         })
         .await?;
         if let Some(SnapshotEnd::Refused { reason }) = &chunk.end {
@@ -653,9 +694,9 @@ pub async fn replica_reads(
         let mut outcomes = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
             let request_id = i as u64 + 1;
-            link.send(&Message::ReplicaRead { request_id, partition, input: *input }).await?;
+            link.send(&ToolRequest::ReplicaRead { request_id, partition, input: *input }).await?;
             let outcome = recv_matching(&mut link, "a replica read", REQUEST_TIMEOUT, |m| match m {
-                Message::ReplicaReadReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+                ToolReply::ReplicaReadReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
                 _ => None,
             })
             .await?;
