@@ -22,7 +22,7 @@
 //! - a transaction spanning partitions (`engine::distributed`, Calvin style) gets one
 //!   timestamp and is admitted on every partition it touches or on none (a refusal or `Busy`
 //!   of one refuses it whole); its home piece and remote pieces ride in each partition's
-//!   batches; remote pieces' outcomes ([`Message::PieceReads`]) are forwarded to the home
+//!   batches; remote pieces' outcomes ([`NodeToCoordinator::PieceReads`]) are forwarded to the home
 //!   partition's executing replicas and kept until every replica that may still run the home
 //!   piece ran it (a promoted backup or a rejoining replica gets them again); the client is
 //!   answered once *every* partition decided its piece — committed only if all did, "outcome
@@ -33,9 +33,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::ClusterConfig;
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId,
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId,
     PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
 
@@ -63,12 +64,12 @@ pub struct ClientRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Send `msg` to each of `nodes` (encode it once).
-    ToNodes { nodes: Vec<NodeId>, msg: Message },
+    ToNodes { nodes: Vec<NodeId>, msg: CoordinatorToNode },
     /// Answer a client's transaction request (group replies per client into
-    /// [`Message::ClientReplies`]).
+    /// [`CoordinatorToClient::ClientReplies`]).
     Reply { client: ClientId, reply: ClientReply },
-    /// Send `msg` to a client (a [`Message::DigestReply`]).
-    ToClient { client: ClientId, msg: Message },
+    /// Send `msg` to a client (a [`CoordinatorToClient::DigestReply`]).
+    ToClient { client: ClientId, msg: CoordinatorToClient },
     /// Something to report to the operator.
     Event(Event),
 }
@@ -291,7 +292,7 @@ struct Partition {
     /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
     /// may bring the partition back by restart recovery.
     last_primary: Option<NodeId>,
-    /// Passive modes: the last batch each backup reported applied ([`Message::BackupApplied`]).
+    /// Passive modes: the last batch each backup reported applied ([`NodeToCoordinator::BackupApplied`]).
     backup_applied: BTreeMap<NodeId, Seq>,
     /// Multi-partition transactions whose home piece runs here, by timestamp: the batch it
     /// rides in and the remote pieces' outcomes received, kept for executors that start
@@ -513,21 +514,22 @@ impl Coordinator {
         out
     }
 
-    /// A message from client `client`: its transaction requests or a digest request. Anything
-    /// else is answered with nothing (the network code may close such a connection).
-    pub fn on_client_message(&mut self, client: ClientId, msg: Message, now_us: u64) -> Vec<Output> {
+    /// A message from client `client`: its transaction requests or a digest request. Status
+    /// requests and shutdowns are the network code's (they concern the process, not the
+    /// state machine): nothing here.
+    pub fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now_us: u64) -> Vec<Output> {
         match msg {
-            Message::ClientRequests(requests) => {
+            ClientToCoordinator::ClientRequests(requests) => {
                 let mut out = Vec::new();
                 for request in requests {
                     out.extend(self.on_client_request(client, request, now_us));
                 }
                 out
             }
-            Message::DigestRequest { request_id, partition } => {
+            ClientToCoordinator::DigestRequest { request_id, partition } => {
                 self.on_digest_request(client, request_id, partition, now_us)
             }
-            _ => Vec::new(),
+            ClientToCoordinator::StatusRequest { .. } | ClientToCoordinator::Shutdown { .. } => Vec::new(),
         }
     }
 
@@ -543,7 +545,7 @@ impl Coordinator {
         let reject = |rejection| {
             vec![Output::ToClient {
                 client,
-                msg: Message::DigestReply { request_id, partition, outcome: DigestOutcome::Rejected(rejection) },
+                msg: CoordinatorToClient::DigestReply { request_id, partition, outcome: DigestOutcome::Rejected(rejection) },
             }]
         };
         let Some(p) = self.partitions.get_mut(&partition) else {
@@ -553,7 +555,7 @@ impl Coordinator {
             return reject(rejection);
         }
         if p.digest_waiters.values().map(Vec::len).sum::<usize>() >= DIGEST_REQUESTS_INFLIGHT_MAX {
-            let msg = Message::DigestReply { request_id, partition, outcome: DigestOutcome::Busy };
+            let msg = CoordinatorToClient::DigestReply { request_id, partition, outcome: DigestOutcome::Busy };
             return vec![Output::ToClient { client, msg }];
         }
         let mut out = Vec::new();
@@ -564,20 +566,20 @@ impl Coordinator {
     }
 
     /// A message from node `from` (the network code authenticated it): results, load status,
-    /// heartbeats. Anything else is reported as ignored.
-    pub fn on_node_message(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+    /// heartbeats, rejoin and promotion progress, piece outcomes.
+    pub fn on_node_message(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
         let out = self.on_node_message_unsettled(from, msg, now_us);
         self.settle(out)
     }
 
-    fn on_node_message_unsettled(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+    fn on_node_message_unsettled(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         let Some(node) = self.nodes.get_mut(&from) else {
             out.push(Output::Event(Event::Ignored { node: from, what: "a node not in cluster.toml".into() }));
             return out;
         };
         if !node.live {
-            if let Message::RejoinRequest { partition } = msg {
+            if let NodeToCoordinator::RejoinRequest { partition } = msg {
                 // A restarted node: it counts as alive again, and may rejoin.
                 node.live = true;
                 node.last_heard_us = now_us;
@@ -589,27 +591,24 @@ impl Coordinator {
         }
         node.last_heard_us = node.last_heard_us.max(now_us);
         match msg {
-            Message::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
-            Message::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
-            Message::Promoted { partition, applied_seq, next_seq } => {
+            NodeToCoordinator::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
+            NodeToCoordinator::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
+            NodeToCoordinator::Promoted { partition, applied_seq, next_seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
                 }
             }
-            Message::Results(results) => self.on_results(from, results, &mut out),
-            Message::PieceReads(reads) => {
+            NodeToCoordinator::Results(results) => self.on_results(from, results, &mut out),
+            NodeToCoordinator::PieceReads(reads) => {
                 self.deliver_reads(reads, &mut out);
             }
-            Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
-            Message::Heartbeat { .. } | Message::Hello(_) => {}
-            Message::BackupApplied { partition, seq } => {
+            NodeToCoordinator::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
+            NodeToCoordinator::Heartbeat { .. } => {}
+            NodeToCoordinator::BackupApplied { partition, seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition).filter(|p| p.backups.contains(&from)) {
                     let applied = p.backup_applied.entry(from).or_default();
                     *applied = (*applied).max(seq);
                 }
-            }
-            other => {
-                out.push(Output::Event(Event::Ignored { node: from, what: format!("unexpected {}", other.name()) }))
             }
         }
         out
@@ -649,7 +648,7 @@ impl Coordinator {
         if now_us >= self.next_heartbeat_us {
             let nodes: Vec<NodeId> = self.live_nodes().collect();
             if !nodes.is_empty() {
-                out.push(Output::ToNodes { nodes, msg: Message::Heartbeat { now_ms: now_us / 1_000 } });
+                out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Heartbeat { now_ms: now_us / 1_000 } });
             }
             self.next_heartbeat_us = now_us + self.heartbeat_us;
         }
@@ -748,7 +747,7 @@ impl Coordinator {
     /// back from its last primary's log instead ([`Partition::resume_from_log`]).
     fn on_rejoin_request(&mut self, from: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
         let refuse =
-            |reason: String| Output::ToNodes { nodes: vec![from], msg: Message::RejoinRefused { partition, reason } };
+            |reason: String| Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::RejoinRefused { partition, reason } };
         let Some(p) = self.partitions.get_mut(&partition) else {
             out.push(refuse(format!("no partition {partition}")));
             return;
@@ -781,10 +780,10 @@ impl Coordinator {
         if self.passive {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
-            out.push(Output::ToNodes { nodes: vec![source], msg: Message::ShipTo { partition, backup: from } });
+            out.push(Output::ToNodes { nodes: vec![source], msg: CoordinatorToNode::ShipTo { partition, backup: from } });
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
-        out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
+        out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq } });
         if !self.passive {
             p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
@@ -826,7 +825,7 @@ impl Coordinator {
         let live: Vec<NodeId> = p.members().collect();
         out.push(Output::ToNodes {
             nodes: live.clone(),
-            msg: Message::Membership { partition, epoch: self.membership_epoch, live },
+            msg: CoordinatorToNode::Membership { partition, epoch: self.membership_epoch, live },
         });
         out.push(Output::Event(Event::Rejoined { partition, node: from, snapshot_seq }));
     }
@@ -879,7 +878,7 @@ impl Coordinator {
         held.outcomes.push((reads.from, reads.outcome.clone()));
         let nodes = p.executors();
         if !nodes.is_empty() {
-            out.push(Output::ToNodes { nodes, msg: Message::PieceReads(reads) });
+            out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(reads) });
         }
         true
     }
@@ -967,7 +966,7 @@ impl Coordinator {
     /// After a node failed: remote pieces whose batch is decided (their replicas answered, or
     /// all failed) but whose outcome never reached the home partition — it died in flight
     /// with the replicas that ran it — are derived again by the partition's live replicas
-    /// whose state includes the batch ([`Message::RederivePiece`]; a replica that will run
+    /// whose state includes the batch ([`CoordinatorToNode::RederivePiece`]; a replica that will run
     /// the batch itself ignores it).
     fn rederive_lost_pieces(&self, out: &mut Vec<Output>) {
         for home in self.partitions.values() {
@@ -979,7 +978,7 @@ impl Coordinator {
                     }
                     let nodes = p.executors();
                     if !nodes.is_empty() {
-                        let msg = Message::RederivePiece { partition: q, home: home.id, seq, ts, input: held.input };
+                        let msg = CoordinatorToNode::RederivePiece { partition: q, home: home.id, seq, ts, input: held.input };
                         out.push(Output::ToNodes { nodes, msg });
                     }
                 }
@@ -1033,7 +1032,7 @@ impl Partition {
         if self.passive {
             self.unanswered.push_back(batch.clone());
         }
-        out.push(Output::ToNodes { nodes, msg: Message::Batch(batch) });
+        out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(batch) });
     }
 
     /// Passive modes, the primary failed: asks the first live backup to become the primary.
@@ -1062,7 +1061,7 @@ impl Partition {
         out.push(Output::Event(Event::Promoting { partition: self.id, backup, first_unanswered }));
         out.push(Output::ToNodes {
             nodes: vec![backup],
-            msg: Message::Promote { partition: self.id, first_unanswered },
+            msg: CoordinatorToNode::Promote { partition: self.id, first_unanswered },
         });
     }
 
@@ -1101,7 +1100,7 @@ impl Partition {
             } else {
                 self.agreement.sent(batch.seq, txns, batch.digest_after);
                 self.unanswered.push_back(batch.clone());
-                out.push(Output::ToNodes { nodes: vec![from], msg: Message::Batch(batch) });
+                out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::Batch(batch) });
             }
         }
         self.sequencer.complete(unknown);
@@ -1112,7 +1111,7 @@ impl Partition {
         let live: Vec<NodeId> = self.members().collect();
         out.push(Output::ToNodes {
             nodes: live.clone(),
-            msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+            msg: CoordinatorToNode::Membership { partition: self.id, epoch: *epoch, live },
         });
         out.push(Output::Event(Event::Promoted { partition: self.id, primary: from, applied_seq, next_seq }));
     }
@@ -1165,11 +1164,11 @@ impl Partition {
         self.unanswered.clear();
         self.last_primary = None;
         self.phase = Phase::Recovering { node: from };
-        out.push(Output::ToNodes { nodes: vec![from], msg: Message::ResumeFromLog { partition, from_seq } });
+        out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::ResumeFromLog { partition, from_seq } });
         self.resend_reads(from, out);
         out.push(Output::ToNodes {
             nodes: vec![from],
-            msg: Message::Membership { partition, epoch, live: vec![from] },
+            msg: CoordinatorToNode::Membership { partition, epoch, live: vec![from] },
         });
         out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq }));
         Ok(())
@@ -1188,7 +1187,7 @@ impl Partition {
         for (&ts, held) in &self.piece_reads {
             for (from, outcome) in &held.outcomes {
                 let reads = PieceReads { home: self.id, from: *from, ts, outcome: outcome.clone() };
-                out.push(Output::ToNodes { nodes: vec![node], msg: Message::PieceReads(reads) });
+                out.push(Output::ToNodes { nodes: vec![node], msg: CoordinatorToNode::PieceReads(reads) });
             }
         }
     }
@@ -1209,7 +1208,7 @@ impl Partition {
         for w in waiters {
             out.push(Output::ToClient {
                 client: w.client,
-                msg: Message::DigestReply {
+                msg: CoordinatorToClient::DigestReply {
                     request_id: w.request_id,
                     partition: self.id,
                     outcome: DigestOutcome::Rejected(rejection.clone()),
@@ -1273,7 +1272,7 @@ impl Partition {
             let live: Vec<NodeId> = self.members().collect();
             out.push(Output::ToNodes {
                 nodes: live.clone(),
-                msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+                msg: CoordinatorToNode::Membership { partition: self.id, epoch: *epoch, live },
             });
             if self.phase == Phase::Loading {
                 self.check_ready(out);
@@ -1315,7 +1314,7 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: batch.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply { request_id: w.request_id, partition: self.id, outcome },
                         });
                     }
                 }
@@ -1328,7 +1327,7 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: divergence.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply { request_id: w.request_id, partition: self.id, outcome },
                         });
                     }
                 }
@@ -1371,7 +1370,7 @@ impl Partition {
         self.phase = Phase::Stopped { reason: reason.clone() };
         out.push(Output::ToNodes {
             nodes: self.members().collect(),
-            msg: Message::PartitionStopped { partition: self.id, reason },
+            msg: CoordinatorToNode::PartitionStopped { partition: self.id, reason },
         });
     }
 

@@ -14,13 +14,16 @@
 //! `glass check` and `glass dump` use it, and a rejoining lean replica copies a live peer's
 //! state through it. A rejoining full-stack backup gets its primary's log base instead
 //! ([`log_base_pieces`]): whole log records, each carrying its own checksum.
+//!
+//! What it builds are payloads ([`SnapshotChunk`], [`LogBaseChunk`]); the caller sends them on
+//! the channel the request came on (a tool's or a peer node's, `wire::channel`).
 
 use crate::replica::LogBase;
 use engine::schema::{t, Table, TableId};
 use engine::Storage;
 use wire::codec::FRAME_HEADER_BYTES;
 use wire::messages::{
-    LogBaseChunk, Message, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
+    LogBaseChunk, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
     SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX,
 };
 
@@ -52,11 +55,11 @@ struct Writer<'a> {
     rows: u64,
     bytes: u64,
     alive: bool,
-    send: &'a mut dyn FnMut(Message) -> bool,
+    send: &'a mut dyn FnMut(SnapshotChunk) -> bool,
 }
 
 impl Writer<'_> {
-    fn chunk(&mut self, end: Option<SnapshotEnd>) -> Message {
+    fn chunk(&mut self, end: Option<SnapshotEnd>) -> SnapshotChunk {
         let rows_bytes = std::mem::take(&mut self.buf);
         let chunk = SnapshotChunk {
             request_id: self.request_id,
@@ -70,7 +73,7 @@ impl Writer<'_> {
             end,
         };
         self.index += 1;
-        Message::SnapshotChunk(chunk)
+        chunk
     }
 
     fn flush(&mut self) {
@@ -111,7 +114,7 @@ pub fn stream<S: Storage>(
     seq: Seq,
     digest: StateDigest,
     frame_bytes_max: usize,
-    send: &mut dyn FnMut(Message) -> bool,
+    send: &mut dyn FnMut(SnapshotChunk) -> bool,
 ) -> Streamed {
     let bytes_max = chunk_bytes_max(frame_bytes_max).max(1);
     let mut w = Writer {
@@ -150,54 +153,50 @@ pub fn stream<S: Storage>(
     Streamed { chunks: w.index, rows: w.rows, bytes: w.bytes, complete: w.alive }
 }
 
-/// The one-chunk stream refusing a snapshot.
-/// The refusal of a snapshot or log base request, `None` for any other message.
-pub fn refusal_of(request: &Message, reason: &str) -> Option<Message> {
-    match request {
-        Message::SnapshotRequest { request_id, partition, .. } => {
-            Some(refusal(*request_id, *partition, reason.to_string()))
-        }
-        Message::LogBaseRequest { request_id, partition, .. } => Some(Message::LogBaseChunk(LogBaseChunk {
-            request_id: *request_id,
-            partition: *partition,
-            seq: 0,
-            fork_lsn: None,
-            index: 0,
-            records: Vec::new(),
-            last: true,
-            refused: Some(wire::messages::bounded_reason(reason.to_string())),
-        })),
-        _ => None,
+/// The one-piece answer refusing log base request `request_id`.
+pub fn log_base_refusal(request_id: u64, partition: PartitionId, reason: &str) -> LogBaseChunk {
+    LogBaseChunk {
+        request_id,
+        partition,
+        seq: 0,
+        fork_lsn: None,
+        index: 0,
+        records: Vec::new(),
+        last: true,
+        refused: Some(wire::messages::bounded_reason(reason.to_string())),
     }
 }
 
 /// A full-stack primary's log base for a rejoining backup, in pieces of at most `piece_max`
 /// bytes (the last one marked).
-pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<Message> {
+pub fn log_base_pieces(
+    base: &LogBase,
+    request_id: u64,
+    partition: PartitionId,
+    piece_max: usize,
+) -> Vec<LogBaseChunk> {
     let pieces: Vec<&[u8]> =
         if base.records.is_empty() { vec![&[][..]] } else { base.records.chunks(piece_max.max(1)).collect() };
     let n = pieces.len();
     pieces
         .into_iter()
         .enumerate()
-        .map(|(i, records)| {
-            Message::LogBaseChunk(LogBaseChunk {
-                request_id,
-                partition,
-                seq: base.seq,
-                fork_lsn: base.fork_lsn,
-                index: i as u32,
-                records: records.to_vec(),
-                last: i + 1 == n,
-                refused: None,
-            })
+        .map(|(i, records)| LogBaseChunk {
+            request_id,
+            partition,
+            seq: base.seq,
+            fork_lsn: base.fork_lsn,
+            index: i as u32,
+            records: records.to_vec(),
+            last: i + 1 == n,
+            refused: None,
         })
         .collect()
 }
 
-/// The refusal of snapshot request `request_id`.
-pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Message {
-    Message::SnapshotChunk(SnapshotChunk {
+/// The one-chunk stream refusing snapshot request `request_id`.
+pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> SnapshotChunk {
+    SnapshotChunk {
         request_id,
         partition,
         seq: 0,
@@ -207,13 +206,14 @@ pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Messa
         rows_bytes: Vec::new(),
         checksum: SnapshotChunk::checksum_of(&[]),
         end: Some(SnapshotEnd::Refused { reason: wire::messages::bounded_reason(reason) }),
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use engine::LeanDb;
+    use wire::channel::{PeerReply, ToolReply};
     use wire::codec;
 
     /// Every chunk of a small partition's snapshot fits its frame, carries whole rows of one
@@ -233,10 +233,13 @@ mod tests {
         assert_eq!(s.rows, 100_000);
         assert_eq!(got.len() as u32, s.chunks);
         let mut rows = 0u64;
-        for (i, m) in got.iter().enumerate() {
-            let frame = codec::encode(m, frame_bytes_max).expect("every chunk fits the frame limit");
+        for (i, c) in got.iter().enumerate() {
+            // The larger of the two channels' frames carrying it.
+            let frame = codec::encode(&ToolReply::SnapshotChunk(c.clone()), frame_bytes_max)
+                .expect("every chunk fits the frame limit");
             assert!(frame.len() <= frame_bytes_max);
-            let Message::SnapshotChunk(c) = m else { panic!("{m:?}") };
+            let peer = codec::encode(&PeerReply::SnapshotChunk(c.clone()), frame_bytes_max).unwrap();
+            assert_eq!(peer.len(), frame.len());
             assert_eq!((c.index as usize, c.request_id, c.partition, c.seq), (i, 9, 1, 4));
             assert_eq!(c.checksum, SnapshotChunk::checksum_of(&c.rows_bytes));
             if c.rows > 0 {
@@ -247,7 +250,7 @@ mod tests {
             assert_eq!(c.end.is_some(), i + 1 == got.len());
         }
         assert_eq!(rows, 100_000);
-        let Message::SnapshotChunk(last) = got.last().unwrap() else { unreachable!() };
+        let last = got.last().unwrap();
         assert_eq!(last.end, Some(SnapshotEnd::Complete { chunks: s.chunks, rows: 100_000, digest }));
     }
 

@@ -38,8 +38,14 @@
 //!   dialler giving up — closes it at once with an application code (`CLOSE_*`) and a reason
 //!   the peer reads (defect #14, item 4): a peer never waits out the idle timeout to learn it
 //!   was refused;
-//! - a malformed or oversized frame makes [`LinkReceiver::recv`] return
-//!   [`EndpointError::Frame`] and closes the connection with [`CLOSE_PROTOCOL_VIOLATION`];
+//! - the protocol version is checked at connection time: a Hello naming another version, or
+//!   framed in another, is refused ([`EndpointError::HelloRejected`] with
+//!   [`HelloMismatch::Version`], naming both versions; the peer is told why);
+//! - after the Hellos a link carries one channel's messages ([`crate::channel`]), the enum
+//!   the caller names in [`LinkReceiver::recv`]; a malformed or oversized frame, one of another
+//!   protocol version or one whose tag names no message of the channel makes `recv` return
+//!   [`EndpointError::Frame`] and closes that connection — only that one — with
+//!   [`CLOSE_PROTOCOL_VIOLATION`];
 //! - a peer closing with [`CLOSE_NORMAL`] or finishing its stream ends [`LinkReceiver::recv`]
 //!   with `Ok(None)`; dropping a link (or its sender half) finishes its stream and keeps the
 //!   connection until the peer has everything sent before (at most a few seconds), so the last
@@ -307,6 +313,14 @@ impl EndpointError {
     /// Whether the error ends the listener (rather than concerning one peer).
     pub fn is_listener_closed(&self) -> bool {
         matches!(self, EndpointError::ListenerClosed)
+    }
+
+    /// Whether the peer broke the protocol after the handshake — a frame oversized,
+    /// malformed, of another protocol version, with a tag naming no message of the channel, or
+    /// cut off — so the link closed it ([`CLOSE_PROTOCOL_VIOLATION`]): worth a warning naming
+    /// the peer, unlike a peer that merely went away.
+    pub fn is_protocol_violation(&self) -> bool {
+        matches!(self, EndpointError::Frame { .. } | EndpointError::Truncated { .. })
     }
 
     /// Whether a listener refused the peer for who it claims to be (another identity, cluster
