@@ -34,14 +34,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
-use wire::config::ClusterConfig;
+use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
     ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId,
     PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
-use crate::error::CoordinatorError;
+use crate::error::{CoordinatorError, ResumeRefused};
 use crate::router::{Route, Router};
 use crate::sequencer::{Busy, Sequencer, SequencerLimits};
 use crate::timestamp::TimestampClock;
@@ -274,26 +274,16 @@ struct Partition {
     /// Tags of the open batch's transactions, in its order.
     open_tags: Vec<ClientRef>,
     agreement: Agreement<ClientRef>,
-    /// Passive modes: the live backups (they receive log records from the primary, not
-    /// batches from here). Empty in active-active.
-    backups: Vec<NodeId>,
-    /// Nodes rejoining (active-active): they receive every batch from the `Seq` on and
-    /// count once they report `Rejoined`.
+    /// How the partition replicates, with the state only that way needs.
+    replication: Replication,
+    /// Nodes rejoining, from the batch `Seq` on: they count once they report `Rejoined`.
+    /// In active-active they receive every batch from the `Seq` on; in the passive modes the
+    /// primary ships to them instead.
     joining: Vec<(NodeId, Seq)>,
-    /// Passive modes: the batches sent to the primary and not yet answered, kept so a
-    /// promoted backup can execute those it never received.
-    unanswered: std::collections::VecDeque<wire::messages::Batch>,
-    passive: bool,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
     digest_waiters: BTreeMap<Seq, Vec<ClientRef>>,
-    /// The last executing replica, once none is left (the partition is unavailable): in
-    /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
-    /// may bring the partition back by restart recovery.
-    last_primary: Option<NodeId>,
-    /// Passive modes: the last batch each backup reported applied ([`NodeToCoordinator::BackupApplied`]).
-    backup_applied: BTreeMap<NodeId, Seq>,
     /// Multi-partition transactions whose home piece runs here, by timestamp: the batch it
     /// rides in and the remote pieces' outcomes received, kept for executors that start
     /// later (a promoted backup, a rejoining replica).
@@ -306,6 +296,32 @@ struct Partition {
     /// Remote pieces decided here since the coordinator last joined them (see
     /// [`Coordinator::settle`]).
     pieces_done: Vec<(ClientRef, Timestamp)>,
+}
+
+/// How a partition replicates (`wire::config::Mode`), with the state only that way needs.
+#[derive(Debug)]
+enum Replication {
+    /// Every live replica executes every batch.
+    ActiveActive,
+    /// Active-passive or full stack: the primary (the only replica in the agreement)
+    /// executes and ships its log to the backups.
+    Passive(Passive),
+}
+
+/// A passive partition's replication state.
+#[derive(Debug, Default)]
+struct Passive {
+    /// The live backups (they receive log records from the primary, not batches from here).
+    backups: Vec<NodeId>,
+    /// The batches sent to the primary and not yet answered, kept so a promoted backup can
+    /// execute those it never received.
+    unanswered: std::collections::VecDeque<wire::messages::Batch>,
+    /// The last batch each backup reported applied ([`NodeToCoordinator::BackupApplied`]).
+    backup_applied: BTreeMap<NodeId, Seq>,
+    /// The last executing replica, once none is left (the partition is unavailable): in
+    /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
+    /// may bring the partition back by restart recovery.
+    last_primary: Option<NodeId>,
 }
 
 /// The remote pieces' outcomes of one multi-partition transaction, kept at its home partition.
@@ -359,10 +375,8 @@ pub struct Coordinator {
     next_heartbeat_us: u64,
     membership_epoch: u64,
     last_ts: Option<Timestamp>,
-    /// A passive mode (only the primary executes).
-    passive: bool,
-    /// The full-stack mode.
-    mode_full_stack: bool,
+    /// The replication mode.
+    mode: Mode,
     /// Multi-partition transactions admitted and not yet answered.
     multi: HashMap<ClientRef, MultiTxn>,
 }
@@ -385,14 +399,13 @@ impl Coordinator {
                     sequencer: Sequencer::new(p.id, limits),
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
                     agreement: Agreement::new(p.id, executing.iter().copied()),
-                    backups: if passive { p.replicas[1..].to_vec() } else { Vec::new() },
+                    replication: match passive {
+                        true => Replication::Passive(Passive { backups: p.replicas[1..].to_vec(), ..Passive::default() }),
+                        false => Replication::ActiveActive,
+                    },
                     joining: Vec::new(),
-                    unanswered: std::collections::VecDeque::new(),
-                    passive,
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
-                    last_primary: None,
-                    backup_applied: BTreeMap::new(),
                     piece_reads: BTreeMap::new(),
                     catching_up: BTreeMap::new(),
                     pieces_done: Vec::new(),
@@ -421,8 +434,7 @@ impl Coordinator {
             next_heartbeat_us: now_us,
             membership_epoch: 0,
             last_ts: None,
-            passive,
-            mode_full_stack: config.mode == wire::config::Mode::FullStack,
+            mode: config.mode,
             multi: HashMap::new(),
         })
     }
@@ -605,8 +617,9 @@ impl Coordinator {
             NodeToCoordinator::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             NodeToCoordinator::Heartbeat { .. } => {}
             NodeToCoordinator::BackupApplied { partition, seq } => {
-                if let Some(p) = self.partitions.get_mut(&partition).filter(|p| p.backups.contains(&from)) {
-                    let applied = p.backup_applied.entry(from).or_default();
+                let passive = self.partitions.get_mut(&partition).and_then(Partition::passive_mut);
+                if let Some(s) = passive.filter(|s| s.backups.contains(&from)) {
+                    let applied = s.backup_applied.entry(from).or_default();
                     *applied = (*applied).max(seq);
                 }
             }
@@ -752,13 +765,13 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.mode_full_stack && p.phase == Phase::Unavailable {
+        if self.mode == Mode::FullStack && p.phase == Phase::Unavailable {
             self.membership_epoch += 1;
             let epoch = self.membership_epoch;
             let p = self.partitions.get_mut(&partition).expect("looked up above");
             match p.resume_from_log(from, epoch, out) {
                 Ok(()) => {}
-                Err(reason) => out.push(refuse(reason)),
+                Err(refused) => out.push(refuse(refused.to_string())),
             }
             return;
         }
@@ -777,14 +790,14 @@ impl Coordinator {
         let from_seq = p.sequencer.next_seq();
         p.joining.retain(|(n, _)| *n != from);
         p.joining.push((from, from_seq));
-        if self.passive {
+        if self.mode.is_passive() {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
             out.push(Output::ToNodes { nodes: vec![source], msg: CoordinatorToNode::ShipTo { partition, backup: from } });
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
         out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq } });
-        if !self.passive {
+        if !self.mode.is_passive() {
             p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
         }
@@ -813,13 +826,18 @@ impl Coordinator {
             *done = (*done).max(snapshot_seq);
             *until = sent;
         }
-        if p.passive {
-            if p.backups.contains(&from) || p.agreement.is_stopped() {
-                return;
+        match &mut p.replication {
+            Replication::Passive(s) => {
+                if s.backups.contains(&from) || p.agreement.is_stopped() {
+                    return;
+                }
+                s.backups.push(from);
             }
-            p.backups.push(from);
-        } else if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
-            return;
+            Replication::ActiveActive => {
+                if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
+                    return;
+                }
+            }
         }
         self.membership_epoch += 1;
         let live: Vec<NodeId> = p.members().collect();
@@ -1001,10 +1019,46 @@ impl Coordinator {
 }
 
 impl Partition {
+    /// The passive modes' replication state (`None` in active-active).
+    fn passive(&self) -> Option<&Passive> {
+        match &self.replication {
+            Replication::Passive(s) => Some(s),
+            Replication::ActiveActive => None,
+        }
+    }
+
+    fn passive_mut(&mut self) -> Option<&mut Passive> {
+        match &mut self.replication {
+            Replication::Passive(s) => Some(s),
+            Replication::ActiveActive => None,
+        }
+    }
+
+    /// The live backups (none in active-active).
+    fn backups(&self) -> &[NodeId] {
+        self.passive().map_or(&[], |s| &s.backups)
+    }
+
+    /// The rejoining replicas that receive batches: active-active ones (a passive mode's
+    /// get their primary's shipments).
+    fn batch_joiners(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let active = matches!(self.replication, Replication::ActiveActive);
+        self.joining.iter().map(|(n, _)| *n).filter(move |_| active)
+    }
+
+    /// Forgets the batches answered through `seq` (kept for a promotion in the passive modes).
+    fn answered_through(&mut self, seq: Seq) {
+        if let Some(s) = self.passive_mut() {
+            while s.unanswered.front().is_some_and(|b| b.seq <= seq) {
+                s.unanswered.pop_front();
+            }
+        }
+    }
+
     /// The live replicas: the executing ones (the primary, in the passive modes), then the
     /// backups.
     fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.agreement.live().iter().chain(&self.backups).copied()
+        self.agreement.live().iter().chain(self.backups()).copied()
     }
 
     /// Why a request cannot be served now, if it cannot.
@@ -1027,10 +1081,9 @@ impl Partition {
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         self.agreement.sent(batch.seq, txns, batch.digest_after);
         // Active-active joiners get the batches; passive ones get the primary's shipments.
-        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
-        let nodes = self.agreement.live().iter().copied().chain(joiners).collect();
-        if self.passive {
-            self.unanswered.push_back(batch.clone());
+        let nodes = self.agreement.live().iter().copied().chain(self.batch_joiners()).collect();
+        if let Some(s) = self.passive_mut() {
+            s.unanswered.push_back(batch.clone());
         }
         out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(batch) });
     }
@@ -1042,21 +1095,25 @@ impl Partition {
     fn promote_next(&mut self, out: &mut Vec<Output>) {
         // The most up-to-date backup (by what each last reported applied; the first listed
         // among equals).
-        let most_applied = self.backups.iter().map(|b| self.backup_applied.get(b).copied().unwrap_or(0)).max();
-        let best =
-            self.backups.iter().find(|b| self.backup_applied.get(b).copied().unwrap_or(0) == most_applied.unwrap_or(0));
-        let Some(&backup) = best else {
-            if let Some(&primary) = self.agreement.live().first() {
-                self.last_primary = Some(primary);
+        let Some(s) = self.passive() else { return };
+        let applied = |b: &NodeId| s.backup_applied.get(b).copied().unwrap_or(0);
+        let most_applied = s.backups.iter().map(applied).max().unwrap_or(0);
+        let best = s.backups.iter().copied().find(|b| applied(b) == most_applied);
+        let first_unanswered = s.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
+        let Some(backup) = best else {
+            let primary = self.agreement.live().first().copied();
+            if let Some(s) = self.passive_mut() {
+                s.last_primary = primary.or(s.last_primary);
             }
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
-            self.unanswered.clear();
+            if let Some(s) = self.passive_mut() {
+                s.unanswered.clear();
+            }
             self.phase = Phase::Unavailable;
             self.reject_all(Vec::new(), Rejection::NoLiveReplica { partition: self.id }, out);
             out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
             return;
         };
-        let first_unanswered = self.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
         self.phase = Phase::Promoting { backup };
         out.push(Output::Event(Event::Promoting { partition: self.id, backup, first_unanswered }));
         out.push(Output::ToNodes {
@@ -1080,12 +1137,18 @@ impl Partition {
         // A promoted backup ships to no one: the other backups would fall behind while still
         // counted, and a later promotion of one would lose what it missed. They stop counting
         // (restarted with --rejoin, they come back as the new primary's backups).
-        for dropped in self.backups.drain(..).filter(|&b| b != from) {
+        let (backups, unanswered) = match self.passive_mut() {
+            Some(s) => {
+                s.backup_applied.clear();
+                (std::mem::take(&mut s.backups), std::mem::take(&mut s.unanswered))
+            }
+            None => Default::default(),
+        };
+        for dropped in backups.into_iter().filter(|&b| b != from) {
             out.push(Output::Event(Event::BackupDropped { partition: self.id, node: dropped }));
         }
-        self.backup_applied.clear();
         let mut unknown = 0usize;
-        for batch in std::mem::take(&mut self.unanswered) {
+        for batch in unanswered {
             let txns = tags.remove(&batch.seq).unwrap_or_default();
             if batch.seq < next_seq {
                 unknown += txns.len();
@@ -1099,7 +1162,9 @@ impl Partition {
                 }
             } else {
                 self.agreement.sent(batch.seq, txns, batch.digest_after);
-                self.unanswered.push_back(batch.clone());
+                if let Some(s) = self.passive_mut() {
+                    s.unanswered.push_back(batch.clone());
+                }
                 out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::Batch(batch) });
             }
         }
@@ -1134,35 +1199,27 @@ impl Partition {
     /// `from` was the last primary — its log holds every acknowledged transaction, where a
     /// backup's log holds only the load (backups apply shipped records in memory). It then
     /// executes every batch from the next one on, alone.
-    fn resume_from_log(&mut self, from: NodeId, epoch: u64, out: &mut Vec<Output>) -> Result<(), String> {
+    fn resume_from_log(&mut self, from: NodeId, epoch: u64, out: &mut Vec<Output>) -> Result<(), ResumeRefused> {
         let partition = self.id;
-        match (&self.phase, self.last_primary) {
+        match (&self.phase, self.passive().and_then(|s| s.last_primary)) {
             (Phase::Unavailable, Some(primary)) if primary == from => {}
             (Phase::Unavailable, Some(primary)) => {
-                return Err(format!(
-                    "partition {partition} has no live replica, and node {from} was not its last primary: start \
-                     node {primary}, whose write-ahead log holds every acknowledged transaction (a backup's log \
-                     holds only the load)"
-                ))
+                return Err(ResumeRefused::NotLastPrimary { partition, node: from, last_primary: primary })
             }
-            (Phase::Unavailable, None) => {
-                return Err(format!("partition {partition} has no live replica and no known last primary"))
-            }
-            (Phase::Serving | Phase::Promoting { .. }, _) => {
-                return Err(format!("partition {partition} has a live primary: rejoin as its backup"))
-            }
-            (Phase::Loading, _) => return Err(format!("partition {partition} is still loading")),
-            (Phase::Recovering { node }, _) => {
-                return Err(format!("partition {partition} is recovering on node {node} from its log"))
-            }
-            (Phase::Stopped { reason }, _) => return Err(format!("partition {partition} is stopped: {reason}")),
+            (Phase::Unavailable, None) => return Err(ResumeRefused::NoLastPrimary { partition }),
+            (Phase::Serving | Phase::Promoting { .. }, _) => return Err(ResumeRefused::PrimaryLive { partition }),
+            (Phase::Loading, _) => return Err(ResumeRefused::Loading { partition }),
+            (Phase::Recovering { node }, _) => return Err(ResumeRefused::Recovering { partition, node: *node }),
+            (Phase::Stopped { reason }, _) => return Err(ResumeRefused::Stopped { partition, reason: reason.clone() }),
         }
         let from_seq = self.sequencer.next_seq();
         self.agreement = Agreement::starting_at(partition, [from], from_seq);
-        self.backups.clear();
         self.joining.clear();
-        self.unanswered.clear();
-        self.last_primary = None;
+        if let Some(s) = self.passive_mut() {
+            s.backups.clear();
+            s.unanswered.clear();
+            s.last_primary = None;
+        }
         self.phase = Phase::Recovering { node: from };
         out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::ResumeFromLog { partition, from_seq } });
         self.resend_reads(from, out);
@@ -1177,8 +1234,7 @@ impl Partition {
     /// The replicas that run this partition's home pieces: the executing ones, and in
     /// active-active the rejoining ones (they execute what they hold once their copy is in).
     fn executors(&self) -> Vec<NodeId> {
-        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
-        self.agreement.live().iter().copied().chain(joiners).collect()
+        self.agreement.live().iter().copied().chain(self.batch_joiners()).collect()
     }
 
     /// Sends every remote piece's outcome kept here to `node` (it starts executing: a
@@ -1236,7 +1292,9 @@ impl Partition {
     }
 
     fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
-        self.backups.retain(|&b| b != node);
+        if let Some(s) = self.passive_mut() {
+            s.backups.retain(|&b| b != node);
+        }
         if let Phase::Promoting { backup } = self.phase {
             if backup == node {
                 // The backup being promoted failed too: try the next, if any.
@@ -1245,17 +1303,22 @@ impl Partition {
                 return;
             }
         }
-        let primary_failed = self.passive && self.agreement.live() == [node];
-        if primary_failed && self.phase == Phase::Serving && !self.backups.is_empty() {
+        let primary_failed = self.passive().is_some() && self.agreement.live() == [node];
+        if primary_failed && self.phase == Phase::Serving && !self.backups().is_empty() {
             self.promote_next(out);
             return;
         }
         if self.agreement.live() == [node] && matches!(self.phase, Phase::Serving | Phase::Recovering { .. }) {
             // The last executing replica: what it was sent and did not answer may have taken
             // effect (in full-stack mode, durably) — the clients cannot be told it did not.
-            self.last_primary = Some(node);
+            // (Only a passive mode's last primary may come back from its own log.)
+            if let Some(s) = self.passive_mut() {
+                s.last_primary = Some(node);
+            }
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
-            self.unanswered.clear();
+            if let Some(s) = self.passive_mut() {
+                s.unanswered.clear();
+            }
         }
         let verdicts =
             if self.agreement.live().contains(&node) { self.agreement.replica_down(node) } else { Vec::new() };
@@ -1289,9 +1352,7 @@ impl Partition {
     fn apply(&mut self, verdict: Verdict<ClientRef>, out: &mut Vec<Output>) {
         match verdict {
             Verdict::Agreed(batch) => {
-                while self.unanswered.front().is_some_and(|b| b.seq <= batch.seq) {
-                    self.unanswered.pop_front();
-                }
+                self.answered_through(batch.seq);
                 self.sequencer.complete(batch.answers.len());
                 for (tag, ts, outcome) in batch.answers {
                     let result = match outcome {
@@ -1335,9 +1396,7 @@ impl Partition {
                 out.push(Output::Event(Event::Diverged(divergence)));
             }
             Verdict::Unknown { seq, unanswered } => {
-                while self.unanswered.front().is_some_and(|b| b.seq <= seq) {
-                    self.unanswered.pop_front();
-                }
+                self.answered_through(seq);
                 self.sequencer.complete(unanswered.len());
                 for (ts, tag) in unanswered {
                     let reason = format!("every replica batch {seq} was sent to failed before answering");
