@@ -324,27 +324,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     start: Start,
 ) -> Result<(), NodeError> {
-    if config.node(id).is_none() {
-        return Err(NodeError::UnknownNode { node: id });
-    }
-    let mut partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
-    let joined: Vec<PartitionId> = match &start {
-        Start::Join(j) => j.clone(),
-        _ => Vec::new(),
-    };
-    for &pid in &joined {
-        let Some(p) = config.partitions.iter().find(|p| p.id == pid) else {
-            return Err(NodeError::Join { partition: pid, problem: "no such partition in [[partitions]]" });
-        };
-        if partitions.iter().any(|q| q.id == pid) {
-            return Err(NodeError::Join { partition: pid, problem: "the node already holds it (use --rejoin)" });
-        }
-        partitions.push(p.clone());
-    }
-    let rejoin = start != Start::Load;
-    if partitions.is_empty() {
-        return Err(NodeError::NoReplicas { node: id });
-    }
+    let partitions = partitions_held(&config, id, &start)?;
     info!(
         node = id,
         partitions = ?partitions.iter().map(|p| p.id).collect::<Vec<_>>(),
@@ -357,61 +337,13 @@ pub async fn run(
     let mut exits = Vec::new();
     let mut gates = BTreeMap::new();
     for p in &partitions {
-        let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
-        // A node rejoining a passive partition comes back as a backup, whatever the file says.
-        let role = match ReplicaRole::of(config.mode, p, id) {
-            ReplicaRole::Primary if rejoin => ReplicaRole::Backup,
-            _ if joined.contains(&p.id) && config.mode.is_passive() => ReplicaRole::Backup,
-            _ if joined.contains(&p.id) => ReplicaRole::Replica,
-            r => r,
-        };
+        let role = replica_role(&config, p, id, &start);
         if role == ReplicaRole::Primary {
             gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
         }
-        let zero = || AtomicU64::new(0);
-        let shared = Arc::new(ReplicaShared {
-            partition: p.id,
-            role,
-            load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
-            applied_seq: zero(),
-            committed: zero(),
-            stopped: Mutex::new(None),
-            schedstat: Mutex::new(Vec::new()),
-            shipped_bytes: zero(),
-            acks: zero(),
-            ack_delay_us_sum: zero(),
-            ack_delay_us_max: zero(),
-            applied_bytes: zero(),
-            log_bytes: zero(),
-            fsyncs: zero(),
-        });
-        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
-        let executor = Executor {
-            node: id,
-            rejoin,
-            config: config.clone(),
-            self_inbox: inbox.clone(),
-            mode: config.mode,
-            dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
-            workers: config.full_stack.workers as usize,
-            partition: p.clone(),
-            seed: config.seed,
-            pending_batches_max: config.limits.replica_pending_batches_max as usize,
-            frame_bytes_max: config.limits.frame_bytes_max as usize,
-            shared: shared.clone(),
-            to_coordinator: to_coordinator.clone(),
-            deaf_tools: Default::default(),
-            deaf_peers: Default::default(),
-        };
-        std::thread::Builder::new()
-            .name(format!("replica-p{}", p.id))
-            .spawn(move || {
-                executor.run(rx);
-                drop(exit_tx);
-            })
-            .map_err(|source| NodeError::Thread { partition: p.id, source })?;
-        exits.push(exit_rx);
-        replicas.insert(p.id, ReplicaHandle { shared, inbox });
+        let (handle, exit) = start_replica(&config, id, p, role, start != Start::Load, &to_coordinator)?;
+        exits.push(exit);
+        replicas.insert(p.id, handle);
     }
     drop(to_coordinator);
     let node = Arc::new(Node {
@@ -441,10 +373,117 @@ pub async fn run(
         () = shutdown => node.stop("signal"),
         () = node.stopped() => {}
     }
+    stop_executors(&node, exits).await;
+    link_task.abort();
+    tools_task.abort();
+    for t in peer_tasks {
+        t.abort();
+    }
+    info!(node = id, "node stopped");
+    Ok(())
+}
+
+/// The partitions node `id` holds: those the file places on it, and those it joins.
+fn partitions_held(config: &ClusterConfig, id: NodeId, start: &Start) -> Result<Vec<PartitionConfig>, NodeError> {
+    if config.node(id).is_none() {
+        return Err(NodeError::UnknownNode { node: id });
+    }
+    let mut partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
+    let joined: &[PartitionId] = match start {
+        Start::Join(j) => j,
+        Start::Load | Start::Rejoin => &[],
+    };
+    for &pid in joined {
+        let Some(p) = config.partitions.iter().find(|p| p.id == pid) else {
+            return Err(NodeError::Join { partition: pid, problem: "no such partition in [[partitions]]" });
+        };
+        if partitions.iter().any(|q| q.id == pid) {
+            return Err(NodeError::Join { partition: pid, problem: "the node already holds it (use --rejoin)" });
+        }
+        partitions.push(p.clone());
+    }
+    if partitions.is_empty() {
+        return Err(NodeError::NoReplicas { node: id });
+    }
+    Ok(partitions)
+}
+
+/// The role of node `id`'s replica of `p` as it starts: the file's, except that a node
+/// rejoining a passive partition comes back as a backup, whatever the file says, and a
+/// joined partition's new replica is a backup (passive modes) or a replica.
+fn replica_role(config: &ClusterConfig, p: &PartitionConfig, id: NodeId, start: &Start) -> ReplicaRole {
+    let joined = matches!(start, Start::Join(j) if j.contains(&p.id));
+    match ReplicaRole::of(config.mode, p, id) {
+        ReplicaRole::Primary if *start != Start::Load => ReplicaRole::Backup,
+        _ if joined && config.mode.is_passive() => ReplicaRole::Backup,
+        _ if joined => ReplicaRole::Replica,
+        r => r,
+    }
+}
+
+/// Starts the executor thread of node `id`'s replica of `p` (loading it, or rejoining when
+/// `rejoin`); returns its handle and a receiver that completes when the thread ends.
+fn start_replica(
+    config: &ClusterConfig,
+    id: NodeId,
+    p: &PartitionConfig,
+    role: ReplicaRole,
+    rejoin: bool,
+    to_coordinator: &mpsc::Sender<Emit>,
+) -> Result<(ReplicaHandle, tokio::sync::oneshot::Receiver<()>), NodeError> {
+    let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
+    let zero = || AtomicU64::new(0);
+    let shared = Arc::new(ReplicaShared {
+        partition: p.id,
+        role,
+        load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
+        applied_seq: zero(),
+        committed: zero(),
+        stopped: Mutex::new(None),
+        schedstat: Mutex::new(Vec::new()),
+        shipped_bytes: zero(),
+        acks: zero(),
+        ack_delay_us_sum: zero(),
+        ack_delay_us_max: zero(),
+        applied_bytes: zero(),
+        log_bytes: zero(),
+        fsyncs: zero(),
+    });
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
+    let executor = Executor {
+        node: id,
+        rejoin,
+        config: config.clone(),
+        self_inbox: inbox.clone(),
+        mode: config.mode,
+        dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
+        workers: config.full_stack.workers as usize,
+        partition: p.clone(),
+        seed: config.seed,
+        pending_batches_max: config.limits.replica_pending_batches_max as usize,
+        frame_bytes_max: config.limits.frame_bytes_max as usize,
+        shared: shared.clone(),
+        to_coordinator: to_coordinator.clone(),
+        deaf_tools: Default::default(),
+        deaf_peers: Default::default(),
+    };
+    std::thread::Builder::new()
+        .name(format!("replica-p{}", p.id))
+        .spawn(move || {
+            executor.run(rx);
+            drop(exit_tx);
+        })
+        .map_err(|source| NodeError::Thread { partition: p.id, source })?;
+    Ok((ReplicaHandle { shared, inbox }, exit_rx))
+}
+
+/// Asks every executor to stop and waits for them at most `timeouts.shutdown_timeout_ms` (a
+/// replica still loading is not waited for).
+async fn stop_executors(node: &Node, exits: Vec<tokio::sync::oneshot::Receiver<()>>) {
     for r in node.replicas.values() {
         let _ = r.inbox.try_send(Work::Stop);
     }
-    let wait = Duration::from_millis(config.timeouts.shutdown_timeout_ms);
+    let wait = Duration::from_millis(node.config.timeouts.shutdown_timeout_ms);
     let joined = tokio::time::timeout(wait, async {
         for e in exits {
             let _ = e.await;
@@ -454,13 +493,6 @@ pub async fn run(
     if joined.is_err() {
         warn!(wait_ms = wait.as_millis() as u64, "executors still busy (loading?) at shutdown; leaving them");
     }
-    link_task.abort();
-    tools_task.abort();
-    for t in peer_tasks {
-        t.abort();
-    }
-    info!(node = id, "node stopped");
-    Ok(())
 }
 
 /// One replica's thread: load, then execute the inbox in order.
