@@ -36,8 +36,8 @@ use std::fmt;
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId,
-    PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome,
+    PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
@@ -400,7 +400,9 @@ impl Coordinator {
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
                     agreement: Agreement::new(p.id, executing.iter().copied()),
                     replication: match passive {
-                        true => Replication::Passive(Passive { backups: p.replicas[1..].to_vec(), ..Passive::default() }),
+                        true => {
+                            Replication::Passive(Passive { backups: p.replicas[1..].to_vec(), ..Passive::default() })
+                        }
                         false => Replication::ActiveActive,
                     },
                     joining: Vec::new(),
@@ -557,7 +559,11 @@ impl Coordinator {
         let reject = |rejection| {
             vec![Output::ToClient {
                 client,
-                msg: CoordinatorToClient::DigestReply { request_id, partition, outcome: DigestOutcome::Rejected(rejection) },
+                msg: CoordinatorToClient::DigestReply {
+                    request_id,
+                    partition,
+                    outcome: DigestOutcome::Rejected(rejection),
+                },
             }]
         };
         let Some(p) = self.partitions.get_mut(&partition) else {
@@ -604,7 +610,9 @@ impl Coordinator {
         node.last_heard_us = node.last_heard_us.max(now_us);
         match msg {
             NodeToCoordinator::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
-            NodeToCoordinator::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
+            NodeToCoordinator::Rejoined { partition, snapshot_seq } => {
+                self.on_rejoined(from, partition, snapshot_seq, &mut out)
+            }
             NodeToCoordinator::Promoted { partition, applied_seq, next_seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
@@ -759,8 +767,10 @@ impl Coordinator {
     /// primary's log base (full stack). A full-stack partition with no live replica comes
     /// back from its last primary's log instead ([`Partition::resume_from_log`]).
     fn on_rejoin_request(&mut self, from: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
-        let refuse =
-            |reason: String| Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::RejoinRefused { partition, reason } };
+        let refuse = |reason: String| Output::ToNodes {
+            nodes: vec![from],
+            msg: CoordinatorToNode::RejoinRefused { partition, reason },
+        };
         let Some(p) = self.partitions.get_mut(&partition) else {
             out.push(refuse(format!("no partition {partition}")));
             return;
@@ -793,10 +803,16 @@ impl Coordinator {
         if self.mode.is_passive() {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
-            out.push(Output::ToNodes { nodes: vec![source], msg: CoordinatorToNode::ShipTo { partition, backup: from } });
+            out.push(Output::ToNodes {
+                nodes: vec![source],
+                msg: CoordinatorToNode::ShipTo { partition, backup: from },
+            });
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
-        out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq } });
+        out.push(Output::ToNodes {
+            nodes: vec![from],
+            msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq },
+        });
         if !self.mode.is_passive() {
             p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
@@ -996,7 +1012,13 @@ impl Coordinator {
                     }
                     let nodes = p.executors();
                     if !nodes.is_empty() {
-                        let msg = CoordinatorToNode::RederivePiece { partition: q, home: home.id, seq, ts, input: held.input };
+                        let msg = CoordinatorToNode::RederivePiece {
+                            partition: q,
+                            home: home.id,
+                            seq,
+                            ts,
+                            input: held.input,
+                        };
                         out.push(Output::ToNodes { nodes, msg });
                     }
                 }
@@ -1375,7 +1397,11 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: batch.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: CoordinatorToClient::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply {
+                                request_id: w.request_id,
+                                partition: self.id,
+                                outcome,
+                            },
                         });
                     }
                 }
@@ -1388,7 +1414,11 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: divergence.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: CoordinatorToClient::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply {
+                                request_id: w.request_id,
+                                partition: self.id,
+                                outcome,
+                            },
                         });
                     }
                 }

@@ -47,9 +47,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
+use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
-use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::messages::{
     ClientReply, ClientRequest, ClientResult, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus,
     Rejection, Role, PROTOCOL_VERSION,

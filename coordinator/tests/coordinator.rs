@@ -94,7 +94,8 @@ fn serving(batch_txns_max: u32, inflight_txns_max: u32) -> Coordinator {
     let mut c = Coordinator::new(&config(batch_txns_max, inflight_txns_max), START_US).unwrap();
     for node in [1, 2] {
         for partition in [1, 2] {
-            let ready = NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+            let ready =
+                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
             c.on_node_message(node, ready, START_US);
         }
     }
@@ -108,7 +109,8 @@ fn requests_wait_for_every_replica_to_load_the_same_state() {
     let out = c.on_client_request(1, request(1, payment(1, 1, 1)), START_US);
     assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 }));
 
-    let progress = NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
+    let progress =
+        NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
     assert!(matches!(events(&c.on_node_message(1, progress, START_US))[..], [Event::LoadProgress { .. }]));
     let ready = |d| NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(d) } };
     assert!(events(&c.on_node_message(1, ready(5), START_US)).is_empty());
@@ -162,9 +164,9 @@ fn a_batch_is_sent_when_its_wait_is_over() {
     let mut c = serving(100, 1_000);
     assert_eq!(c.next_deadline_us(), Some(START_US), "the first heartbeat is due at once");
     let out = c.tick(START_US);
-    assert!(out
-        .iter()
-        .any(|o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::Heartbeat { .. } } if nodes == &vec![1, 2])));
+    assert!(out.iter().any(
+        |o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::Heartbeat { .. } } if nodes == &vec![1, 2])
+    ));
     assert_eq!(c.next_deadline_us(), Some(START_US + 100 * MS), "then every heartbeat_ms");
     c.on_client_request(1, request(1, payment(3, 4, 1)), START_US);
     assert_eq!(c.next_deadline_us(), Some(START_US + 500));
@@ -318,7 +320,9 @@ fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
     let aborts: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(r) } => Some((nodes.clone(), r.from, r.outcome.clone())),
+            Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(r) } => {
+                Some((nodes.clone(), r.from, r.outcome.clone()))
+            }
             _ => None,
         })
         .collect();
@@ -452,9 +456,10 @@ fn state_digests_go_through_the_ordered_path() {
     let out = c.on_node_message(2, NodeToCoordinator::Results(execute(b, 42)), START_US);
     assert_eq!(replies(&out).len(), 1);
     let digest = out.iter().find_map(|o| match o {
-        Output::ToClient { client: 5, msg: CoordinatorToClient::DigestReply { request_id: 77, partition: 1, outcome } } => {
-            Some(outcome.clone())
-        }
+        Output::ToClient {
+            client: 5,
+            msg: CoordinatorToClient::DigestReply { request_id: 77, partition: 1, outcome },
+        } => Some(outcome.clone()),
         _ => None,
     });
     let outcome = digest.unwrap();

@@ -26,7 +26,8 @@ fn serving() -> Coordinator {
     let mut c = Coordinator::new(&config, START_US).unwrap();
     for node in [1, 2] {
         for partition in [1, 2] {
-            let ready = NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+            let ready =
+                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
             c.on_node_message(node, ready, START_US);
         }
     }

@@ -153,7 +153,8 @@ fn a_partition_waits_for_its_backup_and_stops_if_the_backup_loaded_another_state
     let out = c.on_client_request(1, request(1, payment(1, 1)), START_US);
     assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 }));
     assert!(batches(&out).is_empty());
-    let progress = NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
+    let progress =
+        NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
     assert_eq!(
         events(&c.on_node_message(2, progress, START_US)),
         vec![Event::LoadProgress { partition: 1, node: 2, rows_loaded: 5, rows_total: 10 }]
@@ -280,7 +281,9 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     let refused: Vec<&String> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: CoordinatorToNode::RejoinRefused { partition: 1, reason } } if nodes == &vec![2] => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::RejoinRefused { partition: 1, reason } }
+                if nodes == &vec![2] =>
+            {
                 Some(reason)
             }
             _ => None,
@@ -294,7 +297,9 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     let resume: Vec<Seq> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: CoordinatorToNode::ResumeFromLog { partition: 1, from_seq } } if nodes == &vec![1] => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::ResumeFromLog { partition: 1, from_seq } }
+                if nodes == &vec![1] =>
+            {
                 Some(*from_seq)
             }
             _ => None,
@@ -319,7 +324,9 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
 
     // A second request once it serves: refused, the partition has a live primary.
     let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + 4 * MS);
-    assert!(out.iter().any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::RejoinRefused { partition: 1, .. }, .. })));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::RejoinRefused { partition: 1, .. }, .. })));
     assert_eq!(phase(&c, 1), Phase::Serving);
 }
 
@@ -355,7 +362,11 @@ fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
         })
         .collect();
     assert_eq!(promote, vec![3], "node 3 applied batch 6, node 2 only batch 5: {out:?}");
-    let out = co.on_node_message(3, NodeToCoordinator::Promoted { partition: 1, applied_seq: 6, next_seq: 7 }, START_US + 4 * MS);
+    let out = co.on_node_message(
+        3,
+        NodeToCoordinator::Promoted { partition: 1, applied_seq: 6, next_seq: 7 },
+        START_US + 4 * MS,
+    );
     let dropped = Event::BackupDropped { partition: 1, node: 2 };
     assert!(events(&out).contains(&dropped) && dropped.is_alarm(), "{out:?}");
     assert_eq!(co.status()[0].live_replicas, vec![3]);

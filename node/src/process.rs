@@ -46,14 +46,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
-use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
 use wire::channel::{
     ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerChannel, PeerReply, PeerRequest, ToolReply, ToolRequest,
 };
+use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
-    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection,
-    ReplicationReport, Role, Seq, Shipment, PROTOCOL_VERSION,
+    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection, ReplicationReport,
+    Role, Seq, Shipment, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
@@ -151,7 +151,7 @@ enum RejoinStep {
     /// Fetch the starting state from `source` for batches from `from_seq` on.
     Plan { source: NodeId, from_seq: Seq },
     /// The rejoin ended: the replica, or `None` (given up).
-    Done(Option<Replica>),
+    Done(Option<Box<Replica>>),
 }
 
 /// Batches a rejoining replica holds while its copy arrives; past it the rejoin fails.
@@ -716,7 +716,8 @@ impl Executor {
     /// `None` if stopped or refused.
     fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
         let pid = self.partition.id;
-        let _ = self.to_coordinator.blocking_send(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: pid }));
+        let _ =
+            self.to_coordinator.blocking_send(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: pid }));
         info!(partition = pid, "asked the coordinator to rejoin");
         let mut held = Held::default();
         let mut plan: Option<(NodeId, Seq)> = None;
@@ -733,7 +734,7 @@ impl Executor {
                         self.fetch_start(source, from_seq);
                         continue;
                     }
-                    RejoinStep::Done(replica) => return replica,
+                    RejoinStep::Done(replica) => return replica.map(|r| *r),
                 },
                 Work::Peer { req: PeerRequest::Ship(shipment), reply } => {
                     held.shipments.push((shipment, reply));
@@ -788,23 +789,24 @@ impl Executor {
             CoordinatorToNode::ResumeFromLog { from_seq, .. } if self.mode == Mode::FullStack => {
                 let mut replica = match self.restart_recovery(None) {
                     Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
-                    Err(e) => return RejoinStep::Done(self.give_up(inbox, e.to_string())),
+                    Err(e) => return RejoinStep::Done(self.give_up(inbox, e.to_string()).map(Box::new)),
                 };
                 if let Err(e) = replica.resume_at(from_seq) {
-                    return RejoinStep::Done(self.give_up(inbox, format!("cannot resume: {e}")));
+                    return RejoinStep::Done(self.give_up(inbox, format!("cannot resume: {e}")).map(Box::new));
                 }
                 info!(partition = pid, from_seq, "serving the recovered partition");
                 let recovered_through = from_seq.saturating_sub(1);
-                RejoinStep::Done(Some(self.finish_rejoin(replica, Held::default(), recovered_through)))
+                RejoinStep::Done(Some(Box::new(self.finish_rejoin(replica, Held::default(), recovered_through))))
             }
             CoordinatorToNode::RejoinRefused { reason, .. } => {
-                RejoinStep::Done(self.give_up(inbox, format!("the coordinator refused the rejoin: {reason}")))
+                let why = format!("the coordinator refused the rejoin: {reason}");
+                RejoinStep::Done(self.give_up(inbox, why).map(Box::new))
             }
             msg @ CoordinatorToNode::Batch(_) => {
                 held.batches += 1;
                 if held.batches > REJOIN_HELD_BATCHES_MAX {
                     let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
-                    return RejoinStep::Done(self.give_up(inbox, why));
+                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
                 }
                 held.stream.push(msg);
                 RejoinStep::Wait
@@ -812,7 +814,7 @@ impl Executor {
             msg @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => {
                 if held.stream.len() - held.batches >= crate::replica::PIECE_READS_HELD_MAX {
                     let why = "too many multi-partition piece outcomes held while rejoining".to_string();
-                    return RejoinStep::Done(self.give_up(inbox, why));
+                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
                 }
                 held.stream.push(msg);
                 RejoinStep::Wait
@@ -893,7 +895,9 @@ impl Executor {
         self.shared.load.send_replace(LoadState::Ready { digest });
         self.publish(&mut replica);
         let partition = self.partition.id;
-        let _ = self.to_coordinator.blocking_send(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq }));
+        let _ = self
+            .to_coordinator
+            .blocking_send(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq }));
         replica
     }
 
@@ -903,8 +907,8 @@ impl Executor {
         let pid = self.partition.id;
         let t0 = Instant::now();
         info!(partition = pid, dir = %self.dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
-        let (f, cut) = crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut)
-            .map_err(RejoinError::Recovery)?;
+        let (f, cut) =
+            crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut).map_err(RejoinError::Recovery)?;
         let r = f.recovery_report();
         info!(
             partition = pid,
@@ -1687,7 +1691,8 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
                     reason: format!("node {} holds no replica of partition {partition}", node.id),
                 };
                 let (request_id, partition) = (*request_id, *partition);
-                let reply = ToolReply::ReplicaReadReply { request_id, partition, seq: 0, possibly_stale: false, outcome };
+                let reply =
+                    ToolReply::ReplicaReadReply { request_id, partition, seq: 0, possibly_stale: false, outcome };
                 let _ = reply_tx.send(reply).await;
                 continue;
             }

@@ -43,12 +43,12 @@ use engine::distributed::{execute_piece, touched, Piece};
 use engine::procedures::{execute, TxnInput};
 use engine::storage::Storage;
 use engine::LeanDb;
-use wire::config::{Mode, PartitionConfig};
 use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
+use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
-    bounded_reason, check_held, check_input, Batch, BatchTxn, DigestOutcome, InputError, LoadState, NodeId,
-    Part, PartitionId, PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp,
-    TxnOutcome, TxnResult, WarehouseId,
+    bounded_reason, check_held, check_input, Batch, BatchTxn, DigestOutcome, InputError, LoadState, NodeId, Part,
+    PartitionId, PieceOutcome, PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome,
+    TxnResult, WarehouseId,
 };
 use workload::loader::{load_database, LoadProgress};
 

@@ -169,12 +169,7 @@ pub fn log_base_refusal(request_id: u64, partition: PartitionId, reason: &str) -
 
 /// A full-stack primary's log base for a rejoining backup, in pieces of at most `piece_max`
 /// bytes (the last one marked).
-pub fn log_base_pieces(
-    base: &LogBase,
-    request_id: u64,
-    partition: PartitionId,
-    piece_max: usize,
-) -> Vec<LogBaseChunk> {
+pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<LogBaseChunk> {
     let pieces: Vec<&[u8]> =
         if base.records.is_empty() { vec![&[][..]] } else { base.records.chunks(piece_max.max(1)).collect() };
     let n = pieces.len();

@@ -18,8 +18,8 @@ use engine::procedures::{
 };
 use engine::LeanDb;
 use node::replica::{Emit, ReplicaRole, Store};
-use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
 use node::{Replica, ReplicaError};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
 use wire::config::{ClusterConfig, Mode, PartitionConfig, WarehouseRange};
 use wire::messages::*;
 use workload::gen::{GenConfig, Generator, Profile};
@@ -234,10 +234,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
 
     // A backup refuses a batch, without stopping or changing.
     let first = stream.next();
-    assert!(matches!(
-        backup.on_control(CoordinatorToNode::Batch(first.clone())),
-        Err(ReplicaError::Unexpected { .. })
-    ));
+    assert!(matches!(backup.on_control(CoordinatorToNode::Batch(first.clone())), Err(ReplicaError::Unexpected { .. })));
     assert!(backup.stopped().is_none());
     assert_eq!((backup.state_digest(), backup.applied_seq()), (loaded, 0));
 

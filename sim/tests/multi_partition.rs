@@ -82,7 +82,8 @@ struct Txn {
 
 /// Whether a batch holding timestamp `ts` is in flight.
 fn batch_in_flight(sim: &Sim, ts: Timestamp) -> bool {
-    sim.net().any(|e| matches!(&e.msg, Carried::ToNode(CoordinatorToNode::Batch(b)) if b.txns.iter().any(|t| t.ts == ts)))
+    sim.net()
+        .any(|e| matches!(&e.msg, Carried::ToNode(CoordinatorToNode::Batch(b)) if b.txns.iter().any(|t| t.ts == ts)))
 }
 
 /// The nodes with a message satisfying `f` in flight going `direction`.
@@ -129,11 +130,11 @@ fn observe(sim: &Sim, step: Step, t: &Txn) -> Option<Vec<NodeId>> {
             Direction::ToCoordinator,
             |m| matches!(m, Carried::ToCoordinator(NodeToCoordinator::PieceReads(r)) if r.ts == t.ts && r.from == t.remote),
         ),
-        Step::ReadsToHome => {
-            senders(sim, Direction::ToNode, |m| {
-                matches!(m, Carried::ToNode(CoordinatorToNode::PieceReads(r)) if r.ts == t.ts && r.home == t.home)
-            })
-        }
+        Step::ReadsToHome => senders(
+            sim,
+            Direction::ToNode,
+            |m| matches!(m, Carried::ToNode(CoordinatorToNode::PieceReads(r)) if r.ts == t.ts && r.home == t.home),
+        ),
         Step::HomeParked => sim
             .node_ids()
             .into_iter()

@@ -279,7 +279,12 @@ mod tests {
 
     fn handshakes() -> Vec<Handshake> {
         vec![
-            Handshake::Hello(Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id: 2, config_fingerprint: 9 }),
+            Handshake::Hello(Hello {
+                protocol_version: PROTOCOL_VERSION,
+                role: Role::Node,
+                id: 2,
+                config_fingerprint: 9,
+            }),
             Handshake::HelloRefused { reason: "wrong cluster".into() },
         ]
     }
@@ -329,8 +334,14 @@ mod tests {
 
     fn from_nodes() -> Vec<NodeToCoordinator> {
         vec![
-            NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } },
-            NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(u128::MAX - 3) } },
+            NodeToCoordinator::LoadStatus {
+                partition: 1,
+                state: LoadState::Loading { rows_loaded: 5, rows_total: 10 },
+            },
+            NodeToCoordinator::LoadStatus {
+                partition: 1,
+                state: LoadState::Ready { digest: StateDigest(u128::MAX - 3) },
+            },
             NodeToCoordinator::Results(results()),
             NodeToCoordinator::Heartbeat { now_ms: 1 },
             NodeToCoordinator::RejoinRequest { partition: 1 },
@@ -486,8 +497,12 @@ mod tests {
                 digest_after: true,
             })
         };
-        let empty =
-            size(&CoordinatorToNode::Batch(Batch { partition: u16::MAX, seq: u64::MAX, txns: vec![], digest_after: true }));
+        let empty = size(&CoordinatorToNode::Batch(Batch {
+            partition: u16::MAX,
+            seq: u64::MAX,
+            txns: vec![],
+            digest_after: true,
+        }));
         assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
         for input in [worst_new_order(), payment()] {
             assert!(size(&one_txn(input)) - empty <= TXN_ENTRY_BYTES_MAX);
@@ -606,10 +621,7 @@ mod tests {
         frame.push(0);
         let length = (frame.len() - LENGTH_PREFIX_BYTES) as u32;
         frame[..4].copy_from_slice(&length.to_le_bytes());
-        assert_eq!(
-            decode::<CoordinatorToNode>(&frame, MAX).unwrap_err(),
-            CodecError::TrailingBytes { extra_bytes: 1 }
-        );
+        assert_eq!(decode::<CoordinatorToNode>(&frame, MAX).unwrap_err(), CodecError::TrailingBytes { extra_bytes: 1 });
 
         // An unknown variant index (a u32: integers are fixed-width).
         let garbage = [5, 0, 0, 0, PROTOCOL_VERSION, 200, 0, 0, 0];

@@ -99,9 +99,7 @@ impl std::str::FromStr for Shipping {
         match s {
             "sync" => Ok(Shipping::Sync),
             "async" => Ok(Shipping::Async),
-            other => {
-                Err(crate::error::UnknownName { what: "shipping", name: other.to_string(), valid: "sync, async" })
-            }
+            other => Err(crate::error::UnknownName { what: "shipping", name: other.to_string(), valid: "sync, async" }),
         }
     }
 }

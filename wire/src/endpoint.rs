@@ -87,9 +87,9 @@ use tokio::task::JoinSet;
 
 use rustls::pki_types::CertificateDer;
 
+use crate::channel::{ChannelMessage, Handshake};
 use crate::codec::{self, FRAME_BYTES_MAX_DEFAULT, LENGTH_PREFIX_BYTES};
 use crate::config::{ClusterConfig, Limits};
-use crate::channel::{ChannelMessage, Handshake};
 use crate::error::{CodecError, HelloMismatch};
 use crate::messages::{bounded_reason, Hello, Role, PROTOCOL_VERSION};
 use crate::tls::{self, IdentityProblem, Role as Identity};

@@ -12,7 +12,7 @@ pub mod error;
 pub mod messages;
 pub mod tls;
 
-pub use config::{check_ports_free, ClusterConfig, Mode};
 pub use channel::ChannelMessage;
+pub use config::{check_ports_free, ClusterConfig, Mode};
 pub use error::{CodecError, ConfigError, HelloMismatch, Problem, UnknownName};
 pub use messages::{InputError, NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};

@@ -16,11 +16,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wire::channel::{ClientToCoordinator, Handshake};
 use wire::codec::{self, FrameDecoder};
 use wire::endpoint::{listen, EndpointLimits};
 use wire::messages::{Hello, Role as PeerRole};
 use wire::tls::{self, init_cluster, Role};
-use wire::channel::{ClientToCoordinator, Handshake};
 use wire::{ClusterConfig, PROTOCOL_VERSION};
 
 /// The child process reads its certificate directory from this variable.

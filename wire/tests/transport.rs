@@ -14,14 +14,14 @@ use std::time::Duration;
 
 use engine::procedures::{CustomerSelector, PaymentInput, TxnInput};
 use rustls::pki_types::pem::PemObject;
+use wire::channel::{ClientToCoordinator, CoordinatorToNode};
 use wire::codec;
 use wire::endpoint::{
-    connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_REFUSED, CLOSE_HELLO_TIMEOUT,
-    CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
+    connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_REFUSED,
+    CLOSE_HELLO_TIMEOUT, CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
 };
 use wire::messages::{Batch, BatchTxn, ClientRequest, Hello, Role as PeerRole};
 use wire::tls::{self, init_cluster, IdentityProblem, Role, TlsError};
-use wire::channel::{ClientToCoordinator, CoordinatorToNode};
 use wire::{ChannelMessage, ClusterConfig, Timestamp, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(10);

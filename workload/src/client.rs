@@ -29,12 +29,12 @@ use engine::check::{CheckReport, Checker};
 use engine::schema::{keys, t, Table, TableId};
 use engine::{LeanDb, Storage};
 use tokio::time::timeout;
-use wire::config::{resolve, split_address, ClusterConfig};
-use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
 use wire::channel::{
     ChannelMessage, ClientToCoordinator, CoordinatorToClient, PeerReply, PeerRequest, SnapshotChannel, ToolChannel,
     ToolReply, ToolRequest,
 };
+use wire::config::{resolve, split_address, ClusterConfig};
+use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
 use wire::messages::{
     DigestOutcome, Hello, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, SnapshotChunk, SnapshotEnd,
     StateDigest, PROTOCOL_VERSION,
