@@ -341,7 +341,11 @@ pub async fn run(
         if role == ReplicaRole::Primary {
             gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
         }
-        let (handle, exit) = start_replica(&config, id, p, role, start != Start::Load, &to_coordinator)?;
+        let begin = match start {
+            Start::Load => Begin::Load,
+            Start::Rejoin | Start::Join(_) => Begin::Rejoin,
+        };
+        let (handle, exit) = start_replica(&config, id, p, role, begin, &to_coordinator)?;
         exits.push(exit);
         replicas.insert(p.id, handle);
     }
@@ -421,14 +425,15 @@ fn replica_role(config: &ClusterConfig, p: &PartitionConfig, id: NodeId, start: 
     }
 }
 
-/// Starts the executor thread of node `id`'s replica of `p` (loading it, or rejoining when
-/// `rejoin`); returns its handle and a receiver that completes when the thread ends.
+/// Starts the executor thread of node `id`'s replica of `p` (loading it, or rejoining, as
+/// `begin` says); returns its handle and a receiver that completes when the
+/// thread ends.
 fn start_replica(
     config: &ClusterConfig,
     id: NodeId,
     p: &PartitionConfig,
     role: ReplicaRole,
-    rejoin: bool,
+    begin: Begin,
     to_coordinator: &mpsc::Sender<Emit>,
 ) -> Result<(ReplicaHandle, tokio::sync::oneshot::Receiver<()>), NodeError> {
     let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
@@ -452,7 +457,7 @@ fn start_replica(
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
     let executor = Executor {
         node: id,
-        rejoin,
+        begin,
         config: config.clone(),
         self_inbox: inbox.clone(),
         mode: config.mode,
@@ -495,12 +500,20 @@ async fn stop_executors(node: &Node, exits: Vec<tokio::sync::oneshot::Receiver<(
     }
 }
 
+/// How a replica's executor gets its starting state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    /// Load the partition from the seed (a cluster starting).
+    Load,
+    /// Rejoin a running cluster (`glass node --rejoin` or `--join`): copy a live replica, or
+    /// recover from this node's own log (full stack).
+    Rejoin,
+}
+
 /// One replica's thread: load, then execute the inbox in order.
 struct Executor {
     node: NodeId,
-    /// Rejoin (`glass node --rejoin`): copy the partition from a live replica instead of
-    /// loading it from the seed.
-    rejoin: bool,
+    begin: Begin,
     config: ClusterConfig,
     /// This executor's own inbox, for the fetched copy.
     self_inbox: mpsc::Sender<Work>,
@@ -586,7 +599,7 @@ impl Executor {
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
         let t0 = Instant::now();
-        if self.rejoin {
+        if self.begin == Begin::Rejoin {
             let Some(replica) = self.rejoin(&mut inbox) else { return };
             engine::arena::set_prefault(true);
             info!(partition = pid, seconds = t0.elapsed().as_secs_f64(), "rejoined");
