@@ -22,7 +22,7 @@
 //! - a transaction spanning partitions (`engine::distributed`, Calvin style) gets one
 //!   timestamp and is admitted on every partition it touches or on none (a refusal or `Busy`
 //!   of one refuses it whole); its home piece and remote pieces ride in each partition's
-//!   batches; remote pieces' outcomes ([`Message::PieceReads`]) are forwarded to the home
+//!   batches; remote pieces' outcomes ([`NodeToCoordinator::PieceReads`]) are forwarded to the home
 //!   partition's executing replicas and kept until every replica that may still run the home
 //!   piece ran it (a promoted backup or a rejoining replica gets them again); the client is
 //!   answered once *every* partition decided its piece — committed only if all did, "outcome
@@ -33,14 +33,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use wire::config::ClusterConfig;
+use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
+use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId,
-    PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome,
+    PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
-use crate::error::CoordinatorError;
+use crate::error::{CoordinatorError, ResumeRefused};
 use crate::router::{Route, Router};
 use crate::sequencer::{Busy, Sequencer, SequencerLimits};
 use crate::timestamp::TimestampClock;
@@ -63,12 +64,12 @@ pub struct ClientRef {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Send `msg` to each of `nodes` (encode it once).
-    ToNodes { nodes: Vec<NodeId>, msg: Message },
+    ToNodes { nodes: Vec<NodeId>, msg: CoordinatorToNode },
     /// Answer a client's transaction request (group replies per client into
-    /// [`Message::ClientReplies`]).
+    /// [`CoordinatorToClient::ClientReplies`]).
     Reply { client: ClientId, reply: ClientReply },
-    /// Send `msg` to a client (a [`Message::DigestReply`]).
-    ToClient { client: ClientId, msg: Message },
+    /// Send `msg` to a client (a [`CoordinatorToClient::DigestReply`]).
+    ToClient { client: ClientId, msg: CoordinatorToClient },
     /// Something to report to the operator.
     Event(Event),
 }
@@ -273,26 +274,16 @@ struct Partition {
     /// Tags of the open batch's transactions, in its order.
     open_tags: Vec<ClientRef>,
     agreement: Agreement<ClientRef>,
-    /// Passive modes: the live backups (they receive log records from the primary, not
-    /// batches from here). Empty in active-active.
-    backups: Vec<NodeId>,
-    /// Nodes rejoining (active-active): they receive every batch from the `Seq` on and
-    /// count once they report `Rejoined`.
+    /// How the partition replicates, with the state only that way needs.
+    replication: Replication,
+    /// Nodes rejoining, from the batch `Seq` on: they count once they report `Rejoined`.
+    /// In active-active they receive every batch from the `Seq` on; in the passive modes the
+    /// primary ships to them instead.
     joining: Vec<(NodeId, Seq)>,
-    /// Passive modes: the batches sent to the primary and not yet answered, kept so a
-    /// promoted backup can execute those it never received.
-    unanswered: std::collections::VecDeque<wire::messages::Batch>,
-    passive: bool,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
     digest_waiters: BTreeMap<Seq, Vec<ClientRef>>,
-    /// The last executing replica, once none is left (the partition is unavailable): in
-    /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
-    /// may bring the partition back by restart recovery.
-    last_primary: Option<NodeId>,
-    /// Passive modes: the last batch each backup reported applied ([`Message::BackupApplied`]).
-    backup_applied: BTreeMap<NodeId, Seq>,
     /// Multi-partition transactions whose home piece runs here, by timestamp: the batch it
     /// rides in and the remote pieces' outcomes received, kept for executors that start
     /// later (a promoted backup, a rejoining replica).
@@ -305,6 +296,32 @@ struct Partition {
     /// Remote pieces decided here since the coordinator last joined them (see
     /// [`Coordinator::settle`]).
     pieces_done: Vec<(ClientRef, Timestamp)>,
+}
+
+/// How a partition replicates (`wire::config::Mode`), with the state only that way needs.
+#[derive(Debug)]
+enum Replication {
+    /// Every live replica executes every batch.
+    ActiveActive,
+    /// Active-passive or full stack: the primary (the only replica in the agreement)
+    /// executes and ships its log to the backups.
+    Passive(Passive),
+}
+
+/// A passive partition's replication state.
+#[derive(Debug, Default)]
+struct Passive {
+    /// The live backups (they receive log records from the primary, not batches from here).
+    backups: Vec<NodeId>,
+    /// The batches sent to the primary and not yet answered, kept so a promoted backup can
+    /// execute those it never received.
+    unanswered: std::collections::VecDeque<wire::messages::Batch>,
+    /// The last batch each backup reported applied ([`NodeToCoordinator::BackupApplied`]).
+    backup_applied: BTreeMap<NodeId, Seq>,
+    /// The last executing replica, once none is left (the partition is unavailable): in
+    /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
+    /// may bring the partition back by restart recovery.
+    last_primary: Option<NodeId>,
 }
 
 /// The remote pieces' outcomes of one multi-partition transaction, kept at its home partition.
@@ -358,10 +375,8 @@ pub struct Coordinator {
     next_heartbeat_us: u64,
     membership_epoch: u64,
     last_ts: Option<Timestamp>,
-    /// A passive mode (only the primary executes).
-    passive: bool,
-    /// The full-stack mode.
-    mode_full_stack: bool,
+    /// The replication mode.
+    mode: Mode,
     /// Multi-partition transactions admitted and not yet answered.
     multi: HashMap<ClientRef, MultiTxn>,
 }
@@ -384,14 +399,15 @@ impl Coordinator {
                     sequencer: Sequencer::new(p.id, limits),
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
                     agreement: Agreement::new(p.id, executing.iter().copied()),
-                    backups: if passive { p.replicas[1..].to_vec() } else { Vec::new() },
+                    replication: match passive {
+                        true => {
+                            Replication::Passive(Passive { backups: p.replicas[1..].to_vec(), ..Passive::default() })
+                        }
+                        false => Replication::ActiveActive,
+                    },
                     joining: Vec::new(),
-                    unanswered: std::collections::VecDeque::new(),
-                    passive,
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
-                    last_primary: None,
-                    backup_applied: BTreeMap::new(),
                     piece_reads: BTreeMap::new(),
                     catching_up: BTreeMap::new(),
                     pieces_done: Vec::new(),
@@ -420,8 +436,7 @@ impl Coordinator {
             next_heartbeat_us: now_us,
             membership_epoch: 0,
             last_ts: None,
-            passive,
-            mode_full_stack: config.mode == wire::config::Mode::FullStack,
+            mode: config.mode,
             multi: HashMap::new(),
         })
     }
@@ -513,21 +528,22 @@ impl Coordinator {
         out
     }
 
-    /// A message from client `client`: its transaction requests or a digest request. Anything
-    /// else is answered with nothing (the network code may close such a connection).
-    pub fn on_client_message(&mut self, client: ClientId, msg: Message, now_us: u64) -> Vec<Output> {
+    /// A message from client `client`: its transaction requests or a digest request. Status
+    /// requests and shutdowns are the network code's (they concern the process, not the
+    /// state machine): nothing here.
+    pub fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now_us: u64) -> Vec<Output> {
         match msg {
-            Message::ClientRequests(requests) => {
+            ClientToCoordinator::ClientRequests(requests) => {
                 let mut out = Vec::new();
                 for request in requests {
                     out.extend(self.on_client_request(client, request, now_us));
                 }
                 out
             }
-            Message::DigestRequest { request_id, partition } => {
+            ClientToCoordinator::DigestRequest { request_id, partition } => {
                 self.on_digest_request(client, request_id, partition, now_us)
             }
-            _ => Vec::new(),
+            ClientToCoordinator::StatusRequest { .. } | ClientToCoordinator::Shutdown { .. } => Vec::new(),
         }
     }
 
@@ -543,7 +559,11 @@ impl Coordinator {
         let reject = |rejection| {
             vec![Output::ToClient {
                 client,
-                msg: Message::DigestReply { request_id, partition, outcome: DigestOutcome::Rejected(rejection) },
+                msg: CoordinatorToClient::DigestReply {
+                    request_id,
+                    partition,
+                    outcome: DigestOutcome::Rejected(rejection),
+                },
             }]
         };
         let Some(p) = self.partitions.get_mut(&partition) else {
@@ -553,7 +573,7 @@ impl Coordinator {
             return reject(rejection);
         }
         if p.digest_waiters.values().map(Vec::len).sum::<usize>() >= DIGEST_REQUESTS_INFLIGHT_MAX {
-            let msg = Message::DigestReply { request_id, partition, outcome: DigestOutcome::Busy };
+            let msg = CoordinatorToClient::DigestReply { request_id, partition, outcome: DigestOutcome::Busy };
             return vec![Output::ToClient { client, msg }];
         }
         let mut out = Vec::new();
@@ -564,20 +584,20 @@ impl Coordinator {
     }
 
     /// A message from node `from` (the network code authenticated it): results, load status,
-    /// heartbeats. Anything else is reported as ignored.
-    pub fn on_node_message(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+    /// heartbeats, rejoin and promotion progress, piece outcomes.
+    pub fn on_node_message(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
         let out = self.on_node_message_unsettled(from, msg, now_us);
         self.settle(out)
     }
 
-    fn on_node_message_unsettled(&mut self, from: NodeId, msg: Message, now_us: u64) -> Vec<Output> {
+    fn on_node_message_unsettled(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         let Some(node) = self.nodes.get_mut(&from) else {
             out.push(Output::Event(Event::Ignored { node: from, what: "a node not in cluster.toml".into() }));
             return out;
         };
         if !node.live {
-            if let Message::RejoinRequest { partition } = msg {
+            if let NodeToCoordinator::RejoinRequest { partition } = msg {
                 // A restarted node: it counts as alive again, and may rejoin.
                 node.live = true;
                 node.last_heard_us = now_us;
@@ -589,27 +609,27 @@ impl Coordinator {
         }
         node.last_heard_us = node.last_heard_us.max(now_us);
         match msg {
-            Message::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
-            Message::Rejoined { partition, snapshot_seq } => self.on_rejoined(from, partition, snapshot_seq, &mut out),
-            Message::Promoted { partition, applied_seq, next_seq } => {
+            NodeToCoordinator::RejoinRequest { partition } => self.on_rejoin_request(from, partition, &mut out),
+            NodeToCoordinator::Rejoined { partition, snapshot_seq } => {
+                self.on_rejoined(from, partition, snapshot_seq, &mut out)
+            }
+            NodeToCoordinator::Promoted { partition, applied_seq, next_seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
                 }
             }
-            Message::Results(results) => self.on_results(from, results, &mut out),
-            Message::PieceReads(reads) => {
+            NodeToCoordinator::Results(results) => self.on_results(from, results, &mut out),
+            NodeToCoordinator::PieceReads(reads) => {
                 self.deliver_reads(reads, &mut out);
             }
-            Message::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
-            Message::Heartbeat { .. } | Message::Hello(_) => {}
-            Message::BackupApplied { partition, seq } => {
-                if let Some(p) = self.partitions.get_mut(&partition).filter(|p| p.backups.contains(&from)) {
-                    let applied = p.backup_applied.entry(from).or_default();
+            NodeToCoordinator::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
+            NodeToCoordinator::Heartbeat { .. } => {}
+            NodeToCoordinator::BackupApplied { partition, seq } => {
+                let passive = self.partitions.get_mut(&partition).and_then(Partition::passive_mut);
+                if let Some(s) = passive.filter(|s| s.backups.contains(&from)) {
+                    let applied = s.backup_applied.entry(from).or_default();
                     *applied = (*applied).max(seq);
                 }
-            }
-            other => {
-                out.push(Output::Event(Event::Ignored { node: from, what: format!("unexpected {}", other.name()) }))
             }
         }
         out
@@ -649,7 +669,7 @@ impl Coordinator {
         if now_us >= self.next_heartbeat_us {
             let nodes: Vec<NodeId> = self.live_nodes().collect();
             if !nodes.is_empty() {
-                out.push(Output::ToNodes { nodes, msg: Message::Heartbeat { now_ms: now_us / 1_000 } });
+                out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Heartbeat { now_ms: now_us / 1_000 } });
             }
             self.next_heartbeat_us = now_us + self.heartbeat_us;
         }
@@ -747,19 +767,21 @@ impl Coordinator {
     /// primary's log base (full stack). A full-stack partition with no live replica comes
     /// back from its last primary's log instead ([`Partition::resume_from_log`]).
     fn on_rejoin_request(&mut self, from: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
-        let refuse =
-            |reason: String| Output::ToNodes { nodes: vec![from], msg: Message::RejoinRefused { partition, reason } };
+        let refuse = |reason: String| Output::ToNodes {
+            nodes: vec![from],
+            msg: CoordinatorToNode::RejoinRefused { partition, reason },
+        };
         let Some(p) = self.partitions.get_mut(&partition) else {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.mode_full_stack && p.phase == Phase::Unavailable {
+        if self.mode == Mode::FullStack && p.phase == Phase::Unavailable {
             self.membership_epoch += 1;
             let epoch = self.membership_epoch;
             let p = self.partitions.get_mut(&partition).expect("looked up above");
             match p.resume_from_log(from, epoch, out) {
                 Ok(()) => {}
-                Err(reason) => out.push(refuse(reason)),
+                Err(refused) => out.push(refuse(refused.to_string())),
             }
             return;
         }
@@ -778,14 +800,20 @@ impl Coordinator {
         let from_seq = p.sequencer.next_seq();
         p.joining.retain(|(n, _)| *n != from);
         p.joining.push((from, from_seq));
-        if self.passive {
+        if self.mode.is_passive() {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
-            out.push(Output::ToNodes { nodes: vec![source], msg: Message::ShipTo { partition, backup: from } });
+            out.push(Output::ToNodes {
+                nodes: vec![source],
+                msg: CoordinatorToNode::ShipTo { partition, backup: from },
+            });
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
-        out.push(Output::ToNodes { nodes: vec![from], msg: Message::RejoinPlan { partition, source, from_seq } });
-        if !self.passive {
+        out.push(Output::ToNodes {
+            nodes: vec![from],
+            msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq },
+        });
+        if !self.mode.is_passive() {
             p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
         }
@@ -814,19 +842,24 @@ impl Coordinator {
             *done = (*done).max(snapshot_seq);
             *until = sent;
         }
-        if p.passive {
-            if p.backups.contains(&from) || p.agreement.is_stopped() {
-                return;
+        match &mut p.replication {
+            Replication::Passive(s) => {
+                if s.backups.contains(&from) || p.agreement.is_stopped() {
+                    return;
+                }
+                s.backups.push(from);
             }
-            p.backups.push(from);
-        } else if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
-            return;
+            Replication::ActiveActive => {
+                if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
+                    return;
+                }
+            }
         }
         self.membership_epoch += 1;
         let live: Vec<NodeId> = p.members().collect();
         out.push(Output::ToNodes {
             nodes: live.clone(),
-            msg: Message::Membership { partition, epoch: self.membership_epoch, live },
+            msg: CoordinatorToNode::Membership { partition, epoch: self.membership_epoch, live },
         });
         out.push(Output::Event(Event::Rejoined { partition, node: from, snapshot_seq }));
     }
@@ -879,7 +912,7 @@ impl Coordinator {
         held.outcomes.push((reads.from, reads.outcome.clone()));
         let nodes = p.executors();
         if !nodes.is_empty() {
-            out.push(Output::ToNodes { nodes, msg: Message::PieceReads(reads) });
+            out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(reads) });
         }
         true
     }
@@ -967,7 +1000,7 @@ impl Coordinator {
     /// After a node failed: remote pieces whose batch is decided (their replicas answered, or
     /// all failed) but whose outcome never reached the home partition — it died in flight
     /// with the replicas that ran it — are derived again by the partition's live replicas
-    /// whose state includes the batch ([`Message::RederivePiece`]; a replica that will run
+    /// whose state includes the batch ([`CoordinatorToNode::RederivePiece`]; a replica that will run
     /// the batch itself ignores it).
     fn rederive_lost_pieces(&self, out: &mut Vec<Output>) {
         for home in self.partitions.values() {
@@ -979,7 +1012,13 @@ impl Coordinator {
                     }
                     let nodes = p.executors();
                     if !nodes.is_empty() {
-                        let msg = Message::RederivePiece { partition: q, home: home.id, seq, ts, input: held.input };
+                        let msg = CoordinatorToNode::RederivePiece {
+                            partition: q,
+                            home: home.id,
+                            seq,
+                            ts,
+                            input: held.input,
+                        };
                         out.push(Output::ToNodes { nodes, msg });
                     }
                 }
@@ -1002,10 +1041,46 @@ impl Coordinator {
 }
 
 impl Partition {
+    /// The passive modes' replication state (`None` in active-active).
+    fn passive(&self) -> Option<&Passive> {
+        match &self.replication {
+            Replication::Passive(s) => Some(s),
+            Replication::ActiveActive => None,
+        }
+    }
+
+    fn passive_mut(&mut self) -> Option<&mut Passive> {
+        match &mut self.replication {
+            Replication::Passive(s) => Some(s),
+            Replication::ActiveActive => None,
+        }
+    }
+
+    /// The live backups (none in active-active).
+    fn backups(&self) -> &[NodeId] {
+        self.passive().map_or(&[], |s| &s.backups)
+    }
+
+    /// The rejoining replicas that receive batches: active-active ones (a passive mode's
+    /// get their primary's shipments).
+    fn batch_joiners(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let active = matches!(self.replication, Replication::ActiveActive);
+        self.joining.iter().map(|(n, _)| *n).filter(move |_| active)
+    }
+
+    /// Forgets the batches answered through `seq` (kept for a promotion in the passive modes).
+    fn answered_through(&mut self, seq: Seq) {
+        if let Some(s) = self.passive_mut() {
+            while s.unanswered.front().is_some_and(|b| b.seq <= seq) {
+                s.unanswered.pop_front();
+            }
+        }
+    }
+
     /// The live replicas: the executing ones (the primary, in the passive modes), then the
     /// backups.
     fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.agreement.live().iter().chain(&self.backups).copied()
+        self.agreement.live().iter().chain(self.backups()).copied()
     }
 
     /// Why a request cannot be served now, if it cannot.
@@ -1028,12 +1103,11 @@ impl Partition {
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         self.agreement.sent(batch.seq, txns, batch.digest_after);
         // Active-active joiners get the batches; passive ones get the primary's shipments.
-        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
-        let nodes = self.agreement.live().iter().copied().chain(joiners).collect();
-        if self.passive {
-            self.unanswered.push_back(batch.clone());
+        let nodes = self.agreement.live().iter().copied().chain(self.batch_joiners()).collect();
+        if let Some(s) = self.passive_mut() {
+            s.unanswered.push_back(batch.clone());
         }
-        out.push(Output::ToNodes { nodes, msg: Message::Batch(batch) });
+        out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(batch) });
     }
 
     /// Passive modes, the primary failed: asks the first live backup to become the primary.
@@ -1043,26 +1117,30 @@ impl Partition {
     fn promote_next(&mut self, out: &mut Vec<Output>) {
         // The most up-to-date backup (by what each last reported applied; the first listed
         // among equals).
-        let most_applied = self.backups.iter().map(|b| self.backup_applied.get(b).copied().unwrap_or(0)).max();
-        let best =
-            self.backups.iter().find(|b| self.backup_applied.get(b).copied().unwrap_or(0) == most_applied.unwrap_or(0));
-        let Some(&backup) = best else {
-            if let Some(&primary) = self.agreement.live().first() {
-                self.last_primary = Some(primary);
+        let Some(s) = self.passive() else { return };
+        let applied = |b: &NodeId| s.backup_applied.get(b).copied().unwrap_or(0);
+        let most_applied = s.backups.iter().map(applied).max().unwrap_or(0);
+        let best = s.backups.iter().copied().find(|b| applied(b) == most_applied);
+        let first_unanswered = s.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
+        let Some(backup) = best else {
+            let primary = self.agreement.live().first().copied();
+            if let Some(s) = self.passive_mut() {
+                s.last_primary = primary.or(s.last_primary);
             }
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
-            self.unanswered.clear();
+            if let Some(s) = self.passive_mut() {
+                s.unanswered.clear();
+            }
             self.phase = Phase::Unavailable;
             self.reject_all(Vec::new(), Rejection::NoLiveReplica { partition: self.id }, out);
             out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));
             return;
         };
-        let first_unanswered = self.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
         self.phase = Phase::Promoting { backup };
         out.push(Output::Event(Event::Promoting { partition: self.id, backup, first_unanswered }));
         out.push(Output::ToNodes {
             nodes: vec![backup],
-            msg: Message::Promote { partition: self.id, first_unanswered },
+            msg: CoordinatorToNode::Promote { partition: self.id, first_unanswered },
         });
     }
 
@@ -1081,12 +1159,18 @@ impl Partition {
         // A promoted backup ships to no one: the other backups would fall behind while still
         // counted, and a later promotion of one would lose what it missed. They stop counting
         // (restarted with --rejoin, they come back as the new primary's backups).
-        for dropped in self.backups.drain(..).filter(|&b| b != from) {
+        let (backups, unanswered) = match self.passive_mut() {
+            Some(s) => {
+                s.backup_applied.clear();
+                (std::mem::take(&mut s.backups), std::mem::take(&mut s.unanswered))
+            }
+            None => Default::default(),
+        };
+        for dropped in backups.into_iter().filter(|&b| b != from) {
             out.push(Output::Event(Event::BackupDropped { partition: self.id, node: dropped }));
         }
-        self.backup_applied.clear();
         let mut unknown = 0usize;
-        for batch in std::mem::take(&mut self.unanswered) {
+        for batch in unanswered {
             let txns = tags.remove(&batch.seq).unwrap_or_default();
             if batch.seq < next_seq {
                 unknown += txns.len();
@@ -1100,8 +1184,10 @@ impl Partition {
                 }
             } else {
                 self.agreement.sent(batch.seq, txns, batch.digest_after);
-                self.unanswered.push_back(batch.clone());
-                out.push(Output::ToNodes { nodes: vec![from], msg: Message::Batch(batch) });
+                if let Some(s) = self.passive_mut() {
+                    s.unanswered.push_back(batch.clone());
+                }
+                out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::Batch(batch) });
             }
         }
         self.sequencer.complete(unknown);
@@ -1112,7 +1198,7 @@ impl Partition {
         let live: Vec<NodeId> = self.members().collect();
         out.push(Output::ToNodes {
             nodes: live.clone(),
-            msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+            msg: CoordinatorToNode::Membership { partition: self.id, epoch: *epoch, live },
         });
         out.push(Output::Event(Event::Promoted { partition: self.id, primary: from, applied_seq, next_seq }));
     }
@@ -1135,41 +1221,33 @@ impl Partition {
     /// `from` was the last primary — its log holds every acknowledged transaction, where a
     /// backup's log holds only the load (backups apply shipped records in memory). It then
     /// executes every batch from the next one on, alone.
-    fn resume_from_log(&mut self, from: NodeId, epoch: u64, out: &mut Vec<Output>) -> Result<(), String> {
+    fn resume_from_log(&mut self, from: NodeId, epoch: u64, out: &mut Vec<Output>) -> Result<(), ResumeRefused> {
         let partition = self.id;
-        match (&self.phase, self.last_primary) {
+        match (&self.phase, self.passive().and_then(|s| s.last_primary)) {
             (Phase::Unavailable, Some(primary)) if primary == from => {}
             (Phase::Unavailable, Some(primary)) => {
-                return Err(format!(
-                    "partition {partition} has no live replica, and node {from} was not its last primary: start \
-                     node {primary}, whose write-ahead log holds every acknowledged transaction (a backup's log \
-                     holds only the load)"
-                ))
+                return Err(ResumeRefused::NotLastPrimary { partition, node: from, last_primary: primary })
             }
-            (Phase::Unavailable, None) => {
-                return Err(format!("partition {partition} has no live replica and no known last primary"))
-            }
-            (Phase::Serving | Phase::Promoting { .. }, _) => {
-                return Err(format!("partition {partition} has a live primary: rejoin as its backup"))
-            }
-            (Phase::Loading, _) => return Err(format!("partition {partition} is still loading")),
-            (Phase::Recovering { node }, _) => {
-                return Err(format!("partition {partition} is recovering on node {node} from its log"))
-            }
-            (Phase::Stopped { reason }, _) => return Err(format!("partition {partition} is stopped: {reason}")),
+            (Phase::Unavailable, None) => return Err(ResumeRefused::NoLastPrimary { partition }),
+            (Phase::Serving | Phase::Promoting { .. }, _) => return Err(ResumeRefused::PrimaryLive { partition }),
+            (Phase::Loading, _) => return Err(ResumeRefused::Loading { partition }),
+            (Phase::Recovering { node }, _) => return Err(ResumeRefused::Recovering { partition, node: *node }),
+            (Phase::Stopped { reason }, _) => return Err(ResumeRefused::Stopped { partition, reason: reason.clone() }),
         }
         let from_seq = self.sequencer.next_seq();
         self.agreement = Agreement::starting_at(partition, [from], from_seq);
-        self.backups.clear();
         self.joining.clear();
-        self.unanswered.clear();
-        self.last_primary = None;
+        if let Some(s) = self.passive_mut() {
+            s.backups.clear();
+            s.unanswered.clear();
+            s.last_primary = None;
+        }
         self.phase = Phase::Recovering { node: from };
-        out.push(Output::ToNodes { nodes: vec![from], msg: Message::ResumeFromLog { partition, from_seq } });
+        out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::ResumeFromLog { partition, from_seq } });
         self.resend_reads(from, out);
         out.push(Output::ToNodes {
             nodes: vec![from],
-            msg: Message::Membership { partition, epoch, live: vec![from] },
+            msg: CoordinatorToNode::Membership { partition, epoch, live: vec![from] },
         });
         out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq }));
         Ok(())
@@ -1178,8 +1256,7 @@ impl Partition {
     /// The replicas that run this partition's home pieces: the executing ones, and in
     /// active-active the rejoining ones (they execute what they hold once their copy is in).
     fn executors(&self) -> Vec<NodeId> {
-        let joiners = self.joining.iter().map(|(n, _)| *n).filter(|_| !self.passive);
-        self.agreement.live().iter().copied().chain(joiners).collect()
+        self.agreement.live().iter().copied().chain(self.batch_joiners()).collect()
     }
 
     /// Sends every remote piece's outcome kept here to `node` (it starts executing: a
@@ -1188,7 +1265,7 @@ impl Partition {
         for (&ts, held) in &self.piece_reads {
             for (from, outcome) in &held.outcomes {
                 let reads = PieceReads { home: self.id, from: *from, ts, outcome: outcome.clone() };
-                out.push(Output::ToNodes { nodes: vec![node], msg: Message::PieceReads(reads) });
+                out.push(Output::ToNodes { nodes: vec![node], msg: CoordinatorToNode::PieceReads(reads) });
             }
         }
     }
@@ -1209,7 +1286,7 @@ impl Partition {
         for w in waiters {
             out.push(Output::ToClient {
                 client: w.client,
-                msg: Message::DigestReply {
+                msg: CoordinatorToClient::DigestReply {
                     request_id: w.request_id,
                     partition: self.id,
                     outcome: DigestOutcome::Rejected(rejection.clone()),
@@ -1237,7 +1314,9 @@ impl Partition {
     }
 
     fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
-        self.backups.retain(|&b| b != node);
+        if let Some(s) = self.passive_mut() {
+            s.backups.retain(|&b| b != node);
+        }
         if let Phase::Promoting { backup } = self.phase {
             if backup == node {
                 // The backup being promoted failed too: try the next, if any.
@@ -1246,17 +1325,22 @@ impl Partition {
                 return;
             }
         }
-        let primary_failed = self.passive && self.agreement.live() == [node];
-        if primary_failed && self.phase == Phase::Serving && !self.backups.is_empty() {
+        let primary_failed = self.passive().is_some() && self.agreement.live() == [node];
+        if primary_failed && self.phase == Phase::Serving && !self.backups().is_empty() {
             self.promote_next(out);
             return;
         }
         if self.agreement.live() == [node] && matches!(self.phase, Phase::Serving | Phase::Recovering { .. }) {
             // The last executing replica: what it was sent and did not answer may have taken
             // effect (in full-stack mode, durably) — the clients cannot be told it did not.
-            self.last_primary = Some(node);
+            // (Only a passive mode's last primary may come back from its own log.)
+            if let Some(s) = self.passive_mut() {
+                s.last_primary = Some(node);
+            }
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
-            self.unanswered.clear();
+            if let Some(s) = self.passive_mut() {
+                s.unanswered.clear();
+            }
         }
         let verdicts =
             if self.agreement.live().contains(&node) { self.agreement.replica_down(node) } else { Vec::new() };
@@ -1273,7 +1357,7 @@ impl Partition {
             let live: Vec<NodeId> = self.members().collect();
             out.push(Output::ToNodes {
                 nodes: live.clone(),
-                msg: Message::Membership { partition: self.id, epoch: *epoch, live },
+                msg: CoordinatorToNode::Membership { partition: self.id, epoch: *epoch, live },
             });
             if self.phase == Phase::Loading {
                 self.check_ready(out);
@@ -1290,9 +1374,7 @@ impl Partition {
     fn apply(&mut self, verdict: Verdict<ClientRef>, out: &mut Vec<Output>) {
         match verdict {
             Verdict::Agreed(batch) => {
-                while self.unanswered.front().is_some_and(|b| b.seq <= batch.seq) {
-                    self.unanswered.pop_front();
-                }
+                self.answered_through(batch.seq);
                 self.sequencer.complete(batch.answers.len());
                 for (tag, ts, outcome) in batch.answers {
                     let result = match outcome {
@@ -1315,7 +1397,11 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: batch.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply {
+                                request_id: w.request_id,
+                                partition: self.id,
+                                outcome,
+                            },
                         });
                     }
                 }
@@ -1328,7 +1414,11 @@ impl Partition {
                         let outcome = DigestOutcome::Digests { seq: divergence.seq, digests: digests.clone() };
                         out.push(Output::ToClient {
                             client: w.client,
-                            msg: Message::DigestReply { request_id: w.request_id, partition: self.id, outcome },
+                            msg: CoordinatorToClient::DigestReply {
+                                request_id: w.request_id,
+                                partition: self.id,
+                                outcome,
+                            },
                         });
                     }
                 }
@@ -1336,9 +1426,7 @@ impl Partition {
                 out.push(Output::Event(Event::Diverged(divergence)));
             }
             Verdict::Unknown { seq, unanswered } => {
-                while self.unanswered.front().is_some_and(|b| b.seq <= seq) {
-                    self.unanswered.pop_front();
-                }
+                self.answered_through(seq);
                 self.sequencer.complete(unanswered.len());
                 for (ts, tag) in unanswered {
                     let reason = format!("every replica batch {seq} was sent to failed before answering");
@@ -1371,7 +1459,7 @@ impl Partition {
         self.phase = Phase::Stopped { reason: reason.clone() };
         out.push(Output::ToNodes {
             nodes: self.members().collect(),
-            msg: Message::PartitionStopped { partition: self.id, reason },
+            msg: CoordinatorToNode::PartitionStopped { partition: self.id, reason },
         });
     }
 

@@ -1,5 +1,5 @@
 //! glass's coordinator, as synchronous state machines that take messages and return messages
-//! (STYLE.md habit 2): the H-Store style timestamp clock ([`timestamp`]), routing of a
+//! (docs/design.md): the H-Store style timestamp clock ([`timestamp`]), routing of a
 //! transaction to its partition ([`router`]), per-partition batching with bounded in-flight
 //! work ([`sequencer`]), agreement of the replicas' results ([`agreement`]), and the
 //! [`Coordinator`] that combines them with the partitions' lifecycle and failure detection

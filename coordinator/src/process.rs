@@ -1,5 +1,5 @@
 //! The coordinator process (`glass coordinator --config …`): the sans-I/O [`Coordinator`]
-//! driven by tokio and QUIC. It decides nothing itself (STYLE.md habit 2); it carries bytes,
+//! driven by tokio and QUIC. It decides nothing itself (docs/design.md); it carries bytes,
 //! keeps time and groups replies (mini-redis's server shape: [`run`] takes a bound listener
 //! and a shutdown future).
 //!
@@ -47,11 +47,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
+use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
-    ClientReply, ClientResult, Hello, LoadState, Message, NodeId, PartitionReport, ProcessStatus, Rejection, Role,
-    PROTOCOL_VERSION,
+    ClientReply, ClientRequest, ClientResult, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus,
+    Rejection, Role, PROTOCOL_VERSION,
 };
 
 use crate::coordinator::{ClientId, Coordinator, Event, Output, Phase};
@@ -192,7 +193,7 @@ enum CoreEvent {
     FromNode {
         node: NodeId,
         conn: ConnId,
-        msg: Message,
+        msg: NodeToCoordinator,
     },
     NodeLost {
         node: NodeId,
@@ -200,11 +201,11 @@ enum CoreEvent {
     },
     ClientUp {
         client: ClientId,
-        out: mpsc::Sender<Message>,
+        out: mpsc::Sender<CoordinatorToClient>,
     },
     FromClient {
         client: ClientId,
-        msg: Message,
+        msg: ClientToCoordinator,
     },
     ClientGone {
         client: ClientId,
@@ -269,13 +270,13 @@ struct Core {
     machine: Option<Coordinator>,
     nodes: BTreeMap<NodeId, NodeOutbox>,
     /// The last load report of each replica that arrived before the machine was built.
-    early_load: BTreeMap<(NodeId, wire::messages::PartitionId), Message>,
-    clients: HashMap<ClientId, mpsc::Sender<Message>>,
+    early_load: BTreeMap<(NodeId, PartitionId), NodeToCoordinator>,
+    clients: HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
     /// Replies produced and not yet sent, per client.
     replies: HashMap<ClientId, Vec<ClientReply>>,
     frame_bytes_max: usize,
     /// Bytes of batches sent to replicas, per partition (every replica counted).
-    batch_bytes: BTreeMap<wire::messages::PartitionId, u64>,
+    batch_bytes: BTreeMap<PartitionId, u64>,
     stopping: watch::Sender<bool>,
     last_waiting_log: Instant,
     timer: PreciseTimer,
@@ -384,7 +385,7 @@ impl Core {
                         self.dispatch(out);
                     }
                     None => {
-                        if let Message::LoadStatus { partition, state } = &msg {
+                        if let NodeToCoordinator::LoadStatus { partition, state } = &msg {
                             if let LoadState::Ready { digest } = state {
                                 info!(node, partition, digest = %digest, "replica loaded");
                             }
@@ -420,21 +421,30 @@ impl Core {
                 self.replies.remove(&client);
             }
             CoreEvent::FromClient { client, msg } => match msg {
-                Message::StatusRequest { request_id } => {
+                ClientToCoordinator::StatusRequest { request_id } => {
                     let status = self.status();
-                    self.send_client(client, Message::StatusReply { request_id, status });
+                    self.send_client(client, CoordinatorToClient::StatusReply { request_id, status });
                 }
-                Message::Shutdown { reason } => {
+                ClientToCoordinator::Shutdown { reason } => {
                     return Some(format!("client {client} asked: {reason}"));
                 }
-                msg @ (Message::ClientRequests(_) | Message::DigestRequest { .. }) => match &mut self.machine {
+                ClientToCoordinator::ClientRequests(requests) => match &mut self.machine {
                     Some(m) => {
-                        let out = m.on_client_message(client, msg, now);
+                        let out = m.on_client_message(client, ClientToCoordinator::ClientRequests(requests), now);
                         self.dispatch(out);
                     }
-                    None => self.refuse_before_start(client, msg),
+                    None => self.refuse_requests_before_start(client, requests),
                 },
-                other => debug!(client, message = %other.name(), "unexpected message from a client; ignored"),
+                ClientToCoordinator::DigestRequest { request_id, partition } => match &mut self.machine {
+                    Some(m) => {
+                        let out = m.on_digest_request(client, request_id, partition, now);
+                        self.dispatch(out);
+                    }
+                    None => {
+                        let outcome = wire::messages::DigestOutcome::Rejected(Rejection::NotReady { partition });
+                        self.send_client(client, CoordinatorToClient::DigestReply { request_id, partition, outcome });
+                    }
+                },
             },
         }
         None
@@ -457,28 +467,19 @@ impl Core {
         }
     }
 
-    /// Answers requests that arrive before every node joined.
-    fn refuse_before_start(&mut self, client: ClientId, msg: Message) {
+    /// Answers transaction requests that arrive before every node joined.
+    fn refuse_requests_before_start(&mut self, client: ClientId, requests: Vec<ClientRequest>) {
         let partition = self.config.partitions.first().map_or(0, |p| p.id);
-        match msg {
-            Message::ClientRequests(requests) => {
-                let replies = self.replies.entry(client).or_default();
-                for r in requests {
-                    let partition = engine::distributed::warehouses_touched(&r.input)
-                        .next()
-                        .and_then(|w| self.config.partition_of_warehouse(w))
-                        .unwrap_or(partition);
-                    replies.push(ClientReply {
-                        request_id: r.request_id,
-                        result: ClientResult::Rejected(Rejection::NotReady { partition }),
-                    });
-                }
-            }
-            Message::DigestRequest { request_id, partition } => {
-                let outcome = wire::messages::DigestOutcome::Rejected(Rejection::NotReady { partition });
-                self.send_client(client, Message::DigestReply { request_id, partition, outcome });
-            }
-            _ => {}
+        let replies = self.replies.entry(client).or_default();
+        for r in requests {
+            let partition = engine::distributed::warehouses_touched(&r.input)
+                .next()
+                .and_then(|w| self.config.partition_of_warehouse(w))
+                .unwrap_or(partition);
+            replies.push(ClientReply {
+                request_id: r.request_id,
+                result: ClientResult::Rejected(Rejection::NotReady { partition }),
+            });
         }
     }
 
@@ -496,7 +497,7 @@ impl Core {
                             continue;
                         }
                     };
-                    if let Message::Batch(b) = &msg {
+                    if let CoordinatorToNode::Batch(b) = &msg {
                         *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
                     }
                     for n in nodes {
@@ -550,7 +551,7 @@ impl Core {
         }
     }
 
-    fn send_client(&mut self, client: ClientId, msg: Message) {
+    fn send_client(&mut self, client: ClientId, msg: CoordinatorToClient) {
         let Some(tx) = self.clients.get(&client) else { return };
         if tx.try_send(msg).is_err() {
             warn!(client, limit = CLIENT_OUTBOX_MAX, "client does not read its replies; disconnected");
@@ -572,7 +573,7 @@ impl Core {
                 } else {
                     Vec::new()
                 };
-                self.send_client(client, Message::ClientReplies(std::mem::replace(&mut replies, rest)));
+                self.send_client(client, CoordinatorToClient::ClientReplies(std::mem::replace(&mut replies, rest)));
             }
         }
     }
@@ -633,15 +634,15 @@ impl Core {
     /// what is queued) and the readers.
     fn shutdown(&mut self, reason: &str) {
         self.flush_replies();
-        let msg = Message::Shutdown { reason: reason.to_string() };
-        if let Ok(frame) = wire::codec::encode(&msg, self.frame_bytes_max) {
+        let to_nodes = CoordinatorToNode::Shutdown { reason: reason.to_string() };
+        if let Ok(frame) = wire::codec::encode(&to_nodes, self.frame_bytes_max) {
             let frame = Arc::new(frame);
             for outbox in self.nodes.values() {
                 let _ = outbox.offer(&frame);
             }
         }
         for tx in self.clients.values() {
-            let _ = tx.try_send(msg.clone());
+            let _ = tx.try_send(CoordinatorToClient::Shutdown { reason: reason.to_string() });
         }
         self.nodes.clear();
         self.clients.clear();
@@ -734,18 +735,18 @@ enum LinkEnd {
     Failed(endpoint::EndpointError),
 }
 
-/// Feeds every message a link receives to the core, wrapped by `wrap`, until the link ends or
-/// the process stops. The core's inbox is bounded: a full inbox makes this reader wait, and
-/// with it the peer (backpressure).
-async fn feed_core(
+/// Feeds every message a link receives (of the peer's channel, `M`) to the core, wrapped by
+/// `wrap`, until the link ends or the process stops. The core's inbox is bounded: a full
+/// inbox makes this reader wait, and with it the peer (backpressure).
+async fn feed_core<M: ChannelMessage>(
     receiver: &mut LinkReceiver,
     core: &mpsc::Sender<CoreEvent>,
     stopping: &mut watch::Receiver<bool>,
-    wrap: impl Fn(Message) -> CoreEvent,
+    wrap: impl Fn(M) -> CoreEvent,
 ) -> LinkEnd {
     loop {
         let received = tokio::select! {
-            r = receiver.recv() => r,
+            r = receiver.recv::<M>() => r,
             _ = stopping.wait_for(|s| *s) => return LinkEnd::Stopping,
         };
         match received {
@@ -813,6 +814,9 @@ async fn node_connection(
     });
     match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromNode { node, conn, msg }).await {
         LinkEnd::ClosedByPeer => info!(node, "node closed its link"),
+        LinkEnd::Failed(e) if e.is_protocol_violation() => {
+            warn!(node, error = %e, "the node broke the protocol; its link is closed")
+        }
         LinkEnd::Failed(e) => warn!(node, error = %e, "node link failed"),
         LinkEnd::Stopping | LinkEnd::CoreGone => {}
     }
@@ -828,7 +832,7 @@ async fn client_connection(
     mut stopping: watch::Receiver<bool>,
 ) {
     let (mut sender, mut receiver) = link.split();
-    let (out, mut out_rx) = mpsc::channel::<Message>(CLIENT_OUTBOX_MAX);
+    let (out, mut out_rx) = mpsc::channel::<CoordinatorToClient>(CLIENT_OUTBOX_MAX);
     if core.send(CoreEvent::ClientUp { client, out }).await.is_err() {
         return;
     }
@@ -840,10 +844,13 @@ async fn client_connection(
         }
         sender.finish(Duration::from_secs(1)).await;
     });
-    if let LinkEnd::Failed(e) =
-        feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromClient { client, msg }).await
-    {
-        debug!(client, error = %e, "client link failed");
+    let peer = receiver.remote_address();
+    match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromClient { client, msg }).await {
+        LinkEnd::Failed(e) if e.is_protocol_violation() => {
+            warn!(client, %peer, error = %e, "the client broke the protocol; its link is closed")
+        }
+        LinkEnd::Failed(e) => debug!(client, error = %e, "client link failed"),
+        LinkEnd::ClosedByPeer | LinkEnd::Stopping | LinkEnd::CoreGone => {}
     }
     let _ = core.send(CoreEvent::ClientGone { client }).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;

@@ -14,6 +14,7 @@ use coordinator::agreement::DivergenceKind;
 use coordinator::{Coordinator, Event, Output, Phase};
 use engine::input::InputError;
 use engine::procedures::*;
+use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::ClusterConfig;
 use wire::messages::*;
 
@@ -94,7 +95,8 @@ fn serving(batch_txns_max: u32, inflight_txns_max: u32) -> Coordinator {
     let mut c = Coordinator::new(&config(batch_txns_max, inflight_txns_max), START_US).unwrap();
     for node in [1, 2] {
         for partition in [1, 2] {
-            let ready = Message::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+            let ready =
+                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
             c.on_node_message(node, ready, START_US);
         }
     }
@@ -108,9 +110,10 @@ fn requests_wait_for_every_replica_to_load_the_same_state() {
     let out = c.on_client_request(1, request(1, payment(1, 1, 1)), START_US);
     assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 }));
 
-    let progress = Message::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
+    let progress =
+        NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
     assert!(matches!(events(&c.on_node_message(1, progress, START_US))[..], [Event::LoadProgress { .. }]));
-    let ready = |d| Message::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(d) } };
+    let ready = |d| NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(d) } };
     assert!(events(&c.on_node_message(1, ready(5), START_US)).is_empty());
     let out = c.on_node_message(2, ready(5), START_US);
     assert_eq!(
@@ -118,7 +121,7 @@ fn requests_wait_for_every_replica_to_load_the_same_state() {
         vec![Event::PartitionReady { partition: 1, replicas: vec![1, 2], digest: StateDigest(5) }]
     );
     // Partition 2 loads different states on its two replicas: it never serves.
-    let ready2 = |d| Message::LoadStatus { partition: 2, state: LoadState::Ready { digest: StateDigest(d) } };
+    let ready2 = |d| NodeToCoordinator::LoadStatus { partition: 2, state: LoadState::Ready { digest: StateDigest(d) } };
     c.on_node_message(1, ready2(5), START_US);
     let out = c.on_node_message(2, ready2(6), START_US);
     let [Event::Diverged(d)] = &events(&out)[..] else { panic!("{out:?}") };
@@ -142,8 +145,8 @@ fn a_client_is_answered_once_both_replicas_agree() {
     assert_eq!(batch.txns[0].ts.millis(), START_US / MS);
     assert_eq!(batch.txns[0].ts.coordinator(), 0);
 
-    assert!(replies(&c.on_node_message(2, Message::Results(execute(batch, 0)), START_US)).is_empty());
-    let r = replies(&c.on_node_message(1, Message::Results(execute(batch, 0)), START_US));
+    assert!(replies(&c.on_node_message(2, NodeToCoordinator::Results(execute(batch, 0)), START_US)).is_empty());
+    let r = replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(batch, 0)), START_US));
     assert_eq!(r.len(), 2);
     assert_eq!(r[0].0, 7);
     assert!(matches!(r[0].1, ClientReply { request_id: 1, result: ClientResult::Committed { .. } }));
@@ -162,9 +165,9 @@ fn a_batch_is_sent_when_its_wait_is_over() {
     let mut c = serving(100, 1_000);
     assert_eq!(c.next_deadline_us(), Some(START_US), "the first heartbeat is due at once");
     let out = c.tick(START_US);
-    assert!(out
-        .iter()
-        .any(|o| matches!(o, Output::ToNodes { nodes, msg: Message::Heartbeat { .. } } if nodes == &vec![1, 2])));
+    assert!(out.iter().any(
+        |o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::Heartbeat { .. } } if nodes == &vec![1, 2])
+    ));
     assert_eq!(c.next_deadline_us(), Some(START_US + 100 * MS), "then every heartbeat_ms");
     c.on_client_request(1, request(1, payment(3, 4, 1)), START_US);
     assert_eq!(c.next_deadline_us(), Some(START_US + 500));
@@ -187,12 +190,12 @@ fn unknown_warehouses_and_invalid_transactions_are_refused_without_executing() {
 
 /// The remote piece's outcome a correct replica of partition `from` sends for `batch`'s
 /// remote pieces.
-fn piece_reads(batch: &Batch, from: PartitionId) -> Vec<Message> {
+fn piece_reads(batch: &Batch, from: PartitionId) -> Vec<NodeToCoordinator> {
     batch
         .txns
         .iter()
         .filter_map(|t| match t.part {
-            Part::Remote { home } => Some(Message::PieceReads(PieceReads {
+            Part::Remote { home } => Some(NodeToCoordinator::PieceReads(PieceReads {
                 home,
                 from,
                 ts: t.ts,
@@ -203,10 +206,10 @@ fn piece_reads(batch: &Batch, from: PartitionId) -> Vec<Message> {
         .collect()
 }
 
-fn results_with(batch: &Batch, outcome: TxnOutcome) -> Message {
+fn results_with(batch: &Batch, outcome: TxnOutcome) -> NodeToCoordinator {
     let results =
         batch.txns.iter().map(|t| TxnResult { ts: t.ts, digest: outcome.digest(), outcome: outcome.clone() }).collect();
-    Message::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
 }
 
 fn committed_new_order() -> TxnOutcome {
@@ -243,7 +246,7 @@ fn a_multi_partition_transaction_runs_at_one_timestamp_on_both_partitions_and_is
     let forwarded: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::PieceReads(r) } => Some((nodes.clone(), r.home)),
+            Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(r) } => Some((nodes.clone(), r.home)),
             _ => None,
         })
         .collect();
@@ -309,7 +312,7 @@ fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
     cfg.partitions[1].replicas = vec![2];
     let mut c = Coordinator::new(&cfg, START_US).unwrap();
     for (node, partition) in [(1, 1), (2, 1), (2, 2)] {
-        let ready = Message::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+        let ready = NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
         c.on_node_message(node, ready, START_US);
     }
     let out = c.on_client_request(1, request(1, new_order(1, &[3, 1, 1, 1, 1])), START_US);
@@ -318,7 +321,9 @@ fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
     let aborts: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::PieceReads(r) } => Some((nodes.clone(), r.from, r.outcome.clone())),
+            Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(r) } => {
+                Some((nodes.clone(), r.from, r.outcome.clone()))
+            }
             _ => None,
         })
         .collect();
@@ -350,7 +355,7 @@ fn an_overloaded_partition_answers_busy_and_keeps_nothing() {
     assert!(replies(&c.on_client_request(1, request(99, payment(3, 3, 1)), START_US)).is_empty());
     // Answering the first batch frees room for two more.
     for node in [1, 2] {
-        c.on_node_message(node, Message::Results(execute(&sent[0].1, 0)), START_US);
+        c.on_node_message(node, NodeToCoordinator::Results(execute(&sent[0].1, 0)), START_US);
     }
     assert!(replies(&c.on_client_request(1, request(10, payment(1, 1, 1)), START_US)).is_empty());
     assert!(replies(&c.on_client_request(1, request(11, payment(1, 1, 1)), START_US)).is_empty());
@@ -366,8 +371,8 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
     bad.results[0].outcome =
         TxnOutcome::Committed(TxnOutput::Payment(PaymentOutput { c_id: 1, c_balance: 8, bad_credit: false }));
     bad.results[0].digest = bad.results[0].outcome.digest();
-    c.on_node_message(1, Message::Results(execute(&b1, 0)), START_US);
-    let out = c.on_node_message(2, Message::Results(bad), START_US);
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b1, 0)), START_US);
+    let out = c.on_node_message(2, NodeToCoordinator::Results(bad), START_US);
     let r = replies(&out);
     assert_eq!(r.len(), 2, "both the diverging and the later transaction are answered");
     assert!(r.iter().all(|(_, rep)| matches!(
@@ -376,14 +381,14 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
     )));
     assert!(out
         .iter()
-        .any(|o| matches!(o, Output::ToNodes { msg: Message::PartitionStopped { partition: 1, .. }, .. })));
+        .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::PartitionStopped { partition: 1, .. }, .. })));
     let e = events(&out);
     let [Event::Diverged(d)] = &e[..] else { panic!("{e:?}") };
     assert!(e[0].is_alarm());
     assert!(e[0].to_string().contains("REPLICAS DIVERGED on partition 1 at batch 1"));
     assert!(matches!(d.kind, DivergenceKind::Outcome { .. }));
     // Late results change nothing; new requests are refused; the other partition serves.
-    assert!(replies(&c.on_node_message(1, Message::Results(execute(&b2, 0)), START_US)).is_empty());
+    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b2, 0)), START_US)).is_empty());
     let out = c.on_client_request(3, request(3, payment(1, 1, 1)), START_US);
     assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::PartitionStopped { .. })));
     assert!(matches!(c.status()[0].phase, Phase::Stopped { .. }));
@@ -394,13 +399,13 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
 fn a_silent_node_fails_and_the_survivor_answers_alone() {
     let mut c = serving(1, 64);
     let b1 = batches(&c.on_client_request(1, request(1, payment(1, 1, 1)), START_US)).remove(0).1;
-    assert!(replies(&c.on_node_message(1, Message::Results(execute(&b1, 0)), START_US + 10)).is_empty());
+    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b1, 0)), START_US + 10)).is_empty());
     // Node 1 keeps heartbeating; node 2 says nothing for failure_timeout_ms.
     let mut now = START_US;
     let mut out = Vec::new();
     while out.is_empty() || !events(&out).iter().any(|e| matches!(e, Event::NodeDown { .. })) {
         now += 100 * MS;
-        c.on_node_message(1, Message::Heartbeat { now_ms: now / MS }, now);
+        c.on_node_message(1, NodeToCoordinator::Heartbeat { now_ms: now / MS }, now);
         out = c.tick(now);
     }
     assert_eq!(now, START_US + 1_000 * MS);
@@ -409,12 +414,12 @@ fn a_silent_node_fails_and_the_survivor_answers_alone() {
     let r = replies(&out);
     assert_eq!(r.len(), 1);
     assert!(matches!(r[0].1.result, ClientResult::Committed { .. }));
-    assert!(out.iter().any(|o| matches!(o, Output::ToNodes { nodes, msg: Message::Membership { partition: 1, live, .. } } if nodes == &vec![1] && live == &vec![1])));
+    assert!(out.iter().any(|o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::Membership { partition: 1, live, .. } } if nodes == &vec![1] && live == &vec![1])));
     // Later batches go to node 1 only; node 2's messages are ignored.
     let out = c.on_client_request(1, request(2, payment(2, 2, 1)), now);
     assert_eq!(batches(&out)[0].0, vec![1]);
     assert!(matches!(
-        events(&c.on_node_message(2, Message::Heartbeat { now_ms: 0 }, now))[..],
+        events(&c.on_node_message(2, NodeToCoordinator::Heartbeat { now_ms: 0 }, now))[..],
         [Event::Ignored { .. }]
     ));
     // Losing node 1 too leaves the partitions without replicas. The batch it was sent may
@@ -431,7 +436,7 @@ fn a_partition_that_does_not_load_in_time_stops() {
     cfg.timeouts.load_timeout_s = 2;
     cfg.timeouts.failure_timeout_ms = 1_000_000;
     let mut c = Coordinator::new(&cfg, START_US).unwrap();
-    let ready = Message::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(1) } };
+    let ready = NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(1) } };
     c.on_node_message(1, ready, START_US);
     assert!(c.next_deadline_us().unwrap() <= START_US + 2_000_000);
     let out = c.tick(START_US + 2_000_000);
@@ -448,13 +453,14 @@ fn state_digests_go_through_the_ordered_path() {
     let [(_, b)] = &batches(&out)[..] else { panic!("{out:?}") };
     assert!(b.digest_after);
     assert_eq!(b.txns.len(), 1, "the digest follows the transactions admitted before it");
-    c.on_node_message(1, Message::Results(execute(b, 42)), START_US);
-    let out = c.on_node_message(2, Message::Results(execute(b, 42)), START_US);
+    c.on_node_message(1, NodeToCoordinator::Results(execute(b, 42)), START_US);
+    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(b, 42)), START_US);
     assert_eq!(replies(&out).len(), 1);
     let digest = out.iter().find_map(|o| match o {
-        Output::ToClient { client: 5, msg: Message::DigestReply { request_id: 77, partition: 1, outcome } } => {
-            Some(outcome.clone())
-        }
+        Output::ToClient {
+            client: 5,
+            msg: CoordinatorToClient::DigestReply { request_id: 77, partition: 1, outcome },
+        } => Some(outcome.clone()),
         _ => None,
     });
     let outcome = digest.unwrap();
@@ -464,10 +470,10 @@ fn state_digests_go_through_the_ordered_path() {
     // Differing digests stop the partition; the requester sees them.
     let out = c.on_digest_request(5, 78, 1, START_US);
     let b = batches(&out).remove(0).1;
-    c.on_node_message(1, Message::Results(execute(&b, 1)), START_US);
-    let out = c.on_node_message(2, Message::Results(execute(&b, 2)), START_US);
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b, 1)), START_US);
+    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(&b, 2)), START_US);
     let outcome = out.iter().find_map(|o| match o {
-        Output::ToClient { msg: Message::DigestReply { outcome, .. }, .. } => Some(outcome.clone()),
+        Output::ToClient { msg: CoordinatorToClient::DigestReply { outcome, .. }, .. } => Some(outcome.clone()),
         _ => None,
     });
     assert!(!outcome.unwrap().agreed());
@@ -487,7 +493,7 @@ fn digest_requests_in_flight_are_bounded() {
         out,
         vec![Output::ToClient {
             client: 5,
-            msg: Message::DigestReply { request_id: 99, partition: 2, outcome: DigestOutcome::Busy }
+            msg: CoordinatorToClient::DigestReply { request_id: 99, partition: 2, outcome: DigestOutcome::Busy }
         }]
     );
 }
@@ -495,12 +501,13 @@ fn digest_requests_in_flight_are_bounded() {
 #[test]
 fn client_messages_are_dispatched() {
     let mut c = serving(2, 64);
-    let msg = Message::ClientRequests(vec![request(1, payment(1, 1, 1)), request(2, payment(1, 1, 2))]);
+    let msg = ClientToCoordinator::ClientRequests(vec![request(1, payment(1, 1, 1)), request(2, payment(1, 1, 2))]);
     let out = c.on_client_message(4, msg, START_US);
     assert_eq!(batches(&out)[0].1.txns.len(), 2);
-    let out = c.on_client_message(4, Message::DigestRequest { request_id: 3, partition: 1 }, START_US);
+    let out = c.on_client_message(4, ClientToCoordinator::DigestRequest { request_id: 3, partition: 1 }, START_US);
     assert!(batches(&out)[0].1.digest_after);
-    assert!(c.on_client_message(4, Message::Heartbeat { now_ms: 0 }, START_US).is_empty());
+    // A status request or a shutdown is the process's to handle, not the state machine's.
+    assert!(c.on_client_message(4, ClientToCoordinator::StatusRequest { request_id: 5 }, START_US).is_empty());
 }
 
 /// Many clients, both partitions, replica results delivered in a random order with random
@@ -549,7 +556,7 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
                     let i = rng.below(in_transit.len() as u64) as usize;
                     let (node, results) =
                         if rng.below(5) == 0 { in_transit[i].clone() } else { in_transit.swap_remove(i) };
-                    let out = c.on_node_message(node, Message::Results(results), now);
+                    let out = c.on_node_message(node, NodeToCoordinator::Results(results), now);
                     handle(out, &mut in_transit, &mut answers);
                 }
                 _ => {
@@ -564,7 +571,7 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
         let out = c.tick(now);
         handle(out, &mut in_transit, &mut answers);
         while let Some((node, results)) = in_transit.pop() {
-            let out = c.on_node_message(node, Message::Results(results), now);
+            let out = c.on_node_message(node, NodeToCoordinator::Results(results), now);
             handle(out, &mut in_transit, &mut answers);
         }
         assert_eq!(answers.len() as u64, next_id, "seed {seed}: every request answered");
@@ -590,7 +597,7 @@ fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
     let asks: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::RederivePiece { partition, home, seq, ts, .. } } => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::RederivePiece { partition, home, seq, ts, .. } } => {
                 Some((nodes.clone(), *partition, *home, *seq, *ts))
             }
             _ => None,
@@ -602,5 +609,5 @@ fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
     let out = c.on_node_message(2, reads, START_US);
     assert!(out
         .iter()
-        .any(|o| matches!(o, Output::ToNodes { nodes, msg: Message::PieceReads(_) } if nodes == &vec![2])));
+        .any(|o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(_) } if nodes == &vec![2])));
 }

@@ -9,6 +9,7 @@ use common::{batches, replies};
 use coordinator::{Coordinator, Output, Phase};
 use engine::input::{InputError, InputField};
 use engine::procedures::*;
+use wire::channel::NodeToCoordinator;
 use wire::config::ClusterConfig;
 use wire::messages::*;
 
@@ -26,7 +27,8 @@ fn serving() -> Coordinator {
     let mut c = Coordinator::new(&config, START_US).unwrap();
     for node in [1, 2] {
         for partition in [1, 2] {
-            let ready = Message::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+            let ready =
+                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
             c.on_node_message(node, ready, START_US);
         }
     }

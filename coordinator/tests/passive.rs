@@ -14,6 +14,7 @@ use common::{batches, events, replies};
 use coordinator::agreement::DivergenceKind;
 use coordinator::{Coordinator, Event, Output, Phase};
 use engine::procedures::*;
+use wire::channel::{CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Mode};
 use wire::messages::*;
 
@@ -49,12 +50,12 @@ fn request(request_id: u64, input: TxnInput) -> ClientRequest {
     ClientRequest { request_id, input }
 }
 
-fn ready(partition: PartitionId, digest: StateDigest) -> Message {
-    Message::LoadStatus { partition, state: LoadState::Ready { digest } }
+fn ready(partition: PartitionId, digest: StateDigest) -> NodeToCoordinator {
+    NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest } }
 }
 
 /// What a primary answers: every Payment committed.
-fn results(batch: &Batch) -> Message {
+fn results(batch: &Batch) -> NodeToCoordinator {
     let results = batch
         .txns
         .iter()
@@ -67,7 +68,7 @@ fn results(batch: &Batch) -> Message {
             TxnResult { ts: t.ts, digest: outcome.digest(), outcome }
         })
         .collect();
-    Message::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
 }
 
 fn phase(c: &Coordinator, partition: PartitionId) -> Phase {
@@ -152,7 +153,8 @@ fn a_partition_waits_for_its_backup_and_stops_if_the_backup_loaded_another_state
     let out = c.on_client_request(1, request(1, payment(1, 1)), START_US);
     assert_eq!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 }));
     assert!(batches(&out).is_empty());
-    let progress = Message::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
+    let progress =
+        NodeToCoordinator::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } };
     assert_eq!(
         events(&c.on_node_message(2, progress, START_US)),
         vec![Event::LoadProgress { partition: 1, node: 2, rows_loaded: 5, rows_total: 10 }]
@@ -176,7 +178,7 @@ fn a_partition_waits_for_its_backup_and_stops_if_the_backup_loaded_another_state
     assert_eq!(d.kind, DivergenceKind::Load { digests: vec![(2, LOADED), (1, other)] });
     assert!(out.iter().any(|o| matches!(
         o,
-        Output::ToNodes { nodes, msg: Message::PartitionStopped { partition: 2, .. } } if nodes == &vec![2, 1]
+        Output::ToNodes { nodes, msg: CoordinatorToNode::PartitionStopped { partition: 2, .. } } if nodes == &vec![2, 1]
     )));
     assert!(matches!(phase(&c, 2), Phase::Stopped { .. }));
     let out = c.on_client_request(1, request(4, payment(3, 1)), START_US);
@@ -211,7 +213,7 @@ fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
     let memberships: Vec<(Vec<NodeId>, Vec<NodeId>)> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::Membership { partition: 1, live, .. } } => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::Membership { partition: 1, live, .. } } => {
                 Some((nodes.clone(), live.clone()))
             }
             _ => None,
@@ -237,7 +239,7 @@ fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
 
     // The lost node's later messages are ignored.
     assert!(matches!(
-        &events(&c.on_node_message(2, Message::Heartbeat { now_ms: now / MS }, now + 40))[..],
+        &events(&c.on_node_message(2, NodeToCoordinator::Heartbeat { now_ms: now / MS }, now + 40))[..],
         [Event::Ignored { node: 2, .. }]
     ));
 }
@@ -275,11 +277,13 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
 
     // The backup restarted first: its log holds only the load — refused, naming node 1.
     let now = now + 100 * MS;
-    let out = c.on_node_message(2, Message::RejoinRequest { partition: 1 }, now);
+    let out = c.on_node_message(2, NodeToCoordinator::RejoinRequest { partition: 1 }, now);
     let refused: Vec<&String> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::RejoinRefused { partition: 1, reason } } if nodes == &vec![2] => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::RejoinRefused { partition: 1, reason } }
+                if nodes == &vec![2] =>
+            {
                 Some(reason)
             }
             _ => None,
@@ -289,11 +293,13 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     assert_eq!(phase(&c, 1), Phase::Unavailable);
 
     // The last primary, recovered from its log, serves again from the next batch on.
-    let out = c.on_node_message(1, Message::RejoinRequest { partition: 1 }, now + MS);
+    let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + MS);
     let resume: Vec<Seq> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::ResumeFromLog { partition: 1, from_seq } } if nodes == &vec![1] => {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::ResumeFromLog { partition: 1, from_seq } }
+                if nodes == &vec![1] =>
+            {
                 Some(*from_seq)
             }
             _ => None,
@@ -304,7 +310,7 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     assert_eq!(phase(&c, 1), Phase::Recovering { node: 1 }, "not ready until recovery is done");
     let refused = replies(&c.on_client_request(1, request(9, payment(1, 9)), now + MS));
     assert!(matches!(refused[0].1.result, ClientResult::Rejected(Rejection::NotReady { partition: 1 })));
-    let out = c.on_node_message(1, Message::Rejoined { partition: 1, snapshot_seq: 1 }, now + MS);
+    let out = c.on_node_message(1, NodeToCoordinator::Rejoined { partition: 1, snapshot_seq: 1 }, now + MS);
     assert!(events(&out).contains(&Event::RecoveredFromLog { partition: 1, node: 1, from_seq: 2 }));
     assert_eq!(phase(&c, 1), Phase::Serving);
     assert_eq!(c.status()[0].live_replicas, vec![1]);
@@ -317,8 +323,10 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     assert!(r.iter().all(|(_, r)| matches!(r.result, ClientResult::Committed { .. })));
 
     // A second request once it serves: refused, the partition has a live primary.
-    let out = c.on_node_message(1, Message::RejoinRequest { partition: 1 }, now + 4 * MS);
-    assert!(out.iter().any(|o| matches!(o, Output::ToNodes { msg: Message::RejoinRefused { partition: 1, .. }, .. })));
+    let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + 4 * MS);
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::RejoinRefused { partition: 1, .. }, .. })));
     assert_eq!(phase(&c, 1), Phase::Serving);
 }
 
@@ -341,20 +349,24 @@ fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
         }
     }
     assert_eq!(phase(&co, 1), Phase::Serving);
-    co.on_node_message(2, Message::BackupApplied { partition: 1, seq: 4 }, START_US + MS);
-    co.on_node_message(3, Message::BackupApplied { partition: 1, seq: 6 }, START_US + MS);
-    co.on_node_message(2, Message::BackupApplied { partition: 1, seq: 5 }, START_US + 2 * MS);
+    co.on_node_message(2, NodeToCoordinator::BackupApplied { partition: 1, seq: 4 }, START_US + MS);
+    co.on_node_message(3, NodeToCoordinator::BackupApplied { partition: 1, seq: 6 }, START_US + MS);
+    co.on_node_message(2, NodeToCoordinator::BackupApplied { partition: 1, seq: 5 }, START_US + 2 * MS);
 
     let out = co.on_node_lost(1, START_US + 3 * MS);
     let promote: Vec<NodeId> = out
         .iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::Promote { partition: 1, .. } } => Some(nodes[0]),
+            Output::ToNodes { nodes, msg: CoordinatorToNode::Promote { partition: 1, .. } } => Some(nodes[0]),
             _ => None,
         })
         .collect();
     assert_eq!(promote, vec![3], "node 3 applied batch 6, node 2 only batch 5: {out:?}");
-    let out = co.on_node_message(3, Message::Promoted { partition: 1, applied_seq: 6, next_seq: 7 }, START_US + 4 * MS);
+    let out = co.on_node_message(
+        3,
+        NodeToCoordinator::Promoted { partition: 1, applied_seq: 6, next_seq: 7 },
+        START_US + 4 * MS,
+    );
     let dropped = Event::BackupDropped { partition: 1, node: 2 };
     assert!(events(&out).contains(&dropped) && dropped.is_alarm(), "{out:?}");
     assert_eq!(co.status()[0].live_replicas, vec![3]);

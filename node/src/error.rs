@@ -71,3 +71,34 @@ pub struct InsertError {
     pub table: TableId,
     pub source: StorageError,
 }
+
+/// Why a rejoining replica could not get its starting state (a copy of a live replica, or a
+/// full-stack primary's log base) or recover its own: each is retried or reported, and the
+/// rejoin given up after too many.
+#[derive(Debug, thiserror::Error)]
+pub enum RejoinError {
+    /// The node to fetch from is not in `cluster.toml`.
+    #[error("no node {node} in cluster.toml")]
+    UnknownNode { node: wire::messages::NodeId },
+    /// Its address is not usable.
+    #[error("nodes[{node}].address: {problem}")]
+    Address { node: wire::messages::NodeId, problem: wire::Problem },
+    #[error(transparent)]
+    Config(#[from] wire::ConfigError),
+    #[error("cannot read the node's certificates: {0}")]
+    Tls(#[from] wire::tls::TlsError),
+    #[error(transparent)]
+    Endpoint(#[from] wire::endpoint::EndpointError),
+    /// The transfer failed or was refused (checksums, gaps, a refusal, a timeout).
+    #[error(transparent)]
+    Transfer(#[from] crate::error::TransferError),
+    /// The copy is older than the batch the rejoin starts from.
+    #[error("the copy is of batch {got}, before batch {wanted}")]
+    Stale { got: Seq, wanted: Seq },
+    /// The fetch could not be run.
+    #[error("cannot start the fetch thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// Restart recovery from this node's own write-ahead log failed.
+    #[error("restart recovery failed: {0}")]
+    Recovery(#[source] ReplicaError),
+}

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use wire::messages::{Message, SnapshotChunk};
+use wire::messages::SnapshotChunk;
 
 /// The environment variable naming the faults to inject.
 pub const ENV: &str = "GLASS_FAULTS";
@@ -37,17 +37,15 @@ fn faults() -> &'static Faults {
 
 /// Damages `chunks` (a snapshot about to be served) if `corrupt-snapshot` is armed, once per
 /// process; says whether it did.
-pub fn corrupt_snapshot(chunks: &mut [Message]) -> bool {
+pub fn corrupt_snapshot(chunks: &mut [SnapshotChunk]) -> bool {
     if !faults().corrupt_snapshot.swap(false, Ordering::Relaxed) {
         return false;
     }
-    for m in chunks {
-        if let Message::SnapshotChunk(SnapshotChunk { rows_bytes, .. }) = m {
-            if let Some(b) = rows_bytes.first_mut() {
-                *b ^= 0x5A;
-                tracing::warn!("fault injected ({ENV}): a snapshot chunk damaged after its checksum");
-                return true;
-            }
+    for SnapshotChunk { rows_bytes, .. } in chunks {
+        if let Some(b) = rows_bytes.first_mut() {
+            *b ^= 0x5A;
+            tracing::warn!("fault injected ({ENV}): a snapshot chunk damaged after its checksum");
+            return true;
         }
     }
     false

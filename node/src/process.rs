@@ -1,6 +1,6 @@
 //! The node process (`glass node --config … --id …`): hosts the node's partition replicas and
 //! carries their messages. The deciding logic is [`Replica`]; this module only moves bytes and
-//! threads (STYLE.md habit 2, mini-redis's server shape: [`run`] takes a bound listener and a
+//! threads (docs/design.md; mini-redis's server shape: [`run`] takes a bound listener and a
 //! shutdown future).
 //!
 //! Shape:
@@ -15,10 +15,15 @@
 //!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost:
 //!   a restarted coordinator would restart the batch numbering, and rejoin is not built yet;
 //! - the node listens on its own address for tools (`glass cluster status`, `check`, `dump`,
-//!   `down`): status, replica digests, snapshots, replica reads, shutdown; and for the
-//!   primaries of partitions it backs up (passive modes), whose shipments go to the backup's
-//!   executor and whose acknowledgements go back on the same link; at most
+//!   `down`) on the tool channel (`wire::channel::ToolRequest`): status, replica digests,
+//!   snapshots, replica reads, shutdown; and for other nodes on the peer channel
+//!   (`wire::channel::PeerRequest`): the primaries of partitions it backs up (passive modes),
+//!   whose shipments go to the backup's executor and whose acknowledgements go back on the
+//!   same link, and rejoining nodes fetching a copy or a log base; the peer's Hello (checked
+//!   against its certificate) says which channel a connection carries; at most
 //!   [`TOOL_CONNECTIONS_MAX`] connections at once;
+//! - a peer breaking the protocol (a frame with an unknown tag or another protocol version,
+//!   a malformed one) is logged at `warn` naming it, and loses its connection only;
 //! - passive modes, at a primary: the writer task sends each batch's shipment (encoded once)
 //!   to a link per backup node, which the node dials and keeps; the partition's
 //!   [`ShipGate`] holds the results until the backups acknowledged them (`shipping =
@@ -41,14 +46,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
+use wire::channel::{
+    ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerChannel, PeerReply, PeerRequest, ToolReply, ToolRequest,
+};
 use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
-    DigestOutcome, Hello, LoadState, Message, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection,
-    ReplicationReport, Role, Seq, PROTOCOL_VERSION,
+    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection, ReplicationReport,
+    Role, Seq, Shipment, PROTOCOL_VERSION,
 };
 
-use crate::replica::{Replica, ReplicaRole, Store};
+use crate::error::RejoinError;
+use crate::replica::{Emit, Replica, ReplicaRole, Store};
 use crate::shipping::ShipGate;
 use crate::snapshot;
 use engine::conventional::CutAt;
@@ -108,17 +117,41 @@ pub enum NodeError {
 /// What one replica's executor receives.
 #[derive(Debug)]
 enum Work {
-    /// A message of the coordinator's stream (batch, membership, stop, digest request);
-    /// replies go to the coordinator.
-    Coordinator(Message),
-    /// A tool's digest or snapshot request; replies go to `reply`.
-    Tool { msg: Message, reply: mpsc::Sender<Message> },
+    /// A message of the coordinator's stream (batch, membership, stop, promotion…); what
+    /// the replica emits goes to the writer task.
+    Coordinator(CoordinatorToNode),
+    /// A tool's digest, snapshot or replica read request; replies go to `reply`. (Status
+    /// requests and shutdowns are served by the connection's task, never queued here.)
+    Tool { req: ToolRequest, reply: mpsc::Sender<ToolReply> },
+    /// A peer node's shipment, snapshot or log base request; replies go to `reply`.
+    Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
     /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
-    Install(Box<Result<(engine::LeanDb, snapshot::SnapshotInfo), String>>),
+    Install(Box<Result<(engine::LeanDb, snapshot::SnapshotInfo), RejoinError>>),
     /// Full-stack rejoin: the primary's log base (or why it could not be fetched).
-    InstallBase(Box<Result<snapshot::LogBaseReceived, String>>),
+    InstallBase(Box<Result<snapshot::LogBaseReceived, RejoinError>>),
     /// Finish: the node is shutting down.
     Stop,
+}
+
+/// What a rejoining replica holds until its starting state is installed.
+#[derive(Debug, Default)]
+struct Held {
+    /// Batches and remote pieces' outcomes, in arrival order.
+    stream: Vec<CoordinatorToNode>,
+    /// How many of `stream` are batches.
+    batches: usize,
+    /// Passive modes: the primary's shipments, with where to acknowledge them.
+    shipments: Vec<(Shipment, mpsc::Sender<PeerReply>)>,
+}
+
+/// What a coordinator message does to a rejoin.
+enum RejoinStep {
+    /// Nothing yet: keep waiting.
+    Wait,
+    /// Fetch the starting state from `source` for batches from `from_seq` on.
+    Plan { source: NodeId, from_seq: Seq },
+    /// The rejoin ended: the replica, or `None` (given up).
+    Done(Option<Box<Replica>>),
 }
 
 /// Batches a rejoining replica holds while its copy arrives; past it the rejoin fails.
@@ -291,27 +324,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
     start: Start,
 ) -> Result<(), NodeError> {
-    if config.node(id).is_none() {
-        return Err(NodeError::UnknownNode { node: id });
-    }
-    let mut partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
-    let joined: Vec<PartitionId> = match &start {
-        Start::Join(j) => j.clone(),
-        _ => Vec::new(),
-    };
-    for &pid in &joined {
-        let Some(p) = config.partitions.iter().find(|p| p.id == pid) else {
-            return Err(NodeError::Join { partition: pid, problem: "no such partition in [[partitions]]" });
-        };
-        if partitions.iter().any(|q| q.id == pid) {
-            return Err(NodeError::Join { partition: pid, problem: "the node already holds it (use --rejoin)" });
-        }
-        partitions.push(p.clone());
-    }
-    let rejoin = start != Start::Load;
-    if partitions.is_empty() {
-        return Err(NodeError::NoReplicas { node: id });
-    }
+    let partitions = partitions_held(&config, id, &start)?;
     info!(
         node = id,
         partitions = ?partitions.iter().map(|p| p.id).collect::<Vec<_>>(),
@@ -324,60 +337,17 @@ pub async fn run(
     let mut exits = Vec::new();
     let mut gates = BTreeMap::new();
     for p in &partitions {
-        let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
-        // A node rejoining a passive partition comes back as a backup, whatever the file says.
-        let role = match ReplicaRole::of(config.mode, p, id) {
-            ReplicaRole::Primary if rejoin => ReplicaRole::Backup,
-            _ if joined.contains(&p.id) && config.mode.is_passive() => ReplicaRole::Backup,
-            _ if joined.contains(&p.id) => ReplicaRole::Replica,
-            r => r,
-        };
+        let role = replica_role(&config, p, id, &start);
         if role == ReplicaRole::Primary {
             gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
         }
-        let zero = || AtomicU64::new(0);
-        let shared = Arc::new(ReplicaShared {
-            partition: p.id,
-            role,
-            load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
-            applied_seq: zero(),
-            committed: zero(),
-            stopped: Mutex::new(None),
-            schedstat: Mutex::new(Vec::new()),
-            shipped_bytes: zero(),
-            acks: zero(),
-            ack_delay_us_sum: zero(),
-            ack_delay_us_max: zero(),
-            applied_bytes: zero(),
-            log_bytes: zero(),
-            fsyncs: zero(),
-        });
-        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
-        let executor = Executor {
-            node: id,
-            rejoin,
-            config: config.clone(),
-            self_inbox: inbox.clone(),
-            mode: config.mode,
-            dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
-            workers: config.full_stack.workers as usize,
-            partition: p.clone(),
-            seed: config.seed,
-            pending_batches_max: config.limits.replica_pending_batches_max as usize,
-            frame_bytes_max: config.limits.frame_bytes_max as usize,
-            shared: shared.clone(),
-            to_coordinator: to_coordinator.clone(),
-            deaf_tools: Default::default(),
+        let begin = match start {
+            Start::Load => Begin::Load,
+            Start::Rejoin | Start::Join(_) => Begin::Rejoin,
         };
-        std::thread::Builder::new()
-            .name(format!("replica-p{}", p.id))
-            .spawn(move || {
-                executor.run(rx);
-                drop(exit_tx);
-            })
-            .map_err(|source| NodeError::Thread { partition: p.id, source })?;
-        exits.push(exit_rx);
-        replicas.insert(p.id, ReplicaHandle { shared, inbox });
+        let (handle, exit) = start_replica(&config, id, p, role, begin, &to_coordinator)?;
+        exits.push(exit);
+        replicas.insert(p.id, handle);
     }
     drop(to_coordinator);
     let node = Arc::new(Node {
@@ -407,19 +377,7 @@ pub async fn run(
         () = shutdown => node.stop("signal"),
         () = node.stopped() => {}
     }
-    for r in node.replicas.values() {
-        let _ = r.inbox.try_send(Work::Stop);
-    }
-    let wait = Duration::from_millis(config.timeouts.shutdown_timeout_ms);
-    let joined = tokio::time::timeout(wait, async {
-        for e in exits {
-            let _ = e.await;
-        }
-    })
-    .await;
-    if joined.is_err() {
-        warn!(wait_ms = wait.as_millis() as u64, "executors still busy (loading?) at shutdown; leaving them");
-    }
+    stop_executors(&node, exits).await;
     link_task.abort();
     tools_task.abort();
     for t in peer_tasks {
@@ -429,12 +387,133 @@ pub async fn run(
     Ok(())
 }
 
+/// The partitions node `id` holds: those the file places on it, and those it joins.
+fn partitions_held(config: &ClusterConfig, id: NodeId, start: &Start) -> Result<Vec<PartitionConfig>, NodeError> {
+    if config.node(id).is_none() {
+        return Err(NodeError::UnknownNode { node: id });
+    }
+    let mut partitions: Vec<PartitionConfig> = config.partitions_on_node(id).cloned().collect();
+    let joined: &[PartitionId] = match start {
+        Start::Join(j) => j,
+        Start::Load | Start::Rejoin => &[],
+    };
+    for &pid in joined {
+        let Some(p) = config.partitions.iter().find(|p| p.id == pid) else {
+            return Err(NodeError::Join { partition: pid, problem: "no such partition in [[partitions]]" });
+        };
+        if partitions.iter().any(|q| q.id == pid) {
+            return Err(NodeError::Join { partition: pid, problem: "the node already holds it (use --rejoin)" });
+        }
+        partitions.push(p.clone());
+    }
+    if partitions.is_empty() {
+        return Err(NodeError::NoReplicas { node: id });
+    }
+    Ok(partitions)
+}
+
+/// The role of node `id`'s replica of `p` as it starts: the file's, except that a node
+/// rejoining a passive partition comes back as a backup, whatever the file says, and a
+/// joined partition's new replica is a backup (passive modes) or a replica.
+fn replica_role(config: &ClusterConfig, p: &PartitionConfig, id: NodeId, start: &Start) -> ReplicaRole {
+    let joined = matches!(start, Start::Join(j) if j.contains(&p.id));
+    match ReplicaRole::of(config.mode, p, id) {
+        ReplicaRole::Primary if *start != Start::Load => ReplicaRole::Backup,
+        _ if joined && config.mode.is_passive() => ReplicaRole::Backup,
+        _ if joined => ReplicaRole::Replica,
+        r => r,
+    }
+}
+
+/// Starts the executor thread of node `id`'s replica of `p` (loading it, or rejoining, as
+/// `begin` says); returns its handle and a receiver that completes when the
+/// thread ends.
+fn start_replica(
+    config: &ClusterConfig,
+    id: NodeId,
+    p: &PartitionConfig,
+    role: ReplicaRole,
+    begin: Begin,
+    to_coordinator: &mpsc::Sender<Emit>,
+) -> Result<(ReplicaHandle, tokio::sync::oneshot::Receiver<()>), NodeError> {
+    let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
+    let zero = || AtomicU64::new(0);
+    let shared = Arc::new(ReplicaShared {
+        partition: p.id,
+        role,
+        load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
+        applied_seq: zero(),
+        committed: zero(),
+        stopped: Mutex::new(None),
+        schedstat: Mutex::new(Vec::new()),
+        shipped_bytes: zero(),
+        acks: zero(),
+        ack_delay_us_sum: zero(),
+        ack_delay_us_max: zero(),
+        applied_bytes: zero(),
+        log_bytes: zero(),
+        fsyncs: zero(),
+    });
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
+    let executor = Executor {
+        node: id,
+        begin,
+        config: config.clone(),
+        self_inbox: inbox.clone(),
+        mode: config.mode,
+        dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
+        workers: config.full_stack.workers as usize,
+        partition: p.clone(),
+        seed: config.seed,
+        pending_batches_max: config.limits.replica_pending_batches_max as usize,
+        frame_bytes_max: config.limits.frame_bytes_max as usize,
+        shared: shared.clone(),
+        to_coordinator: to_coordinator.clone(),
+        deaf_tools: Default::default(),
+        deaf_peers: Default::default(),
+    };
+    std::thread::Builder::new()
+        .name(format!("replica-p{}", p.id))
+        .spawn(move || {
+            executor.run(rx);
+            drop(exit_tx);
+        })
+        .map_err(|source| NodeError::Thread { partition: p.id, source })?;
+    Ok((ReplicaHandle { shared, inbox }, exit_rx))
+}
+
+/// Asks every executor to stop and waits for them at most `timeouts.shutdown_timeout_ms` (a
+/// replica still loading is not waited for).
+async fn stop_executors(node: &Node, exits: Vec<tokio::sync::oneshot::Receiver<()>>) {
+    for r in node.replicas.values() {
+        let _ = r.inbox.try_send(Work::Stop);
+    }
+    let wait = Duration::from_millis(node.config.timeouts.shutdown_timeout_ms);
+    let joined = tokio::time::timeout(wait, async {
+        for e in exits {
+            let _ = e.await;
+        }
+    })
+    .await;
+    if joined.is_err() {
+        warn!(wait_ms = wait.as_millis() as u64, "executors still busy (loading?) at shutdown; leaving them");
+    }
+}
+
+/// How a replica's executor gets its starting state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    /// Load the partition from the seed (a cluster starting).
+    Load,
+    /// Rejoin a running cluster (`glass node --rejoin` or `--join`): copy a live replica, or
+    /// recover from this node's own log (full stack).
+    Rejoin,
+}
+
 /// One replica's thread: load, then execute the inbox in order.
 struct Executor {
     node: NodeId,
-    /// Rejoin (`glass node --rejoin`): copy the partition from a live replica instead of
-    /// loading it from the seed.
-    rejoin: bool,
+    begin: Begin,
     config: ClusterConfig,
     /// This executor's own inbox, for the fetched copy.
     self_inbox: mpsc::Sender<Work>,
@@ -448,10 +527,30 @@ struct Executor {
     pending_batches_max: usize,
     frame_bytes_max: usize,
     shared: Arc<ReplicaShared>,
-    to_coordinator: mpsc::Sender<Message>,
-    /// Tool connections that let their reply queue stay full for [`TOOL_REPLY_PATIENCE`]:
-    /// their further replies are dropped at once (at most [`DEAF_TOOLS_MAX`] remembered).
-    deaf_tools: std::cell::RefCell<Vec<mpsc::Sender<Message>>>,
+    to_coordinator: mpsc::Sender<Emit>,
+    /// Tool and peer connections that let their reply queue stay full for
+    /// [`TOOL_REPLY_PATIENCE`]: their further replies are dropped at once (at most
+    /// [`DEAF_TOOLS_MAX`] of each remembered).
+    deaf_tools: std::cell::RefCell<Vec<mpsc::Sender<ToolReply>>>,
+    deaf_peers: std::cell::RefCell<Vec<mpsc::Sender<PeerReply>>>,
+}
+
+/// The replies of a channel an executor answers on (a tool's or a peer's), with the list of
+/// its connections that stopped reading.
+trait Reply: ChannelMessage {
+    fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<Self>>>;
+}
+
+impl Reply for ToolReply {
+    fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<ToolReply>>> {
+        &executor.deaf_tools
+    }
+}
+
+impl Reply for PeerReply {
+    fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<PeerReply>>> {
+        &executor.deaf_peers
+    }
 }
 
 /// Deaf tool connections an executor remembers; older ones are forgotten.
@@ -461,8 +560,8 @@ impl Executor {
     /// Queues `msg` for a tool connection, waiting at most [`TOOL_REPLY_PATIENCE`] for room:
     /// a peer that does not read its replies (dead, hung or hostile) loses them (logged) and
     /// costs the executor — the partition's only thread — that long once, never more.
-    fn reply_to_tool(&self, reply: &mpsc::Sender<Message>, msg: Message) {
-        let mut deaf = self.deaf_tools.borrow_mut();
+    fn reply_to<R: Reply>(&self, reply: &mpsc::Sender<R>, msg: R) {
+        let mut deaf = R::deaf(self).borrow_mut();
         deaf.retain(|d| !d.is_closed());
         if deaf.iter().any(|d| d.same_channel(reply)) {
             return;
@@ -500,7 +599,7 @@ impl Executor {
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
         let t0 = Instant::now();
-        if self.rejoin {
+        if self.begin == Begin::Rejoin {
             let Some(replica) = self.rejoin(&mut inbox) else { return };
             engine::arena::set_prefault(true);
             info!(partition = pid, seconds = t0.elapsed().as_secs_f64(), "rejoined");
@@ -512,7 +611,7 @@ impl Executor {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
             self.shared.load.send_replace(state);
             // Progress may be dropped when the link is backed up; the final state is not.
-            let _ = self.to_coordinator.try_send(Replica::progress_message(pid, p));
+            let _ = self.to_coordinator.try_send(Emit::ToCoordinator(Replica::progress_message(pid, p)));
             if p.rows_loaded - last_logged_rows >= 250_000 || p.rows_loaded == p.rows_total {
                 last_logged_rows = p.rows_loaded;
                 debug!(partition = pid, rows_loaded = p.rows_loaded, rows_total = p.rows_total, "loading");
@@ -524,7 +623,8 @@ impl Executor {
                 error!(partition = pid, error = %e, "load failed");
                 let state = LoadState::Failed { reason: wire::messages::bounded_reason(e.to_string()) };
                 self.shared.load.send_replace(state.clone());
-                let _ = self.to_coordinator.blocking_send(Message::LoadStatus { partition: pid, state });
+                let failed = NodeToCoordinator::LoadStatus { partition: pid, state };
+                let _ = self.to_coordinator.blocking_send(Emit::ToCoordinator(failed));
                 // Answer tools until shut down.
                 self.refuse_all(&mut inbox, &format!("partition {pid} failed to load"));
                 return;
@@ -536,7 +636,7 @@ impl Executor {
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(f.worker_schedstats());
         }
         let ready = replica.ready_message();
-        if let Message::LoadStatus { state, .. } = &ready {
+        if let NodeToCoordinator::LoadStatus { state, .. } = &ready {
             if let LoadState::Ready { digest } = state {
                 info!(
                     partition = pid,
@@ -548,7 +648,7 @@ impl Executor {
             }
             self.shared.load.send_replace(state.clone());
         }
-        if self.to_coordinator.blocking_send(ready).is_err() {
+        if self.to_coordinator.blocking_send(Emit::ToCoordinator(ready)).is_err() {
             warn!(partition = pid, "the coordinator link is gone; load status not sent");
         }
         self.serve(replica, inbox);
@@ -557,23 +657,27 @@ impl Executor {
     /// Executes the inbox in order until stopped.
     fn serve(&self, mut replica: Replica, mut inbox: mpsc::Receiver<Work>) {
         let pid = self.partition.id;
-        // Snapshot requests waiting for the replica to reach their batch.
-        let mut deferred: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
+        // Snapshot, digest and log base requests waiting for the replica to reach their batch.
+        let mut deferred: Vec<Work> = Vec::new();
         while let Some(work) = inbox.blocking_recv() {
             match work {
                 Work::Stop => break,
                 Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
-                Work::Tool { msg, reply } if !can_answer_now(&mut replica, &msg) => deferred.push((msg, reply)),
-                Work::Tool { msg, reply } => self.tool(&mut replica, msg, &reply),
+                w @ (Work::Tool { .. } | Work::Peer { .. }) if !can_answer_now(&mut replica, &w) => deferred.push(w),
+                Work::Tool { req, reply } => self.tool(&mut replica, req, &reply),
+                Work::Peer { req, reply } => self.peer(&mut replica, req, &reply),
                 Work::Install(_) | Work::InstallBase(_) => {
                     warn!(partition = pid, "a copy arrived for a replica already serving; dropped")
                 }
             }
-            let (ready, waiting): (Vec<_>, Vec<_>) =
-                deferred.drain(..).partition(|(m, _)| can_answer_now(&mut replica, m));
+            let (ready, waiting): (Vec<_>, Vec<_>) = deferred.drain(..).partition(|w| can_answer_now(&mut replica, w));
             deferred = waiting;
-            for (msg, reply) in ready {
-                self.tool(&mut replica, msg, &reply);
+            for w in ready {
+                match w {
+                    Work::Tool { req, reply } => self.tool(&mut replica, req, &reply),
+                    Work::Peer { req, reply } => self.peer(&mut replica, req, &reply),
+                    Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) | Work::Stop => {}
+                }
             }
             self.publish(&mut replica);
         }
@@ -588,9 +692,9 @@ impl Executor {
         );
     }
 
-    fn on_coordinator(&self, replica: &mut Replica, msg: Message) {
+    fn on_coordinator(&self, replica: &mut Replica, msg: CoordinatorToNode) {
         let was_stopped = replica.stopped().is_some();
-        match replica.on_message(msg) {
+        match replica.on_control(msg) {
             Ok(replies) => {
                 for reply in replies {
                     if self.to_coordinator.blocking_send(reply).is_err() {
@@ -625,116 +729,45 @@ impl Executor {
     /// `None` if stopped or refused.
     fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
         let pid = self.partition.id;
-        let full = self.mode == Mode::FullStack;
-        let _ = self.to_coordinator.blocking_send(Message::RejoinRequest { partition: pid });
+        let _ =
+            self.to_coordinator.blocking_send(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: pid }));
         info!(partition = pid, "asked the coordinator to rejoin");
-        // Batches and remote pieces' outcomes, in arrival order.
-        let mut held: Vec<Message> = Vec::new();
-        let mut held_batches = 0usize;
-        // Passive modes: the primary's shipments, with where to acknowledge them.
-        let mut held_shipments: Vec<(Message, mpsc::Sender<Message>)> = Vec::new();
+        let mut held = Held::default();
         let mut plan: Option<(NodeId, Seq)> = None;
         let mut attempts = 0u32;
-        let fetch = |source: NodeId, from_seq: Seq| match full {
-            true => self.fetch_base(source, from_seq.saturating_sub(1)),
-            false => self.fetch(source, from_seq.saturating_sub(1)),
-        };
         while let Some(work) = inbox.blocking_recv() {
             let failed_fetch = match work {
                 Work::Stop => return None,
-                Work::Coordinator(Message::RejoinPlan { source, from_seq, .. }) => {
-                    info!(partition = pid, source, from_seq, "fetching the starting state from a live replica");
-                    plan = Some((source, from_seq));
-                    attempts = 1;
-                    fetch(source, from_seq);
+                Work::Coordinator(msg) => match self.rejoin_step(inbox, msg, &mut held) {
+                    RejoinStep::Wait => continue,
+                    RejoinStep::Plan { source, from_seq } => {
+                        info!(partition = pid, source, from_seq, "fetching the starting state from a live replica");
+                        plan = Some((source, from_seq));
+                        attempts = 1;
+                        self.fetch_start(source, from_seq);
+                        continue;
+                    }
+                    RejoinStep::Done(replica) => return replica.map(|r| *r),
+                },
+                Work::Peer { req: PeerRequest::Ship(shipment), reply } => {
+                    held.shipments.push((shipment, reply));
                     continue;
                 }
-                Work::Coordinator(Message::ResumeFromLog { from_seq, .. }) if full => {
-                    let mut replica = match self.restart_recovery(None) {
-                        Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
-                        Err(reason) => return self.give_up(inbox, reason),
-                    };
-                    if let Err(e) = replica.resume_at(from_seq) {
-                        return self.give_up(inbox, format!("cannot resume: {e}"));
-                    }
-                    info!(partition = pid, from_seq, "serving the recovered partition");
-                    let recovered_through = from_seq.saturating_sub(1);
-                    return Some(self.finish_rejoin(replica, Vec::new(), Vec::new(), recovered_through));
-                }
-                Work::Coordinator(Message::RejoinRefused { reason, .. }) => {
-                    return self.give_up(inbox, format!("the coordinator refused the rejoin: {reason}"));
-                }
-                Work::Coordinator(msg @ Message::Batch(_)) => {
-                    held_batches += 1;
-                    if held_batches > REJOIN_HELD_BATCHES_MAX {
-                        let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
-                        return self.give_up(inbox, why);
-                    }
-                    held.push(msg);
+                Work::Peer { req, reply } => {
+                    self.refuse_peer(&req, "rejoining", &reply);
                     continue;
                 }
-                Work::Coordinator(msg @ (Message::PieceReads(_) | Message::RederivePiece { .. })) => {
-                    if held.len() - held_batches >= crate::replica::PIECE_READS_HELD_MAX {
-                        let why = "too many multi-partition piece outcomes held while rejoining".to_string();
-                        return self.give_up(inbox, why);
-                    }
-                    held.push(msg);
-                    continue;
-                }
-                Work::Coordinator(_) => continue,
-                Work::Tool { msg: msg @ Message::Ship(_), reply } => {
-                    held_shipments.push((msg, reply));
-                    continue;
-                }
-                Work::Tool { msg, reply } => {
-                    if let Some(refusal) = snapshot::refusal_of(&msg, "rejoining") {
-                        self.reply_to_tool(&reply, refusal);
-                    }
+                Work::Tool { req, reply } => {
+                    self.refuse_tool(&req, "rejoining", &reply);
                     continue;
                 }
                 Work::Install(fetched) => match *fetched {
                     Err(e) => e,
-                    Ok((db, info)) => {
-                        info!(
-                            partition = pid,
-                            seq = info.seq,
-                            rows = info.rows,
-                            mib = info.bytes as f64 / (1 << 20) as f64,
-                            held_batches = held.len(),
-                            held_shipments = held_shipments.len(),
-                            "copy installed; executing the batches held"
-                        );
-                        let replica = if self.mode.is_passive() {
-                            Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
-                        } else {
-                            Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
-                        };
-                        return Some(self.finish_rejoin(replica, held, held_shipments, info.seq));
-                    }
+                    Ok((db, info)) => return Some(self.install_copy(db, info, held)),
                 },
                 Work::InstallBase(fetched) => match *fetched {
                     Err(e) => e,
-                    Ok(base) => {
-                        let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
-                        let f = match self.restart_recovery(cut) {
-                            Ok(f) => f,
-                            Err(reason) => return self.give_up(inbox, reason),
-                        };
-                        let t0 = Instant::now();
-                        if let Err(e) = f.apply_log(&base.records) {
-                            return self.give_up(inbox, format!("the primary's log base does not apply: {e}"));
-                        }
-                        info!(
-                            partition = pid,
-                            seq = base.seq,
-                            mib = base.records.len() as f64 / (1 << 20) as f64,
-                            seconds = t0.elapsed().as_secs_f64(),
-                            held_shipments = held_shipments.len(),
-                            "the primary's log base applied; applying the shipments held"
-                        );
-                        let replica = Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
-                        return Some(self.finish_rejoin(replica, Vec::new(), held_shipments, base.seq));
-                    }
+                    Ok(base) => return self.install_base(inbox, base, held),
                 },
             };
             let Some((source, from_seq)) = plan else { continue };
@@ -745,43 +778,150 @@ impl Executor {
             warn!(partition = pid, attempt = attempts, error = %failed_fetch, "copy rejected; fetching it again");
             attempts += 1;
             std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
-            fetch(source, from_seq);
+            self.fetch_start(source, from_seq);
         }
         None
+    }
+
+    /// Fetches the starting state for a rejoin planned from batch `from_seq` on node `source`:
+    /// the primary's log base (full stack) or a copy of its replica.
+    fn fetch_start(&self, source: NodeId, from_seq: Seq) {
+        match self.mode {
+            Mode::FullStack => self.fetch_base(source, from_seq.saturating_sub(1)),
+            Mode::ActiveActive | Mode::ActivePassive => self.fetch(source, from_seq.saturating_sub(1)),
+        }
+    }
+
+    /// One coordinator message while rejoining: the plan, a resumption from this node's own
+    /// log, a refusal, or a batch or piece outcome to hold (anything else is for a replica
+    /// that executes: dropped).
+    fn rejoin_step(&self, inbox: &mut mpsc::Receiver<Work>, msg: CoordinatorToNode, held: &mut Held) -> RejoinStep {
+        let pid = self.partition.id;
+        match msg {
+            CoordinatorToNode::RejoinPlan { source, from_seq, .. } => RejoinStep::Plan { source, from_seq },
+            CoordinatorToNode::ResumeFromLog { from_seq, .. } if self.mode == Mode::FullStack => {
+                let mut replica = match self.restart_recovery(None) {
+                    Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
+                    Err(e) => return RejoinStep::Done(self.give_up(inbox, e.to_string()).map(Box::new)),
+                };
+                if let Err(e) = replica.resume_at(from_seq) {
+                    return RejoinStep::Done(self.give_up(inbox, format!("cannot resume: {e}")).map(Box::new));
+                }
+                info!(partition = pid, from_seq, "serving the recovered partition");
+                let recovered_through = from_seq.saturating_sub(1);
+                RejoinStep::Done(Some(Box::new(self.finish_rejoin(replica, Held::default(), recovered_through))))
+            }
+            CoordinatorToNode::RejoinRefused { reason, .. } => {
+                let why = format!("the coordinator refused the rejoin: {reason}");
+                RejoinStep::Done(self.give_up(inbox, why).map(Box::new))
+            }
+            msg @ CoordinatorToNode::Batch(_) => {
+                held.batches += 1;
+                if held.batches > REJOIN_HELD_BATCHES_MAX {
+                    let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
+                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
+                }
+                held.stream.push(msg);
+                RejoinStep::Wait
+            }
+            msg @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => {
+                if held.stream.len() - held.batches >= crate::replica::PIECE_READS_HELD_MAX {
+                    let why = "too many multi-partition piece outcomes held while rejoining".to_string();
+                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
+                }
+                held.stream.push(msg);
+                RejoinStep::Wait
+            }
+            CoordinatorToNode::ResumeFromLog { .. }
+            | CoordinatorToNode::Heartbeat { .. }
+            | CoordinatorToNode::Membership { .. }
+            | CoordinatorToNode::PartitionStopped { .. }
+            | CoordinatorToNode::Shutdown { .. }
+            | CoordinatorToNode::Promote { .. }
+            | CoordinatorToNode::ShipTo { .. } => RejoinStep::Wait,
+        }
+    }
+
+    /// Installs a lean copy fetched from a live replica (as of batch `info.seq`) and finishes
+    /// the rejoin.
+    fn install_copy(&self, db: engine::LeanDb, info: snapshot::SnapshotInfo, held: Held) -> Replica {
+        let pid = self.partition.id;
+        info!(
+            partition = pid,
+            seq = info.seq,
+            rows = info.rows,
+            mib = info.bytes as f64 / (1 << 20) as f64,
+            held_batches = held.stream.len(),
+            held_shipments = held.shipments.len(),
+            "copy installed; executing the batches held"
+        );
+        let replica = if self.mode.is_passive() {
+            Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
+        } else {
+            Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
+        };
+        self.finish_rejoin(replica, held, info.seq)
+    }
+
+    /// Full stack: cuts this node's log where the primary's copy of it ended, recovers,
+    /// applies the primary's log base and finishes the rejoin as a backup.
+    fn install_base(
+        &self,
+        inbox: &mut mpsc::Receiver<Work>,
+        base: snapshot::LogBaseReceived,
+        held: Held,
+    ) -> Option<Replica> {
+        let pid = self.partition.id;
+        let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
+        let f = match self.restart_recovery(cut) {
+            Ok(f) => f,
+            Err(e) => return self.give_up(inbox, e.to_string()),
+        };
+        let t0 = Instant::now();
+        if let Err(e) = f.apply_log(&base.records) {
+            return self.give_up(inbox, format!("the primary's log base does not apply: {e}"));
+        }
+        info!(
+            partition = pid,
+            seq = base.seq,
+            mib = base.records.len() as f64 / (1 << 20) as f64,
+            seconds = t0.elapsed().as_secs_f64(),
+            held_shipments = held.shipments.len(),
+            "the primary's log base applied; applying the shipments held"
+        );
+        let replica = Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
+        let shipments_only = Held { shipments: held.shipments, ..Held::default() };
+        Some(self.finish_rejoin(replica, shipments_only, base.seq))
     }
 
     /// The end of a rejoin, its starting state installed as of batch `snapshot_seq`: executes
     /// the batches and applies the shipments held meanwhile, shows the replica ready, and
     /// tells the coordinator it counts from the next batch on.
-    fn finish_rejoin(
-        &self,
-        mut replica: Replica,
-        held: Vec<Message>,
-        held_shipments: Vec<(Message, mpsc::Sender<Message>)>,
-        snapshot_seq: Seq,
-    ) -> Replica {
-        for msg in held {
+    fn finish_rejoin(&self, mut replica: Replica, held: Held, snapshot_seq: Seq) -> Replica {
+        for msg in held.stream {
             self.on_coordinator(&mut replica, msg);
         }
-        for (msg, reply) in held_shipments {
-            self.tool(&mut replica, msg, &reply);
+        for (shipment, reply) in held.shipments {
+            self.peer(&mut replica, PeerRequest::Ship(shipment), &reply);
         }
         let digest = replica.state_digest();
         self.shared.load.send_replace(LoadState::Ready { digest });
         self.publish(&mut replica);
         let partition = self.partition.id;
-        let _ = self.to_coordinator.blocking_send(Message::Rejoined { partition, snapshot_seq });
+        let _ = self
+            .to_coordinator
+            .blocking_send(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq }));
         replica
     }
 
     /// Restart recovery of this replica's full-stack database (after cutting its log at
     /// `cut`), timed and logged; why not, if it failed.
-    fn restart_recovery(&self, cut: Option<CutAt>) -> Result<crate::fullstack::FullStack, String> {
+    fn restart_recovery(&self, cut: Option<CutAt>) -> Result<crate::fullstack::FullStack, RejoinError> {
         let pid = self.partition.id;
         let t0 = Instant::now();
         info!(partition = pid, dir = %self.dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
-        let (f, cut) = crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut)
-            .map_err(|e| format!("restart recovery failed: {e}"))?;
+        let (f, cut) =
+            crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut).map_err(RejoinError::Recovery)?;
         let r = f.recovery_report();
         info!(
             partition = pid,
@@ -816,7 +956,7 @@ impl Executor {
         let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
         self.on_fetch_thread("fetch-base", Work::InstallBase, async move {
             let mut link = dial_peer(&config, me, source).await?;
-            snapshot::log_base(&mut link, pid, after_seq).await.map_err(|e| e.to_string())
+            Ok(snapshot::log_base(&mut link, pid, after_seq).await?)
         });
     }
 
@@ -836,20 +976,20 @@ impl Executor {
     fn on_fetch_thread<T: Send + 'static>(
         &self,
         name: &str,
-        work: fn(Box<Result<T, String>>) -> Work,
-        fetch: impl Future<Output = Result<T, String>> + Send + 'static,
+        work: fn(Box<Result<T, RejoinError>>) -> Work,
+        fetch: impl Future<Output = Result<T, RejoinError>> + Send + 'static,
     ) {
         let inbox = self.self_inbox.clone();
         let spawned = std::thread::Builder::new().name(format!("{name}-p{}", self.partition.id)).spawn(move || {
             let result = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(RejoinError::Thread)
                 .and_then(|rt| rt.block_on(fetch));
             let _ = inbox.blocking_send(work(Box::new(result)));
         });
         if let Err(e) = spawned {
-            let _ = self.self_inbox.try_send(work(Box::new(Err(format!("cannot start the fetch thread: {e}")))));
+            let _ = self.self_inbox.try_send(work(Box::new(Err(RejoinError::Thread(e)))));
         }
     }
 
@@ -866,98 +1006,140 @@ impl Executor {
         }
     }
 
-    fn tool(&self, replica: &mut Replica, msg: Message, reply: &mpsc::Sender<Message>) {
-        match msg {
-            Message::LogBaseRequest { request_id, partition, after_seq } => {
-                let base = replica.log_base().filter(|b| b.seq >= after_seq && replica.stopped().is_none()).cloned();
-                let Some(base) = base else {
-                    let why =
-                        "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup";
-                    if let Some(refusal) = snapshot::refusal_of(&msg, why) {
-                        self.reply_to_tool(reply, refusal);
-                    }
-                    return;
-                };
-                let pieces = snapshot::log_base_pieces(
-                    &base,
-                    request_id,
-                    partition,
-                    snapshot::chunk_bytes_max(self.frame_bytes_max),
-                );
-                info!(
-                    partition,
-                    seq = base.seq,
-                    fork_lsn = ?base.fork_lsn,
-                    mib = base.records.len() as f64 / (1 << 20) as f64,
-                    pieces = pieces.len(),
-                    "sending the log base to a rejoining backup"
-                );
-                let reply = reply.clone();
-                let sender = std::thread::Builder::new().name(format!("log-base-p{partition}")).spawn(move || {
-                    for m in pieces {
-                        if reply.blocking_send(m).is_err() {
-                            return;
-                        }
-                    }
-                });
-                if let Err(e) = sender {
-                    error!(partition, error = %e, "cannot start the thread sending a log base");
-                }
+    /// A tool's request for the replica: a digest, a replica read, or a snapshot.
+    fn tool(&self, replica: &mut Replica, req: ToolRequest, reply: &mpsc::Sender<ToolReply>) {
+        let answer = match req {
+            ToolRequest::SnapshotRequest { request_id, partition, .. } => {
+                return self.send_snapshot(replica, request_id, partition, reply, ToolReply::SnapshotChunk);
             }
-            Message::SnapshotRequest { request_id, partition, .. } => {
-                if let Some(reason) = replica.stopped() {
-                    self.reply_to_tool(reply, snapshot::refusal(request_id, partition, format!("stopped: {reason}")));
-                    return;
-                }
-                // The copy is taken here, between two batches (a transaction boundary), into
-                // memory — as large as the partition, for as long as it takes to send — and
-                // sent from a thread of its own, so the partition executes on meanwhile.
-                let t0 = Instant::now();
-                let digest = replica.state_digest();
-                let seq = replica.applied_seq();
-                let frame_max = self.frame_bytes_max;
-                let mut chunks = Vec::new();
-                let mut keep = |m| {
-                    chunks.push(m);
-                    true
-                };
-                let s = match replica.store_mut() {
-                    Store::Lean(db) => snapshot::stream(db, request_id, partition, seq, digest, frame_max, &mut keep),
-                    Store::Full(f) => {
-                        snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut keep)
-                    }
-                };
-                crate::faults::corrupt_snapshot(&mut chunks);
-                info!(
-                    partition,
-                    seq,
-                    rows = s.rows,
-                    chunks = s.chunks,
-                    mib = s.bytes as f64 / (1 << 20) as f64,
-                    seconds = t0.elapsed().as_secs_f64(),
-                    "snapshot taken; sending it"
-                );
-                let reply = reply.clone();
-                let sender = std::thread::Builder::new().name(format!("snapshot-p{partition}")).spawn(move || {
-                    for m in chunks {
-                        if reply.blocking_send(m).is_err() {
-                            return;
-                        }
-                    }
-                });
-                if let Err(e) = sender {
-                    error!(partition, error = %e, "cannot start the thread sending a snapshot");
-                }
+            ToolRequest::DigestRequest { request_id, partition } => replica.digest_reply(request_id, partition),
+            ToolRequest::ReplicaRead { request_id, partition, input } => {
+                replica.replica_read(request_id, partition, &input)
             }
-            other => match replica.on_message(other) {
-                Ok(replies) => {
-                    for m in replies {
-                        self.reply_to_tool(reply, m);
-                    }
-                }
-                Err(e) => warn!(partition = replica.partition(), error = %e, "tool request refused"),
-            },
+            // Served by the connection's task (`serve_tool`), never queued for a replica.
+            ToolRequest::StatusRequest { .. } | ToolRequest::Shutdown { .. } => return,
+        };
+        match answer {
+            Ok(m) => self.reply_to(reply, m),
+            Err(e) => warn!(partition = replica.partition(), error = %e, "tool request refused"),
         }
+    }
+
+    /// A peer node's request for the replica: a primary's shipment, a rejoining node's copy
+    /// or log base.
+    fn peer(&self, replica: &mut Replica, req: PeerRequest, reply: &mpsc::Sender<PeerReply>) {
+        match req {
+            PeerRequest::Ship(shipment) => match replica.on_ship(shipment) {
+                Ok(acks) => {
+                    for m in acks {
+                        self.reply_to(reply, m);
+                    }
+                }
+                Err(e) => warn!(partition = replica.partition(), error = %e, "shipment refused"),
+            },
+            PeerRequest::SnapshotRequest { request_id, partition, .. } => {
+                self.send_snapshot(replica, request_id, partition, reply, PeerReply::SnapshotChunk)
+            }
+            PeerRequest::LogBaseRequest { request_id, partition, after_seq } => {
+                self.send_log_base(replica, request_id, partition, after_seq, reply)
+            }
+        }
+    }
+
+    /// Sends a full-stack primary's log base, as of batch `after_seq` or later, to a
+    /// rejoining backup's node (from a thread of its own), or refuses it.
+    fn send_log_base(
+        &self,
+        replica: &mut Replica,
+        request_id: u64,
+        partition: PartitionId,
+        after_seq: Seq,
+        reply: &mpsc::Sender<PeerReply>,
+    ) {
+        let base = replica.log_base().filter(|b| b.seq >= after_seq && replica.stopped().is_none()).cloned();
+        let Some(base) = base else {
+            let why = "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup";
+            self.reply_to(reply, PeerReply::LogBaseChunk(snapshot::log_base_refusal(request_id, partition, why)));
+            return;
+        };
+        let pieces =
+            snapshot::log_base_pieces(&base, request_id, partition, snapshot::chunk_bytes_max(self.frame_bytes_max));
+        info!(
+            partition,
+            seq = base.seq,
+            fork_lsn = ?base.fork_lsn,
+            mib = base.records.len() as f64 / (1 << 20) as f64,
+            pieces = pieces.len(),
+            "sending the log base to a rejoining backup"
+        );
+        let pieces = pieces.into_iter().map(PeerReply::LogBaseChunk).collect();
+        send_from_thread(format!("log-base-p{partition}"), pieces, reply.clone());
+    }
+
+    /// Takes a copy of the replica here, between two batches (a transaction boundary), into
+    /// memory — as large as the partition, for as long as it takes to send — and sends it
+    /// (each chunk wrapped by `wrap` for the requester's channel) from a thread of its own, so
+    /// the partition executes on meanwhile; a stopped replica refuses.
+    fn send_snapshot<R: Reply>(
+        &self,
+        replica: &mut Replica,
+        request_id: u64,
+        partition: PartitionId,
+        reply: &mpsc::Sender<R>,
+        wrap: fn(wire::messages::SnapshotChunk) -> R,
+    ) {
+        if let Some(reason) = replica.stopped() {
+            let refusal = snapshot::refusal(request_id, partition, format!("stopped: {reason}"));
+            self.reply_to(reply, wrap(refusal));
+            return;
+        }
+        let t0 = Instant::now();
+        let digest = replica.state_digest();
+        let seq = replica.applied_seq();
+        let frame_max = self.frame_bytes_max;
+        let mut chunks = Vec::new();
+        let mut keep = |c| {
+            chunks.push(c);
+            true
+        };
+        let s = match replica.store_mut() {
+            Store::Lean(db) => snapshot::stream(db, request_id, partition, seq, digest, frame_max, &mut keep),
+            Store::Full(f) => snapshot::stream(f.session(), request_id, partition, seq, digest, frame_max, &mut keep),
+        };
+        crate::faults::corrupt_snapshot(&mut chunks);
+        info!(
+            partition,
+            seq,
+            rows = s.rows,
+            chunks = s.chunks,
+            mib = s.bytes as f64 / (1 << 20) as f64,
+            seconds = t0.elapsed().as_secs_f64(),
+            "snapshot taken; sending it"
+        );
+        send_from_thread(format!("snapshot-p{partition}"), chunks.into_iter().map(wrap).collect(), reply.clone());
+    }
+
+    /// Answers a tool's request the replica cannot serve (`reason`): a snapshot is refused;
+    /// the rest go unanswered.
+    fn refuse_tool(&self, req: &ToolRequest, reason: &str, reply: &mpsc::Sender<ToolReply>) {
+        if let ToolRequest::SnapshotRequest { request_id, partition, .. } = req {
+            self.reply_to(reply, ToolReply::SnapshotChunk(snapshot::refusal(*request_id, *partition, reason.into())));
+        }
+    }
+
+    /// Answers a peer's request the replica cannot serve (`reason`): a snapshot or a log base
+    /// is refused; a shipment goes unacknowledged.
+    fn refuse_peer(&self, req: &PeerRequest, reason: &str, reply: &mpsc::Sender<PeerReply>) {
+        let refusal = match req {
+            PeerRequest::SnapshotRequest { request_id, partition, .. } => {
+                PeerReply::SnapshotChunk(snapshot::refusal(*request_id, *partition, reason.into()))
+            }
+            PeerRequest::LogBaseRequest { request_id, partition, .. } => {
+                PeerReply::LogBaseChunk(snapshot::log_base_refusal(*request_id, *partition, reason))
+            }
+            PeerRequest::Ship(_) => return,
+        };
+        self.reply_to(reply, refusal);
     }
 
     /// After a failed load: refuse tool requests until stopped.
@@ -965,37 +1147,56 @@ impl Executor {
         while let Some(work) = inbox.blocking_recv() {
             match work {
                 Work::Stop => return,
-                Work::Tool { msg, reply } => {
-                    if let Some(refusal) = snapshot::refusal_of(&msg, reason) {
-                        self.reply_to_tool(&reply, refusal);
-                    }
-                }
+                Work::Tool { req, reply } => self.refuse_tool(&req, reason, &reply),
+                Work::Peer { req, reply } => self.refuse_peer(&req, reason, &reply),
                 Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) => {}
             }
         }
     }
 }
 
-/// A link from node `me` to node `source`, as a tool (snapshot and log base requests).
-async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result<endpoint::Link, String> {
-    let address = config.node(source).map(|n| n.address.clone()).ok_or(format!("no node {source}"))?;
-    let server_name = split_address(&address).map(|(h, _)| h.to_string()).map_err(|e| e.to_string())?;
-    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address).map_err(|e| e.to_string())?;
-    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me)).map_err(|e| e.to_string())?;
-    let peer = wire::tls::Role::Node(source);
-    endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), EndpointLimits::from_config(config))
-        .await
-        .map_err(|e| e.to_string())
+/// Sends `msgs` to `reply` from a thread of its own (a snapshot or a log base: the executor
+/// goes on meanwhile).
+fn send_from_thread<R: Send + 'static>(name: String, msgs: Vec<R>, reply: mpsc::Sender<R>) {
+    let sender = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        for m in msgs {
+            if reply.blocking_send(m).is_err() {
+                return;
+            }
+        }
+    });
+    if let Err(e) = sender {
+        error!(thread = name, error = %e, "cannot start the thread sending a transfer");
+    }
 }
 
-/// Whether a tool's request can be answered now: a snapshot once the replica executed its
-/// batch, a log base once the primary took one that far (a backup is refused at once).
-fn can_answer_now(replica: &mut Replica, msg: &Message) -> bool {
-    match msg {
-        // A batch parked at a home piece is half run: copies and digests wait for its end.
-        Message::SnapshotRequest { .. } | Message::DigestRequest { .. } if replica.parked_at().is_some() => false,
-        Message::SnapshotRequest { after_seq, .. } => *after_seq <= replica.applied_seq(),
-        Message::LogBaseRequest { after_seq, .. } => {
+/// A link from node `me` to node `source`, on the peer channel (snapshot and log base
+/// requests).
+async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result<endpoint::Link, RejoinError> {
+    let address = config.node(source).map(|n| n.address.clone()).ok_or(RejoinError::UnknownNode { node: source })?;
+    let server_name = split_address(&address)
+        .map(|(h, _)| h.to_string())
+        .map_err(|problem| RejoinError::Address { node: source, problem })?;
+    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address)?;
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me))?;
+    let peer = wire::tls::Role::Node(source);
+    let limits = EndpointLimits::from_config(config);
+    Ok(endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), limits).await?)
+}
+
+/// Whether a tool's or a peer's request can be answered now: a snapshot once the replica
+/// executed its batch, a log base once the primary took one that far (a backup is refused at
+/// once), a copy or a digest not in the middle of a parked batch.
+fn can_answer_now(replica: &mut Replica, work: &Work) -> bool {
+    // A batch parked at a home piece is half run: copies and digests wait for its end.
+    let parked = replica.parked_at().is_some();
+    match work {
+        Work::Tool { req: ToolRequest::SnapshotRequest { after_seq, .. }, .. }
+        | Work::Peer { req: PeerRequest::SnapshotRequest { after_seq, .. }, .. } => {
+            !parked && *after_seq <= replica.applied_seq()
+        }
+        Work::Tool { req: ToolRequest::DigestRequest { .. }, .. } => !parked,
+        Work::Peer { req: PeerRequest::LogBaseRequest { after_seq, .. }, .. } => {
             replica.role() == ReplicaRole::Backup
                 || replica.stopped().is_some()
                 || replica.log_base().is_some_and(|b| b.seq >= *after_seq)
@@ -1012,12 +1213,12 @@ async fn fetch_copy(
     source: NodeId,
     pid: PartitionId,
     after_seq: Seq,
-) -> Result<(engine::LeanDb, snapshot::SnapshotInfo), String> {
+) -> Result<(engine::LeanDb, snapshot::SnapshotInfo), RejoinError> {
     let mut link = dial_peer(config, me, source).await?;
     let mut db = engine::LeanDb::new();
-    let info = snapshot::snapshot_after(&mut link, pid, after_seq, &mut db, &[]).await.map_err(|e| e.to_string())?;
+    let info = snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
     if info.seq < after_seq {
-        return Err(format!("the copy is of batch {}, before batch {after_seq}", info.seq));
+        return Err(RejoinError::Stale { got: info.seq, wanted: after_seq });
     }
     Ok((db, info))
 }
@@ -1089,7 +1290,7 @@ async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> 
 /// Dials the coordinator (retrying until it answers or the node stops), then carries the
 /// link until it closes: the executors' messages out (through the ship gates), the
 /// coordinator's in.
-async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Message>, outbox: Outbox) {
+async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Emit>, outbox: Outbox) {
     let address = node.config.coordinator.address.clone();
     let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
         if !*node.stopping.borrow() {
@@ -1104,7 +1305,7 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
 
     loop {
         let received = tokio::select! {
-            r = receiver.recv() => r,
+            r = receiver.recv::<CoordinatorToNode>() => r,
             () = node.stopped() => break,
         };
         let msg = match received {
@@ -1115,6 +1316,11 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
                 }
                 break;
             }
+            Err(e) if e.is_protocol_violation() => {
+                warn!(peer = "coordinator", error = %e, "the coordinator broke the protocol; its link is closed");
+                error!("the coordinator link failed; this node no longer executes (tools are still served)");
+                break;
+            }
             Err(e) => {
                 if !*node.stopping.borrow() {
                     error!(error = %e, "the coordinator link failed; this node no longer executes (tools are still served)");
@@ -1123,38 +1329,32 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
             }
         };
         let partition = match &msg {
-            Message::Batch(b) => Some(b.partition),
-            Message::PieceReads(r) => Some(r.home),
-            Message::RederivePiece { partition, .. } => Some(*partition),
-            Message::Membership { partition, .. }
-            | Message::PartitionStopped { partition, .. }
-            | Message::RejoinPlan { partition, .. }
-            | Message::RejoinRefused { partition, .. }
-            | Message::ResumeFromLog { partition, .. }
-            | Message::Promote { partition, .. }
-            | Message::ShipTo { partition, .. }
-            | Message::DigestRequest { partition, .. } => Some(*partition),
-            Message::Heartbeat { .. } => None,
-            Message::Shutdown { reason } => {
+            CoordinatorToNode::Batch(b) => b.partition,
+            CoordinatorToNode::PieceReads(r) => r.home,
+            CoordinatorToNode::RederivePiece { partition, .. }
+            | CoordinatorToNode::Membership { partition, .. }
+            | CoordinatorToNode::PartitionStopped { partition, .. }
+            | CoordinatorToNode::RejoinPlan { partition, .. }
+            | CoordinatorToNode::RejoinRefused { partition, .. }
+            | CoordinatorToNode::ResumeFromLog { partition, .. }
+            | CoordinatorToNode::Promote { partition, .. }
+            | CoordinatorToNode::ShipTo { partition, .. } => *partition,
+            CoordinatorToNode::Heartbeat { .. } => continue,
+            CoordinatorToNode::Shutdown { reason } => {
                 info!(reason = %reason, "the coordinator shuts the cluster down");
                 node.stop("the coordinator said so");
                 break;
             }
-            other => {
-                warn!(message = other.name(), "unexpected message from the coordinator; ignored");
-                None
-            }
         };
-        let Some(partition) = partition else { continue };
-        if let Message::Membership { epoch, live, .. } = &msg {
+        if let CoordinatorToNode::Membership { epoch, live, .. } = &msg {
             warn!(partition, epoch, live = ?live, "membership changed");
             let _ = node.events.send(OutboxEvent::Membership { partition, live: live.clone() }).await;
         }
-        if let Message::ShipTo { backup, .. } = &msg {
+        if let CoordinatorToNode::ShipTo { backup, .. } = &msg {
             info!(partition, backup, "shipping to a rejoining backup");
             let _ = node.events.send(OutboxEvent::ShipTo { partition, backup: *backup }).await;
         }
-        if let Message::PartitionStopped { reason, .. } = &msg {
+        if let CoordinatorToNode::PartitionStopped { reason, .. } = &msg {
             error!(partition, reason = %reason, "the coordinator stopped the partition");
         }
         match node.replicas.get(&partition) {
@@ -1174,32 +1374,32 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Messag
 async fn write_to_coordinator(
     node: Arc<Node>,
     mut sender: wire::endpoint::LinkSender,
-    mut from_executors: mpsc::Receiver<Message>,
+    mut from_executors: mpsc::Receiver<Emit>,
     mut outbox: Outbox,
 ) {
     let mut heartbeat = tokio::time::interval(Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let frame_max = node.config.limits.frame_bytes_max as usize;
     loop {
-        let out: Vec<Message> = tokio::select! {
+        let out: Vec<NodeToCoordinator> = tokio::select! {
             m = from_executors.recv() => match m {
-                Some(Message::Ship(shipment)) => {
+                Some(Emit::Ship(shipment)) => {
                     let Some(gate) = outbox.gates.get_mut(&shipment.partition) else { continue };
                     let seq = shipment.seq;
-                    let released = match wire::codec::encode(&Message::Ship(shipment), frame_max) {
+                    let released = match wire::codec::encode(&PeerRequest::Ship(shipment), frame_max) {
                         Ok(frame) => ship(&node, gate, &outbox.peers, Arc::new(frame), seq),
                         Err(e) => {
                             error!(partition = gate.partition(), seq, error = %e, "cannot encode a shipment; backups dropped");
                             gate.on_membership(&[node.id])
                         }
                     };
-                    released.into_iter().map(Message::Results).collect()
+                    released.into_iter().map(NodeToCoordinator::Results).collect()
                 }
-                Some(Message::Results(r)) => match outbox.gates.get_mut(&r.partition) {
-                    Some(gate) => gate.on_results(r).into_iter().map(Message::Results).collect(),
-                    None => vec![Message::Results(r)],
+                Some(Emit::ToCoordinator(NodeToCoordinator::Results(r))) => match outbox.gates.get_mut(&r.partition) {
+                    Some(gate) => gate.on_results(r).into_iter().map(NodeToCoordinator::Results).collect(),
+                    None => vec![NodeToCoordinator::Results(r)],
                 },
-                Some(m) => vec![m],
+                Some(Emit::ToCoordinator(m)) => vec![m],
                 None => return,
             },
             e = outbox.events.recv() => match e {
@@ -1207,12 +1407,12 @@ async fn write_to_coordinator(
                     Some(gate) => {
                         let released = gate.on_ack(from, seq, micros(&node));
                         publish_gate(&node, gate);
-                        released.into_iter().map(Message::Results).collect()
+                        released.into_iter().map(NodeToCoordinator::Results).collect()
                     }
                     None => Vec::new(),
                 },
                 Some(OutboxEvent::Membership { partition, live }) => match outbox.gates.get_mut(&partition) {
-                    Some(gate) => gate.on_membership(&live).into_iter().map(Message::Results).collect(),
+                    Some(gate) => gate.on_membership(&live).into_iter().map(NodeToCoordinator::Results).collect(),
                     None => Vec::new(),
                 },
                 Some(OutboxEvent::ShipTo { partition, backup }) => {
@@ -1228,12 +1428,12 @@ async fn write_to_coordinator(
                 None => Vec::new(),
             },
             _ = heartbeat.tick() => {
-                let mut beat = vec![Message::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }];
+                let mut beat = vec![NodeToCoordinator::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }];
                 // The backups' progress, for choosing whom to promote.
                 for (&partition, r) in &node.replicas {
                     if r.shared.role == ReplicaRole::Backup && !outbox.gates.contains_key(&partition) {
                         let seq = r.shared.applied_seq.load(Ordering::Relaxed);
-                        beat.push(Message::BackupApplied { partition, seq });
+                        beat.push(NodeToCoordinator::BackupApplied { partition, seq });
                     }
                 }
                 beat
@@ -1313,14 +1513,26 @@ async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec
     let (mut sender, mut receiver) = link.split();
     let events = node.events.clone();
     let reader = tokio::spawn(async move {
-        while let Ok(Some(msg)) = receiver.recv().await {
-            match msg {
-                Message::ShipAck { partition, seq } => {
+        loop {
+            match receiver.recv::<PeerReply>().await {
+                Ok(Some(PeerReply::ShipAck { partition, seq })) => {
                     if events.send(OutboxEvent::Ack { from: peer, partition, seq }).await.is_err() {
                         return;
                     }
                 }
-                other => warn!(backup = peer, message = other.name(), "unexpected message from a backup; ignored"),
+                // This link asks for no transfer.
+                Ok(Some(reply @ (PeerReply::SnapshotChunk(_) | PeerReply::LogBaseChunk(_)))) => {
+                    warn!(backup = peer, message = reply.name(), "a backup sent a transfer piece unasked; ignored")
+                }
+                Ok(None) => return,
+                Err(e) if e.is_protocol_violation() => {
+                    warn!(backup = peer, error = %e, "the backup broke the protocol; its link is closed");
+                    return;
+                }
+                Err(e) => {
+                    debug!(backup = peer, error = %e, "the link to the backup ended");
+                    return;
+                }
             }
         }
     });
@@ -1373,18 +1585,19 @@ async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
         };
         let node = node.clone();
         tokio::spawn(async move {
-            serve_tool(node, link).await;
+            match hello.role {
+                Role::Node => serve_peer(node, link).await,
+                Role::Client | Role::Coordinator => serve_tool(node, link).await,
+            }
             drop(permit);
         });
     }
 }
 
-/// One tool connection: status, digest and snapshot requests, shutdown.
-async fn serve_tool(node: Arc<Node>, link: Link) {
-    let client = link.peer_hello().id;
-    debug!(client, "tool connected");
-    let (mut sender, mut receiver) = link.split();
-    let (reply_tx, mut reply_rx) = mpsc::channel::<Message>(TOOL_OUTBOX_MAX);
+/// The writer of one connection's replies: sends what the queue returned holds until every
+/// sender is gone, then finishes the stream.
+fn reply_writer<R: ChannelMessage>(mut sender: endpoint::LinkSender) -> (mpsc::Sender<R>, tokio::task::JoinHandle<()>) {
+    let (reply_tx, mut reply_rx) = mpsc::channel::<R>(TOOL_OUTBOX_MAX);
     let writer = tokio::spawn(async move {
         while let Some(m) = reply_rx.recv().await {
             if sender.send(&m).await.is_err() {
@@ -1393,82 +1606,131 @@ async fn serve_tool(node: Arc<Node>, link: Link) {
         }
         sender.finish(Duration::from_secs(1)).await;
     });
-    loop {
-        let received = tokio::select! {
-            r = receiver.recv() => r,
-            () = node.stopped() => break,
-        };
-        let msg = match received {
-            Ok(Some(m)) => m,
-            Ok(None) => break,
-            Err(e) => {
-                debug!(client, error = %e, "tool link failed");
-                break;
+    (reply_tx, writer)
+}
+
+/// The next request of a tool or peer connection, `None` once it ended, the node stops, or
+/// the peer broke the protocol (logged at `warn`, naming it: its connection is closed).
+async fn next_request<M: ChannelMessage>(node: &Node, receiver: &mut endpoint::LinkReceiver, peer: &str) -> Option<M> {
+    let received = tokio::select! {
+        r = receiver.recv::<M>() => r,
+        () = node.stopped() => return None,
+    };
+    match received {
+        Ok(m) => m,
+        Err(e) if e.is_protocol_violation() => {
+            warn!(peer, address = %receiver.remote_address(), error = %e, "a peer broke the protocol; its link is closed");
+            None
+        }
+        Err(e) => {
+            debug!(peer, error = %e, "link failed");
+            None
+        }
+    }
+}
+
+/// Whether node's replica of `partition` can serve a copy or a digest: why not, if not.
+fn not_ready(node: &Node, partition: PartitionId) -> Option<String> {
+    let ready = node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
+    match ready {
+        None => Some(format!("node {} holds no replica of partition {partition}", node.id)),
+        Some(false) => Some(format!("the replica of partition {partition} is not loaded")),
+        Some(true) => None,
+    }
+}
+
+/// One peer node's connection (the peer channel): a primary's shipments, a rejoining node's
+/// snapshot and log base requests.
+async fn serve_peer(node: Arc<Node>, link: Link) {
+    let from = link.peer_hello().id;
+    let who = format!("node {from}");
+    debug!(node = from, "peer node connected");
+    let (sender, mut receiver) = link.split();
+    let (reply_tx, writer) = reply_writer::<PeerReply>(sender);
+    while let Some(req) = next_request::<PeerRequest>(&node, &mut receiver, &who).await {
+        let partition = match &req {
+            PeerRequest::Ship(shipment) => shipment.partition,
+            PeerRequest::SnapshotRequest { partition, .. } | PeerRequest::LogBaseRequest { partition, .. } => {
+                *partition
             }
         };
-        match msg {
-            Message::StatusRequest { request_id } => {
-                let _ = reply_tx.send(Message::StatusReply { request_id, status: node.status() }).await;
+        let refusal = match &req {
+            PeerRequest::Ship(_) if !node.replicas.contains_key(&partition) => {
+                warn!(node = from, partition, "shipment for a partition this node does not hold; ignored");
+                continue;
             }
-            Message::Ship(shipment) => {
-                let partition = shipment.partition;
-                let Some(r) = node.replicas.get(&partition) else {
-                    warn!(client, partition, "shipment for a partition this node does not hold; ignored");
-                    continue;
-                };
-                if r.inbox.send(Work::Tool { msg: Message::Ship(shipment), reply: reply_tx.clone() }).await.is_err() {
-                    break;
-                }
+            PeerRequest::Ship(_) => None,
+            PeerRequest::SnapshotRequest { request_id, .. } => not_ready(&node, partition)
+                .map(|reason| PeerReply::SnapshotChunk(snapshot::refusal(*request_id, partition, reason))),
+            PeerRequest::LogBaseRequest { request_id, .. } => not_ready(&node, partition)
+                .map(|reason| PeerReply::LogBaseChunk(snapshot::log_base_refusal(*request_id, partition, &reason))),
+        };
+        if let Some(refusal) = refusal {
+            let _ = reply_tx.send(refusal).await;
+            continue;
+        }
+        let r = &node.replicas[&partition];
+        if r.inbox.send(Work::Peer { req, reply: reply_tx.clone() }).await.is_err() {
+            break;
+        }
+    }
+    drop(reply_tx);
+    // Let queued replies (a snapshot's last chunks) go out.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+    debug!(node = from, "peer node disconnected");
+}
+
+/// One tool connection (the tool channel): status, digest and snapshot requests, replica
+/// reads, shutdown.
+async fn serve_tool(node: Arc<Node>, link: Link) {
+    let client = link.peer_hello().id;
+    let who = format!("client {client}");
+    debug!(client, "tool connected");
+    let (sender, mut receiver) = link.split();
+    let (reply_tx, writer) = reply_writer::<ToolReply>(sender);
+    while let Some(req) = next_request::<ToolRequest>(&node, &mut receiver, &who).await {
+        let partition = match &req {
+            ToolRequest::StatusRequest { request_id } => {
+                let _ = reply_tx.send(ToolReply::StatusReply { request_id: *request_id, status: node.status() }).await;
+                continue;
             }
-            Message::ReplicaRead { request_id, partition, .. } if !node.replicas.contains_key(&partition) => {
-                let outcome = wire::messages::TxnOutcome::Failed {
-                    reason: format!("node {} holds no replica of partition {partition}", node.id),
-                };
-                let reply = Message::ReplicaReadReply { request_id, partition, seq: 0, possibly_stale: false, outcome };
-                let _ = reply_tx.send(reply).await;
-            }
-            msg @ Message::ReplicaRead { .. } => {
-                let Message::ReplicaRead { partition, .. } = &msg else { unreachable!() };
-                let r = &node.replicas[partition];
-                if r.inbox.send(Work::Tool { msg, reply: reply_tx.clone() }).await.is_err() {
-                    break;
-                }
-            }
-            Message::DigestRequest { request_id, partition }
-            | Message::SnapshotRequest { request_id, partition, .. }
-            | Message::LogBaseRequest { request_id, partition, .. } => {
-                let ready =
-                    node.replicas.get(&partition).map(|r| matches!(*r.shared.load.borrow(), LoadState::Ready { .. }));
-                let refusal = match ready {
-                    None => Some(format!("node {} holds no replica of partition {partition}", node.id)),
-                    Some(false) => Some(format!("the replica of partition {partition} is not loaded")),
-                    Some(true) => None,
-                };
-                if let Some(reason) = refusal {
-                    let reply = match snapshot::refusal_of(&msg, &reason) {
-                        Some(refusal) => refusal,
-                        None => Message::DigestReply {
-                            request_id,
-                            partition,
-                            outcome: DigestOutcome::Rejected(Rejection::InvalidInput { problem: reason }),
-                        },
-                    };
-                    let _ = reply_tx.send(reply).await;
-                    continue;
-                }
-                let r = &node.replicas[&partition];
-                if r.inbox.send(Work::Tool { msg, reply: reply_tx.clone() }).await.is_err() {
-                    break;
-                }
-            }
-            Message::Shutdown { reason } => {
+            ToolRequest::Shutdown { reason } => {
                 info!(client, reason = %reason, "shutdown requested by a tool");
                 node.stop("a tool asked");
                 break;
             }
-            other => {
-                warn!(client, message = other.name(), "unexpected message from a tool; ignored")
+            ToolRequest::ReplicaRead { request_id, partition, .. } if !node.replicas.contains_key(partition) => {
+                let outcome = wire::messages::TxnOutcome::Failed {
+                    reason: format!("node {} holds no replica of partition {partition}", node.id),
+                };
+                let (request_id, partition) = (*request_id, *partition);
+                let reply =
+                    ToolReply::ReplicaReadReply { request_id, partition, seq: 0, possibly_stale: false, outcome };
+                let _ = reply_tx.send(reply).await;
+                continue;
             }
+            ToolRequest::ReplicaRead { partition, .. } => *partition,
+            ToolRequest::DigestRequest { request_id, partition } => {
+                if let Some(reason) = not_ready(&node, *partition) {
+                    let outcome = DigestOutcome::Rejected(Rejection::InvalidInput { problem: reason });
+                    let reply = ToolReply::DigestReply { request_id: *request_id, partition: *partition, outcome };
+                    let _ = reply_tx.send(reply).await;
+                    continue;
+                }
+                *partition
+            }
+            ToolRequest::SnapshotRequest { request_id, partition, .. } => {
+                if let Some(reason) = not_ready(&node, *partition) {
+                    let refusal = snapshot::refusal(*request_id, *partition, reason);
+                    let _ = reply_tx.send(ToolReply::SnapshotChunk(refusal)).await;
+                    continue;
+                }
+                *partition
+            }
+        };
+        let r = &node.replicas[&partition];
+        if r.inbox.send(Work::Tool { req, reply: reply_tx.clone() }).await.is_err() {
+            break;
         }
     }
     drop(reply_tx);

@@ -5,8 +5,8 @@
 //!
 //! Its [`ReplicaRole`] says what it does with the stream (docs/design.md, "The three modes"): an
 //! active-active `Replica` executes every batch; a passive mode's `Primary` executes every
-//! batch and returns, beside the results, the batch's log records as a [`Shipment`] for its
-//! backups (redo records of the lean kernel, or the conventional stack's WAL in
+//! batch and returns, beside the results, the batch's log records as a [`Shipment`]
+//! ([`Emit::Ship`]) for its backups (redo records of the lean kernel, or the conventional stack's WAL in
 //! `full-stack`); a `Backup` executes nothing and applies shipments in sequence order,
 //! answering each with a `ShipAck`.
 //!
@@ -45,14 +45,24 @@ use engine::loader::{load_database, LoadProgress};
 use engine::procedures::{execute, TxnInput};
 use engine::storage::Storage;
 use engine::LeanDb;
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
-    bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, Message, NodeId, Part, PartitionId, PieceOutcome,
-    PieceReads, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
+    bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome, PieceReads,
+    Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
 };
 
 use crate::error::ReplicaError;
 use crate::fullstack::FullStack;
+
+/// What a replica emits while it takes its partition's stream: messages for the coordinator
+/// (results, remote pieces' outcomes, promotion), and — a passive partition's primary — each
+/// batch's shipment for its backups' nodes (the peer channel).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Emit {
+    ToCoordinator(NodeToCoordinator),
+    Ship(Shipment),
+}
 
 /// What a replica does with its partition's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,71 +294,84 @@ impl Replica {
     }
 
     /// The `LoadStatus` message reporting load progress of `partition`.
-    pub fn progress_message(partition: PartitionId, progress: LoadProgress) -> Message {
+    pub fn progress_message(partition: PartitionId, progress: LoadProgress) -> NodeToCoordinator {
         let state = LoadState::Loading { rows_loaded: progress.rows_loaded, rows_total: progress.rows_total };
-        Message::LoadStatus { partition, state }
+        NodeToCoordinator::LoadStatus { partition, state }
     }
 
     /// The `LoadStatus` message announcing this replica ready, with its state digest.
-    pub fn ready_message(&mut self) -> Message {
-        Message::LoadStatus { partition: self.partition, state: LoadState::Ready { digest: self.state_digest() } }
+    pub fn ready_message(&mut self) -> NodeToCoordinator {
+        NodeToCoordinator::LoadStatus {
+            partition: self.partition,
+            state: LoadState::Ready { digest: self.state_digest() },
+        }
     }
 
-    /// Handles a message from the coordinator; returns the messages to send back.
-    pub fn on_message(&mut self, msg: Message) -> Result<Vec<Message>, ReplicaError> {
+    /// A primary's shipment to its backups (sent to the backups' nodes on the peer channel):
+    /// an acknowledgement for every shipment this applied, in order.
+    pub fn on_ship(&mut self, shipment: Shipment) -> Result<Vec<PeerReply>, ReplicaError> {
+        Ok(self
+            .on_shipment(shipment)?
+            .into_iter()
+            .map(|seq| PeerReply::ShipAck { partition: self.partition, seq })
+            .collect())
+    }
+
+    /// A tool's read-only transaction (OrderStatus, StockLevel) on this replica now, outside
+    /// the ordered path; a backup's answer may lag its primary (`possibly_stale`).
+    pub fn replica_read(
+        &mut self,
+        request_id: u64,
+        partition: PartitionId,
+        input: &TxnInput,
+    ) -> Result<ToolReply, ReplicaError> {
+        self.check_partition(partition)?;
+        let outcome = self.read(input);
+        let possibly_stale = self.role == ReplicaRole::Backup;
+        Ok(ToolReply::ReplicaReadReply { request_id, partition, seq: self.applied_seq(), possibly_stale, outcome })
+    }
+
+    /// A tool's digest request: this replica's state digest now.
+    pub fn digest_reply(&mut self, request_id: u64, partition: PartitionId) -> Result<ToolReply, ReplicaError> {
+        self.check_partition(partition)?;
+        let digests = vec![(self.node, self.state_digest())];
+        let outcome = DigestOutcome::Digests { seq: self.applied_seq(), digests };
+        Ok(ToolReply::DigestReply { request_id, partition, outcome })
+    }
+
+    /// Handles a message from the coordinator; returns what it makes the replica emit.
+    pub fn on_control(&mut self, msg: CoordinatorToNode) -> Result<Vec<Emit>, ReplicaError> {
         match msg {
-            Message::Batch(batch) => {
+            CoordinatorToNode::Batch(batch) => {
                 let mut out = Vec::new();
                 self.take_batch(batch, &mut out)?;
                 Ok(out)
             }
-            Message::PieceReads(reads) => {
+            CoordinatorToNode::PieceReads(reads) => {
                 let mut out = Vec::new();
                 self.on_piece_reads(reads, &mut out)?;
                 Ok(out)
             }
-            Message::RederivePiece { partition, home, seq, ts, input } => {
+            CoordinatorToNode::RederivePiece { partition, home, seq, ts, input } => {
                 self.check_partition(partition)?;
-                Ok(self.rederive_piece(home, seq, ts, &input).map(Message::PieceReads).into_iter().collect())
+                let reads = self.rederive_piece(home, seq, ts, &input);
+                Ok(reads.map(|r| Emit::ToCoordinator(NodeToCoordinator::PieceReads(r))).into_iter().collect())
             }
-            Message::Ship(shipment) => Ok(self
-                .on_shipment(shipment)?
-                .into_iter()
-                .map(|seq| Message::ShipAck { partition: self.partition, seq })
-                .collect()),
-            Message::ReplicaRead { request_id, partition, input } => {
-                self.check_partition(partition)?;
-                let outcome = self.read(&input);
-                let possibly_stale = self.role == ReplicaRole::Backup;
-                Ok(vec![Message::ReplicaReadReply {
-                    request_id,
-                    partition,
-                    seq: self.applied_seq(),
-                    possibly_stale,
-                    outcome,
-                }])
-            }
-            Message::DigestRequest { request_id, partition } => {
-                self.check_partition(partition)?;
-                let digests = vec![(self.node, self.state_digest())];
-                let outcome = DigestOutcome::Digests { seq: self.applied_seq(), digests };
-                Ok(vec![Message::DigestReply { request_id, partition, outcome }])
-            }
-            Message::PartitionStopped { partition, reason } => {
+            CoordinatorToNode::PartitionStopped { partition, reason } => {
                 self.check_partition(partition)?;
                 self.stopped.get_or_insert(reason);
                 self.waiting.clear();
                 self.waiting_shipments.clear();
                 Ok(Vec::new())
             }
-            Message::Membership { partition, epoch, live } => {
+            CoordinatorToNode::Membership { partition, epoch, live } => {
                 self.check_partition(partition)?;
                 if self.membership.as_ref().is_none_or(|(e, _)| epoch > *e) {
                     self.membership = Some((epoch, live));
                 }
                 Ok(Vec::new())
             }
-            Message::ShipTo { partition, .. } => {
+            CoordinatorToNode::ShipTo { partition, .. } => {
                 self.check_partition(partition)?;
                 // Shipping starts between batches: a parked batch is half run.
                 if self.parked.is_some() {
@@ -358,19 +381,21 @@ impl Replica {
                 }
                 Ok(Vec::new())
             }
-            Message::Promote { partition, first_unanswered } => {
+            CoordinatorToNode::Promote { partition, first_unanswered } => {
                 self.check_partition(partition)?;
-                Ok(vec![self.promote(first_unanswered)?])
+                Ok(vec![Emit::ToCoordinator(self.promote(first_unanswered)?)])
             }
             // A rejoin's late or duplicated answer, once the replica is installed: nothing to do.
-            Message::RejoinPlan { partition, .. }
-            | Message::RejoinRefused { partition, .. }
-            | Message::ResumeFromLog { partition, .. } => {
+            CoordinatorToNode::RejoinPlan { partition, .. }
+            | CoordinatorToNode::RejoinRefused { partition, .. }
+            | CoordinatorToNode::ResumeFromLog { partition, .. } => {
                 self.check_partition(partition)?;
                 Ok(Vec::new())
             }
-            Message::Heartbeat { .. } => Ok(Vec::new()),
-            _ => Err(ReplicaError::Unexpected { what: "this message" }),
+            CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),
+            CoordinatorToNode::Shutdown { .. } => {
+                Err(ReplicaError::Unexpected { what: "a shutdown (the node's, not a replica's)" })
+            }
         }
     }
 
@@ -382,8 +407,8 @@ impl Replica {
         Ok(out
             .into_iter()
             .filter_map(|m| match m {
-                Message::Results(r) => Some(r),
-                _ => None,
+                Emit::ToCoordinator(NodeToCoordinator::Results(r)) => Some(r),
+                Emit::ToCoordinator(_) | Emit::Ship(_) => None,
             })
             .collect())
     }
@@ -392,7 +417,7 @@ impl Replica {
     /// parks at a home piece; appends to `out`, in order, the pieces' outcomes as they run and
     /// each batch's shipment (a primary) and results. Nothing when it must wait for an earlier
     /// batch or was a duplicate.
-    pub fn take_batch(&mut self, batch: Batch, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
+    pub fn take_batch(&mut self, batch: Batch, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
         if self.role == ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a batch (a backup applies its primary's log records)" });
         }
@@ -418,7 +443,7 @@ impl Replica {
     /// A remote piece's outcome for one of this partition's home pieces: held until the piece
     /// runs (a duplicate, or one for a transaction already run, is dropped), and the parked
     /// batch goes on if it was waiting for it.
-    pub fn on_piece_reads(&mut self, reads: PieceReads, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
+    pub fn on_piece_reads(&mut self, reads: PieceReads, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
         self.check_partition(reads.home)?;
         if self.stopped.is_some() || self.role == ReplicaRole::Backup {
             return Ok(());
@@ -505,7 +530,7 @@ impl Replica {
 
     /// Runs the parked batch on from where it stopped, then every batch waiting behind it,
     /// until one parks at a home piece or none is left.
-    fn advance(&mut self, out: &mut Vec<Message>) -> Result<(), ReplicaError> {
+    fn advance(&mut self, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
         loop {
             let Some(mut p) = self.parked.take() else { return Ok(()) };
             while let Some(&i) = p.order.get(p.pos) {
@@ -514,12 +539,12 @@ impl Replica {
                     Part::Whole => self.run_whole(&t),
                     Part::Remote { home } => {
                         let outcome = self.run_remote_piece(&t);
-                        out.push(Message::PieceReads(PieceReads {
+                        out.push(Emit::ToCoordinator(NodeToCoordinator::PieceReads(PieceReads {
                             home,
                             from: self.partition,
                             ts: t.ts,
                             outcome: outcome.clone(),
-                        }));
+                        })));
                         outcome.txn_outcome()
                     }
                     Part::Home { remotes } => {
@@ -543,8 +568,8 @@ impl Replica {
                 p.pos += 1;
             }
             let (results, shipment) = self.finish(p)?;
-            out.extend(shipment.map(Message::Ship));
-            out.push(Message::Results(results));
+            out.extend(shipment.map(Emit::Ship));
+            out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
             if std::mem::take(&mut self.ship_when_parked_batch_ends) {
                 self.ship_from_now_on()?;
             }
@@ -772,7 +797,7 @@ impl Replica {
     /// dropped (the coordinator sends their batches again). A full-stack backup first
     /// checkpoints, so its own log starts from the state it replayed. A promoted backup
     /// ships to no one (this build promotes in partitions of two replicas).
-    pub fn promote(&mut self, first_unanswered: Seq) -> Result<Message, ReplicaError> {
+    pub fn promote(&mut self, first_unanswered: Seq) -> Result<NodeToCoordinator, ReplicaError> {
         if self.role != ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a promotion (only a backup is promoted)" });
         }
@@ -789,7 +814,7 @@ impl Replica {
         self.waiting_shipments.clear();
         self.next_seq = (applied_seq + 1).max(first_unanswered);
         self.role = ReplicaRole::Replica;
-        Ok(Message::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
+        Ok(NodeToCoordinator::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
     }
 
     /// Runs a read-only transaction against the current state (a replica read); anything else
@@ -1080,27 +1105,27 @@ mod tests {
     fn messages_digests_membership_and_stop() {
         let mut r = replica();
         let empty = r.state_digest();
-        let out = r.on_message(Message::DigestRequest { request_id: 4, partition: 1 }).unwrap();
+        let out = r.digest_reply(4, 1).unwrap();
         assert_eq!(
             out,
-            vec![Message::DigestReply {
+            ToolReply::DigestReply {
                 request_id: 4,
                 partition: 1,
                 outcome: DigestOutcome::Digests { seq: 0, digests: vec![(1, empty)] }
-            }]
+            }
         );
         let mut b = batch(1, &[10]);
         b.digest_after = true;
-        let out = r.on_message(Message::Batch(b)).unwrap();
-        let [Message::Results(res)] = &out[..] else { panic!("{out:?}") };
+        let out = r.on_control(CoordinatorToNode::Batch(b)).unwrap();
+        let [Emit::ToCoordinator(NodeToCoordinator::Results(res))] = &out[..] else { panic!("{out:?}") };
         assert_eq!(res.state_digest, Some(empty));
-        r.on_message(Message::Membership { partition: 1, epoch: 2, live: vec![1] }).unwrap();
-        r.on_message(Message::Membership { partition: 1, epoch: 1, live: vec![1, 2] }).unwrap();
+        r.on_control(CoordinatorToNode::Membership { partition: 1, epoch: 2, live: vec![1] }).unwrap();
+        r.on_control(CoordinatorToNode::Membership { partition: 1, epoch: 1, live: vec![1, 2] }).unwrap();
         assert_eq!(r.membership(), Some(&(2, vec![1])));
-        r.on_message(Message::PartitionStopped { partition: 1, reason: "diverged".into() }).unwrap();
+        r.on_control(CoordinatorToNode::PartitionStopped { partition: 1, reason: "diverged".into() }).unwrap();
         assert_eq!(r.on_batch(batch(2, &[20])), Err(ReplicaError::Stopped { reason: "diverged".into() }));
         assert!(matches!(
-            r.on_message(Message::Shutdown { reason: String::new() }),
+            r.on_control(CoordinatorToNode::Shutdown { reason: String::new() }),
             Err(ReplicaError::Unexpected { .. })
         ));
     }

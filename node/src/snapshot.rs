@@ -21,6 +21,9 @@
 //! `glass check` and `glass dump` use it, and a rejoining lean replica copies a live peer's
 //! state through it. A rejoining full-stack backup gets its primary's log base instead
 //! ([`log_base_pieces`]): whole log records, each carrying its own checksum.
+//!
+//! What it builds are payloads ([`SnapshotChunk`], [`LogBaseChunk`]); the caller sends them on
+//! the channel the request came on (a tool's or a peer node's, `wire::channel`).
 
 use std::time::Duration;
 
@@ -29,10 +32,11 @@ use crate::replica::LogBase;
 use engine::schema::{t, Table, TableId};
 use engine::{LeanDb, Storage};
 use tokio::time::timeout;
+use wire::channel::{ChannelMessage, PeerReply, PeerRequest, SnapshotChannel, ToolChannel};
 use wire::codec::FRAME_HEADER_BYTES;
 use wire::endpoint::Link;
 use wire::messages::{
-    LogBaseChunk, Message, PartitionId, Role, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
+    LogBaseChunk, PartitionId, Role, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
     SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX,
 };
 
@@ -64,11 +68,11 @@ struct Writer<'a> {
     rows: u64,
     bytes: u64,
     alive: bool,
-    send: &'a mut dyn FnMut(Message) -> bool,
+    send: &'a mut dyn FnMut(SnapshotChunk) -> bool,
 }
 
 impl Writer<'_> {
-    fn chunk(&mut self, end: Option<SnapshotEnd>) -> Message {
+    fn chunk(&mut self, end: Option<SnapshotEnd>) -> SnapshotChunk {
         let rows_bytes = std::mem::take(&mut self.buf);
         let chunk = SnapshotChunk {
             request_id: self.request_id,
@@ -82,7 +86,7 @@ impl Writer<'_> {
             end,
         };
         self.index += 1;
-        Message::SnapshotChunk(chunk)
+        chunk
     }
 
     fn flush(&mut self) {
@@ -123,7 +127,7 @@ pub fn stream<S: Storage>(
     seq: Seq,
     digest: StateDigest,
     frame_bytes_max: usize,
-    send: &mut dyn FnMut(Message) -> bool,
+    send: &mut dyn FnMut(SnapshotChunk) -> bool,
 ) -> Streamed {
     let bytes_max = chunk_bytes_max(frame_bytes_max).max(1);
     let mut w = Writer {
@@ -162,54 +166,45 @@ pub fn stream<S: Storage>(
     Streamed { chunks: w.index, rows: w.rows, bytes: w.bytes, complete: w.alive }
 }
 
-/// The one-chunk stream refusing a snapshot.
-/// The refusal of a snapshot or log base request, `None` for any other message.
-pub fn refusal_of(request: &Message, reason: &str) -> Option<Message> {
-    match request {
-        Message::SnapshotRequest { request_id, partition, .. } => {
-            Some(refusal(*request_id, *partition, reason.to_string()))
-        }
-        Message::LogBaseRequest { request_id, partition, .. } => Some(Message::LogBaseChunk(LogBaseChunk {
-            request_id: *request_id,
-            partition: *partition,
-            seq: 0,
-            fork_lsn: None,
-            index: 0,
-            records: Vec::new(),
-            last: true,
-            refused: Some(wire::messages::bounded_reason(reason.to_string())),
-        })),
-        _ => None,
+/// The one-piece answer refusing log base request `request_id`.
+pub fn log_base_refusal(request_id: u64, partition: PartitionId, reason: &str) -> LogBaseChunk {
+    LogBaseChunk {
+        request_id,
+        partition,
+        seq: 0,
+        fork_lsn: None,
+        index: 0,
+        records: Vec::new(),
+        last: true,
+        refused: Some(wire::messages::bounded_reason(reason.to_string())),
     }
 }
 
 /// A full-stack primary's log base for a rejoining backup, in pieces of at most `piece_max`
 /// bytes (the last one marked).
-pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<Message> {
+pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<LogBaseChunk> {
     let pieces: Vec<&[u8]> =
         if base.records.is_empty() { vec![&[][..]] } else { base.records.chunks(piece_max.max(1)).collect() };
     let n = pieces.len();
     pieces
         .into_iter()
         .enumerate()
-        .map(|(i, records)| {
-            Message::LogBaseChunk(LogBaseChunk {
-                request_id,
-                partition,
-                seq: base.seq,
-                fork_lsn: base.fork_lsn,
-                index: i as u32,
-                records: records.to_vec(),
-                last: i + 1 == n,
-                refused: None,
-            })
+        .map(|(i, records)| LogBaseChunk {
+            request_id,
+            partition,
+            seq: base.seq,
+            fork_lsn: base.fork_lsn,
+            index: i as u32,
+            records: records.to_vec(),
+            last: i + 1 == n,
+            refused: None,
         })
         .collect()
 }
 
-/// The refusal of snapshot request `request_id`.
-pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Message {
-    Message::SnapshotChunk(SnapshotChunk {
+/// The one-chunk stream refusing snapshot request `request_id`.
+pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> SnapshotChunk {
+    SnapshotChunk {
         request_id,
         partition,
         seq: 0,
@@ -219,7 +214,7 @@ pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Messa
         rows_bytes: Vec::new(),
         checksum: SnapshotChunk::checksum_of(&[]),
         end: Some(SnapshotEnd::Refused { reason: wire::messages::bounded_reason(reason) }),
-    })
+    }
 }
 
 // --- The receiving side.
@@ -238,17 +233,18 @@ pub fn peer(link: &Link) -> String {
     }
 }
 
-/// Receives until `pick` accepts a message (others are skipped), within `limit`.
-pub async fn recv_matching<T>(
+/// Receives messages of `M`'s channel until `pick` accepts one (others are skipped), within
+/// `limit`.
+pub async fn recv_matching<M: ChannelMessage, T>(
     link: &mut Link,
     what: &'static str,
     limit: Duration,
-    mut pick: impl FnMut(Message) -> Option<T>,
+    mut pick: impl FnMut(M) -> Option<T>,
 ) -> Result<T, TransferError> {
     let who = peer(link);
     let wait = async {
         loop {
-            match link.recv().await? {
+            match link.recv::<M>().await? {
                 Some(m) => {
                     if let Some(t) = pick(m) {
                         return Ok(t);
@@ -324,7 +320,7 @@ pub async fn snapshot_into(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, TransferError> {
-    snapshot_after(link, partition, 0, db, skip).await
+    snapshot_after::<ToolChannel>(link, partition, 0, db, skip).await
 }
 
 /// What a full-stack primary's node sent for a rejoining backup: its log from its last
@@ -337,7 +333,8 @@ pub struct LogBaseReceived {
     pub records: Vec<u8>,
 }
 
-/// Asks the node at the other end of `link` (a full-stack primary's) for its log base as of
+/// Asks the node at the other end of `link` (a full-stack primary's, dialled by a node: the
+/// peer channel) for its log base as of
 /// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
 /// batch and fork point throughout). The records' own checksums are checked when applied.
 pub async fn log_base(
@@ -347,13 +344,13 @@ pub async fn log_base(
 ) -> Result<LogBaseReceived, TransferError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 3_000;
-    link.send(&Message::LogBaseRequest { request_id, partition, after_seq }).await?;
+    link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq }).await?;
     let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
     let mut base: Option<LogBaseReceived> = None;
     let mut next_index = 0u32;
     loop {
         let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::LogBaseChunk(c) if c.request_id == request_id => Some(c),
+            PeerReply::LogBaseChunk(c) if c.request_id == request_id => Some(c),
             _ => None,
         })
         .await?;
@@ -382,8 +379,8 @@ pub async fn log_base(
 }
 
 /// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
-/// rejoining node asks for).
-pub async fn snapshot_after(
+/// rejoining node asks for), on channel `C` (a tool's, or a node's: [`SnapshotChannel`]).
+pub async fn snapshot_after<C: SnapshotChannel>(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
@@ -392,15 +389,14 @@ pub async fn snapshot_after(
 ) -> Result<SnapshotInfo, TransferError> {
     let who = peer(link);
     let request_id = u64::from(partition) + 2_000;
-    link.send(&Message::SnapshotRequest { request_id, partition, after_seq }).await?;
+    link.send(&C::snapshot_request(request_id, partition, after_seq)).await?;
     let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
     let mut next_index = 0u32;
     let mut info =
         SnapshotInfo { partition, seq: 0, chunks: 0, rows: 0, bytes: 0, digest: StateDigest(0), table_rows: [0; 9] };
     loop {
-        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
-            Message::SnapshotChunk(c) if c.request_id == request_id => Some(c),
-            _ => None,
+        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m: C::Reply| {
+            C::snapshot_chunk(m).filter(|c| c.request_id == request_id)
         })
         .await?;
         if let Some(SnapshotEnd::Refused { reason }) = &chunk.end {
@@ -458,6 +454,7 @@ pub async fn snapshot_after(
 mod tests {
     use super::*;
     use engine::LeanDb;
+    use wire::channel::{PeerReply, ToolReply};
     use wire::codec;
 
     /// Every chunk of a small partition's snapshot fits its frame, carries whole rows of one
@@ -477,10 +474,13 @@ mod tests {
         assert_eq!(s.rows, 100_000);
         assert_eq!(got.len() as u32, s.chunks);
         let mut rows = 0u64;
-        for (i, m) in got.iter().enumerate() {
-            let frame = codec::encode(m, frame_bytes_max).expect("every chunk fits the frame limit");
+        for (i, c) in got.iter().enumerate() {
+            // The larger of the two channels' frames carrying it.
+            let frame = codec::encode(&ToolReply::SnapshotChunk(c.clone()), frame_bytes_max)
+                .expect("every chunk fits the frame limit");
             assert!(frame.len() <= frame_bytes_max);
-            let Message::SnapshotChunk(c) = m else { panic!("{m:?}") };
+            let peer = codec::encode(&PeerReply::SnapshotChunk(c.clone()), frame_bytes_max).unwrap();
+            assert_eq!(peer.len(), frame.len());
             assert_eq!((c.index as usize, c.request_id, c.partition, c.seq), (i, 9, 1, 4));
             assert_eq!(c.checksum, SnapshotChunk::checksum_of(&c.rows_bytes));
             if c.rows > 0 {
@@ -491,7 +491,7 @@ mod tests {
             assert_eq!(c.end.is_some(), i + 1 == got.len());
         }
         assert_eq!(rows, 100_000);
-        let Message::SnapshotChunk(last) = got.last().unwrap() else { unreachable!() };
+        let last = got.last().unwrap();
         assert_eq!(last.end, Some(SnapshotEnd::Complete { chunks: s.chunks, rows: 100_000, digest }));
     }
 

@@ -11,7 +11,8 @@ use engine::input::{InputError, InputField};
 use engine::loader::{load_database_scaled, Scale};
 use engine::procedures::*;
 use engine::LeanDb;
-use node::replica::{Replica, ReplicaRole, Store};
+use node::replica::{Emit, Replica, ReplicaRole, Store};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, ToolReply};
 use wire::config::{ClusterConfig, Mode, WarehouseRange};
 use wire::messages::*;
 
@@ -176,8 +177,13 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
     let mut remote = Replica::new(2, 2, loaded(3..=3), 16);
     let before = remote.state_digest();
     let txns = vec![BatchTxn { ts, input, part: Part::Remote { home: 1 } }];
-    let out = remote.on_message(Message::Batch(Batch { partition: 2, seq: 1, txns, digest_after: true })).unwrap();
-    let [Message::PieceReads(reads), Message::Results(results)] = &out[..] else { panic!("{out:?}") };
+    let out =
+        remote.on_control(CoordinatorToNode::Batch(Batch { partition: 2, seq: 1, txns, digest_after: true })).unwrap();
+    let [Emit::ToCoordinator(NodeToCoordinator::PieceReads(reads)), Emit::ToCoordinator(NodeToCoordinator::Results(results))] =
+        &out[..]
+    else {
+        panic!("{out:?}")
+    };
     assert_eq!((reads.home, reads.from, reads.ts), (1, 2, ts));
     assert_eq!(reads.outcome, PieceOutcome::Aborted { reason: reason.to_string() });
     assert_eq!(results.state_digest, Some(before), "the remote piece changed nothing");
@@ -186,11 +192,11 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
     let before = home.state_digest();
     let txns = vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 } }];
     assert!(home
-        .on_message(Message::Batch(Batch { partition: 1, seq: 1, txns, digest_after: true }))
+        .on_control(CoordinatorToNode::Batch(Batch { partition: 1, seq: 1, txns, digest_after: true }))
         .unwrap()
         .is_empty());
-    let out = home.on_message(Message::PieceReads(reads.clone())).unwrap();
-    let [Message::Results(results)] = &out[..] else { panic!("{out:?}") };
+    let out = home.on_control(CoordinatorToNode::PieceReads(reads.clone())).unwrap();
+    let [Emit::ToCoordinator(NodeToCoordinator::Results(results))] = &out[..] else { panic!("{out:?}") };
     assert_eq!(results.results[0].outcome, TxnOutcome::Failed { reason: reason.to_string() });
     assert_eq!(results.state_digest, Some(before), "the home piece changed nothing");
 }
@@ -199,11 +205,8 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
 #[test]
 fn an_out_of_domain_replica_read_fails() {
     let mut r = Replica::new(1, 1, loaded(1..=2), 16);
-    let read = |r: &mut Replica, input| match &r
-        .on_message(Message::ReplicaRead { request_id: 1, partition: 1, input })
-        .unwrap()[..]
-    {
-        [Message::ReplicaReadReply { outcome, .. }] => outcome.clone(),
+    let read = |r: &mut Replica, input| match r.replica_read(1, 1, &input).unwrap() {
+        ToolReply::ReplicaReadReply { outcome, .. } => outcome,
         out => panic!("{out:?}"),
     };
     let level = |threshold| TxnInput::StockLevel(StockLevelInput { w_id: 1, d_id: 1, threshold });

@@ -34,12 +34,13 @@ use engine::procedures::TxnInput;
 use engine::rng::Rng;
 use node::replica::Store;
 use node::Replica;
+use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, WarehouseRange};
-use wire::messages::{ClientResult, DigestOutcome, Message, NodeId, PartitionId, Seq};
+use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
 
 use crate::error::SimError;
-use crate::net::{Direction, Envelope, NetFaults, Network};
+use crate::net::{Carried, Envelope, NetFaults, Network};
 use crate::population;
 
 /// The simulated clock's start: 2023-11-14, in microseconds since the Unix epoch.
@@ -169,7 +170,7 @@ impl SimStats {
 #[derive(Debug, Default)]
 struct Joiner {
     plan: Option<(NodeId, Seq)>,
-    held: Vec<Message>,
+    held: Vec<CoordinatorToNode>,
     failing_since_us: Option<u64>,
 }
 
@@ -268,8 +269,9 @@ impl Sim {
                 let (db, digest) = population::partition_db(p, config.seed);
                 let r = Replica::new(node, p.id, db, pending_max);
                 let n = nodes.get_mut(&node).expect("replicas are on configured nodes");
-                let ready = Message::LoadStatus { partition: p.id, state: wire::messages::LoadState::Ready { digest } };
-                net.send(Envelope { node, link: n.link, direction: Direction::ToCoordinator, msg: ready });
+                let state = wire::messages::LoadState::Ready { digest };
+                let ready = Carried::ToCoordinator(NodeToCoordinator::LoadStatus { partition: p.id, state });
+                net.send(Envelope { node, link: n.link, msg: ready });
                 n.slots.insert(p.id, Slot::Serving(Box::new(r)));
             }
         }
@@ -486,7 +488,7 @@ impl Sim {
                         self.answered_below += 1;
                     }
                 }
-                Output::ToClient { msg: Message::DigestReply { request_id, outcome, .. }, .. } => {
+                Output::ToClient { msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, .. } => {
                     self.digest_replies.insert(request_id, outcome);
                 }
                 Output::ToClient { msg, .. } => {
@@ -509,19 +511,30 @@ impl Sim {
 
     /// The coordinator sends `msg` to `node`: lost unless the node's process runs and its
     /// link is connected.
-    fn send_to_node(&mut self, node: NodeId, msg: Message) {
+    fn send_to_node(&mut self, node: NodeId, msg: CoordinatorToNode) {
         let Some(n) = self.nodes.get(&node) else { return };
         if n.up && n.link_alive {
-            self.net.send(Envelope { node, link: n.link, direction: Direction::ToNode, msg });
+            self.net.send(Envelope { node, link: n.link, msg: Carried::ToNode(msg) });
         } else {
             self.net.lost += 1;
         }
     }
 
-    fn send_from_node(&mut self, node: NodeId, msg: Message) {
+    fn send_from_node(&mut self, node: NodeId, msg: NodeToCoordinator) {
         let n = &self.nodes[&node];
         if n.up && n.link_alive {
-            self.net.send(Envelope { node, link: n.link, direction: Direction::ToCoordinator, msg });
+            self.net.send(Envelope { node, link: n.link, msg: Carried::ToCoordinator(msg) });
+        }
+    }
+
+    /// What a serving replica of node `node` emits: its messages for the coordinator (the
+    /// simulated cluster is active-active: a shipment would be a violation).
+    fn emit(&mut self, node: NodeId, emitted: node::replica::Emit) {
+        match emitted {
+            node::replica::Emit::ToCoordinator(m) => self.send_from_node(node, m),
+            node::replica::Emit::Ship(s) => {
+                self.violations.push(format!("node {node}: an active-active replica shipped batch {}", s.seq))
+            }
         }
     }
 
@@ -540,27 +553,32 @@ impl Sim {
         if !self.deliverable(&e) {
             return;
         }
-        match e.direction {
-            Direction::ToCoordinator => {
-                let out = self.coordinator.on_node_message(e.node, e.msg, self.now_us);
+        match e.msg {
+            Carried::ToCoordinator(msg) => {
+                let out = self.coordinator.on_node_message(e.node, msg, self.now_us);
                 self.route(out);
             }
-            Direction::ToNode => self.on_node_message(e.node, e.msg),
+            Carried::ToNode(msg) => self.on_node_message(e.node, msg),
         }
     }
 
     /// What node `node`'s process does with a message from the coordinator.
-    fn on_node_message(&mut self, node: NodeId, msg: Message) {
+    fn on_node_message(&mut self, node: NodeId, msg: CoordinatorToNode) {
         let partition = match &msg {
-            Message::Batch(b) => b.partition,
-            Message::PieceReads(r) => r.home,
-            Message::RederivePiece { partition, .. } => *partition,
-            Message::Membership { partition, .. }
-            | Message::PartitionStopped { partition, .. }
-            | Message::RejoinPlan { partition, .. }
-            | Message::RejoinRefused { partition, .. } => *partition,
-            Message::Heartbeat { .. } => return,
-            other => {
+            CoordinatorToNode::Batch(b) => b.partition,
+            CoordinatorToNode::PieceReads(r) => r.home,
+            CoordinatorToNode::RederivePiece { partition, .. }
+            | CoordinatorToNode::Membership { partition, .. }
+            | CoordinatorToNode::PartitionStopped { partition, .. }
+            | CoordinatorToNode::RejoinPlan { partition, .. }
+            | CoordinatorToNode::RejoinRefused { partition, .. } => *partition,
+            CoordinatorToNode::Heartbeat { .. } => return,
+            // The simulated cluster is active-active, lean, and never shut down: the
+            // coordinator sends none of these.
+            other @ (CoordinatorToNode::Shutdown { .. }
+            | CoordinatorToNode::ResumeFromLog { .. }
+            | CoordinatorToNode::Promote { .. }
+            | CoordinatorToNode::ShipTo { .. }) => {
                 self.violations.push(format!("node {node}: unexpected message {}", other.name()));
                 return;
             }
@@ -573,16 +591,16 @@ impl Sim {
         match slot {
             Slot::GaveUp => {}
             Slot::Joining(j) => match msg {
-                Message::RejoinPlan { source, from_seq, .. } => {
+                CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
                     j.plan = Some((source, from_seq));
                     j.failing_since_us = None;
                 }
-                Message::RejoinRefused { .. } => {
+                CoordinatorToNode::RejoinRefused { .. } => {
                     *slot = Slot::GaveUp;
                     self.stats.rejoins_given_up += 1;
                 }
-                m @ (Message::PieceReads(_) | Message::RederivePiece { .. }) => j.held.push(m),
-                m @ Message::Batch(_) => {
+                m @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => j.held.push(m),
+                m @ CoordinatorToNode::Batch(_) => {
                     if j.held.len() >= node::process::REJOIN_HELD_BATCHES_MAX {
                         *slot = Slot::GaveUp;
                         self.stats.rejoins_given_up += 1;
@@ -592,10 +610,10 @@ impl Sim {
                 }
                 _ => {}
             },
-            Slot::Serving(r) => match r.on_message(msg) {
+            Slot::Serving(r) => match r.on_control(msg) {
                 Ok(replies) => {
                     for m in replies {
-                        self.send_from_node(node, m);
+                        self.emit(node, m);
                     }
                 }
                 // A stopped partition's replica refuses late batches: expected.
@@ -662,7 +680,7 @@ impl Sim {
             }
             let mut replies = Vec::new();
             for m in j.held {
-                match r.on_message(m) {
+                match r.on_control(m) {
                     Ok(out) => replies.extend(out),
                     Err(node::ReplicaError::Stopped { .. }) => {}
                     Err(e) => self.violations.push(format!("node {node} partition {partition} (rejoining): {e}")),
@@ -670,9 +688,9 @@ impl Sim {
             }
             n.slots.insert(partition, Slot::Serving(Box::new(r)));
             for m in replies {
-                self.send_from_node(node, m);
+                self.emit(node, m);
             }
-            self.send_from_node(node, Message::Rejoined { partition, snapshot_seq: seq });
+            self.send_from_node(node, NodeToCoordinator::Rejoined { partition, snapshot_seq: seq });
         }
     }
 
@@ -690,7 +708,7 @@ impl Sim {
                 }
                 n.next_heartbeat_us += self.heartbeat_us;
                 if now >= n.mute_until_us {
-                    self.send_from_node(id, Message::Heartbeat { now_ms: now / 1_000 });
+                    self.send_from_node(id, NodeToCoordinator::Heartbeat { now_ms: now / 1_000 });
                 }
             }
         }
@@ -802,7 +820,7 @@ impl Sim {
             self.config.partitions.iter().filter(|p| p.replicas.contains(&node)).map(|p| p.id).collect();
         for p in partitions {
             self.nodes.get_mut(&node).expect("listed").slots.insert(p, Slot::Joining(Joiner::default()));
-            self.send_from_node(node, Message::RejoinRequest { partition: p });
+            self.send_from_node(node, NodeToCoordinator::RejoinRequest { partition: p });
         }
         self.stats.restarts += 1;
     }
@@ -956,8 +974,7 @@ fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result
         true
     });
     let mut copy = engine::LeanDb::new();
-    for m in chunks {
-        let Message::SnapshotChunk(c) = m else { unreachable!("a snapshot streams chunks") };
+    for c in chunks {
         let table = engine::schema::TableId::ALL[usize::from(c.table)];
         node::snapshot::insert_table(&mut copy, table, &c.rows_bytes)?;
     }

@@ -1,5 +1,6 @@
 //! The simulated network: one link per node, between it and the coordinator, carrying
-//! messages both ways. It owns the messages in flight and the held ones, and the faults a
+//! the control channel's messages both ways ([`Carried`]: `wire::channel::CoordinatorToNode`
+//! down, `wire::channel::NodeToCoordinator` up). It owns the messages in flight and the held ones, and the faults a
 //! network can do to them.
 //!
 //! What the real transport does, and what is modelled:
@@ -18,7 +19,8 @@
 //! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
 
 use engine::rng::Rng;
-use wire::messages::{Message, NodeId};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator};
+use wire::messages::NodeId;
 
 /// Which end of a node's link a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,21 +29,37 @@ pub enum Direction {
     ToNode,
 }
 
+/// A message of the control channel, in the direction it travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carried {
+    ToNode(CoordinatorToNode),
+    ToCoordinator(NodeToCoordinator),
+}
+
 /// A message in flight on node `node`'s link number `link`.
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub node: NodeId,
     pub link: u64,
-    pub direction: Direction,
-    pub msg: Message,
+    pub msg: Carried,
 }
 
 impl Envelope {
+    /// Which end of the link the message goes to.
+    pub fn direction(&self) -> Direction {
+        match self.msg {
+            Carried::ToNode(_) => Direction::ToNode,
+            Carried::ToCoordinator(_) => Direction::ToCoordinator,
+        }
+    }
+
     /// Whether a duplicate of this message is something its receiver must tolerate.
     fn may_duplicate(&self) -> bool {
-        match self.direction {
-            Direction::ToNode => matches!(self.msg, Message::Batch(_)),
-            Direction::ToCoordinator => matches!(self.msg, Message::Results(_) | Message::Heartbeat { .. }),
+        match &self.msg {
+            Carried::ToNode(m) => matches!(m, CoordinatorToNode::Batch(_)),
+            Carried::ToCoordinator(m) => {
+                matches!(m, NodeToCoordinator::Results(_) | NodeToCoordinator::Heartbeat { .. })
+            }
         }
     }
 }
@@ -124,7 +142,7 @@ impl Network {
     /// Loses every message in flight or held on node `node`'s link `link` going `direction`
     /// (both ways when `None`); returns how many.
     pub fn cut(&mut self, node: NodeId, link: u64, direction: Option<Direction>) -> usize {
-        let on_link = |e: &Envelope| e.node == node && e.link == link && direction.is_none_or(|d| d == e.direction);
+        let on_link = |e: &Envelope| e.node == node && e.link == link && direction.is_none_or(|d| d == e.direction());
         let before = self.in_flight.len() + self.held.len();
         self.in_flight.retain(|e| !on_link(e));
         self.held.retain(|(_, e)| !on_link(e));

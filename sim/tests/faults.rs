@@ -65,7 +65,7 @@ fn a_run_is_a_pure_function_of_its_seed() {
 /// been answered "outcome unknown". The coordinator now keeps a home piece's remote outcomes
 /// until every replica that may run it reached it, and after a failure asks the remote
 /// partition's live replicas to derive a lost outcome again from a state that includes the
-/// batch (`Message::RederivePiece`); both seeds heal and check clean.
+/// batch (`CoordinatorToNode::RederivePiece`); both seeds heal and check clean.
 #[test]
 fn a_remote_piece_whose_outcome_died_with_its_replicas_is_derived_again() {
     for seed in [904, 6505] {

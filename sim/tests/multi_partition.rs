@@ -30,9 +30,10 @@ use std::collections::BTreeMap;
 use coordinator::Event;
 use sim::check::{self, StockBalance};
 use sim::cluster::{config, Faults, Sim};
-use sim::net::Direction;
+use sim::net::{Carried, Direction};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator};
 use wire::config::ClusterConfig;
-use wire::messages::{ClientResult, Message, NodeId, PartitionId, Timestamp};
+use wire::messages::{ClientResult, NodeId, PartitionId, Timestamp};
 
 /// The population's seed (`glass sim`'s default).
 const LOAD_SEED: u64 = 42;
@@ -81,14 +82,15 @@ struct Txn {
 
 /// Whether a batch holding timestamp `ts` is in flight.
 fn batch_in_flight(sim: &Sim, ts: Timestamp) -> bool {
-    sim.net().any(|e| matches!(&e.msg, Message::Batch(b) if b.txns.iter().any(|t| t.ts == ts)))
+    sim.net()
+        .any(|e| matches!(&e.msg, Carried::ToNode(CoordinatorToNode::Batch(b)) if b.txns.iter().any(|t| t.ts == ts)))
 }
 
 /// The nodes with a message satisfying `f` in flight going `direction`.
-fn senders(sim: &Sim, direction: Direction, f: impl Fn(&Message) -> bool) -> Vec<NodeId> {
+fn senders(sim: &Sim, direction: Direction, f: impl Fn(&Carried) -> bool) -> Vec<NodeId> {
     let mut nodes = Vec::new();
     for n in sim.node_ids() {
-        if sim.net().any(|e| e.node == n && e.direction == direction && f(&e.msg)) {
+        if sim.net().any(|e| e.node == n && e.direction() == direction && f(&e.msg)) {
             nodes.push(n);
         }
     }
@@ -96,8 +98,8 @@ fn senders(sim: &Sim, direction: Direction, f: impl Fn(&Message) -> bool) -> Vec
 }
 
 /// Whether `msg` is partition `partition`'s results holding timestamp `ts`.
-fn results_of(msg: &Message, partition: PartitionId, ts: Timestamp) -> bool {
-    matches!(msg, Message::Results(r) if r.partition == partition && r.results.iter().any(|x| x.ts == ts))
+fn results_of(msg: &Carried, partition: PartitionId, ts: Timestamp) -> bool {
+    matches!(msg, Carried::ToCoordinator(NodeToCoordinator::Results(r)) if r.partition == partition && r.results.iter().any(|x| x.ts == ts))
 }
 
 /// The live replicas (the coordinator's view) of `partition` that have not reported their
@@ -113,7 +115,7 @@ fn undecided(sim: &Sim, partition: PartitionId, ts: Timestamp) -> Vec<NodeId> {
             let executed = sim.replica(n, partition).is_some_and(|r| r.last_ts() >= Some(ts));
             !executed
                 || sim.net().any(|e| {
-                    e.node == n && e.direction == Direction::ToCoordinator && results_of(&e.msg, partition, ts)
+                    e.node == n && e.direction() == Direction::ToCoordinator && results_of(&e.msg, partition, ts)
                 })
         })
         .collect()
@@ -126,11 +128,13 @@ fn observe(sim: &Sim, step: Step, t: &Txn) -> Option<Vec<NodeId>> {
         Step::RemoteReadsToCoordinator => senders(
             sim,
             Direction::ToCoordinator,
-            |m| matches!(m, Message::PieceReads(r) if r.ts == t.ts && r.from == t.remote),
+            |m| matches!(m, Carried::ToCoordinator(NodeToCoordinator::PieceReads(r)) if r.ts == t.ts && r.from == t.remote),
         ),
-        Step::ReadsToHome => {
-            senders(sim, Direction::ToNode, |m| matches!(m, Message::PieceReads(r) if r.ts == t.ts && r.home == t.home))
-        }
+        Step::ReadsToHome => senders(
+            sim,
+            Direction::ToNode,
+            |m| matches!(m, Carried::ToNode(CoordinatorToNode::PieceReads(r)) if r.ts == t.ts && r.home == t.home),
+        ),
         Step::HomeParked => sim
             .node_ids()
             .into_iter()

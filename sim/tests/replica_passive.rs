@@ -21,8 +21,9 @@ use engine::procedures::{
 };
 use engine::rng::Rng;
 use engine::LeanDb;
-use node::replica::{ReplicaRole, Store};
+use node::replica::{Emit, ReplicaRole, Store};
 use node::{Replica, ReplicaError};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
 use wire::config::{ClusterConfig, Mode, PartitionConfig, WarehouseRange};
 use wire::messages::*;
 use workload::gen::{GenConfig, Generator, Profile};
@@ -104,8 +105,10 @@ impl Stream {
 /// shipment (a primary answers a batch with its shipment, then its results).
 fn run_on_primary(primary: &mut Replica, batch: Batch) -> (Results, Shipment) {
     let seq = batch.seq;
-    let out = primary.on_message(Message::Batch(batch)).unwrap();
-    let [Message::Ship(shipment), Message::Results(results)] = &out[..] else { panic!("batch {seq}: {out:?}") };
+    let out = primary.on_control(CoordinatorToNode::Batch(batch)).unwrap();
+    let [Emit::Ship(shipment), Emit::ToCoordinator(NodeToCoordinator::Results(results))] = &out[..] else {
+        panic!("batch {seq}: {out:?}")
+    };
     assert_eq!((shipment.partition, shipment.seq, results.seq), (1, seq, seq));
     (results.clone(), shipment.clone())
 }
@@ -120,11 +123,11 @@ fn assert_all_committed(results: &Results) {
 /// Delivers a shipment to a backup through its message interface; returns the acknowledged
 /// sequence numbers.
 fn ship(backup: &mut Replica, shipment: Shipment) -> Result<Vec<Seq>, ReplicaError> {
-    let out = backup.on_message(Message::Ship(shipment))?;
+    let out = backup.on_ship(shipment)?;
     Ok(out
         .into_iter()
         .map(|m| match m {
-            Message::ShipAck { partition: 1, seq } => seq,
+            PeerReply::ShipAck { partition: 1, seq } => seq,
             other => panic!("a backup answers a shipment with ShipAcks only: {other:?}"),
         })
         .collect())
@@ -234,7 +237,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
 
     // A backup refuses a batch, without stopping or changing.
     let first = stream.next();
-    assert!(matches!(backup.on_message(Message::Batch(first.clone())), Err(ReplicaError::Unexpected { .. })));
+    assert!(matches!(backup.on_control(CoordinatorToNode::Batch(first.clone())), Err(ReplicaError::Unexpected { .. })));
     assert!(backup.stopped().is_none());
     assert_eq!((backup.state_digest(), backup.applied_seq()), (loaded, 0));
 
@@ -245,7 +248,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
 
     // A primary refuses a shipment, without stopping or changing.
     let digest = primary.state_digest();
-    assert!(matches!(primary.on_message(Message::Ship(shipments[0].clone())), Err(ReplicaError::Unexpected { .. })));
+    assert!(matches!(primary.on_ship(shipments[0].clone()), Err(ReplicaError::Unexpected { .. })));
     assert!(primary.stopped().is_none());
     assert_eq!((primary.state_digest(), primary.applied_seq()), (digest, 3));
 
@@ -282,7 +285,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
     assert!(empty.stopped().is_some());
 }
 
-/// A replica read (an OrderStatus or StockLevel outside the ordered path, Message::ReplicaRead)
+/// A replica read (an OrderStatus or StockLevel outside the ordered path, ToolRequest::ReplicaRead)
 /// on a backup is answered `possibly_stale` — the backup lags its primary by the shipments in
 /// flight (docs/design.md "The three modes": `async` answers the client before backups hold the
 /// records) — and on a primary or an active-active replica it is not. Once the backup caught
@@ -302,8 +305,9 @@ fn replica_reads_on_a_backup_are_possibly_stale_and_agree_once_it_caught_up() {
     let mut shipments = Vec::new();
     for b in &batches {
         let (results, shipment) = run_on_primary(&mut primary, b.clone());
-        let out = active.on_message(Message::Batch(b.clone())).unwrap();
-        assert_eq!(out, vec![Message::Results(results)], "an active replica ships nothing; same results");
+        let out = active.on_control(CoordinatorToNode::Batch(b.clone())).unwrap();
+        let expected = vec![Emit::ToCoordinator(NodeToCoordinator::Results(results))];
+        assert_eq!(out, expected, "an active replica ships nothing; same results");
         shipments.push(shipment);
     }
     for s in &shipments[..APPLIED_FIRST] {
@@ -326,13 +330,12 @@ fn replica_reads_on_a_backup_are_possibly_stale_and_agree_once_it_caught_up() {
     let stock_level = TxnInput::StockLevel(StockLevelInput { w_id: 1, d_id: 1, threshold: 20 });
 
     let read = |r: &mut Replica, request_id: u64, input: TxnInput| -> (Seq, bool, TxnOutcome) {
-        let out = r.on_message(Message::ReplicaRead { request_id, partition: 1, input }).unwrap();
-        let [Message::ReplicaReadReply { request_id: id, partition: 1, seq, possibly_stale, outcome }] = &out[..]
-        else {
+        let out = r.replica_read(request_id, 1, &input).unwrap();
+        let ToolReply::ReplicaReadReply { request_id: id, partition: 1, seq, possibly_stale, outcome } = out else {
             panic!("{out:?}")
         };
-        assert_eq!(*id, request_id);
-        (*seq, *possibly_stale, outcome.clone())
+        assert_eq!(id, request_id);
+        (seq, possibly_stale, outcome)
     };
 
     let (seq, stale, on_primary) = read(&mut primary, 1, order_status);
@@ -369,7 +372,7 @@ fn replica_reads_on_a_backup_are_possibly_stale_and_agree_once_it_caught_up() {
     }
     assert_eq!(primary.state_digest(), backup.state_digest());
     assert!(matches!(
-        backup.on_message(Message::ReplicaRead { request_id: 8, partition: 2, input: order_status }),
+        backup.replica_read(8, 2, &order_status),
         Err(ReplicaError::WrongPartition { expected: 1, got: 2 })
     ));
 }

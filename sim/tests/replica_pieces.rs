@@ -20,8 +20,9 @@ use engine::procedures::{execute, TxnInput};
 use engine::rng::Rng;
 use engine::schema::TableId;
 use engine::LeanDb;
-use node::replica::{Replica, Store};
-use wire::messages::{Batch, BatchTxn, Message, Part, Results, Timestamp, TxnOutcome};
+use node::replica::{Emit, Replica, Store};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator};
+use wire::messages::{Batch, BatchTxn, Part, Results, Timestamp, TxnOutcome};
 use workload::gen::{GenConfig, Generator, Profile};
 
 const LOAD_SEED: u64 = 99;
@@ -81,9 +82,9 @@ fn same_kind(a: &TxnOutcome, b: &TxnOutcome) -> bool {
 /// the home outcome of every transaction by timestamp and the two replicas.
 fn run(inputs: &[TxnInput], order_seed: u64) -> (BTreeMap<Timestamp, TxnOutcome>, [Replica; 2]) {
     let mut replicas = [Replica::new(1, 1, loaded(1..=1), 1_024), Replica::new(1, 2, loaded(2..=2), 1_024)];
-    let mut queue: Vec<(usize, Message)> = Vec::new();
+    let mut queue: Vec<(usize, CoordinatorToNode)> = Vec::new();
     for (p, bs) in batches(inputs).into_iter().enumerate() {
-        queue.extend(bs.into_iter().map(|b| (p, Message::Batch(b))));
+        queue.extend(bs.into_iter().map(|b| (p, CoordinatorToNode::Batch(b))));
     }
     let mut rng = Rng::new(order_seed);
     let mut results: Vec<Results> = Vec::new();
@@ -94,13 +95,13 @@ fn run(inputs: &[TxnInput], order_seed: u64) -> (BTreeMap<Timestamp, TxnOutcome>
         if rng.percent(5) {
             queue.push((to, msg.clone()));
         }
-        for out in replicas[to].on_message(msg).unwrap() {
+        for out in replicas[to].on_control(msg).unwrap() {
             match out {
-                Message::PieceReads(r) => {
+                Emit::ToCoordinator(NodeToCoordinator::PieceReads(r)) => {
                     pieces += 1;
-                    queue.push((usize::from(r.home) - 1, Message::PieceReads(r)));
+                    queue.push((usize::from(r.home) - 1, CoordinatorToNode::PieceReads(r)));
                 }
-                Message::Results(r) => results.push(r),
+                Emit::ToCoordinator(NodeToCoordinator::Results(r)) => results.push(r),
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -205,8 +206,8 @@ fn a_lost_remote_outcome_is_derived_again_from_a_state_past_its_batch() {
     let (input, _, remote) = one_multi_partition_new_order();
     let mut r = Replica::new(1, 2, loaded(2..=2), 16);
     assert_eq!(r.rederive_piece(1, 1, Timestamp(1_000), &input), None, "batch 1 not run yet");
-    let out = r.on_message(Message::Batch(remote)).unwrap();
-    let Message::PieceReads(first) = &out[0] else { panic!("{out:?}") };
+    let out = r.on_control(CoordinatorToNode::Batch(remote)).unwrap();
+    let Emit::ToCoordinator(NodeToCoordinator::PieceReads(first)) = &out[0] else { panic!("{out:?}") };
     let before = r.state_digest();
     let again = r.rederive_piece(1, 1, Timestamp(1_000), &input).expect("the state includes batch 1");
     assert_eq!(&again, first, "the same reads");
@@ -222,15 +223,20 @@ fn a_parked_batch_runs_nothing_after_its_home_piece_and_shipping_starts_after_it
     home.txns.push(BatchTxn::whole(Timestamp(1_001), delivery));
     let mut h = Replica::new(1, 1, loaded(1..=1), 16);
     let mut rr = Replica::new(2, 2, loaded(2..=2), 16);
-    assert!(h.on_message(Message::Batch(home.clone())).unwrap().is_empty(), "parked: no results yet");
+    assert!(h.on_control(CoordinatorToNode::Batch(home.clone())).unwrap().is_empty(), "parked: no results yet");
     assert_eq!(h.parked_at(), Some(Timestamp(1_000)));
     assert_eq!(h.stats().txns_committed, 0, "the Delivery after the home piece waits");
-    assert!(h.on_message(Message::Batch(home)).unwrap().is_empty(), "a duplicate of the parked batch is dropped");
-    h.on_message(Message::ShipTo { partition: 1, backup: 9 }).unwrap();
+    let duplicate = h.on_control(CoordinatorToNode::Batch(home)).unwrap();
+    assert!(duplicate.is_empty(), "a duplicate of the parked batch is dropped");
+    h.on_control(CoordinatorToNode::ShipTo { partition: 1, backup: 9 }).unwrap();
     assert_eq!(h.role(), node::replica::ReplicaRole::Replica, "not while the batch is half run");
-    let reads = rr.on_message(Message::Batch(remote)).unwrap().remove(0);
-    let out = h.on_message(reads).unwrap();
-    let Some(Message::Results(res)) = out.last() else { panic!("{out:?}") };
+    let Emit::ToCoordinator(NodeToCoordinator::PieceReads(reads)) =
+        rr.on_control(CoordinatorToNode::Batch(remote)).unwrap().remove(0)
+    else {
+        panic!("a remote piece's outcome first")
+    };
+    let out = h.on_control(CoordinatorToNode::PieceReads(reads)).unwrap();
+    let Some(Emit::ToCoordinator(NodeToCoordinator::Results(res))) = out.last() else { panic!("{out:?}") };
     assert!(res.results.iter().all(|t| matches!(t.outcome, TxnOutcome::Committed(_))), "{res:?}");
     assert_eq!(h.role(), node::replica::ReplicaRole::Primary, "shipping from the next batch on");
     assert_eq!(h.parked_at(), None);

@@ -1,11 +1,13 @@
-//! Framing of [`Message`]s: bincode (2.x, serde, little-endian fixed-width integers) behind a
+//! Framing of channel messages ([`ChannelMessage`]: one enum per direction of each channel,
+//! [`crate::channel`]): bincode (2.x, serde, little-endian fixed-width integers) behind a
 //! length prefix and a version byte. Fixed-width integers decode in about two thirds of the
 //! time varints take (`examples/codec_cost.rs`) for about a fifth more bytes; a NewOrder's
 //! order lines travel packed (`engine::procedures::packed_lines`).
 //!
 //! ```text
-//! frame := length: u32 little-endian | version: u8 | body: bincode(Message)
+//! frame := length: u32 little-endian | version: u8 | body: bincode(M)
 //!          `length` counts the version byte and the body (so it is at least 1);
+//! body   := tag: u32 little-endian (the variant's index in M) | the variant's fields
 //!          the whole frame, the 4 length bytes included, is at most `frame_bytes_max`.
 //! ```
 //!
@@ -13,16 +15,21 @@
 //! (bincode's decode limit is the frame's length); a partial frame is
 //! [`CodecError::Incomplete`] (read more), an oversized one is [`CodecError::TooLarge`] as soon
 //! as its 4-byte prefix is seen (close the connection without reading the body); a foreign
-//! version, a malformed body or bytes left over inside a frame are errors, never a message.
+//! version ([`CodecError::Version`]), a tag naming no variant of the channel's enum
+//! ([`CodecError::UnknownTag`], checked before the fields are decoded), a malformed body or
+//! bytes left over inside a frame are errors, never a message.
 //! Encoding refuses to produce a frame over the limit.
 
+use crate::channel::ChannelMessage;
 use crate::error::CodecError;
-use crate::messages::{Message, PROTOCOL_VERSION};
+use crate::messages::PROTOCOL_VERSION;
 
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX_BYTES: usize = 4;
 /// Bytes before the body: the length prefix and the version byte.
 pub const FRAME_HEADER_BYTES: usize = LENGTH_PREFIX_BYTES + 1;
+/// Bytes of a body's variant tag (a `u32`: integers are fixed-width).
+pub const TAG_BYTES: usize = 4;
 /// Default for `limits.frame_bytes_max` in `cluster.toml`: 4 MiB.
 pub const FRAME_BYTES_MAX_DEFAULT: usize = 4 << 20;
 /// The largest frame any configuration may allow: 256 MiB.
@@ -41,7 +48,7 @@ fn config() -> Config {
 
 /// Appends `msg` as one frame to `out` and returns the frame's length in bytes. On error `out`
 /// is left as it was.
-pub fn encode_into(msg: &Message, out: &mut Vec<u8>, frame_bytes_max: usize) -> Result<usize, CodecError> {
+pub fn encode_into<M: ChannelMessage>(msg: &M, out: &mut Vec<u8>, frame_bytes_max: usize) -> Result<usize, CodecError> {
     let start = out.len();
     out.extend_from_slice(&[0; LENGTH_PREFIX_BYTES]);
     out.push(PROTOCOL_VERSION);
@@ -60,7 +67,7 @@ pub fn encode_into(msg: &Message, out: &mut Vec<u8>, frame_bytes_max: usize) -> 
 }
 
 /// `msg` as one frame.
-pub fn encode(msg: &Message, frame_bytes_max: usize) -> Result<Vec<u8>, CodecError> {
+pub fn encode<M: ChannelMessage>(msg: &M, frame_bytes_max: usize) -> Result<Vec<u8>, CodecError> {
     let mut out = Vec::new();
     encode_into(msg, &mut out, frame_bytes_max)?;
     Ok(out)
@@ -80,13 +87,20 @@ pub fn frame_len(prefix: [u8; LENGTH_PREFIX_BYTES], frame_bytes_max: usize) -> R
     Ok(frame_bytes as usize)
 }
 
-/// Decodes a frame's body: the version byte and the bincode encoding, nothing else.
-pub fn decode_body(body: &[u8]) -> Result<Message, CodecError> {
+/// Decodes a frame's body as a message of `M`'s channel: the version byte, the variant tag
+/// (checked against `M`'s variants before anything else is decoded) and the bincode
+/// encoding, nothing else.
+pub fn decode_body<M: ChannelMessage>(body: &[u8]) -> Result<M, CodecError> {
     let (&version, payload) = body.split_first().ok_or(CodecError::Empty)?;
     if version != PROTOCOL_VERSION {
         return Err(CodecError::Version { got: version, expected: PROTOCOL_VERSION });
     }
-    let (msg, used) = bincode::serde::decode_from_slice::<Message, _>(payload, config())
+    if let Some(tag) = payload.first_chunk::<TAG_BYTES>().map(|t| u32::from_le_bytes(*t)) {
+        if tag >= M::VARIANTS {
+            return Err(CodecError::UnknownTag { channel: M::CHANNEL, tag });
+        }
+    }
+    let (msg, used) = bincode::serde::decode_from_slice::<M, _>(payload, config())
         .map_err(|e| CodecError::Malformed(e.to_string()))?;
     if used != payload.len() {
         return Err(CodecError::TrailingBytes { extra_bytes: payload.len() - used });
@@ -96,7 +110,7 @@ pub fn decode_body(body: &[u8]) -> Result<Message, CodecError> {
 
 /// Decodes the frame at the start of `buf`; returns the message and the frame's length (the
 /// bytes to consume). [`CodecError::Incomplete`] when `buf` holds less than a frame.
-pub fn decode(buf: &[u8], frame_bytes_max: usize) -> Result<(Message, usize), CodecError> {
+pub fn decode<M: ChannelMessage>(buf: &[u8], frame_bytes_max: usize) -> Result<(M, usize), CodecError> {
     let Some(prefix) = buf.first_chunk::<LENGTH_PREFIX_BYTES>() else {
         return Err(CodecError::Incomplete { have_bytes: buf.len(), needed_bytes: LENGTH_PREFIX_BYTES });
     };
@@ -139,8 +153,8 @@ impl FrameDecoder {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next complete message, `Ok(None)` when more bytes are needed.
-    pub fn next_message(&mut self) -> Result<Option<Message>, CodecError> {
+    /// The next complete message of `M`'s channel, `Ok(None)` when more bytes are needed.
+    pub fn next_message<M: ChannelMessage>(&mut self) -> Result<Option<M>, CodecError> {
         match decode(&self.buf[self.start..], self.frame_bytes_max) {
             Ok((msg, used)) => {
                 self.start += used;
@@ -160,6 +174,7 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::*;
     use crate::messages::*;
     use engine::procedures::{
         CustomerSelector, DeliveryOutput, NewOrderInput, NewOrderOutput, OrderLineInput, OrderStatusOutput,
@@ -193,71 +208,278 @@ mod tests {
         })
     }
 
-    fn samples() -> Vec<Message> {
-        let ts = Timestamp::new(1_700_000_000_000, 7, 1);
+    fn ts() -> Timestamp {
+        Timestamp::new(1_700_000_000_000, 7, 1)
+    }
+
+    fn batch() -> Batch {
+        Batch {
+            partition: 2,
+            seq: 41,
+            txns: vec![BatchTxn::whole(ts(), worst_new_order()), BatchTxn::whole(ts(), payment())],
+            digest_after: true,
+        }
+    }
+
+    fn results() -> Results {
+        Results {
+            partition: 2,
+            seq: 41,
+            results: vec![
+                TxnResult {
+                    ts: ts(),
+                    outcome: TxnOutcome::Committed(TxnOutput::NewOrder(NewOrderOutput {
+                        o_id: 3001,
+                        total: 123_456,
+                        c_discount: 12,
+                        w_tax: 3,
+                        d_tax: 4,
+                        brand_lines: 2,
+                    })),
+                    digest: 77,
+                },
+                TxnResult { ts: ts(), outcome: TxnOutcome::Aborted { reason: "rolled back".into() }, digest: 5 },
+            ],
+            state_digest: Some(StateDigest(42)),
+        }
+    }
+
+    fn status() -> ProcessStatus {
+        ProcessStatus {
+            role: Role::Node,
+            id: 3,
+            pid: 77,
+            uptime_ms: 9,
+            partitions: vec![PartitionReport {
+                partition: 1,
+                phase: "ready".into(),
+                load: Some(LoadState::Ready { digest: StateDigest(5) }),
+                replicas: vec![3],
+                seq: 8,
+                txns: 100,
+                cpu_ms: 4,
+                replication: ReplicationReport { role: "backup".into(), applied_bytes: 9, ..Default::default() },
+            }],
+        }
+    }
+
+    fn chunk() -> SnapshotChunk {
+        SnapshotChunk {
+            request_id: 4,
+            partition: 1,
+            seq: 8,
+            index: 0,
+            table: 2,
+            rows: 1,
+            rows_bytes: vec![1, 2, 3],
+            checksum: SnapshotChunk::checksum_of(&[1, 2, 3]),
+            end: Some(SnapshotEnd::Complete { chunks: 1, rows: 1, digest: StateDigest(6) }),
+        }
+    }
+
+    fn handshakes() -> Vec<Handshake> {
         vec![
-            Message::Hello(Hello {
+            Handshake::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 role: Role::Node,
                 id: 2,
                 config_fingerprint: 9,
             }),
-            Message::HelloRefused { reason: "wrong cluster".into() },
-            Message::LoadStatus { partition: 1, state: LoadState::Loading { rows_loaded: 5, rows_total: 10 } },
-            Message::LoadStatus { partition: 1, state: LoadState::Ready { digest: StateDigest(u128::MAX - 3) } },
-            Message::Batch(Batch {
-                partition: 2,
-                seq: 41,
-                txns: vec![BatchTxn::whole(ts, worst_new_order()), BatchTxn::whole(ts, payment())],
-                digest_after: true,
-            }),
-            Message::Results(Results {
-                partition: 2,
-                seq: 41,
-                results: vec![
-                    TxnResult {
-                        ts,
-                        outcome: TxnOutcome::Committed(TxnOutput::NewOrder(NewOrderOutput {
-                            o_id: 3001,
-                            total: 123_456,
-                            c_discount: 12,
-                            w_tax: 3,
-                            d_tax: 4,
-                            brand_lines: 2,
-                        })),
-                        digest: 77,
-                    },
-                    TxnResult { ts, outcome: TxnOutcome::Aborted { reason: "rolled back".into() }, digest: 5 },
-                ],
-                state_digest: Some(StateDigest(42)),
-            }),
-            Message::ClientRequests(vec![ClientRequest { request_id: 3, input: payment() }]),
-            Message::ClientReplies(vec![
+            Handshake::HelloRefused { reason: "wrong cluster".into() },
+        ]
+    }
+
+    fn client_requests() -> Vec<ClientToCoordinator> {
+        vec![
+            ClientToCoordinator::ClientRequests(vec![ClientRequest { request_id: 3, input: payment() }]),
+            ClientToCoordinator::DigestRequest { request_id: 8, partition: 1 },
+            ClientToCoordinator::StatusRequest { request_id: 1 },
+            ClientToCoordinator::Shutdown { reason: "done".into() },
+        ]
+    }
+
+    fn client_replies() -> Vec<CoordinatorToClient> {
+        vec![
+            CoordinatorToClient::ClientReplies(vec![
                 ClientReply { request_id: 3, result: ClientResult::Busy { partition: 1 } },
                 ClientReply { request_id: 4, result: ClientResult::Rejected(Rejection::NotReady { partition: 2 }) },
             ]),
-            Message::DigestRequest { request_id: 8, partition: 1 },
-            Message::DigestReply {
+            CoordinatorToClient::DigestReply {
                 request_id: 8,
                 partition: 1,
                 outcome: DigestOutcome::Digests { seq: 9, digests: vec![(1, StateDigest(1)), (2, StateDigest(1))] },
             },
-            Message::Heartbeat { now_ms: 123 },
-            Message::Membership { partition: 1, epoch: 2, live: vec![1] },
-            Message::PartitionStopped { partition: 1, reason: "diverged".into() },
-            Message::Shutdown { reason: "done".into() },
+            CoordinatorToClient::StatusReply { request_id: 1, status: status() },
+            CoordinatorToClient::Shutdown { reason: "done".into() },
         ]
     }
 
-    #[test]
-    fn every_message_round_trips() {
-        for msg in samples() {
-            let frame = encode(&msg, MAX).unwrap();
+    fn to_nodes() -> Vec<CoordinatorToNode> {
+        let reads = PieceReads { home: 1, from: 2, ts: ts(), outcome: PieceOutcome::Aborted { reason: "no".into() } };
+        vec![
+            CoordinatorToNode::Batch(batch()),
+            CoordinatorToNode::Heartbeat { now_ms: 123 },
+            CoordinatorToNode::Membership { partition: 1, epoch: 2, live: vec![1] },
+            CoordinatorToNode::PartitionStopped { partition: 1, reason: "diverged".into() },
+            CoordinatorToNode::Shutdown { reason: "done".into() },
+            CoordinatorToNode::RejoinPlan { partition: 1, source: 2, from_seq: 5 },
+            CoordinatorToNode::RejoinRefused { partition: 1, reason: "no".into() },
+            CoordinatorToNode::ResumeFromLog { partition: 1, from_seq: 5 },
+            CoordinatorToNode::Promote { partition: 1, first_unanswered: 4 },
+            CoordinatorToNode::ShipTo { partition: 1, backup: 3 },
+            CoordinatorToNode::PieceReads(reads),
+            CoordinatorToNode::RederivePiece { partition: 2, home: 1, seq: 3, ts: ts(), input: payment() },
+        ]
+    }
+
+    fn from_nodes() -> Vec<NodeToCoordinator> {
+        vec![
+            NodeToCoordinator::LoadStatus {
+                partition: 1,
+                state: LoadState::Loading { rows_loaded: 5, rows_total: 10 },
+            },
+            NodeToCoordinator::LoadStatus {
+                partition: 1,
+                state: LoadState::Ready { digest: StateDigest(u128::MAX - 3) },
+            },
+            NodeToCoordinator::Results(results()),
+            NodeToCoordinator::Heartbeat { now_ms: 1 },
+            NodeToCoordinator::RejoinRequest { partition: 1 },
+            NodeToCoordinator::BackupApplied { partition: 1, seq: 3 },
+            NodeToCoordinator::Rejoined { partition: 1, snapshot_seq: 3 },
+            NodeToCoordinator::Promoted { partition: 1, applied_seq: 3, next_seq: 4 },
+            NodeToCoordinator::PieceReads(PieceReads {
+                home: 1,
+                from: 2,
+                ts: ts(),
+                outcome: PieceOutcome::Reads(engine::distributed::RemoteReads::Stock(Vec::new())),
+            }),
+        ]
+    }
+
+    fn peer_requests() -> Vec<PeerRequest> {
+        vec![
+            PeerRequest::Ship(Shipment { partition: 1, seq: 2, log: ShippedLog::Wal(vec![1, 2, 3]) }),
+            PeerRequest::SnapshotRequest { request_id: 1, partition: 1, after_seq: 2 },
+            PeerRequest::LogBaseRequest { request_id: 1, partition: 1, after_seq: 2 },
+        ]
+    }
+
+    fn peer_replies() -> Vec<PeerReply> {
+        let base = LogBaseChunk {
+            request_id: 1,
+            partition: 1,
+            seq: 2,
+            fork_lsn: Some(7),
+            index: 0,
+            records: vec![9; 10],
+            last: true,
+            refused: None,
+        };
+        vec![
+            PeerReply::ShipAck { partition: 1, seq: 2 },
+            PeerReply::SnapshotChunk(chunk()),
+            PeerReply::LogBaseChunk(base),
+        ]
+    }
+
+    fn tool_requests() -> Vec<ToolRequest> {
+        vec![
+            ToolRequest::StatusRequest { request_id: 1 },
+            ToolRequest::DigestRequest { request_id: 2, partition: 1 },
+            ToolRequest::SnapshotRequest { request_id: 3, partition: 1, after_seq: 0 },
+            ToolRequest::ReplicaRead { request_id: 4, partition: 1, input: payment() },
+            ToolRequest::Shutdown { reason: "down".into() },
+        ]
+    }
+
+    fn tool_replies() -> Vec<ToolReply> {
+        vec![
+            ToolReply::StatusReply { request_id: 1, status: status() },
+            ToolReply::DigestReply { request_id: 2, partition: 1, outcome: DigestOutcome::Busy },
+            ToolReply::SnapshotChunk(chunk()),
+            ToolReply::ReplicaReadReply {
+                request_id: 4,
+                partition: 1,
+                seq: 3,
+                possibly_stale: true,
+                outcome: TxnOutcome::PieceDone { reads_digest: 5 },
+            },
+        ]
+    }
+
+    /// The samples of the control channel's downstream direction (the busiest frames).
+    fn samples() -> Vec<CoordinatorToNode> {
+        to_nodes()
+    }
+
+    fn round_trips<M: ChannelMessage + PartialEq>(msgs: &[M]) {
+        for msg in msgs {
+            let frame = encode(msg, MAX).unwrap();
             assert_eq!(frame[LENGTH_PREFIX_BYTES], PROTOCOL_VERSION);
-            let (back, used) = decode(&frame, MAX).unwrap();
-            assert_eq!(back, msg);
+            let (back, used) = decode::<M>(&frame, MAX).unwrap();
+            assert_eq!(&back, msg);
             assert_eq!(used, frame.len());
         }
+    }
+
+    /// The variant tag of a frame (the body's first 4 bytes).
+    fn tag_of(frame: &[u8]) -> u32 {
+        u32::from_le_bytes(*frame[FRAME_HEADER_BYTES..].first_chunk::<TAG_BYTES>().unwrap())
+    }
+
+    /// Every channel's frames: each variant round-trips, its tag is its index, the count is
+    /// the enum's; a tag past the count and a frame of another version are refused with their
+    /// typed errors, without panicking.
+    fn channel_checks<M: ChannelMessage + PartialEq>(msgs: &[M]) {
+        round_trips(msgs);
+        assert_eq!(msgs.len() as u32, M::VARIANTS, "{}: one sample per variant", M::CHANNEL);
+        for (i, msg) in msgs.iter().enumerate() {
+            assert_eq!(tag_of(&encode(msg, MAX).unwrap()), i as u32, "{}", msg.name());
+        }
+        let mut unknown = encode(&msgs[0], MAX).unwrap();
+        for tag in [M::VARIANTS, M::VARIANTS + 1, u32::MAX] {
+            unknown[FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + TAG_BYTES].copy_from_slice(&tag.to_le_bytes());
+            assert_eq!(decode::<M>(&unknown, MAX).unwrap_err(), CodecError::UnknownTag { channel: M::CHANNEL, tag });
+            let mut dec = FrameDecoder::new(MAX);
+            dec.push(&unknown);
+            assert_eq!(dec.next_message::<M>().unwrap_err(), CodecError::UnknownTag { channel: M::CHANNEL, tag });
+        }
+        let mut old = encode(&msgs[0], MAX).unwrap();
+        old[LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION - 1;
+        assert_eq!(
+            decode::<M>(&old, MAX).unwrap_err(),
+            CodecError::Version { got: PROTOCOL_VERSION - 1, expected: PROTOCOL_VERSION }
+        );
+    }
+
+    #[test]
+    fn every_channel_encodes_each_variant_and_refuses_unknown_tags_and_versions() {
+        channel_checks(&handshakes());
+        channel_checks(&client_requests());
+        channel_checks(&client_replies());
+        channel_checks(&to_nodes());
+        channel_checks(&from_nodes()[1..]);
+        round_trips(&from_nodes());
+        channel_checks(&peer_requests());
+        channel_checks(&peer_replies());
+        channel_checks(&tool_requests());
+        channel_checks(&tool_replies());
+    }
+
+    /// A message of one channel arriving on another is refused, never read as one of its
+    /// messages: a tag past the receiving enum's is `UnknownTag`, one within it fails to decode
+    /// or is another message (the channel is chosen by who the peer is, so that takes a peer
+    /// sending a foreign enum on purpose — a protocol violation the receiver closes on).
+    #[test]
+    fn a_foreign_channels_frame_is_refused_or_decodes_as_something_else() {
+        let promoted = encode(&NodeToCoordinator::Promoted { partition: 1, applied_seq: 3, next_seq: 4 }, MAX).unwrap();
+        assert_eq!(
+            decode::<ClientToCoordinator>(&promoted, MAX).unwrap_err(),
+            CodecError::UnknownTag { channel: ClientToCoordinator::CHANNEL, tag: 6 }
+        );
+        let hello = encode(&handshakes()[0], MAX).unwrap();
+        assert!(decode::<PeerReply>(&hello, MAX).is_err());
     }
 
     /// The bound `cluster.toml` validation relies on: one batch entry and one result entry
@@ -265,17 +487,22 @@ mod tests {
     #[test]
     fn entries_fit_their_documented_bound() {
         let ts = Timestamp(u64::MAX);
-        let size = |m: &Message| encode(m, MAX).unwrap().len() as u64 - FRAME_HEADER_BYTES as u64;
+        let size = |m: &CoordinatorToNode| encode(m, MAX).unwrap().len() as u64 - FRAME_HEADER_BYTES as u64;
+        let rsize = |m: &NodeToCoordinator| encode(m, MAX).unwrap().len() as u64 - FRAME_HEADER_BYTES as u64;
         let one_txn = |input| {
-            Message::Batch(Batch {
+            CoordinatorToNode::Batch(Batch {
                 partition: u16::MAX,
                 seq: u64::MAX,
                 txns: vec![BatchTxn::whole(ts, input)],
                 digest_after: true,
             })
         };
-        let empty =
-            size(&Message::Batch(Batch { partition: u16::MAX, seq: u64::MAX, txns: vec![], digest_after: true }));
+        let empty = size(&CoordinatorToNode::Batch(Batch {
+            partition: u16::MAX,
+            seq: u64::MAX,
+            txns: vec![],
+            digest_after: true,
+        }));
         assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
         for input in [worst_new_order(), payment()] {
             assert!(size(&one_txn(input)) - empty <= TXN_ENTRY_BYTES_MAX);
@@ -293,18 +520,18 @@ mod tests {
             })),
         ];
         let results = |results| {
-            Message::Results(Results {
+            NodeToCoordinator::Results(Results {
                 partition: u16::MAX,
                 seq: u64::MAX,
                 results,
                 state_digest: Some(StateDigest(u128::MAX)),
             })
         };
-        let empty = size(&results(vec![]));
+        let empty = rsize(&results(vec![]));
         assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
         for outcome in outcomes {
             let r = TxnResult { ts, outcome, digest: u64::MAX };
-            assert!(size(&results(vec![r])) - empty <= TXN_ENTRY_BYTES_MAX);
+            assert!(rsize(&results(vec![r])) - empty <= TXN_ENTRY_BYTES_MAX);
         }
     }
 
@@ -318,14 +545,14 @@ mod tests {
         lines[2] = OrderLineInput { i_id: u32::MAX, supply_w_id: u16::MAX, quantity: 10 };
         for ol_cnt in [0, 3, ORDER_LINES_MAX as u8, u8::MAX] {
             let input = TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt, lines, entry_d: 9 });
-            let msg = Message::ReplicaRead { request_id: 1, partition: 1, input };
-            assert_eq!(decode(&encode(&msg, MAX).unwrap(), MAX).unwrap().0, msg);
+            let msg = ToolRequest::ReplicaRead { request_id: 1, partition: 1, input };
+            assert_eq!(decode::<ToolRequest>(&encode(&msg, MAX).unwrap(), MAX).unwrap().0, msg);
         }
         let json = serde_json::to_string(&NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 3, lines, entry_d: 9 });
         let back: NewOrderInput = serde_json::from_str(&json.unwrap()).unwrap();
         assert_eq!(back.lines, lines);
         // The packed string of a 3-line order with one byte cut off, then with a 16th line.
-        let msg = Message::ReplicaRead {
+        let msg = ToolRequest::ReplicaRead {
             request_id: 1,
             partition: 1,
             input: TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 1, c_id: 1, ol_cnt: 3, lines, entry_d: 9 }),
@@ -345,17 +572,18 @@ mod tests {
             f[..LENGTH_PREFIX_BYTES].copy_from_slice(&n.to_le_bytes());
             f
         };
-        assert_eq!(decode(&reframe(21, &frame[body..body + 21]), MAX).unwrap().0, msg);
+        assert_eq!(decode::<ToolRequest>(&reframe(21, &frame[body..body + 21]), MAX).unwrap().0, msg);
         for bad in [reframe(20, &frame[body..body + 20]), reframe(16 * 7, &[1; 16 * 7])] {
-            assert!(matches!(decode(&bad, MAX), Err(CodecError::Malformed(_))), "{:?}", decode(&bad, MAX));
+            let decoded = decode::<ToolRequest>(&bad, MAX);
+            assert!(matches!(decoded, Err(CodecError::Malformed(_))), "{decoded:?}");
         }
     }
 
     #[test]
     fn partial_frames_are_incomplete_at_every_cut() {
-        let frame = encode(&samples()[4], MAX).unwrap();
+        let frame = encode(&samples()[0], MAX).unwrap();
         for cut in 0..frame.len() {
-            match decode(&frame[..cut], MAX) {
+            match decode::<CoordinatorToNode>(&frame[..cut], MAX) {
                 Err(CodecError::Incomplete { have_bytes, needed_bytes }) => {
                     assert_eq!(have_bytes, cut);
                     assert!(needed_bytes > cut);
@@ -368,11 +596,11 @@ mod tests {
     #[test]
     fn oversized_frames_are_refused_from_the_prefix_alone() {
         let prefix = (MAX as u32).to_le_bytes();
-        assert!(matches!(decode(&prefix, MAX), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(decode::<Handshake>(&prefix, MAX), Err(CodecError::TooLarge { .. })));
         assert!(matches!(frame_len(prefix, MAX), Err(CodecError::TooLarge { .. })));
         assert!(matches!(frame_len(u32::MAX.to_le_bytes(), usize::MAX), Err(CodecError::TooLarge { .. })));
         // And encoding refuses to build one, leaving the buffer untouched.
-        let big = Message::HelloRefused { reason: "z".repeat(1000) };
+        let big = Handshake::HelloRefused { reason: "z".repeat(1000) };
         let mut out = vec![1, 2, 3];
         assert!(matches!(encode_into(&big, &mut out, 100), Err(CodecError::TooLarge { .. })));
         assert_eq!(out, vec![1, 2, 3]);
@@ -380,30 +608,36 @@ mod tests {
 
     #[test]
     fn wrong_version_empty_trailing_and_garbage_are_errors() {
-        let mut frame = encode(&Message::Heartbeat { now_ms: 5 }, MAX).unwrap();
+        let mut frame = encode(&CoordinatorToNode::Heartbeat { now_ms: 5 }, MAX).unwrap();
         frame[LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION + 1;
         assert_eq!(
-            decode(&frame, MAX).unwrap_err(),
+            decode::<CoordinatorToNode>(&frame, MAX).unwrap_err(),
             CodecError::Version { got: PROTOCOL_VERSION + 1, expected: PROTOCOL_VERSION }
         );
 
-        assert_eq!(decode(&[0, 0, 0, 0], MAX).unwrap_err(), CodecError::Empty);
+        assert_eq!(decode::<CoordinatorToNode>(&[0, 0, 0, 0], MAX).unwrap_err(), CodecError::Empty);
 
-        let mut frame = encode(&Message::Heartbeat { now_ms: 5 }, MAX).unwrap();
+        let mut frame = encode(&CoordinatorToNode::Heartbeat { now_ms: 5 }, MAX).unwrap();
         frame.push(0);
         let length = (frame.len() - LENGTH_PREFIX_BYTES) as u32;
         frame[..4].copy_from_slice(&length.to_le_bytes());
-        assert_eq!(decode(&frame, MAX).unwrap_err(), CodecError::TrailingBytes { extra_bytes: 1 });
+        assert_eq!(decode::<CoordinatorToNode>(&frame, MAX).unwrap_err(), CodecError::TrailingBytes { extra_bytes: 1 });
 
         // An unknown variant index (a u32: integers are fixed-width).
         let garbage = [5, 0, 0, 0, PROTOCOL_VERSION, 200, 0, 0, 0];
-        assert!(matches!(decode(&garbage, MAX), Err(CodecError::Malformed(_))));
+        assert_eq!(
+            decode::<CoordinatorToNode>(&garbage, MAX).unwrap_err(),
+            CodecError::UnknownTag { channel: "coordinator → node", tag: 200 }
+        );
+        // A tag cut short.
+        let short = [3, 0, 0, 0, PROTOCOL_VERSION, 0, 0];
+        assert!(matches!(decode::<CoordinatorToNode>(&short, MAX), Err(CodecError::Malformed(_))));
         // A vector claiming 2^60 elements in a tiny frame.
-        let mut lie = vec![0, 0, 0, 0, PROTOCOL_VERSION, 5, 0, 0, 0]; // ClientRequests
+        let mut lie = vec![0, 0, 0, 0, PROTOCOL_VERSION, 0, 0, 0, 0]; // ClientRequests
         lie.extend_from_slice(&(1u64 << 60).to_le_bytes());
         let length = (lie.len() - LENGTH_PREFIX_BYTES) as u32;
         lie[..4].copy_from_slice(&length.to_le_bytes());
-        assert!(matches!(decode(&lie, MAX), Err(CodecError::Malformed(_))));
+        assert!(matches!(decode::<ClientToCoordinator>(&lie, MAX), Err(CodecError::Malformed(_))));
     }
 
     #[test]
@@ -418,7 +652,7 @@ mod tests {
             let mut got = Vec::new();
             for chunk in stream.chunks(piece) {
                 dec.push(chunk);
-                while let Some(m) = dec.next_message().unwrap() {
+                while let Some(m) = dec.next_message::<CoordinatorToNode>().unwrap() {
                     got.push(m);
                 }
             }
@@ -432,21 +666,22 @@ mod tests {
         /// prefix.
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-            if let Ok((_, used)) = decode(&bytes, MAX) {
+            if let Ok((_, used)) = decode::<CoordinatorToNode>(&bytes, MAX) {
                 prop_assert!(used <= bytes.len());
             }
+            let _ = decode::<ToolRequest>(&bytes, MAX);
             let mut dec = FrameDecoder::new(MAX);
             dec.push(&bytes);
-            let _ = dec.next_message();
+            let _ = dec.next_message::<NodeToCoordinator>();
         }
 
         /// Valid frames with their body bytes flipped never panic the decoder.
         #[test]
-        fn corrupted_frames_never_panic(which in 0usize..14, at in any::<usize>(), to in any::<u8>()) {
+        fn corrupted_frames_never_panic(which in 0usize..12, at in any::<usize>(), to in any::<u8>()) {
             let mut frame = encode(&samples()[which], MAX).unwrap();
             let at = FRAME_HEADER_BYTES + at % (frame.len() - FRAME_HEADER_BYTES);
             frame[at] = to;
-            let _ = decode(&frame, MAX);
+            let _ = decode::<CoordinatorToNode>(&frame, MAX);
         }
     }
 }

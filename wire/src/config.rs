@@ -72,7 +72,7 @@ pub struct ClusterConfig {
     pub full_stack: FullStackConfig,
 }
 
-/// When a passive mode's primary answers (DESIGN.md, "The three modes").
+/// When a passive mode's primary answers (docs/design.md, "The three modes").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Shipping {
@@ -94,12 +94,12 @@ impl Shipping {
 }
 
 impl std::str::FromStr for Shipping {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Shipping, String> {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Shipping, crate::error::UnknownName> {
         match s {
             "sync" => Ok(Shipping::Sync),
             "async" => Ok(Shipping::Async),
-            other => Err(format!("unknown shipping `{other}`; valid: sync, async")),
+            other => Err(crate::error::UnknownName { what: "shipping", name: other.to_string(), valid: "sync, async" }),
         }
     }
 }
@@ -121,7 +121,7 @@ impl Default for FullStackConfig {
         FullStackConfig { workers: 4 }
     }
 }
-/// The replication mode (DESIGN.md, "The three modes").
+/// The replication mode (docs/design.md, "The three modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
@@ -159,12 +159,13 @@ impl std::fmt::Display for Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
-        Mode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| format!("unknown mode `{s}`; valid: active-active, active-passive, full-stack"))
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<Mode, crate::error::UnknownName> {
+        Mode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| crate::error::UnknownName {
+            what: "mode",
+            name: s.to_string(),
+            valid: "active-active, active-passive, full-stack",
+        })
     }
 }
 

@@ -38,8 +38,14 @@
 //!   dialler giving up — closes it at once with an application code (`CLOSE_*`) and a reason
 //!   the peer reads (defect #14, item 4): a peer never waits out the idle timeout to learn it
 //!   was refused;
-//! - a malformed or oversized frame makes [`LinkReceiver::recv`] return
-//!   [`EndpointError::Frame`] and closes the connection with [`CLOSE_PROTOCOL_VIOLATION`];
+//! - the protocol version is checked at connection time: a Hello naming another version, or
+//!   framed in another, is refused ([`EndpointError::HelloRejected`] with
+//!   [`HelloMismatch::Version`], naming both versions; the peer is told why);
+//! - after the Hellos a link carries one channel's messages ([`crate::channel`]), the enum
+//!   the caller names in [`LinkReceiver::recv`]; a malformed or oversized frame, one of another
+//!   protocol version or one whose tag names no message of the channel makes `recv` return
+//!   [`EndpointError::Frame`] and closes that connection — only that one — with
+//!   [`CLOSE_PROTOCOL_VIOLATION`];
 //! - a peer closing with [`CLOSE_NORMAL`] or finishing its stream ends [`LinkReceiver::recv`]
 //!   with `Ok(None)`; dropping a link (or its sender half) finishes its stream and keeps the
 //!   connection until the peer has everything sent before (at most a few seconds), so the last
@@ -81,10 +87,11 @@ use tokio::task::JoinSet;
 
 use rustls::pki_types::CertificateDer;
 
+use crate::channel::{ChannelMessage, Handshake};
 use crate::codec::{self, FRAME_BYTES_MAX_DEFAULT, LENGTH_PREFIX_BYTES};
 use crate::config::{ClusterConfig, Limits};
-use crate::error::CodecError;
-use crate::messages::{bounded_reason, Hello, Message, Role, PROTOCOL_VERSION};
+use crate::error::{CodecError, HelloMismatch};
+use crate::messages::{bounded_reason, Hello, Role, PROTOCOL_VERSION};
 use crate::tls::{self, IdentityProblem, Role as Identity};
 
 /// Application close code: the link is done (not an error).
@@ -242,9 +249,14 @@ pub enum EndpointError {
     /// The peer answered the Hello with `HelloRefused`.
     #[error("{addr} refused this process: {reason}")]
     HelloRefused { addr: SocketAddr, reason: String },
-    /// This side refused the peer's Hello (another protocol version or cluster).
-    #[error("refused {addr}'s Hello: {reason}")]
-    HelloRejected { addr: SocketAddr, reason: String },
+    /// This side refused the peer's Hello (another protocol version or cluster): the peer
+    /// was told why ([`CLOSE_HELLO_REFUSED`]).
+    #[error("refused {addr}'s Hello: {mismatch}")]
+    HelloRejected {
+        addr: SocketAddr,
+        #[source]
+        mismatch: HelloMismatch,
+    },
     /// The peer's Hello claims an identity its certificate is not (a client's certificate
     /// with a node's Hello, node 1's with node 2's); the connection was closed with
     /// [`CLOSE_IDENTITY_REFUSED`].
@@ -301,6 +313,14 @@ impl EndpointError {
     /// Whether the error ends the listener (rather than concerning one peer).
     pub fn is_listener_closed(&self) -> bool {
         matches!(self, EndpointError::ListenerClosed)
+    }
+
+    /// Whether the peer broke the protocol after the handshake — a frame oversized,
+    /// malformed, of another protocol version, with a tag naming no message of the channel, or
+    /// cut off — so the link closed it ([`CLOSE_PROTOCOL_VIOLATION`]): worth a warning naming
+    /// the peer, unlike a peer that merely went away.
+    pub fn is_protocol_violation(&self) -> bool {
+        matches!(self, EndpointError::Frame { .. } | EndpointError::Truncated { .. })
     }
 
     /// Whether a listener refused the peer for who it claims to be (another identity, cluster
@@ -499,35 +519,30 @@ fn endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> std::io::R
 }
 
 /// Checks a peer's Hello against ours: same protocol version, same cluster.
-fn check_hello(ours: &Hello, theirs: &Hello) -> Result<(), String> {
+fn check_hello(ours: &Hello, theirs: &Hello) -> Result<(), HelloMismatch> {
     if theirs.protocol_version != PROTOCOL_VERSION {
-        return Err(format!(
-            "protocol version {} is not this build's version {PROTOCOL_VERSION}",
-            theirs.protocol_version
-        ));
+        return Err(HelloMismatch::Version { theirs: theirs.protocol_version, ours: PROTOCOL_VERSION });
     }
     if theirs.config_fingerprint != ours.config_fingerprint {
-        return Err(format!(
-            "cluster.toml fingerprint {:016x} differs from this process's {:016x} (another cluster, or an edited \
-             cluster.toml)",
-            theirs.config_fingerprint, ours.config_fingerprint
-        ));
+        return Err(HelloMismatch::Fingerprint { theirs: theirs.config_fingerprint, ours: ours.config_fingerprint });
     }
     Ok(())
 }
 
-/// A short description of a message for errors, without its contents.
-fn kind(msg: &Message) -> String {
-    let debug = match msg {
-        // Not the whole batch's Debug text for one word.
-        Message::Batch(_) => return "Batch".to_string(),
-        Message::Results(_) => return "Results".to_string(),
-        Message::ClientRequests(_) => return "ClientRequests".to_string(),
-        Message::ClientReplies(_) => return "ClientReplies".to_string(),
-        other => format!("{other:?}"),
-    };
-    let end = debug.find(|c: char| !c.is_alphanumeric()).unwrap_or(debug.len());
-    debug[..end].to_string()
+/// The refusal of a first frame in another protocol version: its version byte is the peer's
+/// version (a Hello of it cannot be decoded, nor one of ours by the peer).
+fn foreign_version(e: &EndpointError) -> Option<HelloMismatch> {
+    match e {
+        EndpointError::Frame { source: CodecError::Version { got, expected }, .. } => {
+            Some(HelloMismatch::Version { theirs: *got, ours: *expected })
+        }
+        _ => None,
+    }
+}
+
+/// A short description of a first frame for errors, without its contents.
+fn kind(msg: Option<&Handshake>) -> String {
+    msg.map_or("nothing", Handshake::name).to_string()
 }
 
 /// Reassembles frames from a QUIC stream in a buffer that never exceeds one maximum frame and
@@ -547,8 +562,13 @@ impl FrameReader {
         FrameReader { buf: vec![0; initial], start: 0, end: 0, frame_bytes_max }
     }
 
-    /// The next message; `Ok(None)` when the stream ended cleanly between frames.
-    async fn next(&mut self, stream: &mut RecvStream, addr: SocketAddr) -> Result<Option<Message>, EndpointError> {
+    /// The next message of `M`'s channel; `Ok(None)` when the stream ended cleanly between
+    /// frames.
+    async fn next<M: ChannelMessage>(
+        &mut self,
+        stream: &mut RecvStream,
+        addr: SocketAddr,
+    ) -> Result<Option<M>, EndpointError> {
         loop {
             let pending = &self.buf[self.start..self.end];
             let mut needed = LENGTH_PREFIX_BYTES;
@@ -589,7 +609,7 @@ impl FrameReader {
 
 /// `Ok(None)` for a normal close (by the peer with [`CLOSE_NORMAL`], or locally), else the
 /// error.
-fn closed_or(addr: SocketAddr, e: ConnectionError) -> Result<Option<Message>, EndpointError> {
+fn closed_or<M>(addr: SocketAddr, e: ConnectionError) -> Result<Option<M>, EndpointError> {
     match &e {
         ConnectionError::ApplicationClosed(close) if close.error_code.into_inner() == u64::from(CLOSE_NORMAL) => {
             Ok(None)
@@ -654,8 +674,8 @@ pub struct Link {
 }
 
 impl LinkSender {
-    /// Encodes `msg` as one frame and sends it.
-    pub async fn send(&mut self, msg: &Message) -> Result<(), EndpointError> {
+    /// Encodes `msg` (a message of the link's channel) as one frame and sends it.
+    pub async fn send<M: ChannelMessage>(&mut self, msg: &M) -> Result<(), EndpointError> {
         self.buf.clear();
         let addr = self.shared.remote;
         codec::encode_into(msg, &mut self.buf, self.frame_bytes_max)
@@ -727,10 +747,14 @@ fn write_error(addr: SocketAddr, e: WriteError) -> EndpointError {
 }
 
 impl LinkReceiver {
-    /// The next message; `Ok(None)` once the peer has finished its stream or closed the link
-    /// normally. A bad frame closes the connection with [`CLOSE_PROTOCOL_VIOLATION`] and is
-    /// returned as [`EndpointError::Frame`] (or [`EndpointError::Truncated`]).
-    pub async fn recv(&mut self) -> Result<Option<Message>, EndpointError> {
+    /// The next message of the link's channel, `M` (the caller knows the channel from who the
+    /// peer is: [`LinkReceiver::peer_hello`]); `Ok(None)` once the peer has finished its
+    /// stream or closed the link normally. A bad frame — oversized, malformed, of another
+    /// protocol version ([`CodecError::Version`]) or with a tag naming no message of `M`
+    /// ([`CodecError::UnknownTag`]) — closes this connection (only) with
+    /// [`CLOSE_PROTOCOL_VIOLATION`] and is returned as [`EndpointError::Frame`] (or
+    /// [`EndpointError::Truncated`]).
+    pub async fn recv<M: ChannelMessage>(&mut self) -> Result<Option<M>, EndpointError> {
         let result = self.reader.next(&mut self.stream, self.shared.remote).await;
         if let Err(e @ (EndpointError::Frame { .. } | EndpointError::Truncated { .. })) = &result {
             close(&self.conn, CLOSE_PROTOCOL_VIOLATION, &e.to_string());
@@ -755,8 +779,8 @@ impl LinkReceiver {
 }
 
 impl Link {
-    /// Encodes `msg` as one frame and sends it.
-    pub async fn send(&mut self, msg: &Message) -> Result<(), EndpointError> {
+    /// Encodes `msg` (a message of the link's channel) as one frame and sends it.
+    pub async fn send<M: ChannelMessage>(&mut self, msg: &M) -> Result<(), EndpointError> {
         self.sender.send(msg).await
     }
 
@@ -765,8 +789,8 @@ impl Link {
         self.sender.send_encoded(frames).await
     }
 
-    /// The next message; see [`LinkReceiver::recv`].
-    pub async fn recv(&mut self) -> Result<Option<Message>, EndpointError> {
+    /// The next message of the link's channel; see [`LinkReceiver::recv`].
+    pub async fn recv<M: ChannelMessage>(&mut self) -> Result<Option<M>, EndpointError> {
         self.receiver.recv().await
     }
 
@@ -798,7 +822,7 @@ impl Link {
     /// Refuses the peer after reading its Hello: sends `HelloRefused { reason }`, waits
     /// briefly for it to be delivered, and closes with [`CLOSE_HELLO_REFUSED`].
     pub async fn refuse(mut self, reason: &str) {
-        let msg = Message::HelloRefused { reason: bounded_reason(reason.to_string()) };
+        let msg = Handshake::HelloRefused { reason: bounded_reason(reason.to_string()) };
         if self.sender.send(&msg).await.is_ok() && self.sender.stream.finish().is_ok() {
             let _ = tokio::time::timeout(Duration::from_millis(500), self.sender.stream.stopped()).await;
         }
@@ -983,7 +1007,7 @@ async fn accept_one(
     let first = async {
         let (send, mut recv) = conn.accept_bi().await.map_err(|e| lost(addr, e))?;
         let mut reader = FrameReader::new(HELLO_FRAME_BYTES_MAX);
-        let first = reader.next(&mut recv, addr).await?;
+        let first = reader.next::<Handshake>(&mut recv, addr).await?;
         Ok::<_, EndpointError>((send, recv, reader, first))
     };
     let (send, recv, mut reader, first) = match tokio::time::timeout(timeout, first).await {
@@ -995,13 +1019,19 @@ async fn accept_one(
                 EndpointError::Timeout { addr, what: "Hello", timeout },
             ));
         }
-        Ok(Err(e)) => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
+        Ok(Err(e)) => match foreign_version(&e) {
+            Some(mismatch) => {
+                let e = EndpointError::HelloRejected { addr, mismatch: mismatch.clone() };
+                return Err(setup.fail(CLOSE_HELLO_REFUSED, &mismatch.to_string(), e));
+            }
+            None => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
+        },
         Ok(Ok(parts)) => parts,
     };
     let peer_hello = match first {
-        Some(Message::Hello(h)) => h,
+        Some(Handshake::Hello(h)) => h,
         other => {
-            let got = other.as_ref().map_or("nothing".to_string(), kind);
+            let got = kind(other.as_ref());
             let e = EndpointError::NoHello { addr, got };
             return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, "the first message must be a Hello", e));
         }
@@ -1019,12 +1049,12 @@ async fn accept_one(
         Arc::new(Shared { peer_hello: peer_hello.clone(), remote: addr, _permit: Some(permit), endpoint: None });
     reader.frame_bytes_max = limits.frame_bytes_max;
     let mut link = assemble(conn, send, recv, reader, limits.frame_bytes_max, shared);
-    if let Err(reason) = check_hello(&hello, &peer_hello) {
+    if let Err(mismatch) = check_hello(&hello, &peer_hello) {
         setup.done();
-        link.refuse(&reason).await;
-        return Err(EndpointError::HelloRejected { addr, reason });
+        link.refuse(&mismatch.to_string()).await;
+        return Err(EndpointError::HelloRejected { addr, mismatch });
     }
-    if let Err(e) = link.send(&Message::Hello(hello)).await {
+    if let Err(e) = link.send(&Handshake::Hello(hello)).await {
         return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &format!("cannot send the Hello: {e}"), e));
     }
     setup.done();
@@ -1122,7 +1152,7 @@ async fn connect_inner(
     }
     let (mut send, mut recv) = conn.open_bi().await.map_err(dial_error)?;
 
-    let frame = codec::encode(&Message::Hello(hello.clone()), HELLO_FRAME_BYTES_MAX)
+    let frame = codec::encode(&Handshake::Hello(hello.clone()), HELLO_FRAME_BYTES_MAX)
         .map_err(|source| EndpointError::Encode { addr, source })?;
     if let Err(e) = send.write_all(&frame).await {
         return Err(match e {
@@ -1134,19 +1164,25 @@ async fn connect_inner(
         });
     }
     let mut reader = FrameReader::new(HELLO_FRAME_BYTES_MAX);
-    let reply = match reader.next(&mut recv, addr).await {
+    let reply = match reader.next::<Handshake>(&mut recv, addr).await {
         Ok(reply) => reply,
         Err(EndpointError::ConnectionLost { source, .. }) => return Err(dial_error(source)),
         Err(e @ EndpointError::ClosedByPeer { .. }) => return Err(refused_at_hello(e)),
-        Err(e) => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
+        Err(e) => match foreign_version(&e) {
+            Some(mismatch) => {
+                let e = EndpointError::HelloRejected { addr, mismatch: mismatch.clone() };
+                return Err(setup.fail(CLOSE_HELLO_REFUSED, &mismatch.to_string(), e));
+            }
+            None => return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, &e.to_string(), e)),
+        },
     };
     let peer_hello = match reply {
-        Some(Message::Hello(h)) => h,
-        Some(Message::HelloRefused { reason }) => {
+        Some(Handshake::Hello(h)) => h,
+        Some(Handshake::HelloRefused { reason }) => {
             return Err(setup.fail(CLOSE_NORMAL, "", EndpointError::HelloRefused { addr, reason }));
         }
-        other => {
-            let got = other.as_ref().map_or("nothing".to_string(), kind);
+        None => {
+            let got = kind(None);
             let e = EndpointError::NoHello { addr, got };
             return Err(setup.fail(CLOSE_PROTOCOL_VIOLATION, "the first message must be a Hello", e));
         }
@@ -1165,9 +1201,9 @@ async fn connect_inner(
     reader.frame_bytes_max = limits.frame_bytes_max;
     let link = assemble(conn, send, recv, reader, limits.frame_bytes_max, shared);
     setup.done();
-    if let Err(reason) = check_hello(&hello, &peer_hello) {
-        link.refuse(&reason).await;
-        return Err(EndpointError::HelloRejected { addr, reason });
+    if let Err(mismatch) = check_hello(&hello, &peer_hello) {
+        link.refuse(&mismatch.to_string()).await;
+        return Err(EndpointError::HelloRejected { addr, mismatch });
     }
     Ok(link)
 }
@@ -1190,14 +1226,20 @@ mod tests {
         let good = Hello { role: Role::Client, id: 9, ..ours.clone() };
         assert!(check_hello(&ours, &good).is_ok());
         let other_cluster = Hello { config_fingerprint: 8, ..good.clone() };
-        assert!(check_hello(&ours, &other_cluster).unwrap_err().contains("fingerprint"));
+        assert_eq!(check_hello(&ours, &other_cluster), Err(HelloMismatch::Fingerprint { theirs: 8, ours: 7 }));
+        assert!(check_hello(&ours, &other_cluster).unwrap_err().to_string().contains("fingerprint"));
         let other_version = Hello { protocol_version: PROTOCOL_VERSION + 1, ..good };
-        assert!(check_hello(&ours, &other_version).unwrap_err().contains("protocol version"));
+        let mismatch = check_hello(&ours, &other_version).unwrap_err();
+        assert_eq!(mismatch, HelloMismatch::Version { theirs: PROTOCOL_VERSION + 1, ours: PROTOCOL_VERSION });
+        assert_eq!(
+            mismatch.to_string(),
+            format!("protocol version {} is not this build's version {PROTOCOL_VERSION}", PROTOCOL_VERSION + 1)
+        );
     }
 
     #[test]
     fn message_kinds_name_the_variant_only() {
-        assert_eq!(kind(&Message::Heartbeat { now_ms: 3 }), "Heartbeat");
-        assert_eq!(kind(&Message::ClientRequests(vec![])), "ClientRequests");
+        assert_eq!(kind(Some(&Handshake::HelloRefused { reason: "long reason".into() })), "HelloRefused");
+        assert_eq!(kind(None), "nothing");
     }
 }

@@ -1,5 +1,6 @@
 //! Errors of the wire crate: reading and validating `cluster.toml` ([`ConfigError`] with the
-//! [`Problem`] it found) and framing messages ([`CodecError`]). Expected outcomes — an
+//! [`Problem`] it found, [`UnknownName`] for a mode or shipping named on a command line),
+//! framing messages ([`CodecError`]) and comparing Hellos ([`HelloMismatch`]). Expected outcomes — an
 //! incomplete frame, an oversized one, a peer on another protocol version — are variants the
 //! caller matches on, never strings.
 
@@ -138,6 +139,10 @@ pub enum CodecError {
     /// The peer speaks another protocol version.
     #[error("protocol version {got} is not this build's version {expected}")]
     Version { got: u8, expected: u8 },
+    /// The frame's variant tag names no message of the channel it arrived on (a message of
+    /// another channel, or of another build).
+    #[error("tag {tag} is no message of the {channel} channel")]
+    UnknownTag { channel: &'static str, tag: u32 },
     /// The body is not a valid encoding of a message.
     #[error("malformed message: {0}")]
     Malformed(String),
@@ -147,4 +152,29 @@ pub enum CodecError {
     /// The message could not be encoded (a bug: every message type is encodable).
     #[error("cannot encode message: {0}")]
     Encode(String),
+}
+
+/// A name that is none of a setting's values (`--mode`, `shipping`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} `{name}`; valid: {valid}")]
+pub struct UnknownName {
+    /// The setting (`mode`, `shipping`).
+    pub what: &'static str,
+    pub name: String,
+    /// The valid names, comma-separated.
+    pub valid: &'static str,
+}
+
+/// Why a peer's Hello does not match this process's: the connection is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HelloMismatch {
+    /// The peer speaks another protocol version.
+    #[error("protocol version {theirs} is not this build's version {ours}")]
+    Version { theirs: u8, ours: u8 },
+    /// The peer runs from another `cluster.toml`.
+    #[error(
+        "cluster.toml fingerprint {theirs:016x} differs from this process's {ours:016x} (another cluster, or an \
+         edited cluster.toml)"
+    )]
+    Fingerprint { theirs: u64, ours: u64 },
 }

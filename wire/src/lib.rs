@@ -1,8 +1,10 @@
-//! glass's wire protocol: the cluster description (`cluster.toml`, [`config`]), every message
-//! processes exchange ([`messages`]) and their framing ([`codec`]), all synchronous; and the
+//! glass's wire protocol: the cluster description (`cluster.toml`, [`config`]), one message
+//! enum per direction of each channel ([`channel`]), the payloads they carry ([`messages`])
+//! and their framing ([`codec`]), all synchronous; and the
 //! transport carrying them: the cluster's CA and TLS configurations ([`tls`]) and the QUIC
 //! endpoints on tokio and quinn ([`endpoint`]).
 
+pub mod channel;
 pub mod codec;
 pub mod config;
 pub mod endpoint;
@@ -10,6 +12,7 @@ pub mod error;
 pub mod messages;
 pub mod tls;
 
+pub use channel::ChannelMessage;
 pub use config::{check_ports_free, ClusterConfig, Mode};
-pub use error::{CodecError, ConfigError, Problem};
-pub use messages::{Message, NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};
+pub use error::{CodecError, ConfigError, HelloMismatch, Problem, UnknownName};
+pub use messages::{NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};

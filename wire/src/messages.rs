@@ -1,18 +1,19 @@
-//! Every message glass processes exchange, as one serde enum ([`Message`]), and the types it
-//! carries: identifiers, the H-Store style [`Timestamp`], batches of ordered transactions and
+//! The payloads glass processes exchange — carried by the channel enums of
+//! [`crate::channel`], one per direction of each channel — and their types: identifiers, the H-Store style [`Timestamp`], batches of ordered transactions and
 //! their per-replica results, client requests and replies, load status, digests, heartbeats.
 //!
 //! Guarantees:
 //! - the hot path carries many transactions per frame: the coordinator sends a partition's
 //!   transactions as one [`Batch`], a replica answers with one [`Results`], a client sends
-//!   [`Message::ClientRequests`] and receives [`Message::ClientReplies`];
+//!   [`crate::channel::ClientToCoordinator::ClientRequests`] and receives
+//!   [`crate::channel::CoordinatorToClient::ClientReplies`];
 //! - a transaction is identified by its timestamp, which one coordinator never issues twice;
 //! - every encoded transaction of a batch and every encoded result fits in
 //!   [`TXN_ENTRY_BYTES_MAX`] bytes (checked by tests), so `cluster.toml` validation can prove a
 //!   full batch fits in a frame;
 //! - the encoding is bincode over serde: an enum variant is encoded by its index, so new
 //!   variants are appended at the end of an enum, and any change that alters the encoding of
-//!   existing variants bumps [`PROTOCOL_VERSION`];
+//!   existing variants (of a channel enum or of a payload) bumps [`PROTOCOL_VERSION`];
 //! - TPC-C's input domains (clauses 2.4.1–2.8.1) are checked by `engine::input::check_input`,
 //!   on both sides of the network: the coordinator refuses an input outside them with
 //!   [`Rejection::OutOfDomain`] before anything is sent to a replica, and a replica reports
@@ -27,8 +28,9 @@ use engine::procedures::{TxnInput, TxnOutput};
 use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
-/// The protocol version: the first byte of every frame and a field of [`Hello`].
-pub const PROTOCOL_VERSION: u8 = 6;
+/// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
+/// per channel ([`crate::channel`]) instead of one for every message.
+pub const PROTOCOL_VERSION: u8 = 7;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -144,7 +146,7 @@ impl fmt::Display for Role {
 
 /// The first message on every connection, in both directions: who is speaking, in which
 /// protocol version, about which cluster. A peer whose version or cluster fingerprint differs
-/// is answered with [`Message::HelloRefused`] and disconnected.
+/// is answered with [`crate::channel::Handshake::HelloRefused`] and disconnected.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     /// [`PROTOCOL_VERSION`] of the sender.
@@ -393,7 +395,8 @@ pub struct ClientReply {
     pub result: ClientResult,
 }
 
-/// The answer to a [`Message::DigestRequest`].
+/// The answer to a digest request ([`crate::channel::ClientToCoordinator::DigestRequest`],
+/// [`crate::channel::ToolRequest::DigestRequest`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum DigestOutcome {
     /// Each replica's state digest after batch `seq` (from the coordinator: every live replica
@@ -413,157 +416,6 @@ impl DigestOutcome {
                 digests.first().is_some_and(|(_, first)| digests.iter().all(|(_, d)| d == first))
             }
             DigestOutcome::Rejected(_) | DigestOutcome::Busy => false,
-        }
-    }
-}
-
-/// Every message of the protocol. Which process sends which is noted on each variant; new
-/// variants go at the end (their index is their encoding).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Message {
-    /// Any → any, first on every connection.
-    Hello(Hello),
-    /// Any → any: the Hello was refused (version, fingerprint, role or id); the connection
-    /// closes after it.
-    HelloRefused { reason: String },
-    /// Node → coordinator: progress loading a partition replica.
-    LoadStatus { partition: PartitionId, state: LoadState },
-    /// Coordinator → node: the next transactions of a partition.
-    Batch(Batch),
-    /// Node → coordinator: a replica's results for one batch.
-    Results(Results),
-    /// Client → coordinator: transactions to run.
-    ClientRequests(Vec<ClientRequest>),
-    /// Coordinator → client: answers, in any order.
-    ClientReplies(Vec<ClientReply>),
-    /// Client → coordinator (answered through the ordered path: every live replica digests
-    /// its state at the same point), or coordinator/tool → node (answered at once).
-    DigestRequest { request_id: u64, partition: PartitionId },
-    /// The answer to a [`Message::DigestRequest`].
-    DigestReply { request_id: u64, partition: PartitionId, outcome: DigestOutcome },
-    /// Any → any, every `timeouts.heartbeat_ms`: the sender is alive. `now_ms` is the sender's
-    /// clock, for diagnostics only.
-    Heartbeat { now_ms: u64 },
-    /// Coordinator → nodes: the live replica set of a partition changed (a replica failed);
-    /// `epoch` counts the changes. Failover and rejoin build on this.
-    Membership { partition: PartitionId, epoch: u64, live: Vec<NodeId> },
-    /// Coordinator → nodes: the partition is stopped (its replicas diverged); execute nothing
-    /// more of it.
-    PartitionStopped { partition: PartitionId, reason: String },
-    /// Coordinator → any: the cluster is shutting down. Also client → coordinator or node:
-    /// shut down (what `glass cluster down` sends; only holders of a cluster certificate can).
-    Shutdown { reason: String },
-    /// Client → coordinator or node: report your state; answered with
-    /// [`Message::StatusReply`].
-    StatusRequest { request_id: u64 },
-    /// The answer to a [`Message::StatusRequest`].
-    StatusReply { request_id: u64, status: ProcessStatus },
-    /// Client or peer → node: stream a consistent copy of one partition replica's rows as
-    /// [`Message::SnapshotChunk`]s. The copy is taken between two batches: the replica
-    /// executes nothing while it streams.
-    /// `after_seq`: the copy reflects at least every batch up to it (the replica answers once
-    /// it executed that far; 0 = now).
-    SnapshotRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
-    /// Node → requester: one piece of a snapshot; the last one has `end` set.
-    SnapshotChunk(SnapshotChunk),
-    /// Primary's node → backup's node (passive modes): the log records batch `seq` produced,
-    /// to be applied in sequence order.
-    Ship(Shipment),
-    /// Backup's node → primary's node: the backup applied every shipment up to `seq`.
-    ShipAck { partition: PartitionId, seq: Seq },
-    /// Client → node: run a read-only transaction (OrderStatus, StockLevel) on this node's
-    /// replica of `partition` now, outside the ordered path.
-    ReplicaRead { request_id: u64, partition: PartitionId, input: TxnInput },
-    /// The answer to a [`Message::ReplicaRead`]: the outcome against the replica's state after
-    /// batch `seq`; `possibly_stale` when the replica is a backup that may lag its primary.
-    ReplicaReadReply { request_id: u64, partition: PartitionId, seq: Seq, possibly_stale: bool, outcome: TxnOutcome },
-    /// Node → coordinator (a restarted node, `glass node --rejoin`): let me rejoin
-    /// `partition`.
-    RejoinRequest { partition: PartitionId },
-    /// Coordinator → rejoining node: copy the partition from `source` as of batch
-    /// `from_seq - 1` or later; every batch from `from_seq` on is sent to you too — hold them
-    /// until the copy is installed.
-    RejoinPlan { partition: PartitionId, source: NodeId, from_seq: Seq },
-    /// Coordinator → rejoining node: not now, and why.
-    RejoinRefused { partition: PartitionId, reason: String },
-    /// Coordinator → a restarted full-stack node that recovered `partition` from its own
-    /// write-ahead log (restart recovery), when no live replica of the partition is left and
-    /// the node was its last primary: its recovered state is the partition's; execute from
-    /// batch `from_seq` on. (Batches sent to it before it failed and never answered were
-    /// answered "outcome unknown": restart recovery kept those whose commit record was on disk.)
-    ResumeFromLog { partition: PartitionId, from_seq: Seq },
-    /// Rejoining full-stack node → the node of its partition's primary: send the log base
-    /// (the primary's log from its last checkpoint to the end of batch `after_seq` or later,
-    /// and where the primary's copy of this node's log ended if it is a promoted backup).
-    LogBaseRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
-    /// A piece of the answer to a [`Message::LogBaseRequest`].
-    LogBaseChunk(LogBaseChunk),
-    /// Backup's node → coordinator, with every heartbeat (passive modes): the backup of
-    /// `partition` applied every shipment up to batch `seq`. The coordinator promotes the
-    /// most up-to-date backup when the primary fails.
-    BackupApplied { partition: PartitionId, seq: Seq },
-    /// Rejoining node → coordinator: the copy (as of batch `snapshot_seq`) is installed and
-    /// every batch held since has executed: count me as live.
-    Rejoined { partition: PartitionId, snapshot_seq: Seq },
-    /// Coordinator → a backup's node (passive modes, its primary failed): become the primary
-    /// once every shipment received is applied. `first_unanswered` is the first batch no
-    /// client was answered for; the new primary continues from it or after what it applied.
-    Promote { partition: PartitionId, first_unanswered: Seq },
-    /// Promoted backup → coordinator: it applied every batch up to `applied_seq` and executes
-    /// from `next_seq` on.
-    Promoted { partition: PartitionId, applied_seq: Seq, next_seq: Seq },
-    /// Coordinator → a passive partition's primary: ship the log records of every batch from
-    /// the next one on to `backup` too (a backup rejoining); wait for its acknowledgements
-    /// only once a membership names it.
-    ShipTo { partition: PartitionId, backup: NodeId },
-    /// A remote piece's outcome: node → coordinator, which forwards it to the executing
-    /// replicas of the home partition (DESIGN.md, multi-partition transactions).
-    PieceReads(PieceReads),
-    /// Coordinator → a partition's replicas: every replica batch `seq` was sent to failed
-    /// before answering, and the outcome of its remote piece of transaction `ts` never
-    /// reached the home partition; a replica whose state includes batch `seq` derives the
-    /// piece's reads again (changing nothing) and sends them as [`Message::PieceReads`].
-    RederivePiece { partition: PartitionId, home: PartitionId, seq: Seq, ts: Timestamp, input: TxnInput },
-}
-
-impl Message {
-    /// The variant's name, for logs and reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Message::Hello(_) => "Hello",
-            Message::HelloRefused { .. } => "HelloRefused",
-            Message::LoadStatus { .. } => "LoadStatus",
-            Message::Batch(_) => "Batch",
-            Message::Results(_) => "Results",
-            Message::ClientRequests(_) => "ClientRequests",
-            Message::ClientReplies(_) => "ClientReplies",
-            Message::DigestRequest { .. } => "DigestRequest",
-            Message::DigestReply { .. } => "DigestReply",
-            Message::Heartbeat { .. } => "Heartbeat",
-            Message::Membership { .. } => "Membership",
-            Message::PartitionStopped { .. } => "PartitionStopped",
-            Message::Shutdown { .. } => "Shutdown",
-            Message::StatusRequest { .. } => "StatusRequest",
-            Message::StatusReply { .. } => "StatusReply",
-            Message::SnapshotRequest { .. } => "SnapshotRequest",
-            Message::SnapshotChunk(_) => "SnapshotChunk",
-            Message::Ship(_) => "Ship",
-            Message::ShipAck { .. } => "ShipAck",
-            Message::ReplicaRead { .. } => "ReplicaRead",
-            Message::ReplicaReadReply { .. } => "ReplicaReadReply",
-            Message::RejoinRequest { .. } => "RejoinRequest",
-            Message::RejoinPlan { .. } => "RejoinPlan",
-            Message::RejoinRefused { .. } => "RejoinRefused",
-            Message::ResumeFromLog { .. } => "ResumeFromLog",
-            Message::LogBaseRequest { .. } => "LogBaseRequest",
-            Message::LogBaseChunk(_) => "LogBaseChunk",
-            Message::BackupApplied { .. } => "BackupApplied",
-            Message::Rejoined { .. } => "Rejoined",
-            Message::Promote { .. } => "Promote",
-            Message::Promoted { .. } => "Promoted",
-            Message::ShipTo { .. } => "ShipTo",
-            Message::PieceReads(_) => "PieceReads",
-            Message::RederivePiece { .. } => "RederivePiece",
         }
     }
 }
@@ -648,7 +500,7 @@ pub struct PartitionReport {
 /// `limits.frame_bytes_max`).
 pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 1 << 20;
 
-/// Upper bound on the encoded size of a [`Message::SnapshotChunk`] without its row bytes.
+/// Upper bound on the encoded size of a snapshot chunk message without its row bytes.
 pub const SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX: usize = 128 + REASON_BYTES_MAX;
 
 /// One piece of a partition snapshot: rows of one table, as their fixed-width Pod bytes
@@ -769,9 +621,9 @@ mod tests {
     fn an_out_of_domain_rejection_round_trips() {
         let e = InputError::Threshold { value: i32::MIN, min: THRESHOLD_MIN, max: THRESHOLD_MAX };
         let result = ClientResult::Rejected(Rejection::OutOfDomain(e));
-        let msg = Message::ClientReplies(vec![ClientReply { request_id: 9, result }]);
+        let msg = crate::channel::CoordinatorToClient::ClientReplies(vec![ClientReply { request_id: 9, result }]);
         let frame = crate::codec::encode(&msg, 1 << 16).unwrap();
-        assert_eq!(crate::codec::decode(&frame, 1 << 16).unwrap().0, msg);
+        assert_eq!(crate::codec::decode::<crate::channel::CoordinatorToClient>(&frame, 1 << 16).unwrap().0, msg);
         assert_eq!(
             Rejection::OutOfDomain(e).to_string(),
             "input outside TPC-C's domains: StockLevel: threshold -2147483648 is outside 10..=20"

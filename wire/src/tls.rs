@@ -1,5 +1,5 @@
 //! The cluster's own certificate authority and the TLS configurations built from it
-//! (DESIGN.md, "Security").
+//! (docs/design.md, "Security").
 //!
 //! [`init_cluster`] (what `glass cluster init` runs) writes into `cert_dir`:
 //!

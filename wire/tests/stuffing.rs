@@ -16,11 +16,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use wire::channel::{ClientToCoordinator, Handshake};
 use wire::codec::{self, FrameDecoder};
 use wire::endpoint::{listen, EndpointLimits};
 use wire::messages::{Hello, Role as PeerRole};
 use wire::tls::{self, init_cluster, Role};
-use wire::{ClusterConfig, Message, PROTOCOL_VERSION};
+use wire::{ClusterConfig, PROTOCOL_VERSION};
 
 /// The child process reads its certificate directory from this variable.
 const CHILD_ENV: &str = "GLASS_STUFFING_CERT_DIR";
@@ -99,7 +100,7 @@ fn stuffing_target_process() {
         loop {
             match listener.accept().await {
                 Ok(mut link) => {
-                    tokio::spawn(async move { while let Ok(Some(_)) = link.recv().await {} });
+                    tokio::spawn(async move { while let Ok(Some(_)) = link.recv::<ClientToCoordinator>().await {} });
                 }
                 Err(e) if e.is_listener_closed() => return,
                 Err(_) => {}
@@ -158,7 +159,7 @@ fn attacker_endpoint(cfg: &ClusterConfig) -> quinn::Endpoint {
 }
 
 /// Reads one frame from `recv`.
-async fn read_frame(recv: &mut quinn::RecvStream) -> Message {
+async fn read_frame(recv: &mut quinn::RecvStream) -> Handshake {
     let mut decoder = FrameDecoder::new(codec::FRAME_BYTES_MAX_DEFAULT);
     let mut buf = [0u8; 4096];
     loop {
@@ -188,9 +189,9 @@ async fn stuff_one(
     let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let frame_bytes_max = cfg.limits.frame_bytes_max as usize;
-    let frame = codec::encode(&Message::Hello(hello(PeerRole::Client, 7, &cfg)), frame_bytes_max).unwrap();
+    let frame = codec::encode(&Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), frame_bytes_max).unwrap();
     send.write_all(&frame).await.unwrap();
-    assert!(matches!(read_frame(&mut recv).await, Message::Hello(_)), "the target took the Hello");
+    assert!(matches!(read_frame(&mut recv).await, Handshake::Hello(_)), "the target took the Hello");
 
     let mut stuffed = Stuffed::default();
     // A maximum frame but for its last byte: the link's reader holds it, waiting.
@@ -250,9 +251,9 @@ fn a_peer_stuffing_unread_streams_stays_within_the_documented_bound() {
     rt.block_on(async {
         let conn = endpoint.connect(target.addr, "localhost").unwrap().await.unwrap();
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
-        let frame = codec::encode(&Message::Hello(hello(PeerRole::Client, 7, &cfg)), 1 << 20).unwrap();
+        let frame = codec::encode(&Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), 1 << 20).unwrap();
         send.write_all(&frame).await.unwrap();
-        assert!(matches!(read_frame(&mut recv).await, Message::Hello(_)));
+        assert!(matches!(read_frame(&mut recv).await, Handshake::Hello(_)));
         conn.close(0u32.into(), b"");
     });
     std::thread::sleep(Duration::from_millis(200));

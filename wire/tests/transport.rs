@@ -14,14 +14,15 @@ use std::time::Duration;
 
 use engine::procedures::{CustomerSelector, PaymentInput, TxnInput};
 use rustls::pki_types::pem::PemObject;
+use wire::channel::{ClientToCoordinator, CoordinatorToNode};
 use wire::codec;
 use wire::endpoint::{
-    connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_TIMEOUT,
-    CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
+    connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_REFUSED,
+    CLOSE_HELLO_TIMEOUT, CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
 };
 use wire::messages::{Batch, BatchTxn, ClientRequest, Hello, Role as PeerRole};
 use wire::tls::{self, init_cluster, IdentityProblem, Role, TlsError};
-use wire::{ClusterConfig, Message, Timestamp, PROTOCOL_VERSION};
+use wire::{ChannelMessage, ClusterConfig, Timestamp, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -73,7 +74,7 @@ async fn accept(listener: &mut Listener) -> Result<Link, EndpointError> {
     tokio::time::timeout(WAIT, listener.accept()).await.expect("accept timed out")
 }
 
-async fn recv(link: &mut Link) -> Option<Message> {
+async fn recv<M: ChannelMessage>(link: &mut Link) -> Option<M> {
     tokio::time::timeout(WAIT, link.recv()).await.expect("recv timed out").unwrap()
 }
 
@@ -89,15 +90,15 @@ fn payment(i: u32) -> TxnInput {
     })
 }
 
-fn batch(txns: u32) -> Message {
+fn batch(txns: u32) -> CoordinatorToNode {
     let txns = (0..txns)
         .map(|i| BatchTxn::whole(Timestamp::new(1 + u64::from(i >> 13), u64::from(i & 0x1fff), 0), payment(i)))
         .collect();
-    Message::Batch(Batch { partition: 1, seq: 9, txns, digest_after: true })
+    CoordinatorToNode::Batch(Batch { partition: 1, seq: 9, txns, digest_after: true })
 }
 
 /// The largest batch of payments whose frame fits in `frame_bytes_max` (binary search).
-fn batch_near(frame_bytes_max: usize) -> Message {
+fn batch_near(frame_bytes_max: usize) -> CoordinatorToNode {
     let fits = |n| codec::encode(&batch(n), frame_bytes_max).is_ok();
     let (mut lo, mut hi) = (0u32, 1u32);
     while fits(hi) {
@@ -114,13 +115,13 @@ fn batch_near(frame_bytes_max: usize) -> Message {
     batch(lo)
 }
 
-/// An echo server: answers every message with itself until the peer leaves; returns what
-/// ended the link.
-fn echo(link: Link) -> tokio::task::JoinHandle<Result<usize, EndpointError>> {
+/// An echo server: answers every message (of `M`'s channel) with itself until the peer
+/// leaves; returns what ended the link.
+fn echo<M: ChannelMessage>(link: Link) -> tokio::task::JoinHandle<Result<usize, EndpointError>> {
     tokio::spawn(async move {
         let (mut tx, mut rx) = link.split();
         let mut echoed = 0;
-        while let Some(msg) = rx.recv().await? {
+        while let Some(msg) = rx.recv::<M>().await? {
             tx.send(&msg).await?;
             echoed += 1;
         }
@@ -141,7 +142,7 @@ async fn cluster_peers_exchange_hellos_and_messages_both_ways() {
     assert!(s.remote_address().ip().is_loopback());
 
     // Client → coordinator.
-    let requests = Message::ClientRequests(vec![ClientRequest { request_id: 1, input: payment(1) }]);
+    let requests = ClientToCoordinator::ClientRequests(vec![ClientRequest { request_id: 1, input: payment(1) }]);
     c.send(&requests).await.unwrap();
     assert_eq!(recv(&mut s).await, Some(requests));
 
@@ -161,27 +162,27 @@ async fn cluster_peers_exchange_hellos_and_messages_both_ways() {
     assert_eq!(received, [Some(big.clone()), Some(big.clone())]);
 
     // One more transaction would not fit: refused locally, nothing sent, the link usable.
-    let Message::Batch(mut too_big) = big.clone() else { unreachable!() };
+    let CoordinatorToNode::Batch(mut too_big) = big.clone() else { unreachable!() };
     too_big.txns.push(too_big.txns[0]);
-    assert!(matches!(s.send(&Message::Batch(too_big)).await, Err(EndpointError::Encode { .. })));
+    assert!(matches!(s.send(&CoordinatorToNode::Batch(too_big)).await, Err(EndpointError::Encode { .. })));
 
     // Split halves in separate tasks, many small messages both ways.
-    let server = echo(s);
+    let server = echo::<CoordinatorToNode>(s);
     let (mut tx, mut rx) = c.split();
     let sending = tokio::spawn(async move {
         for i in 0..1_000 {
-            tx.send(&Message::Heartbeat { now_ms: i }).await.unwrap();
+            tx.send(&CoordinatorToNode::Heartbeat { now_ms: i }).await.unwrap();
         }
         tx.finish(WAIT).await;
     });
     for i in 0..1_000 {
         let got = tokio::time::timeout(WAIT, rx.recv()).await.unwrap().unwrap();
-        assert_eq!(got, Some(Message::Heartbeat { now_ms: i }));
+        assert_eq!(got, Some(CoordinatorToNode::Heartbeat { now_ms: i }));
     }
     sending.await.unwrap();
     assert_eq!(server.await.unwrap().unwrap(), 1_000);
     // The echo server's end of the link is gone: the client's stream ends.
-    assert_eq!(tokio::time::timeout(WAIT, rx.recv()).await.unwrap().unwrap(), None);
+    assert_eq!(tokio::time::timeout(WAIT, rx.recv::<CoordinatorToNode>()).await.unwrap().unwrap(), None);
 }
 
 /// The client trusts this cluster's CA (it could verify the coordinator) but presents a
@@ -264,8 +265,8 @@ async fn bad_frames_cost_only_their_sender_its_connection() {
     let mut listener = coordinator(&cfg, limits()).await;
     let (good, served) = tokio::join!(client(&cfg, listener.local_addr(), "127.0.0.1"), accept(&mut listener));
     let mut good = good.unwrap();
-    let server = echo(served.unwrap());
-    let ping = |i| Message::Heartbeat { now_ms: i };
+    let server = echo::<CoordinatorToNode>(served.unwrap());
+    let ping = |i| CoordinatorToNode::Heartbeat { now_ms: i };
     good.send(&ping(1)).await.unwrap();
     assert_eq!(recv(&mut good).await, Some(ping(1)));
 
@@ -283,27 +284,38 @@ async fn bad_frames_cost_only_their_sender_its_connection() {
     }
     drop((send, recv_stream));
 
-    // After a proper Hello: a malformed frame, then (another client) an oversized prefix.
-    let cases: [(&str, Vec<u8>); 2] = [
+    // After a proper Hello: a malformed frame, then (other clients) an oversized prefix, a
+    // tag naming no message of the channel, and a frame of another protocol version.
+    let mut old_version = codec::encode(&ping(9), 1 << 10).unwrap();
+    old_version[codec::LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION - 1;
+    let cases: [(&str, Vec<u8>); 4] = [
         ("malformed", vec![2, 0, 0, 0, PROTOCOL_VERSION, 200]),
         ("oversized", ((8u32 << 20) - 4).to_le_bytes().to_vec()),
+        ("unknown tag", vec![5, 0, 0, 0, PROTOCOL_VERSION, 200, 0, 0, 0]),
+        ("wrong version", old_version),
     ];
     for (what, bytes) in cases {
         let (bad, served) = tokio::join!(client(&cfg, listener.local_addr(), "localhost"), accept(&mut listener));
         let (mut bad, mut served) = (bad.unwrap(), served.unwrap());
         bad.send_encoded(&bytes).await.unwrap();
-        let err = tokio::time::timeout(WAIT, served.recv()).await.unwrap().expect_err(what);
+        let err = tokio::time::timeout(WAIT, served.recv::<CoordinatorToNode>()).await.unwrap().expect_err(what);
+        let EndpointError::Frame { source, .. } = &err else { panic!("{what}: {err:?}") };
         match what {
-            "malformed" => {
-                assert!(matches!(err, EndpointError::Frame { source: wire::CodecError::Malformed(_), .. }), "{err:?}")
-            }
-            _ => assert!(
-                matches!(err, EndpointError::Frame { source: wire::CodecError::TooLarge { .. }, .. }),
+            "malformed" => assert!(matches!(source, wire::CodecError::Malformed(_)), "{err:?}"),
+            "oversized" => assert!(matches!(source, wire::CodecError::TooLarge { .. }), "{err:?}"),
+            "unknown tag" => assert_eq!(
+                source,
+                &wire::CodecError::UnknownTag { channel: CoordinatorToNode::CHANNEL, tag: 200 },
+                "{err:?}"
+            ),
+            _ => assert_eq!(
+                source,
+                &wire::CodecError::Version { got: PROTOCOL_VERSION - 1, expected: PROTOCOL_VERSION },
                 "{err:?}"
             ),
         }
         // The bad client learns it was cut off, with the protocol-violation code.
-        match tokio::time::timeout(WAIT, bad.recv()).await.unwrap() {
+        match tokio::time::timeout(WAIT, bad.recv::<CoordinatorToNode>()).await.unwrap() {
             Err(EndpointError::ClosedByPeer { code, .. }) => assert_eq!(code, u64::from(CLOSE_PROTOCOL_VIOLATION)),
             other => panic!("{what}: {other:?}"),
         }
@@ -312,7 +324,7 @@ async fn bad_frames_cost_only_their_sender_its_connection() {
         assert_eq!(recv(&mut good).await, Some(ping(2)));
     }
     drop(good);
-    assert_eq!(server.await.unwrap().unwrap(), 3);
+    assert_eq!(server.await.unwrap().unwrap(), 5);
 }
 
 async fn raw_client(cfg: &ClusterConfig, listener: &Listener) -> quinn::Connection {
@@ -321,6 +333,56 @@ async fn raw_client(cfg: &ClusterConfig, listener: &Listener) -> quinn::Connecti
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
     endpoint.connect(listener.local_addr(), "localhost").unwrap().await.unwrap()
+}
+
+/// The protocol version is checked at connection time: a Hello naming another version, or a
+/// first frame in another version altogether, is refused with a typed error naming both
+/// versions, and the dialler is told why; the listener goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hello_in_another_protocol_version_is_refused() {
+    let (cfg, _cfg_dir) = cluster("other-version");
+    let mut listener = coordinator(&cfg, limits()).await;
+    let addr = listener.local_addr();
+    let expected = wire::HelloMismatch::Version { theirs: PROTOCOL_VERSION + 1, ours: PROTOCOL_VERSION };
+
+    // A Hello of this build's framing claiming another version.
+    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
+    let mut newer = hello(PeerRole::Client, 7, &cfg);
+    newer.protocol_version = PROTOCOL_VERSION + 1;
+    let (dialled, accepted) = tokio::join!(connect(addr, "localhost", tls, newer, limits()), accept(&mut listener));
+    match dialled {
+        Err(EndpointError::HelloRefused { reason, .. }) => assert_eq!(reason, expected.to_string()),
+        other => panic!("{other:?}"),
+    }
+    match accepted {
+        Err(EndpointError::HelloRejected { mismatch, .. }) => assert_eq!(mismatch, expected),
+        other => panic!("{other:?}"),
+    }
+
+    // A Hello framed in another version: refused the same way, with the close code and a
+    // reason naming both versions.
+    let raw = raw_client(&cfg, &listener).await;
+    let (mut send, recv_stream) = raw.open_bi().await.unwrap();
+    let mut frame = codec::encode(&wire::channel::Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), 1 << 10).unwrap();
+    frame[codec::LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION + 1;
+    send.write_all(&frame).await.unwrap();
+    match accept(&mut listener).await {
+        Err(EndpointError::HelloRejected { mismatch, .. }) => assert_eq!(mismatch, expected),
+        other => panic!("{other:?}"),
+    }
+    match tokio::time::timeout(WAIT, raw.closed()).await.unwrap() {
+        quinn::ConnectionError::ApplicationClosed(close) => {
+            assert_eq!(close.error_code, quinn::VarInt::from_u32(CLOSE_HELLO_REFUSED));
+            assert_eq!(String::from_utf8_lossy(&close.reason), expected.to_string());
+        }
+        other => panic!("{other:?}"),
+    }
+    drop((send, recv_stream));
+
+    // The listener still serves this build's peers.
+    let (good, served) = tokio::join!(client(&cfg, addr, "localhost"), accept(&mut listener));
+    assert_eq!(served.unwrap().peer_hello().id, 7);
+    drop(good.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,11 +702,11 @@ async fn a_link_closed_while_sending_tells_its_peer_at_once() {
     let frame = codec::encode(&batch_near(16 << 10), 16 << 10).unwrap();
     let frames: Vec<u8> = (0..64).flat_map(|_| frame.iter().copied()).collect();
     served.send_encoded(&frames).await.unwrap();
-    assert!(recv(&mut dialled).await.is_some());
+    assert!(recv::<CoordinatorToNode>(&mut dialled).await.is_some());
     served.close(CLOSE_PROTOCOL_VIOLATION, "closed while sending");
     let ended = tokio::time::timeout(PROMPT, async {
         loop {
-            match dialled.recv().await {
+            match dialled.recv::<CoordinatorToNode>().await {
                 Ok(Some(_)) => continue,
                 other => return other,
             }

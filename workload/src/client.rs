@@ -14,8 +14,13 @@
 //!   replica rebuilt here has that state, that TPC-C's consistency conditions hold across all
 //!   partitions, and that every acknowledged NewOrder it is given has its ORDER row; in the
 //!   passive modes, that every backup, once it applied the same shipments, has the primary's
-//!   digest; and that read-only transactions run on every replica ([`Message::ReplicaRead`])
-//!   return the same results everywhere.
+//!   digest; and that read-only transactions run on every replica
+//!   ([`ToolRequest::ReplicaRead`]) return the same results everywhere.
+//!
+//! A link's channel is chosen by who is at the other end (its Hello): the coordinator is
+//! asked on the client channel ([`ClientToCoordinator`]), a node on the tool channel
+//! ([`ToolRequest`]); a node fetching a copy from another asks on the peer channel
+//! ([`wire::channel::PeerChannel`]).
 
 pub mod driver;
 
@@ -26,11 +31,11 @@ use engine::schema::{keys, t, TableId};
 use engine::{LeanDb, Storage};
 use node::snapshot::{peer, recv_matching, snapshot_into, SnapshotInfo};
 use node::TransferError;
+use wire::channel::{ClientToCoordinator, CoordinatorToClient, ToolReply, ToolRequest};
 use wire::config::{resolve, split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
 use wire::messages::{
-    DigestOutcome, Hello, Message, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, StateDigest,
-    PROTOCOL_VERSION,
+    DigestOutcome, Hello, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, StateDigest, PROTOCOL_VERSION,
 };
 
 /// How long a status or digest request may take.
@@ -150,16 +155,33 @@ impl ClusterClient {
     }
 }
 
+/// Whether `link` reaches the coordinator (the client channel) rather than a node (the tool
+/// channel).
+fn to_coordinator(link: &Link) -> bool {
+    link.peer_hello().role == Role::Coordinator
+}
+
 /// Asks the process at the other end of `link` for its status.
 pub async fn status(link: &mut Link) -> Result<ProcessStatus, ClientError> {
     let request_id = 1;
-    link.send(&Message::StatusRequest { request_id }).await?;
-    recv_matching(link, "a status request", REQUEST_TIMEOUT, |m| match m {
-        Message::StatusReply { request_id: r, status } if r == request_id => Some(status),
-        _ => None,
-    })
-    .await
-    .map_err(ClientError::from)
+    let what = "a status request";
+    if to_coordinator(link) {
+        link.send(&ClientToCoordinator::StatusRequest { request_id }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            CoordinatorToClient::StatusReply { request_id: r, status } if r == request_id => Some(status),
+            _ => None,
+        })
+        .await
+        .map_err(ClientError::from)
+    } else {
+        link.send(&ToolRequest::StatusRequest { request_id }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            ToolReply::StatusReply { request_id: r, status } if r == request_id => Some(status),
+            _ => None,
+        })
+        .await
+        .map_err(ClientError::from)
+    }
 }
 
 /// Asks the coordinator (through the ordered path: every live replica digests its state
@@ -169,12 +191,22 @@ pub async fn digests(
     partition: PartitionId,
 ) -> Result<(Seq, Vec<(NodeId, StateDigest)>), ClientError> {
     let request_id = u64::from(partition) + 1_000;
-    link.send(&Message::DigestRequest { request_id, partition }).await?;
-    let outcome = recv_matching(link, "a digest request", REQUEST_TIMEOUT, |m| match m {
-        Message::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
-        _ => None,
-    })
-    .await?;
+    let what = "a digest request";
+    let outcome = if to_coordinator(link) {
+        link.send(&ClientToCoordinator::DigestRequest { request_id, partition }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            CoordinatorToClient::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+            _ => None,
+        })
+        .await?
+    } else {
+        link.send(&ToolRequest::DigestRequest { request_id, partition }).await?;
+        recv_matching(link, what, REQUEST_TIMEOUT, |m| match m {
+            ToolReply::DigestReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+            _ => None,
+        })
+        .await?
+    };
     match outcome {
         DigestOutcome::Digests { seq, digests } => Ok((seq, digests)),
         DigestOutcome::Rejected(r) => Err(ClientError::Rejected(r)),
@@ -185,8 +217,13 @@ pub async fn digests(
 /// Asks the process at the other end of `link` to shut down, and closes the link once the
 /// request is delivered.
 pub async fn shutdown(link: Link, reason: &str) -> Result<(), ClientError> {
+    let coordinator = to_coordinator(&link);
     let (mut sender, _receiver) = link.split();
-    sender.send(&Message::Shutdown { reason: reason.to_string() }).await?;
+    let reason = reason.to_string();
+    match coordinator {
+        true => sender.send(&ClientToCoordinator::Shutdown { reason }).await?,
+        false => sender.send(&ToolRequest::Shutdown { reason }).await?,
+    }
     sender.finish(Duration::from_secs(2)).await;
     Ok(())
 }
@@ -447,9 +484,9 @@ pub async fn replica_reads(
         let mut outcomes = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
             let request_id = i as u64 + 1;
-            link.send(&Message::ReplicaRead { request_id, partition, input: *input }).await?;
+            link.send(&ToolRequest::ReplicaRead { request_id, partition, input: *input }).await?;
             let outcome = recv_matching(&mut link, "a replica read", REQUEST_TIMEOUT, |m| match m {
-                Message::ReplicaReadReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
+                ToolReply::ReplicaReadReply { request_id: r, outcome, .. } if r == request_id => Some(outcome),
                 _ => None,
             })
             .await?;

@@ -3,12 +3,13 @@
 #![allow(dead_code)] // each test crate uses its own subset
 
 use coordinator::{ClientId, Event, Output};
-use wire::messages::{Batch, ClientReply, Message, NodeId};
+use wire::channel::CoordinatorToNode;
+use wire::messages::{Batch, ClientReply, NodeId};
 
 pub fn batches(out: &[Output]) -> Vec<(Vec<NodeId>, Batch)> {
     out.iter()
         .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: Message::Batch(b) } => Some((nodes.clone(), b.clone())),
+            Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(b) } => Some((nodes.clone(), b.clone())),
             _ => None,
         })
         .collect()

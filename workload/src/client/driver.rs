@@ -38,7 +38,8 @@ use engine::procedures::{TxnInput, TxnKind, TxnOutput};
 use serde::Serialize;
 use tokio::runtime::Handle;
 use tracing::debug;
-use wire::messages::{ClientReply, ClientRequest, ClientResult, Message, PartitionId, Rejection};
+use wire::channel::{ClientToCoordinator, CoordinatorToClient};
+use wire::messages::{ClientReply, ClientRequest, ClientResult, PartitionId, Rejection};
 
 use super::{ClientError, ClusterClient, NewOrderAck};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
@@ -791,24 +792,25 @@ impl Terminal {
                     }
                 }
             }
-            if !batch.is_empty() && tx.send(&Message::ClientRequests(batch)).await.is_err() {
+            if !batch.is_empty() && tx.send(&ClientToCoordinator::ClientRequests(batch)).await.is_err() {
                 if !self.outages {
                     self.failure("cannot send to the coordinator".into());
                 }
                 return true;
             }
             let received = tokio::select! {
-                r = rx.recv() => r,
+                r = rx.recv::<CoordinatorToClient>() => r,
                 _ = ticker.tick(), if self.rate.is_some() || phase == PHASE_DRAIN => continue,
                 _ = tokio::time::sleep_until(backing_off.unwrap_or_else(Instant::now).into()), if backing_off.is_some() => continue,
             };
             let replies = match received {
-                Ok(Some(Message::ClientReplies(replies))) => replies,
-                Ok(Some(Message::Shutdown { reason })) => {
+                Ok(Some(CoordinatorToClient::ClientReplies(replies))) => replies,
+                Ok(Some(CoordinatorToClient::Shutdown { reason })) => {
                     self.failure(format!("the coordinator shut down: {reason}"));
                     break;
                 }
-                Ok(Some(_)) => continue,
+                // The driver asks for neither.
+                Ok(Some(CoordinatorToClient::DigestReply { .. } | CoordinatorToClient::StatusReply { .. })) => continue,
                 Ok(None) => {
                     if self.pending.is_empty() {
                         break;

@@ -1,0 +1,83 @@
+//! The control channel: a node and the coordinator. The coordinator sends each partition's
+//! batches and everything that decides a replica's part (membership, promotion, rejoin,
+//! stop); a node sends its replicas' results, load progress, heartbeats and rejoin and
+//! promotion progress. Multi-partition transactions' remote piece outcomes travel both ways
+//! (node → coordinator → the home partition's replicas).
+
+use engine::procedures::TxnInput;
+
+use crate::channel::channel_enum;
+use crate::messages::{Batch, LoadState, NodeId, PartitionId, PieceReads, Results, Seq, Timestamp};
+
+channel_enum! {
+    /// Coordinator → node.
+    pub enum CoordinatorToNode = "coordinator → node" {
+        /// The next transactions of a partition.
+        Batch(Batch),
+        /// Every `timeouts.heartbeat_ms`: the coordinator is alive. `now_ms` is its clock, for
+        /// diagnostics only.
+        Heartbeat { now_ms: u64 },
+        /// The live replica set of a partition changed (a replica failed); `epoch` counts the
+        /// changes.
+        Membership { partition: PartitionId, epoch: u64, live: Vec<NodeId> },
+        /// The partition is stopped (its replicas diverged); execute nothing more of it.
+        PartitionStopped { partition: PartitionId, reason: String },
+        /// The cluster is shutting down.
+        Shutdown { reason: String },
+        /// To a rejoining node: copy the partition from `source` as of batch `from_seq - 1`
+        /// or later; every batch from `from_seq` on is sent to you too — hold them until the
+        /// copy is installed.
+        RejoinPlan { partition: PartitionId, source: NodeId, from_seq: Seq },
+        /// To a rejoining node: not now, and why.
+        RejoinRefused { partition: PartitionId, reason: String },
+        /// To a restarted full-stack node that recovered `partition` from its own write-ahead
+        /// log, when no live replica of the partition is left and the node was its last
+        /// primary: its recovered state is the partition's; execute from batch `from_seq` on.
+        /// (Batches sent to it before it failed and never answered were answered "outcome
+        /// unknown": restart recovery kept those whose commit record was on disk.)
+        ResumeFromLog { partition: PartitionId, from_seq: Seq },
+        /// To a backup's node (passive modes, its primary failed): become the primary once
+        /// every shipment received is applied. `first_unanswered` is the first batch no client
+        /// was answered for; the new primary continues from it or after what it applied.
+        Promote { partition: PartitionId, first_unanswered: Seq },
+        /// To a passive partition's primary: ship the log records of every batch from the next
+        /// one on to `backup` too (a backup rejoining); wait for its acknowledgements only once
+        /// a membership names it.
+        ShipTo { partition: PartitionId, backup: NodeId },
+        /// A remote piece's outcome, forwarded to the executing replicas of the home partition
+        /// (docs/design.md, multi-partition transactions).
+        PieceReads(PieceReads),
+        /// To a partition's replicas: every replica batch `seq` was sent to failed before
+        /// answering, and the outcome of its remote piece of transaction `ts` never reached the
+        /// home partition; a replica whose state includes batch `seq` derives the piece's reads
+        /// again (changing nothing) and sends them as [`NodeToCoordinator::PieceReads`].
+        RederivePiece { partition: PartitionId, home: PartitionId, seq: Seq, ts: Timestamp, input: TxnInput },
+    }
+}
+
+channel_enum! {
+    /// Node → coordinator.
+    pub enum NodeToCoordinator = "node → coordinator" {
+        /// Progress loading a partition replica.
+        LoadStatus { partition: PartitionId, state: LoadState },
+        /// A replica's results for one batch.
+        Results(Results),
+        /// Every `timeouts.heartbeat_ms`: the node is alive. `now_ms` is its clock, for
+        /// diagnostics only.
+        Heartbeat { now_ms: u64 },
+        /// A restarted node (`glass node --rejoin`): let me rejoin `partition`.
+        RejoinRequest { partition: PartitionId },
+        /// With every heartbeat (passive modes): the backup of `partition` applied every
+        /// shipment up to batch `seq`. The coordinator promotes the most up-to-date backup
+        /// when the primary fails.
+        BackupApplied { partition: PartitionId, seq: Seq },
+        /// A rejoining node: the copy (as of batch `snapshot_seq`) is installed and every batch
+        /// held since has executed: count me as live.
+        Rejoined { partition: PartitionId, snapshot_seq: Seq },
+        /// A promoted backup: it applied every batch up to `applied_seq` and executes from
+        /// `next_seq` on.
+        Promoted { partition: PartitionId, applied_seq: Seq, next_seq: Seq },
+        /// A remote piece's outcome, for the coordinator to forward to the home partition.
+        PieceReads(PieceReads),
+    }
+}
