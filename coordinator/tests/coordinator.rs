@@ -1,4 +1,4 @@
-//! The coordinator state machine driven directly (STYLE.md habit 2): replicas are played by
+//! The coordinator state machine driven directly (docs/design.md, "Deciding logic is synchronous"): replicas are played by
 //! the test, which delivers their messages in adversarial orders — reordered, duplicated,
 //! late, from failed nodes — and checks the paper's Section 5.3 contract for active-active
 //! replication: a client is answered only when every live replica executed its transaction

@@ -1,4 +1,4 @@
-//! The coordinator in the passive modes (DESIGN.md, "The three modes": `active-passive` and
+//! The coordinator in the passive modes (docs/design.md, "The three answers glass measures": `active-passive` and
 //! `full-stack`), driven directly with the test playing the replicas: only the primary — the
 //! first replica cluster.toml lists — receives batches and is awaited for results, since "the
 //! backups apply redo in order (roll forward) and never execute procedure logic"; a partition
@@ -96,7 +96,7 @@ fn serving(mode: Mode) -> Coordinator {
     c
 }
 
-/// DESIGN.md "The three modes": in active-passive (and full-stack, which replicates the same
+/// docs/design.md, the three modes: in active-passive (and full-stack, which replicates the same
 /// way) the primary executes and the backups only roll its log forward — "the backups apply
 /// redo in order (roll forward) and never execute procedure logic" — so the coordinator sends
 /// a partition's batches to its primary alone (partition 1 → node 1, partition 2 → node 2) and
@@ -138,7 +138,7 @@ fn batches_go_to_the_primary_alone_and_its_results_answer_the_client() {
 }
 
 /// A partition serves only once all its live replicas, the backups included, loaded the same
-/// state (DESIGN.md "Determinism is the contract": replicas compare digests): until the backup
+/// state (docs/design.md, "The determinism contract": replicas compare digests): until the backup
 /// reports `Ready` requests are refused `NotReady`; a backup whose load digest differs from its
 /// primary's stops the partition for good (Event::Diverged, PartitionStopped to both nodes),
 /// since rolling the primary's after-images forward onto a different state would not give the
@@ -193,7 +193,7 @@ fn a_partition_waits_for_its_backup_and_stops_if_the_backup_loaded_another_state
     assert_eq!(phase(&c, 1), Phase::Serving);
 }
 
-/// DESIGN.md "The three modes", active-passive replication: when a backup's node is lost the
+/// docs/design.md, the three modes, active-passive replication: when a backup's node is lost the
 /// primary keeps serving alone; the coordinator sends a Membership without the lost backup to
 /// the remaining replicas — the primary's node — which is how a `sync` primary learns it no
 /// longer waits for that backup's acknowledgements. A batch in flight at the loss is answered

@@ -2,9 +2,9 @@
 //! for transparent huge pages, and chunked pools of plain-old-data elements built on them.
 //!
 //! Why: at TPC-C's working set (hundreds of MB) dependent loads cost 150–250 ns and TLB misses
-//! add to them; huge pages cut that (MACHINE.md), and on this VM every newly touched 4 KiB page
-//! costs a fault and a zeroing, so a pool grows in whole 2 MiB pages and never copies: a chunk,
-//! once allocated, never moves.
+//! add to them; huge pages cut that (measured on this VM: README, "Design"), and on this VM
+//! every newly touched 4 KiB page costs a fault and a zeroing, so a pool grows in whole 2 MiB
+//! pages and never copies: a chunk, once allocated, never moves.
 //!
 //! Guarantees: ids are dense `u32`s handed out in allocation order (released ids are reused
 //! first, most recently released first); an element's address never changes while it lives.

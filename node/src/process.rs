@@ -12,8 +12,10 @@
 //!   keeps that one link: a reader task routes batches to the executors' inboxes (awaiting
 //!   room: backpressure reaches the coordinator through QUIC flow control), a writer task
 //!   sends the executors' results, load progress and a heartbeat every
-//!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost:
-//!   a restarted coordinator would restart the batch numbering, and rejoin is not built yet;
+//!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost
+//!   (a restarted coordinator would restart the batch numbering): the node stops executing and
+//!   keeps serving tools; it comes back as a new process started with `--rejoin`, which copies
+//!   its partitions from live replicas (docs/design.md, "Failure and recovery");
 //! - the node listens on its own address for tools (`glass cluster status`, `check`, `dump`,
 //!   `down`) on the tool channel (`wire::channel::ToolRequest`): status, replica digests,
 //!   snapshots, replica reads, shutdown; and for other nodes on the peer channel

@@ -144,7 +144,7 @@ fn delivery(carrier: u8, ts: i64) -> TxnInput {
     TxnInput::Delivery(DeliveryInput { w_id: W, o_carrier_id: carrier, date: ts })
 }
 
-/// Clause 4.3.3.1 (TPCC.md's population table): the cardinalities of one warehouse, and the
+/// Clause 4.3.3.1 (the population table of clause 4.3.3.1): the cardinalities of one warehouse, and the
 /// loaded database keeps every consistency condition (clause 3.3.2), including condition 11
 /// (count(ORDER) − count(NEW_ORDER) = 2100 per district), which holds only at load.
 #[test]
@@ -560,7 +560,7 @@ proptest! {
     }
 }
 
-/// DESIGN.md's determinism contract: two engines fed the same input sequence commit the same
+/// The determinism contract (docs/design.md): two engines fed the same input sequence commit the same
 /// results and end in the same state digest; a different sequence ends elsewhere.
 #[test]
 fn engines_fed_the_same_sequence_end_with_equal_digests() {

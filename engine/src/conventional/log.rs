@@ -246,7 +246,7 @@ pub trait LogDevice: Send {
     /// Writes `data` at `offset` (within `size`); durable only after `sync_data`.
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Grows the device to `size` bytes by writing zeros (so later log writes overwrite
-    /// allocated blocks: MACHINE.md measured that this halves `fdatasync` time).
+    /// allocated blocks: measured on this machine, that halves `fdatasync` time).
     fn preallocate(&mut self, size: u64) -> io::Result<()>;
     /// Makes every completed write durable (`fdatasync`).
     fn sync_data(&mut self) -> io::Result<()>;
