@@ -51,8 +51,8 @@ use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, Co
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus,
-    Rejection, Role, PROTOCOL_VERSION,
+    ClientReply, ClientRequest, ClientResult, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
+    ProcessStatus, Rejection, ReplicationRole, Role, PROTOCOL_VERSION,
 };
 
 use crate::coordinator::{ClientId, Coordinator, Event, Output, Phase};
@@ -586,12 +586,12 @@ impl Core {
                 .map(|p| PartitionReport {
                     partition: p.partition,
                     phase: match p.phase {
-                        Phase::Loading => "loading".to_string(),
-                        Phase::Serving => "serving".to_string(),
-                        Phase::Stopped { reason } => format!("stopped: {reason}"),
-                        Phase::Unavailable => "unavailable".to_string(),
-                        Phase::Promoting { backup } => format!("promoting node {backup}"),
-                        Phase::Recovering { node } => format!("recovering on node {node} from its log"),
+                        Phase::Loading => PartitionPhase::Loading,
+                        Phase::Serving => PartitionPhase::Serving,
+                        Phase::Stopped { reason } => PartitionPhase::Stopped { reason },
+                        Phase::Unavailable => PartitionPhase::Unavailable,
+                        Phase::Promoting { backup } => PartitionPhase::Promoting { backup },
+                        Phase::Recovering { node } => PartitionPhase::Recovering { node },
                     },
                     load: None,
                     replicas: p.live_replicas,
@@ -599,7 +599,7 @@ impl Core {
                     txns: p.inflight_txns as u64,
                     cpu_ms: 0,
                     replication: wire::messages::ReplicationReport {
-                        role: "coordinator".into(),
+                        role: Some(ReplicationRole::Coordinator),
                         shipped_bytes: self.batch_bytes.get(&p.partition).copied().unwrap_or(0),
                         ..Default::default()
                     },
@@ -611,7 +611,7 @@ impl Core {
                 .iter()
                 .map(|p| PartitionReport {
                     partition: p.id,
-                    phase: format!("waiting for nodes {:?} to join", self.missing_nodes()),
+                    phase: PartitionPhase::WaitingForNodes { missing: self.missing_nodes() },
                     load: None,
                     replicas: Vec::new(),
                     seq: 0,

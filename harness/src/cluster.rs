@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use wire::config::ClusterConfig;
-use wire::messages::{LoadState, NodeId, PartitionId, ProcessStatus, Seq, StateDigest};
+use wire::messages::{LoadState, NodeId, PartitionId, PartitionPhase, ProcessStatus, Seq, StateDigest};
 use workload::client::{self, ClusterClient};
 
 use crate::error::HarnessError;
@@ -356,13 +356,13 @@ impl Cluster {
                 if let Some(c) = &mut coordinator {
                     match client::status(c).await {
                         Ok(s) => {
-                            if let Some(p) = s.partitions.iter().find(|p| p.phase.starts_with("stopped")) {
+                            if let Some(p) = s.partitions.iter().find(|p| p.phase.is_stopped()) {
                                 return Err(HarnessError::PartitionStopped {
                                     partition: p.partition,
-                                    phase: p.phase.clone(),
+                                    phase: p.phase.to_string(),
                                 });
                             }
-                            let serving = s.partitions.iter().filter(|p| p.phase == "serving").count();
+                            let serving = s.partitions.iter().filter(|p| p.phase.is_serving()).count();
                             if serving == s.partitions.len() {
                                 return Ok(());
                             }
@@ -387,7 +387,7 @@ impl Cluster {
             if let Ok(mut link) = client.connect_coordinator().await {
                 coordinator = client::status(&mut link).await.ok();
                 if let Some(s) = &coordinator {
-                    for p in s.partitions.iter().filter(|p| p.phase == "serving") {
+                    for p in s.partitions.iter().filter(|p| p.phase.is_serving()) {
                         if let Ok((seq, ds)) = client::digests(&mut link, p.partition).await {
                             digests.push(PartitionDigests { partition: p.partition, seq, digests: ds });
                         }
@@ -566,9 +566,11 @@ impl StatusSample {
     /// each of its replicas is ready, and the digests of each partition's live replicas are
     /// equal (in the passive modes, the primary's digest alone is sampled).
     pub fn healthy(&self) -> bool {
-        let coordinator = self.coordinator.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == "serving"));
-        let nodes =
-            self.nodes.iter().all(|(_, s)| s.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == "ready")));
+        let coordinator = self.coordinator.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase.is_serving()));
+        let nodes = self
+            .nodes
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == PartitionPhase::Ready)));
         coordinator && nodes && self.digests.iter().all(PartitionDigests::equal)
     }
 

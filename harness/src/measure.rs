@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use wire::endpoint::Link;
-use wire::messages::{NodeId, PartitionReport, ProcessStatus};
+use wire::messages::{NodeId, PartitionPhase, PartitionReport, ProcessStatus};
 use workload::bench::{self, IntervalLine, Observer, StopAfter};
 use workload::client::driver::{self, DriverConfig, RemoteShares};
 use workload::client::{self, ClusterClient};
@@ -245,11 +245,11 @@ async fn wait_serving(mut link: Link) -> Result<()> {
     let deadline = Instant::now() + READY_WAIT;
     loop {
         let s = client::status(&mut link).await?;
-        if s.partitions.iter().all(|p| p.phase == "serving") {
+        if s.partitions.iter().all(|p| p.phase.is_serving()) {
             return Ok(());
         }
-        if let Some(p) = s.partitions.iter().find(|p| p.phase.starts_with("stopped") || p.phase == "unavailable") {
-            return Err(HarnessError::CannotServe { partition: p.partition, phase: p.phase.clone() });
+        if let Some(p) = s.partitions.iter().find(|p| p.phase.is_stopped() || p.phase == PartitionPhase::Unavailable) {
+            return Err(HarnessError::CannotServe { partition: p.partition, phase: p.phase.to_string() });
         }
         if Instant::now() > deadline {
             return Err(HarnessError::ServeTimeout { secs: READY_WAIT.as_secs() });

@@ -54,8 +54,8 @@ use wire::channel::{
 use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
-    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionReport, ProcessStatus, Rejection, ReplicationReport,
-    Role, Seq, Shipment, PROTOCOL_VERSION,
+    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, ProcessStatus, Rejection,
+    ReplicationReport, Role, Seq, Shipment, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
@@ -200,10 +200,10 @@ impl ReplicaShared {
         let load = self.load.borrow().clone();
         let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let phase = match (&stopped, &load) {
-            (Some(reason), _) => format!("stopped: {reason}"),
-            (None, LoadState::Loading { .. }) => "loading".to_string(),
-            (None, LoadState::Ready { .. }) => "ready".to_string(),
-            (None, LoadState::Failed { reason }) => format!("failed: {reason}"),
+            (Some(reason), _) => PartitionPhase::Stopped { reason: reason.clone() },
+            (None, LoadState::Loading { .. }) => PartitionPhase::Loading,
+            (None, LoadState::Ready { .. }) => PartitionPhase::Ready,
+            (None, LoadState::Failed { reason }) => PartitionPhase::Failed { reason: reason.clone() },
         };
         let schedstat = self.schedstat.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -216,7 +216,7 @@ impl ReplicaShared {
             txns: get(&self.committed),
             cpu_ms: schedstat.iter().filter_map(|p| thread_cpu_ms(p)).sum(),
             replication: ReplicationReport {
-                role: self.role.name().to_string(),
+                role: Some(self.role.reported()),
                 shipped_bytes: get(&self.shipped_bytes),
                 acks: get(&self.acks),
                 ack_delay_us_sum: get(&self.ack_delay_us_sum),

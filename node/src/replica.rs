@@ -95,6 +95,15 @@ impl ReplicaRole {
             ReplicaRole::Backup => "backup",
         }
     }
+
+    /// The role as a status report names it.
+    pub fn reported(self) -> wire::messages::ReplicationRole {
+        match self {
+            ReplicaRole::Replica => wire::messages::ReplicationRole::Replica,
+            ReplicaRole::Primary => wire::messages::ReplicationRole::Primary,
+            ReplicaRole::Backup => wire::messages::ReplicationRole::Backup,
+        }
+    }
 }
 
 /// The partition's storage: the lean kernel, or the conventional stack (`full-stack`).

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use harness::cluster::{describe, Down, StatusSample};
 use harness::{Cluster, Proc, Up};
 use wire::config::ClusterConfig;
-use wire::messages::{LoadState, NodeId, ProcessStatus};
+use wire::messages::{LoadState, NodeId, PartitionPhase, ProcessStatus};
 
 use super::progress::{glass_exe, Console};
 
@@ -125,7 +125,7 @@ fn status(c: &Cluster) -> Result<ExitCode> {
                     st.pid,
                     "yes",
                     p.partition,
-                    truncate(&p.phase, 28),
+                    truncate(&p.phase.to_string(), 28),
                     p.seq,
                     format!("{} open", p.txns),
                     "-",
@@ -177,11 +177,13 @@ fn print_node(s: &StatusSample, id: NodeId, st: &ProcessStatus) {
     let name = format!("node {id}");
     for p in &st.partitions {
         let state = match &p.load {
-            Some(LoadState::Loading { rows_loaded, rows_total }) if p.phase == "loading" => {
+            Some(LoadState::Loading { rows_loaded, rows_total }) if p.phase == PartitionPhase::Loading => {
                 format!("loading {rows_loaded}/{rows_total} rows")
             }
-            _ if p.replication.role.is_empty() => p.phase.clone(),
-            _ => format!("{} ({})", p.phase, p.replication.role),
+            _ => match p.replication.role {
+                None => p.phase.to_string(),
+                Some(role) => format!("{} ({role})", p.phase),
+            },
         };
         println!(
             "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8.1}  {}",

@@ -252,13 +252,17 @@ mod tests {
             uptime_ms: 9,
             partitions: vec![PartitionReport {
                 partition: 1,
-                phase: "ready".into(),
+                phase: PartitionPhase::Ready,
                 load: Some(LoadState::Ready { digest: StateDigest(5) }),
                 replicas: vec![3],
                 seq: 8,
                 txns: 100,
                 cpu_ms: 4,
-                replication: ReplicationReport { role: "backup".into(), applied_bytes: 9, ..Default::default() },
+                replication: ReplicationReport {
+                    role: Some(ReplicationRole::Backup),
+                    applied_bytes: 9,
+                    ..Default::default()
+                },
             }],
         }
     }

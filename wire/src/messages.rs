@@ -29,8 +29,9 @@ use engine::TxnError;
 use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
-/// per channel ([`crate::channel`]) instead of one for every message.
-pub const PROTOCOL_VERSION: u8 = 7;
+/// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
+/// a typed [`PartitionPhase`] and [`ReplicationRole`].
+pub const PROTOCOL_VERSION: u8 = 8;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -439,11 +440,93 @@ pub struct Shipment {
     pub log: ShippedLog,
 }
 
+/// What a process does for a partition, as its status report says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicationRole {
+    /// Active-active: executes every batch.
+    Replica,
+    /// Passive modes: executes and ships log records.
+    Primary,
+    /// Passive modes: applies the primary's log records.
+    Backup,
+    /// The coordinator's own report.
+    Coordinator,
+}
+
+impl ReplicationRole {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicationRole::Replica => "replica",
+            ReplicationRole::Primary => "primary",
+            ReplicationRole::Backup => "backup",
+            ReplicationRole::Coordinator => "coordinator",
+        }
+    }
+}
+
+impl fmt::Display for ReplicationRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A partition's phase in a status report: the coordinator's view of it or a replica's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionPhase {
+    /// The coordinator: its state machine waits for these nodes of `cluster.toml` to join.
+    WaitingForNodes { missing: Vec<NodeId> },
+    /// Loading its warehouses (a replica), or waiting for every replica to load (the
+    /// coordinator).
+    Loading,
+    /// A replica: loaded, its digest reported.
+    Ready,
+    /// The coordinator: the partition answers transactions.
+    Serving,
+    /// The coordinator, passive modes: `backup` is being promoted.
+    Promoting { backup: NodeId },
+    /// The coordinator, full stack: the last primary, restarted, recovers from its log.
+    Recovering { node: NodeId },
+    /// The coordinator: no live replica.
+    Unavailable,
+    /// A replica: its load failed.
+    Failed { reason: String },
+    /// Stopped for good (divergence, a load timeout, a corrupt log).
+    Stopped { reason: String },
+}
+
+impl PartitionPhase {
+    /// Whether the coordinator answers the partition's transactions.
+    pub fn is_serving(&self) -> bool {
+        matches!(self, PartitionPhase::Serving)
+    }
+
+    /// Whether the partition stopped for good.
+    pub fn is_stopped(&self) -> bool {
+        matches!(self, PartitionPhase::Stopped { .. })
+    }
+}
+
+impl fmt::Display for PartitionPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PartitionPhase::WaitingForNodes { missing } => write!(f, "waiting for nodes {missing:?} to join"),
+            PartitionPhase::Loading => f.write_str("loading"),
+            PartitionPhase::Ready => f.write_str("ready"),
+            PartitionPhase::Serving => f.write_str("serving"),
+            PartitionPhase::Promoting { backup } => write!(f, "promoting node {backup}"),
+            PartitionPhase::Recovering { node } => write!(f, "recovering on node {node} from its log"),
+            PartitionPhase::Unavailable => f.write_str("unavailable"),
+            PartitionPhase::Failed { reason } => write!(f, "failed: {reason}"),
+            PartitionPhase::Stopped { reason } => write!(f, "stopped: {reason}"),
+        }
+    }
+}
+
 /// A replica's replication figures, for status displays and `glass compare`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicationReport {
-    /// `replica` (active-active), `primary` or `backup` (`coordinator` in its own report).
-    pub role: String,
+    /// What the process does for the partition (none in a report made before it knows).
+    pub role: Option<ReplicationRole>,
     /// A primary: bytes of shipments sent to backups (each backup counted). The
     /// coordinator: bytes of batches sent to the partition's replicas (each counted).
     pub shipped_bytes: u64,
@@ -478,9 +561,8 @@ pub struct ProcessStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionReport {
     pub partition: PartitionId,
-    /// The coordinator's phase (`loading`, `serving`, `stopped: …`, `unavailable`) or the
-    /// replica's (`loading`, `ready`, `failed: …`, `stopped: …`).
-    pub phase: String,
+    /// The coordinator's phase of the partition, or the replica's.
+    pub phase: PartitionPhase,
     /// A replica's load state (none from the coordinator).
     pub load: Option<LoadState>,
     /// The coordinator: the live replicas; a node: itself.

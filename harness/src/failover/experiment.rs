@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
 use wire::config::{ClusterConfig, Mode, Shipping};
-use wire::messages::NodeId;
+use wire::messages::{NodeId, PartitionPhase};
 use workload::bench::StopAfter;
 use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
 use workload::client::{self, ClusterCheck, ClusterClient};
@@ -195,10 +195,11 @@ impl Killer {
         let killed = Instant::now();
         ev.killed = Some(killed);
         // Detected: the coordinator no longer counts the node, or is promoting a backup.
-        ev.detected = self.wait(run_end, |p| !p.replicas.contains(&victim) || p.phase.starts_with("promoting"));
+        ev.detected = self
+            .wait(run_end, |p| !p.replicas.contains(&victim) || matches!(p.phase, PartitionPhase::Promoting { .. }));
         if promotes {
             // Promoted: serving again without the node.
-            ev.recovered = self.wait(run_end, |p| !p.replicas.contains(&victim) && p.phase == "serving");
+            ev.recovered = self.wait(run_end, |p| !p.replicas.contains(&victim) && p.phase.is_serving());
         }
         if let Some(after) = restart_after {
             std::thread::sleep((killed + after).saturating_duration_since(Instant::now()));
@@ -208,7 +209,7 @@ impl Killer {
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
                                              // Counted again (a full-stack node recovering from its log counts once its
                                              // partition serves).
-                    ev.recovered = self.wait(run_end, |p| p.replicas.contains(&victim) && p.phase == "serving");
+                    ev.recovered = self.wait(run_end, |p| p.replicas.contains(&victim) && p.phase.is_serving());
                 }
                 Err(e) => ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e))),
             }
@@ -494,7 +495,7 @@ impl Cycles {
                 }
             }
             let rejoined =
-                k.wait(k.run_end + LAST_REJOIN_GRACE, |p| p.replicas.contains(&victim) && p.phase == "serving");
+                k.wait(k.run_end + LAST_REJOIN_GRACE, |p| p.replicas.contains(&victim) && p.phase.is_serving());
             if rejoined.is_some() {
                 ev.rejoins_completed += 1;
             }
