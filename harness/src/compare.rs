@@ -23,7 +23,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
-use wire::config::Mode;
+use wire::config::{Mode, Shipping};
 
 use crate::failover::FailoverReport;
 use crate::verdict;
@@ -42,7 +42,7 @@ pub struct CompareRow {
     /// The replication mode (its `cluster.toml` name in JSON and CSV: `active-active`, …).
     pub mode: Mode,
     /// "sync" or "async" for the passive modes, `None` for active-active.
-    pub shipping: Option<String>,
+    pub shipping: Option<Shipping>,
     /// Replication factor.
     pub replicas: usize,
     pub nodes: usize,
@@ -677,7 +677,7 @@ pub(crate) mod tests {
     fn row(mode: Mode, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
         CompareRow {
             mode,
-            shipping: shipping.map(str::to_string),
+            shipping: shipping.map(|s| s.parse().expect("a shipping name")),
             replicas,
             nodes: 3,
             warehouses: 4,
@@ -734,18 +734,19 @@ pub(crate) mod tests {
 
     #[test]
     fn csv_has_a_header_and_one_line_per_row_and_quotes_commas() {
-        let mut rows = example();
-        // The mode is an enum now: the comma goes into a text field.
-        rows[0].shipping = Some("sync, patched".to_string());
-        rows[1].shipping = Some("say \"sync\"".to_string());
+        let rows = example();
         let csv = to_csv(&rows);
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 1 + rows.len());
         assert!(lines[0].starts_with("mode,shipping,replicas,"));
         assert_eq!(lines[0].split(',').count(), CSV_COLUMNS.len());
-        assert!(lines[1].starts_with("active-active,\"sync, patched\",1,"), "{}", lines[1]);
-        assert!(lines[2].starts_with("active-passive,\"say \"\"sync\"\"\",1,"), "{}", lines[2]);
+        assert!(lines[1].starts_with("active-active,,1,"), "{}", lines[1]);
+        assert!(lines[2].starts_with("active-passive,sync,1,"), "{}", lines[2]);
         assert!(!csv.contains("profile"), "bench is not a CSV column");
+        // Every row field is typed now (modes and shipping are enums); a text cell with a
+        // comma or a quote is still quoted, the quote doubled (RFC 4180).
+        let quoted = csv_table::<&str>(&[("text", |t| t.to_string())], &["sync, patched", "say \"sync\""]);
+        assert_eq!(quoted, "text\n\"sync, patched\"\n\"say \"\"sync\"\"\"\n");
     }
 
     #[test]

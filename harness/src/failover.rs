@@ -18,6 +18,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::compare::SvgError;
+use wire::config::{Mode, Shipping};
 
 pub mod experiment;
 
@@ -45,8 +46,8 @@ pub struct TimelinePoint {
 /// The whole record.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverReport {
-    pub mode: String,
-    pub shipping: Option<String>,
+    pub mode: Mode,
+    pub shipping: Option<Shipping>,
     /// The node killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's start).
     pub node: u16,
     pub signal: String,
@@ -98,8 +99,8 @@ pub struct LoopKill {
 /// for good — the adversarial run that once stalled the whole cluster for 30 s.
 #[derive(Debug, Clone, Serialize)]
 pub struct KillLoopReport {
-    pub mode: String,
-    pub shipping: Option<String>,
+    pub mode: Mode,
+    pub shipping: Option<Shipping>,
     pub failure_timeout_ms: u64,
     /// Cycles run (each: kill, restart, kill while rejoining, restart).
     pub cycles: u32,

@@ -1330,23 +1330,14 @@ async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Emit>,
                 break;
             }
         };
-        let partition = match &msg {
-            CoordinatorToNode::Batch(b) => b.partition,
-            CoordinatorToNode::PieceReads(r) => r.home,
-            CoordinatorToNode::RederivePiece { partition, .. }
-            | CoordinatorToNode::Membership { partition, .. }
-            | CoordinatorToNode::PartitionStopped { partition, .. }
-            | CoordinatorToNode::RejoinPlan { partition, .. }
-            | CoordinatorToNode::RejoinRefused { partition, .. }
-            | CoordinatorToNode::ResumeFromLog { partition, .. }
-            | CoordinatorToNode::Promote { partition, .. }
-            | CoordinatorToNode::ShipTo { partition, .. } => *partition,
-            CoordinatorToNode::Heartbeat { .. } => continue,
-            CoordinatorToNode::Shutdown { reason } => {
+        let partition = match (&msg, msg.partition()) {
+            (_, Some(partition)) => partition,
+            (CoordinatorToNode::Shutdown { reason }, None) => {
                 info!(reason = %reason, "the coordinator shuts the cluster down");
                 node.stop("the coordinator said so");
                 break;
             }
+            (_, None) => continue, // a heartbeat
         };
         if let CoordinatorToNode::Membership { epoch, live, .. } = &msg {
             warn!(partition, epoch, live = ?live, "membership changed");

@@ -565,23 +565,23 @@ impl Sim {
     /// What node `node`'s process does with a message from the coordinator.
     fn on_node_message(&mut self, node: NodeId, msg: CoordinatorToNode) {
         let partition = match &msg {
-            CoordinatorToNode::Batch(b) => b.partition,
-            CoordinatorToNode::PieceReads(r) => r.home,
-            CoordinatorToNode::RederivePiece { partition, .. }
-            | CoordinatorToNode::Membership { partition, .. }
-            | CoordinatorToNode::PartitionStopped { partition, .. }
-            | CoordinatorToNode::RejoinPlan { partition, .. }
-            | CoordinatorToNode::RejoinRefused { partition, .. } => *partition,
             CoordinatorToNode::Heartbeat { .. } => return,
             // The simulated cluster is active-active, lean, and never shut down: the
             // coordinator sends none of these.
-            other @ (CoordinatorToNode::Shutdown { .. }
+            CoordinatorToNode::Shutdown { .. }
             | CoordinatorToNode::ResumeFromLog { .. }
             | CoordinatorToNode::Promote { .. }
-            | CoordinatorToNode::ShipTo { .. }) => {
-                self.violations.push(format!("node {node}: unexpected message {}", other.name()));
+            | CoordinatorToNode::ShipTo { .. } => {
+                self.violations.push(format!("node {node}: unexpected message {}", msg.name()));
                 return;
             }
+            CoordinatorToNode::Batch(_)
+            | CoordinatorToNode::PieceReads(_)
+            | CoordinatorToNode::RederivePiece { .. }
+            | CoordinatorToNode::Membership { .. }
+            | CoordinatorToNode::PartitionStopped { .. }
+            | CoordinatorToNode::RejoinPlan { .. }
+            | CoordinatorToNode::RejoinRefused { .. } => msg.partition().expect("a partition's message"),
         };
         let n = self.nodes.get_mut(&node).expect("a configured node");
         let Some(slot) = n.slots.get_mut(&partition) else {

@@ -93,6 +93,12 @@ impl Shipping {
     }
 }
 
+impl std::fmt::Display for Shipping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for Shipping {
     type Err = crate::error::UnknownName;
     fn from_str(s: &str) -> Result<Shipping, crate::error::UnknownName> {

@@ -56,21 +56,16 @@ pub enum ClientError {
     Tls(#[from] wire::tls::TlsError),
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
-    /// The peer did not answer in time.
-    #[error("{peer} did not answer {what} within {timeout:?}")]
-    Timeout { peer: String, what: &'static str, timeout: Duration },
-    /// The peer closed the link before answering.
-    #[error("{peer} closed the link before answering {what}")]
-    Closed { peer: String, what: &'static str },
-    /// A node refused a snapshot or digest.
+    /// Receiving from a node or the coordinator failed: a timeout, a closed link, a refused or
+    /// broken snapshot ([`node::snapshot`]'s errors).
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    /// A process refused a request, or the request could not be made.
     #[error("{peer} refused: {reason}")]
     Refused { peer: String, reason: String },
     /// The coordinator rejected a request.
     #[error("the coordinator rejected the request: {0}")]
     Rejected(Rejection),
-    /// A snapshot stream broke one of its rules.
-    #[error("snapshot of partition {partition} from {peer}: {problem}")]
-    Snapshot { partition: PartitionId, peer: String, problem: String },
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
     #[error(transparent)]
@@ -80,20 +75,6 @@ pub enum ClientError {
     /// A transaction ended in a way that means the cluster is broken (not an abort).
     #[error("{count} transactions failed or were rejected; the first: {first}")]
     Transactions { count: u64, first: String },
-}
-
-/// A transfer's error as the client reports it: each [`TransferError`] is the [`ClientError`]
-/// of the same name.
-impl From<TransferError> for ClientError {
-    fn from(e: TransferError) -> ClientError {
-        match e {
-            TransferError::Endpoint(e) => ClientError::Endpoint(e),
-            TransferError::Timeout { peer, what, timeout } => ClientError::Timeout { peer, what, timeout },
-            TransferError::Closed { peer, what } => ClientError::Closed { peer, what },
-            TransferError::Refused { peer, reason } => ClientError::Refused { peer, reason },
-            TransferError::Snapshot { partition, peer, problem } => ClientError::Snapshot { partition, peer, problem },
-        }
-    }
 }
 
 /// Connects to a cluster's processes as a client.
@@ -514,11 +495,11 @@ pub async fn fetch_all(client: &ClusterClient, db: &mut LeanDb) -> Result<Vec<Sn
         let info = snapshot_into(&mut link, p.id, db, skip).await?;
         if let Some(first) = out.first().map(|f: &SnapshotInfo| f.table_rows[TableId::Item as usize]) {
             if info.table_rows[TableId::Item as usize] != first {
-                return Err(ClientError::Snapshot {
+                return Err(ClientError::Transfer(TransferError::Snapshot {
                     partition: p.id,
                     peer: format!("node {node}"),
                     problem: "its ITEM table differs in size from the first partition's".into(),
-                });
+                }));
             }
         }
         out.push(info);

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
-use wire::config::Mode;
+use wire::config::{Mode, Shipping};
 
 use super::{csv_table, mode_color, ms, CompareRow, CsvColumn, SvgError, MISSING};
 
@@ -44,7 +44,7 @@ pub struct CurvePoint {
     /// (e.g. "active-passive (sync) ×2").
     pub series: String,
     pub mode: Mode,
-    pub shipping: Option<String>,
+    pub shipping: Option<Shipping>,
     pub replicas: usize,
     /// Percent of NewOrders forced multi-partition.
     pub multi_partition_pct: u32,
@@ -69,7 +69,7 @@ impl CurvePoint {
         Some(CurvePoint {
             series: r.series(),
             mode: r.mode,
-            shipping: r.shipping.clone(),
+            shipping: r.shipping,
             replicas: r.replicas,
             multi_partition_pct: r.multi_partition_pct?,
             seconds: r.seconds,
@@ -166,7 +166,7 @@ pub fn render_table(points: &[CurvePoint]) -> String {
 const CSV_COLUMNS: [Cell; 14] = [
     ("series", |p| p.series.clone()),
     ("mode", |p| p.mode.name().to_string()),
-    ("shipping", |p| p.shipping.clone().unwrap_or_default()),
+    ("shipping", |p| p.shipping.map(|s| s.name().to_string()).unwrap_or_default()),
     ("replicas", |p| p.replicas.to_string()),
     ("multi_partition_pct", |p| p.multi_partition_pct.to_string()),
     ("seconds", |p| p.seconds.to_string()),

@@ -207,7 +207,7 @@ pub fn run_one(
         report.cluster.as_ref().map_or((0, 0), |c| (c.committed_single_partition, c.committed_multi_partition));
     Ok(CompareRow {
         mode: plan.mode,
-        shipping: plan.mode.is_passive().then(|| config.shipping.name().to_string()),
+        shipping: plan.mode.is_passive().then_some(config.shipping),
         replicas,
         nodes: config.nodes.len(),
         warehouses: report.warehouses,

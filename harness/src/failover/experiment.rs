@@ -286,8 +286,8 @@ fn failover_report(
     let lost = (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64;
     let bench_report = &m.report;
     Ok(FailoverReport {
-        mode: config.mode.name().to_string(),
-        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        mode: config.mode,
+        shipping: config.mode.is_passive().then_some(config.shipping),
         node: x.victim,
         signal: if x.signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
         killed_at_s: kill_offset.as_secs_f64(),
@@ -409,8 +409,8 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
     let (per_partition, all) = report::longest_silences(measured, BUCKET);
     Ok(KillLoopReport {
-        mode: config.mode.name().to_string(),
-        shipping: config.mode.is_passive().then(|| config.shipping.name().to_string()),
+        mode: config.mode,
+        shipping: config.mode.is_passive().then_some(config.shipping),
         failure_timeout_ms: config.timeouts.failure_timeout_ms,
         cycles: ev.cycles,
         kills: ev

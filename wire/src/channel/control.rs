@@ -55,6 +55,26 @@ channel_enum! {
     }
 }
 
+impl CoordinatorToNode {
+    /// The partition whose replicas the message is for (a piece's outcome: the home
+    /// partition's); `None` for what concerns the node as a whole (heartbeat, shutdown).
+    pub fn partition(&self) -> Option<PartitionId> {
+        match self {
+            CoordinatorToNode::Batch(b) => Some(b.partition),
+            CoordinatorToNode::PieceReads(r) => Some(r.home),
+            CoordinatorToNode::Membership { partition, .. }
+            | CoordinatorToNode::PartitionStopped { partition, .. }
+            | CoordinatorToNode::RejoinPlan { partition, .. }
+            | CoordinatorToNode::RejoinRefused { partition, .. }
+            | CoordinatorToNode::ResumeFromLog { partition, .. }
+            | CoordinatorToNode::Promote { partition, .. }
+            | CoordinatorToNode::ShipTo { partition, .. }
+            | CoordinatorToNode::RederivePiece { partition, .. } => Some(*partition),
+            CoordinatorToNode::Heartbeat { .. } | CoordinatorToNode::Shutdown { .. } => None,
+        }
+    }
+}
+
 channel_enum! {
     /// Node → coordinator.
     pub enum NodeToCoordinator = "node → coordinator" {
