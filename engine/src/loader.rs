@@ -1,5 +1,5 @@
-//! The TPC-C initial population (clause 4.3.3.1, summarised in docs/design.md), written through the
-//! [`Storage`] trait as a bulk load (outside any transaction).
+//! The TPC-C initial population (clause 4.3.3.1), written through the [`Storage`] trait as a
+//! bulk load (outside any transaction).
 //!
 //! Guarantees:
 //! - deterministic: the rows are a pure function of the seed;
@@ -531,7 +531,7 @@ mod tests {
         (db, reports)
     }
 
-    /// Cardinalities of clause 4.3.3.1 (docs/design.md's population table) and the field rules.
+    /// Cardinalities of clause 4.3.3.1 (its population table) and the field rules.
     #[test]
     fn one_warehouse_has_the_tpcc_population() {
         let (mut db, reports) = load(1..=1, 7);

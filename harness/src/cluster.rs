@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
-use wire::config::ClusterConfig;
+use wire::config::{ClusterConfig, Mode};
 use wire::messages::{LoadState, NodeId, PartitionId, PartitionPhase, ProcessStatus, Seq, StateDigest};
 use workload::client::{self, ClusterClient};
 
@@ -359,7 +359,7 @@ impl Cluster {
                             if let Some(p) = s.partitions.iter().find(|p| p.phase.is_stopped()) {
                                 return Err(HarnessError::PartitionStopped {
                                     partition: p.partition,
-                                    phase: p.phase.to_string(),
+                                    phase: p.phase.clone(),
                                 });
                             }
                             let serving = s.partitions.iter().filter(|p| p.phase.is_serving()).count();
@@ -404,7 +404,7 @@ impl Cluster {
             }
             (coordinator, digests, nodes)
         });
-        Ok(StatusSample { local, coordinator, digests, nodes, passive: self.config.mode.is_passive() })
+        Ok(StatusSample { local, coordinator, digests, nodes, mode: self.config.mode })
     }
 
     /// Stops the cluster (see the module documentation); says what it stopped and how.
@@ -552,8 +552,8 @@ pub struct StatusSample {
     pub digests: Vec<PartitionDigests>,
     /// Every node of cluster.toml, in its order.
     pub nodes: Vec<(NodeId, Option<ProcessStatus>)>,
-    /// The cluster's mode is a passive one: backups' digests are not compared here.
-    pub passive: bool,
+    /// The cluster's mode (in the passive ones, backups' digests are not compared here).
+    pub mode: Mode,
 }
 
 impl StatusSample {

@@ -90,9 +90,9 @@ pub enum HarnessError {
     #[error("partition {partition} failed to load on node {node}: {reason}")]
     LoadFailed { partition: PartitionId, node: NodeId, reason: String },
     #[error("partition {partition} stopped: {phase}")]
-    PartitionStopped { partition: PartitionId, phase: String },
+    PartitionStopped { partition: PartitionId, phase: wire::messages::PartitionPhase },
     #[error("partition {partition} cannot serve: {phase}")]
-    CannotServe { partition: PartitionId, phase: String },
+    CannotServe { partition: PartitionId, phase: wire::messages::PartitionPhase },
     #[error("the cluster's partitions did not all serve within {secs} s")]
     ServeTimeout { secs: u64 },
     /// Processes outlived `down`'s SIGKILL.

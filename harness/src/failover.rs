@@ -43,6 +43,56 @@ pub struct TimelinePoint {
     pub txn_per_sec: f64,
 }
 
+/// The signal a failover experiment sends its victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum KillSignal {
+    /// SIGKILL: the process dies at once, nothing flushed.
+    #[serde(rename = "SIGKILL")]
+    Kill,
+    /// SIGTERM: the process shuts down cleanly.
+    #[serde(rename = "SIGTERM")]
+    Term,
+}
+
+impl std::fmt::Display for KillSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            KillSignal::Kill => "SIGKILL",
+            KillSignal::Term => "SIGTERM",
+        })
+    }
+}
+
+/// How a partition of the victim came back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recovery {
+    /// Nothing to recover: the other replicas went on (active-active, not restarted).
+    None,
+    /// A backup was promoted (passive modes).
+    Promotion,
+    /// The restarted node copied its partitions from live replicas.
+    Rejoin,
+    /// Full stack, the restarted node alone: restart recovery from its own log.
+    WalRecovery,
+    /// Full stack with a promoted successor: recovery from its log, cut where the successor's
+    /// copy ended, then the successor's records since.
+    #[serde(rename = "wal-recovery+catch-up")]
+    WalRecoveryCatchUp,
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Recovery::None => "none",
+            Recovery::Promotion => "promotion",
+            Recovery::Rejoin => "rejoin",
+            Recovery::WalRecovery => "wal-recovery",
+            Recovery::WalRecoveryCatchUp => "wal-recovery+catch-up",
+        })
+    }
+}
+
 /// The whole record.
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverReport {
@@ -50,7 +100,7 @@ pub struct FailoverReport {
     pub shipping: Option<Shipping>,
     /// The node killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's start).
     pub node: u16,
-    pub signal: String,
+    pub signal: KillSignal,
     pub killed_at_s: f64,
     /// When the node was started again (`--restart-after`), seconds from the run's start.
     pub restarted_at_s: Option<f64>,
@@ -59,8 +109,8 @@ pub struct FailoverReport {
     /// From the restart until the node was live again (rejoin), or from the kill until a
     /// backup was promoted (ms); `None` when nothing recovered within the run.
     pub recovery_ms: Option<f64>,
-    /// What recovery was: `rejoin`, `promotion`, or `none`.
-    pub recovery: String,
+    /// How the victim's partitions came back.
+    pub recovery: Recovery,
     /// The largest unavailability over the partitions (ms), for tables.
     pub unavailability_ms: Option<f64>,
     pub partitions: Vec<PartitionOutage>,

@@ -11,7 +11,8 @@
 //!
 //! It drives processes, not the libraries' internals: the cluster is reached through
 //! `workload`'s client and `wire`'s configuration, as any other client would. It prints
-//! nothing: progress goes to a [`cluster::Progress`] the caller implements, results come back
+//! nothing (but for the one line of [`measure::StopOnDrop`], whose drop has no caller left to
+//! tell): progress goes to a [`cluster::Progress`] the caller implements, results come back
 //! as values (and their `Display` or rendering functions). Errors are [`HarnessError`].
 
 pub mod acks;

@@ -249,7 +249,7 @@ async fn wait_serving(mut link: Link) -> Result<()> {
             return Ok(());
         }
         if let Some(p) = s.partitions.iter().find(|p| p.phase.is_stopped() || p.phase == PartitionPhase::Unavailable) {
-            return Err(HarnessError::CannotServe { partition: p.partition, phase: p.phase.to_string() });
+            return Err(HarnessError::CannotServe { partition: p.partition, phase: p.phase.clone() });
         }
         if Instant::now() > deadline {
             return Err(HarnessError::ServeTimeout { secs: READY_WAIT.as_secs() });

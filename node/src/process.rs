@@ -1203,7 +1203,15 @@ fn can_answer_now(replica: &mut Replica, work: &Work) -> bool {
                 || replica.stopped().is_some()
                 || replica.log_base().is_some_and(|b| b.seq >= *after_seq)
         }
-        _ => true,
+        Work::Tool {
+            req: ToolRequest::ReplicaRead { .. } | ToolRequest::StatusRequest { .. } | ToolRequest::Shutdown { .. },
+            ..
+        }
+        | Work::Peer { req: PeerRequest::Ship(_), .. }
+        | Work::Coordinator(_)
+        | Work::Install(_)
+        | Work::InstallBase(_)
+        | Work::Stop => true,
     }
 }
 

@@ -608,7 +608,16 @@ impl Sim {
                         j.held.push(m);
                     }
                 }
-                _ => {}
+                // Before its copy is installed a joiner has no live-set or stop to apply: the
+                // copy it installs carries the partition's state, and the coordinator counts
+                // it only once it reports `Rejoined`.
+                CoordinatorToNode::Membership { .. } | CoordinatorToNode::PartitionStopped { .. } => {}
+                // Filtered out above: not a message for one partition, or not sent here.
+                CoordinatorToNode::Heartbeat { .. }
+                | CoordinatorToNode::Shutdown { .. }
+                | CoordinatorToNode::ResumeFromLog { .. }
+                | CoordinatorToNode::Promote { .. }
+                | CoordinatorToNode::ShipTo { .. } => {}
             },
             Slot::Serving(r) => match r.on_control(msg) {
                 Ok(replies) => {

@@ -1,4 +1,4 @@
-//! The first simulator's scenarios (formerly `node/tests/sim.rs`), on the simulator library:
+//! The first simulator's scenarios, on the simulator library:
 //! a two-node active-active cluster — the real [`coordinator::Coordinator`] and real
 //! [`node::Replica`]s over the tiny population — with messages reordered across and within
 //! links, duplicated and held back, seeded so a failure replays. Each test prints its seed

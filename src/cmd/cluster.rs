@@ -141,7 +141,7 @@ fn status(c: &Cluster) -> Result<ExitCode> {
         }
     }
     for d in &s.digests {
-        if s.passive {
+        if s.mode.is_passive() {
             println!(
                 "partition {}: the primary's digest at batch {} is above; backups are compared once they applied the \
                  same shipments (`glass check`)",

@@ -19,8 +19,7 @@
 //!
 //! A link's channel is chosen by who is at the other end (its Hello): the coordinator is
 //! asked on the client channel ([`ClientToCoordinator`]), a node on the tool channel
-//! ([`ToolRequest`]); a node fetching a copy from another asks on the peer channel
-//! ([`wire::channel::PeerChannel`]).
+//! ([`ToolRequest`]).
 
 pub mod driver;
 

@@ -20,7 +20,7 @@
 //! smaller scale is for simulation and tests only and is not TPC-C compliant). Every input
 //! lies within TPC-C's input domains as `engine::input::check_input` enforces them (clauses
 //! 2.4.1–2.8.1; tested over both profiles), given a date `ts` within
-//! `engine::procedures::DATE_MIN..=DATE_MAX` — the callers pass `loader::LOAD_TIMESTAMP` plus
+//! `engine::procedures::DATE_MIN..=DATE_MAX` — the callers pass `engine::loader::LOAD_TIMESTAMP` plus
 //! seconds.
 
 use std::fmt;
@@ -268,7 +268,7 @@ impl GenConfig {
                 mix: None,
                 warehouses,
                 home_partition: None,
-                order_lines: 5..=ORDER_LINES_MAX as u8,
+                order_lines: ORDER_LINES_MIN as u8..=ORDER_LINES_MAX as u8,
                 remote_item_pct: 1,
                 remote_payment_pct: 15,
                 by_last_name_pct: 60,

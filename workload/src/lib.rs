@@ -1,6 +1,10 @@
-//! glass's workload: the TPC-C input generator, dumps, the benchmark driver, its metrics and
-//! reports (the loader and TPC-C's random functions are `engine::loader` and `engine::rng`).
-//! Everything random is drawn from seeded generators passed in.
+//! glass's workload, the benchmark driver: the TPC-C input generator ([`gen`]), the embedded
+//! bench ([`bench`]) and its worker threads over the conventional stack ([`workers`]), replay
+//! of recorded batches ([`replay`]), the cluster client and its checks ([`client`]), dumps
+//! ([`dump`]), metrics and reports ([`metrics`], [`report`]) and the paper's staircase of
+//! component removals ([`breakdown`]). The loader and TPC-C's random functions are
+//! `engine::loader` and `engine::rng`. Everything random is drawn from seeded generators
+//! passed in.
 
 pub mod bench;
 pub mod breakdown;

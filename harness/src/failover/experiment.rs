@@ -23,7 +23,7 @@ use workload::bench::StopAfter;
 use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
 use workload::client::{self, ClusterCheck, ClusterClient};
 
-use super::{self as report, FailoverReport, KillLoopReport};
+use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::{chain, HarnessError};
 use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
@@ -289,7 +289,7 @@ fn failover_report(
         mode: config.mode,
         shipping: config.mode.is_passive().then_some(config.shipping),
         node: x.victim,
-        signal: if x.signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" }.to_string(),
+        signal: if x.signal == libc::SIGKILL { KillSignal::Kill } else { KillSignal::Term },
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
@@ -299,13 +299,12 @@ fn failover_report(
             (None, false) => None,
         },
         recovery: match (ev.restarted.is_some(), promotes) {
-            (true, false) if config.mode == Mode::FullStack => "wal-recovery",
-            (true, true) if config.mode == Mode::FullStack => "wal-recovery+catch-up",
-            (true, _) => "rejoin",
-            (false, true) => "promotion",
-            (false, false) => "none",
-        }
-        .to_string(),
+            (true, false) if config.mode == Mode::FullStack => Recovery::WalRecovery,
+            (true, true) if config.mode == Mode::FullStack => Recovery::WalRecoveryCatchUp,
+            (true, _) => Recovery::Rejoin,
+            (false, true) => Recovery::Promotion,
+            (false, false) => Recovery::None,
+        },
         unavailability_ms: partitions.iter().filter_map(|p| p.unavailability_ms).reduce(f64::max),
         partitions,
         txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,

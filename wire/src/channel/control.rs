@@ -45,7 +45,7 @@ channel_enum! {
         /// a membership names it.
         ShipTo { partition: PartitionId, backup: NodeId },
         /// A remote piece's outcome, forwarded to the executing replicas of the home partition
-        /// (docs/design.md, multi-partition transactions).
+        /// (docs/cluster.md, "Multi-partition transactions").
         PieceReads(PieceReads),
         /// To a partition's replicas: every replica batch `seq` was sent to failed before
         /// answering, and the outcome of its remote piece of transaction `ts` never reached the

@@ -9,7 +9,7 @@
 //!
 //! Every committed transaction of the measured phase is classified single- or
 //! multi-partition by the partitions of the warehouses it touches
-//! ([`engine::distributed::touched`]); the coordinator executes both kinds, and the counts
+//! ([`engine::distributed::partitions_touched`]); the coordinator executes both kinds, and the counts
 //! are reported in [`ClusterInfo`].
 //!
 //! - closed loop (default): a connection sends a new request for every reply;
