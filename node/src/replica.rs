@@ -414,8 +414,8 @@ impl Replica {
                 self.stopped.get_or_insert(reason);
                 self.waiting.clear();
                 if let Some(w) = self.role.waiting_shipments_mut() {
-            w.clear();
-        }
+                    w.clear();
+                }
                 Ok(Vec::new())
             }
             CoordinatorToNode::Membership { partition, epoch, live } => {
@@ -739,8 +739,8 @@ impl Replica {
         }
         self.check_partition(shipment.partition)?;
         let seq = shipment.seq;
-        let held = |r: &mut Self| r.role.waiting_shipments_mut().expect("checked: a backup");
-        let Some(shipment) = self.in_order(seq, shipment, held)? else {
+        let held = self.in_order(seq, shipment, |r| r.role.waiting_shipments_mut().expect("checked: a backup"));
+        let Some(shipment) = held? else {
             return Ok(Vec::new());
         };
         let mut applied = vec![self.apply(shipment)?];
