@@ -759,13 +759,13 @@ impl Replica {
             (Store::Lean(db), ShippedLog::Redo(redo)) => {
                 self.stats.applied_bytes += redo.bytes.len() as u64 + 24 * redo.records.len() as u64;
                 self.stats.txns_committed += redo.txns;
-                db.apply_redo(redo).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
+                db.apply_redo(redo).map_err(|e| ReplicaError::BadShipment { problem: e.into() })
             }
             (Store::Full(f), ShippedLog::Wal(records)) => {
                 self.stats.applied_bytes += records.len() as u64;
                 f.apply_log(records)
             }
-            _ => Err(ReplicaError::BadShipment { why: "log format does not match this replica's storage".into() }),
+            _ => Err(ReplicaError::BadShipment { problem: crate::error::ShipmentProblem::Format }),
         };
         if let Err(e) = result {
             return Err(self.stop(e));
