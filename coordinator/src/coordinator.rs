@@ -288,11 +288,6 @@ struct Partition {
     /// rides in and the remote pieces' outcomes received, kept for executors that start
     /// later (a promoted backup, a rejoining replica).
     piece_reads: BTreeMap<Timestamp, HeldReads>,
-    /// Active-active: replicas rejoining or just rejoined — they execute batches sent before
-    /// they counted, which may be decided without them — with the last batch they executed
-    /// (or copied) and the last batch sent before they counted (`Seq::MAX` while
-    /// rejoining): piece outcomes they may still need are kept until they reach it.
-    catching_up: BTreeMap<NodeId, (Seq, Seq)>,
     /// Remote pieces decided here since the coordinator last joined them (see
     /// [`Coordinator::settle`]).
     pieces_done: Vec<(ClientRef, Timestamp)>,
@@ -302,15 +297,33 @@ struct Partition {
 #[derive(Debug)]
 enum Replication {
     /// Every live replica executes every batch.
-    ActiveActive,
+    ActiveActive {
+        /// Replicas rejoining or just rejoined — they execute batches sent before they
+        /// counted, which may be decided without them — with the last batch they executed
+        /// (or copied) and the last batch sent before they counted (`Seq::MAX` while
+        /// rejoining): piece outcomes they may still need are kept until they reach it.
+        catching_up: BTreeMap<NodeId, (Seq, Seq)>,
+    },
     /// Active-passive or full stack: the primary (the only replica in the agreement)
     /// executes and ships its log to the backups.
     Passive(Passive),
 }
 
+/// What a passive partition's primary ships to its backups (docs/design.md, "The three modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShippedLogKind {
+    /// Active-passive: the lean kernel's redo records.
+    Redo,
+    /// Full stack: the conventional stack's write-ahead log, from which the last primary
+    /// alone may bring an unavailable partition back by restart recovery.
+    Wal,
+}
+
 /// A passive partition's replication state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Passive {
+    /// What the primary ships.
+    log: ShippedLogKind,
     /// The live backups (they receive log records from the primary, not batches from here).
     backups: Vec<NodeId>,
     /// The batches sent to the primary and not yet answered, kept so a promoted backup can
@@ -375,8 +388,6 @@ pub struct Coordinator {
     next_heartbeat_us: u64,
     membership_epoch: u64,
     last_ts: Option<Timestamp>,
-    /// The replication mode.
-    mode: Mode,
     /// Multi-partition transactions admitted and not yet answered.
     multi: HashMap<ClientRef, MultiTxn>,
 }
@@ -388,6 +399,7 @@ impl Coordinator {
         config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
         let passive = config.mode.is_passive();
+        let log = if config.mode == Mode::FullStack { ShippedLogKind::Wal } else { ShippedLogKind::Redo };
         let partitions = config
             .partitions
             .iter()
@@ -400,16 +412,19 @@ impl Coordinator {
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
                     agreement: Agreement::new(p.id, executing.iter().copied()),
                     replication: match passive {
-                        true => {
-                            Replication::Passive(Passive { backups: p.replicas[1..].to_vec(), ..Passive::default() })
-                        }
-                        false => Replication::ActiveActive,
+                        true => Replication::Passive(Passive {
+                            log,
+                            backups: p.replicas[1..].to_vec(),
+                            unanswered: Default::default(),
+                            backup_applied: BTreeMap::new(),
+                            last_primary: None,
+                        }),
+                        false => Replication::ActiveActive { catching_up: BTreeMap::new() },
                     },
                     joining: Vec::new(),
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                     piece_reads: BTreeMap::new(),
-                    catching_up: BTreeMap::new(),
                     pieces_done: Vec::new(),
                 };
                 (p.id, partition)
@@ -436,7 +451,6 @@ impl Coordinator {
             next_heartbeat_us: now_us,
             membership_epoch: 0,
             last_ts: None,
-            mode: config.mode,
             multi: HashMap::new(),
         })
     }
@@ -738,7 +752,7 @@ impl Coordinator {
             }));
             return;
         };
-        if let Some((done, _)) = p.catching_up.get_mut(&from) {
+        if let Some((done, _)) = p.catching_up_mut().and_then(|c| c.get_mut(&from)) {
             *done = (*done).max(results.seq);
         }
         if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
@@ -775,7 +789,7 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if self.mode == Mode::FullStack && p.phase == Phase::Unavailable {
+        if p.passive().is_some_and(|s| s.log == ShippedLogKind::Wal) && p.phase == Phase::Unavailable {
             self.membership_epoch += 1;
             let epoch = self.membership_epoch;
             let p = self.partitions.get_mut(&partition).expect("looked up above");
@@ -800,7 +814,7 @@ impl Coordinator {
         let from_seq = p.sequencer.next_seq();
         p.joining.retain(|(n, _)| *n != from);
         p.joining.push((from, from_seq));
-        if self.mode.is_passive() {
+        if p.passive().is_some() {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
             out.push(Output::ToNodes {
@@ -813,8 +827,8 @@ impl Coordinator {
             nodes: vec![from],
             msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq },
         });
-        if !self.mode.is_passive() {
-            p.catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
+        if let Some(catching_up) = p.catching_up_mut() {
+            catching_up.insert(from, (from_seq.saturating_sub(1), Seq::MAX));
             p.resend_reads(from, out);
         }
     }
@@ -838,7 +852,7 @@ impl Coordinator {
         };
         p.joining.remove(at);
         let sent = p.agreement.next_seq().saturating_sub(1);
-        if let Some((done, until)) = p.catching_up.get_mut(&from) {
+        if let Some((done, until)) = p.catching_up_mut().and_then(|c| c.get_mut(&from)) {
             *done = (*done).max(snapshot_seq);
             *until = sent;
         }
@@ -849,7 +863,7 @@ impl Coordinator {
                 }
                 s.backups.push(from);
             }
-            Replication::ActiveActive => {
+            Replication::ActiveActive { .. } => {
                 if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
                     return;
                 }
@@ -1032,7 +1046,9 @@ impl Coordinator {
         out.push(Output::Event(Event::NodeDown { node, silent_ms }));
         for p in self.partitions.values_mut() {
             p.joining.retain(|(n, _)| *n != node);
-            p.catching_up.remove(&node);
+            if let Some(catching_up) = p.catching_up_mut() {
+                catching_up.remove(&node);
+            }
             if p.members().any(|n| n == node) {
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
@@ -1045,14 +1061,22 @@ impl Partition {
     fn passive(&self) -> Option<&Passive> {
         match &self.replication {
             Replication::Passive(s) => Some(s),
-            Replication::ActiveActive => None,
+            Replication::ActiveActive { .. } => None,
         }
     }
 
     fn passive_mut(&mut self) -> Option<&mut Passive> {
         match &mut self.replication {
             Replication::Passive(s) => Some(s),
-            Replication::ActiveActive => None,
+            Replication::ActiveActive { .. } => None,
+        }
+    }
+
+    /// Active-active: the replicas catching up (`None` in the passive modes).
+    fn catching_up_mut(&mut self) -> Option<&mut BTreeMap<NodeId, (Seq, Seq)>> {
+        match &mut self.replication {
+            Replication::ActiveActive { catching_up } => Some(catching_up),
+            Replication::Passive(_) => None,
         }
     }
 
@@ -1064,7 +1088,7 @@ impl Partition {
     /// The rejoining replicas that receive batches: active-active ones (a passive mode's
     /// get their primary's shipments).
     fn batch_joiners(&self) -> impl Iterator<Item = NodeId> + '_ {
-        let active = matches!(self.replication, Replication::ActiveActive);
+        let active = matches!(self.replication, Replication::ActiveActive { .. });
         self.joining.iter().map(|(n, _)| *n).filter(move |_| active)
     }
 
@@ -1274,8 +1298,13 @@ impl Partition {
     /// decided, and executed (or copied) by every replica still catching up.
     fn prune_reads(&mut self) {
         let decided = self.agreement.decided_through();
-        self.catching_up.retain(|_, (done, until)| done < until);
-        let floor = self.catching_up.values().map(|(done, _)| *done).min().unwrap_or(decided).min(decided);
+        let floor = match self.catching_up_mut() {
+            Some(catching_up) => {
+                catching_up.retain(|_, (done, until)| done < until);
+                catching_up.values().map(|(done, _)| *done).min().unwrap_or(decided).min(decided)
+            }
+            None => decided,
+        };
         while self.piece_reads.first_key_value().is_some_and(|(_, h)| h.seq <= floor) {
             self.piece_reads.pop_first();
         }

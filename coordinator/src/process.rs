@@ -472,10 +472,10 @@ impl Core {
         let partition = self.config.partitions.first().map_or(0, |p| p.id);
         let replies = self.replies.entry(client).or_default();
         for r in requests {
-            let partition = engine::distributed::warehouses_touched(&r.input)
-                .next()
-                .and_then(|w| self.config.partition_of_warehouse(w))
-                .unwrap_or(partition);
+            // The home warehouse's partition (a warehouse of no partition counts as the first).
+            let partition_of = |w| Some(self.config.partition_of_warehouse(w).unwrap_or(partition));
+            let partition =
+                engine::distributed::partitions_touched(&r.input, partition_of).map_or(partition, |t| t.home);
             replies.push(ClientReply {
                 request_id: r.request_id,
                 result: ClientResult::Rejected(Rejection::NotReady { partition }),

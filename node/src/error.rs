@@ -3,6 +3,7 @@
 //! stops rather than execute it ([`ReplicaError`]). Receiving a snapshot or a log base fails
 //! with a [`TransferError`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use engine::schema::TableId;
@@ -35,14 +36,65 @@ pub enum ReplicaError {
     Unexpected { what: &'static str },
     /// A shipment of log records could not be applied (checksum, format, or a record that
     /// does not fit the backup's state). The backup stops.
-    #[error("shipment refused: {why}; replica stopped")]
-    BadShipment { why: String },
-    /// The conventional stack (full-stack mode) failed.
-    #[error("conventional stack: {what}")]
-    FullStack { what: String },
+    #[error("shipment refused: {problem}; replica stopped")]
+    BadShipment { problem: ShipmentProblem },
+    /// The conventional stack (full-stack mode) failed at `step`; `problem` is the engine's
+    /// error as text (a `ReplicaError` is cloned and compared, the engine's error is neither).
+    #[error("conventional stack: {step}: {problem}")]
+    FullStack { step: FullStackStep, problem: String },
+    /// Restart recovery found no checkpoint to start from.
+    #[error(
+        "conventional stack: no checkpoint at {} to recover from: this node never loaded the partition in \
+         full-stack mode here",
+        path.display()
+    )]
+    NoCheckpoint { path: PathBuf },
     /// Loading the partition failed.
     #[error(transparent)]
     Load(#[from] engine::LoadError),
+}
+
+/// Why a backup refused a shipment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShipmentProblem {
+    /// The lean kernel refused the redo records.
+    #[error(transparent)]
+    Redo(#[from] StorageError),
+    /// Redo records reached the conventional stack, or its log the lean kernel.
+    #[error("log format does not match this replica's storage")]
+    Format,
+    /// The conventional stack refused its primary's log records (the engine's error as text).
+    #[error("{0}")]
+    Wal(String),
+}
+
+/// What the conventional stack was doing when it failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FullStackStep {
+    #[error("empty {}", dir.display())]
+    EmptyDir { dir: PathBuf },
+    #[error("open the conventional stack")]
+    Open,
+    #[error("open a session")]
+    Session,
+    #[error("checkpoint after the load")]
+    LoadCheckpoint,
+    #[error("ship the log")]
+    ShipLog,
+    #[error("cut the log")]
+    CutLog,
+    #[error("restart recovery")]
+    Recovery,
+    #[error("open a worker session")]
+    WorkerSession,
+    #[error("start a worker thread")]
+    WorkerThread,
+    #[error("flush the log")]
+    FlushLog,
+    #[error("log base")]
+    LogBase,
+    #[error("checkpoint")]
+    Checkpoint,
 }
 
 /// Why receiving a snapshot or a log base (`crate::snapshot`) failed.

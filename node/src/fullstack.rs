@@ -27,7 +27,12 @@ use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
 use wire::messages::{bounded_reason, BatchTxn, TxnOutcome, WarehouseId};
 
-use crate::error::ReplicaError;
+use crate::error::{FullStackStep, ReplicaError, ShipmentProblem};
+
+/// Maps an engine error met at `step` to a [`ReplicaError::FullStack`].
+fn fail<E: std::fmt::Display>(step: FullStackStep) -> impl FnOnce(E) -> ReplicaError {
+    move |e| ReplicaError::FullStack { step, problem: e.to_string() }
+}
 
 /// Re-executions of one transaction before it is reported as failed.
 pub const RETRIES_PER_TXN_MAX: u32 = 10_000;
@@ -68,18 +73,17 @@ impl FullStack {
         ship_log: bool,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<FullStack, ReplicaError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
         if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(|e| fail(&format!("empty {}", dir.display()), &e))?;
+            std::fs::remove_dir_all(dir).map_err(fail(FullStackStep::EmptyDir { dir: dir.to_path_buf() }))?;
         }
         // The workers' sessions, plus the executor thread's own.
         let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
-        let db = ConventionalDb::open(dir, config).map_err(|e| fail("open the conventional stack", &e))?;
-        let mut session = db.session().map_err(|e| fail("open a session", &e))?;
+        let db = ConventionalDb::open(dir, config).map_err(fail(FullStackStep::Open))?;
+        let mut session = db.session().map_err(fail(FullStackStep::Session))?;
         load_database(&mut session, warehouses, seed, progress)?;
-        db.checkpoint().map_err(|e| fail("checkpoint after the load", &e))?;
+        db.checkpoint().map_err(fail(FullStackStep::LoadCheckpoint))?;
         if ship_log {
-            db.set_log_shipping(true).map_err(|e| fail("ship the log", &e))?;
+            db.set_log_shipping(true).map_err(fail(FullStackStep::ShipLog))?;
         }
         FullStack::start(db, dir, session, workers)
     }
@@ -103,26 +107,19 @@ impl FullStack {
         workers: usize,
         cut: Option<CutAt>,
     ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
         let checkpoint = dir.join(engine::conventional::SNAPSHOT_FILE);
         if !checkpoint.exists() {
-            return Err(ReplicaError::FullStack {
-                what: format!(
-                    "no checkpoint at {} to recover from: this node never loaded the partition in full-stack mode \
-                     here",
-                    checkpoint.display()
-                ),
-            });
+            return Err(ReplicaError::NoCheckpoint { path: checkpoint });
         }
         let cut = match cut {
-            Some(at) => Some(cut_log(dir, at).map_err(|e| fail("cut the log", &e))?),
+            Some(at) => Some(cut_log(dir, at).map_err(fail(FullStackStep::CutLog))?),
             None => None,
         };
         let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
         // A log that recovery refuses (a damaged record followed by valid ones, a missing
         // checkpoint) fails the restart here, the directory as found: the node does not
         // serve a truncated state.
-        let db = ConventionalDb::open(dir, config).map_err(|e| fail("restart recovery", &e))?;
+        let db = ConventionalDb::open(dir, config).map_err(fail(FullStackStep::Recovery))?;
         if let Some(t) = db.recovery_report().torn_tail {
             tracing::warn!(
                 dir = %dir.display(),
@@ -132,7 +129,7 @@ impl FullStack {
                 "restart recovery truncated a torn write-ahead log tail"
             );
         }
-        let session = db.session().map_err(|e| fail("open a session", &e))?;
+        let session = db.session().map_err(fail(FullStackStep::Session))?;
         Ok((FullStack::start(db, dir, session, workers)?, cut))
     }
 
@@ -143,14 +140,13 @@ impl FullStack {
 
     /// Starts `workers` worker threads over `db`; `session` is the executor thread's own.
     fn start(db: Arc<ConventionalDb>, dir: &Path, session: Session, workers: usize) -> Result<FullStack, ReplicaError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| ReplicaError::FullStack { what: format!("{what}: {e}") };
         let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
         let rx = Arc::new(Mutex::new(rx));
         let (done_tx, done) = mpsc::channel();
         let (started_tx, started) = mpsc::channel::<Option<PathBuf>>();
         let mut handles = Vec::with_capacity(workers);
         for i in 0..workers {
-            let mut s = db.session().map_err(|e| fail("open a worker session", &e))?;
+            let mut s = db.session().map_err(fail(FullStackStep::WorkerSession))?;
             let rx = Arc::clone(&rx);
             let done_tx = done_tx.clone();
             let started_tx = started_tx.clone();
@@ -168,7 +164,7 @@ impl FullStack {
                         }
                     }
                 })
-                .map_err(|e| fail("start a worker thread", &e))?;
+                .map_err(fail(FullStackStep::WorkerThread))?;
             handles.push(h);
         }
         // Every worker registered its CPU accounting before the first batch.
@@ -239,14 +235,14 @@ impl FullStack {
     /// between batches): a backup never applies what this node's log could lose in a crash,
     /// so a restarted primary can always cut its log where its promoted backup's copy ended.
     pub fn take_log(&self) -> Result<Vec<u8>, ReplicaError> {
-        self.db.take_shipped_log_durable().map_err(|e| ReplicaError::FullStack { what: format!("flush the log: {e}") })
+        self.db.take_shipped_log_durable().map_err(fail(FullStackStep::FlushLog))
     }
 
     /// The base a new backup starts from (between batches): this node's log from its last
     /// checkpoint on, with shipping switched on from its end
     /// ([`ConventionalDb::log_base_for_backup`]).
     pub fn log_base(&self) -> Result<Vec<u8>, ReplicaError> {
-        self.db.log_base_for_backup().map_err(|e| ReplicaError::FullStack { what: format!("log base: {e}") })
+        self.db.log_base_for_backup().map_err(fail(FullStackStep::LogBase))
     }
 
     /// A backup: the LSN where the records it applied from its primary's log end (`None`:
@@ -257,13 +253,16 @@ impl FullStack {
 
     /// Replays a primary's log records (a backup): redo only, no procedure logic.
     pub fn apply_log(&self, records: &[u8]) -> Result<(), ReplicaError> {
-        self.db.apply_shipped_log(records).map(|_| ()).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
+        self.db
+            .apply_shipped_log(records)
+            .map(|_| ())
+            .map_err(|e| ReplicaError::BadShipment { problem: ShipmentProblem::Wal(e.to_string()) })
     }
 
     /// A transaction-consistent checkpoint (a promoted backup's first act: its own log then
     /// starts from the state it replayed).
     pub fn checkpoint(&self) -> Result<(), ReplicaError> {
-        self.db.checkpoint().map_err(|e| ReplicaError::FullStack { what: format!("checkpoint: {e}") })
+        self.db.checkpoint().map_err(fail(FullStackStep::Checkpoint))
     }
 
     /// The executor thread's session (digests, snapshots, reads).

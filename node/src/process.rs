@@ -462,9 +462,7 @@ fn start_replica(
         begin,
         config: config.clone(),
         self_inbox: inbox.clone(),
-        mode: config.mode,
-        dir: config.run_dir.join(format!("node-{id}")).join(format!("p{}", p.id)),
-        workers: config.full_stack.workers as usize,
+        storage: Storage::of(config, id, p.id),
         partition: p.clone(),
         seed: config.seed,
         pending_batches_max: config.limits.replica_pending_batches_max as usize,
@@ -512,6 +510,42 @@ enum Begin {
     Rejoin,
 }
 
+/// What an executor's replica runs on (`wire::config::Mode`), with what only the
+/// conventional stack needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Storage {
+    /// The lean kernel: active-active, or active-passive (`passive`).
+    Lean { passive: bool },
+    /// The conventional stack (`full-stack`).
+    Full {
+        /// Where the replica keeps its database and log.
+        dir: PathBuf,
+        /// Worker threads.
+        workers: usize,
+    },
+}
+
+impl Storage {
+    fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> Storage {
+        match config.mode {
+            Mode::ActiveActive => Storage::Lean { passive: false },
+            Mode::ActivePassive => Storage::Lean { passive: true },
+            Mode::FullStack => Storage::Full {
+                dir: config.run_dir.join(format!("node-{node}")).join(format!("p{partition}")),
+                workers: config.full_stack.workers as usize,
+            },
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        match self {
+            Storage::Lean { passive: false } => Mode::ActiveActive,
+            Storage::Lean { passive: true } => Mode::ActivePassive,
+            Storage::Full { .. } => Mode::FullStack,
+        }
+    }
+}
+
 /// One replica's thread: load, then execute the inbox in order.
 struct Executor {
     node: NodeId,
@@ -519,11 +553,7 @@ struct Executor {
     config: ClusterConfig,
     /// This executor's own inbox, for the fetched copy.
     self_inbox: mpsc::Sender<Work>,
-    mode: Mode,
-    /// Where a full-stack replica keeps its database and log.
-    dir: PathBuf,
-    /// Full-stack worker threads.
-    workers: usize,
+    storage: Storage,
     partition: PartitionConfig,
     seed: u64,
     pending_batches_max: usize,
@@ -608,8 +638,12 @@ impl Executor {
             return self.serve(replica, inbox);
         }
         let mut last_logged_rows = 0u64;
-        let (node, mode, seed, pending) = (self.node, self.mode, self.seed, self.pending_batches_max);
-        let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, &self.dir, self.workers, &mut |p| {
+        let (node, mode, seed, pending) = (self.node, self.storage.mode(), self.seed, self.pending_batches_max);
+        let (dir, workers) = match &self.storage {
+            Storage::Full { dir, workers } => (dir.as_path(), *workers),
+            Storage::Lean { .. } => (std::path::Path::new(""), 0),
+        };
+        let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, dir, workers, &mut |p| {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
             self.shared.load.send_replace(state);
             // Progress may be dropped when the link is backed up; the final state is not.
@@ -788,9 +822,9 @@ impl Executor {
     /// Fetches the starting state for a rejoin planned from batch `from_seq` on node `source`:
     /// the primary's log base (full stack) or a copy of its replica.
     fn fetch_start(&self, source: NodeId, from_seq: Seq) {
-        match self.mode {
-            Mode::FullStack => self.fetch_base(source, from_seq.saturating_sub(1)),
-            Mode::ActiveActive | Mode::ActivePassive => self.fetch(source, from_seq.saturating_sub(1)),
+        match self.storage {
+            Storage::Full { .. } => self.fetch_base(source, from_seq.saturating_sub(1)),
+            Storage::Lean { .. } => self.fetch(source, from_seq.saturating_sub(1)),
         }
     }
 
@@ -801,7 +835,7 @@ impl Executor {
         let pid = self.partition.id;
         match msg {
             CoordinatorToNode::RejoinPlan { source, from_seq, .. } => RejoinStep::Plan { source, from_seq },
-            CoordinatorToNode::ResumeFromLog { from_seq, .. } if self.mode == Mode::FullStack => {
+            CoordinatorToNode::ResumeFromLog { from_seq, .. } if matches!(self.storage, Storage::Full { .. }) => {
                 let mut replica = match self.restart_recovery(None) {
                     Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
                     Err(e) => return RejoinStep::Done(self.give_up(inbox, e.to_string()).map(Box::new)),
@@ -857,7 +891,7 @@ impl Executor {
             held_shipments = held.shipments.len(),
             "copy installed; executing the batches held"
         );
-        let replica = if self.mode.is_passive() {
+        let replica = if self.storage.mode().is_passive() {
             Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
         } else {
             Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
@@ -920,10 +954,13 @@ impl Executor {
     /// `cut`), timed and logged; why not, if it failed.
     fn restart_recovery(&self, cut: Option<CutAt>) -> Result<crate::fullstack::FullStack, RejoinError> {
         let pid = self.partition.id;
+        let Storage::Full { dir, workers } = &self.storage else {
+            let what = "restart recovery (the lean kernel keeps no log)";
+            return Err(RejoinError::Recovery(crate::error::ReplicaError::Unexpected { what }));
+        };
         let t0 = Instant::now();
-        info!(partition = pid, dir = %self.dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
-        let (f, cut) =
-            crate::fullstack::FullStack::recover_cut(&self.dir, self.workers, cut).map_err(RejoinError::Recovery)?;
+        info!(partition = pid, dir = %dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
+        let (f, cut) = crate::fullstack::FullStack::recover_cut(dir, *workers, cut).map_err(RejoinError::Recovery)?;
         let r = f.recovery_report();
         info!(
             partition = pid,

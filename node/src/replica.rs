@@ -133,6 +133,8 @@ pub struct ReplicaStats {
     pub pieces_committed: u64,
     /// Times a batch parked at a home piece waiting for remote pieces' outcomes.
     pub parks: u64,
+    /// Bytes of log records applied as a backup (kept after a promotion).
+    pub applied_bytes: u64,
 }
 
 /// Remote pieces' outcomes a replica holds for home pieces it has not run yet, at most (one
@@ -166,17 +168,69 @@ pub struct LogBase {
     pub records: std::sync::Arc<Vec<u8>>,
 }
 
+/// What a replica that executes (not a backup) holds besides its storage.
+#[derive(Debug, Default)]
+struct Executing {
+    /// Full stack, a promoted backup: where its copy of the failed primary's log ended.
+    log_fork: Option<u64>,
+    /// A `ShipTo` arrived while a batch was parked: shipping starts when it ends.
+    ship_when_parked_batch_ends: bool,
+}
+
+/// A replica's [`ReplicaRole`] with what only that role holds.
+#[derive(Debug)]
+enum Role {
+    Replica(Executing),
+    Primary {
+        executing: Executing,
+        /// Full stack, with a rejoining backup: the base that backup starts from.
+        log_base: Option<LogBase>,
+    },
+    Backup {
+        /// Shipments ahead of `next_seq`.
+        waiting_shipments: Waiting,
+    },
+}
+
+impl Role {
+    fn of(kind: ReplicaRole) -> Role {
+        match kind {
+            ReplicaRole::Replica => Role::Replica(Executing::default()),
+            ReplicaRole::Primary => Role::Primary { executing: Executing::default(), log_base: None },
+            ReplicaRole::Backup => Role::Backup { waiting_shipments: Waiting::new() },
+        }
+    }
+
+    fn kind(&self) -> ReplicaRole {
+        match self {
+            Role::Replica(_) => ReplicaRole::Replica,
+            Role::Primary { .. } => ReplicaRole::Primary,
+            Role::Backup { .. } => ReplicaRole::Backup,
+        }
+    }
+
+    fn executing_mut(&mut self) -> Option<&mut Executing> {
+        match self {
+            Role::Replica(executing) | Role::Primary { executing, .. } => Some(executing),
+            Role::Backup { .. } => None,
+        }
+    }
+
+    fn waiting_shipments_mut(&mut self) -> Option<&mut Waiting> {
+        match self {
+            Role::Backup { waiting_shipments } => Some(waiting_shipments),
+            Role::Replica(_) | Role::Primary { .. } => None,
+        }
+    }
+}
+
 /// A partition replica.
 #[derive(Debug)]
 pub struct Replica {
     node: NodeId,
     partition: PartitionId,
-    role: ReplicaRole,
+    role: Role,
     db: Store,
-    /// A backup: shipments ahead of `next_seq`.
-    waiting_shipments: Waiting,
-    /// A backup: bytes of log records applied.
-    applied_bytes: u64,
     /// The next batch to execute.
     next_seq: Seq,
     /// The last timestamp executed.
@@ -187,16 +241,10 @@ pub struct Replica {
     stopped: Option<String>,
     /// The last membership the coordinator announced: (epoch, live replicas).
     membership: Option<(u64, Vec<NodeId>)>,
-    /// Full stack, a promoted backup: where its copy of the failed primary's log ended.
-    log_fork: Option<u64>,
-    /// Full stack, a primary with a rejoining backup: the base that backup starts from.
-    log_base: Option<LogBase>,
     /// The batch under way, parked at a home piece.
     parked: Option<Parked>,
     /// Remote pieces' outcomes for home pieces not yet run, by timestamp.
     piece_reads: BTreeMap<Timestamp, Vec<(PartitionId, PieceOutcome)>>,
-    /// A `ShipTo` arrived while a batch was parked: shipping starts when it ends.
-    ship_when_parked_batch_ends: bool,
     stats: ReplicaStats,
 }
 
@@ -231,21 +279,16 @@ impl Replica {
         Replica {
             node,
             partition,
-            role,
+            role: Role::of(role),
             db,
-            waiting_shipments: Waiting::new(),
-            applied_bytes: 0,
             next_seq: 1,
             last_ts: None,
             waiting: BTreeMap::new(),
             pending_batches_max,
             stopped: None,
             membership: None,
-            log_fork: None,
-            log_base: None,
             parked: None,
             piece_reads: BTreeMap::new(),
-            ship_when_parked_batch_ends: false,
             stats: ReplicaStats::default(),
         }
     }
@@ -336,7 +379,7 @@ impl Replica {
     ) -> Result<ToolReply, ReplicaError> {
         self.check_partition(partition)?;
         let outcome = self.read(input);
-        let possibly_stale = self.role == ReplicaRole::Backup;
+        let possibly_stale = self.role() == ReplicaRole::Backup;
         Ok(ToolReply::ReplicaReadReply { request_id, partition, seq: self.applied_seq(), possibly_stale, outcome })
     }
 
@@ -370,7 +413,9 @@ impl Replica {
                 self.check_partition(partition)?;
                 self.stopped.get_or_insert(reason);
                 self.waiting.clear();
-                self.waiting_shipments.clear();
+                if let Some(w) = self.role.waiting_shipments_mut() {
+                    w.clear();
+                }
                 Ok(Vec::new())
             }
             CoordinatorToNode::Membership { partition, epoch, live } => {
@@ -384,7 +429,9 @@ impl Replica {
                 self.check_partition(partition)?;
                 // Shipping starts between batches: a parked batch is half run.
                 if self.parked.is_some() {
-                    self.ship_when_parked_batch_ends = true;
+                    if let Some(executing) = self.role.executing_mut() {
+                        executing.ship_when_parked_batch_ends = true;
+                    }
                 } else {
                     self.ship_from_now_on()?;
                 }
@@ -427,7 +474,7 @@ impl Replica {
     /// each batch's shipment (a primary) and results. Nothing when it must wait for an earlier
     /// batch or was a duplicate.
     pub fn take_batch(&mut self, batch: Batch, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
-        if self.role == ReplicaRole::Backup {
+        if self.role() == ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a batch (a backup applies its primary's log records)" });
         }
         if let Some(reason) = &self.stopped {
@@ -454,7 +501,7 @@ impl Replica {
     /// batch goes on if it was waiting for it.
     pub fn on_piece_reads(&mut self, reads: PieceReads, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
         self.check_partition(reads.home)?;
-        if self.stopped.is_some() || self.role == ReplicaRole::Backup {
+        if self.stopped.is_some() || self.role() == ReplicaRole::Backup {
             return Ok(());
         }
         let passed = match &self.parked {
@@ -489,7 +536,7 @@ impl Replica {
         ts: Timestamp,
         input: &TxnInput,
     ) -> Option<PieceReads> {
-        if self.stopped.is_some() || self.role == ReplicaRole::Backup || self.applied_seq() < seq {
+        if self.stopped.is_some() || self.role() == ReplicaRole::Backup || self.applied_seq() < seq {
             return None;
         }
         let t = BatchTxn { ts, input: *input, part: Part::Remote { home } };
@@ -579,7 +626,7 @@ impl Replica {
             let (results, shipment) = self.finish(p)?;
             out.extend(shipment.map(Emit::Ship));
             out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
-            if std::mem::take(&mut self.ship_when_parked_batch_ends) {
+            if self.role.executing_mut().is_some_and(|e| std::mem::take(&mut e.ship_when_parked_batch_ends)) {
                 self.ship_from_now_on()?;
             }
             let Some(next) = self.waiting.remove(&self.next_seq) else { return Ok(()) };
@@ -684,7 +731,7 @@ impl Replica {
     /// A backup takes a shipment; returns the sequence numbers it applied, in order (none when
     /// it must wait for an earlier one or was a duplicate).
     pub fn on_shipment(&mut self, shipment: Shipment) -> Result<Vec<Seq>, ReplicaError> {
-        if self.role != ReplicaRole::Backup {
+        if self.role() != ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a shipment (only a backup applies log records)" });
         }
         if let Some(reason) = &self.stopped {
@@ -692,11 +739,14 @@ impl Replica {
         }
         self.check_partition(shipment.partition)?;
         let seq = shipment.seq;
-        let Some(shipment) = self.in_order(seq, shipment, |r| &mut r.waiting_shipments)? else {
+        let held = self.in_order(seq, shipment, |r| r.role.waiting_shipments_mut().expect("checked: a backup"));
+        let Some(shipment) = held? else {
             return Ok(Vec::new());
         };
         let mut applied = vec![self.apply(shipment)?];
-        while let Some(next) = self.waiting_shipments.remove(&self.next_seq) {
+        loop {
+            let next_seq = self.next_seq;
+            let Some(next) = self.role.waiting_shipments_mut().and_then(|w| w.remove(&next_seq)) else { break };
             applied.push(self.apply(next)?);
         }
         Ok(applied)
@@ -707,15 +757,15 @@ impl Replica {
         debug_assert_eq!(shipment.seq, self.next_seq);
         let result = match (&mut self.db, &shipment.log) {
             (Store::Lean(db), ShippedLog::Redo(redo)) => {
-                self.applied_bytes += redo.bytes.len() as u64 + 24 * redo.records.len() as u64;
+                self.stats.applied_bytes += redo.bytes.len() as u64 + 24 * redo.records.len() as u64;
                 self.stats.txns_committed += redo.txns;
-                db.apply_redo(redo).map_err(|e| ReplicaError::BadShipment { why: e.to_string() })
+                db.apply_redo(redo).map_err(|e| ReplicaError::BadShipment { problem: e.into() })
             }
             (Store::Full(f), ShippedLog::Wal(records)) => {
-                self.applied_bytes += records.len() as u64;
+                self.stats.applied_bytes += records.len() as u64;
                 f.apply_log(records)
             }
-            _ => Err(ReplicaError::BadShipment { why: "log format does not match this replica's storage".into() }),
+            _ => Err(ReplicaError::BadShipment { problem: crate::error::ShipmentProblem::Format }),
         };
         if let Err(e) = result {
             return Err(self.stop(e));
@@ -731,28 +781,36 @@ impl Replica {
     /// [`LogBase`], taken here: its log since its last checkpoint, with shipping switched on
     /// from the end of it.
     pub fn ship_from_now_on(&mut self) -> Result<(), ReplicaError> {
-        if self.role == ReplicaRole::Backup {
-            return Ok(());
-        }
-        match &mut self.db {
+        let was_primary = self.role() == ReplicaRole::Primary;
+        let Some(log_fork) = self.role.executing_mut().map(|e| e.log_fork) else { return Ok(()) };
+        let new_base = match &mut self.db {
             Store::Lean(db) => {
-                if self.role != ReplicaRole::Primary {
+                if !was_primary {
                     db.set_redo_capture(true);
                 }
+                None
             }
             Store::Full(f) => {
                 let records = f.log_base()?;
                 let seq = self.next_seq - 1;
-                self.log_base = Some(LogBase { seq, fork_lsn: self.log_fork, records: std::sync::Arc::new(records) });
+                Some(LogBase { seq, fork_lsn: log_fork, records: std::sync::Arc::new(records) })
             }
-        }
-        self.role = ReplicaRole::Primary;
+        };
+        // The executing state moves into the primary's role.
+        self.role = match std::mem::replace(&mut self.role, Role::Replica(Executing::default())) {
+            Role::Replica(executing) => Role::Primary { executing, log_base: new_base },
+            Role::Primary { executing, log_base } => Role::Primary { executing, log_base: new_base.or(log_base) },
+            backup @ Role::Backup { .. } => backup,
+        };
         Ok(())
     }
 
     /// A full-stack primary's [`LogBase`] for a rejoining backup, once it has one.
     pub fn log_base(&self) -> Option<&LogBase> {
-        self.log_base.as_ref()
+        match &self.role {
+            Role::Primary { log_base, .. } => log_base.as_ref(),
+            Role::Replica(_) | Role::Backup { .. } => None,
+        }
     }
 
     /// A backup over a copy of its primary's state as of batch `seq` (a rejoin in a passive
@@ -807,22 +865,23 @@ impl Replica {
     /// checkpoints, so its own log starts from the state it replayed. A promoted backup
     /// ships to no one (this build promotes in partitions of two replicas).
     pub fn promote(&mut self, first_unanswered: Seq) -> Result<NodeToCoordinator, ReplicaError> {
-        if self.role != ReplicaRole::Backup {
+        if self.role() != ReplicaRole::Backup {
             return Err(ReplicaError::Unexpected { what: "a promotion (only a backup is promoted)" });
         }
         if let Some(reason) = &self.stopped {
             return Err(ReplicaError::Stopped { reason: reason.clone() });
         }
+        let mut log_fork = None;
         if let Store::Full(f) = &mut self.db {
             // Where this backup's copy of the failed primary's log ends: the primary, if it
             // restarts, cuts its log there to follow this one.
-            self.log_fork = f.applied_log_end();
+            log_fork = f.applied_log_end();
             f.checkpoint()?;
         }
         let applied_seq = self.applied_seq();
-        self.waiting_shipments.clear();
         self.next_seq = (applied_seq + 1).max(first_unanswered);
-        self.role = ReplicaRole::Replica;
+        // The shipments held ahead of a gap go with the backup's role.
+        self.role = Role::Replica(Executing { log_fork, ship_when_parked_batch_ends: false });
         Ok(NodeToCoordinator::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
     }
 
@@ -872,7 +931,7 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         let state_digest = batch.digest_after.then(|| self.state_digest());
-        let shipment = if self.role == ReplicaRole::Primary {
+        let shipment = if self.role() == ReplicaRole::Primary {
             let log = match &mut self.db {
                 Store::Lean(db) => ShippedLog::Redo(db.take_redo()),
                 Store::Full(f) => match f.take_log() {
@@ -892,7 +951,9 @@ impl Replica {
         self.parked = None;
         self.piece_reads.clear();
         self.waiting.clear();
-        self.waiting_shipments.clear();
+        if let Some(w) = self.role.waiting_shipments_mut() {
+            w.clear();
+        }
         e
     }
 
@@ -913,12 +974,12 @@ impl Replica {
     }
 
     pub fn role(&self) -> ReplicaRole {
-        self.role
+        self.role.kind()
     }
 
-    /// A backup: bytes of log records applied so far.
+    /// Bytes of log records applied so far as a backup.
     pub fn applied_bytes(&self) -> u64 {
-        self.applied_bytes
+        self.stats.applied_bytes
     }
 
     /// The last batch executed (0 before the first).
