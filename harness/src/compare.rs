@@ -133,8 +133,8 @@ impl CompareRow {
         self.failover_unavailability_ms =
             f.unavailability_ms.or(f.partitions.iter().filter_map(|p| p.unavailability_at_most_ms).reduce(f64::max));
         self.failover_recovery_ms = f.recovery_ms;
-        self.failover_lost = Some(f.lost_acknowledged);
-        self.failover_outcome_unknown = Some(f.outcome_unknown);
+        self.failover_lost = Some(f.checks.lost_acknowledged);
+        self.failover_outcome_unknown = Some(f.checks.outcome_unknown);
     }
 
     /// Runs of the same workload, so that their figures compare.

@@ -118,15 +118,9 @@ pub struct FailoverReport {
     /// after, in txn/s.
     pub txn_per_sec_before: f64,
     pub txn_per_sec_lowest_after: f64,
-    /// Acknowledged NewOrders and Payments checked, and those missing from the data.
-    pub acknowledged_checked: u64,
-    pub lost_acknowledged: u64,
-    /// Requests whose connection was lost before their answer.
-    pub outcome_unknown: u64,
-    /// Answers that a partition had no live replica (or was stopped).
-    pub unavailable_answers: u64,
-    pub digests_equal: bool,
-    pub consistent: bool,
+    /// What the checks after the run found (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub checks: RunChecks,
     pub committed: u64,
     /// Of `committed`, transactions that spanned partitions (issue 7).
     pub committed_multi_partition: u64,
@@ -163,12 +157,9 @@ pub struct KillLoopReport {
     pub longest_silence_ms: f64,
     /// The longest stretch without a commit, per partition (cluster.toml order).
     pub longest_silence_per_partition_ms: Vec<f64>,
-    pub acknowledged_checked: u64,
-    pub lost_acknowledged: u64,
-    pub outcome_unknown: u64,
-    pub unavailable_answers: u64,
-    pub digests_equal: bool,
-    pub consistent: bool,
+    /// What the checks after the run found (flattened into the record's JSON).
+    #[serde(flatten)]
+    pub checks: RunChecks,
     pub committed: u64,
     pub seconds: f64,
     pub timeline: Vec<TimelinePoint>,
@@ -216,35 +207,49 @@ impl std::fmt::Display for KillLoopReport {
             writeln!(f, "  partition {:<3}        longest stretch without a commit {ms:.0} ms", i + 1)?;
         }
         writeln!(f, "  committed            {} in {:.1} s", self.committed, self.seconds)?;
-        write_outcome(
-            f,
-            [self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers],
-            self.digests_equal,
-            self.consistent,
-        )
+        write!(f, "{}", self.checks)
     }
 }
 
-/// The closing lines of a failover record: acknowledged transactions checked, lost, of
-/// unknown outcome, answered unavailable (`counts`, in that order); replicas and consistency.
-fn write_outcome(
-    f: &mut std::fmt::Formatter<'_>,
-    counts: [u64; 4],
-    digests_equal: bool,
-    consistent: bool,
-) -> std::fmt::Result {
-    let [checked, lost, unknown, unavailable] = counts;
-    writeln!(
-        f,
-        "  acknowledged         {checked} checked, {lost} LOST; {unknown} outcome unknown; {unavailable} unavailable \
-         answers"
-    )?;
-    writeln!(
-        f,
-        "  afterwards           digests {}, TPC-C consistency {}",
-        if digests_equal { "equal" } else { "DIFFER" },
-        if consistent { "holds" } else { "VIOLATED" }
-    )
+/// What the checks after a failover run found: the closing lines of its record.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct RunChecks {
+    /// Acknowledged NewOrders and Payments checked, and those missing from the data.
+    pub acknowledged_checked: u64,
+    pub lost_acknowledged: u64,
+    /// Requests whose connection was lost before their answer.
+    pub outcome_unknown: u64,
+    /// Answers that a partition had no live replica (or was stopped).
+    pub unavailable_answers: u64,
+    pub digests_equal: bool,
+    pub consistent: bool,
+}
+
+impl RunChecks {
+    /// What [`crate::verdict::failure_passed`] judges.
+    pub fn outcome(&self) -> crate::verdict::FailureOutcome {
+        crate::verdict::FailureOutcome {
+            lost_acknowledged: self.lost_acknowledged,
+            digests_equal: self.digests_equal,
+            consistent: self.consistent,
+        }
+    }
+}
+
+impl std::fmt::Display for RunChecks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
+            self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
+        )?;
+        writeln!(
+            f,
+            "  afterwards           digests {}, TPC-C consistency {}",
+            if self.digests_equal { "equal" } else { "DIFFER" },
+            if self.consistent { "holds" } else { "VIOLATED" }
+        )
+    }
 }
 
 /// How long after the kill a pause may begin and still count as the kill's: batches whose
@@ -312,12 +317,7 @@ impl std::fmt::Display for FailoverReport {
             self.txn_per_sec_before, self.txn_per_sec_lowest_after
         )?;
         writeln!(f, "  committed            {} ({} multi-partition)", self.committed, self.committed_multi_partition)?;
-        write_outcome(
-            f,
-            [self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers],
-            self.digests_equal,
-            self.consistent,
-        )
+        write!(f, "{}", self.checks)
     }
 }
 

@@ -23,11 +23,11 @@ use workload::bench::StopAfter;
 use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
 use workload::client::{self, ClusterCheck, ClusterClient};
 
-use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery};
+use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery, RunChecks};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::{chain, HarnessError};
 use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
-use crate::verdict::{self, FailureOutcome};
+use crate::verdict;
 use crate::Result;
 
 /// How often the coordinator's view of live replicas is polled around the kill.
@@ -107,23 +107,13 @@ pub fn check_times(at: f64, duration: f64, restart_after: Option<f64>, kill_loop
 
 /// Whether a failover record passed ([`verdict::failure_passed`] for its cluster's mode).
 pub fn passed(config: &ClusterConfig, r: &FailoverReport) -> bool {
-    let o = FailureOutcome {
-        lost_acknowledged: r.lost_acknowledged,
-        digests_equal: r.digests_equal,
-        consistent: r.consistent,
-    };
-    verdict::failure_passed(config.mode, config.shipping, o)
+    verdict::failure_passed(config.mode, config.shipping, r.checks.outcome())
 }
 
 /// Whether a kill loop's record passed its checks ([`verdict::failure_passed`]); rejoins are
 /// judged apart ([`KillLoopReport::rejoins_completed`]).
 pub fn loop_passed(config: &ClusterConfig, r: &KillLoopReport) -> bool {
-    let o = FailureOutcome {
-        lost_acknowledged: r.lost_acknowledged,
-        digests_equal: r.digests_equal,
-        consistent: r.consistent,
-    };
-    verdict::failure_passed(config.mode, config.shipping, o)
+    verdict::failure_passed(config.mode, config.shipping, r.checks.outcome())
 }
 
 /// One failover experiment: which node gets which signal when, whether it is restarted, and
@@ -258,6 +248,18 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     failover_report(config, x, &ev, promotes, &m, &verdict)
 }
 
+/// What the check after a run found, for its record.
+fn run_checks(verdict: &ClusterCheck, m: &Measurement) -> RunChecks {
+    RunChecks {
+        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
+        lost_acknowledged: (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64,
+        outcome_unknown: m.outcome_unknown,
+        unavailable_answers: m.unavailable,
+        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
+        consistent: verdict.consistency.all_passed(),
+    }
+}
+
 /// The record of one experiment from what the killer saw, the measurement and the check.
 fn failover_report(
     config: &ClusterConfig,
@@ -283,7 +285,6 @@ fn failover_report(
         .take(timeline.len().saturating_sub(kill_bucket + 1))
         .map(|p| p.txn_per_sec)
         .fold(f64::INFINITY, f64::min);
-    let lost = (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64;
     let bench_report = &m.report;
     Ok(FailoverReport {
         mode: config.mode,
@@ -309,12 +310,7 @@ fn failover_report(
         partitions,
         txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,
         txn_per_sec_lowest_after: if lowest_after.is_finite() { lowest_after } else { 0.0 },
-        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
-        lost_acknowledged: lost,
-        outcome_unknown: m.outcome_unknown,
-        unavailable_answers: m.unavailable,
-        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
-        consistent: verdict.consistency.all_passed(),
+        checks: run_checks(verdict, m),
         committed: bench_report.committed,
         committed_multi_partition: bench_report.cluster.as_ref().map_or(0, |c| c.committed_multi_partition),
         seconds: bench_report.seconds,
@@ -424,12 +420,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
         rejoins_completed: ev.rejoins_completed,
         longest_silence_ms: all,
         longest_silence_per_partition_ms: per_partition,
-        acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
-        lost_acknowledged: (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64,
-        outcome_unknown: m.outcome_unknown,
-        unavailable_answers: m.unavailable,
-        digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
-        consistent: verdict.consistency.all_passed(),
+        checks: run_checks(&verdict, &m),
         committed: m.report.committed,
         seconds: m.report.seconds,
         timeline: report::timeline(fine, BUCKET),
