@@ -195,6 +195,50 @@ struct CustomerAgg {
     payments: u64,
 }
 
+/// An extra condition beside clause 3.3.2's, which the simulator checks: per STOCK row
+/// (warehouse, item), S_YTD, S_ORDER_CNT and S_REMOTE_CNT minus the sums the
+/// ORDER_LINE rows it supplied account for (their OL_QUANTITY, their count, the count of
+/// those ordered for another warehouse). NewOrder moves both sides alike, so the balance of
+/// a consistent state is the loaded population's.
+pub type StockBalance = BTreeMap<(u16, u32), [i64; 3]>;
+
+/// Adds `db`'s STOCK rows and subtracts its ORDER_LINE rows into `balance` (add every
+/// partition once: an order line and the stock that supplied it may be in different ones).
+pub fn add_stock_balance<S: Storage>(db: &mut S, balance: &mut StockBalance) {
+    db.for_each::<t::Stocks>(|s| {
+        let b = balance.entry((s.s_w_id, s.s_i_id)).or_default();
+        b[0] += i64::from(s.s_ytd);
+        b[1] += i64::from(s.s_order_cnt);
+        b[2] += i64::from(s.s_remote_cnt);
+    });
+    db.for_each::<t::OrderLines>(|l| {
+        let b = balance.entry((l.ol_supply_w_id, l.ol_i_id)).or_default();
+        b[0] -= i64::from(l.ol_quantity);
+        b[1] -= 1;
+        b[2] -= i64::from(l.ol_supply_w_id != l.ol_w_id);
+    });
+}
+
+/// How two stock balances differ: the first row that does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StockDifference {
+    /// Row (W, I)'s balance is `found` where the loaded population's is `loaded`.
+    Disagrees { w: u16, i: u32, found: [i64; 3], loaded: [i64; 3] },
+    /// Row (W, I) of the loaded population is not found.
+    Missing { w: u16, i: u32 },
+}
+
+/// The first row where `found` differs from `expected`, if any.
+pub fn stock_difference(expected: &StockBalance, found: &StockBalance) -> Option<StockDifference> {
+    for (key, b) in found {
+        let e = expected.get(key).copied().unwrap_or_default();
+        if e != *b {
+            return Some(StockDifference::Disagrees { w: key.0, i: key.1, found: *b, loaded: e });
+        }
+    }
+    expected.keys().find(|k| !found.contains_key(k)).map(|k| StockDifference::Missing { w: k.0, i: k.1 })
+}
+
 /// Accumulates the aggregates the conditions need from one or more storages; see the module
 /// documentation.
 #[derive(Debug, Default)]

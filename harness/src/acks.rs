@@ -13,89 +13,60 @@
 //!
 //! A NewOrder is present when its ORDER row exists; a Payment when a HISTORY row with the same
 //! (H_W_ID, H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID, H_AMOUNT, H_DATE) exists (counted as a
-//! multiset: two identical acknowledged payments need two rows) ([`missing`]). Other
+//! multiset: two identical acknowledged payments need two rows) (`engine::acks`, [`missing`]). Other
 //! transaction types are not recorded. A last line without its newline (the writer killed
 //! mid-line) is ignored.
 //!
 //! A cluster bench's record (`glass bench --config … --ack-log`, read by `glass check
 //! --ack-log`): `neworder W D O_ID` lines ([`write_acks`], [`read_acks`]).
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+pub use engine::acks::Ack;
+use engine::acks::{NewOrderAck, PaymentAck};
 use engine::conventional::Session;
 use engine::procedures::{TxnInput, TxnOutput};
-use engine::schema::{keys, t};
-use engine::Storage;
 use workload::bench::BenchError;
-use workload::client::NewOrderAck;
 
 use crate::error::HarnessError;
 use crate::Result;
 
-/// One acknowledged commit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Ack {
-    NewOrder { w: u16, d: u8, o_id: u32 },
-    Payment { w: u16, d: u8, c_w: u16, c_d: u8, c_id: u32, amount: i64, date: i64 },
+/// An acknowledgement's line in the record, newline included.
+pub fn line(ack: &Ack) -> String {
+    match *ack {
+        Ack::NewOrder(NewOrderAck { w, d, o_id }) => format!("neworder {w} {d} {o_id}\n"),
+        Ack::Payment(PaymentAck { w, d, c_w, c_d, c_id, amount, date }) => {
+            format!("payment {w} {d} {c_w} {c_d} {c_id} {amount} {date}\n")
+        }
+    }
 }
 
-impl Ack {
-    /// The record of a committed transaction, for the types that are recorded.
-    pub fn of(input: &TxnInput, output: &TxnOutput) -> Option<Ack> {
-        match (input, output) {
-            (TxnInput::NewOrder(i), TxnOutput::NewOrder(o)) => {
-                Some(Ack::NewOrder { w: i.w_id, d: i.d_id, o_id: o.o_id })
-            }
-            (TxnInput::Payment(i), TxnOutput::Payment(o)) => Some(Ack::Payment {
-                w: i.w_id,
-                d: i.d_id,
-                c_w: i.c_w_id,
-                c_d: i.c_d_id,
-                c_id: o.c_id,
-                amount: i.h_amount,
-                date: i.date,
-            }),
-            _ => None,
-        }
-    }
-
-    /// The record's line, newline included.
-    pub fn line(&self) -> String {
-        match *self {
-            Ack::NewOrder { w, d, o_id } => format!("neworder {w} {d} {o_id}\n"),
-            Ack::Payment { w, d, c_w, c_d, c_id, amount, date } => {
-                format!("payment {w} {d} {c_w} {c_d} {c_id} {amount} {date}\n")
-            }
-        }
-    }
-
-    fn parse(line: &str) -> Option<Ack> {
-        let mut f = line.split_ascii_whitespace();
-        let kind = f.next()?;
-        let mut next = || f.next().and_then(|v| v.parse::<i64>().ok());
-        let ack = match kind {
-            "neworder" => Ack::NewOrder {
-                w: u16::try_from(next()?).ok()?,
-                d: u8::try_from(next()?).ok()?,
-                o_id: u32::try_from(next()?).ok()?,
-            },
-            "payment" => Ack::Payment {
-                w: u16::try_from(next()?).ok()?,
-                d: u8::try_from(next()?).ok()?,
-                c_w: u16::try_from(next()?).ok()?,
-                c_d: u8::try_from(next()?).ok()?,
-                c_id: u32::try_from(next()?).ok()?,
-                amount: next()?,
-                date: next()?,
-            },
-            _ => return None,
-        };
-        f.next().is_none().then_some(ack)
-    }
+/// The acknowledgement a record's line (without its newline) names.
+fn parse(line: &str) -> Option<Ack> {
+    let mut f = line.split_ascii_whitespace();
+    let kind = f.next()?;
+    let mut next = || f.next().and_then(|v| v.parse::<i64>().ok());
+    let ack = match kind {
+        "neworder" => Ack::NewOrder(NewOrderAck {
+            w: u16::try_from(next()?).ok()?,
+            d: u8::try_from(next()?).ok()?,
+            o_id: u32::try_from(next()?).ok()?,
+        }),
+        "payment" => Ack::Payment(PaymentAck {
+            w: u16::try_from(next()?).ok()?,
+            d: u8::try_from(next()?).ok()?,
+            c_w: u16::try_from(next()?).ok()?,
+            c_d: u8::try_from(next()?).ok()?,
+            c_id: u32::try_from(next()?).ok()?,
+            amount: next()?,
+            date: next()?,
+        }),
+        _ => return None,
+    };
+    f.next().is_none().then_some(ack)
 }
 
 /// Reads a record of acknowledged commits (ignoring an unterminated last line).
@@ -111,7 +82,7 @@ pub fn read_ack_log(path: &Path) -> Result<Vec<Ack>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(n, l)| {
-            Ack::parse(l).ok_or_else(|| HarnessError::NotAnAck {
+            parse(l).ok_or_else(|| HarnessError::NotAnAck {
                 path: path.to_path_buf(),
                 line: n + 1,
                 text: l.to_string(),
@@ -120,37 +91,28 @@ pub fn read_ack_log(path: &Path) -> Result<Vec<Ack>> {
         .collect()
 }
 
-type PaymentKey = (u16, u8, u16, u8, u32, i64, i64);
-
-/// The acknowledged transactions that are not in the database.
+/// The acknowledged transactions that are not in the database (`engine::acks::missing`), in
+/// the record's order.
 pub fn missing(s: &mut Session, acks: &[Ack]) -> Result<Vec<Ack>> {
-    let mut history: HashMap<PaymentKey, u64> = HashMap::new();
-    if acks.iter().any(|a| matches!(a, Ack::Payment { .. })) {
-        s.for_each::<t::Histories>(|h| {
-            *history
-                .entry((h.h_w_id, h.h_d_id, h.h_c_w_id, h.h_c_d_id, h.h_c_id, h.h_amount, h.h_date))
-                .or_default() += 1;
-        });
-    }
-    let mut gone = Vec::new();
-    for &ack in acks {
-        let present = match ack {
-            Ack::NewOrder { w, d, o_id } => s.get::<t::Orders, _>(keys::order(w, d, o_id), |_| ())?.is_some(),
-            Ack::Payment { w, d, c_w, c_d, c_id, amount, date } => {
-                match history.get_mut(&(w, d, c_w, c_d, c_id, amount, date)) {
-                    Some(n) if *n > 0 => {
-                        *n -= 1;
-                        true
-                    }
-                    _ => false,
-                }
-            }
-        };
-        if !present {
-            gone.push(ack);
-        }
-    }
-    Ok(gone)
+    let new_orders = acks.iter().filter_map(|a| match a {
+        Ack::NewOrder(a) => Some(a),
+        Ack::Payment(_) => None,
+    });
+    let payments = acks.iter().filter_map(|a| match a {
+        Ack::Payment(a) => Some(a),
+        Ack::NewOrder(_) => None,
+    });
+    let gone = engine::acks::missing(s, new_orders, payments)?;
+    let (mut orders, mut payments) = (gone.new_orders.into_iter().peekable(), gone.payments.into_iter().peekable());
+    // Both lists keep the record's order: merge them back into it.
+    Ok(acks
+        .iter()
+        .filter_map(|a| match a {
+            Ack::NewOrder(o) if orders.peek() == Some(o) => orders.next().map(Ack::NewOrder),
+            Ack::Payment(p) if payments.peek() == Some(p) => payments.next().map(Ack::Payment),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The record of acknowledged commits an embedded bench writes (`--ack-log`; format above).
@@ -170,7 +132,7 @@ impl AckLog {
     /// survives the process being killed, before the worker goes on).
     pub fn acknowledge(&self, input: &TxnInput, output: &TxnOutput) -> Result<(), BenchError> {
         let Some(ack) = Ack::of(input, output) else { return Ok(()) };
-        let line = ack.line();
+        let line = line(&ack);
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         file.write_all(line.as_bytes())
             .and_then(|()| file.flush())
@@ -223,15 +185,15 @@ mod tests {
     #[test]
     fn ack_lines_round_trip() {
         for ack in [
-            Ack::NewOrder { w: 3, d: 10, o_id: 3001 },
-            Ack::Payment { w: 1, d: 2, c_w: 4, c_d: 5, c_id: 2999, amount: 500_000, date: 1_213_056_777 },
+            Ack::NewOrder(NewOrderAck { w: 3, d: 10, o_id: 3001 }),
+            Ack::Payment(PaymentAck { w: 1, d: 2, c_w: 4, c_d: 5, c_id: 2999, amount: 500_000, date: 1_213_056_777 }),
         ] {
-            let line = ack.line();
-            assert!(line.ends_with('\n'));
-            assert_eq!(Ack::parse(line.trim_end()), Some(ack));
+            let text = line(&ack);
+            assert!(text.ends_with('\n'));
+            assert_eq!(parse(text.trim_end()), Some(ack));
         }
-        assert_eq!(Ack::parse("neworder 1 2"), None);
-        assert_eq!(Ack::parse("neworder 1 2 3 4"), None);
-        assert_eq!(Ack::parse("delivery 1"), None);
+        assert_eq!(parse("neworder 1 2"), None);
+        assert_eq!(parse("neworder 1 2 3 4"), None);
+        assert_eq!(parse("delivery 1"), None);
     }
 }

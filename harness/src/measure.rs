@@ -73,8 +73,8 @@ pub fn check_and_down(
     rt: &Runtime,
     guard: StopOnDrop<'_>,
     client: &ClusterClient,
-    acks: &[client::NewOrderAck],
-    payments: &[driver::PaymentAck],
+    acks: &[engine::acks::NewOrderAck],
+    payments: &[engine::acks::PaymentAck],
     progress: &mut dyn Progress,
 ) -> Result<client::ClusterCheck> {
     let verdict = rt.block_on(client::check(client, acks, payments))?;
@@ -162,8 +162,8 @@ pub struct Measurement {
     /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
     pub report: bench::BenchReport,
     /// Every NewOrder and Payment acknowledged, warm-up included.
-    pub acks: Vec<client::NewOrderAck>,
-    pub payments: Vec<driver::PaymentAck>,
+    pub acks: Vec<engine::acks::NewOrderAck>,
+    pub payments: Vec<engine::acks::PaymentAck>,
     /// The driver's outage figures and fine timeline (see [`driver::DriverOutcome`]).
     pub outcome_unknown: u64,
     pub unavailable: u64,

@@ -11,7 +11,7 @@
 //!   `debug_assertions`, has that digest);
 //! - [`acknowledged_present`]: every acknowledged NewOrder's ORDER row and every acknowledged
 //!   Payment's HISTORY row (one per acknowledgement) are in the final state — the same
-//!   lookups `workload::client::check` makes on a real cluster, over the same ack types;
+//!   lookups `workload::client::check` makes on a real cluster, through the same `engine::acks`;
 //! - [`consistency`]: the TPC-C consistency conditions (clause 3.3.2, `engine::check`) over
 //!   the final state of every partition;
 //! - [`stock_agrees_with_order_lines`]: every STOCK row's S_YTD, S_ORDER_CNT and S_REMOTE_CNT
@@ -20,14 +20,9 @@
 //!   piece, or the reverse (half applied), breaks it. TPC-C has no such condition (stock is
 //!   in no consistency condition), so the baseline is the loaded population's.
 
-use std::collections::BTreeMap;
-
-use engine::procedures::{TxnInput, TxnOutput};
-use engine::schema::{keys, t};
-use engine::{LeanDb, Storage};
+use engine::acks::{Ack, NewOrderAck, PaymentAck};
+use engine::check::StockDifference;
 use wire::messages::{ClientResult, DigestOutcome, PartitionId, Seq, StateDigest};
-use workload::client::driver::PaymentAck;
-use workload::client::NewOrderAck;
 
 use crate::cluster::Sim;
 use crate::error::SimError;
@@ -111,25 +106,15 @@ pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateD
     Ok(out)
 }
 
-/// The acknowledged (committed and answered) NewOrders and Payments.
+/// The acknowledged (committed and answered) NewOrders and Payments (`engine::acks`).
 pub fn acknowledgements(sim: &Sim) -> (Vec<NewOrderAck>, Vec<PaymentAck>) {
     let (mut orders, mut payments) = (Vec::new(), Vec::new());
     for (&(_, id), (result, _)) in sim.answers() {
         let ClientResult::Committed { output, .. } = result else { continue };
-        match (&sim.inputs()[id as usize], output) {
-            (TxnInput::NewOrder(i), TxnOutput::NewOrder(o)) => {
-                orders.push(NewOrderAck { w: i.w_id, d: i.d_id, o_id: o.o_id })
-            }
-            (TxnInput::Payment(i), TxnOutput::Payment(o)) => payments.push(PaymentAck {
-                w: i.w_id,
-                d: i.d_id,
-                c_w: i.c_w_id,
-                c_d: i.c_d_id,
-                c_id: o.c_id,
-                date: i.date,
-                amount: i.h_amount,
-            }),
-            _ => {}
+        match Ack::of(&sim.inputs()[id as usize], output) {
+            Some(Ack::NewOrder(a)) => orders.push(a),
+            Some(Ack::Payment(a)) => payments.push(a),
+            None => {}
         }
     }
     (orders, payments)
@@ -145,23 +130,19 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<u64, SimError> {
     let mut checked = 0u64;
     for (partition, warehouses, node) in partitions {
         let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
-        for a in orders.iter().filter(|a| warehouses.contains(a.w)) {
-            checked += 1;
-            if db.get::<t::Orders, ()>(keys::order(a.w, a.d, a.o_id), |_| ()).ok().flatten().is_none() {
-                return Err(SimError::NewOrderMissing { ack: *a, partition });
-            }
+        let mine_orders: Vec<&NewOrderAck> = orders.iter().filter(|a| warehouses.contains(a.w)).collect();
+        let mine_payments: Vec<&PaymentAck> = payments.iter().filter(|a| warehouses.contains(a.w)).collect();
+        checked += (mine_orders.len() + mine_payments.len()) as u64;
+        let gone = engine::acks::missing(db, mine_orders, mine_payments).map_err(|source| SimError::Storage {
+            partition,
+            node,
+            source,
+        })?;
+        if let Some(&ack) = gone.new_orders.first() {
+            return Err(SimError::NewOrderMissing { ack, partition });
         }
-        // HISTORY has no key (clause 1.3): count its rows by their columns, one per ack.
-        let mut rows: BTreeMap<PaymentAck, u32> = BTreeMap::new();
-        db.for_each::<t::Histories>(|h| {
-            *rows.entry(PaymentAck::of_history(h)).or_default() += 1;
-        });
-        for a in payments.iter().filter(|a| warehouses.contains(a.w)) {
-            checked += 1;
-            match rows.get_mut(a) {
-                Some(n) if *n > 0 => *n -= 1,
-                _ => return Err(SimError::PaymentMissing { ack: *a, partition }),
-            }
+        if let Some(&ack) = gone.payments.first() {
+            return Err(SimError::PaymentMissing { ack, partition });
         }
     }
     Ok(checked)
@@ -184,28 +165,7 @@ pub fn consistency(sim: &mut Sim) -> Result<(), SimError> {
     }
 }
 
-/// Per STOCK row (warehouse, item): S_YTD, S_ORDER_CNT and S_REMOTE_CNT minus the sums the
-/// ORDER_LINE rows it supplied account for (their OL_QUANTITY, their count, the count of
-/// those ordered for another warehouse). NewOrder moves both sides alike, so the balance of
-/// a consistent state is the loaded population's.
-pub type StockBalance = BTreeMap<(u16, u32), [i64; 3]>;
-
-/// Adds `db`'s STOCK rows and subtracts its ORDER_LINE rows into `balance` (add every
-/// partition once: an order line and the stock that supplied it may be in different ones).
-pub fn add_stock_balance(db: &mut LeanDb, balance: &mut StockBalance) {
-    db.for_each::<t::Stocks>(|s| {
-        let b = balance.entry((s.s_w_id, s.s_i_id)).or_default();
-        b[0] += i64::from(s.s_ytd);
-        b[1] += i64::from(s.s_order_cnt);
-        b[2] += i64::from(s.s_remote_cnt);
-    });
-    db.for_each::<t::OrderLines>(|l| {
-        let b = balance.entry((l.ol_supply_w_id, l.ol_i_id)).or_default();
-        b[0] -= i64::from(l.ol_quantity);
-        b[1] -= 1;
-        b[2] -= i64::from(l.ol_supply_w_id != l.ol_w_id);
-    });
-}
+pub use engine::check::{add_stock_balance, StockBalance};
 
 /// The stock balance of the loaded population of every partition of `config`.
 pub fn initial_stock_balance(config: &wire::config::ClusterConfig) -> StockBalance {
@@ -217,17 +177,15 @@ pub fn initial_stock_balance(config: &wire::config::ClusterConfig) -> StockBalan
     balance
 }
 
-/// Compares two stock balances; names the first row that differs.
+/// Compares two stock balances; names the first row that differs
+/// (`engine::check::stock_difference`).
 pub fn same_stock_balance(expected: &StockBalance, found: &StockBalance) -> Result<(), SimError> {
-    for (key, b) in found {
-        let e = expected.get(key).copied().unwrap_or_default();
-        if e != *b {
-            return Err(SimError::StockDisagrees { w: key.0, i: key.1, found: *b, loaded: e });
-        }
-    }
-    match expected.keys().find(|k| !found.contains_key(k)) {
-        Some(k) => Err(SimError::StockMissing { w: k.0, i: k.1 }),
+    match engine::check::stock_difference(expected, found) {
         None => Ok(()),
+        Some(StockDifference::Disagrees { w, i, found, loaded }) => {
+            Err(SimError::StockDisagrees { w, i, found, loaded })
+        }
+        Some(StockDifference::Missing { w, i }) => Err(SimError::StockMissing { w, i }),
     }
 }
 

@@ -4,11 +4,10 @@
 
 use coordinator::ClientId;
 use coordinator::Event;
+use engine::acks::{NewOrderAck, PaymentAck};
 use engine::check::CheckReport;
 use node::error::InsertError;
 use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq, StateDigest};
-use workload::client::driver::PaymentAck;
-use workload::client::NewOrderAck;
 
 /// Why a simulated cluster failed a check or did not settle.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +54,9 @@ pub enum SimError {
     /// A node holds no (lean) replica of a partition it should serve.
     #[error("partition {partition}: node {node} does not serve")]
     NotServing { partition: PartitionId, node: NodeId },
+    /// A replica's final state could not be read.
+    #[error("partition {partition} on node {node}: {source}")]
+    Storage { partition: PartitionId, node: NodeId, source: engine::StorageError },
     /// An acknowledged NewOrder's ORDER row is missing.
     #[error("acknowledged {ack} is missing from partition {partition}")]
     NewOrderMissing { ack: NewOrderAck, partition: PartitionId },

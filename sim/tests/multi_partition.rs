@@ -434,10 +434,10 @@ fn lose_remote_at(seed: u64, step: Step) -> Result<Option<ClientResult>, String>
             return Err(fail(format!("acknowledged {a} is missing from partition {p}")));
         }
     }
-    let mut histories: BTreeMap<workload::client::driver::PaymentAck, u32> = BTreeMap::new();
+    let mut histories: BTreeMap<engine::acks::PaymentAck, u32> = BTreeMap::new();
     for db in dbs.values_mut() {
         engine::Storage::for_each::<engine::schema::t::Histories>(&mut **db, |h| {
-            *histories.entry(workload::client::driver::PaymentAck::of_history(h)).or_default() += 1;
+            *histories.entry(engine::acks::PaymentAck::of_history(h)).or_default() += 1;
         });
     }
     for a in &payments {

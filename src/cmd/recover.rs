@@ -92,7 +92,7 @@ pub fn run(a: RecoverArgs) -> Result<ExitCode> {
             gone.len()
         );
         for g in gone.iter().take(MISSING_SHOWN_MAX) {
-            print!("  missing: {}", g.line());
+            print!("  missing: {}", harness::acks::line(g));
         }
         if !gone.is_empty() {
             eprintln!("glass: error: {} acknowledged commits are missing after recovery", gone.len());

@@ -25,9 +25,10 @@ pub mod driver;
 
 use std::time::Duration;
 
+use engine::acks::{NewOrderAck, PaymentAck};
 use engine::check::{CheckReport, Checker};
-use engine::schema::{keys, t, TableId};
-use engine::{LeanDb, Storage};
+use engine::schema::TableId;
+use engine::LeanDb;
 use node::snapshot::{peer, recv_matching, snapshot_into, SnapshotInfo};
 use node::TransferError;
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, ToolReply, ToolRequest};
@@ -62,6 +63,9 @@ pub enum ClientError {
     /// A process refused a request, or the request could not be made.
     #[error("{peer} refused: {reason}")]
     Refused { peer: String, reason: String },
+    /// The copy of a partition could not be read.
+    #[error("reading a partition's copy: {0}")]
+    Storage(#[from] engine::StorageError),
     /// The coordinator rejected a request.
     #[error("the coordinator rejected the request: {0}")]
     Rejected(Rejection),
@@ -208,20 +212,6 @@ pub async fn shutdown(link: Link, reason: &str) -> Result<(), ClientError> {
     Ok(())
 }
 
-/// An acknowledged (committed and answered) NewOrder: its ORDER row must exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NewOrderAck {
-    pub w: u16,
-    pub d: u8,
-    pub o_id: u32,
-}
-
-impl std::fmt::Display for NewOrderAck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "neworder {} {} {}", self.w, self.d, self.o_id)
-    }
-}
-
 /// One partition's verdict in [`check`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionCheck {
@@ -256,7 +246,7 @@ pub struct ClusterCheck {
     pub acks_missing: Vec<NewOrderAck>,
     /// Acknowledged Payments looked up, and those whose HISTORY row is missing.
     pub payments_checked: u64,
-    pub payments_missing: Vec<driver::PaymentAck>,
+    pub payments_missing: Vec<PaymentAck>,
 }
 
 impl ClusterCheck {
@@ -336,7 +326,7 @@ impl std::fmt::Display for ClusterCheck {
 pub async fn check(
     client: &ClusterClient,
     acks: &[NewOrderAck],
-    payments: &[driver::PaymentAck],
+    payments: &[PaymentAck],
 ) -> Result<ClusterCheck, ClientError> {
     let config = client.config().clone();
     let mut coordinator = client.connect_coordinator().await?;
@@ -389,27 +379,14 @@ pub async fn check(
         let same_point_ok = snapshot.seq != seq || digests.iter().all(|(_, d)| *d == copy_digest);
         let copy_ok = copy_digest == snapshot.digest && same_point_ok;
         checker.add(&mut db);
-        for a in acks.iter().filter(|a| p.warehouses.contains(a.w)) {
-            acks_checked += 1;
-            if db.get::<t::Orders, ()>(keys::order(a.w, a.d, a.o_id), |_| ()).ok().flatten().is_none() {
-                acks_missing.push(*a);
-            }
-        }
-        // HISTORY has no key (clause 1.3): count its rows by their columns, take one per ack.
-        let mine: Vec<&driver::PaymentAck> = payments.iter().filter(|a| p.warehouses.contains(a.w)).collect();
-        if !mine.is_empty() {
-            let mut rows: std::collections::HashMap<driver::PaymentAck, u32> = std::collections::HashMap::new();
-            db.for_each::<t::Histories>(|h| {
-                *rows.entry(driver::PaymentAck::of_history(h)).or_default() += 1;
-            });
-            for a in mine {
-                payments_checked += 1;
-                match rows.get_mut(a) {
-                    Some(n) if *n > 0 => *n -= 1,
-                    _ => payments_missing.push(*a),
-                }
-            }
-        }
+        // Clause 1.3 and 2.5.2.2 (`engine::acks`): ORDER rows by key, HISTORY rows as a multiset.
+        let mine_orders: Vec<&NewOrderAck> = acks.iter().filter(|a| p.warehouses.contains(a.w)).collect();
+        let mine_payments: Vec<&PaymentAck> = payments.iter().filter(|a| p.warehouses.contains(a.w)).collect();
+        acks_checked += mine_orders.len() as u64;
+        payments_checked += mine_payments.len() as u64;
+        let gone = engine::acks::missing(&mut db, mine_orders, mine_payments)?;
+        acks_missing.extend(gone.new_orders);
+        payments_missing.extend(gone.payments);
         partitions.push(PartitionCheck {
             partition: p.id,
             seq,

@@ -41,10 +41,11 @@ use tracing::debug;
 use wire::channel::{ClientToCoordinator, CoordinatorToClient};
 use wire::messages::{ClientReply, ClientRequest, ClientResult, PartitionId, Rejection};
 
-use super::{ClientError, ClusterClient, NewOrderAck};
+use super::{ClientError, ClusterClient};
 use crate::bench::{run_seed, BenchReport, IntervalLine, Measured, Observer, StopAfter};
 use crate::gen::{GenConfig, Generator, Mix, Profile};
 use crate::metrics::{cpu_seconds, Stats};
+use engine::acks::{NewOrderAck, PaymentAck};
 use engine::loader::LOAD_TIMESTAMP;
 
 /// Connections a bench may open.
@@ -201,34 +202,6 @@ pub struct ClusterInfo {
     /// Committed transactions of the measured phase touching warehouses of more than one
     /// partition.
     pub committed_multi_partition: u64,
-}
-
-/// A Payment a client saw committed: its HISTORY row must exist (clause 2.5.2.2: H_W_ID,
-/// H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID, H_DATE, H_AMOUNT).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PaymentAck {
-    pub w: u16,
-    pub d: u8,
-    pub c_w: u16,
-    pub c_d: u8,
-    pub c_id: u32,
-    pub date: i64,
-    pub amount: i64,
-}
-
-impl PaymentAck {
-    /// The acknowledgement a HISTORY row answers to.
-    pub fn of_history(h: &engine::schema::History) -> PaymentAck {
-        PaymentAck {
-            w: h.h_w_id,
-            d: h.h_d_id,
-            c_w: h.h_c_w_id,
-            c_d: h.h_c_d_id,
-            c_id: h.h_c_id,
-            date: h.h_date,
-            amount: h.h_amount,
-        }
-    }
 }
 
 /// What a cluster bench produced.
