@@ -398,8 +398,8 @@ impl Coordinator {
     pub fn new(config: &ClusterConfig, now_us: u64) -> Result<Coordinator, CoordinatorError> {
         config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
-        let passive = config.mode.is_passive();
-        let log = if config.mode == Mode::FullStack { ShippedLogKind::Wal } else { ShippedLogKind::Redo };
+        let passive = config.mode().is_passive();
+        let log = if config.mode() == Mode::FullStack { ShippedLogKind::Wal } else { ShippedLogKind::Redo };
         let partitions = config
             .partitions
             .iter()

@@ -222,7 +222,7 @@ pub async fn run(
     config.validate()?;
     let clock = Clock::start();
     info!(
-        mode = config.mode.name(),
+        mode = config.mode().name(),
         partitions = config.partitions.len(),
         nodes = config.nodes.len(),
         "coordinator starting; waiting for every node to join"

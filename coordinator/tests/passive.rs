@@ -26,11 +26,11 @@ const LOADED: StateDigest = StateDigest(0x10AD);
 /// The committed cluster.toml in `mode`, closing a batch at two transactions.
 fn config(mode: Mode) -> ClusterConfig {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
-    c.mode = mode;
+    c = c.with_mode(mode, None);
     c.limits.batch_txns_max = 2;
     c.limits.batch_wait_us = 500;
     c.validate().unwrap();
-    assert!(c.mode.is_passive());
+    assert!(c.mode().is_passive());
     c
 }
 
@@ -338,7 +338,7 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
 #[test]
 fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
-    c.mode = Mode::ActivePassive;
+    c = c.with_mode(Mode::ActivePassive, None);
     c.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7403".into() });
     let c = c.with_replication(3).unwrap();
     assert_eq!(c.partitions[0].replicas, vec![1, 2, 3]);

@@ -404,7 +404,7 @@ impl Cluster {
             }
             (coordinator, digests, nodes)
         });
-        Ok(StatusSample { local, coordinator, digests, nodes, mode: self.config.mode })
+        Ok(StatusSample { local, coordinator, digests, nodes, mode: self.config.mode() })
     }
 
     /// Stops the cluster (see the module documentation); says what it stopped and how.

@@ -9,12 +9,12 @@
 //! transaction; asynchronous active-passive answers once the primary committed, so a failed
 //! primary may take its unshipped tail with it.
 
-use wire::config::{Mode, Shipping};
+use wire::config::{Replication, Shipping};
 
-/// Whether a failure of a node may lose acknowledged transactions in `mode` with `shipping`:
-/// only in active-passive with asynchronous shipping.
-pub fn loss_allowed(mode: Mode, shipping: Shipping) -> bool {
-    mode == Mode::ActivePassive && shipping == Shipping::Async
+/// Whether a failure of a node may lose acknowledged transactions under `replication`: only
+/// in active-passive with asynchronous shipping.
+pub fn loss_allowed(replication: &Replication) -> bool {
+    matches!(replication, Replication::ActivePassive { shipping: Shipping::Async })
 }
 
 /// What the checks after a run with a failure found.
@@ -31,8 +31,8 @@ pub struct FailureOutcome {
 /// Whether a run with a failure (a kill, a stop, a kill loop) passed: replicas equal,
 /// consistency held, and nothing acknowledged lost unless the mode allows it
 /// ([`loss_allowed`]).
-pub fn failure_passed(mode: Mode, shipping: Shipping, o: FailureOutcome) -> bool {
-    (o.lost_acknowledged == 0 || loss_allowed(mode, shipping)) && o.digests_equal && o.consistent
+pub fn failure_passed(replication: &Replication, o: FailureOutcome) -> bool {
+    (o.lost_acknowledged == 0 || loss_allowed(replication)) && o.digests_equal && o.consistent
 }
 
 /// Whether a run without a failure passed: replicas equal, consistency held (acknowledged
@@ -44,19 +44,21 @@ pub fn run_passed(digests_equal: bool, consistent: bool, replica_reads_consisten
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wire::config::{FullStackConfig, Mode};
 
     #[test]
     fn only_async_active_passive_may_lose_acknowledged_transactions() {
         for mode in Mode::ALL {
             for shipping in [Shipping::Sync, Shipping::Async] {
+                let r = Replication::of(mode, shipping, FullStackConfig::default());
                 let lost = FailureOutcome { lost_acknowledged: 3, digests_equal: true, consistent: true };
                 let allowed = mode == Mode::ActivePassive && shipping == Shipping::Async;
-                assert_eq!(loss_allowed(mode, shipping), allowed);
-                assert_eq!(failure_passed(mode, shipping, lost), allowed, "{mode} {shipping:?}");
+                assert_eq!(loss_allowed(&r), allowed);
+                assert_eq!(failure_passed(&r, lost), allowed, "{mode} {shipping:?}");
                 let none = FailureOutcome { lost_acknowledged: 0, ..lost };
-                assert!(failure_passed(mode, shipping, none));
-                assert!(!failure_passed(mode, shipping, FailureOutcome { digests_equal: false, ..none }));
-                assert!(!failure_passed(mode, shipping, FailureOutcome { consistent: false, ..none }));
+                assert!(failure_passed(&r, none));
+                assert!(!failure_passed(&r, FailureOutcome { digests_equal: false, ..none }));
+                assert!(!failure_passed(&r, FailureOutcome { consistent: false, ..none }));
             }
         }
     }

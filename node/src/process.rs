@@ -51,7 +51,7 @@ use tracing::{debug, error, info, warn};
 use wire::channel::{
     ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerChannel, PeerReply, PeerRequest, ToolReply, ToolRequest,
 };
-use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Shipping};
+use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replication, Shipping};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
     DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, ProcessStatus, Rejection,
@@ -341,7 +341,7 @@ pub async fn run(
     for p in &partitions {
         let role = replica_role(&config, p, id, &start);
         if role == ReplicaRole::Primary {
-            gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping == Shipping::Sync));
+            gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping() == Some(Shipping::Sync)));
         }
         let begin = match start {
             Start::Load => Begin::Load,
@@ -419,9 +419,9 @@ fn partitions_held(config: &ClusterConfig, id: NodeId, start: &Start) -> Result<
 /// joined partition's new replica is a backup (passive modes) or a replica.
 fn replica_role(config: &ClusterConfig, p: &PartitionConfig, id: NodeId, start: &Start) -> ReplicaRole {
     let joined = matches!(start, Start::Join(j) if j.contains(&p.id));
-    match ReplicaRole::of(config.mode, p, id) {
+    match ReplicaRole::of(config.mode(), p, id) {
         ReplicaRole::Primary if *start != Start::Load => ReplicaRole::Backup,
-        _ if joined && config.mode.is_passive() => ReplicaRole::Backup,
+        _ if joined && config.mode().is_passive() => ReplicaRole::Backup,
         _ if joined => ReplicaRole::Replica,
         r => r,
     }
@@ -527,12 +527,12 @@ enum Storage {
 
 impl Storage {
     fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> Storage {
-        match config.mode {
-            Mode::ActiveActive => Storage::Lean { passive: false },
-            Mode::ActivePassive => Storage::Lean { passive: true },
-            Mode::FullStack => Storage::Full {
+        match &config.replication {
+            Replication::ActiveActive => Storage::Lean { passive: false },
+            Replication::ActivePassive { .. } => Storage::Lean { passive: true },
+            Replication::FullStack { full_stack, .. } => Storage::Full {
                 dir: config.run_dir.join(format!("node-{node}")).join(format!("p{partition}")),
-                workers: config.full_stack.workers as usize,
+                workers: full_stack.workers as usize,
             },
         }
     }
@@ -1454,7 +1454,7 @@ async fn write_to_coordinator(
                     None => Vec::new(),
                 },
                 Some(OutboxEvent::ShipTo { partition, backup }) => {
-                    let sync = node.config.shipping == Shipping::Sync;
+                    let sync = node.config.shipping() == Some(Shipping::Sync);
                     outbox.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], sync)).add_catching_up(backup);
                     // A new link: the node restarted, and a link to its previous process may
                     // hang until its connection times out.

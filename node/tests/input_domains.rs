@@ -240,7 +240,7 @@ impl Drop for TempDir {
 #[test]
 fn a_full_stack_replica_reports_out_of_domain_inputs_failed_and_changes_nothing() {
     let mut config = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
-    config.mode = Mode::FullStack;
+    config = config.with_mode(Mode::FullStack, None);
     config.seed = LOAD_SEED;
     config.partitions[0].warehouses = WarehouseRange { first: 1, last: 1 };
     config.partitions[0].replicas = vec![1];

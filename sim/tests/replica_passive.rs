@@ -43,7 +43,7 @@ const BATCH_TXNS: usize = 8;
 /// [1, 2] (node 1 its primary), partition 2 on [2, 1].
 fn config(mode: Mode) -> ClusterConfig {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
-    c.mode = mode;
+    c = c.with_mode(mode, None);
     c.seed = LOAD_SEED;
     c.partitions[0].warehouses = WarehouseRange { first: 1, last: 1 };
     c.partitions[1].warehouses = WarehouseRange { first: 2, last: 2 };

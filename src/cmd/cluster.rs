@@ -107,7 +107,7 @@ fn status(c: &Cluster) -> Result<ExitCode> {
     println!(
         "cluster {} (mode {}, {} partitions, {} nodes); run_dir {}",
         c.path.display(),
-        c.config.mode.name(),
+        c.config.mode().name(),
         c.config.partitions.len(),
         c.config.nodes.len(),
         c.config.run_dir.display()

@@ -218,7 +218,7 @@ fn print_plan(i: usize, n: usize, plan: &Plan) {
         plan.mode,
         k,
         if k == 1 { "" } else { "s" },
-        if plan.mode.is_passive() { format!(", {} shipping", plan.config.shipping.name()) } else { String::new() },
+        plan.config.shipping().map_or(String::new(), |s| format!(", {s} shipping")),
         plan.multi_partition.map_or(String::new(), |p| format!(", {p}% multi-partition NewOrders"))
     );
 }

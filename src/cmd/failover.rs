@@ -153,7 +153,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     if let Some(cycles) = a.kill_loop {
         println!(
             "failover: {} on {} ({} warehouses); a kill loop of {cycles} cycles from {:.1} s, one every {:.1} s",
-            config.mode,
+            config.mode(),
             base.path.display(),
             warehouses,
             a.at,
@@ -163,7 +163,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     }
     println!(
         "failover: {} on {} ({} warehouses); node {victim} gets {} {:.1} s into the measured phase{}",
-        config.mode,
+        config.mode(),
         base.path.display(),
         warehouses,
         if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" },

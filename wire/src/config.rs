@@ -32,19 +32,20 @@ use crate::messages::{CoordinatorId, NodeId, PartitionId, WarehouseId, BATCH_OVE
 pub const DEFAULT_PATH: &str = "cluster.toml";
 
 /// A glass cluster: one coordinator, nodes holding partition replicas, and how they replicate.
+///
+/// `cluster.toml` spells the replication as three flat keys, `mode`, `shipping` and
+/// `[full_stack]`; parsed, they become one [`Replication`] that carries only what its mode
+/// uses (`ClusterConfig` reads and writes the file through a private flat form, so the file's
+/// keys, defaults and errors are unchanged). In a mode that does not use them, `shipping` and
+/// `[full_stack]` are still accepted (and checked: a known `shipping`, a `workers` count within
+/// bounds): the running mode never reads them, and they are what a cluster derived from the
+/// file for another mode takes ([`ClusterConfig::with_mode`], as `glass compare` and
+/// `glass failover` do), and what is written back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "RawClusterConfig", into = "RawClusterConfig")]
 pub struct ClusterConfig {
-    /// Replication mode: `"active-active"` (every replica executes every transaction in
-    /// timestamp order; no log), `"active-passive"` (a primary ships redo records to backups)
-    /// or `"full-stack"` (the conventional stack shipping its WAL). In the passive modes the
-    /// first node of a partition's `replicas` is its primary, the others its backups.
-    pub mode: Mode,
-    /// Passive modes: `"sync"` answers a client once every live backup holds the
-    /// transaction's log records, `"async"` once the primary committed (default `"sync"`).
-    /// Ignored in `active-active`.
-    #[serde(default)]
-    pub shipping: Shipping,
+    /// The replication mode and its own settings (`mode`, `shipping`, `[full_stack]`).
+    pub replication: Replication,
     /// Seed of the TPC-C initial population: every replica of a partition loads its
     /// warehouses from it and so starts from the same state.
     pub seed: u64,
@@ -62,14 +63,145 @@ pub struct ClusterConfig {
     /// The partitions: disjoint warehouse ranges, each replicated on some nodes.
     pub partitions: Vec<PartitionConfig>,
     /// Batching and resource limits (defaults apply to omitted keys).
-    #[serde(default)]
     pub limits: Limits,
     /// Timeouts and periods (defaults apply to omitted keys).
-    #[serde(default)]
     pub timeouts: Timeouts,
-    /// The conventional stack of `full-stack` mode (defaults apply to omitted keys).
+    /// The file's `shipping` and `[full_stack]` for the modes that use them: what
+    /// [`ClusterConfig::with_mode`] gives a mode whose settings `replication` does not hold,
+    /// and what the file form writes for them.
+    file: ModeSettings,
+}
+
+/// `shipping` and `[full_stack]` as the file gives them, whatever the mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ModeSettings {
+    shipping: Shipping,
+    full_stack: FullStackConfig,
+}
+
+/// `cluster.toml` as written: [`ClusterConfig`] with the replication as three flat keys. The
+/// doc comment of each field is the schema's documentation.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClusterConfig {
+    /// Replication mode: `"active-active"` (every replica executes every transaction in
+    /// timestamp order; no log), `"active-passive"` (a primary ships redo records to backups)
+    /// or `"full-stack"` (the conventional stack shipping its WAL). In the passive modes the
+    /// first node of a partition's `replicas` is its primary, the others its backups.
+    mode: Mode,
+    /// Passive modes: `"sync"` answers a client once every live backup holds the
+    /// transaction's log records, `"async"` once the primary committed (default `"sync"`).
+    /// Not read in `active-active` (see [`ClusterConfig`]).
     #[serde(default)]
-    pub full_stack: FullStackConfig,
+    shipping: Shipping,
+    seed: u64,
+    run_dir: PathBuf,
+    cert_dir: PathBuf,
+    coordinator: CoordinatorConfig,
+    nodes: Vec<NodeConfig>,
+    partitions: Vec<PartitionConfig>,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    timeouts: Timeouts,
+    /// The conventional stack of `full-stack` mode (defaults apply to omitted keys); not read
+    /// in the other modes (see [`ClusterConfig`]).
+    #[serde(default)]
+    full_stack: FullStackConfig,
+}
+
+impl From<RawClusterConfig> for ClusterConfig {
+    fn from(raw: RawClusterConfig) -> ClusterConfig {
+        let file = ModeSettings { shipping: raw.shipping, full_stack: raw.full_stack };
+        ClusterConfig {
+            replication: Replication::of(raw.mode, file.shipping, file.full_stack.clone()),
+            seed: raw.seed,
+            run_dir: raw.run_dir,
+            cert_dir: raw.cert_dir,
+            coordinator: raw.coordinator,
+            nodes: raw.nodes,
+            partitions: raw.partitions,
+            limits: raw.limits,
+            timeouts: raw.timeouts,
+            file,
+        }
+    }
+}
+
+impl From<ClusterConfig> for RawClusterConfig {
+    fn from(c: ClusterConfig) -> RawClusterConfig {
+        let settings = c.settings();
+        RawClusterConfig {
+            mode: c.mode(),
+            shipping: settings.shipping,
+            seed: c.seed,
+            run_dir: c.run_dir,
+            cert_dir: c.cert_dir,
+            coordinator: c.coordinator,
+            nodes: c.nodes,
+            partitions: c.partitions,
+            limits: c.limits,
+            timeouts: c.timeouts,
+            full_stack: settings.full_stack,
+        }
+    }
+}
+
+/// The replication mode with the settings only it uses (docs/design.md, "The three modes").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replication {
+    /// Every replica executes every transaction in timestamp order; no log anywhere.
+    ActiveActive,
+    /// The primary (the first of a partition's `replicas`) executes and ships redo records to
+    /// passive backups.
+    ActivePassive {
+        /// When the primary answers a client.
+        shipping: Shipping,
+    },
+    /// The conventional stack (buffer pool, 2PL, latches, WAL) on every node; the primary
+    /// ships its WAL.
+    FullStack {
+        /// When the primary answers a client.
+        shipping: Shipping,
+        /// The conventional stack each node runs.
+        full_stack: FullStackConfig,
+    },
+}
+
+impl Replication {
+    /// `mode` with the settings it uses among `shipping` and `full_stack`.
+    pub fn of(mode: Mode, shipping: Shipping, full_stack: FullStackConfig) -> Replication {
+        match mode {
+            Mode::ActiveActive => Replication::ActiveActive,
+            Mode::ActivePassive => Replication::ActivePassive { shipping },
+            Mode::FullStack => Replication::FullStack { shipping, full_stack },
+        }
+    }
+
+    /// The mode, as a plain tag.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Replication::ActiveActive => Mode::ActiveActive,
+            Replication::ActivePassive { .. } => Mode::ActivePassive,
+            Replication::FullStack { .. } => Mode::FullStack,
+        }
+    }
+
+    /// When a passive mode's primary answers; `None` in active-active, which ships nothing.
+    pub fn shipping(&self) -> Option<Shipping> {
+        match self {
+            Replication::ActiveActive => None,
+            Replication::ActivePassive { shipping } | Replication::FullStack { shipping, .. } => Some(*shipping),
+        }
+    }
+
+    /// The conventional stack of full-stack mode; `None` in the other modes.
+    pub fn full_stack(&self) -> Option<&FullStackConfig> {
+        match self {
+            Replication::FullStack { full_stack, .. } => Some(full_stack),
+            _ => None,
+        }
+    }
 }
 
 /// When a passive mode's primary answers (docs/design.md, "The three modes").
@@ -580,11 +712,10 @@ impl ClusterConfig {
                 );
             }
         }
-        if !(1..=FULL_STACK_WORKERS_MAX).contains(&self.full_stack.workers) {
-            return invalid(
-                "full_stack.workers",
-                Problem::OutOfRange { value: u64::from(self.full_stack.workers), min: 1, max: 64 },
-            );
+        // Checked in every mode: the file's `[full_stack]` is what a derived full-stack run takes.
+        let workers = self.settings().full_stack.workers;
+        if !(1..=FULL_STACK_WORKERS_MAX).contains(&workers) {
+            return invalid("full_stack.workers", Problem::OutOfRange { value: u64::from(workers), min: 1, max: 64 });
         }
         if self.timeouts.failure_timeout_ms < 2 * self.timeouts.heartbeat_ms {
             return invalid(
@@ -596,6 +727,43 @@ impl ClusterConfig {
             );
         }
         Ok(())
+    }
+
+    /// The replication mode, as a plain tag.
+    pub fn mode(&self) -> Mode {
+        self.replication.mode()
+    }
+
+    /// When a passive mode's primary answers; `None` in active-active.
+    pub fn shipping(&self) -> Option<Shipping> {
+        self.replication.shipping()
+    }
+
+    /// The conventional stack of full-stack mode; `None` in the other modes.
+    pub fn full_stack(&self) -> Option<&FullStackConfig> {
+        self.replication.full_stack()
+    }
+
+    /// `shipping` and `[full_stack]` as the file form holds them: the mode's own where it has
+    /// them, the file's otherwise.
+    fn settings(&self) -> ModeSettings {
+        ModeSettings {
+            shipping: self.shipping().unwrap_or(self.file.shipping),
+            full_stack: self.full_stack().unwrap_or(&self.file.full_stack).clone(),
+        }
+    }
+
+    /// The same cluster in `mode`, shipping `shipping` where given; the settings `mode` uses
+    /// and this one's does not hold come from the file (see [`ClusterConfig`]).
+    pub fn with_mode(&self, mode: Mode, shipping: Option<Shipping>) -> ClusterConfig {
+        let mut c = self.clone();
+        let mut file = self.settings();
+        if let Some(s) = shipping {
+            file.shipping = s;
+        }
+        c.replication = Replication::of(mode, file.shipping, file.full_stack.clone());
+        c.file = file;
+        c
     }
 
     /// The node with id `id`.
@@ -658,8 +826,16 @@ impl ClusterConfig {
     /// coordinator, nodes, partitions), exchanged in `Hello`: a process started with another
     /// `cluster.toml` is refused.
     pub fn fingerprint(&self) -> u64 {
-        let shared =
-            (&self.mode, self.shipping, self.seed, &self.coordinator, &self.nodes, &self.partitions, &self.full_stack);
+        let settings = self.settings();
+        let shared = (
+            self.mode(),
+            settings.shipping,
+            self.seed,
+            &self.coordinator,
+            &self.nodes,
+            &self.partitions,
+            &settings.full_stack,
+        );
         let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())
             .expect("the configuration types are encodable");
         xxhash_rust::xxh3::xxh3_64(&bytes)
@@ -718,7 +894,7 @@ mod tests {
     fn the_committed_cluster_toml_parses_and_validates() {
         let c = base();
         c.validate().unwrap();
-        assert_eq!(c.mode, Mode::ActiveActive);
+        assert_eq!(c.mode(), Mode::ActiveActive);
         assert_eq!(c.nodes.len(), 2);
         assert_eq!(c.partitions.len(), 2);
         assert_eq!(c.warehouses_total(), 4);
@@ -1017,18 +1193,90 @@ mod tests {
                 .replace("shipping = \"sync\"", &format!("shipping = \"{shipping}\""));
             let c = ClusterConfig::parse(&text).unwrap();
             c.validate().unwrap();
-            assert_eq!(c.mode.name(), mode);
-            assert_eq!(c.shipping.name(), shipping);
+            assert_eq!(c.mode().name(), mode);
+            assert_eq!(c.shipping().unwrap().name(), shipping);
         }
+        let passive = COMMITTED.replace("mode = \"active-active\"", "mode = \"active-passive\"");
         assert_eq!(
-            ClusterConfig::parse(&COMMITTED.replace("shipping = \"sync\"", "")).unwrap().shipping,
-            Shipping::Sync
+            ClusterConfig::parse(&passive.replace("shipping = \"sync\"", "")).unwrap().shipping(),
+            Some(Shipping::Sync)
         );
         let (field, _) = parse_error(&COMMITTED.replace("shipping = \"sync\"", "shipping = \"eventually\""));
         assert_eq!(field, "shipping");
-        let mut c = base();
-        c.full_stack.workers = 0;
+        let mut c = base().with_mode(Mode::FullStack, None);
+        if let Replication::FullStack { full_stack, .. } = &mut c.replication {
+            full_stack.workers = 0;
+        }
         assert!(matches!(problem_at(&c), (f, Problem::OutOfRange { .. }, _) if f == "full_stack.workers"));
+        // In active-active the file's `[full_stack]` is still checked: a derived full-stack run takes it.
+        let (field, _, _) =
+            problem_at(&ClusterConfig::parse(&COMMITTED.replace("workers = 4", "workers = 0")).unwrap());
+        assert_eq!(field, "full_stack.workers");
+    }
+
+    /// The keys `cluster.toml` has: top-level keys and tables, in order.
+    fn keys(text: &str) -> Vec<String> {
+        let value: toml::Table = toml::from_str(text).unwrap();
+        value.keys().cloned().collect()
+    }
+
+    #[test]
+    fn a_cluster_toml_of_each_mode_round_trips_with_the_same_keys() {
+        for mode in Mode::ALL {
+            for shipping in ["sync", "async"] {
+                let text = COMMITTED
+                    .replace("mode = \"active-active\"", &format!("mode = \"{mode}\""))
+                    .replace("shipping = \"sync\"", &format!("shipping = \"{shipping}\""))
+                    .replace("workers = 4", "workers = 8");
+                let c = ClusterConfig::parse(&text).unwrap();
+                assert_eq!(c.mode(), mode);
+                let written = toml::to_string(&c).unwrap();
+                assert_eq!(ClusterConfig::parse(&written).unwrap(), c, "{written}");
+                assert_eq!(keys(&written), keys(&text), "{written}");
+                let raw: toml::Table = toml::from_str(&written).unwrap();
+                assert_eq!(raw["mode"].as_str(), Some(mode.name()));
+                assert_eq!(raw["shipping"].as_str(), Some(shipping), "the file's shipping is written back");
+                assert_eq!(raw["full_stack"]["workers"].as_integer(), Some(8));
+                match &c.replication {
+                    Replication::ActiveActive => {
+                        assert_eq!(c.shipping(), None);
+                        assert_eq!(c.full_stack(), None);
+                    }
+                    Replication::ActivePassive { shipping: s } => {
+                        assert_eq!(s.name(), shipping);
+                        assert_eq!(c.full_stack(), None);
+                    }
+                    Replication::FullStack { shipping: s, full_stack } => {
+                        assert_eq!(s.name(), shipping);
+                        assert_eq!(full_stack.workers, 8);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn active_active_ships_nothing_and_a_derived_mode_takes_the_files_settings() {
+        let text =
+            COMMITTED.replace("shipping = \"sync\"", "shipping = \"async\"").replace("workers = 4", "workers = 8");
+        let c = ClusterConfig::parse(&text).unwrap();
+        assert_eq!(c.replication, Replication::ActiveActive);
+        assert_eq!(c.shipping(), None);
+        assert_eq!(c.full_stack(), None);
+        let full = c.with_mode(Mode::FullStack, None);
+        assert_eq!(
+            full.replication,
+            Replication::FullStack { shipping: Shipping::Async, full_stack: FullStackConfig { workers: 8 } }
+        );
+        let passive = c.with_mode(Mode::ActivePassive, Some(Shipping::Sync));
+        assert_eq!(passive.replication, Replication::ActivePassive { shipping: Shipping::Sync });
+        // Back in active-active, the shipping given and the file's workers are still written.
+        let back = toml::to_string(&passive.with_mode(Mode::ActiveActive, None)).unwrap();
+        let raw: toml::Table = toml::from_str(&back).unwrap();
+        assert_eq!((raw["shipping"].as_str(), raw["full_stack"]["workers"].as_integer()), (Some("sync"), Some(8)));
+        // The fingerprint hashes the same (mode, shipping, …, full_stack) as the file form.
+        assert_eq!(ClusterConfig::parse(&toml::to_string(&c).unwrap()).unwrap().fingerprint(), c.fingerprint());
+        assert_ne!(c.with_mode(Mode::ActivePassive, None).fingerprint(), c.fingerprint());
     }
 
     #[test]

@@ -13,6 +13,6 @@ pub mod messages;
 pub mod tls;
 
 pub use channel::ChannelMessage;
-pub use config::{check_ports_free, ClusterConfig, Mode};
+pub use config::{check_ports_free, ClusterConfig, Mode, Replication};
 pub use error::{CodecError, ConfigError, HelloMismatch, Problem, UnknownName};
 pub use messages::{NodeId, PartitionId, Timestamp, PROTOCOL_VERSION};

@@ -348,7 +348,7 @@ pub async fn check(
         let (seq, mut digests) = digests(&mut coordinator, p.id).await?;
         // Backups (passive modes) are not in the ordered digest: ask each once it caught up.
         let mut behind = Vec::new();
-        let backups: Vec<NodeId> = match config.mode.is_passive() {
+        let backups: Vec<NodeId> = match config.mode().is_passive() {
             true => live.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
             false => Vec::new(),
         };

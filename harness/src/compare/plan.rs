@@ -79,11 +79,7 @@ pub fn plans(base: &Cluster, runs: &Runs<'_>) -> Result<Vec<Plan>> {
             None => base.config.clone(),
         };
         for &mode in runs.modes {
-            let mut config = placed.clone();
-            config.mode = mode;
-            if let Some(s) = runs.shipping {
-                config.shipping = s;
-            }
+            let config = placed.with_mode(mode, runs.shipping);
             config.validate().map_err(|e| {
                 HarnessError::config(format!("the {mode} cluster derived from {}", base.path.display()), e)
             })?;
@@ -207,7 +203,7 @@ pub fn run_one(
         report.cluster.as_ref().map_or((0, 0), |c| (c.committed_single_partition, c.committed_multi_partition));
     Ok(CompareRow {
         mode: plan.mode,
-        shipping: plan.mode.is_passive().then_some(config.shipping),
+        shipping: config.shipping(),
         replicas,
         nodes: config.nodes.len(),
         warehouses: report.warehouses,

@@ -46,17 +46,11 @@ pub fn derive(
     shipping: Option<Shipping>,
     replicas: Option<usize>,
 ) -> Result<ClusterConfig> {
-    let mut config = base.clone();
-    if let Some(m) = mode {
-        config.mode = m;
-    }
-    if let Some(s) = shipping {
-        config.shipping = s;
-    }
+    let mut config = base.with_mode(mode.unwrap_or(base.mode()), shipping);
     if let Some(k) = replicas {
         config = config.with_replication(k).map_err(|e| HarnessError::config("--replicas", e))?;
     }
-    config.run_dir = config.run_dir.join("failover").join(config.mode.name());
+    config.run_dir = config.run_dir.join("failover").join(config.mode().name());
     Ok(config)
 }
 
@@ -107,13 +101,13 @@ pub fn check_times(at: f64, duration: f64, restart_after: Option<f64>, kill_loop
 
 /// Whether a failover record passed ([`verdict::failure_passed`] for its cluster's mode).
 pub fn passed(config: &ClusterConfig, r: &FailoverReport) -> bool {
-    verdict::failure_passed(config.mode, config.shipping, r.checks.outcome())
+    verdict::failure_passed(&config.replication, r.checks.outcome())
 }
 
 /// Whether a kill loop's record passed its checks ([`verdict::failure_passed`]); rejoins are
 /// judged apart ([`KillLoopReport::rejoins_completed`]).
 pub fn loop_passed(config: &ClusterConfig, r: &KillLoopReport) -> bool {
-    verdict::failure_passed(config.mode, config.shipping, r.checks.outcome())
+    verdict::failure_passed(&config.replication, r.checks.outcome())
 }
 
 /// One failover experiment: which node gets which signal when, whether it is restarted, and
@@ -235,7 +229,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
         run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
     };
     // A promotion follows only where a backup is left to promote.
-    let promotes = config.mode.is_passive() && config.partitions_on_node(victim).all(|p| p.replicas.len() > 1);
+    let promotes = config.mode().is_passive() && config.partitions_on_node(victim).all(|p| p.replicas.len() > 1);
     let signal = x.signal;
     let killer = std::thread::spawn(move || killer.kill_once(victim_pid, signal, kill_at, promotes, restart_after));
     let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
@@ -287,8 +281,8 @@ fn failover_report(
         .fold(f64::INFINITY, f64::min);
     let bench_report = &m.report;
     Ok(FailoverReport {
-        mode: config.mode,
-        shipping: config.mode.is_passive().then_some(config.shipping),
+        mode: config.mode(),
+        shipping: config.shipping(),
         node: x.victim,
         signal: if x.signal == libc::SIGKILL { KillSignal::Kill } else { KillSignal::Term },
         killed_at_s: kill_offset.as_secs_f64(),
@@ -300,8 +294,8 @@ fn failover_report(
             (None, false) => None,
         },
         recovery: match (ev.restarted.is_some(), promotes) {
-            (true, false) if config.mode == Mode::FullStack => Recovery::WalRecovery,
-            (true, true) if config.mode == Mode::FullStack => Recovery::WalRecoveryCatchUp,
+            (true, false) if config.mode() == Mode::FullStack => Recovery::WalRecovery,
+            (true, true) if config.mode() == Mode::FullStack => Recovery::WalRecoveryCatchUp,
             (true, _) => Recovery::Rejoin,
             (false, true) => Recovery::Promotion,
             (false, false) => Recovery::None,
@@ -404,8 +398,8 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
     let (per_partition, all) = report::longest_silences(measured, BUCKET);
     Ok(KillLoopReport {
-        mode: config.mode,
-        shipping: config.mode.is_passive().then_some(config.shipping),
+        mode: config.mode(),
+        shipping: config.shipping(),
         failure_timeout_ms: config.timeouts.failure_timeout_ms,
         cycles: ev.cycles,
         kills: ev
