@@ -214,7 +214,8 @@ pub fn measure_with(
         }
         report.rss_after_load_bytes = s.nodes_rss_bytes;
         report.rss_bytes = e.nodes_rss_bytes;
-        let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
+        let neworders =
+            report.per_txn.iter().find(|k| k.txn == engine::procedures::TxnKind::NewOrder).map_or(0, |k| k.count);
         if neworders > 0 && e.nodes_rss_bytes > 0 {
             report.rss_growth_per_neworder_bytes =
                 e.nodes_rss_bytes.saturating_sub(s.nodes_rss_bytes) as f64 / (neworders * replicas as u64) as f64;

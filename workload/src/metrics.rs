@@ -81,7 +81,7 @@ impl Stats {
             .iter()
             .zip(&self.per_kind)
             .filter(|(_, k)| k.committed + k.aborted > 0)
-            .map(|(kind, k)| KindSummary::new(kind.name(), k.committed, k.aborted, &k.latency_ns))
+            .map(|(kind, k)| KindSummary::new(*kind, k.committed, k.aborted, &k.latency_ns))
             .collect()
     }
 }
@@ -89,7 +89,9 @@ impl Stats {
 /// One transaction type's figures, as printed and as written to JSON (`per_txn`).
 #[derive(Debug, Clone, Serialize)]
 pub struct KindSummary {
-    pub txn: &'static str,
+    /// Written by its report name (`neworder`, `payment`, …).
+    #[serde(serialize_with = "kind_name")]
+    pub txn: TxnKind,
     pub count: u64,
     pub aborts: u64,
     pub mean_us: f64,
@@ -99,8 +101,13 @@ pub struct KindSummary {
     pub max_us: f64,
 }
 
+/// A transaction type as reports name it.
+fn kind_name<S: serde::Serializer>(kind: &TxnKind, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(kind.name())
+}
+
 impl KindSummary {
-    pub fn new(txn: &'static str, count: u64, aborts: u64, h: &Histogram<u64>) -> Self {
+    pub fn new(txn: TxnKind, count: u64, aborts: u64, h: &Histogram<u64>) -> Self {
         let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
         KindSummary {
             txn,

@@ -103,7 +103,14 @@ pub fn render(r: &BenchReport) -> String {
         let _ = writeln!(
             s,
             "{:<12} {:>10} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
-            k.txn, k.count, k.aborts, k.mean_us, k.p50_us, k.p95_us, k.p99_us, k.max_us
+            k.txn.name(),
+            k.count,
+            k.aborts,
+            k.mean_us,
+            k.p50_us,
+            k.p95_us,
+            k.p99_us,
+            k.max_us
         );
     }
     let _ = writeln!(

@@ -198,7 +198,8 @@ pub fn run_one(
     let replicas = config.replication_factor();
     let reads_total: usize = verdict.partitions.iter().map(|p| p.reads).sum();
     let bench_json = serde_json::to_value(&report).expect("a bench report of plain fields serialises");
-    let neworders = report.per_txn.iter().find(|k| k.txn == "neworder").map_or(0, |k| k.count);
+    let neworders =
+        report.per_txn.iter().find(|k| k.txn == engine::procedures::TxnKind::NewOrder).map_or(0, |k| k.count);
     let (single, multi) =
         report.cluster.as_ref().map_or((0, 0), |c| (c.committed_single_partition, c.committed_multi_partition));
     Ok(CompareRow {
