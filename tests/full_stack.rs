@@ -251,12 +251,12 @@ fn the_worker_runner_counts_exactly_and_one_worker_replays_the_single_thread_str
 
     let mut lean = LeanDb::new();
     bench::load(&mut lean, 1, cfg.seed, &mut Quiet).unwrap();
-    let single = bench::run(&mut lean, &cfg, "embedded", 0.0, &mut Quiet).unwrap();
+    let single = bench::run(&mut lean, &cfg, workload::bench::RunKind::Embedded, 0.0, &mut Quiet).unwrap();
 
     let db = ConventionalDb::open(dir.path("one"), config(1)).unwrap();
     bench::load(&mut db.session().unwrap(), 1, cfg.seed, &mut Quiet).unwrap();
     db.checkpoint().unwrap();
-    let one = workers::run(vec![db.session().unwrap()], &cfg, "embedded", 0.0, &mut Quiet, &no_acks).unwrap();
+    let one = workers::run(vec![db.session().unwrap()], &cfg, workload::bench::RunKind::Embedded, 0.0, &mut Quiet, &no_acks).unwrap();
     assert_eq!((one.committed, one.aborted), (single.committed, single.aborted));
     assert_eq!(one.retries, Some(0), "one worker never conflicts");
     assert_eq!(digest(&mut db.session().unwrap()), digest(&mut lean), "same stream, same final state");
@@ -264,7 +264,7 @@ fn the_worker_runner_counts_exactly_and_one_worker_replays_the_single_thread_str
     let db = ConventionalDb::open(dir.path("four"), config(4)).unwrap();
     bench::load(&mut db.session().unwrap(), 1, cfg.seed, &mut Quiet).unwrap();
     let sessions = (0..4).map(|_| db.session().unwrap()).collect();
-    let four = workers::run(sessions, &cfg, "embedded", 0.0, &mut Quiet, &no_acks).unwrap();
+    let four = workers::run(sessions, &cfg, workload::bench::RunKind::Embedded, 0.0, &mut Quiet, &no_acks).unwrap();
     assert_eq!(four.committed + four.aborted, TXNS, "exactly the limit, over all workers");
     assert_eq!(four.workers, Some(4));
     assert!(engine::check::check(&mut db.session().unwrap()).all_passed());

@@ -324,7 +324,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             let t0 = Instant::now();
             bench::load(&mut db, cfg.warehouses, cfg.seed, &mut obs)?;
             let load_s = t0.elapsed().as_secs_f64();
-            let mut report = bench::run(&mut db, &cfg, "embedded", load_s, &mut obs)?;
+            let mut report = bench::run(&mut db, &cfg, bench::RunKind::Embedded, load_s, &mut obs)?;
             report.engine = Some("lean".into());
             report.step = step.map(Step::number);
             report.workers = Some(1);
@@ -410,7 +410,7 @@ fn run_conventional(
         Some(log) => log.acknowledge(input, output),
         None => Ok(()),
     };
-    let mut report = workers::run(sessions, cfg, "embedded", load_s, obs, &on_commit)?;
+    let mut report = workers::run(sessions, cfg, bench::RunKind::Embedded, load_s, obs, &on_commit)?;
     let c = db.counters().since(&before);
     report.engine = Some("conventional".into());
     report.step = Some(step.number());

@@ -110,10 +110,40 @@ pub struct IntervalLine {
     pub aborts: u64,
 }
 
+/// Where a bench ran: on a database in this process, or on a cluster in one of its modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    Embedded,
+    Cluster(wire::config::Mode),
+}
+
+impl RunKind {
+    /// The report's name for it: `embedded`, or the cluster's mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunKind::Embedded => "embedded",
+            RunKind::Cluster(mode) => mode.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for RunKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl Serialize for RunKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// The result of an embedded run, as printed and as written by `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    pub mode: String,
+    /// Written as `embedded` or the cluster's mode.
+    pub mode: RunKind,
     pub profile: String,
     pub mix: [u32; 5],
     pub warehouses: u16,
@@ -168,7 +198,7 @@ pub struct BenchReport {
 /// What a driver measured; [`BenchReport::assemble`] turns it into a report in one place.
 #[derive(Debug)]
 pub struct Measured<'a> {
-    pub mode: String,
+    pub mode: RunKind,
     pub profile: &'static str,
     pub mix: [u32; 5],
     pub warehouses: u16,
@@ -246,7 +276,7 @@ pub fn run_seed(seed: u64) -> u64 {
 pub fn run<S: Storage>(
     db: &mut S,
     cfg: &BenchConfig,
-    mode: &str,
+    mode: RunKind,
     load_seconds: f64,
     obs: &mut dyn Observer,
 ) -> Result<BenchReport, BenchError> {
@@ -339,7 +369,7 @@ pub fn run<S: Storage>(
     obs.finished();
     let rss = rss_bytes().unwrap_or(0);
     Ok(BenchReport::assemble(Measured {
-        mode: mode.to_string(),
+        mode,
         profile: cfg.profile.name(),
         mix: gen.mix().weights,
         warehouses: cfg.warehouses,

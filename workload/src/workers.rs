@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use engine::procedures::{execute, TxnInput, TxnKind, TxnOutput};
 use engine::Storage;
 
-use crate::bench::{run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, StopAfter};
+use crate::bench::{
+    run_seed, BenchConfig, BenchError, BenchReport, IntervalLine, Measured, Observer, RunKind, StopAfter,
+};
 use crate::gen::Generator;
 use crate::metrics::{rss_bytes, Stats};
 use engine::loader;
@@ -175,7 +177,7 @@ fn interval_line(interval: &Stats, elapsed: Duration, span: Duration) -> Interva
 pub fn run<S: Storage + Send>(
     sessions: Vec<S>,
     cfg: &BenchConfig,
-    mode: &str,
+    mode: RunKind,
     load_seconds: f64,
     obs: &mut dyn Observer,
     on_commit: OnCommit<'_>,
@@ -259,7 +261,7 @@ pub fn run<S: Storage + Send>(
     let rss = rss_bytes().unwrap_or(0);
     let cpu_seconds = crate::metrics::cpu_seconds() - cpu_start;
     let mut report = BenchReport::assemble(Measured {
-        mode: mode.to_string(),
+        mode,
         profile: cfg.profile.name(),
         mix,
         warehouses: cfg.warehouses,

@@ -368,7 +368,7 @@ pub fn run_with(
 
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(0);
     let mut report = BenchReport::assemble(Measured {
-        mode: config.mode().name().to_string(),
+        mode: crate::bench::RunKind::Cluster(config.mode()),
         profile: cfg.profile.name(),
         mix: mix.unwrap_or_default(),
         warehouses,
