@@ -141,3 +141,17 @@ pub enum LoadError {
 pub struct UnknownWarehouse {
     pub warehouse: u16,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_failure_keeps_its_text_and_kind() {
+        let e = StorageError::Io(IoFailure::device("log device", std::io::Error::other("disk gone")));
+        assert_eq!(e.to_string(), "I/O error: log device: disk gone");
+        assert!(matches!(&e, StorageError::Io(IoFailure::Device { kind: std::io::ErrorKind::Other, .. })));
+        assert_eq!(e.clone(), e);
+        assert_eq!(StorageError::Io(LogUnavailable::NoDevice.into()).to_string(), "I/O error: no log device");
+    }
+}
