@@ -256,7 +256,9 @@ fn the_worker_runner_counts_exactly_and_one_worker_replays_the_single_thread_str
     let db = ConventionalDb::open(dir.path("one"), config(1)).unwrap();
     bench::load(&mut db.session().unwrap(), 1, cfg.seed, &mut Quiet).unwrap();
     db.checkpoint().unwrap();
-    let one = workers::run(vec![db.session().unwrap()], &cfg, workload::bench::RunKind::Embedded, 0.0, &mut Quiet, &no_acks).unwrap();
+    let one =
+        workers::run(vec![db.session().unwrap()], &cfg, workload::bench::RunKind::Embedded, 0.0, &mut Quiet, &no_acks)
+            .unwrap();
     assert_eq!((one.committed, one.aborted), (single.committed, single.aborted));
     assert_eq!(one.retries, Some(0), "one worker never conflicts");
     assert_eq!(digest(&mut db.session().unwrap()), digest(&mut lean), "same stream, same final state");

@@ -1,8 +1,12 @@
 //! Errors of the engine crate. Expected outcomes of a transaction (a TPC-C rollback, a lock
 //! conflict that aborts the transaction) are variants, never strings; [`TxnError::is_conflict`]
 //! is the one classification of a concurrency-control abort. A failed TPC-C load is a
-//! [`LoadError`]; an input outside TPC-C's domains is `crate::input::InputError`.
+//! [`LoadError`]; an input outside TPC-C's domains is `crate::input::InputError`. A failed
+//! log or device operation keeps what failed and the OS error ([`IoFailure`]).
 
+use std::sync::Arc;
+
+use crate::conventional::error::ConventionalError;
 use crate::schema::TableId;
 
 /// What a storage operation can report.
@@ -26,7 +30,68 @@ pub enum StorageError {
     BadRedo(&'static str),
     /// Log or device I/O failed.
     #[error("I/O error: {0}")]
-    Io(String),
+    Io(IoFailure),
+}
+
+/// What I/O failed. `std::io::Error` is neither `Clone` nor `Eq`, which a [`StorageError`] is:
+/// it is shared, and two failures compare equal by what failed and the OS error's kind.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum IoFailure {
+    /// An operation on a device failed.
+    #[error("{what}: {source}")]
+    Device {
+        what: &'static str,
+        kind: std::io::ErrorKind,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The log cannot serve the operation in its present state.
+    #[error(transparent)]
+    Log(#[from] LogUnavailable),
+    /// The conventional stack failed.
+    #[error(transparent)]
+    Conventional(Arc<ConventionalError>),
+}
+
+impl IoFailure {
+    /// A failed device operation, `what` naming it.
+    pub fn device(what: &'static str, source: std::io::Error) -> IoFailure {
+        IoFailure::Device { what, kind: source.kind(), source: Arc::new(source) }
+    }
+}
+
+impl PartialEq for IoFailure {
+    fn eq(&self, other: &IoFailure) -> bool {
+        match (self, other) {
+            (IoFailure::Device { what: a, kind: k, .. }, IoFailure::Device { what: b, kind: l, .. }) => {
+                (a, k) == (b, l)
+            }
+            (IoFailure::Log(a), IoFailure::Log(b)) => a == b,
+            (IoFailure::Conventional(a), IoFailure::Conventional(b)) => {
+                Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for IoFailure {}
+
+/// Why the write-ahead log refused an operation without touching its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LogUnavailable {
+    /// A write to the device failed before; the log accepts nothing more.
+    #[error("log device failed earlier")]
+    FailedEarlier,
+    /// The log has no device (the flush switch is off).
+    #[error("no log device")]
+    NoDevice,
+    /// Records wait in the shipping buffer.
+    #[error("shipped records not taken yet")]
+    ShippedNotTaken,
+    /// Records were appended while the log was read.
+    #[error("records appended while the log was read")]
+    AppendedWhileRead,
 }
 
 /// Why a transaction did not commit.
@@ -75,4 +140,18 @@ pub enum LoadError {
 #[error("warehouse {warehouse} belongs to no partition")]
 pub struct UnknownWarehouse {
     pub warehouse: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_failure_keeps_its_text_and_kind() {
+        let e = StorageError::Io(IoFailure::device("log device", std::io::Error::other("disk gone")));
+        assert_eq!(e.to_string(), "I/O error: log device: disk gone");
+        assert!(matches!(&e, StorageError::Io(IoFailure::Device { kind: std::io::ErrorKind::Other, .. })));
+        assert_eq!(e.clone(), e);
+        assert_eq!(StorageError::Io(LogUnavailable::NoDevice.into()).to_string(), "I/O error: no log device");
+    }
 }

@@ -1,14 +1,13 @@
 //! Errors of the node crate. A replica refuses what would break determinism — a batch of
 //! another partition, timestamps out of order, two different batches under one number — and
 //! stops rather than execute it ([`ReplicaError`]). Receiving a snapshot or a log base fails
-//! with a [`TransferError`].
+//! with a [`TransferError`], a stream breaking its rules with the [`SnapshotProblem`] found.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use engine::schema::TableId;
 use engine::StorageError;
-use wire::endpoint::EndpointError;
+use wire::endpoint::{EndpointError, RecvError};
 use wire::messages::{PartitionId, Seq, Timestamp};
 
 /// Why a replica refused a message or stopped.
@@ -100,20 +99,64 @@ pub enum FullStackStep {
 /// Why receiving a snapshot or a log base (`crate::snapshot`) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TransferError {
+    /// Sending the request failed.
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
-    /// The peer did not answer in time.
-    #[error("{peer} did not answer {what} within {timeout:?}")]
-    Timeout { peer: String, what: &'static str, timeout: Duration },
-    /// The peer closed the link before answering.
-    #[error("{peer} closed the link before answering {what}")]
-    Closed { peer: String, what: &'static str },
+    /// No answer came: the link failed, timed out or was closed.
+    #[error(transparent)]
+    Recv(#[from] RecvError),
     /// The node refused the snapshot or log base.
     #[error("{peer} refused: {reason}")]
     Refused { peer: String, reason: String },
     /// A snapshot or log base stream broke one of its rules.
     #[error("snapshot of partition {partition} from {peer}: {problem}")]
-    Snapshot { partition: PartitionId, peer: String, problem: String },
+    Snapshot { partition: PartitionId, peer: String, problem: SnapshotProblem },
+}
+
+/// Which rule of a snapshot or log base stream (`crate::snapshot`) the received stream broke.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotProblem {
+    /// A chunk of another partition than the one asked for.
+    #[error("chunk {index} is of partition {got}")]
+    WrongPartition { index: u32, got: PartitionId },
+    /// Chunks are numbered from 0 without gaps.
+    #[error("chunk {got} arrived where chunk {expected} was due")]
+    ChunkGap { expected: u32, got: u32 },
+    /// Every chunk shows the batch of the first.
+    #[error("chunk {index} shows batch {got}, the stream batch {stream}")]
+    BatchChanged { index: u32, got: Seq, stream: Seq },
+    /// A chunk's rows do not match its checksum.
+    #[error("chunk {index}: checksum mismatch")]
+    Checksum { index: u32 },
+    /// A chunk names no table of the schema.
+    #[error("chunk {index}: unknown table {table}")]
+    UnknownTable { index: u32, table: u8 },
+    /// A chunk's bytes are not its number of whole rows.
+    #[error("chunk {index}: {bytes} bytes for {rows} rows of {} ({row_bytes} bytes each)", table.name())]
+    RowSize { index: u32, bytes: usize, rows: u32, table: TableId, row_bytes: usize },
+    /// The receiving database refused a chunk's rows.
+    #[error(transparent)]
+    Insert(#[from] InsertError),
+    /// The end's totals differ from what arrived.
+    #[error("the end announces {chunks} chunks and {rows} rows; {got_chunks} chunks and {got_rows} rows arrived")]
+    Totals { chunks: u32, rows: u64, got_chunks: u32, got_rows: u64 },
+    /// A chunk arrived after the end.
+    #[error("chunk {index} arrived after the end")]
+    AfterEnd { index: u32 },
+    /// Copies of several partitions disagree on the size of the ITEM table they all hold.
+    #[error("its ITEM table differs in size from the first partition's")]
+    ItemTableDiffers,
+    /// Log base pieces are numbered from 0 without gaps, all of the partition asked for.
+    #[error(
+        "log base piece {got} of partition {got_partition} arrived where piece {expected} of partition {partition} was due"
+    )]
+    PieceGap { expected: u32, partition: PartitionId, got: u32, got_partition: PartitionId },
+    /// Every log base piece shows the batch and fork point of the first.
+    #[error("log base piece {index} changes the batch or the fork point")]
+    PieceChanged { index: u32 },
+    /// The log base ends before the batch asked for.
+    #[error("the log base ends with batch {seq}, before batch {after_seq}")]
+    StaleBase { seq: Seq, after_seq: Seq },
 }
 
 /// A snapshot's rows that the receiving database refused.

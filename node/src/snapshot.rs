@@ -2,8 +2,11 @@
 //! streamed as [`SnapshotChunk`]s, table by table in [`TableId::ALL`] order, each chunk
 //! holding whole rows of one table as their fixed-width Pod bytes, checksummed, and numbered
 //! from 0 ([`stream`]); a full-stack primary's log base in pieces ([`log_base_pieces`]); the
-//! refusals of either ([`refusal_of`]). The receiving side: [`snapshot_after`] (and
-//! [`snapshot_into`]) rebuild a copy in a lean database, [`log_base`] collects a log base.
+//! refusals of either ([`refusal`], [`log_base_refusal`]). The receiving side, sans I/O:
+//! [`SnapshotReceiver`] checks each chunk and rebuilds a copy in a lean database,
+//! [`LogBaseReceiver`] checks and collects a log base's pieces; over a link,
+//! [`snapshot_after`] (and [`snapshot_into`]) and [`log_base`] receive and hand them over.
+//! The simulator runs the same receiver on the chunks it streams.
 //!
 //! Guarantees:
 //! - the stream shows one state: the caller (the replica's executor thread) streams between
@@ -27,16 +30,15 @@
 
 use std::time::Duration;
 
-use crate::error::{InsertError, TransferError};
+use crate::error::{InsertError, SnapshotProblem, TransferError};
 use crate::replica::LogBase;
 use engine::schema::{t, Table, TableId};
 use engine::{LeanDb, Storage};
-use tokio::time::timeout;
-use wire::channel::{ChannelMessage, PeerReply, PeerRequest, SnapshotChannel, ToolChannel};
+use wire::channel::{PeerReply, PeerRequest, SnapshotChannel, ToolChannel};
 use wire::codec::FRAME_HEADER_BYTES;
-use wire::endpoint::Link;
+use wire::endpoint::{recv_matching, Link};
 use wire::messages::{
-    LogBaseChunk, PartitionId, Role, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
+    LogBaseChunk, PartitionId, Seq, SnapshotChunk, SnapshotEnd, StateDigest, SNAPSHOT_CHUNK_BYTES_MAX,
     SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX,
 };
 
@@ -222,41 +224,6 @@ pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Snaps
 /// How long one snapshot chunk may take to arrive.
 pub const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How the process at the other end of `link` names itself in errors: "node 2", "the
-/// coordinator", "client 7".
-pub fn peer(link: &Link) -> String {
-    let h = link.peer_hello();
-    match h.role {
-        Role::Node => format!("node {}", h.id),
-        Role::Coordinator => "the coordinator".to_string(),
-        Role::Client => format!("client {}", h.id),
-    }
-}
-
-/// Receives messages of `M`'s channel until `pick` accepts one (others are skipped), within
-/// `limit`.
-pub async fn recv_matching<M: ChannelMessage, T>(
-    link: &mut Link,
-    what: &'static str,
-    limit: Duration,
-    mut pick: impl FnMut(M) -> Option<T>,
-) -> Result<T, TransferError> {
-    let who = peer(link);
-    let wait = async {
-        loop {
-            match link.recv::<M>().await? {
-                Some(m) => {
-                    if let Some(t) = pick(m) {
-                        return Ok(t);
-                    }
-                }
-                None => return Err(TransferError::Closed { peer: who.clone(), what }),
-            }
-        }
-    };
-    timeout(limit, wait).await.map_err(|_| TransferError::Timeout { peer: peer(link), what, timeout: limit })?
-}
-
 /// What a snapshot transfer brought.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotInfo {
@@ -333,48 +300,176 @@ pub struct LogBaseReceived {
     pub records: Vec<u8>,
 }
 
+/// Collects a log base from its pieces, checking each as it comes (sans I/O: the caller
+/// receives the pieces, [`log_base`] over a link, and hands them to [`LogBaseReceiver::accept`]):
+/// pieces numbered from 0 without gaps, all of the partition asked for, one batch and fork
+/// point throughout, the batch no earlier than the one asked for.
+#[derive(Debug)]
+pub struct LogBaseReceiver {
+    partition: PartitionId,
+    peer: String,
+    after_seq: Seq,
+    next_index: u32,
+    base: Option<LogBaseReceived>,
+    done: bool,
+}
+
+impl LogBaseReceiver {
+    /// A receiver of `partition`'s log base as of batch `after_seq` or later from `peer` (its
+    /// name in errors: "node 2").
+    pub fn new(partition: PartitionId, peer: String, after_seq: Seq) -> LogBaseReceiver {
+        LogBaseReceiver { partition, peer, after_seq, next_index: 0, base: None, done: false }
+    }
+
+    fn bad(&self, problem: SnapshotProblem) -> TransferError {
+        TransferError::Snapshot { partition: self.partition, peer: self.peer.clone(), problem }
+    }
+
+    /// Takes the next piece: the whole base once the last piece arrived, `None` before.
+    pub fn accept(&mut self, piece: LogBaseChunk) -> Result<Option<LogBaseReceived>, TransferError> {
+        if let Some(reason) = piece.refused {
+            return Err(TransferError::Refused { peer: self.peer.clone(), reason });
+        }
+        if self.done || piece.partition != self.partition || piece.index != self.next_index {
+            let problem = SnapshotProblem::PieceGap {
+                expected: self.next_index,
+                partition: self.partition,
+                got: piece.index,
+                got_partition: piece.partition,
+            };
+            return Err(self.bad(problem));
+        }
+        let b =
+            self.base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
+        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
+            return Err(self.bad(SnapshotProblem::PieceChanged { index: piece.index }));
+        }
+        if b.seq < self.after_seq {
+            let seq = b.seq;
+            return Err(self.bad(SnapshotProblem::StaleBase { seq, after_seq: self.after_seq }));
+        }
+        b.records.extend_from_slice(&piece.records);
+        self.next_index += 1;
+        if piece.last {
+            self.done = true;
+            return Ok(self.base.take());
+        }
+        Ok(None)
+    }
+}
+
 /// Asks the node at the other end of `link` (a full-stack primary's, dialled by a node: the
-/// peer channel) for its log base as of
-/// batch `after_seq` or later, and collects the pieces in order (numbered without gaps, one
-/// batch and fork point throughout). The records' own checksums are checked when applied.
+/// peer channel) for its log base as of batch `after_seq` or later, and collects the pieces
+/// ([`LogBaseReceiver`]). The records' own checksums are checked when applied.
 pub async fn log_base(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
 ) -> Result<LogBaseReceived, TransferError> {
-    let who = peer(link);
     let request_id = u64::from(partition) + 3_000;
     link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq }).await?;
-    let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
-    let mut base: Option<LogBaseReceived> = None;
-    let mut next_index = 0u32;
+    let mut receiver = LogBaseReceiver::new(partition, link.peer_name(), after_seq);
     loop {
         let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
             PeerReply::LogBaseChunk(c) if c.request_id == request_id => Some(c),
             _ => None,
         })
         .await?;
-        if let Some(reason) = piece.refused {
-            return Err(TransferError::Refused { peer: who.clone(), reason });
+        if let Some(base) = receiver.accept(piece)? {
+            return Ok(base);
         }
-        if piece.partition != partition || piece.index != next_index {
-            return Err(bad(format!(
-                "log base piece {} of partition {} arrived where piece {next_index} of partition {partition} was due",
-                piece.index, piece.partition
-            )));
+    }
+}
+
+/// Rebuilds a snapshot in a lean database from its chunks, checking each as it comes (sans
+/// I/O: the caller receives the chunks, [`snapshot_after`] over a link, and hands them to
+/// [`SnapshotReceiver::accept`]): chunks of the partition asked for, numbered from 0 without
+/// gaps, one batch throughout, every checksum and row size right, the totals of the end
+/// matching what arrived. The rows of the tables it skips are checked, not inserted.
+#[derive(Debug)]
+pub struct SnapshotReceiver {
+    peer: String,
+    skip: Vec<TableId>,
+    next_index: u32,
+    info: SnapshotInfo,
+    done: bool,
+}
+
+impl SnapshotReceiver {
+    /// A receiver of a snapshot of `partition` from `peer` (its name in errors: "node 2").
+    pub fn new(partition: PartitionId, peer: String) -> SnapshotReceiver {
+        let info = SnapshotInfo {
+            partition,
+            seq: 0,
+            chunks: 0,
+            rows: 0,
+            bytes: 0,
+            digest: StateDigest(0),
+            table_rows: [0; 9],
+        };
+        SnapshotReceiver { peer, skip: Vec::new(), next_index: 0, info, done: false }
+    }
+
+    /// This receiver, leaving out the rows of the tables in `skip`.
+    pub fn skipping(mut self, skip: &[TableId]) -> SnapshotReceiver {
+        self.skip = skip.to_vec();
+        self
+    }
+
+    fn bad(&self, problem: SnapshotProblem) -> TransferError {
+        TransferError::Snapshot { partition: self.info.partition, peer: self.peer.clone(), problem }
+    }
+
+    /// Checks `chunk` and inserts its rows into `db`: what the snapshot brought once its end
+    /// arrived and its totals matched, `None` before.
+    pub fn accept(&mut self, chunk: SnapshotChunk, db: &mut LeanDb) -> Result<Option<SnapshotInfo>, TransferError> {
+        if let Some(SnapshotEnd::Refused { reason }) = chunk.end {
+            return Err(TransferError::Refused { peer: self.peer.clone(), reason });
         }
-        let b = base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
-        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
-            return Err(bad(format!("log base piece {} changes the batch or the fork point", piece.index)));
+        if self.done {
+            return Err(self.bad(SnapshotProblem::AfterEnd { index: chunk.index }));
         }
-        if b.seq < after_seq {
-            return Err(bad(format!("the log base ends with batch {}, before batch {after_seq}", b.seq)));
+        let index = chunk.index;
+        if chunk.partition != self.info.partition {
+            return Err(self.bad(SnapshotProblem::WrongPartition { index, got: chunk.partition }));
         }
-        b.records.extend_from_slice(&piece.records);
-        next_index += 1;
-        if piece.last {
-            return Ok(base.take().expect("set above"));
+        if index != self.next_index {
+            return Err(self.bad(SnapshotProblem::ChunkGap { expected: self.next_index, got: index }));
         }
+        if self.next_index == 0 {
+            self.info.seq = chunk.seq;
+        } else if chunk.seq != self.info.seq {
+            return Err(self.bad(SnapshotProblem::BatchChanged { index, got: chunk.seq, stream: self.info.seq }));
+        }
+        if SnapshotChunk::checksum_of(&chunk.rows_bytes) != chunk.checksum {
+            return Err(self.bad(SnapshotProblem::Checksum { index }));
+        }
+        let Some(&table) = TableId::ALL.get(usize::from(chunk.table)) else {
+            return Err(self.bad(SnapshotProblem::UnknownTable { index, table: chunk.table }));
+        };
+        let row_bytes = row_size(table);
+        if chunk.rows_bytes.len() != chunk.rows as usize * row_bytes {
+            let (bytes, rows) = (chunk.rows_bytes.len(), chunk.rows);
+            return Err(self.bad(SnapshotProblem::RowSize { index, bytes, rows, table, row_bytes }));
+        }
+        if !self.skip.contains(&table) {
+            insert_table(db, table, &chunk.rows_bytes).map_err(|e| self.bad(SnapshotProblem::Insert(e)))?;
+        }
+        let info = &mut self.info;
+        info.rows += u64::from(chunk.rows);
+        info.bytes += chunk.rows_bytes.len() as u64;
+        info.table_rows[table as usize] += u64::from(chunk.rows);
+        self.next_index += 1;
+        let Some(SnapshotEnd::Complete { chunks, rows, digest }) = chunk.end else { return Ok(None) };
+        if chunks != self.next_index || rows != self.info.rows {
+            let problem =
+                SnapshotProblem::Totals { chunks, rows, got_chunks: self.next_index, got_rows: self.info.rows };
+            return Err(self.bad(problem));
+        }
+        self.done = true;
+        self.info.chunks = chunks;
+        self.info.digest = digest;
+        Ok(Some(self.info.clone()))
     }
 }
 
@@ -387,64 +482,15 @@ pub async fn snapshot_after<C: SnapshotChannel>(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, TransferError> {
-    let who = peer(link);
     let request_id = u64::from(partition) + 2_000;
     link.send(&C::snapshot_request(request_id, partition, after_seq)).await?;
-    let bad = |problem: String| TransferError::Snapshot { partition, peer: who.clone(), problem };
-    let mut next_index = 0u32;
-    let mut info =
-        SnapshotInfo { partition, seq: 0, chunks: 0, rows: 0, bytes: 0, digest: StateDigest(0), table_rows: [0; 9] };
+    let mut receiver = SnapshotReceiver::new(partition, link.peer_name()).skipping(skip);
     loop {
         let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m: C::Reply| {
             C::snapshot_chunk(m).filter(|c| c.request_id == request_id)
         })
         .await?;
-        if let Some(SnapshotEnd::Refused { reason }) = &chunk.end {
-            return Err(TransferError::Refused { peer: who.clone(), reason: reason.clone() });
-        }
-        if chunk.partition != partition {
-            return Err(bad(format!("chunk {} is of partition {}", chunk.index, chunk.partition)));
-        }
-        if chunk.index != next_index {
-            return Err(bad(format!("chunk {} arrived where chunk {next_index} was due", chunk.index)));
-        }
-        if next_index == 0 {
-            info.seq = chunk.seq;
-        } else if chunk.seq != info.seq {
-            return Err(bad(format!("chunk {} shows batch {}, the stream batch {}", chunk.index, chunk.seq, info.seq)));
-        }
-        if SnapshotChunk::checksum_of(&chunk.rows_bytes) != chunk.checksum {
-            return Err(bad(format!("chunk {}: checksum mismatch", chunk.index)));
-        }
-        let table = *TableId::ALL
-            .get(usize::from(chunk.table))
-            .ok_or_else(|| bad(format!("chunk {}: unknown table {}", chunk.index, chunk.table)))?;
-        if chunk.rows_bytes.len() != chunk.rows as usize * row_size(table) {
-            return Err(bad(format!(
-                "chunk {}: {} bytes for {} rows of {} ({} bytes each)",
-                chunk.index,
-                chunk.rows_bytes.len(),
-                chunk.rows,
-                table.name(),
-                row_size(table)
-            )));
-        }
-        if !skip.contains(&table) {
-            insert_table(db, table, &chunk.rows_bytes).map_err(|e| bad(e.to_string()))?;
-        }
-        info.rows += u64::from(chunk.rows);
-        info.bytes += chunk.rows_bytes.len() as u64;
-        info.table_rows[table as usize] += u64::from(chunk.rows);
-        next_index += 1;
-        if let Some(SnapshotEnd::Complete { chunks, rows, digest }) = chunk.end {
-            if chunks != next_index || rows != info.rows {
-                return Err(bad(format!(
-                    "the end announces {chunks} chunks and {rows} rows; {next_index} chunks and {} rows arrived",
-                    info.rows
-                )));
-            }
-            info.chunks = chunks;
-            info.digest = digest;
+        if let Some(info) = receiver.accept(chunk, db)? {
             return Ok(info);
         }
     }
@@ -493,6 +539,117 @@ mod tests {
         assert_eq!(rows, 100_000);
         let last = got.last().unwrap();
         assert_eq!(last.end, Some(SnapshotEnd::Complete { chunks: s.chunks, rows: 100_000, digest }));
+    }
+
+    /// The chunks of a small partition's snapshot (ITEM only), and its digest.
+    fn items_stream() -> (Vec<SnapshotChunk>, StateDigest) {
+        let mut db = LeanDb::new();
+        engine::loader::load_items(&mut db, 3).unwrap();
+        let digest = StateDigest::from(engine::digest::digest(&mut db));
+        let mut got = Vec::new();
+        stream(&mut db, 9, 1, 4, digest, 64 * 1024, &mut |m| {
+            got.push(m);
+            true
+        });
+        assert!(got.len() > 2);
+        (got, digest)
+    }
+
+    /// Feeds `chunks` to a fresh receiver until it finishes or fails.
+    fn receive(chunks: Vec<SnapshotChunk>, db: &mut LeanDb) -> Result<Option<SnapshotInfo>, TransferError> {
+        let mut r = SnapshotReceiver::new(1, "node 2".to_string());
+        for c in chunks {
+            if let Some(info) = r.accept(c, db)? {
+                return Ok(Some(info));
+            }
+        }
+        Ok(None)
+    }
+
+    fn problem(e: TransferError) -> SnapshotProblem {
+        match e {
+            TransferError::Snapshot { partition: 1, peer, problem } if peer == "node 2" => problem,
+            other => panic!("not a broken snapshot: {other}"),
+        }
+    }
+
+    #[test]
+    fn a_whole_stream_rebuilds_the_state() {
+        let (chunks, digest) = items_stream();
+        let n = chunks.len() as u32;
+        let mut db = LeanDb::new();
+        let info = receive(chunks, &mut db).unwrap().expect("the end arrived");
+        assert_eq!((info.partition, info.seq, info.chunks, info.rows, info.digest), (1, 4, n, 100_000, digest));
+        assert_eq!(info.table_rows[TableId::Item as usize], 100_000);
+        assert_eq!(StateDigest::from(engine::digest::digest(&mut db)), digest);
+    }
+
+    #[test]
+    fn a_gap_is_refused() {
+        let (mut chunks, _) = items_stream();
+        chunks.remove(1);
+        let e = receive(chunks, &mut LeanDb::new()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::ChunkGap { expected: 1, got: 2 });
+    }
+
+    #[test]
+    fn a_bad_checksum_is_refused() {
+        let (mut chunks, _) = items_stream();
+        chunks[1].rows_bytes[0] ^= 1;
+        let e = receive(chunks, &mut LeanDb::new()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::Checksum { index: 1 });
+        assert_eq!(
+            TransferError::Snapshot {
+                partition: 1,
+                peer: "node 2".into(),
+                problem: SnapshotProblem::Checksum { index: 1 }
+            }
+            .to_string(),
+            "snapshot of partition 1 from node 2: chunk 1: checksum mismatch"
+        );
+    }
+
+    #[test]
+    fn a_wrong_total_is_refused() {
+        let (mut chunks, digest) = items_stream();
+        let n = chunks.len() as u32;
+        chunks.last_mut().unwrap().end = Some(SnapshotEnd::Complete { chunks: n, rows: 99_999, digest });
+        let e = receive(chunks, &mut LeanDb::new()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::Totals { chunks: n, rows: 99_999, got_chunks: n, got_rows: 100_000 });
+    }
+
+    #[test]
+    fn a_refusal_and_a_chunk_after_the_end_are_errors() {
+        let mut r = SnapshotReceiver::new(1, "node 2".to_string());
+        let e = r.accept(refusal(9, 1, "busy".into()), &mut LeanDb::new()).unwrap_err();
+        assert!(matches!(e, TransferError::Refused { reason, .. } if reason == "busy"));
+        let (chunks, _) = items_stream();
+        let extra = chunks[0].clone();
+        let mut db = LeanDb::new();
+        let mut r = SnapshotReceiver::new(1, "node 2".to_string());
+        for c in chunks {
+            r.accept(c, &mut db).unwrap();
+        }
+        assert_eq!(problem(r.accept(extra, &mut db).unwrap_err()), SnapshotProblem::AfterEnd { index: 0 });
+    }
+
+    #[test]
+    fn a_log_base_is_collected_in_order() {
+        let base = LogBase { seq: 7, fork_lsn: Some(3), records: std::sync::Arc::new((0..=255u8).collect()) };
+        let pieces = log_base_pieces(&base, 5, 1, 100);
+        assert_eq!(pieces.len(), 3);
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6);
+        assert_eq!(r.accept(pieces[0].clone()).unwrap(), None);
+        assert_eq!(r.accept(pieces[1].clone()).unwrap(), None);
+        let got = r.accept(pieces[2].clone()).unwrap().expect("the last piece");
+        assert_eq!((got.seq, got.fork_lsn, &got.records), (7, Some(3), &*base.records));
+
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6);
+        let e = r.accept(pieces[1].clone()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::PieceGap { expected: 0, partition: 1, got: 1, got_partition: 1 });
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 8);
+        let e = r.accept(pieces[0].clone()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::StaleBase { seq: 7, after_seq: 8 });
     }
 
     #[test]

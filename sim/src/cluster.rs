@@ -18,10 +18,11 @@
 //!   failed (its process refuses a second connection from a live node): the node comes back
 //!   on a new link, empty, and asks to rejoin each partition; a rejoining replica holds the
 //!   batches the coordinator sends it, copies the named source's state once the source
-//!   executed up to the plan's point (the snapshot stream, rebuilt here), executes what it
-//!   held and reports `Rejoined`; if the source cannot serve the copy for
-//!   `REJOIN_FETCH_ATTEMPTS × CONNECT_RETRY_MS`, or the coordinator refuses, it gives up
-//!   and waits for an operator's restart, as the real executor does.
+//!   executed up to the plan's point (the snapshot stream, sent and received, every chunk
+//!   checked, by `node::snapshot`), executes what it held and reports `Rejoined`; if the
+//!   source cannot serve the copy for `REJOIN_FETCH_ATTEMPTS × CONNECT_RETRY_MS`, or the
+//!   coordinator refuses, it gives up and waits for an operator's restart, as the real
+//!   executor does.
 //!
 //! Guarantees: everything is a function of the seed and the configuration; nothing here
 //! decides what the cluster answers — the coordinator and replicas do; a replica error other
@@ -39,7 +40,7 @@ use wire::config::{ClusterConfig, WarehouseRange};
 use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
 
-use crate::error::SimError;
+use crate::error::{NodeReport, SimError, SlotReport, Violation};
 use crate::net::{Carried, Envelope, NetFaults, Network};
 use crate::population;
 
@@ -229,7 +230,7 @@ pub struct Sim {
     digest_replies: BTreeMap<u64, DigestOutcome>,
     next_digest_request: u64,
     events: Vec<Event>,
-    violations: Vec<String>,
+    violations: Vec<Violation>,
     stats: SimStats,
 }
 
@@ -334,7 +335,7 @@ impl Sim {
     }
 
     /// Problems found while running (a replica refusing a message, a copy that differs).
-    pub fn violations(&self) -> &[String] {
+    pub fn violations(&self) -> &[Violation] {
         &self.violations
     }
 
@@ -397,7 +398,7 @@ impl Sim {
     /// it serves. A test keeps one to check a partition about to be lost for good.
     pub fn copy_db(&mut self, node: NodeId, partition: PartitionId) -> Option<engine::LeanDb> {
         let r = self.replica_mut(node, partition)?;
-        snapshot_copy(r, wire::messages::StateDigest(0)).ok()
+        snapshot_copy(node, r, wire::messages::StateDigest(0)).ok()
     }
 
     /// Whether some replica is rejoining (or gave up rejoining).
@@ -428,42 +429,35 @@ impl Sim {
             })
     }
 
-    /// One line per node: process, link, and each partition's slot (for failure reports).
-    pub fn describe_nodes(&self) -> String {
-        let mut out = String::new();
-        for (id, n) in &self.nodes {
-            let slots: Vec<String> = n
-                .slots
-                .iter()
-                .map(|(p, s)| match s {
-                    Slot::Serving(r) => format!(
-                        "p{p} serving at batch {} ({} waiting{}{})",
-                        r.applied_seq(),
-                        r.waiting_batches(),
-                        if r.stopped().is_some() { ", stopped" } else { "" },
-                        r.parked_at().map_or(String::new(), |ts| format!(", parked at the home piece of {ts:?}"))
-                    ),
-                    Slot::Joining(j) => format!("p{p} joining, plan {:?}, {} held", j.plan, j.held.len()),
-                    Slot::GaveUp => format!("p{p} gave up"),
-                })
-                .collect();
-            out += &format!(
-                "\n  node {id}: {}, link {} {}, coordinator: {}; {}",
-                if n.up { "up" } else { "crashed" },
-                n.link,
-                if n.link_alive { "connected" } else { "broken" },
-                if self.coordinator.is_node_live(*id) { "live" } else { "failed" },
-                slots.join("; ")
-            );
-        }
-        let status: Vec<String> = self
-            .coordinator
-            .status()
+    /// Every node: process, link, and each partition's slot (for failure reports).
+    pub fn node_reports(&self) -> Vec<NodeReport> {
+        self.nodes
             .iter()
-            .map(|s| format!("p{} {:?} sent {} inflight {}", s.partition, s.phase, s.batches_sent, s.inflight_txns))
-            .collect();
-        out += &format!("\n  coordinator: {}", status.join("; "));
-        out
+            .map(|(&id, n)| NodeReport {
+                id,
+                up: n.up,
+                link: n.link,
+                link_alive: n.link_alive,
+                live: self.coordinator.is_node_live(id),
+                slots: n
+                    .slots
+                    .iter()
+                    .map(|(&p, s)| {
+                        let slot = match s {
+                            Slot::Serving(r) => SlotReport::Serving {
+                                seq: r.applied_seq(),
+                                waiting: r.waiting_batches(),
+                                stopped: r.stopped().is_some(),
+                                parked_at: r.parked_at(),
+                            },
+                            Slot::Joining(j) => SlotReport::Joining { plan: j.plan, held: j.held.len() },
+                            Slot::GaveUp => SlotReport::GaveUp,
+                        };
+                        (p, slot)
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     // ----- the network and the processes -----
@@ -491,9 +485,7 @@ impl Sim {
                 Output::ToClient { msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, .. } => {
                     self.digest_replies.insert(request_id, outcome);
                 }
-                Output::ToClient { msg, .. } => {
-                    self.violations.push(format!("unexpected message to a client: {msg:?}"))
-                }
+                Output::ToClient { msg, .. } => self.violations.push(Violation::UnexpectedToClient { msg }),
                 Output::Event(e) => {
                     if self.trace {
                         eprintln!("{:>10} µs step {:>6}: {e}", self.now_us - START_US, self.step);
@@ -532,9 +524,7 @@ impl Sim {
     fn emit(&mut self, node: NodeId, emitted: node::replica::Emit) {
         match emitted {
             node::replica::Emit::ToCoordinator(m) => self.send_from_node(node, m),
-            node::replica::Emit::Ship(s) => {
-                self.violations.push(format!("node {node}: an active-active replica shipped batch {}", s.seq))
-            }
+            node::replica::Emit::Ship(s) => self.violations.push(Violation::Shipped { node, seq: s.seq }),
         }
     }
 
@@ -572,7 +562,7 @@ impl Sim {
             | CoordinatorToNode::ResumeFromLog { .. }
             | CoordinatorToNode::Promote { .. }
             | CoordinatorToNode::ShipTo { .. } => {
-                self.violations.push(format!("node {node}: unexpected message {}", msg.name()));
+                self.violations.push(Violation::UnexpectedMessage { node, name: msg.name() });
                 return;
             }
             CoordinatorToNode::Batch(_)
@@ -585,7 +575,7 @@ impl Sim {
         };
         let n = self.nodes.get_mut(&node).expect("a configured node");
         let Some(slot) = n.slots.get_mut(&partition) else {
-            self.violations.push(format!("node {node}: a message for partition {partition}, which it does not hold"));
+            self.violations.push(Violation::UnheldPartition { node, partition });
             return;
         };
         match slot {
@@ -627,7 +617,7 @@ impl Sim {
                 }
                 // A stopped partition's replica refuses late batches: expected.
                 Err(node::ReplicaError::Stopped { .. }) => {}
-                Err(e) => self.violations.push(format!("node {node} partition {partition}: {e}")),
+                Err(error) => self.violations.push(Violation::Refused { node, partition, error }),
             },
         }
     }
@@ -674,10 +664,10 @@ impl Sim {
             // `debug_assertions` only; the final convergence check compares every replica's
             // digest in every build.
             let digest = if cfg!(debug_assertions) { src.state_digest() } else { wire::messages::StateDigest(0) };
-            let copy = match snapshot_copy(src, digest) {
+            let copy = match snapshot_copy(source, src, digest) {
                 Ok(copy) => copy,
                 Err(e) => {
-                    self.violations.push(format!("node {node} partition {partition}: a bad snapshot chunk: {e}"));
+                    self.violations.push(Violation::BadSnapshot { node, partition, error: std::sync::Arc::new(e) });
                     continue;
                 }
             };
@@ -685,14 +675,14 @@ impl Sim {
             let Some(Slot::Joining(j)) = n.slots.remove(&partition) else { unreachable!("listed as joining") };
             let mut r = Replica::restored(node, partition, copy, seq, self.pending_max);
             if cfg!(debug_assertions) && r.state_digest() != digest {
-                self.violations.push(format!("node {node} partition {partition}: the copy differs from its source"));
+                self.violations.push(Violation::CopyDiffers { node, partition });
             }
             let mut replies = Vec::new();
             for m in j.held {
                 match r.on_control(m) {
                     Ok(out) => replies.extend(out),
                     Err(node::ReplicaError::Stopped { .. }) => {}
-                    Err(e) => self.violations.push(format!("node {node} partition {partition} (rejoining): {e}")),
+                    Err(error) => self.violations.push(Violation::RefusedRejoining { node, partition, error }),
                 }
             }
             n.slots.insert(partition, Slot::Serving(Box::new(r)));
@@ -972,9 +962,15 @@ impl Sim {
     }
 }
 
-/// A copy of replica `r`'s partition as a rejoin takes it: streamed as snapshot chunks
-/// (`node::snapshot::stream`, closing with `digest`) and inserted into a fresh database.
-fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result<engine::LeanDb, SimError> {
+/// A copy of replica `r`'s partition (on node `source`) as a rejoin takes it: streamed as
+/// snapshot chunks (`node::snapshot::stream`, closing with `digest`) and received by
+/// `node::snapshot::SnapshotReceiver` into a fresh database, every chunk checked as a
+/// rejoining node checks it.
+fn snapshot_copy(
+    source: NodeId,
+    r: &mut Replica,
+    digest: wire::messages::StateDigest,
+) -> Result<engine::LeanDb, SimError> {
     let (partition, seq) = (r.partition(), r.applied_seq());
     let Store::Lean(db) = r.store_mut() else { return Err(SimError::NotLean) };
     let mut chunks = Vec::new();
@@ -983,9 +979,14 @@ fn snapshot_copy(r: &mut Replica, digest: wire::messages::StateDigest) -> Result
         true
     });
     let mut copy = engine::LeanDb::new();
+    let mut receiver = node::snapshot::SnapshotReceiver::new(partition, format!("node {source}"));
     for c in chunks {
-        let table = engine::schema::TableId::ALL[usize::from(c.table)];
-        node::snapshot::insert_table(&mut copy, table, &c.rows_bytes)?;
+        if receiver.accept(c, &mut copy)?.is_some() {
+            return Ok(copy);
+        }
     }
-    Ok(copy)
+    Err(SimError::Transfer(node::TransferError::Recv(wire::endpoint::RecvError::Closed {
+        peer: format!("node {source}"),
+        what: "a snapshot chunk",
+    })))
 }

@@ -1,13 +1,17 @@
-//! Errors of the sim crate: why a healed cluster failed a check, or did not heal or drain.
-//! Each variant carries what the check found (partitions, nodes, batches, digests), never a
-//! preformatted string; its text is the one a failing seed reports.
+//! Errors of the sim crate: why a healed cluster failed a check, or did not heal or drain,
+//! and the protocol violations the simulated processes saw ([`Violation`]). Each variant
+//! carries what the check found (partitions, nodes, batches, digests), never a preformatted
+//! string; its text is the one a failing seed reports.
 
-use coordinator::ClientId;
-use coordinator::Event;
+use std::fmt;
+use std::sync::Arc;
+
+use coordinator::{ClientId, Event, PartitionStatus};
 use engine::acks::{NewOrderAck, PaymentAck};
 use engine::check::CheckReport;
-use node::error::InsertError;
-use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq, StateDigest};
+use node::{ReplicaError, TransferError};
+use wire::channel::CoordinatorToClient;
+use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq, StateDigest, Timestamp};
 
 /// Why a simulated cluster failed a check or did not settle.
 #[derive(Debug, thiserror::Error)]
@@ -20,7 +24,7 @@ pub enum SimError {
     AnsweredTwice { client: ClientId, id: u64, times: u32, last: ClientResult },
     /// The simulated processes saw protocol violations.
     #[error("{count} violations; first: {first}")]
-    Violations { count: usize, first: String },
+    Violations { count: usize, first: Violation },
     /// A divergence, stop, unavailability or load failure was reported.
     #[error("alarm: {0}")]
     Alarm(Event),
@@ -78,12 +82,125 @@ pub enum SimError {
     #[error("the cluster did not drain within {deliveries} deliveries")]
     NotDrained { deliveries: usize },
     /// The cluster did not heal.
-    #[error("the cluster did not heal in {rounds} rounds:{nodes}")]
-    NotHealed { rounds: usize, nodes: String },
+    #[error("the cluster did not heal in {rounds} rounds:{}", Described { nodes, coordinator })]
+    NotHealed { rounds: usize, nodes: Vec<NodeReport>, coordinator: Vec<PartitionStatus> },
     /// A snapshot was asked of a replica that is not lean.
     #[error("simulated replicas are lean")]
     NotLean,
-    /// A snapshot's rows could not be inserted into the copy.
+    /// The copy's snapshot stream broke a rule (`node::snapshot::SnapshotReceiver`).
     #[error(transparent)]
-    Insert(#[from] InsertError),
+    Transfer(#[from] TransferError),
+}
+
+/// A protocol violation the simulated processes saw.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Violation {
+    /// The coordinator sent a client something a client is never sent.
+    #[error("unexpected message to a client: {msg:?}")]
+    UnexpectedToClient { msg: CoordinatorToClient },
+    /// A replica of the active-active simulated cluster shipped a batch.
+    #[error("node {node}: an active-active replica shipped batch {seq}")]
+    Shipped { node: NodeId, seq: Seq },
+    /// The coordinator sent a node a message the simulated cluster never needs.
+    #[error("node {node}: unexpected message {name}")]
+    UnexpectedMessage { node: NodeId, name: &'static str },
+    /// A message for a partition the node holds no slot of.
+    #[error("node {node}: a message for partition {partition}, which it does not hold")]
+    UnheldPartition { node: NodeId, partition: PartitionId },
+    /// A serving replica refused a message (other than by being stopped).
+    #[error("node {node} partition {partition}: {error}")]
+    Refused { node: NodeId, partition: PartitionId, error: ReplicaError },
+    /// A rejoining replica's copy could not be made.
+    #[error("node {node} partition {partition}: a bad snapshot chunk: {error}")]
+    BadSnapshot { node: NodeId, partition: PartitionId, error: Arc<SimError> },
+    /// A rejoining replica's copy has another digest than its source.
+    #[error("node {node} partition {partition}: the copy differs from its source")]
+    CopyDiffers { node: NodeId, partition: PartitionId },
+    /// A rejoined replica refused a message it held while rejoining.
+    #[error("node {node} partition {partition} (rejoining): {error}")]
+    RefusedRejoining { node: NodeId, partition: PartitionId, error: ReplicaError },
+}
+
+/// One simulated node as a cluster that did not heal left it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeReport {
+    pub id: NodeId,
+    /// Whether its process runs.
+    pub up: bool,
+    /// Its current link and whether it is connected.
+    pub link: u64,
+    pub link_alive: bool,
+    /// Whether the coordinator counts it live.
+    pub live: bool,
+    pub slots: Vec<(PartitionId, SlotReport)>,
+}
+
+/// What a node held for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotReport {
+    Serving { seq: Seq, waiting: usize, stopped: bool, parked_at: Option<Timestamp> },
+    Joining { plan: Option<(NodeId, Seq)>, held: usize },
+    GaveUp,
+}
+
+impl fmt::Display for SlotReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SlotReport::Serving { seq, waiting, stopped, parked_at } => {
+                write!(f, "serving at batch {seq} ({waiting} waiting")?;
+                if *stopped {
+                    write!(f, ", stopped")?;
+                }
+                if let Some(ts) = parked_at {
+                    write!(f, ", parked at the home piece of {ts:?}")?;
+                }
+                write!(f, ")")
+            }
+            SlotReport::Joining { plan, held } => write!(f, "joining, plan {plan:?}, {held} held"),
+            SlotReport::GaveUp => write!(f, "gave up"),
+        }
+    }
+}
+
+impl fmt::Display for NodeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "node {}: {}, link {} {}, coordinator: {}; ",
+            self.id,
+            if self.up { "up" } else { "crashed" },
+            self.link,
+            if self.link_alive { "connected" } else { "broken" },
+            if self.live { "live" } else { "failed" },
+        )?;
+        for (i, (p, slot)) in self.slots.iter().enumerate() {
+            if i > 0 {
+                write!(f, "; ")?;
+            }
+            write!(f, "p{p} {slot}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every node, then the coordinator's partitions, one line each.
+pub struct Described<'a> {
+    pub nodes: &'a [NodeReport],
+    pub coordinator: &'a [PartitionStatus],
+}
+
+impl fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for n in self.nodes {
+            write!(f, "\n  {n}")?;
+        }
+        write!(f, "\n  coordinator: ")?;
+        for (i, s) in self.coordinator.iter().enumerate() {
+            if i > 0 {
+                write!(f, "; ")?;
+            }
+            write!(f, "p{} {:?} sent {} inflight {}", s.partition, s.phase, s.batches_sent, s.inflight_txns)?;
+        }
+        Ok(())
+    }
 }

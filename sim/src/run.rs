@@ -203,7 +203,11 @@ pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
         sim.run(100);
         sim.advance(5_000);
     }
-    Err(SimError::NotHealed { rounds: HEAL_ROUNDS_MAX, nodes: sim.describe_nodes() })
+    Err(SimError::NotHealed {
+        rounds: HEAL_ROUNDS_MAX,
+        nodes: sim.node_reports(),
+        coordinator: sim.coordinator().status(),
+    })
 }
 
 /// The partitions holding the warehouses `input` touches

@@ -74,6 +74,9 @@
 //!
 //! Replying to a Hello beyond version, fingerprint and identity (an unknown node id, a second
 //! coordinator) is the caller's: [`Link::refuse`] sends `HelloRefused` and closes.
+//!
+//! Awaiting one answer among a channel's messages, with a deadline, is [`recv_matching`]
+//! (failing with a [`RecvError`] that names the peer by [`Link::peer_name`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -307,6 +310,19 @@ pub enum EndpointError {
     /// The listener's endpoint is closed: [`Listener::accept`] will return nothing more.
     #[error("the listener is closed")]
     ListenerClosed,
+}
+
+/// Why [`recv_matching`] brought no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum RecvError {
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// The peer did not answer in time.
+    #[error("{peer} did not answer {what} within {timeout:?}")]
+    Timeout { peer: String, what: &'static str, timeout: Duration },
+    /// The peer closed the link before answering.
+    #[error("{peer} closed the link before answering {what}")]
+    Closed { peer: String, what: &'static str },
 }
 
 impl EndpointError {
@@ -799,6 +815,17 @@ impl Link {
         &self.sender.shared.peer_hello
     }
 
+    /// How the process at the other end names itself in errors: "node 2", "the
+    /// coordinator", "client 7".
+    pub fn peer_name(&self) -> String {
+        let h = self.peer_hello();
+        match h.role {
+            Role::Node => format!("node {}", h.id),
+            Role::Coordinator => "the coordinator".to_string(),
+            Role::Client => format!("client {}", h.id),
+        }
+    }
+
     /// The peer's address.
     pub fn remote_address(&self) -> SocketAddr {
         self.sender.shared.remote
@@ -827,6 +854,32 @@ impl Link {
             let _ = tokio::time::timeout(Duration::from_millis(500), self.sender.stream.stopped()).await;
         }
         self.close(CLOSE_HELLO_REFUSED, reason);
+    }
+}
+
+/// Receives messages of `M`'s channel on `link` until `pick` accepts one (others are
+/// skipped), within `limit`; `what` names the awaited answer in the error.
+pub async fn recv_matching<M: ChannelMessage, T>(
+    link: &mut Link,
+    what: &'static str,
+    limit: Duration,
+    mut pick: impl FnMut(M) -> Option<T>,
+) -> Result<T, RecvError> {
+    let wait = async {
+        loop {
+            match link.recv::<M>().await? {
+                Some(m) => {
+                    if let Some(t) = pick(m) {
+                        return Ok(t);
+                    }
+                }
+                None => return Err(RecvError::Closed { peer: link.peer_name(), what }),
+            }
+        }
+    };
+    match tokio::time::timeout(limit, wait).await {
+        Ok(r) => r,
+        Err(_) => Err(RecvError::Timeout { peer: link.peer_name(), what, timeout: limit }),
     }
 }
 

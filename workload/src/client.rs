@@ -29,11 +29,12 @@ use engine::acks::{NewOrderAck, PaymentAck};
 use engine::check::{CheckReport, Checker};
 use engine::schema::TableId;
 use engine::LeanDb;
-use node::snapshot::{peer, recv_matching, snapshot_into, SnapshotInfo};
+use node::error::SnapshotProblem;
+use node::snapshot::{snapshot_into, SnapshotInfo};
 use node::TransferError;
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, ToolReply, ToolRequest};
 use wire::config::{resolve, split_address, ClusterConfig};
-use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
+use wire::endpoint::{self, recv_matching, EndpointError, EndpointLimits, Link, RecvError};
 use wire::messages::{
     DigestOutcome, Hello, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, StateDigest, PROTOCOL_VERSION,
 };
@@ -56,8 +57,10 @@ pub enum ClientError {
     Tls(#[from] wire::tls::TlsError),
     #[error(transparent)]
     Endpoint(#[from] EndpointError),
-    /// Receiving from a node or the coordinator failed: a timeout, a closed link, a refused or
-    /// broken snapshot ([`node::snapshot`]'s errors).
+    /// An answer from a node or the coordinator did not come: a timeout, a closed link.
+    #[error(transparent)]
+    Recv(#[from] RecvError),
+    /// A snapshot transfer failed: refused or broken ([`node::snapshot`]'s errors).
     #[error(transparent)]
     Transfer(#[from] TransferError),
     /// A process refused a request, or the request could not be made.
@@ -194,7 +197,7 @@ pub async fn digests(
     match outcome {
         DigestOutcome::Digests { seq, digests } => Ok((seq, digests)),
         DigestOutcome::Rejected(r) => Err(ClientError::Rejected(r)),
-        DigestOutcome::Busy => Err(ClientError::Refused { peer: peer(link), reason: "busy; retry later".into() }),
+        DigestOutcome::Busy => Err(ClientError::Refused { peer: link.peer_name(), reason: "busy; retry later".into() }),
     }
 }
 
@@ -474,7 +477,7 @@ pub async fn fetch_all(client: &ClusterClient, db: &mut LeanDb) -> Result<Vec<Sn
                 return Err(ClientError::Transfer(TransferError::Snapshot {
                     partition: p.id,
                     peer: format!("node {node}"),
-                    problem: "its ITEM table differs in size from the first partition's".into(),
+                    problem: SnapshotProblem::ItemTableDiffers,
                 }));
             }
         }

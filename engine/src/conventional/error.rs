@@ -113,6 +113,6 @@ impl ConventionalError {
 
 impl From<ConventionalError> for StorageError {
     fn from(e: ConventionalError) -> StorageError {
-        StorageError::Io(e.to_string())
+        StorageError::Io(crate::error::IoFailure::Conventional(std::sync::Arc::new(e)))
     }
 }

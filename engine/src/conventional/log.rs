@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::error::StorageError;
+use crate::error::{IoFailure, LogUnavailable, StorageError};
 use crate::schema::TableId;
 
 /// LSN of the first record of a fresh log (0 means "no LSN").
@@ -667,7 +667,7 @@ pub(crate) struct LogManager {
 }
 
 fn io_error(e: io::Error) -> StorageError {
-    StorageError::Io(format!("log device: {e}"))
+    StorageError::Io(IoFailure::device("log device", e))
 }
 
 impl LogManager {
@@ -786,7 +786,7 @@ impl LogManager {
         let mut guard = self.device();
         let Some(d) = guard.as_mut() else { return Ok(()) };
         if self.failed.load(Ordering::Acquire) {
-            return Err(StorageError::Io("log device failed earlier".into()));
+            return Err(StorageError::Io(LogUnavailable::FailedEarlier.into()));
         }
         if sync && self.durable.load(Ordering::Acquire) >= upto {
             return Ok(()); // another committer's flush covered us
@@ -875,13 +875,13 @@ impl LogManager {
     pub fn generation_then_ship(&self) -> Result<Vec<u8>, StorageError> {
         self.flush_to(self.end())?;
         let mut guard = self.device();
-        let Some(d) = guard.as_mut() else { return Err(StorageError::Io("no log device".into())) };
+        let Some(d) = guard.as_mut() else { return Err(StorageError::Io(LogUnavailable::NoDevice.into())) };
         let b = self.buffer();
         if !b.shipped.is_empty() {
-            return Err(StorageError::Io("shipped records not taken yet".into()));
+            return Err(StorageError::Io(LogUnavailable::ShippedNotTaken.into()));
         }
         if !b.bytes.is_empty() || d.written != b.next {
-            return Err(StorageError::Io("records appended while the log was read".into()));
+            return Err(StorageError::Io(LogUnavailable::AppendedWhileRead.into()));
         }
         let mut bytes = vec![0u8; (d.written - d.base) as usize];
         d.device.read_at(0, &mut bytes).map_err(io_error)?;
