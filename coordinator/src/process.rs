@@ -24,7 +24,7 @@
 //! - a node declared failed (silent past `failure_timeout_ms`, its link lost, or its queue
 //!   full) is disconnected at once; a node that connects again (a restarted process) replaces
 //!   its old connection, and a node still counted live then is first declared failed: its
-//!   new process holds none of the old one's state;
+//!   new connection holds none of the old one's state (a node whose link broke rejoins);
 //! - the state machine is built once every node of `cluster.toml` has joined (until then
 //!   requests are answered "not ready" and load reports are kept): nodes started by hand on
 //!   other hosts may come minutes apart, and a node that never came could not be told from
@@ -359,9 +359,10 @@ impl Core {
         match ev {
             CoreEvent::NodeUp { node, out } => {
                 if self.nodes.contains_key(&node) {
-                    // A new connection means a new process (a node never dials twice): the old
-                    // connection may hang until QUIC's idle timeout, and the old process's
-                    // state is gone, so a node still counted live is declared failed first.
+                    // A new connection means a new process, or one whose link broke and that
+                    // drops its state to rejoin every partition (docs/design.md §10): the old
+                    // connection may hang until QUIC's idle timeout, and nothing of the old
+                    // state counts, so a node still counted live is declared failed first.
                     info!(node, "node connected again; its new connection replaces the old one");
                     if let Some(m) = self.machine.as_mut().filter(|m| m.is_node_live(node)) {
                         let out = m.on_node_lost(node, now);

@@ -8,6 +8,7 @@
 pub mod error;
 pub mod faults;
 pub mod fullstack;
+pub mod machine;
 pub mod process;
 pub mod replica;
 pub mod shipping;

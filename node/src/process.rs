@@ -51,7 +51,7 @@ use tracing::{debug, error, info, warn};
 use wire::channel::{
     ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerChannel, PeerReply, PeerRequest, ToolReply, ToolRequest,
 };
-use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replication, Shipping};
+use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replication};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
     DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, ProcessStatus, Rejection,
@@ -59,8 +59,8 @@ use wire::messages::{
 };
 
 use crate::error::RejoinError;
+use crate::machine::{Asked, Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine};
 use crate::replica::{Emit, Replica, ReplicaRole, Store};
-use crate::shipping::ShipGate;
 use crate::snapshot;
 use engine::conventional::CutAt;
 
@@ -81,8 +81,6 @@ pub const TOOL_REPLY_PATIENCE: Duration = Duration::from_millis(1_000);
 pub const PEER_OUTBOX_MAX: usize = 4_096;
 /// Acknowledgements and membership changes queued for the writer task.
 const OUTBOX_EVENTS_MAX: usize = 4_096;
-/// Pause between two attempts to reach the coordinator.
-pub const CONNECT_RETRY_MS: u64 = 200;
 /// Attempts to reach the coordinator between two log lines about it.
 const CONNECT_RETRIES_PER_LOG: u32 = 25;
 
@@ -127,39 +125,20 @@ enum Work {
     Tool { req: ToolRequest, reply: mpsc::Sender<ToolReply> },
     /// A peer node's shipment, snapshot or log base request; replies go to `reply`.
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
-    /// Rejoin: the copy of the partition fetched from a live replica (or why it failed).
-    Install(Box<Result<(engine::LeanDb, snapshot::SnapshotInfo), RejoinError>>),
-    /// Full-stack rejoin: the primary's log base (or why it could not be fetched).
-    InstallBase(Box<Result<snapshot::LogBaseReceived, RejoinError>>),
+    /// Rejoin: the starting state fetched from a live replica (or why it failed).
+    Fetched(Box<Result<Fetched, RejoinError>>),
+    /// The coordinator link came back after breaking: drop the replica's state and rejoin;
+    /// messages are sent under link epoch `epoch` from now on.
+    Rejoin { epoch: u64 },
     /// Finish: the node is shutting down.
     Stop,
 }
 
-/// What a rejoining replica holds until its starting state is installed.
-#[derive(Debug, Default)]
-struct Held {
-    /// Batches and remote pieces' outcomes, in arrival order.
-    stream: Vec<CoordinatorToNode>,
-    /// How many of `stream` are batches.
-    batches: usize,
-    /// Passive modes: the primary's shipments, with where to acknowledge them.
-    shipments: Vec<(Shipment, mpsc::Sender<PeerReply>)>,
-}
+/// A partition's machine as the executor drives it: replies to peers go to their
+/// connection's queue.
+type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
 
-/// What a coordinator message does to a rejoin.
-enum RejoinStep {
-    /// Nothing yet: keep waiting.
-    Wait,
-    /// Fetch the starting state from `source` for batches from `from_seq` on.
-    Plan { source: NodeId, from_seq: Seq },
-    /// The rejoin ended: the replica, or `None` (given up).
-    Done(Option<Box<Replica>>),
-}
-
-/// Batches a rejoining replica holds while its copy arrives; past it the rejoin fails.
-pub const REJOIN_HELD_BATCHES_MAX: usize = 65_536;
-/// Attempts to fetch a rejoining replica's copy before giving up.
-pub const REJOIN_FETCH_ATTEMPTS: u32 = 10;
+pub use crate::machine::{CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX};
 
 /// What the writer task (the coordinator link's sending side) is told besides the
 /// executors' messages.
@@ -167,17 +146,23 @@ pub const REJOIN_FETCH_ATTEMPTS: u32 = 10;
 enum OutboxEvent {
     /// A backup acknowledged shipments up to `seq`.
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
-    /// The coordinator announced the partition's live replicas.
-    Membership { partition: PartitionId, live: Vec<NodeId> },
-    /// Ship to a rejoining backup from now on.
-    ShipTo { partition: PartitionId, backup: NodeId },
+    /// The node machine's effects for the writer, from the reader (results a membership
+    /// released, a link to open to a rejoining backup).
+    Effects(Vec<NodeEffect>),
 }
+
+/// What an executor sends the writer task: a message under the coordinator link's epoch it
+/// belongs to. The epoch grows each time the link comes back after breaking; the writer drops
+/// what an executor sent under an older one (it was lost with the old link, and the
+/// executor's state is being replaced by a rejoin).
+type Outgoing = (u64, Emit);
 
 /// What the network side knows of a replica without asking its thread.
 #[derive(Debug)]
 struct ReplicaShared {
     partition: PartitionId,
-    role: ReplicaRole,
+    /// The replica's role now (a backup promoted, a primary rejoined as a backup).
+    role: Mutex<ReplicaRole>,
     load: watch::Sender<LoadState>,
     applied_seq: AtomicU64,
     committed: AtomicU64,
@@ -216,7 +201,7 @@ impl ReplicaShared {
             txns: get(&self.committed),
             cpu_ms: schedstat.iter().filter_map(|p| thread_cpu_ms(p)).sum(),
             replication: ReplicationReport {
-                role: Some(self.role.reported()),
+                role: Some(self.role.lock().unwrap_or_else(|e| e.into_inner()).reported()),
                 shipped_bytes: get(&self.shipped_bytes),
                 acks: get(&self.acks),
                 ack_delay_us_sum: get(&self.ack_delay_us_sum),
@@ -251,11 +236,24 @@ struct Node {
     replicas: BTreeMap<PartitionId, ReplicaHandle>,
     /// Set once the node is shutting down.
     stopping: watch::Sender<bool>,
-    /// To the writer task: acknowledgements from backups, membership changes.
+    /// To the writer task: acknowledgements from backups, the reader's effects.
     events: mpsc::Sender<OutboxEvent>,
+    /// The node's link-side decisions (routing, ship gates, heartbeats, reconnection), shared
+    /// by the link's reader and writer; held only for a synchronous call.
+    machine: Mutex<NodeMachine>,
+    /// The coordinator link's epoch (see [`Outgoing`]).
+    epoch: AtomicU64,
+    /// Encoded shipments to each backup node's link.
+    peers: Mutex<BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>>,
+    /// This node, for tasks started later (links to rejoining backups).
+    me: std::sync::Weak<Node>,
 }
 
 impl Node {
+    fn machine(&self) -> std::sync::MutexGuard<'_, NodeMachine> {
+        self.machine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn hello(&self) -> Hello {
         Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -337,12 +335,10 @@ pub async fn run(
     let (events, events_rx) = mpsc::channel(OUTBOX_EVENTS_MAX);
     let mut replicas = BTreeMap::new();
     let mut exits = Vec::new();
-    let mut gates = BTreeMap::new();
+    let mut roles = Vec::new();
     for p in &partitions {
         let role = replica_role(&config, p, id, &start);
-        if role == ReplicaRole::Primary {
-            gates.insert(p.id, ShipGate::new(p.id, &p.replicas[1..], config.shipping() == Some(Shipping::Sync)));
-        }
+        roles.push((p.id, role));
         let begin = match start {
             Start::Load => Begin::Load,
             Start::Rejoin | Start::Join(_) => Begin::Rejoin,
@@ -352,27 +348,26 @@ pub async fn run(
         replicas.insert(p.id, handle);
     }
     drop(to_coordinator);
-    let node = Arc::new(Node {
+    let machine = NodeMachine::new(&config, id, &roles, 0);
+    let node = Arc::new_cyclic(|me| Node {
         id,
         config: config.clone(),
         started: Instant::now(),
         replicas,
         stopping: watch::Sender::new(false),
         events,
+        machine: Mutex::new(machine),
+        epoch: AtomicU64::new(0),
+        peers: Mutex::new(BTreeMap::new()),
+        me: me.clone(),
     });
 
     // A link to every node backing up a partition this node is primary of.
-    let mut peers = BTreeMap::new();
-    let mut peer_tasks = Vec::new();
-    for backup in gates.values().flat_map(|g| g.backups().collect::<Vec<_>>()) {
-        if let std::collections::btree_map::Entry::Vacant(e) = peers.entry(backup) {
-            let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
-            e.insert(tx);
-            peer_tasks.push(tokio::spawn(peer_link(node.clone(), backup, rx)));
-        }
+    let backups: std::collections::BTreeSet<NodeId> = node.machine().backups().into_values().flatten().collect();
+    for backup in backups {
+        open_peer(&node, backup);
     }
-    let outbox = Outbox { gates, peers, events: events_rx };
-    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors, outbox));
+    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors, events_rx));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
 
     tokio::select! {
@@ -382,9 +377,6 @@ pub async fn run(
     stop_executors(&node, exits).await;
     link_task.abort();
     tools_task.abort();
-    for t in peer_tasks {
-        t.abort();
-    }
     info!(node = id, "node stopped");
     Ok(())
 }
@@ -436,13 +428,13 @@ fn start_replica(
     p: &PartitionConfig,
     role: ReplicaRole,
     begin: Begin,
-    to_coordinator: &mpsc::Sender<Emit>,
+    to_coordinator: &mpsc::Sender<Outgoing>,
 ) -> Result<(ReplicaHandle, tokio::sync::oneshot::Receiver<()>), NodeError> {
     let (inbox, rx) = mpsc::channel(REPLICA_INBOX_MAX);
     let zero = || AtomicU64::new(0);
     let shared = Arc::new(ReplicaShared {
         partition: p.id,
-        role,
+        role: Mutex::new(role),
         load: watch::Sender::new(LoadState::Loading { rows_loaded: 0, rows_total: 0 }),
         applied_seq: zero(),
         committed: zero(),
@@ -469,6 +461,7 @@ fn start_replica(
         frame_bytes_max: config.limits.frame_bytes_max as usize,
         shared: shared.clone(),
         to_coordinator: to_coordinator.clone(),
+        epoch: std::cell::Cell::new(0),
         deaf_tools: Default::default(),
         deaf_peers: Default::default(),
     };
@@ -559,7 +552,9 @@ struct Executor {
     pending_batches_max: usize,
     frame_bytes_max: usize,
     shared: Arc<ReplicaShared>,
-    to_coordinator: mpsc::Sender<Emit>,
+    to_coordinator: mpsc::Sender<Outgoing>,
+    /// The coordinator link's epoch this executor's messages belong to (see [`Outgoing`]).
+    epoch: std::cell::Cell<u64>,
     /// Tool and peer connections that let their reply queue stay full for
     /// [`TOOL_REPLY_PATIENCE`]: their further replies are dropped at once (at most
     /// [`DEAF_TOOLS_MAX`] of each remembered).
@@ -624,19 +619,33 @@ impl Executor {
         }
     }
 
-    fn run(self, mut inbox: mpsc::Receiver<Work>) {
+    fn run(self, inbox: mpsc::Receiver<Work>) {
         let pid = self.partition.id;
         if let Ok(me) = std::fs::read_link("/proc/thread-self") {
             let path = PathBuf::from("/proc").join(me).join("schedstat");
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
+        let (mode, pending) = (self.storage.mode(), self.pending_batches_max);
+        let machine = match self.begin {
+            Begin::Rejoin => {
+                let (mut machine, effects) = Machine::rejoining(mode, self.node, pid, pending);
+                info!(partition = pid, "asking the coordinator to rejoin");
+                self.carry(&mut machine, effects);
+                machine
+            }
+            Begin::Load => match self.load() {
+                Ok(replica) => Machine::serving(mode, replica, pending),
+                Err(reason) => Machine::failed(mode, self.node, pid, pending, reason),
+            },
+        };
+        self.serve(machine, inbox);
+    }
+
+    /// Loads the partition from the seed, reporting progress and the outcome to the
+    /// coordinator; why not, if it failed.
+    fn load(&self) -> Result<Replica, String> {
+        let pid = self.partition.id;
         let t0 = Instant::now();
-        if self.begin == Begin::Rejoin {
-            let Some(replica) = self.rejoin(&mut inbox) else { return };
-            engine::arena::set_prefault(true);
-            info!(partition = pid, seconds = t0.elapsed().as_secs_f64(), "rejoined");
-            return self.serve(replica, inbox);
-        }
         let mut last_logged_rows = 0u64;
         let (node, mode, seed, pending) = (self.node, self.storage.mode(), self.seed, self.pending_batches_max);
         let (dir, workers) = match &self.storage {
@@ -647,7 +656,9 @@ impl Executor {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
             self.shared.load.send_replace(state);
             // Progress may be dropped when the link is backed up; the final state is not.
-            let _ = self.to_coordinator.try_send(Emit::ToCoordinator(Replica::progress_message(pid, p)));
+            let _ = self
+                .to_coordinator
+                .try_send((self.epoch.get(), Emit::ToCoordinator(Replica::progress_message(pid, p))));
             if p.rows_loaded - last_logged_rows >= 250_000 || p.rows_loaded == p.rows_total {
                 last_logged_rows = p.rows_loaded;
                 debug!(partition = pid, rows_loaded = p.rows_loaded, rows_total = p.rows_total, "loading");
@@ -660,10 +671,8 @@ impl Executor {
                 let state = LoadState::Failed { reason: wire::messages::bounded_reason(e.to_string()) };
                 self.shared.load.send_replace(state.clone());
                 let failed = NodeToCoordinator::LoadStatus { partition: pid, state };
-                let _ = self.to_coordinator.blocking_send(Emit::ToCoordinator(failed));
-                // Answer tools until shut down.
-                self.refuse_all(&mut inbox, &format!("partition {pid} failed to load"));
-                return;
+                self.emit(Emit::ToCoordinator(failed));
+                return Err(format!("failed to load: {e}"));
             }
         };
         // From here on tables grow: keep their next pages faulted in off this thread.
@@ -684,270 +693,182 @@ impl Executor {
             }
             self.shared.load.send_replace(state.clone());
         }
-        if self.to_coordinator.blocking_send(Emit::ToCoordinator(ready)).is_err() {
-            warn!(partition = pid, "the coordinator link is gone; load status not sent");
-        }
-        self.serve(replica, inbox);
+        self.emit(Emit::ToCoordinator(ready));
+        Ok(replica)
     }
 
-    /// Executes the inbox in order until stopped.
-    fn serve(&self, mut replica: Replica, mut inbox: mpsc::Receiver<Work>) {
+    /// Carries out the inbox in order until stopped: the machine decides, this performs.
+    fn serve(&self, mut machine: Machine, mut inbox: mpsc::Receiver<Work>) {
         let pid = self.partition.id;
         // Snapshot, digest and log base requests waiting for the replica to reach their batch.
         let mut deferred: Vec<Work> = Vec::new();
         while let Some(work) = inbox.blocking_recv() {
-            match work {
-                Work::Stop => break,
-                Work::Coordinator(msg) => self.on_coordinator(&mut replica, msg),
-                w @ (Work::Tool { .. } | Work::Peer { .. }) if !can_answer_now(&mut replica, &w) => deferred.push(w),
-                Work::Tool { req, reply } => self.tool(&mut replica, req, &reply),
-                Work::Peer { req, reply } => self.peer(&mut replica, req, &reply),
-                Work::Install(_) | Work::InstallBase(_) => {
-                    warn!(partition = pid, "a copy arrived for a replica already serving; dropped")
-                }
+            if let Work::Stop = work {
+                break;
             }
-            let (ready, waiting): (Vec<_>, Vec<_>) = deferred.drain(..).partition(|w| can_answer_now(&mut replica, w));
+            self.on_work(&mut machine, work, &mut deferred);
+            let (ready, waiting): (Vec<_>, Vec<_>) = deferred.drain(..).partition(|w| machine.can_answer(asked(w)));
             deferred = waiting;
             for w in ready {
-                match w {
-                    Work::Tool { req, reply } => self.tool(&mut replica, req, &reply),
-                    Work::Peer { req, reply } => self.peer(&mut replica, req, &reply),
-                    Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) | Work::Stop => {}
-                }
+                self.on_work(&mut machine, w, &mut deferred);
             }
-            self.publish(&mut replica);
+            self.publish(&mut machine);
         }
-        let stats = replica.stats();
-        info!(
-            partition = pid,
-            batches = stats.batches_executed,
-            committed = stats.txns_committed,
-            aborted = stats.txns_aborted,
-            failed = stats.txns_failed,
-            "executor finished"
-        );
+        if let Some(replica) = machine.replica() {
+            let stats = replica.stats();
+            info!(
+                partition = pid,
+                batches = stats.batches_executed,
+                committed = stats.txns_committed,
+                aborted = stats.txns_aborted,
+                failed = stats.txns_failed,
+                "executor finished"
+            );
+        }
     }
 
-    fn on_coordinator(&self, replica: &mut Replica, msg: CoordinatorToNode) {
-        let was_stopped = replica.stopped().is_some();
-        match replica.on_control(msg) {
-            Ok(replies) => {
-                for reply in replies {
-                    if self.to_coordinator.blocking_send(reply).is_err() {
-                        debug!(partition = replica.partition(), "the coordinator link is gone; result dropped");
+    /// One piece of work: to the machine, or (a tool's or a peer's request) answered from the
+    /// replica now, deferred until it can be, or refused.
+    fn on_work(&self, machine: &mut Machine, work: Work, deferred: &mut Vec<Work>) {
+        let effects = match work {
+            Work::Stop => return,
+            Work::Coordinator(msg) => machine.on_coordinator(msg),
+            Work::Fetched(fetched) => machine.on_fetched(*fetched),
+            Work::Rejoin { epoch } => {
+                self.epoch.set(epoch);
+                *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
+                let pid = self.partition.id;
+                let (fresh, effects) =
+                    Machine::rejoining(self.storage.mode(), self.node, pid, self.pending_batches_max);
+                // The old state (a full stack's database and workers) goes first.
+                drop(std::mem::replace(machine, fresh));
+                info!(partition = pid, epoch, "the coordinator link is back; rejoining");
+                effects
+            }
+            Work::Peer { req: PeerRequest::Ship(shipment), reply } => machine.on_shipment(shipment, reply),
+            w if !machine.can_answer(asked(&w)) => {
+                deferred.push(w);
+                return;
+            }
+            Work::Tool { req, reply } => {
+                match machine.refusal() {
+                    Some(reason) => self.refuse_tool(&req, &reason, &reply),
+                    None => {
+                        let replica = machine.replica_mut().expect("no refusal: the replica serves");
+                        self.tool(replica, req, &reply)
                     }
                 }
+                return;
             }
-            Err(e) => error!(partition = replica.partition(), error = %e, "replica refused a message"),
-        }
-        if !was_stopped {
-            if let Some(reason) = replica.stopped() {
-                error!(partition = replica.partition(), reason, "replica stopped");
-                *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason.to_string());
+            Work::Peer { req, reply } => {
+                match machine.refusal() {
+                    Some(reason) => self.refuse_peer(&req, &reason, &reply),
+                    None => {
+                        let replica = machine.replica_mut().expect("no refusal: the replica serves");
+                        self.peer(replica, req, &reply)
+                    }
+                }
+                return;
             }
-        }
+        };
+        self.carry(machine, effects);
     }
 
-    /// Rejoins: asks the coordinator, holds the batches (or, passive modes, the shipments) it
-    /// sends from the plan's first on, fetches the starting state from the live replica it
-    /// names (on a thread of its own, so this node's heartbeats go on; a rejected one is
-    /// fetched again), installs it, executes or applies what it held, and tells the
-    /// coordinator. The starting state:
-    /// - lean modes: a copy of the live replica's partition;
-    /// - full stack: this node's own database after restart recovery from its checkpoint and
-    ///   write-ahead log. With a primary serving (`RejoinPlan`), the node first fetches the
-    ///   primary's log base and cuts its own log where the primary's copy of it ended (if the
-    ///   primary is its promoted backup — the records past that point belong to batches no
-    ///   client heard committed), recovers, and applies the base; it is then a backup. With
-    ///   no live replica and this node the last primary (`ResumeFromLog`), recovery over the
-    ///   whole log is the partition, served alone from the next batch.
-    ///
-    /// `None` if stopped or refused.
-    fn rejoin(&self, inbox: &mut mpsc::Receiver<Work>) -> Option<Replica> {
+    /// Performs the machine's effects, handing it the outcome of those that have one (a
+    /// restart recovery runs here, on the executor thread; a fetch on a thread of its own).
+    fn carry(&self, machine: &mut Machine, effects: Vec<Effect<mpsc::Sender<PeerReply>>>) {
         let pid = self.partition.id;
-        let _ =
-            self.to_coordinator.blocking_send(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: pid }));
-        info!(partition = pid, "asked the coordinator to rejoin");
-        let mut held = Held::default();
-        let mut plan: Option<(NodeId, Seq)> = None;
-        let mut attempts = 0u32;
-        while let Some(work) = inbox.blocking_recv() {
-            let failed_fetch = match work {
-                Work::Stop => return None,
-                Work::Coordinator(msg) => match self.rejoin_step(inbox, msg, &mut held) {
-                    RejoinStep::Wait => continue,
-                    RejoinStep::Plan { source, from_seq } => {
-                        info!(partition = pid, source, from_seq, "fetching the starting state from a live replica");
-                        plan = Some((source, from_seq));
-                        attempts = 1;
-                        self.fetch_start(source, from_seq);
-                        continue;
+        let mut queue: std::collections::VecDeque<_> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::Emit(m) => self.emit(m),
+                Effect::Reply { to, msg } => self.reply_to(&to, msg),
+                Effect::Fetch { source, after_seq, kind, delay_ms } => {
+                    match delay_ms {
+                        0 => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state"),
+                        _ => warn!(partition = pid, source, after_seq, delay_ms, "fetching the starting state again"),
                     }
-                    RejoinStep::Done(replica) => return replica.map(|r| *r),
-                },
-                Work::Peer { req: PeerRequest::Ship(shipment), reply } => {
-                    held.shipments.push((shipment, reply));
-                    continue;
+                    self.fetch(source, after_seq, kind, delay_ms);
                 }
-                Work::Peer { req, reply } => {
-                    self.refuse_peer(&req, "rejoining", &reply);
-                    continue;
+                Effect::Recover { cut } => {
+                    let recovered = self.restart_recovery(cut);
+                    queue.extend(machine.on_recovered(recovered));
                 }
-                Work::Tool { req, reply } => {
-                    self.refuse_tool(&req, "rejoining", &reply);
-                    continue;
+                Effect::Ready { digest } => {
+                    engine::arena::set_prefault(true);
+                    info!(partition = pid, digest = %digest, "rejoined");
+                    self.shared.load.send_replace(LoadState::Ready { digest });
+                    self.publish(machine);
                 }
-                Work::Install(fetched) => match *fetched {
-                    Err(e) => e,
-                    Ok((db, info)) => return Some(self.install_copy(db, info, held)),
-                },
-                Work::InstallBase(fetched) => match *fetched {
-                    Err(e) => e,
-                    Ok(base) => return self.install_base(inbox, base, held),
-                },
+                Effect::Failed { reason } => {
+                    error!(partition = pid, reason = %reason, "the partition cannot rejoin");
+                    let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason) };
+                    self.shared.load.send_replace(state);
+                }
+                Effect::Stopped { reason } => {
+                    error!(partition = pid, reason, "replica stopped");
+                    *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+                }
+                Effect::Refused { error, rejoining } => {
+                    error!(partition = pid, error = %error, rejoining, "replica refused a message")
+                }
+            }
+        }
+    }
+
+    /// Sends `m` to the writer task, under this executor's link epoch.
+    fn emit(&self, m: Emit) {
+        if self.to_coordinator.blocking_send((self.epoch.get(), m)).is_err() {
+            debug!(partition = self.partition.id, "the coordinator link is gone; message dropped");
+        }
+    }
+
+    /// Fetches the starting state of a rejoin from node `source` after `delay_ms`, on a
+    /// thread of its own (so this node's heartbeats go on), its result arriving in this
+    /// executor's inbox.
+    fn fetch(&self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64) {
+        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
+        let inbox = self.self_inbox.clone();
+        let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            let fetch = async move {
+                let mut link = dial_peer(&config, me, source).await?;
+                Ok(match kind {
+                    FetchKind::Copy => {
+                        let mut db = engine::LeanDb::new();
+                        let info =
+                            snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
+                        Fetched::Copy { db, info }
+                    }
+                    FetchKind::LogBase => Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq).await?),
+                })
             };
-            let Some((source, from_seq)) = plan else { continue };
-            if attempts >= REJOIN_FETCH_ATTEMPTS {
-                return self
-                    .give_up(inbox, format!("no usable starting state after {attempts} attempts: {failed_fetch}"));
-            }
-            warn!(partition = pid, attempt = attempts, error = %failed_fetch, "copy rejected; fetching it again");
-            attempts += 1;
-            std::thread::sleep(Duration::from_millis(CONNECT_RETRY_MS));
-            self.fetch_start(source, from_seq);
-        }
-        None
-    }
-
-    /// Fetches the starting state for a rejoin planned from batch `from_seq` on node `source`:
-    /// the primary's log base (full stack) or a copy of its replica.
-    fn fetch_start(&self, source: NodeId, from_seq: Seq) {
-        match self.storage {
-            Storage::Full { .. } => self.fetch_base(source, from_seq.saturating_sub(1)),
-            Storage::Lean { .. } => self.fetch(source, from_seq.saturating_sub(1)),
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(RejoinError::Thread)
+                .and_then(|rt| rt.block_on(fetch));
+            let _ = inbox.blocking_send(Work::Fetched(Box::new(result)));
+        });
+        if let Err(e) = spawned {
+            let _ = self.self_inbox.try_send(Work::Fetched(Box::new(Err(RejoinError::Thread(e)))));
         }
     }
 
-    /// One coordinator message while rejoining: the plan, a resumption from this node's own
-    /// log, a refusal, or a batch or piece outcome to hold (anything else is for a replica
-    /// that executes: dropped).
-    fn rejoin_step(&self, inbox: &mut mpsc::Receiver<Work>, msg: CoordinatorToNode, held: &mut Held) -> RejoinStep {
-        let pid = self.partition.id;
-        match msg {
-            CoordinatorToNode::RejoinPlan { source, from_seq, .. } => RejoinStep::Plan { source, from_seq },
-            CoordinatorToNode::ResumeFromLog { from_seq, .. } if matches!(self.storage, Storage::Full { .. }) => {
-                let mut replica = match self.restart_recovery(None) {
-                    Ok(f) => Replica::recovered(self.node, pid, f, self.pending_batches_max),
-                    Err(e) => return RejoinStep::Done(self.give_up(inbox, e.to_string()).map(Box::new)),
-                };
-                if let Err(e) = replica.resume_at(from_seq) {
-                    return RejoinStep::Done(self.give_up(inbox, format!("cannot resume: {e}")).map(Box::new));
-                }
-                info!(partition = pid, from_seq, "serving the recovered partition");
-                let recovered_through = from_seq.saturating_sub(1);
-                RejoinStep::Done(Some(Box::new(self.finish_rejoin(replica, Held::default(), recovered_through))))
-            }
-            CoordinatorToNode::RejoinRefused { reason, .. } => {
-                let why = format!("the coordinator refused the rejoin: {reason}");
-                RejoinStep::Done(self.give_up(inbox, why).map(Box::new))
-            }
-            msg @ CoordinatorToNode::Batch(_) => {
-                held.batches += 1;
-                if held.batches > REJOIN_HELD_BATCHES_MAX {
-                    let why = format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining");
-                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
-                }
-                held.stream.push(msg);
-                RejoinStep::Wait
-            }
-            msg @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => {
-                if held.stream.len() - held.batches >= crate::replica::PIECE_READS_HELD_MAX {
-                    let why = "too many multi-partition piece outcomes held while rejoining".to_string();
-                    return RejoinStep::Done(self.give_up(inbox, why).map(Box::new));
-                }
-                held.stream.push(msg);
-                RejoinStep::Wait
-            }
-            CoordinatorToNode::ResumeFromLog { .. }
-            | CoordinatorToNode::Heartbeat { .. }
-            | CoordinatorToNode::Membership { .. }
-            | CoordinatorToNode::PartitionStopped { .. }
-            | CoordinatorToNode::Shutdown { .. }
-            | CoordinatorToNode::Promote { .. }
-            | CoordinatorToNode::ShipTo { .. } => RejoinStep::Wait,
+    /// Publishes the replica's figures for status requests.
+    fn publish(&self, machine: &mut Machine) {
+        let Some(replica) = machine.replica_mut() else { return };
+        let sh = &self.shared;
+        *sh.role.lock().unwrap_or_else(|e| e.into_inner()) = replica.role();
+        sh.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
+        sh.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
+        sh.applied_bytes.store(replica.applied_bytes(), Ordering::Relaxed);
+        if let Store::Full(f) = replica.store_mut() {
+            let (bytes, fsyncs) = f.log_counters();
+            sh.log_bytes.store(bytes, Ordering::Relaxed);
+            sh.fsyncs.store(fsyncs, Ordering::Relaxed);
         }
-    }
-
-    /// Installs a lean copy fetched from a live replica (as of batch `info.seq`) and finishes
-    /// the rejoin.
-    fn install_copy(&self, db: engine::LeanDb, info: snapshot::SnapshotInfo, held: Held) -> Replica {
-        let pid = self.partition.id;
-        info!(
-            partition = pid,
-            seq = info.seq,
-            rows = info.rows,
-            mib = info.bytes as f64 / (1 << 20) as f64,
-            held_batches = held.stream.len(),
-            held_shipments = held.shipments.len(),
-            "copy installed; executing the batches held"
-        );
-        let replica = if self.storage.mode().is_passive() {
-            Replica::restored_backup(self.node, pid, db, info.seq, self.pending_batches_max)
-        } else {
-            Replica::restored(self.node, pid, db, info.seq, self.pending_batches_max)
-        };
-        self.finish_rejoin(replica, held, info.seq)
-    }
-
-    /// Full stack: cuts this node's log where the primary's copy of it ended, recovers,
-    /// applies the primary's log base and finishes the rejoin as a backup.
-    fn install_base(
-        &self,
-        inbox: &mut mpsc::Receiver<Work>,
-        base: snapshot::LogBaseReceived,
-        held: Held,
-    ) -> Option<Replica> {
-        let pid = self.partition.id;
-        let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
-        let f = match self.restart_recovery(cut) {
-            Ok(f) => f,
-            Err(e) => return self.give_up(inbox, e.to_string()),
-        };
-        let t0 = Instant::now();
-        if let Err(e) = f.apply_log(&base.records) {
-            return self.give_up(inbox, format!("the primary's log base does not apply: {e}"));
-        }
-        info!(
-            partition = pid,
-            seq = base.seq,
-            mib = base.records.len() as f64 / (1 << 20) as f64,
-            seconds = t0.elapsed().as_secs_f64(),
-            held_shipments = held.shipments.len(),
-            "the primary's log base applied; applying the shipments held"
-        );
-        let replica = Replica::recovered_backup(self.node, pid, f, base.seq, self.pending_batches_max);
-        let shipments_only = Held { shipments: held.shipments, ..Held::default() };
-        Some(self.finish_rejoin(replica, shipments_only, base.seq))
-    }
-
-    /// The end of a rejoin, its starting state installed as of batch `snapshot_seq`: executes
-    /// the batches and applies the shipments held meanwhile, shows the replica ready, and
-    /// tells the coordinator it counts from the next batch on.
-    fn finish_rejoin(&self, mut replica: Replica, held: Held, snapshot_seq: Seq) -> Replica {
-        for msg in held.stream {
-            self.on_coordinator(&mut replica, msg);
-        }
-        for (shipment, reply) in held.shipments {
-            self.peer(&mut replica, PeerRequest::Ship(shipment), &reply);
-        }
-        let digest = replica.state_digest();
-        self.shared.load.send_replace(LoadState::Ready { digest });
-        self.publish(&mut replica);
-        let partition = self.partition.id;
-        let _ = self
-            .to_coordinator
-            .blocking_send(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq }));
-        replica
     }
 
     /// Restart recovery of this replica's full-stack database (after cutting its log at
@@ -979,72 +900,6 @@ impl Executor {
         Ok(f)
     }
 
-    /// A rejoin that cannot go on: logged, the load state failed, tools refused until stopped.
-    fn give_up(&self, inbox: &mut mpsc::Receiver<Work>, reason: String) -> Option<Replica> {
-        let pid = self.partition.id;
-        error!(partition = pid, reason = %reason, "the partition cannot rejoin");
-        let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason.clone()) };
-        self.shared.load.send_replace(state);
-        self.refuse_all(inbox, &format!("partition {pid}: {reason}"));
-        None
-    }
-
-    /// Fetches a full-stack primary's log base as of batch `after_seq` from node `source`
-    /// (see [`Executor::on_fetch_thread`]).
-    fn fetch_base(&self, source: NodeId, after_seq: Seq) {
-        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
-        self.on_fetch_thread("fetch-base", Work::InstallBase, async move {
-            let mut link = dial_peer(&config, me, source).await?;
-            Ok(snapshot::log_base(&mut link, pid, after_seq).await?)
-        });
-    }
-
-    /// Fetches a copy of the partition after batch `after_seq` from node `source` (see
-    /// [`Executor::on_fetch_thread`]).
-    fn fetch(&self, source: NodeId, after_seq: Seq) {
-        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
-        self.on_fetch_thread(
-            "fetch",
-            Work::Install,
-            async move { fetch_copy(&config, me, source, pid, after_seq).await },
-        );
-    }
-
-    /// Runs `fetch` on a thread of its own (so this node's heartbeats go on), its result
-    /// arriving in this executor's inbox as `work`.
-    fn on_fetch_thread<T: Send + 'static>(
-        &self,
-        name: &str,
-        work: fn(Box<Result<T, RejoinError>>) -> Work,
-        fetch: impl Future<Output = Result<T, RejoinError>> + Send + 'static,
-    ) {
-        let inbox = self.self_inbox.clone();
-        let spawned = std::thread::Builder::new().name(format!("{name}-p{}", self.partition.id)).spawn(move || {
-            let result = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(RejoinError::Thread)
-                .and_then(|rt| rt.block_on(fetch));
-            let _ = inbox.blocking_send(work(Box::new(result)));
-        });
-        if let Err(e) = spawned {
-            let _ = self.self_inbox.try_send(work(Box::new(Err(RejoinError::Thread(e)))));
-        }
-    }
-
-    /// Publishes the replica's figures for status requests.
-    fn publish(&self, replica: &mut Replica) {
-        let sh = &self.shared;
-        sh.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
-        sh.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
-        sh.applied_bytes.store(replica.applied_bytes(), Ordering::Relaxed);
-        if let Store::Full(f) = replica.store_mut() {
-            let (bytes, fsyncs) = f.log_counters();
-            sh.log_bytes.store(bytes, Ordering::Relaxed);
-            sh.fsyncs.store(fsyncs, Ordering::Relaxed);
-        }
-    }
-
     /// A tool's request for the replica: a digest, a replica read, or a snapshot.
     fn tool(&self, replica: &mut Replica, req: ToolRequest, reply: &mpsc::Sender<ToolReply>) {
         let answer = match req {
@@ -1064,18 +919,11 @@ impl Executor {
         }
     }
 
-    /// A peer node's request for the replica: a primary's shipment, a rejoining node's copy
-    /// or log base.
+    /// A peer node's request for the replica: a rejoining node's copy or log base.
     fn peer(&self, replica: &mut Replica, req: PeerRequest, reply: &mpsc::Sender<PeerReply>) {
         match req {
-            PeerRequest::Ship(shipment) => match replica.on_ship(shipment) {
-                Ok(acks) => {
-                    for m in acks {
-                        self.reply_to(reply, m);
-                    }
-                }
-                Err(e) => warn!(partition = replica.partition(), error = %e, "shipment refused"),
-            },
+            // Shipments go to the partition's machine (`Executor::on_work`), never here.
+            PeerRequest::Ship(_) => {}
             PeerRequest::SnapshotRequest { request_id, partition, .. } => {
                 self.send_snapshot(replica, request_id, partition, reply, PeerReply::SnapshotChunk)
             }
@@ -1180,18 +1028,6 @@ impl Executor {
         };
         self.reply_to(reply, refusal);
     }
-
-    /// After a failed load: refuse tool requests until stopped.
-    fn refuse_all(&self, inbox: &mut mpsc::Receiver<Work>, reason: &str) {
-        while let Some(work) = inbox.blocking_recv() {
-            match work {
-                Work::Stop => return,
-                Work::Tool { req, reply } => self.refuse_tool(&req, reason, &reply),
-                Work::Peer { req, reply } => self.refuse_peer(&req, reason, &reply),
-                Work::Coordinator(_) | Work::Install(_) | Work::InstallBase(_) => {}
-            }
-        }
-    }
 }
 
 /// Sends `msgs` to `reply` from a thread of its own (a snapshot or a log base: the executor
@@ -1223,22 +1059,16 @@ async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result
     Ok(endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), limits).await?)
 }
 
-/// Whether a tool's or a peer's request can be answered now: a snapshot once the replica
-/// executed its batch, a log base once the primary took one that far (a backup is refused at
-/// once), a copy or a digest not in the middle of a parked batch.
-fn can_answer_now(replica: &mut Replica, work: &Work) -> bool {
-    // A batch parked at a home piece is half run: copies and digests wait for its end.
-    let parked = replica.parked_at().is_some();
+/// What `work` asks of the replica, as far as answering it now is concerned.
+fn asked(work: &Work) -> Asked {
     match work {
         Work::Tool { req: ToolRequest::SnapshotRequest { after_seq, .. }, .. }
         | Work::Peer { req: PeerRequest::SnapshotRequest { after_seq, .. }, .. } => {
-            !parked && *after_seq <= replica.applied_seq()
+            Asked::Snapshot { after_seq: *after_seq }
         }
-        Work::Tool { req: ToolRequest::DigestRequest { .. }, .. } => !parked,
+        Work::Tool { req: ToolRequest::DigestRequest { .. }, .. } => Asked::Digest,
         Work::Peer { req: PeerRequest::LogBaseRequest { after_seq, .. }, .. } => {
-            replica.role() == ReplicaRole::Backup
-                || replica.stopped().is_some()
-                || replica.log_base().is_some_and(|b| b.seq >= *after_seq)
+            Asked::LogBase { after_seq: *after_seq }
         }
         Work::Tool {
             req: ToolRequest::ReplicaRead { .. } | ToolRequest::StatusRequest { .. } | ToolRequest::Shutdown { .. },
@@ -1246,37 +1076,10 @@ fn can_answer_now(replica: &mut Replica, work: &Work) -> bool {
         }
         | Work::Peer { req: PeerRequest::Ship(_), .. }
         | Work::Coordinator(_)
-        | Work::Install(_)
-        | Work::InstallBase(_)
-        | Work::Stop => true,
+        | Work::Fetched(_)
+        | Work::Rejoin { .. }
+        | Work::Stop => Asked::Other,
     }
-}
-
-/// Copies partition `pid` as of batch `after_seq` or later from node `source` into a fresh
-/// lean database (checksummed chunks, the digest recomputed and compared).
-async fn fetch_copy(
-    config: &ClusterConfig,
-    me: NodeId,
-    source: NodeId,
-    pid: PartitionId,
-    after_seq: Seq,
-) -> Result<(engine::LeanDb, snapshot::SnapshotInfo), RejoinError> {
-    let mut link = dial_peer(config, me, source).await?;
-    let mut db = engine::LeanDb::new();
-    let info = snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
-    if info.seq < after_seq {
-        return Err(RejoinError::Stale { got: info.seq, wanted: after_seq });
-    }
-    Ok((db, info))
-}
-
-/// The primaries' side of shipping, owned by the writer task.
-struct Outbox {
-    /// The partitions this node is primary of.
-    gates: BTreeMap<PartitionId, ShipGate>,
-    /// Encoded shipments to each backup node's link.
-    peers: BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>,
-    events: mpsc::Receiver<OutboxEvent>,
 }
 
 /// Dials `address` (the coordinator's or a peer node's), retrying until it answers, refuses
@@ -1335,209 +1138,252 @@ async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> 
 }
 
 /// Dials the coordinator (retrying until it answers or the node stops), then carries the
-/// link until it closes: the executors' messages out (through the ship gates), the
-/// coordinator's in.
-async fn coordinator_link(node: Arc<Node>, from_executors: mpsc::Receiver<Emit>, outbox: Outbox) {
+/// link until it breaks — the executors' messages out through the node machine (its ship
+/// gates), the coordinator's in — and dials again when the machine says so: a node whose link
+/// came back rejoins every partition (`NodeMachine::on_link_up`).
+async fn coordinator_link(
+    node: Arc<Node>,
+    mut from_executors: mpsc::Receiver<Outgoing>,
+    mut events: mpsc::Receiver<OutboxEvent>,
+) {
     let address = node.config.coordinator.address.clone();
-    let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
-        if !*node.stopping.borrow() {
-            node.stop("refused by the coordinator");
-        }
-        return;
-    };
-    info!(coordinator = %address, "joined the coordinator");
-    let (sender, mut receiver) = link.split();
-
-    let writer = tokio::spawn(write_to_coordinator(node.clone(), sender, from_executors, outbox));
-
     loop {
-        let received = tokio::select! {
-            r = receiver.recv::<CoordinatorToNode>() => r,
-            () = node.stopped() => break,
+        let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
+            if !*node.stopping.borrow() {
+                node.stop("refused by the coordinator");
+            }
+            return;
         };
-        let msg = match received {
-            Ok(Some(m)) => m,
-            Ok(None) => {
-                if !*node.stopping.borrow() {
-                    error!("the coordinator closed the link; this node no longer executes (tools are still served)");
-                }
-                break;
-            }
-            Err(e) if e.is_protocol_violation() => {
-                warn!(peer = "coordinator", error = %e, "the coordinator broke the protocol; its link is closed");
-                error!("the coordinator link failed; this node no longer executes (tools are still served)");
-                break;
-            }
-            Err(e) => {
-                if !*node.stopping.borrow() {
-                    error!(error = %e, "the coordinator link failed; this node no longer executes (tools are still served)");
-                }
-                break;
-            }
-        };
-        let partition = match (&msg, msg.partition()) {
-            (_, Some(partition)) => partition,
-            (CoordinatorToNode::Shutdown { reason }, None) => {
-                info!(reason = %reason, "the coordinator shuts the cluster down");
-                node.stop("the coordinator said so");
-                break;
-            }
-            (_, None) => continue, // a heartbeat
-        };
-        if let CoordinatorToNode::Membership { epoch, live, .. } = &msg {
-            warn!(partition, epoch, live = ?live, "membership changed");
-            let _ = node.events.send(OutboxEvent::Membership { partition, live: live.clone() }).await;
+        info!(coordinator = %address, "joined the coordinator");
+        let effects = node.machine().on_link_up(micros(&node));
+        let rejoin = effects.contains(&NodeEffect::RejoinAll);
+        if rejoin {
+            let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+            warn!(epoch, "the coordinator link is back; every partition rejoins");
         }
-        if let CoordinatorToNode::ShipTo { backup, .. } = &msg {
-            info!(partition, backup, "shipping to a rejoining backup");
-            let _ = node.events.send(OutboxEvent::ShipTo { partition, backup: *backup }).await;
+        let (sender, receiver) = link.split();
+        tokio::select! {
+            () = read_from_coordinator(&node, receiver, rejoin) => {}
+            () = write_to_coordinator(&node, sender, &mut from_executors, &mut events) => {}
+            () = node.stopped() => return,
         }
-        if let CoordinatorToNode::PartitionStopped { reason, .. } = &msg {
-            error!(partition, reason = %reason, "the coordinator stopped the partition");
+        if *node.stopping.borrow() {
+            return;
         }
-        match node.replicas.get(&partition) {
-            Some(r) => {
-                if r.inbox.send(Work::Coordinator(msg)).await.is_err() {
-                    break;
-                }
+        node.machine().on_link_lost(micros(&node));
+        error!("the coordinator link broke; dialing again (every partition will rejoin)");
+        // What the executors send meanwhile is lost with the link (`Outgoing`'s epoch drops
+        // it when the link is back); the node machine says when to dial.
+        loop {
+            let wait = node.machine().next_deadline_us().saturating_sub(micros(&node));
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_micros(wait)) => {}
+                _ = from_executors.recv() => continue,
+                _ = events.recv() => continue,
+                () = node.stopped() => return,
             }
-            None => warn!(partition, "message for a partition this node does not hold; ignored"),
+            if node.machine().tick(micros(&node), |_| None).contains(&NodeEffect::Dial) {
+                break;
+            }
         }
     }
-    writer.abort();
 }
 
-/// The sending side of the coordinator link: executors' results (held by the ship gates in
-/// sync shipping), shipments to the backups' links, load status and heartbeats.
-async fn write_to_coordinator(
-    node: Arc<Node>,
-    mut sender: wire::endpoint::LinkSender,
-    mut from_executors: mpsc::Receiver<Emit>,
-    mut outbox: Outbox,
-) {
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1)));
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let frame_max = node.config.limits.frame_bytes_max as usize;
-    loop {
-        let out: Vec<NodeToCoordinator> = tokio::select! {
-            m = from_executors.recv() => match m {
-                Some(Emit::Ship(shipment)) => {
-                    let Some(gate) = outbox.gates.get_mut(&shipment.partition) else { continue };
-                    let seq = shipment.seq;
-                    let released = match wire::codec::encode(&PeerRequest::Ship(shipment), frame_max) {
-                        Ok(frame) => ship(&node, gate, &outbox.peers, Arc::new(frame), seq),
-                        Err(e) => {
-                            error!(partition = gate.partition(), seq, error = %e, "cannot encode a shipment; backups dropped");
-                            gate.on_membership(&[node.id])
-                        }
-                    };
-                    released.into_iter().map(NodeToCoordinator::Results).collect()
-                }
-                Some(Emit::ToCoordinator(NodeToCoordinator::Results(r))) => match outbox.gates.get_mut(&r.partition) {
-                    Some(gate) => gate.on_results(r).into_iter().map(NodeToCoordinator::Results).collect(),
-                    None => vec![NodeToCoordinator::Results(r)],
-                },
-                Some(Emit::ToCoordinator(m)) => vec![m],
-                None => return,
-            },
-            e = outbox.events.recv() => match e {
-                Some(OutboxEvent::Ack { from, partition, seq }) => match outbox.gates.get_mut(&partition) {
-                    Some(gate) => {
-                        let released = gate.on_ack(from, seq, micros(&node));
-                        publish_gate(&node, gate);
-                        released.into_iter().map(NodeToCoordinator::Results).collect()
-                    }
-                    None => Vec::new(),
-                },
-                Some(OutboxEvent::Membership { partition, live }) => match outbox.gates.get_mut(&partition) {
-                    Some(gate) => gate.on_membership(&live).into_iter().map(NodeToCoordinator::Results).collect(),
-                    None => Vec::new(),
-                },
-                Some(OutboxEvent::ShipTo { partition, backup }) => {
-                    let sync = node.config.shipping() == Some(Shipping::Sync);
-                    outbox.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], sync)).add_catching_up(backup);
-                    // A new link: the node restarted, and a link to its previous process may
-                    // hang until its connection times out.
-                    let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
-                    outbox.peers.insert(backup, tx);
-                    tokio::spawn(peer_link(node.clone(), backup, rx));
-                    Vec::new()
-                }
-                None => Vec::new(),
-            },
-            _ = heartbeat.tick() => {
-                let mut beat = vec![NodeToCoordinator::Heartbeat { now_ms: node.started.elapsed().as_millis() as u64 }];
-                // The backups' progress, for choosing whom to promote.
-                for (&partition, r) in &node.replicas {
-                    if r.shared.role == ReplicaRole::Backup && !outbox.gates.contains_key(&partition) {
-                        let seq = r.shared.applied_seq.load(Ordering::Relaxed);
-                        beat.push(NodeToCoordinator::BackupApplied { partition, seq });
-                    }
-                }
-                beat
-            }
-            () = node.stopped() => return,
-        };
-        for msg in out {
-            if let Err(e) = sender.send(&msg).await {
-                if !*node.stopping.borrow() {
-                    error!(error = %e, "cannot send to the coordinator; link lost");
-                }
+/// The receiving side of the coordinator link, until it breaks: each message through the
+/// node machine, to its partition's executor (after, when the link came back, every
+/// executor was told to rejoin).
+async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver, rejoin: bool) {
+    if rejoin {
+        let epoch = node.epoch.load(Ordering::SeqCst);
+        for r in node.replicas.values() {
+            if r.inbox.send(Work::Rejoin { epoch }).await.is_err() {
                 return;
             }
         }
     }
+    loop {
+        let msg = match receiver.recv::<CoordinatorToNode>().await {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                if !*node.stopping.borrow() {
+                    error!("the coordinator closed the link");
+                }
+                return;
+            }
+            Err(e) if e.is_protocol_violation() => {
+                warn!(peer = "coordinator", error = %e, "the coordinator broke the protocol; its link is closed");
+                return;
+            }
+            Err(e) => {
+                if !*node.stopping.borrow() {
+                    error!(error = %e, "the coordinator link failed");
+                }
+                return;
+            }
+        };
+        match &msg {
+            CoordinatorToNode::Membership { partition, epoch, live } => {
+                warn!(partition, epoch, live = ?live, "membership changed")
+            }
+            CoordinatorToNode::ShipTo { partition, backup } => {
+                info!(partition, backup, "shipping to a rejoining backup")
+            }
+            CoordinatorToNode::PartitionStopped { partition, reason } => {
+                error!(partition, reason = %reason, "the coordinator stopped the partition")
+            }
+            _ => {}
+        }
+        let effects = node.machine().on_coordinator(msg);
+        let mut for_writer = Vec::new();
+        for effect in effects {
+            match effect {
+                NodeEffect::ToPartition { partition, msg } => {
+                    if node.replicas[&partition].inbox.send(Work::Coordinator(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                NodeEffect::Shutdown { reason } => {
+                    info!(reason = %reason, "the coordinator shuts the cluster down");
+                    node.stop("the coordinator said so");
+                    return;
+                }
+                NodeEffect::NotHeld { partition, name } => {
+                    warn!(partition, message = name, "message for a partition this node does not hold; ignored")
+                }
+                other => for_writer.push(other),
+            }
+        }
+        if !for_writer.is_empty() && node.events.send(OutboxEvent::Effects(for_writer)).await.is_err() {
+            return;
+        }
+    }
 }
 
-/// Microseconds since the node started (the ship gates' clock).
+/// The sending side of the coordinator link, until it breaks: executors' messages (results
+/// held by the ship gates in sync shipping, shipments to the backups' links), backups'
+/// acknowledgements, and heartbeats, each through the node machine.
+async fn write_to_coordinator(
+    node: &Node,
+    mut sender: wire::endpoint::LinkSender,
+    from_executors: &mut mpsc::Receiver<Outgoing>,
+    events: &mut mpsc::Receiver<OutboxEvent>,
+) {
+    let mut heartbeat = tokio::time::interval(Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1)));
+    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let effects: Vec<NodeEffect> = tokio::select! {
+            m = from_executors.recv() => match m {
+                // A message of an executor not yet told the link came back: lost with the link.
+                Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
+                Some((_, emitted)) => node.machine().on_emit(emitted, micros(node)),
+                None => return,
+            },
+            e = events.recv() => match e {
+                Some(OutboxEvent::Ack { from, partition, seq }) => node.machine().on_ack(from, partition, seq, micros(node)),
+                Some(OutboxEvent::Effects(effects)) => effects,
+                None => return,
+            },
+            _ = heartbeat.tick() => {
+                let applied = |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
+                node.machine().tick(micros(node), applied)
+            }
+        };
+        if perform(node, &mut sender, effects).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Carries out the node machine's effects on the writer's side; `Err` once the link broke.
+async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: Vec<NodeEffect>) -> Result<(), ()> {
+    let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
+    while let Some(effect) = queue.pop_front() {
+        match effect {
+            NodeEffect::ToCoordinator(msg) => {
+                if let Err(e) = sender.send(&msg).await {
+                    if !*node.stopping.borrow() {
+                        error!(error = %e, "cannot send to the coordinator; link lost");
+                    }
+                    return Err(());
+                }
+            }
+            NodeEffect::Ship { backups, shipment } => {
+                let lost = ship(node, &backups, shipment);
+                for backup in lost {
+                    queue.extend(node.machine().on_backup_lost(backup));
+                }
+                publish_gates(node);
+            }
+            NodeEffect::OpenPeer { backup } => open_peer(node, backup),
+            NodeEffect::Shutdown { reason } => {
+                info!(reason = %reason, "the coordinator shuts the cluster down");
+                node.stop("the coordinator said so");
+            }
+            NodeEffect::NotHeld { partition, name } => {
+                warn!(partition, message = name, "message for a partition this node does not hold; ignored")
+            }
+            // Carried by the reader and the link loop.
+            NodeEffect::ToPartition { .. } | NodeEffect::Dial | NodeEffect::RejoinAll => {}
+        }
+    }
+    Ok(())
+}
+
+/// Microseconds since the node started (the node machine's clock).
 fn micros(node: &Node) -> u64 {
     node.started.elapsed().as_micros() as u64
 }
 
-/// Queues an encoded shipment for every live backup of its partition; a backup whose queue
-/// is full or whose link task ended is dropped from shipping. Returns results released by
-/// dropping one.
-fn ship(
-    node: &Node,
-    gate: &mut ShipGate,
-    peers: &BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>,
-    frame: Arc<Vec<u8>>,
-    seq: Seq,
-) -> Vec<wire::messages::Results> {
-    let mut dropped = Vec::new();
+/// Queues an encoded shipment for each of `backups`; returns those whose queue is full or
+/// whose link task ended (the machine drops them from shipping).
+fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> Vec<NodeId> {
+    let (partition, seq) = (shipment.partition, shipment.seq);
+    let frame = match wire::codec::encode(&PeerRequest::Ship(shipment), node.config.limits.frame_bytes_max as usize) {
+        Ok(frame) => Arc::new(frame),
+        Err(e) => {
+            error!(partition, seq, error = %e, "cannot encode a shipment; backups dropped");
+            return backups.to_vec();
+        }
+    };
+    let peers = node.peers.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lost = Vec::new();
     let mut sent = 0u64;
-    for backup in gate.backups().collect::<Vec<_>>() {
+    for &backup in backups {
         match peers.get(&backup).map(|p| p.try_send(frame.clone())) {
             Some(Ok(())) => sent += 1,
             Some(Err(mpsc::error::TrySendError::Full(_))) => {
-                error!(
-                    partition = gate.partition(),
-                    backup,
-                    limit = PEER_OUTBOX_MAX,
-                    "backup too far behind; no longer shipped to"
-                );
-                dropped.push(backup);
+                error!(partition, backup, limit = PEER_OUTBOX_MAX, "backup too far behind; no longer shipped to");
+                lost.push(backup);
             }
             _ => {
-                error!(partition = gate.partition(), backup, "the link to the backup is gone; no longer shipped to");
-                dropped.push(backup);
+                error!(partition, backup, "the link to the backup is gone; no longer shipped to");
+                lost.push(backup);
             }
         }
     }
-    gate.on_shipped(seq, micros(node));
-    if let Some(r) = node.replicas.get(&gate.partition()) {
+    if let Some(r) = node.replicas.get(&partition) {
         r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
     }
-    dropped.into_iter().flat_map(|b| gate.drop_backup(b)).collect()
+    lost
 }
 
-/// Copies a gate's lag figures to its replica's shared state.
-fn publish_gate(node: &Node, gate: &ShipGate) {
-    if let Some(r) = node.replicas.get(&gate.partition()) {
-        let st = gate.stats();
-        r.shared.acks.store(st.acks, Ordering::Relaxed);
-        r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
-        r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
+/// A new link to backup node `backup` (replacing any older one).
+fn open_peer(node: &Node, backup: NodeId) {
+    let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
+    node.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(backup, tx);
+    let Some(me) = node.me.upgrade() else { return };
+    tokio::spawn(peer_link(me, backup, rx));
+}
+
+/// Copies the gates' lag figures to their replicas' shared state.
+fn publish_gates(node: &Node) {
+    let machine = node.machine();
+    for (&partition, r) in &node.replicas {
+        if let Some(st) = machine.gate_stats(partition) {
+            r.shared.acks.store(st.acks, Ordering::Relaxed);
+            r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
+            r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
+        }
     }
 }
 

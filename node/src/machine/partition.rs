@@ -1,0 +1,508 @@
+//! The node's decisions about one partition, sans I/O: the [`PartitionMachine`] an executor
+//! thread drives (and the simulator drives the same way). It owns, for one partition held by
+//! one node:
+//!
+//! - what a coordinator message or a primary's shipment does (to the [`Replica`] once it
+//!   serves, or to the rejoin under way);
+//! - the rejoin protocol (docs/design.md §10): ask the coordinator, take its plan, hold the
+//!   batches (or, passive modes, the shipments) it sends meanwhile, fetch the starting state
+//!   from the live replica the plan names, verify it is recent enough, retry a failed fetch
+//!   [`REJOIN_FETCH_ATTEMPTS`] times [`CONNECT_RETRY_MS`] apart, give up past that or past
+//!   [`REJOIN_HELD_BATCHES_MAX`] held batches, install it, execute or apply what it held, and
+//!   report `Rejoined`;
+//! - full stack: when restart recovery from the node's own log runs, and where its log is cut
+//!   first (the fork point of a promoted successor's copy of it), then what is applied on top;
+//! - whether a tool's or a peer's request can be answered now, or why it is refused.
+//!
+//! It takes messages and completions (a fetched copy, a recovered database) and returns
+//! [`Effect`]s: messages to send, a fetch to start, a recovery to run, status to publish. The
+//! carrier — the node process's executor thread, or `sim` — performs them and hands their
+//! outcomes back; it decides nothing. Guarantees: a partition serves only a starting state it
+//! verified (a copy as of the plan's batch or later, or the state recovery rebuilt); every
+//! batch and shipment held during a rejoin is executed or applied, in arrival order, before
+//! `Rejoined` is reported; a rejoin that cannot finish ends in [`Effect::Failed`], never in a
+//! partition that serves a guess.
+
+use engine::conventional::CutAt;
+use engine::LeanDb;
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply};
+use wire::config::Mode;
+use wire::messages::{NodeId, PartitionId, Seq, Shipment, StateDigest};
+
+use crate::error::{RejoinError, ReplicaError};
+use crate::fullstack::FullStack;
+use crate::replica::{Emit, Replica, ReplicaRole};
+use crate::snapshot::{LogBaseReceived, SnapshotInfo};
+
+/// Batches a rejoining replica holds while its copy arrives; past it the rejoin fails.
+pub const REJOIN_HELD_BATCHES_MAX: usize = 65_536;
+/// Attempts to fetch a rejoining replica's starting state before giving up.
+pub const REJOIN_FETCH_ATTEMPTS: u32 = 10;
+/// Milliseconds between two attempts to reach a peer (a dial, a fetch).
+pub const CONNECT_RETRY_MS: u64 = 200;
+
+/// What a rejoining replica fetches from the live replica its plan names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchKind {
+    /// A copy of the live replica's partition (the lean kernel).
+    Copy,
+    /// A full-stack primary's log base (its log since its last checkpoint).
+    LogBase,
+}
+
+/// A fetched starting state.
+#[derive(Debug)]
+pub enum Fetched {
+    Copy { db: LeanDb, info: SnapshotInfo },
+    LogBase(LogBaseReceived),
+}
+
+/// What the carrier does for a [`PartitionMachine`]. `R` is where a peer's reply goes (the
+/// node process: the peer connection's reply queue; the simulator: the peer's node id).
+#[derive(Debug)]
+pub enum Effect<R> {
+    /// A message for the coordinator, or a shipment for the backups (through the node's ship
+    /// gates).
+    Emit(Emit),
+    /// A reply to the peer that sent a shipment (its acknowledgement).
+    Reply { to: R, msg: PeerReply },
+    /// Fetch the starting state from node `source`, as of batch `after_seq` or later, after
+    /// waiting `delay_ms` (0 on the first attempt); hand the outcome to
+    /// [`PartitionMachine::on_fetched`].
+    Fetch { source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64 },
+    /// Run restart recovery of this node's own full-stack database, cutting its log at `cut`
+    /// first; hand the outcome to [`PartitionMachine::on_recovered`].
+    Recover { cut: Option<CutAt> },
+    /// The replica serves, with this state digest (a rejoin finished).
+    Ready { digest: StateDigest },
+    /// The partition cannot rejoin: why. Tools and peers are refused from now on.
+    Failed { reason: String },
+    /// The replica stopped (the coordinator stopped the partition, or the replica refused a
+    /// message that breaks its order): why.
+    Stopped { reason: String },
+    /// The replica refused a message (logged by the node process; a violation in the
+    /// simulator unless it is [`ReplicaError::Stopped`]).
+    Refused { error: ReplicaError, rejoining: bool },
+}
+
+/// A request a tool or a peer makes of a partition's replica, as far as answering it now is
+/// concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked {
+    /// A copy of the replica after batch `after_seq`.
+    Snapshot { after_seq: Seq },
+    /// The replica's state digest.
+    Digest,
+    /// A full-stack primary's log base as of batch `after_seq`.
+    LogBase { after_seq: Seq },
+    /// Anything answered at once (a replica read, a shipment).
+    Other,
+}
+
+/// What a rejoining replica holds until its starting state is installed.
+#[derive(Debug)]
+struct Held<R> {
+    /// Batches and remote pieces' outcomes, in arrival order.
+    stream: Vec<CoordinatorToNode>,
+    /// How many of `stream` are batches.
+    batches: usize,
+    /// Passive modes: the primary's shipments, with where to acknowledge them.
+    shipments: Vec<(Shipment, R)>,
+}
+
+impl<R> Default for Held<R> {
+    fn default() -> Self {
+        Held { stream: Vec::new(), batches: 0, shipments: Vec::new() }
+    }
+}
+
+/// Full stack: what restart recovery is run for.
+#[derive(Debug)]
+enum Recovering {
+    /// Apply the primary's log base on top, then serve as its backup.
+    Backup(LogBaseReceived),
+    /// Serve the recovered partition alone, executing from batch `from_seq`.
+    Resume { from_seq: Seq },
+}
+
+/// A rejoin under way.
+#[derive(Debug)]
+struct Rejoin<R> {
+    /// The coordinator's plan: the source, and the first batch sent to this replica.
+    plan: Option<(NodeId, Seq)>,
+    /// Fetches started for the current plan.
+    attempts: u32,
+    held: Held<R>,
+    /// Full stack: a recovery asked for and not yet done.
+    recovering: Option<Recovering>,
+}
+
+impl<R> Default for Rejoin<R> {
+    fn default() -> Self {
+        Rejoin { plan: None, attempts: 0, held: Held::default(), recovering: None }
+    }
+}
+
+#[derive(Debug)]
+enum State<R> {
+    Serving(Box<Replica>),
+    Rejoining(Rejoin<R>),
+    /// A rejoin that failed: refuses everything until the node restarts.
+    Failed(String),
+}
+
+/// Where a partition's machine stands, for reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    Serving,
+    Rejoining { plan: Option<(NodeId, Seq)>, held: usize, recovering: bool },
+    Failed { reason: String },
+}
+
+/// One partition on one node: its replica once it serves, or the rejoin that brings it
+/// back.
+#[derive(Debug)]
+pub struct PartitionMachine<R> {
+    node: NodeId,
+    partition: PartitionId,
+    mode: Mode,
+    pending_batches_max: usize,
+    state: State<R>,
+}
+
+impl<R> PartitionMachine<R> {
+    /// The machine of a replica that loaded (or was otherwise given) its state and serves.
+    pub fn serving(mode: Mode, replica: Replica, pending_batches_max: usize) -> PartitionMachine<R> {
+        PartitionMachine {
+            node: replica.node(),
+            partition: replica.partition(),
+            mode,
+            pending_batches_max,
+            state: State::Serving(Box::new(replica)),
+        }
+    }
+
+    /// The machine of a replica that rejoins a running cluster (`glass node --rejoin` or
+    /// `--join`, or a node whose coordinator link broke), with its first effect: the request
+    /// to the coordinator.
+    pub fn rejoining(
+        mode: Mode,
+        node: NodeId,
+        partition: PartitionId,
+        pending_batches_max: usize,
+    ) -> (PartitionMachine<R>, Vec<Effect<R>>) {
+        let m =
+            PartitionMachine { node, partition, mode, pending_batches_max, state: State::Rejoining(Rejoin::default()) };
+        let ask = Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition }));
+        (m, vec![ask])
+    }
+
+    /// The machine of a partition that could not load: it refuses everything until the node
+    /// restarts.
+    pub fn failed(
+        mode: Mode,
+        node: NodeId,
+        partition: PartitionId,
+        pending_batches_max: usize,
+        reason: String,
+    ) -> PartitionMachine<R> {
+        PartitionMachine { node, partition, mode, pending_batches_max, state: State::Failed(reason) }
+    }
+
+    pub fn partition(&self) -> PartitionId {
+        self.partition
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The replica, once it serves.
+    pub fn replica(&self) -> Option<&Replica> {
+        match &self.state {
+            State::Serving(r) => Some(r),
+            State::Rejoining(_) | State::Failed(_) => None,
+        }
+    }
+
+    /// The replica, once it serves.
+    pub fn replica_mut(&mut self) -> Option<&mut Replica> {
+        match &mut self.state {
+            State::Serving(r) => Some(r),
+            State::Rejoining(_) | State::Failed(_) => None,
+        }
+    }
+
+    /// Takes the replica out (the node drops its state to rejoin afresh); the machine is
+    /// left failed.
+    pub fn take_replica(&mut self) -> Option<Replica> {
+        match std::mem::replace(&mut self.state, State::Failed("taken".into())) {
+            State::Serving(r) => Some(*r),
+            other => {
+                self.state = other;
+                None
+            }
+        }
+    }
+
+    pub fn standing(&self) -> Standing {
+        match &self.state {
+            State::Serving(_) => Standing::Serving,
+            State::Rejoining(j) => Standing::Rejoining {
+                plan: j.plan,
+                held: j.held.stream.len() + j.held.shipments.len(),
+                recovering: j.recovering.is_some(),
+            },
+            State::Failed(reason) => Standing::Failed { reason: reason.clone() },
+        }
+    }
+
+    /// The rejoin's plan (source, first batch), while one is under way.
+    pub fn plan(&self) -> Option<(NodeId, Seq)> {
+        match &self.state {
+            State::Rejoining(j) => j.plan,
+            State::Serving(_) | State::Failed(_) => None,
+        }
+    }
+
+    /// Why a tool's or a peer's request cannot be served by this partition at all (`None`
+    /// when it serves).
+    pub fn refusal(&self) -> Option<String> {
+        match &self.state {
+            State::Serving(_) => None,
+            State::Rejoining(_) => Some("rejoining".to_string()),
+            State::Failed(reason) => Some(format!("partition {}: {reason}", self.partition)),
+        }
+    }
+
+    /// Whether a request can be answered now (a serving replica): a snapshot once the replica
+    /// executed its batch, a log base once the primary took one that far (a backup or a
+    /// stopped replica refuses at once), a copy or a digest not in the middle of a parked
+    /// batch. Requests to a partition that does not serve are answered (refused) at once.
+    pub fn can_answer(&self, asked: Asked) -> bool {
+        let State::Serving(replica) = &self.state else { return true };
+        // A batch parked at a home piece is half run: copies and digests wait for its end.
+        let parked = replica.parked_at().is_some();
+        match asked {
+            Asked::Snapshot { after_seq } => !parked && after_seq <= replica.applied_seq(),
+            Asked::Digest => !parked,
+            Asked::LogBase { after_seq } => {
+                replica.role() == ReplicaRole::Backup
+                    || replica.stopped().is_some()
+                    || replica.log_base().is_some_and(|b| b.seq >= after_seq)
+            }
+            Asked::Other => true,
+        }
+    }
+
+    /// A message of the coordinator's stream for this partition.
+    pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
+        debug_assert!(msg.partition().is_none_or(|p| p == self.partition), "routed to its partition");
+        match &mut self.state {
+            State::Serving(replica) => serve(replica, msg),
+            State::Rejoining(_) => self.rejoin_step(msg),
+            State::Failed(_) => Vec::new(),
+        }
+    }
+
+    /// A primary's shipment (passive modes), to acknowledge to `reply`: applied by a serving
+    /// backup, held by a rejoining one, dropped unacknowledged by a failed one.
+    pub fn on_shipment(&mut self, shipment: Shipment, reply: R) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
+        match &mut self.state {
+            State::Serving(replica) => ship(replica, shipment, &reply),
+            State::Rejoining(j) => {
+                j.held.shipments.push((shipment, reply));
+                Vec::new()
+            }
+            State::Failed(_) => Vec::new(),
+        }
+    }
+
+    /// One coordinator message while rejoining: the plan, a resumption from this node's own
+    /// log, a refusal, or a batch or piece outcome to hold (anything else is for a replica
+    /// that executes: dropped — the installed state carries the partition's membership, and
+    /// the coordinator counts this replica only once it reports `Rejoined`).
+    fn rejoin_step(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
+        let full = self.mode == Mode::FullStack;
+        let State::Rejoining(j) = &mut self.state else { unreachable!("called while rejoining") };
+        match msg {
+            CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
+                j.plan = Some((source, from_seq));
+                j.attempts = 1;
+                let kind = if full { FetchKind::LogBase } else { FetchKind::Copy };
+                vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0 }]
+            }
+            CoordinatorToNode::ResumeFromLog { from_seq, .. } if full => {
+                j.recovering = Some(Recovering::Resume { from_seq });
+                vec![Effect::Recover { cut: None }]
+            }
+            CoordinatorToNode::RejoinRefused { reason, .. } => {
+                self.give_up(format!("the coordinator refused the rejoin: {reason}"))
+            }
+            msg @ CoordinatorToNode::Batch(_) => {
+                j.held.batches += 1;
+                if j.held.batches > REJOIN_HELD_BATCHES_MAX {
+                    return self.give_up(format!("more than {REJOIN_HELD_BATCHES_MAX} batches held while rejoining"));
+                }
+                j.held.stream.push(msg);
+                Vec::new()
+            }
+            msg @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => {
+                if j.held.stream.len() - j.held.batches >= crate::replica::PIECE_READS_HELD_MAX {
+                    return self.give_up("too many multi-partition piece outcomes held while rejoining".into());
+                }
+                j.held.stream.push(msg);
+                Vec::new()
+            }
+            CoordinatorToNode::ResumeFromLog { .. }
+            | CoordinatorToNode::Heartbeat { .. }
+            | CoordinatorToNode::Membership { .. }
+            | CoordinatorToNode::PartitionStopped { .. }
+            | CoordinatorToNode::Shutdown { .. }
+            | CoordinatorToNode::Promote { .. }
+            | CoordinatorToNode::ShipTo { .. } => Vec::new(),
+        }
+    }
+
+    /// The outcome of an [`Effect::Fetch`]: a verified starting state is installed (lean) or
+    /// recovery is asked for (full stack); a failure is retried, or ends the rejoin after
+    /// [`REJOIN_FETCH_ATTEMPTS`] attempts. A completion for a partition no longer rejoining (a
+    /// late duplicate) is dropped.
+    pub fn on_fetched(&mut self, fetched: Result<Fetched, RejoinError>) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
+        let passive = self.mode.is_passive();
+        let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
+        let State::Rejoining(j) = &mut self.state else { return Vec::new() };
+        let Some((source, from_seq)) = j.plan else { return Vec::new() };
+        if j.recovering.is_some() {
+            return Vec::new();
+        }
+        let wanted = from_seq.saturating_sub(1);
+        let failure = match fetched {
+            Ok(Fetched::Copy { info, .. }) if info.seq < wanted => RejoinError::Stale { got: info.seq, wanted },
+            Ok(Fetched::LogBase(base)) if base.seq < wanted => RejoinError::Stale { got: base.seq, wanted },
+            Ok(Fetched::Copy { db, info }) => {
+                let replica = match passive {
+                    true => Replica::restored_backup(node, partition, db, info.seq, pending),
+                    false => Replica::restored(node, partition, db, info.seq, pending),
+                };
+                let held = std::mem::take(&mut j.held);
+                return self.finish(replica, held, info.seq);
+            }
+            Ok(Fetched::LogBase(base)) => {
+                let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
+                j.recovering = Some(Recovering::Backup(base));
+                return vec![Effect::Recover { cut }];
+            }
+            Err(e) => e,
+        };
+        if j.attempts >= REJOIN_FETCH_ATTEMPTS {
+            let attempts = j.attempts;
+            return self.give_up(format!("no usable starting state after {attempts} attempts: {failure}"));
+        }
+        j.attempts += 1;
+        let kind = if self.mode == Mode::FullStack { FetchKind::LogBase } else { FetchKind::Copy };
+        vec![Effect::Fetch { source, after_seq: wanted, kind, delay_ms: CONNECT_RETRY_MS }]
+    }
+
+    /// The outcome of an [`Effect::Recover`] (full stack): the primary's log base applied on
+    /// top and the replica a backup, or the recovered partition served alone from the
+    /// coordinator's batch; a failed recovery ends the rejoin.
+    pub fn on_recovered(&mut self, recovered: Result<FullStack, RejoinError>) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
+        let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
+        let State::Rejoining(j) = &mut self.state else { return Vec::new() };
+        let Some(why) = j.recovering.take() else { return Vec::new() };
+        let f = match recovered {
+            Ok(f) => f,
+            Err(e) => return self.give_up(e.to_string()),
+        };
+        match why {
+            Recovering::Backup(base) => {
+                if let Err(e) = f.apply_log(&base.records) {
+                    return self.give_up(format!("the primary's log base does not apply: {e}"));
+                }
+                let replica = Replica::recovered_backup(node, partition, f, base.seq, pending);
+                // A backup applies shipments; the batches held were for an executing replica.
+                let held = Held { shipments: std::mem::take(&mut j.held.shipments), ..Held::default() };
+                self.finish(replica, held, base.seq)
+            }
+            Recovering::Resume { from_seq } => {
+                let mut replica = Replica::recovered(node, partition, f, pending);
+                if let Err(e) = replica.resume_at(from_seq) {
+                    return self.give_up(format!("cannot resume: {e}"));
+                }
+                let held = std::mem::take(&mut j.held);
+                self.finish(replica, held, from_seq.saturating_sub(1))
+            }
+        }
+    }
+
+    /// The end of a rejoin, the starting state installed as of batch `snapshot_seq`: executes
+    /// the batches and applies the shipments held meanwhile, in arrival order, and tells the
+    /// coordinator the replica counts from the next batch on.
+    fn finish(&mut self, replica: Replica, held: Held<R>, snapshot_seq: Seq) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
+        let mut replica = Box::new(replica);
+        let mut out = Vec::new();
+        for msg in held.stream {
+            out.extend(serve(&mut replica, msg).into_iter().map(|e| match e {
+                Effect::Refused { error, .. } => Effect::Refused { error, rejoining: true },
+                other => other,
+            }));
+        }
+        for (shipment, reply) in held.shipments {
+            out.extend(ship(&mut replica, shipment, &reply));
+        }
+        out.push(Effect::Ready { digest: replica.state_digest() });
+        let partition = self.partition;
+        out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
+        self.state = State::Serving(replica);
+        out
+    }
+
+    /// A rejoin that cannot go on.
+    fn give_up(&mut self, reason: String) -> Vec<Effect<R>> {
+        self.state = State::Failed(reason.clone());
+        vec![Effect::Failed { reason }]
+    }
+}
+
+/// A coordinator message for a serving replica.
+fn serve<R>(replica: &mut Replica, msg: CoordinatorToNode) -> Vec<Effect<R>> {
+    let was_stopped = replica.stopped().is_some();
+    let mut out: Vec<Effect<R>> = match replica.on_control(msg) {
+        Ok(emitted) => emitted.into_iter().map(Effect::Emit).collect(),
+        Err(error) => vec![Effect::Refused { error, rejoining: false }],
+    };
+    if !was_stopped {
+        if let Some(reason) = replica.stopped() {
+            out.push(Effect::Stopped { reason: reason.to_string() });
+        }
+    }
+    out
+}
+
+/// A shipment for a serving backup: an acknowledgement for every shipment it applied.
+fn ship<R: Clone>(replica: &mut Replica, shipment: Shipment, reply: &R) -> Vec<Effect<R>> {
+    let was_stopped = replica.stopped().is_some();
+    let mut out: Vec<Effect<R>> = match replica.on_ship(shipment) {
+        Ok(acks) => acks.into_iter().map(|msg| Effect::Reply { to: reply.clone(), msg }).collect(),
+        Err(error) => vec![Effect::Refused { error, rejoining: false }],
+    };
+    if !was_stopped {
+        if let Some(reason) = replica.stopped() {
+            out.push(Effect::Stopped { reason: reason.to_string() });
+        }
+    }
+    out
+}
