@@ -33,15 +33,19 @@ use std::collections::BTreeMap;
 use coordinator::{ClientId, Coordinator, Event, Output};
 use engine::procedures::TxnInput;
 use engine::rng::Rng;
-use node::replica::Store;
-use node::Replica;
-use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
-use wire::config::{ClusterConfig, WarehouseRange};
+use node::error::RejoinError;
+use node::machine::{Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine, Standing};
+use node::replica::{LogBase, ReplicaRole, Store};
+use node::snapshot::{LogBaseReceived, SnapshotInfo};
+use node::{Replica, TransferError};
+use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator, PeerReply};
+use wire::config::{ClusterConfig, Mode, Shipping, WarehouseRange};
 use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
 
+use crate::disk::Disks;
 use crate::error::{NodeReport, SimError, SlotReport, Violation};
-use crate::net::{Carried, Envelope, NetFaults, Network};
+use crate::net::{Carried, Envelope, NetFaults, Network, PeerMsg};
 use crate::population;
 
 /// The simulated clock's start: 2023-11-14, in microseconds since the Unix epoch.
@@ -50,20 +54,24 @@ pub const START_US: u64 = 1_700_000_000_000_000;
 const DIGEST_CLIENT: ClientId = 9_999;
 /// Clients submitting transactions (ids 0..CLIENTS).
 pub const CLIENTS: u64 = 4;
-/// Simulated time a rejoining replica tries to copy a source that cannot serve it before it
-/// gives up: `node::process`'s fetch attempts and their spacing.
-pub const REJOIN_GIVE_UP_US: u64 =
-    node::process::REJOIN_FETCH_ATTEMPTS as u64 * node::process::CONNECT_RETRY_MS * 1_000;
 /// Time one "let time pass" step advances, at most (uniform below it): with a step in five
 /// passing time, about 100 µs a step, so a crash is detected within a few hundred steps.
 pub const STEP_US_MAX: u64 = 1_000;
 /// Deliveries, at most, [`Sim::drain`] makes before it reports the cluster stuck.
 pub const DRAIN_DELIVERIES_MAX: usize = 200_000;
 
-/// The simulated cluster: `nodes` nodes (2 or more), two partitions of one warehouse each,
-/// every partition replicated on every node; short timeouts (a 5 ms heartbeat, failure after
-/// 40 ms of silence) so that crashes are detected within a few hundred steps; small batches.
+/// The simulated active-active cluster of [`config_for`].
 pub fn config(nodes: u8, seed: u64) -> ClusterConfig {
+    config_for(nodes, seed, Mode::ActiveActive, Shipping::Sync)
+}
+
+/// The simulated cluster: `nodes` nodes (2 or more), two partitions of one warehouse each,
+/// every partition replicated on every node, in `mode` (the passive modes with `shipping`;
+/// the full stack's workers run inline, deterministically); short timeouts (a 5 ms
+/// heartbeat, failure after 40 ms of silence) so that crashes are detected within a few
+/// hundred steps; small batches. In the passive modes the primaries are spread: partition
+/// `i`'s first replica is node `i + 1`.
+pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> ClusterConfig {
     assert!(nodes >= 2, "a simulated cluster has at least two nodes");
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).expect("the default cluster.toml parses");
     c.seed = seed;
@@ -76,9 +84,13 @@ pub fn config(nodes: u8, seed: u64) -> ClusterConfig {
     for (i, p) in c.partitions.iter_mut().enumerate() {
         let w = i as u16 + 1;
         p.warehouses = WarehouseRange { first: w, last: w };
-        p.replicas = (1..=nodes).map(NodeId::from).collect();
+        p.replicas = (0..nodes).map(|k| NodeId::from((i as u8 + k) % nodes + 1)).collect();
     }
     c.partitions.truncate(2);
+    c = c.with_mode(mode, mode.is_passive().then_some(shipping));
+    if let wire::config::Replication::FullStack { full_stack, .. } = &mut c.replication {
+        full_stack.workers = 0;
+    }
     c.limits.batch_txns_max = 8;
     c.limits.batch_wait_us = 300;
     c.limits.inflight_txns_max = 64;
@@ -146,6 +158,15 @@ pub struct SimStats {
     pub nodes_down: u64,
     /// Messages lost with broken links and crashed processes.
     pub messages_lost: u64,
+    /// Promotions of a backup (`Event::Promoting`).
+    pub promotions: u64,
+    /// Coordinator links a node's machine re-established after a drop.
+    pub reconnects: u64,
+    /// Restart recoveries from a node's own log (full stack).
+    pub recoveries: u64,
+    /// Starting-state fetches begun by rejoining replicas, and those that failed.
+    pub fetches: u64,
+    pub fetches_failed: u64,
 }
 
 impl SimStats {
@@ -163,54 +184,73 @@ impl SimStats {
         self.rejoins_given_up += other.rejoins_given_up;
         self.nodes_down += other.nodes_down;
         self.messages_lost += other.messages_lost;
+        self.promotions += other.promotions;
+        self.reconnects += other.reconnects;
+        self.recoveries += other.recoveries;
+        self.fetches += other.fetches;
+        self.fetches_failed += other.fetches_failed;
     }
 }
 
-/// A rejoining replica: the coordinator's plan (source, first batch sent to it) once it
-/// arrived, the batches held meanwhile, and since when the source could not serve a copy.
-#[derive(Debug, Default)]
-struct Joiner {
-    plan: Option<(NodeId, Seq)>,
-    held: Vec<CoordinatorToNode>,
-    failing_since_us: Option<u64>,
+/// Where a shipment's acknowledgement goes: the primary's node and its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr {
+    pub node: NodeId,
+    pub process: u64,
 }
 
-/// What a node holds for one partition.
-#[derive(Debug)]
-enum Slot {
-    Serving(Box<Replica>),
-    Joining(Joiner),
-    /// A rejoin that failed: the executor refuses everything until the node restarts.
-    GaveUp,
+/// A partition's machine as the simulator drives it.
+type Partition = PartitionMachine<PeerAddr>;
+
+/// A fetch a rejoining replica started (`node::machine::Effect::Fetch`), not yet completed.
+#[derive(Debug, Clone, Copy)]
+struct PendingFetch {
+    node: NodeId,
+    /// The fetching process: a fetch dies with it.
+    process: u64,
+    partition: PartitionId,
+    source: NodeId,
+    after_seq: Seq,
+    kind: FetchKind,
+    /// Not before this time (a retry's delay).
+    at_us: u64,
 }
 
-/// One simulated node process.
+/// One simulated node process: the node's real machines, and what its process carries.
 #[derive(Debug)]
 struct SimNode {
     /// The process runs (a crashed one is gone until restarted).
     up: bool,
-    /// The current link's id; messages of older links are never delivered.
+    /// The process's id (a restart makes a new one; peer messages are addressed to it).
+    process: u64,
+    /// The current coordinator link's id; messages of older links are never delivered.
     link: u64,
-    /// The current link is connected (a drop breaks it for good).
+    /// The current link is connected.
     link_alive: bool,
     /// No heartbeats before this time (a stalled writer).
     mute_until_us: u64,
-    next_heartbeat_us: u64,
-    slots: BTreeMap<PartitionId, Slot>,
+    machine: NodeMachine,
+    partitions: BTreeMap<PartitionId, Partition>,
+    /// The peer links this process opened: backup → the backup's process it reached.
+    peers: BTreeMap<NodeId, u64>,
 }
 
 /// The simulated cluster and its network.
 pub struct Sim {
     config: ClusterConfig,
+    mode: Mode,
     rng: Rng,
     now_us: u64,
     step: u64,
     coordinator: Coordinator,
     nodes: BTreeMap<NodeId, SimNode>,
+    /// Full stack: each replica's durable medium (log and checkpoint), which outlives its
+    /// process.
+    disks: Disks,
+    fetches: Vec<PendingFetch>,
     net: Network,
     faults: Faults,
-    next_link: u64,
-    heartbeat_us: u64,
+    next_id: u64,
     pending_max: usize,
     generator: Generator,
     /// Whether [`Sim::run`] submits new requests.
@@ -237,6 +277,7 @@ pub struct Sim {
 impl std::fmt::Debug for Sim {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sim")
+            .field("mode", &self.mode)
             .field("now_us", &self.now_us)
             .field("step", &self.step)
             .field("stats", &self.stats)
@@ -244,50 +285,82 @@ impl std::fmt::Debug for Sim {
     }
 }
 
+/// The roles node `node`'s replicas start in: the file's on a fresh cluster; after a restart
+/// a passive mode's node comes back as a backup of every partition.
+fn roles(config: &ClusterConfig, node: NodeId, restarted: bool) -> Vec<(PartitionId, ReplicaRole)> {
+    let mode = config.mode();
+    config
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&node))
+        .map(|p| {
+            let role = match ReplicaRole::of(mode, p, node) {
+                ReplicaRole::Primary if restarted => ReplicaRole::Backup,
+                r => r,
+            };
+            (p.id, role)
+        })
+        .collect()
+}
+
 impl Sim {
     /// A cluster for `config` (see [`config`]) whose run draws from `seed`: every replica
     /// starts from the tiny population of its partition and reports itself loaded.
     pub fn new(config: &ClusterConfig, seed: u64, faults: Faults) -> Sim {
         let pending_max = config.limits.replica_pending_batches_max as usize;
+        let mode = config.mode();
         let mut nodes = BTreeMap::new();
-        for (i, n) in config.nodes.iter().enumerate() {
-            let node = SimNode {
-                up: true,
-                link: i as u64 + 1,
-                link_alive: true,
-                mute_until_us: 0,
-                next_heartbeat_us: START_US,
-                slots: BTreeMap::new(),
-            };
+        let mut net = Network::default();
+        let mut disks = Disks::default();
+        let mut next_id = 1;
+        for n in &config.nodes {
+            let roles = roles(config, n.id, false);
+            let mut machine = NodeMachine::new(config, n.id, &roles, START_US);
+            let first = machine.on_link_up(START_US);
+            debug_assert!(first.is_empty(), "a first connection asks nothing");
+            let (process, link) = (next_id, next_id + 1);
+            next_id += 2;
+            let mut partitions = BTreeMap::new();
+            for (pid, role) in roles {
+                let p = config.partitions.iter().find(|p| p.id == pid).expect("listed");
+                // The node process reports its replica loaded with its state digest: the
+                // population's, computed once per process (`population` checks every copy has
+                // it under `debug_assertions`).
+                let (db, digest) = population::partition_db(p, config.seed);
+                let store = disks.load(mode, n.id, p, config.seed, db, role);
+                let r = Replica::with_role(n.id, pid, role, store, pending_max);
+                let state = wire::messages::LoadState::Ready { digest };
+                let ready = Carried::ToCoordinator(NodeToCoordinator::LoadStatus { partition: pid, state });
+                net.send(Envelope { node: n.id, link, msg: ready });
+                partitions.insert(pid, Partition::serving(mode, r, pending_max));
+            }
+            let peers = BTreeMap::new();
+            let node =
+                SimNode { up: true, process, link, link_alive: true, mute_until_us: 0, machine, partitions, peers };
             nodes.insert(n.id, node);
         }
-        let mut net = Network::default();
-        for p in &config.partitions {
-            for &node in &p.replicas {
-                // The node process reports its replica loaded with its state digest: the
-                // population's, computed once per process (`population` checks every copy
-                // has it under `debug_assertions`).
-                let (db, digest) = population::partition_db(p, config.seed);
-                let r = Replica::new(node, p.id, db, pending_max);
-                let n = nodes.get_mut(&node).expect("replicas are on configured nodes");
-                let state = wire::messages::LoadState::Ready { digest };
-                let ready = Carried::ToCoordinator(NodeToCoordinator::LoadStatus { partition: p.id, state });
-                net.send(Envelope { node, link: n.link, msg: ready });
-                n.slots.insert(p.id, Slot::Serving(Box::new(r)));
+        // Every primary's links to its backups, as its process opens them at start.
+        let processes: BTreeMap<NodeId, u64> = nodes.iter().map(|(&id, n)| (id, n.process)).collect();
+        for n in nodes.values_mut() {
+            let backups: Vec<NodeId> = n.machine.backups().into_values().flatten().collect();
+            for b in backups {
+                n.peers.insert(b, processes[&b]);
             }
         }
         let gen =
             GenConfig::for_profile(Profile::Standard, 1..=config.warehouses_total()).with_scale(population::SCALE);
         Sim {
+            mode,
             rng: Rng::new(seed),
             now_us: START_US,
             step: 0,
             coordinator: Coordinator::new(config, START_US).expect("a valid configuration"),
-            next_link: nodes.len() as u64 + 1,
             nodes,
+            disks,
+            fetches: Vec::new(),
             net,
             faults,
-            heartbeat_us: config.timeouts.heartbeat_ms * 1_000,
+            next_id,
             pending_max,
             generator: Generator::new(gen, seed, config.seed).expect("a valid generator configuration"),
             submitting: true,
@@ -310,6 +383,11 @@ impl Sim {
 
     pub fn config(&self) -> &ClusterConfig {
         &self.config
+    }
+
+    /// The replication mode the cluster runs.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     pub fn coordinator(&self) -> &Coordinator {
@@ -366,19 +444,13 @@ impl Sim {
 
     /// The serving replica of `partition` on `node`, if there is one.
     pub fn replica_mut(&mut self, node: NodeId, partition: PartitionId) -> Option<&mut Replica> {
-        match self.nodes.get_mut(&node)?.slots.get_mut(&partition)? {
-            Slot::Serving(r) => Some(r),
-            _ => None,
-        }
+        self.nodes.get_mut(&node)?.partitions.get_mut(&partition)?.replica_mut()
     }
 
     /// The serving replica of `partition` on `node`, if there is one (to observe it: whether
     /// it is parked at a home piece, how far it executed).
     pub fn replica(&self, node: NodeId, partition: PartitionId) -> Option<&Replica> {
-        match self.nodes.get(&node)?.slots.get(&partition)? {
-            Slot::Serving(r) => Some(r),
-            _ => None,
-        }
+        self.nodes.get(&node)?.partitions.get(&partition)?.replica()
     }
 
     /// The messages in flight and held (to observe a protocol step: which message is on its
@@ -398,12 +470,12 @@ impl Sim {
     /// it serves. A test keeps one to check a partition about to be lost for good.
     pub fn copy_db(&mut self, node: NodeId, partition: PartitionId) -> Option<engine::LeanDb> {
         let r = self.replica_mut(node, partition)?;
-        snapshot_copy(node, r, wire::messages::StateDigest(0)).ok()
+        snapshot_copy(node, r, wire::messages::StateDigest(0)).ok().map(|(db, _)| db)
     }
 
     /// Whether some replica is rejoining (or gave up rejoining).
     pub fn is_rejoining(&self) -> bool {
-        self.nodes.values().any(|n| n.slots.values().any(|s| !matches!(s, Slot::Serving(_))))
+        self.nodes.values().any(|n| n.partitions.values().any(|p| p.standing() != Standing::Serving))
     }
 
     /// The node ids.
@@ -423,13 +495,13 @@ impl Sim {
     pub fn is_full_member(&self, node: NodeId) -> bool {
         let status = self.coordinator.status();
         self.is_healthy(node)
-            && self.nodes[&node].slots.iter().all(|(p, s)| {
-                matches!(s, Slot::Serving(r) if r.stopped().is_none())
+            && self.nodes[&node].partitions.iter().all(|(p, m)| {
+                m.replica().is_some_and(|r| r.stopped().is_none())
                     && status.iter().any(|st| st.partition == *p && st.live_replicas.contains(&node))
             })
     }
 
-    /// Every node: process, link, and each partition's slot (for failure reports).
+    /// Every node: process, link, and each partition's standing (for failure reports).
     pub fn node_reports(&self) -> Vec<NodeReport> {
         self.nodes
             .iter()
@@ -440,18 +512,18 @@ impl Sim {
                 link_alive: n.link_alive,
                 live: self.coordinator.is_node_live(id),
                 slots: n
-                    .slots
+                    .partitions
                     .iter()
-                    .map(|(&p, s)| {
-                        let slot = match s {
-                            Slot::Serving(r) => SlotReport::Serving {
+                    .map(|(&p, m)| {
+                        let slot = match (m.replica(), m.standing()) {
+                            (Some(r), _) => SlotReport::Serving {
                                 seq: r.applied_seq(),
                                 waiting: r.waiting_batches(),
                                 stopped: r.stopped().is_some(),
                                 parked_at: r.parked_at(),
                             },
-                            Slot::Joining(j) => SlotReport::Joining { plan: j.plan, held: j.held.len() },
-                            Slot::GaveUp => SlotReport::GaveUp,
+                            (None, Standing::Rejoining { plan, held, .. }) => SlotReport::Joining { plan, held },
+                            (None, _) => SlotReport::GaveUp,
                         };
                         (p, slot)
                     })
@@ -461,6 +533,12 @@ impl Sim {
     }
 
     // ----- the network and the processes -----
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
 
     fn route(&mut self, out: Vec<Output>) {
         for o in out {
@@ -493,6 +571,7 @@ impl Sim {
                     match &e {
                         Event::NodeDown { .. } => self.stats.nodes_down += 1,
                         Event::Rejoined { .. } => self.stats.rejoins += 1,
+                        Event::Promoting { .. } => self.stats.promotions += 1,
                         _ => {}
                     }
                     self.events.push(e);
@@ -519,20 +598,17 @@ impl Sim {
         }
     }
 
-    /// What a serving replica of node `node` emits: its messages for the coordinator (the
-    /// simulated cluster is active-active: a shipment would be a violation).
-    fn emit(&mut self, node: NodeId, emitted: node::replica::Emit) {
-        match emitted {
-            node::replica::Emit::ToCoordinator(m) => self.send_from_node(node, m),
-            node::replica::Emit::Ship(s) => self.violations.push(Violation::Shipped { node, seq: s.seq }),
-        }
-    }
-
-    /// Whether `e` can still be delivered: its link is `node`'s current, connected link and
-    /// the process runs.
+    /// Whether `e` can still be delivered: a control message on `node`'s current, connected
+    /// link of a running process; a peer message between two processes that both still run.
     fn deliverable(&self, e: &Envelope) -> bool {
         let n = &self.nodes[&e.node];
-        n.up && n.link_alive && n.link == e.link
+        match &e.msg {
+            Carried::Peer { from, from_process, .. } => {
+                let f = &self.nodes[from];
+                n.up && n.process == e.link && f.up && f.process == *from_process
+            }
+            Carried::ToNode(_) | Carried::ToCoordinator(_) => n.up && n.link_alive && n.link == e.link,
+        }
     }
 
     /// Delivers one message in flight, chosen at random (possibly leaving a duplicate, or
@@ -548,174 +624,219 @@ impl Sim {
                 let out = self.coordinator.on_node_message(e.node, msg, self.now_us);
                 self.route(out);
             }
-            Carried::ToNode(msg) => self.on_node_message(e.node, msg),
+            Carried::ToNode(msg) => {
+                let effects = self.node_mut(e.node).machine.on_coordinator(msg);
+                self.perform(e.node, effects);
+            }
+            Carried::Peer { from, from_process, msg: PeerMsg::Ship(shipment) } => {
+                let partition = shipment.partition;
+                let reply = PeerAddr { node: from, process: from_process };
+                let Some(m) = self.node_mut(e.node).partitions.get_mut(&partition) else {
+                    self.violations.push(Violation::UnheldPartition { node: e.node, partition });
+                    return;
+                };
+                let effects = m.on_shipment(shipment, reply);
+                self.perform_partition(e.node, partition, effects);
+            }
+            Carried::Peer { from, msg: PeerMsg::Ack { partition, seq }, .. } => {
+                let now = self.now_us;
+                let effects = self.node_mut(e.node).machine.on_ack(from, partition, seq, now);
+                self.perform(e.node, effects);
+            }
         }
     }
 
-    /// What node `node`'s process does with a message from the coordinator.
-    fn on_node_message(&mut self, node: NodeId, msg: CoordinatorToNode) {
-        let partition = match &msg {
-            CoordinatorToNode::Heartbeat { .. } => return,
-            // The simulated cluster is active-active, lean, and never shut down: the
-            // coordinator sends none of these.
-            CoordinatorToNode::Shutdown { .. }
-            | CoordinatorToNode::ResumeFromLog { .. }
-            | CoordinatorToNode::Promote { .. }
-            | CoordinatorToNode::ShipTo { .. } => {
-                self.violations.push(Violation::UnexpectedMessage { node, name: msg.name() });
-                return;
+    fn node_mut(&mut self, node: NodeId) -> &mut SimNode {
+        self.nodes.get_mut(&node).expect("a configured node")
+    }
+
+    /// Carries out node `node`'s machine's effects, as its process does.
+    fn perform(&mut self, node: NodeId, effects: Vec<NodeEffect>) {
+        let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                NodeEffect::ToCoordinator(m) => self.send_from_node(node, m),
+                NodeEffect::ToPartition { partition, msg } => {
+                    let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
+                    let effects = m.on_coordinator(msg);
+                    self.perform_partition(node, partition, effects);
+                }
+                NodeEffect::Ship { backups, shipment } => {
+                    for b in backups {
+                        let reached = self.nodes[&node].peers.get(&b).copied();
+                        let to = &self.nodes[&b];
+                        if to.up && reached == Some(to.process) {
+                            let from_process = self.nodes[&node].process;
+                            let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
+                            self.net.send(Envelope { node: b, link: to.process, msg });
+                        } else {
+                            // The link to the backup's process is gone: its task ended.
+                            queue.extend(self.node_mut(node).machine.on_backup_lost(b));
+                        }
+                    }
+                }
+                NodeEffect::OpenPeer { backup } => {
+                    let to = &self.nodes[&backup];
+                    let process = if to.up { to.process } else { 0 };
+                    self.node_mut(node).peers.insert(backup, process);
+                }
+                NodeEffect::Dial => self.reconnect(node),
+                NodeEffect::RejoinAll => self.rejoin_all(node),
+                NodeEffect::Shutdown { .. } => {
+                    self.violations.push(Violation::UnexpectedMessage { node, name: "Shutdown" })
+                }
+                NodeEffect::NotHeld { partition, .. } => {
+                    self.violations.push(Violation::UnheldPartition { node, partition })
+                }
             }
-            CoordinatorToNode::Batch(_)
-            | CoordinatorToNode::PieceReads(_)
-            | CoordinatorToNode::RederivePiece { .. }
-            | CoordinatorToNode::Membership { .. }
-            | CoordinatorToNode::PartitionStopped { .. }
-            | CoordinatorToNode::RejoinPlan { .. }
-            | CoordinatorToNode::RejoinRefused { .. } => msg.partition().expect("a partition's message"),
-        };
-        let n = self.nodes.get_mut(&node).expect("a configured node");
-        let Some(slot) = n.slots.get_mut(&partition) else {
-            self.violations.push(Violation::UnheldPartition { node, partition });
-            return;
-        };
-        match slot {
-            Slot::GaveUp => {}
-            Slot::Joining(j) => match msg {
-                CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
-                    j.plan = Some((source, from_seq));
-                    j.failing_since_us = None;
-                }
-                CoordinatorToNode::RejoinRefused { .. } => {
-                    *slot = Slot::GaveUp;
-                    self.stats.rejoins_given_up += 1;
-                }
-                m @ (CoordinatorToNode::PieceReads(_) | CoordinatorToNode::RederivePiece { .. }) => j.held.push(m),
-                m @ CoordinatorToNode::Batch(_) => {
-                    if j.held.len() >= node::process::REJOIN_HELD_BATCHES_MAX {
-                        *slot = Slot::GaveUp;
-                        self.stats.rejoins_given_up += 1;
-                    } else {
-                        j.held.push(m);
-                    }
-                }
-                // Before its copy is installed a joiner has no live-set or stop to apply: the
-                // copy it installs carries the partition's state, and the coordinator counts
-                // it only once it reports `Rejoined`.
-                CoordinatorToNode::Membership { .. } | CoordinatorToNode::PartitionStopped { .. } => {}
-                // Filtered out above: not a message for one partition, or not sent here.
-                CoordinatorToNode::Heartbeat { .. }
-                | CoordinatorToNode::Shutdown { .. }
-                | CoordinatorToNode::ResumeFromLog { .. }
-                | CoordinatorToNode::Promote { .. }
-                | CoordinatorToNode::ShipTo { .. } => {}
-            },
-            Slot::Serving(r) => match r.on_control(msg) {
-                Ok(replies) => {
-                    for m in replies {
-                        self.emit(node, m);
-                    }
-                }
-                // A stopped partition's replica refuses late batches: expected.
-                Err(node::ReplicaError::Stopped { .. }) => {}
-                Err(error) => self.violations.push(Violation::Refused { node, partition, error }),
-            },
         }
     }
 
-    /// Rejoining replicas whose source executed up to the plan's point copy it, execute the
-    /// batches they held and report `Rejoined`; those whose source cannot serve a copy for
-    /// [`REJOIN_GIVE_UP_US`] give up.
-    fn progress_joins(&mut self) {
-        let mut ready = Vec::new();
-        let mut failing = Vec::new();
-        for (&node, n) in &self.nodes {
-            for (&partition, slot) in &n.slots {
-                let Slot::Joining(Joiner { plan: Some((source, from_seq)), .. }) = slot else { continue };
-                let src = self.nodes.get(source).filter(|s| s.up).and_then(|s| s.slots.get(&partition));
-                match src {
-                    // A batch parked at a home piece is half run: the copy waits for its end.
-                    Some(Slot::Serving(r)) if r.applied_seq() + 1 >= *from_seq && r.parked_at().is_none() => {
-                        ready.push((node, partition, *source))
-                    }
-                    Some(Slot::Serving(r)) if r.stopped().is_none() => {} // the copy waits for the source
-                    _ => failing.push((node, partition)),
+    /// Carries out the effects of node `node`'s machine of `partition`, as its executor does.
+    fn perform_partition(&mut self, node: NodeId, partition: PartitionId, effects: Vec<Effect<PeerAddr>>) {
+        let mut queue: std::collections::VecDeque<Effect<PeerAddr>> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            match effect {
+                Effect::Emit(emitted) => {
+                    let now = self.now_us;
+                    let effects = self.node_mut(node).machine.on_emit(emitted, now);
+                    self.perform(node, effects);
+                }
+                Effect::Reply { to, msg: PeerReply::ShipAck { partition, seq } } => {
+                    let from_process = self.nodes[&node].process;
+                    let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ack { partition, seq } };
+                    self.net.send(Envelope { node: to.node, link: to.process, msg });
+                }
+                Effect::Reply { msg, .. } => {
+                    self.violations.push(Violation::UnexpectedMessage { node, name: msg.name() })
+                }
+                Effect::Fetch { source, after_seq, kind, delay_ms } => {
+                    let process = self.nodes[&node].process;
+                    let at_us = self.now_us + delay_ms * 1_000;
+                    self.fetches.push(PendingFetch { node, process, partition, source, after_seq, kind, at_us });
+                    self.stats.fetches += 1;
+                }
+                Effect::Recover { cut } => {
+                    self.stats.recoveries += 1;
+                    let recovered = self.disks.recover(node, partition, cut);
+                    let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { return };
+                    queue.extend(m.on_recovered(recovered));
+                }
+                Effect::Ready { .. } | Effect::Stopped { .. } => {}
+                Effect::Failed { .. } => self.stats.rejoins_given_up += 1,
+                // A stopped partition's replica refuses late batches and shipments: expected.
+                Effect::Refused { error: node::ReplicaError::Stopped { .. }, .. } => {}
+                Effect::Refused { error, rejoining: false } => {
+                    self.violations.push(Violation::Refused { node, partition, error })
+                }
+                Effect::Refused { error, rejoining: true } => {
+                    self.violations.push(Violation::RefusedRejoining { node, partition, error })
                 }
             }
         }
-        for (node, partition) in failing {
-            let now = self.now_us;
-            let slot = self.nodes.get_mut(&node).and_then(|n| n.slots.get_mut(&partition)).expect("listed");
-            if let Slot::Joining(j) = slot {
-                let since = *j.failing_since_us.get_or_insert(now);
-                if now - since >= REJOIN_GIVE_UP_US {
-                    *slot = Slot::GaveUp;
-                    self.stats.rejoins_given_up += 1;
-                }
+    }
+
+    /// Completes the fetches that can complete now: a copy once its source executed up to the
+    /// plan's point (and is not parked at a home piece: a half-run batch is not copied), a
+    /// log base once its primary took one that far; a fetch from a source that is gone, or
+    /// cannot serve, fails (and the rejoining machine retries or gives up).
+    fn progress_fetches(&mut self) {
+        let mut i = 0;
+        while i < self.fetches.len() {
+            let f = self.fetches[i];
+            let fetcher = &self.nodes[&f.node];
+            if !fetcher.up || fetcher.process != f.process {
+                self.fetches.swap_remove(i);
+                continue;
             }
-        }
-        for (node, partition, source) in ready {
-            let Some(Slot::Serving(src)) = self.nodes.get_mut(&source).and_then(|n| n.slots.get_mut(&partition)) else {
+            if f.at_us > self.now_us {
+                i += 1;
+                continue;
+            }
+            let Some(outcome) = self.try_fetch(f) else {
+                i += 1;
                 continue;
             };
-            let seq = src.applied_seq();
-            // The source's digest closes the stream and the joiner checks its copy against
-            // it, as `node::snapshot::snapshot_after` does. Two full digests per rejoin
-            // are the simulator's largest cost, so that check runs under
-            // `debug_assertions` only; the final convergence check compares every replica's
-            // digest in every build.
-            let digest = if cfg!(debug_assertions) { src.state_digest() } else { wire::messages::StateDigest(0) };
-            let copy = match snapshot_copy(source, src, digest) {
-                Ok(copy) => copy,
-                Err(e) => {
-                    self.violations.push(Violation::BadSnapshot { node, partition, error: std::sync::Arc::new(e) });
-                    continue;
-                }
-            };
-            let n = self.nodes.get_mut(&node).expect("a configured node");
-            let Some(Slot::Joining(j)) = n.slots.remove(&partition) else { unreachable!("listed as joining") };
-            let mut r = Replica::restored(node, partition, copy, seq, self.pending_max);
-            if cfg!(debug_assertions) && r.state_digest() != digest {
-                self.violations.push(Violation::CopyDiffers { node, partition });
+            self.fetches.swap_remove(i);
+            if outcome.is_err() {
+                self.stats.fetches_failed += 1;
             }
-            let mut replies = Vec::new();
-            for m in j.held {
-                match r.on_control(m) {
-                    Ok(out) => replies.extend(out),
-                    Err(node::ReplicaError::Stopped { .. }) => {}
-                    Err(error) => self.violations.push(Violation::RefusedRejoining { node, partition, error }),
-                }
-            }
-            n.slots.insert(partition, Slot::Serving(Box::new(r)));
-            for m in replies {
-                self.emit(node, m);
-            }
-            self.send_from_node(node, NodeToCoordinator::Rejoined { partition, snapshot_seq: seq });
+            let Some(m) = self.node_mut(f.node).partitions.get_mut(&f.partition) else { continue };
+            let effects = m.on_fetched(outcome);
+            self.perform_partition(f.node, f.partition, effects);
         }
     }
 
-    /// Advances time by `us`: nodes send their heartbeats, the coordinator ticks, rejoins
-    /// that wait on a gone source time out.
+    /// The outcome of fetch `f` now, or `None` while its source is to be waited for.
+    fn try_fetch(&mut self, f: PendingFetch) -> Option<Result<Fetched, RejoinError>> {
+        let refused = |reason: &str| {
+            Some(Err(RejoinError::Transfer(node::TransferError::Refused {
+                peer: format!("node {}", f.source),
+                reason: reason.to_string(),
+            })))
+        };
+        let src = self.nodes.get_mut(&f.source).filter(|s| s.up);
+        let Some(r) = src.and_then(|s| s.partitions.get_mut(&f.partition)).and_then(Partition::replica_mut) else {
+            return refused("the source does not serve the partition");
+        };
+        if r.stopped().is_some() {
+            return refused("stopped");
+        }
+        match f.kind {
+            FetchKind::Copy => {
+                if r.parked_at().is_some() || r.applied_seq() < f.after_seq {
+                    return None;
+                }
+                // The source's digest closes the stream and the joiner checks its copy against
+                // it, as `node::snapshot::snapshot_after` does. Two full digests per rejoin
+                // are the simulator's largest cost, so that check runs under
+                // `debug_assertions` only; the final convergence check compares every
+                // replica's digest in every build.
+                let digest = if cfg!(debug_assertions) { r.state_digest() } else { wire::messages::StateDigest(0) };
+                match snapshot_copy(f.source, r, digest) {
+                    Ok((db, info)) => Some(Ok(Fetched::Copy { db, info })),
+                    Err(e) => {
+                        let error = std::sync::Arc::new(e);
+                        self.violations.push(Violation::BadSnapshot { node: f.node, partition: f.partition, error });
+                        refused("the copy did not arrive whole")
+                    }
+                }
+            }
+            FetchKind::LogBase => {
+                if r.role() == ReplicaRole::Backup {
+                    return refused("a backup has no log base");
+                }
+                let base = r.log_base().filter(|b| b.seq >= f.after_seq)?.clone();
+                Some(log_base_copy(f.source, f.partition, &base).map(Fetched::LogBase).map_err(RejoinError::Transfer))
+            }
+        }
+    }
+
+    /// Advances time by `us`: nodes' machines tick (heartbeats, redials), the coordinator
+    /// ticks, fetches that waited complete.
     pub fn advance(&mut self, us: u64) {
         self.now_us += us;
         let now = self.now_us;
         let ids: Vec<NodeId> = self.nodes.keys().copied().collect();
         for id in ids {
-            loop {
-                let n = self.nodes.get_mut(&id).expect("listed");
-                if !(n.up && n.link_alive) || n.next_heartbeat_us > now {
-                    break;
-                }
-                n.next_heartbeat_us += self.heartbeat_us;
-                if now >= n.mute_until_us {
-                    self.send_from_node(id, NodeToCoordinator::Heartbeat { now_ms: now / 1_000 });
-                }
+            let n = &self.nodes[&id];
+            if !n.up || n.machine.next_deadline_us() > now {
+                continue;
             }
+            let applied: BTreeMap<PartitionId, Seq> =
+                n.partitions.iter().filter_map(|(&p, m)| m.replica().map(|r| (p, r.applied_seq()))).collect();
+            let muted = now < n.mute_until_us;
+            let mut effects = self.node_mut(id).machine.tick(now, |p| applied.get(&p).copied());
+            if muted {
+                effects.retain(|e| !matches!(e, NodeEffect::ToCoordinator(_)));
+            }
+            self.perform(id, effects);
         }
         if self.coordinator.next_deadline_us().is_some_and(|d| d <= now) {
             let out = self.coordinator.tick(now);
             self.route(out);
         }
-        self.progress_joins();
+        self.progress_fetches();
     }
 
     /// A client submits the generator's next transaction.
@@ -740,43 +861,49 @@ impl Sim {
         }
     }
 
-    /// Crashes `node`'s process: its memory and its link's messages are lost.
+    /// Crashes `node`'s process: its memory and its links' messages are lost; a full-stack
+    /// replica's log loses its unsynced tail (or keeps a torn part of it).
     pub fn crash(&mut self, node: NodeId) {
         self.trace_fault("crash", node);
-        let n = self.nodes.get_mut(&node).expect("a configured node");
+        let n = &self.nodes[&node];
         if !n.up {
             return;
         }
-        if n.slots.values().any(|s| matches!(s, Slot::Joining(_))) {
+        if n.partitions.values().any(|m| m.standing() != Standing::Serving) {
             self.stats.crashes_while_rejoining += 1;
         }
-        let source_of_rejoin = self.nodes.values().any(|other| {
-            other.up
-                && other
-                    .slots
-                    .values()
-                    .any(|s| matches!(s, Slot::Joining(Joiner { plan: Some((src, _)), .. }) if *src == node))
-        });
+        let source_of_rejoin = self
+            .nodes
+            .values()
+            .any(|other| other.up && other.partitions.values().any(|m| m.plan().is_some_and(|(src, _)| src == node)));
         if source_of_rejoin {
             self.stats.crashes_of_rejoin_source += 1;
         }
-        let n = self.nodes.get_mut(&node).expect("a configured node");
+        let n = self.node_mut(node);
         n.up = false;
-        n.slots.clear();
-        let link = n.link;
+        n.partitions.clear();
+        n.peers.clear();
+        let (link, process) = (n.link, n.process);
         self.net.cut(node, link, None);
+        self.net.cut(node, process, None);
+        let torn = self.rng.below(2) == 0;
+        let rng = &mut self.rng;
+        self.disks.crash(node, |unsynced| if torn { rng.below(unsynced as u64 + 1) as usize } else { 0 });
         self.stats.crashes += 1;
     }
 
-    /// Breaks `node`'s link (a drop): what was in flight on it is lost, the coordinator
-    /// counts the node failed at once, and the node no longer executes.
+    /// Breaks `node`'s coordinator link (a drop): what was in flight on it is lost, the
+    /// coordinator counts the node failed at once, and the node's machine dials again
+    /// after `CONNECT_RETRY_MS` — its partitions then rejoin.
     pub fn drop_link(&mut self, node: NodeId) {
         self.trace_fault("drop the link of", node);
-        let n = self.nodes.get_mut(&node).expect("a configured node");
+        let now = self.now_us;
+        let n = self.node_mut(node);
         if !n.up || !n.link_alive {
             return;
         }
         n.link_alive = false;
+        n.machine.on_link_lost(now);
         let link = n.link;
         self.net.cut(node, link, None);
         self.stats.drops += 1;
@@ -784,11 +911,46 @@ impl Sim {
         self.route(out);
     }
 
+    /// The node's machine dials the coordinator again: a new link (the coordinator's process
+    /// declares a node it still counts live failed first, as it does when a node connects
+    /// again).
+    fn reconnect(&mut self, node: NodeId) {
+        self.trace_fault("reconnect", node);
+        if self.coordinator.is_node_live(node) {
+            let out = self.coordinator.on_node_lost(node, self.now_us);
+            self.route(out);
+        }
+        let link = self.fresh_id();
+        let now = self.now_us;
+        let n = self.node_mut(node);
+        let old = n.link;
+        n.link = link;
+        n.link_alive = true;
+        self.net.cut(node, old, None);
+        self.stats.reconnects += 1;
+        let effects = self.node_mut(node).machine.on_link_up(now);
+        self.perform(node, effects);
+    }
+
+    /// Every partition of `node` drops its state and rejoins (its link came back).
+    fn rejoin_all(&mut self, node: NodeId) {
+        let (mode, pending) = (self.mode, self.pending_max);
+        let pids: Vec<PartitionId> = self.nodes[&node].partitions.keys().copied().collect();
+        let process = self.nodes[&node].process;
+        self.fetches.retain(|f| !(f.node == node && f.process == process));
+        for p in pids {
+            let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
+            // The old state (a full stack's database) goes first.
+            drop(self.node_mut(node).partitions.insert(p, fresh));
+            self.perform_partition(node, p, effects);
+        }
+    }
+
     /// Suppresses `node`'s heartbeats for `us`.
     pub fn mute(&mut self, node: NodeId, us: u64) {
         self.trace_fault(&format!("mute heartbeats for {us} µs of"), node);
-        let n = self.nodes.get_mut(&node).expect("a configured node");
-        n.mute_until_us = self.now_us + us;
+        let until = self.now_us + us;
+        self.node_mut(node).mute_until_us = until;
         self.stats.mutes += 1;
     }
 
@@ -798,28 +960,38 @@ impl Sim {
     }
 
     /// Restarts `node` (`glass node --rejoin`): its old process, if any, is gone; the new
-    /// one connects on a new link, empty, and asks to rejoin each of its partitions.
+    /// one connects on a new link, empty (full stack: with its log as the disk kept it), and
+    /// asks to rejoin each of its partitions.
     ///
     /// Panics unless [`Sim::can_restart`].
     pub fn restart(&mut self, node: NodeId) {
         assert!(self.can_restart(node), "node {node} is live: the coordinator would refuse its new connection");
         self.trace_fault("restart", node);
-        let link = self.next_link;
-        self.next_link += 1;
-        let n = self.nodes.get_mut(&node).expect("a configured node");
-        let old = n.link;
+        if self.nodes[&node].up {
+            // The old process is killed first (its unsynced log tail goes with it).
+            self.crash(node);
+            self.stats.crashes -= 1;
+        }
+        let (process, link) = (self.fresh_id(), self.fresh_id());
+        let now = self.now_us;
+        let roles = roles(&self.config, node, true);
+        let mut machine = NodeMachine::new(&self.config, node, &roles, now);
+        let first = machine.on_link_up(now);
+        debug_assert!(first.is_empty());
+        let n = self.node_mut(node);
         n.up = true;
+        n.process = process;
         n.link = link;
         n.link_alive = true;
         n.mute_until_us = 0;
-        n.next_heartbeat_us = self.now_us;
-        n.slots.clear();
-        self.net.cut(node, old, None);
-        let partitions: Vec<PartitionId> =
-            self.config.partitions.iter().filter(|p| p.replicas.contains(&node)).map(|p| p.id).collect();
-        for p in partitions {
-            self.nodes.get_mut(&node).expect("listed").slots.insert(p, Slot::Joining(Joiner::default()));
-            self.send_from_node(node, NodeToCoordinator::RejoinRequest { partition: p });
+        n.machine = machine;
+        n.partitions.clear();
+        n.peers.clear();
+        let (mode, pending) = (self.mode, self.pending_max);
+        for (p, _) in roles {
+            let (m, effects) = Partition::rejoining(mode, node, p, pending);
+            self.node_mut(node).partitions.insert(p, m);
+            self.perform_partition(node, p, effects);
         }
         self.stats.restarts += 1;
     }
@@ -840,7 +1012,10 @@ impl Sim {
                     n.up && n.link_alive
                         && self.now_us >= n.mute_until_us
                         && self.coordinator.is_node_live(m)
-                        && matches!(n.slots.get(&st.partition), Some(Slot::Serving(r)) if r.stopped().is_none())
+                        && n.partitions
+                            .get(&st.partition)
+                            .and_then(Partition::replica)
+                            .is_some_and(|r| r.stopped().is_none())
                 }
             })
         })
@@ -901,7 +1076,7 @@ impl Sim {
                 }
                 3..=7 => {
                     self.deliver_one();
-                    self.progress_joins();
+                    self.progress_fetches();
                 }
                 _ => {
                     let us = self.rng.below(STEP_US_MAX);
@@ -936,7 +1111,7 @@ impl Sim {
                 break;
             }
             self.deliver_one();
-            self.progress_joins();
+            self.progress_fetches();
             self.advance(50);
         }
         self.faults = faults;
@@ -970,23 +1145,40 @@ fn snapshot_copy(
     source: NodeId,
     r: &mut Replica,
     digest: wire::messages::StateDigest,
-) -> Result<engine::LeanDb, SimError> {
+) -> Result<(engine::LeanDb, SnapshotInfo), SimError> {
     let (partition, seq) = (r.partition(), r.applied_seq());
-    let Store::Lean(db) = r.store_mut() else { return Err(SimError::NotLean) };
     let mut chunks = Vec::new();
-    node::snapshot::stream(db, 1, partition, seq, digest, 1 << 22, &mut |m| {
+    let mut keep = |m| {
         chunks.push(m);
         true
-    });
+    };
+    match r.store_mut() {
+        Store::Lean(db) => node::snapshot::stream(db, 1, partition, seq, digest, 1 << 22, &mut keep),
+        Store::Full(f) => node::snapshot::stream(f.session(), 1, partition, seq, digest, 1 << 22, &mut keep),
+    };
     let mut copy = engine::LeanDb::new();
     let mut receiver = node::snapshot::SnapshotReceiver::new(partition, format!("node {source}"));
     for c in chunks {
-        if receiver.accept(c, &mut copy)?.is_some() {
-            return Ok(copy);
+        if let Some(info) = receiver.accept(c, &mut copy)? {
+            return Ok((copy, info));
         }
     }
-    Err(SimError::Transfer(node::TransferError::Recv(wire::endpoint::RecvError::Closed {
-        peer: format!("node {source}"),
-        what: "a snapshot chunk",
-    })))
+    Err(SimError::Transfer(closed(source)))
+}
+
+/// A full-stack primary's log base as a rejoining backup receives it: cut into pieces
+/// (`node::snapshot::log_base_pieces`) and collected by `node::snapshot::LogBaseReceiver`,
+/// every piece checked.
+fn log_base_copy(source: NodeId, partition: PartitionId, base: &LogBase) -> Result<LogBaseReceived, TransferError> {
+    let mut receiver = node::snapshot::LogBaseReceiver::new(partition, format!("node {source}"), base.seq);
+    for piece in node::snapshot::log_base_pieces(base, 1, partition, 1 << 20) {
+        if let Some(received) = receiver.accept(piece)? {
+            return Ok(received);
+        }
+    }
+    Err(closed(source))
+}
+
+fn closed(source: NodeId) -> TransferError {
+    TransferError::Recv(wire::endpoint::RecvError::Closed { peer: format!("node {source}"), what: "a transfer piece" })
 }

@@ -21,6 +21,7 @@
 
 pub mod check;
 pub mod cluster;
+pub mod disk;
 pub mod error;
 pub mod net;
 pub mod population;

@@ -1,7 +1,8 @@
 //! The simulated network: one link per node, between it and the coordinator, carrying
 //! the control channel's messages both ways ([`Carried`]: `wire::channel::CoordinatorToNode`
-//! down, `wire::channel::NodeToCoordinator` up). It owns the messages in flight and the held ones, and the faults a
-//! network can do to them.
+//! down, `wire::channel::NodeToCoordinator` up), and the peer links a primary opens to its
+//! backups (shipments one way, acknowledgements the other: [`PeerMsg`]). It owns the messages
+//! in flight and the held ones, and the faults a network can do to them.
 //!
 //! What the real transport does, and what is modelled:
 //! - a link is a QUIC connection: reliable and ordered while it lives. The simulator is
@@ -13,14 +14,16 @@
 //!   [`Network::cut`] loses everything in flight and held on that link, both ways; what the
 //!   processes do about a broken link is the cluster's business ([`crate::cluster`]);
 //! - every message carries the id of the link (connection) it was sent on; a restarted node
-//!   gets a new link, and nothing sent on an older one is ever delivered.
+//!   gets a new link, and nothing sent on an older one is ever delivered. A peer message
+//!   carries the receiving process's id instead (and the sender's, in [`Carried::Peer`]):
+//!   when either process is gone, the connection is, and the message with it.
 //!
 //! Guarantees: the order of everything is a function of the [`Rng`] passed in; nothing is
 //! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
 
 use engine::rng::Rng;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
-use wire::messages::NodeId;
+use wire::messages::{NodeId, PartitionId, Seq, Shipment};
 
 /// Which end of a node's link a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,14 +32,30 @@ pub enum Direction {
     ToNode,
 }
 
-/// A message of the control channel, in the direction it travels.
+/// A message of the control channel, in the direction it travels, or of a peer link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Carried {
     ToNode(CoordinatorToNode),
     ToCoordinator(NodeToCoordinator),
+    /// From node `from`'s process `from_process` to the envelope's node and process.
+    Peer {
+        from: NodeId,
+        from_process: u64,
+        msg: PeerMsg,
+    },
 }
 
-/// A message in flight on node `node`'s link number `link`.
+/// What a peer link carries (the peer channel's shipping half).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerMsg {
+    /// A primary's shipment to a backup.
+    Ship(Shipment),
+    /// A backup applied the partition's shipments up to `seq`.
+    Ack { partition: PartitionId, seq: Seq },
+}
+
+/// A message in flight on node `node`'s link number `link` (a peer message: to node `node`'s
+/// process number `link`).
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub node: NodeId,
@@ -48,7 +67,7 @@ impl Envelope {
     /// Which end of the link the message goes to.
     pub fn direction(&self) -> Direction {
         match self.msg {
-            Carried::ToNode(_) => Direction::ToNode,
+            Carried::ToNode(_) | Carried::Peer { .. } => Direction::ToNode,
             Carried::ToCoordinator(_) => Direction::ToCoordinator,
         }
     }
@@ -60,6 +79,8 @@ impl Envelope {
             Carried::ToCoordinator(m) => {
                 matches!(m, NodeToCoordinator::Results(_) | NodeToCoordinator::Heartbeat { .. })
             }
+            // A peer link is a QUIC stream: a duplicate would be a transport bug.
+            Carried::Peer { .. } => false,
         }
     }
 }

@@ -13,7 +13,7 @@ use std::fmt;
 use coordinator::Event;
 use engine::distributed::partitions_touched;
 use engine::procedures::TxnInput;
-use wire::config::ClusterConfig;
+use wire::config::{ClusterConfig, Mode, Shipping};
 use wire::messages::{ClientResult, NodeId, PartitionId, Seq, StateDigest};
 
 use crate::check;
@@ -38,11 +38,22 @@ pub struct SimOptions {
     pub load_seed: u64,
     /// Print every event and fault as it happens.
     pub trace: bool,
+    /// The replication mode the cluster runs, and (passive modes) how it ships.
+    pub mode: Mode,
+    pub shipping: Shipping,
 }
 
 impl Default for SimOptions {
     fn default() -> SimOptions {
-        SimOptions { nodes: 3, steps: 2_000, faults: Faults::ALL, load_seed: 42, trace: false }
+        SimOptions {
+            nodes: 3,
+            steps: 2_000,
+            faults: Faults::ALL,
+            load_seed: 42,
+            trace: false,
+            mode: Mode::ActiveActive,
+            shipping: Shipping::Sync,
+        }
     }
 }
 
@@ -89,7 +100,10 @@ impl fmt::Display for SeedFailure {
 /// The one command that replays `seed` with `opts`.
 pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
     let d = SimOptions::default();
-    let mut cmd = format!("glass sim --seed {seed} --seeds 1");
+    let mut cmd = format!("glass sim --mode {} --seed {seed} --seeds 1", opts.mode);
+    if opts.mode.is_passive() {
+        cmd += &format!(" --shipping {}", opts.shipping);
+    }
     if opts.steps != d.steps {
         cmd += &format!(" --steps {}", opts.steps);
     }
@@ -110,7 +124,7 @@ pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
 
 /// Runs seed `seed`: safety phase, heal, drain, checks.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFailure>> {
-    let config = cluster::config(opts.nodes, opts.load_seed);
+    let config = cluster::config_for(opts.nodes, opts.load_seed, opts.mode, opts.shipping);
     let mut sim = Sim::new(&config, seed, opts.faults);
     sim.trace = opts.trace;
     let fail = |sim: &Sim, reason: String| {
@@ -266,8 +280,10 @@ mod tests {
     #[test]
     fn a_failure_names_the_seed_and_the_replay_command() {
         let opts = SimOptions { steps: 500, nodes: 4, ..SimOptions::default() };
-        assert_eq!(replay_command(9, &SimOptions::default()), "glass sim --seed 9 --seeds 1");
-        assert_eq!(replay_command(9, &opts), "glass sim --seed 9 --seeds 1 --steps 500 --nodes 4");
+        assert_eq!(replay_command(9, &SimOptions::default()), "glass sim --mode active-active --seed 9 --seeds 1");
+        assert_eq!(replay_command(9, &opts), "glass sim --mode active-active --seed 9 --seeds 1 --steps 500 --nodes 4");
+        let passive = SimOptions { mode: Mode::ActivePassive, shipping: Shipping::Async, ..SimOptions::default() };
+        assert_eq!(replay_command(9, &passive), "glass sim --mode active-passive --seed 9 --seeds 1 --shipping async");
         let f = SeedFailure {
             seed: 9,
             reason: "replicas differ".into(),
@@ -277,7 +293,7 @@ mod tests {
         let shown = f.to_string();
         assert!(
             shown.starts_with("seed 9 failed: replicas differ")
-                && shown.contains("replay: glass sim --seed 9 --seeds 1")
+                && shown.contains("replay: glass sim --mode active-active --seed 9 --seeds 1")
         );
     }
 }
