@@ -135,7 +135,11 @@ impl FullStack {
         ship_log: bool,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<FullStack, ReplicaError> {
-        let empty = FullStackStep::EmptyDir { dir: PathBuf::from(medium.to_string()) };
+        let dir = match &medium {
+            Medium::Dir(dir) => dir.clone(),
+            Medium::Memory(_) => PathBuf::from(medium.to_string()),
+        };
+        let empty = FullStackStep::EmptyDir { dir };
         medium.erase().map_err(fail(empty))?;
         let db = ConventionalDb::open_on(&medium, config(workers)).map_err(fail(FullStackStep::Open))?;
         let mut session = db.session().map_err(fail(FullStackStep::Session))?;
