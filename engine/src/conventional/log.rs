@@ -37,6 +37,11 @@
 //! `fdatasync` returned (group commit: whichever committer holds the device flushes every
 //! record appended so far, for all waiting committers at once).
 //!
+//! The devices: [`FileLogDevice`] (a preallocated file) and [`CrashingLogDevice`] (in memory,
+//! for tests and the simulator: unsynced writes lost or torn at a crash; a handle attached
+//! before a crash or restart is fenced off for good, so a database opened before a power loss
+//! never writes to the medium after it).
+//!
 //! Log shipping (see [`super::ship`]): while the shipping tap is on, every record appended
 //! (changes, CLRs, commit, end-of-rollback and checkpoint records) is also copied, sealed, into
 //! an in-memory shipping buffer inside the same critical section that assigns its LSN, so the

@@ -14,8 +14,8 @@
 //!   `fdatasync` on a preallocated device behind the [`LogDevice`] trait, a crash-injecting
 //!   test double whose handles are fenced off by a crash;
 //! - [`medium`]: where a database's durable state lives ([`Medium`]: a directory, or a
-//!   [`MemoryMedium`] with crash semantics for the simulator), and the [`medium::CheckpointStore`]
-//!   the snapshot is replaced in atomically;
+//!   [`MemoryMedium`] with crash semantics for the simulator), and the
+//!   [`medium::CheckpointStore`] the snapshot is replaced in atomically;
 //! - [`txn`]: transaction ids, the transaction table, the checkpoint gate;
 //! - [`session`]: one [`Session`] per worker, implementing [`crate::Storage`];
 //! - [`ship`]: WAL shipping to a passive backup (the tap on the primary's log, the backup
@@ -27,8 +27,9 @@
 //! the only I/O on the commit path. A checkpoint is *transaction-consistent*: it waits until
 //! no transaction is active (holding new ones back), writes every page of every file to the
 //! medium's checkpoint, replacing the last one atomically (in a directory, `checkpoint.db`:
-//! temporary file, `fsync`, rename, directory `fsync`), then starts a new log generation whose first record is a checkpoint record at the snapshot's LSN. Restart
-//! recovery (ARIES: analysis, redo, undo) loads the snapshot, scans the log's valid prefix
+//! temporary file, `fsync`, rename, directory `fsync`), then starts a new log generation
+//! whose first record is a checkpoint record at the snapshot's LSN. Restart recovery (ARIES:
+//! analysis, redo, undo) loads the snapshot, scans the log's valid prefix
 //! (checksums and LSN continuity: a torn tail — damage with nothing valid of the log's
 //! generation after it — is truncated, zeroed and reported in the [`RecoveryReport`], never
 //! replayed), refuses before writing anything a log it cannot recover from as found (a damaged
