@@ -1,28 +1,39 @@
 //! One partition on the conventional stack — the paper's "full Shore stack" baseline, as a
 //! `full-stack` node runs it: a [`ConventionalDb`] (buffer pool, B+trees, two-phase locking,
-//! latches, write-ahead log with group-commit `fsync`) in the partition's own directory, and
-//! `workers` threads executing a batch's transactions concurrently.
+//! latches, write-ahead log with group-commit `fsync`) on the partition's own medium — a
+//! directory (`wal.log`, `checkpoint.db`) or, for the simulator, an in-memory
+//! [`MemoryMedium`] it can crash (docs/design.md §4, §10) — and `workers` threads executing a
+//! batch's transactions concurrently, or none (`workers == 0`: inline, on the executor's own
+//! session).
 //!
 //! Owns the worker pool and the database handle. Guarantees:
 //! - [`FullStack::execute`] returns one outcome per transaction, in the batch's order, after
 //!   every transaction of the batch finished; a committed transaction's commit record is on
-//!   disk (`fdatasync`) before its outcome is returned;
+//!   the medium (`fdatasync`) before its outcome is returned;
 //! - a transaction that two-phase locking aborts (a wait-die victim) is re-executed with the
 //!   same input and timestamp until it commits or the procedure rolls it back (at most
 //!   [`RETRIES_PER_TXN_MAX`] times; past that it is reported as failed);
-//! - the serialisation order is the lock manager's, not the timestamp order: the primary's
-//!   state is whatever its concurrency control produced, and the backups reach it by
-//!   replaying its log ([`FullStack::take_log`], [`FullStack::apply_log`]), never by
-//!   executing;
+//! - with worker threads, the serialisation order is the lock manager's, not the timestamp
+//!   order: the primary's state is whatever its concurrency control produced, and the
+//!   backups reach it by replaying its log ([`FullStack::take_log`], [`FullStack::apply_log`]),
+//!   never by executing;
+//! - inline (`workers == 0`), the transactions run one after the other in the batch's order
+//!   on one session, with locking, latching and logging still on (one session never
+//!   conflicts with itself): the same load and batches give the same outcomes, log and state
+//!   every run (docs/design.md §5), which the seeded simulator relies on;
+//! - restart recovery ([`FullStack::recover_on`]) keeps exactly the transactions whose commit
+//!   record reached the medium (docs/design.md §10, full-stack);
 //! - dropping a `FullStack` stops and joins its workers.
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
-use engine::conventional::{cut_log, Config, ConventionalDb, CutAt, LogCut, RecoveryReport, Session, Step};
+use engine::conventional::{
+    cut_log_on, Config, ConventionalDb, CutAt, LogCut, Medium, MemoryMedium, RecoveryReport, Session, Step,
+};
 use engine::input::{check_held, check_input};
-use engine::loader::{load_database, LoadProgress};
+use engine::loader::{load_database_scaled, LoadProgress, Scale};
 use engine::procedures::{execute, TxnInput, TxnOutput};
 use engine::TxnError;
 use wire::messages::{bounded_reason, BatchTxn, TxnOutcome, WarehouseId};
@@ -40,31 +51,52 @@ pub const RETRIES_PER_TXN_MAX: u32 = 10_000;
 /// A transaction for a worker: its index in the batch, timestamp and input.
 type Job = (usize, u64, TxnInput);
 
-/// The conventional stack holding one partition.
-pub struct FullStack {
-    db: Arc<ConventionalDb>,
-    dir: PathBuf,
-    /// The executor thread's own session: loads, digests, snapshots, replica reads.
-    session: Session,
+/// The worker threads and their queues; dropping it stops and joins the workers.
+struct Pool {
     jobs: Option<mpsc::SyncSender<Job>>,
     done: mpsc::Receiver<(usize, TxnOutcome, u32)>,
     workers: Vec<JoinHandle<()>>,
     /// `/proc/thread-self` paths of the workers' `schedstat`, for CPU accounting.
-    worker_schedstats: Vec<PathBuf>,
+    schedstats: Vec<PathBuf>,
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.jobs = None;
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The conventional stack holding one partition.
+pub struct FullStack {
+    db: Arc<ConventionalDb>,
+    medium: Medium,
+    /// The executor thread's own session: loads, digests, snapshots, replica reads, and the
+    /// transactions themselves when there are no worker threads.
+    session: Session,
+    /// `None`: no worker threads (transactions run inline on `session`).
+    pool: Option<Pool>,
     retries: u64,
 }
 
 impl std::fmt::Debug for FullStack {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FullStack").field("dir", &self.dir).field("workers", &self.workers.len()).finish()
+        let workers = self.pool.as_ref().map_or(0, |p| p.workers.len());
+        f.debug_struct("FullStack").field("medium", &self.medium).field("workers", &workers).finish()
     }
+}
+
+/// The configuration of a full stack with `workers` worker threads: step 0, one session for
+/// each worker plus the executor thread's own (so 0 workers still has its one session).
+fn config(workers: usize) -> Config {
+    Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1)
 }
 
 impl FullStack {
     /// Creates the database in `dir` (emptied first: this build starts every run from the
-    /// seed), loads `warehouses` from `seed` through one session outside any transaction (a
-    /// bulk load, not logged), checkpoints it, and starts `workers` worker threads. A primary
-    /// (`ship_log`) copies every log record appended from then on for its backups.
+    /// seed): [`FullStack::load_on`] with [`Medium::Dir`].
     pub fn load(
         dir: &Path,
         warehouses: std::ops::RangeInclusive<u16>,
@@ -73,19 +105,50 @@ impl FullStack {
         ship_log: bool,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<FullStack, ReplicaError> {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir).map_err(fail(FullStackStep::EmptyDir { dir: dir.to_path_buf() }))?;
-        }
-        // The workers' sessions, plus the executor thread's own.
-        let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
-        let db = ConventionalDb::open(dir, config).map_err(fail(FullStackStep::Open))?;
+        FullStack::load_on(Medium::Dir(dir.to_path_buf()), warehouses, seed, workers, ship_log, progress)
+    }
+
+    /// Creates the database on `medium` (emptied first: a directory is removed, an in-memory
+    /// medium erased; this build starts every run from the seed), loads `warehouses` from
+    /// `seed` through one session outside any transaction (a bulk load, not logged),
+    /// checkpoints it, and starts `workers` worker threads (0: transactions run inline). A
+    /// primary (`ship_log`) copies every log record appended from then on for its backups.
+    pub fn load_on(
+        medium: Medium,
+        warehouses: std::ops::RangeInclusive<u16>,
+        seed: u64,
+        workers: usize,
+        ship_log: bool,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<FullStack, ReplicaError> {
+        FullStack::load_scaled_on(medium, warehouses, seed, Scale::TPCC, workers, ship_log, progress)
+    }
+
+    /// [`FullStack::load_on`] with a population of `scale` (simulation and tests only unless
+    /// [`Scale::TPCC`]).
+    pub fn load_scaled_on(
+        medium: Medium,
+        warehouses: std::ops::RangeInclusive<u16>,
+        seed: u64,
+        scale: Scale,
+        workers: usize,
+        ship_log: bool,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<FullStack, ReplicaError> {
+        let dir = match &medium {
+            Medium::Dir(dir) => dir.clone(),
+            Medium::Memory(_) => PathBuf::from(medium.to_string()),
+        };
+        let empty = FullStackStep::EmptyDir { dir };
+        medium.erase().map_err(fail(empty))?;
+        let db = ConventionalDb::open_on(&medium, config(workers)).map_err(fail(FullStackStep::Open))?;
         let mut session = db.session().map_err(fail(FullStackStep::Session))?;
-        load_database(&mut session, warehouses, seed, progress)?;
+        load_database_scaled(&mut session, warehouses, seed, scale, progress)?;
         db.checkpoint().map_err(fail(FullStackStep::LoadCheckpoint))?;
         if ship_log {
             db.set_log_shipping(true).map_err(fail(FullStackStep::ShipLog))?;
         }
-        FullStack::start(db, dir, session, workers)
+        FullStack::start(db, medium, session, workers)
     }
 
     /// Restart recovery (the conventional system's answer to a crash): opens the database
@@ -99,30 +162,42 @@ impl FullStack {
     }
 
     /// [`FullStack::recover`] after cutting the log at `cut` ([`engine::conventional::cut_log`]):
-    /// the restarted primary whose backup was promoted drops the records past the point
-    /// where the promoted backup's copy of its log ended. Nothing is changed when the cut is
-    /// refused.
+    /// [`FullStack::recover_on`] with [`Medium::Dir`].
     pub fn recover_cut(
         dir: &Path,
         workers: usize,
         cut: Option<CutAt>,
     ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
-        let checkpoint = dir.join(engine::conventional::SNAPSHOT_FILE);
-        if !checkpoint.exists() {
-            return Err(ReplicaError::NoCheckpoint { path: checkpoint });
+        FullStack::recover_on(Medium::Dir(dir.to_path_buf()), workers, cut)
+    }
+
+    /// Restart recovery on `medium`, as [`FullStack::recover`] (ARIES from the last checkpoint
+    /// and the log: exactly the transactions whose commit record is on the medium survive,
+    /// docs/design.md §10), after cutting the log at `cut`
+    /// ([`engine::conventional::cut_log_on`]): the restarted primary whose backup was promoted
+    /// drops the records past the point where the promoted backup's copy of its log ended.
+    /// Nothing is changed when the cut is refused. Then starts `workers` worker threads (0:
+    /// transactions run inline). An in-memory medium must have been restarted after its
+    /// crash ([`MemoryMedium::restart`]).
+    pub fn recover_on(
+        medium: Medium,
+        workers: usize,
+        cut: Option<CutAt>,
+    ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
+        if !medium.has_checkpoint() {
+            return Err(ReplicaError::NoCheckpoint { path: medium.checkpoint_path() });
         }
         let cut = match cut {
-            Some(at) => Some(cut_log(dir, at).map_err(fail(FullStackStep::CutLog))?),
+            Some(at) => Some(cut_log_on(&medium, at).map_err(fail(FullStackStep::CutLog))?),
             None => None,
         };
-        let config = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
         // A log that recovery refuses (a damaged record followed by valid ones, a missing
-        // checkpoint) fails the restart here, the directory as found: the node does not
-        // serve a truncated state.
-        let db = ConventionalDb::open(dir, config).map_err(fail(FullStackStep::Recovery))?;
+        // checkpoint) fails the restart here, the medium as found: the node does not serve a
+        // truncated state.
+        let db = ConventionalDb::open_on(&medium, config(workers)).map_err(fail(FullStackStep::Recovery))?;
         if let Some(t) = db.recovery_report().torn_tail {
             tracing::warn!(
-                dir = %dir.display(),
+                medium = %medium,
                 offset = t.offset,
                 lsn = t.lsn,
                 bytes = t.bytes,
@@ -130,7 +205,7 @@ impl FullStack {
             );
         }
         let session = db.session().map_err(fail(FullStackStep::Session))?;
-        Ok((FullStack::start(db, dir, session, workers)?, cut))
+        Ok((FullStack::start(db, medium, session, workers)?, cut))
     }
 
     /// What restart recovery did when the database was opened (nothing after a fresh load).
@@ -138,50 +213,33 @@ impl FullStack {
         self.db.recovery_report()
     }
 
-    /// Starts `workers` worker threads over `db`; `session` is the executor thread's own.
-    fn start(db: Arc<ConventionalDb>, dir: &Path, session: Session, workers: usize) -> Result<FullStack, ReplicaError> {
-        let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
-        let rx = Arc::new(Mutex::new(rx));
-        let (done_tx, done) = mpsc::channel();
-        let (started_tx, started) = mpsc::channel::<Option<PathBuf>>();
-        let mut handles = Vec::with_capacity(workers);
-        for i in 0..workers {
-            let mut s = db.session().map_err(fail(FullStackStep::WorkerSession))?;
-            let rx = Arc::clone(&rx);
-            let done_tx = done_tx.clone();
-            let started_tx = started_tx.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("worker-{i}"))
-                .spawn(move || {
-                    let me = std::fs::read_link("/proc/thread-self").ok();
-                    let _ = started_tx.send(me.map(|me| PathBuf::from("/proc").join(me).join("schedstat")));
-                    loop {
-                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        let Ok((index, ts, input)) = job else { return };
-                        let (outcome, retries) = run_one(&mut s, ts, &input);
-                        if done_tx.send((index, outcome, retries)).is_err() {
-                            return;
-                        }
-                    }
-                })
-                .map_err(fail(FullStackStep::WorkerThread))?;
-            handles.push(h);
-        }
-        // Every worker registered its CPU accounting before the first batch.
-        let worker_schedstats = (0..workers).filter_map(|_| started.recv().ok().flatten()).collect();
-        Ok(FullStack {
-            db,
-            dir: dir.to_path_buf(),
-            session,
-            jobs: Some(jobs),
-            done,
-            workers: handles,
-            worker_schedstats,
-            retries: 0,
-        })
+    /// The medium the database lives on.
+    pub fn medium(&self) -> &Medium {
+        &self.medium
     }
 
-    /// Executes a batch on the workers; outcomes in the batch's order.
+    /// The in-memory medium the database lives on, if it does (for the simulator to crash).
+    pub fn memory_medium(&self) -> Option<&MemoryMedium> {
+        match &self.medium {
+            Medium::Memory(m) => Some(m),
+            Medium::Dir(_) => None,
+        }
+    }
+
+    /// Starts `workers` worker threads over `db` (none for 0: transactions then run inline);
+    /// `session` is the executor thread's own.
+    fn start(
+        db: Arc<ConventionalDb>,
+        medium: Medium,
+        session: Session,
+        workers: usize,
+    ) -> Result<FullStack, ReplicaError> {
+        let pool = if workers == 0 { None } else { Some(Pool::start(&db, workers)?) };
+        Ok(FullStack { db, medium, session, pool, retries: 0 })
+    }
+
+    /// Executes a batch on the workers (without workers: inline, one transaction after the
+    /// other in the batch's order, on the executor's session); outcomes in the batch's order.
     pub fn execute(&mut self, txns: &[BatchTxn]) -> Vec<TxnOutcome> {
         let mut outcomes: Vec<Option<TxnOutcome>> = vec![None; txns.len()];
         // Inputs outside TPC-C's domains, or naming a warehouse this partition does not hold,
@@ -202,7 +260,18 @@ impl FullStack {
                 *outcome = Some(TxnOutcome::Failed { reason: bounded_reason(problem.to_string()) });
             }
         }
-        let jobs = self.jobs.as_ref().expect("workers run until drop");
+        let Some(pool) = &self.pool else {
+            for (t, outcome) in txns.iter().zip(&mut outcomes) {
+                if outcome.is_none() {
+                    // Locks, latches and the log as on a worker; nothing else holds a lock.
+                    let (o, retries) = run_one(&mut self.session, t.ts.0, &t.input);
+                    self.retries += u64::from(retries);
+                    *outcome = Some(o);
+                }
+            }
+            return outcomes.into_iter().map(|o| o.expect("every transaction answered")).collect();
+        };
+        let jobs = pool.jobs.as_ref().expect("workers run until drop");
         let mut sent = 0usize;
         let mut received = 0usize;
         // Keep the bounded job queue fed while collecting outcomes.
@@ -223,7 +292,7 @@ impl FullStack {
             if received == txns.len() {
                 break;
             }
-            let (index, outcome, retries) = self.done.recv().expect("workers run until drop");
+            let (index, outcome, retries) = pool.done.recv().expect("workers run until drop");
             self.retries += u64::from(retries);
             outcomes[index] = Some(outcome);
             received += 1;
@@ -281,18 +350,9 @@ impl FullStack {
         self.retries
     }
 
-    /// The workers' `schedstat` files.
+    /// The workers' `schedstat` files (none without worker threads).
     pub fn worker_schedstats(&self) -> Vec<PathBuf> {
-        self.worker_schedstats.clone()
-    }
-}
-
-impl Drop for FullStack {
-    fn drop(&mut self) {
-        self.jobs = None;
-        for h in self.workers.drain(..) {
-            let _ = h.join();
-        }
+        self.pool.as_ref().map_or_else(Vec::new, |p| p.schedstats.clone())
     }
 }
 
@@ -309,5 +369,42 @@ fn run_one(s: &mut Session, ts: u64, input: &TxnInput) -> (TxnOutcome, u32) {
             }
             other => return (TxnOutcome::from_result(other), retries),
         }
+    }
+}
+
+impl Pool {
+    /// Starts `workers` (at least one) worker threads, each on its own session of `db`.
+    fn start(db: &Arc<ConventionalDb>, workers: usize) -> Result<Pool, ReplicaError> {
+        let (jobs, rx) = mpsc::sync_channel::<Job>(workers * 4);
+        let rx = Arc::new(Mutex::new(rx));
+        let (done_tx, done) = mpsc::channel();
+        let (started_tx, started) = mpsc::channel::<Option<PathBuf>>();
+        // Built first, so that a failure below stops and joins the workers already started.
+        let mut pool = Pool { jobs: Some(jobs), done, workers: Vec::with_capacity(workers), schedstats: Vec::new() };
+        for i in 0..workers {
+            let mut s = db.session().map_err(fail(FullStackStep::WorkerSession))?;
+            let rx = Arc::clone(&rx);
+            let done_tx = done_tx.clone();
+            let started_tx = started_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("worker-{i}"))
+                .spawn(move || {
+                    let me = std::fs::read_link("/proc/thread-self").ok();
+                    let _ = started_tx.send(me.map(|me| PathBuf::from("/proc").join(me).join("schedstat")));
+                    loop {
+                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                        let Ok((index, ts, input)) = job else { return };
+                        let (outcome, retries) = run_one(&mut s, ts, &input);
+                        if done_tx.send((index, outcome, retries)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(fail(FullStackStep::WorkerThread))?;
+            pool.workers.push(h);
+        }
+        // Every worker registered its CPU accounting before the first batch.
+        pool.schedstats = (0..workers).filter_map(|_| started.recv().ok().flatten()).collect();
+        Ok(pool)
     }
 }

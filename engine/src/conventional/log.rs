@@ -37,6 +37,11 @@
 //! `fdatasync` returned (group commit: whichever committer holds the device flushes every
 //! record appended so far, for all waiting committers at once).
 //!
+//! The devices: [`FileLogDevice`] (a preallocated file) and [`CrashingLogDevice`] (in memory,
+//! for tests and the simulator: unsynced writes lost or torn at a crash; a handle attached
+//! before a crash or restart is fenced off for good, so a database opened before a power loss
+//! never writes to the medium after it).
+//!
 //! Log shipping (see [`super::ship`]): while the shipping tap is on, every record appended
 //! (changes, CLRs, commit, end-of-rollback and checkpoint records) is also copied, sealed, into
 //! an in-memory shipping buffer inside the same critical section that assigns its LSN, so the
@@ -303,15 +308,35 @@ struct CrashState {
     syncs_left: Option<u64>,
     crashed: bool,
     syncs: u64,
+    /// Bumped by every crash and restart: a handle attached before it is fenced off.
+    epoch: u64,
 }
 
-/// A crash-injecting in-memory log device for tests (redb's crash-injecting backend): writes
-/// are volatile until `sync_data`; a crash loses them (or, torn, keeps a prefix of them);
-/// after a crash every operation fails until [`CrashingLogDevice::restart`]. Clones share the
-/// medium, so a test keeps one handle while the engine owns another.
+impl CrashState {
+    /// Power loss: the medium stops answering and every handle attached so far is fenced.
+    fn power_loss(&mut self) {
+        self.crashed = true;
+        self.epoch += 1;
+    }
+}
+
+/// A crash-injecting in-memory log device for tests and the simulator (redb's
+/// crash-injecting backend): writes are volatile until `sync_data`; a crash loses them (or,
+/// torn, keeps a prefix of them); after a crash every operation fails until
+/// [`CrashingLogDevice::restart`]. Clones share the medium, so a test keeps one handle while
+/// the engine owns another.
+///
+/// Fencing: each handle belongs to an *epoch* of the medium; a crash and a restart each start
+/// a new one. The device operations ([`LogDevice`]) of a handle from an earlier epoch fail
+/// for good, so a database opened before a crash can never write to the medium after power
+/// returned (its process is gone); [`CrashingLogDevice::restart`] hands out a handle of the
+/// new epoch. The test controls (`crash`, `tear`, `corrupt`, `durable_bytes`, ...) act on the
+/// medium through any handle.
 #[derive(Debug, Clone, Default)]
 pub struct CrashingLogDevice {
     state: Arc<Mutex<CrashState>>,
+    /// The medium's epoch this handle was attached in.
+    epoch: u64,
 }
 
 fn crashed() -> io::Error {
@@ -328,14 +353,24 @@ impl CrashingLogDevice {
     }
 
     /// After `n` more successful syncs the next sync fails and the device crashes (its
-    /// unsynced writes stay pending for [`CrashingLogDevice::tear`]).
+    /// unsynced writes stay pending for [`CrashingLogDevice::tear`]; handles are fenced).
     pub fn crash_after_syncs(&self, n: u64) {
         self.lock().syncs_left = Some(n);
     }
 
-    /// Power loss now: unsynced writes are lost; operations fail until `restart`.
+    /// Power loss now: unsynced writes are lost (unless [`CrashingLogDevice::tear`] keeps a
+    /// prefix of them); operations fail until `restart`, and for good on every handle
+    /// attached before. Crashing a crashed device changes nothing.
     pub fn crash(&self) {
-        self.lock().crashed = true;
+        let mut s = self.lock();
+        if !s.crashed {
+            s.power_loss();
+        }
+    }
+
+    /// Whether the device is down (crashed and not restarted).
+    pub fn is_crashed(&self) -> bool {
+        self.lock().crashed
     }
 
     /// After a crash: the first `bytes` bytes of the writes pending at the crash (in write
@@ -363,14 +398,40 @@ impl CrashingLogDevice {
         s.volatile = s.durable.clone();
     }
 
-    /// The device as found after power returns: the medium's contents, working again.
+    /// The device as found after power returns: the medium's contents, working again, through
+    /// the handle returned (of a new epoch: handles attached before stay fenced off). Without a
+    /// crash first, a restart is a power cycle: unsynced writes are lost.
     pub fn restart(&self) -> CrashingLogDevice {
         let mut s = self.lock();
         s.crashed = false;
         s.syncs_left = None;
         s.pending.clear();
         s.volatile = s.durable.clone();
-        self.clone()
+        s.epoch += 1;
+        CrashingLogDevice { state: Arc::clone(&self.state), epoch: s.epoch }
+    }
+
+    /// A working handle of the current epoch (for a database opening on the medium; fails
+    /// like any handle while the device is crashed).
+    pub(crate) fn attach(&self) -> CrashingLogDevice {
+        CrashingLogDevice { state: Arc::clone(&self.state), epoch: self.lock().epoch }
+    }
+
+    /// A new, empty medium in place of this one (every handle attached before is fenced).
+    pub(crate) fn erase(&self) {
+        let mut s = self.lock();
+        let epoch = s.epoch + 1;
+        *s = CrashState { epoch, ..CrashState::default() };
+    }
+
+    /// The state for a device operation through this handle: refused when the device is
+    /// crashed or the handle is from an earlier epoch.
+    fn live(&self) -> io::Result<MutexGuard<'_, CrashState>> {
+        let s = self.lock();
+        if s.crashed || s.epoch != self.epoch {
+            return Err(crashed());
+        }
+        Ok(s)
     }
 
     /// Bytes on the medium.
@@ -386,17 +447,10 @@ impl CrashingLogDevice {
 
 impl LogDevice for CrashingLogDevice {
     fn size(&self) -> io::Result<u64> {
-        let s = self.lock();
-        if s.crashed {
-            return Err(crashed());
-        }
-        Ok(s.volatile.len() as u64)
+        Ok(self.live()?.volatile.len() as u64)
     }
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let s = self.lock();
-        if s.crashed {
-            return Err(crashed());
-        }
+        let s = self.live()?;
         let at = offset as usize;
         buf.copy_from_slice(
             s.volatile.get(at..at + buf.len()).ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?,
@@ -404,10 +458,7 @@ impl LogDevice for CrashingLogDevice {
         Ok(())
     }
     fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
-        let mut s = self.lock();
-        if s.crashed {
-            return Err(crashed());
-        }
+        let mut s = self.live()?;
         let at = offset as usize;
         if s.volatile.len() < at + data.len() {
             s.volatile.resize(at + data.len(), 0);
@@ -424,13 +475,10 @@ impl LogDevice for CrashingLogDevice {
         Ok(())
     }
     fn sync_data(&mut self) -> io::Result<()> {
-        let mut s = self.lock();
-        if s.crashed {
-            return Err(crashed());
-        }
+        let mut s = self.live()?;
         match s.syncs_left {
             Some(0) => {
-                s.crashed = true;
+                s.power_loss();
                 return Err(crashed());
             }
             Some(n) => s.syncs_left = Some(n - 1),

@@ -12,7 +12,10 @@
 //! - [`latch`]: reader/writer spin latches that the latching switch turns into no-ops;
 //! - [`log`]: ARIES log records with checksums, the log buffer, group commit with
 //!   `fdatasync` on a preallocated device behind the [`LogDevice`] trait, a crash-injecting
-//!   test double;
+//!   test double whose handles are fenced off by a crash;
+//! - [`medium`]: where a database's durable state lives ([`Medium`]: a directory, or a
+//!   [`MemoryMedium`] with crash semantics for the simulator), and the
+//!   [`medium::CheckpointStore`] the snapshot is replaced in atomically;
 //! - [`txn`]: transaction ids, the transaction table, the checkpoint gate;
 //! - [`session`]: one [`Session`] per worker, implementing [`crate::Storage`];
 //! - [`ship`]: WAL shipping to a passive backup (the tap on the primary's log, the backup
@@ -22,10 +25,11 @@
 //!
 //! Durability and recovery. The database is memory-resident and never flushed; the log is
 //! the only I/O on the commit path. A checkpoint is *transaction-consistent*: it waits until
-//! no transaction is active (holding new ones back), writes every page of every file to
-//! `checkpoint.db` (temporary file, `fsync`, rename, directory `fsync`), then starts a new
-//! log generation whose first record is a checkpoint record at the snapshot's LSN. Restart
-//! recovery (ARIES: analysis, redo, undo) loads the snapshot, scans the log's valid prefix
+//! no transaction is active (holding new ones back), writes every page of every file to the
+//! medium's checkpoint, replacing the last one atomically (in a directory, `checkpoint.db`:
+//! temporary file, `fsync`, rename, directory `fsync`), then starts a new log generation
+//! whose first record is a checkpoint record at the snapshot's LSN. Restart recovery (ARIES:
+//! analysis, redo, undo) loads the snapshot, scans the log's valid prefix
 //! (checksums and LSN continuity: a torn tail — damage with nothing valid of the log's
 //! generation after it — is truncated, zeroed and reported in the [`RecoveryReport`], never
 //! replayed), refuses before writing anything a log it cannot recover from as found (a damaged
@@ -54,6 +58,7 @@ pub mod heap;
 pub mod latch;
 pub mod lock;
 pub mod log;
+pub mod medium;
 pub mod page;
 pub mod session;
 pub mod ship;
@@ -73,6 +78,7 @@ use self::heap::{HeapFile, Rid};
 use self::latch::Latch;
 use self::lock::LockManager;
 use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
+use self::medium::{CheckpointStore, FileCheckpoint};
 use self::page::{BufferPool, PageNo, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
@@ -81,15 +87,15 @@ use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
 pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogCorruption, LogDevice, TornTail};
+pub use self::medium::{CheckpointCrash, Medium, MemoryMedium};
 pub use self::session::Session;
-pub use self::ship::{cut_log, CutAt, LogCut, ShipApplyReport};
+pub use self::ship::{cut_log, cut_log_on, CutAt, LogCut, ShipApplyReport};
 pub use self::stats::Counters;
 
 /// File name of the checkpoint snapshot in the database directory.
 pub const SNAPSHOT_FILE: &str = "checkpoint.db";
 /// File name of the log in the database directory.
 pub const LOG_FILE: &str = "wal.log";
-const SNAPSHOT_TMP_FILE: &str = "checkpoint.tmp";
 const SNAPSHOT_MAGIC: &[u8; 8] = b"GLASSCK1";
 
 use KeyField::{Bytes as B, Uint as U};
@@ -285,7 +291,10 @@ pub struct RecoveryReport {
 /// The conventional stack's database: shared by its worker [`Session`]s.
 pub struct ConventionalDb {
     config: Config,
-    dir: PathBuf,
+    /// What errors and `Debug` call the medium: where the log is.
+    log_path: PathBuf,
+    /// Where checkpoints go.
+    checkpoint_store: Box<dyn CheckpointStore>,
     tables: Vec<Arc<TableEntry>>,
     catalog: Latch<HashMap<&'static str, Arc<TableEntry>>>,
     pub(crate) locks: LockManager,
@@ -301,29 +310,27 @@ pub struct ConventionalDb {
 
 impl std::fmt::Debug for ConventionalDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConventionalDb").field("config", &self.config).field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("ConventionalDb")
+            .field("config", &self.config)
+            .field("log", &self.log_path)
+            .field("checkpoint", &self.checkpoint_store.path())
+            .finish_non_exhaustive()
     }
 }
 
 impl ConventionalDb {
-    /// Opens the database in `dir` (created if missing) with the log in `dir/wal.log`.
-    /// When the configuration is durable (log records and log flush on), restart recovery
-    /// runs from `dir/checkpoint.db` and the log, and a checkpoint follows; otherwise the
-    /// database starts empty and `dir` is not touched.
+    /// Opens the database in `dir` (created if missing) with the log in `dir/wal.log`:
+    /// [`ConventionalDb::open_on`] with [`Medium::Dir`].
     pub fn open(dir: impl AsRef<Path>, config: Config) -> Result<Arc<ConventionalDb>, ConventionalError> {
-        let dir = dir.as_ref();
-        let device: Option<Box<dyn LogDevice>> = if config.switches.durable() {
-            let log = dir.join(LOG_FILE);
-            // Opening creates a missing log file: refuse first when a checkpoint implies one.
-            if dir.join(SNAPSHOT_FILE).exists() && !log.exists() {
-                return Err(ConventionalError::MissingLog { path: log });
-            }
-            std::fs::create_dir_all(dir).map_err(ConventionalError::io("create database directory"))?;
-            Some(Box::new(FileLogDevice::open(&log).map_err(ConventionalError::io("open log"))?))
-        } else {
-            None
-        };
-        Self::open_with_device(dir, config, device)
+        Self::open_on(&Medium::Dir(dir.as_ref().to_path_buf()), config)
+    }
+
+    /// Opens the database on `medium`. When the configuration is durable (log records and
+    /// log flush on), restart recovery runs from the medium's checkpoint and log, and a
+    /// checkpoint follows; otherwise the database starts empty and the medium is not touched.
+    pub fn open_on(medium: &Medium, config: Config) -> Result<Arc<ConventionalDb>, ConventionalError> {
+        let device = if config.switches.durable() { Some(medium.log_device()?) } else { None };
+        Self::open_parts(medium.log_path(), medium.checkpoint_store(), config, device)
     }
 
     /// As [`ConventionalDb::open`], with the log on `device` (e.g. a [`CrashingLogDevice`]);
@@ -333,9 +340,20 @@ impl ConventionalDb {
         config: Config,
         device: Option<Box<dyn LogDevice>>,
     ) -> Result<Arc<ConventionalDb>, ConventionalError> {
+        let dir = dir.as_ref();
+        Self::open_parts(dir.join(LOG_FILE), Box::new(FileCheckpoint::new(dir)), config, device)
+    }
+
+    /// Opens the database with the log on `device` (named `log_path` in errors) and
+    /// checkpoints in `checkpoint_store`; restart recovery as [`ConventionalDb::open_on`].
+    fn open_parts(
+        log_path: PathBuf,
+        checkpoint_store: Box<dyn CheckpointStore>,
+        config: Config,
+        device: Option<Box<dyn LogDevice>>,
+    ) -> Result<Arc<ConventionalDb>, ConventionalError> {
         config.validate()?;
         let sw = config.switches;
-        let dir = dir.as_ref().to_path_buf();
         let stats = Stats::default();
         let pool = sw.buffer_pool.then(|| Arc::new(BufferPool::new(sw.page_bytes(), sw.latching)));
         let tables: Vec<Arc<TableEntry>> = vec![
@@ -357,13 +375,13 @@ impl ConventionalDb {
         let mut scan = None;
         let mut device = device;
         if durable {
-            std::fs::create_dir_all(&dir).map_err(ConventionalError::io("create database directory"))?;
-            snapshot_lsn = load_snapshot(&dir, &tables, sw.page_bytes(), &stats)?;
+            checkpoint_store.prepare()?;
+            snapshot_lsn = load_snapshot(checkpoint_store.as_ref(), &tables, sw.page_bytes(), &stats)?;
             let dev = device.as_mut().expect("durable configurations have a device");
             let s = log::scan_expecting(dev.as_mut(), Some(snapshot_lsn.unwrap_or(LSN_FIRST)))
                 .map_err(ConventionalError::io("read log"))?;
             // Every refusal comes before the first write: a refused log is left as found.
-            refuse_unrecoverable(&dir, snapshot_lsn, &s)?;
+            refuse_unrecoverable(&log_path, &checkpoint_store.path(), snapshot_lsn, &s)?;
             if let Tail::Torn(t) = s.tail {
                 log::zero_tail(dev.as_mut(), t.offset, s.device_size)
                     .map_err(ConventionalError::io("truncate log tail"))?;
@@ -398,7 +416,8 @@ impl ConventionalDb {
             recovery: RecoveryReport::default(),
             standby: ship::Standby::default(),
             config,
-            dir,
+            log_path,
+            checkpoint_store,
         };
         let mut db = db;
         if let Some(scan) = &scan {
@@ -478,7 +497,7 @@ impl ConventionalDb {
             .flush_to(end)
             .map_err(|e| ConventionalError::Io { what: "flush log", source: std::io::Error::other(e) })?;
         let lsn = end.max(self.standby.applied_end().unwrap_or(0));
-        write_snapshot(&self.dir, &self.tables, sw.page_bytes(), lsn)?;
+        write_snapshot(self.checkpoint_store.as_ref(), &self.tables, sw.page_bytes(), lsn)?;
         self.log
             .restart_at(lsn)
             .map_err(|e| ConventionalError::Io { what: "start log generation", source: std::io::Error::other(e) })
@@ -692,14 +711,19 @@ impl ConventionalDb {
 /// a checkpoint snapshot missing although the log says one was taken (its first record is a
 /// checkpoint record, or its generation starts past [`LSN_FIRST`]); a log that starts after
 /// the snapshot; damage in the middle of the log ([`Tail::Corrupt`]).
-fn refuse_unrecoverable(dir: &Path, snapshot_lsn: Option<u64>, s: &LogScan) -> Result<(), ConventionalError> {
+fn refuse_unrecoverable(
+    log_path: &Path,
+    checkpoint_path: &Path,
+    snapshot_lsn: Option<u64>,
+    s: &LogScan,
+) -> Result<(), ConventionalError> {
     // The log's generation: its first record's, or (that one unreadable) the newest found.
     let generation = s.base.or(s.newest_base_after);
     if snapshot_lsn.is_none() {
         let starts_at_checkpoint = s.records().next().is_some_and(|r| r.head.kind == Kind::Checkpoint);
         if starts_at_checkpoint || generation.is_some_and(|g| g > LSN_FIRST) {
             return Err(ConventionalError::MissingCheckpoint {
-                path: dir.join(SNAPSHOT_FILE),
+                path: checkpoint_path.to_path_buf(),
                 log_start: generation.unwrap_or(LSN_FIRST),
             });
         }
@@ -710,7 +734,7 @@ fn refuse_unrecoverable(dir: &Path, snapshot_lsn: Option<u64>, s: &LogScan) -> R
     }
     if let Tail::Corrupt(c) = s.tail {
         return Err(ConventionalError::CorruptLog {
-            path: dir.join(LOG_FILE),
+            path: log_path.to_path_buf(),
             offset: c.offset,
             lsn_expected: c.lsn_expected,
             next_valid_offset: c.next_valid_offset,
@@ -722,61 +746,50 @@ fn refuse_unrecoverable(dir: &Path, snapshot_lsn: Option<u64>, s: &LogScan) -> R
     Ok(())
 }
 
-/// Writes every page of every file to the snapshot (temporary file, fsync, rename, directory
-/// fsync). Layout: magic, page size (u32), store count (u32), LSN (u64); per store: id
-/// (u32), page count (u32), the pages; then the xxh3-64 of everything before it.
+/// Writes every page of every file to the snapshot, replacing the last one atomically
+/// ([`CheckpointStore::replace`]; the file store: temporary file, fsync, rename, directory
+/// fsync). Layout: magic, page size (u32), store count (u32), LSN (u64); per store: id (u32),
+/// page count (u32), the pages; then the xxh3-64 of everything before it.
 fn write_snapshot(
-    dir: &Path,
+    store: &dyn CheckpointStore,
     tables: &[Arc<TableEntry>],
     page_bytes: usize,
     lsn: u64,
 ) -> Result<(), ConventionalError> {
-    let io = ConventionalError::io;
     let stats = Stats::default();
-    let tmp = dir.join(SNAPSHOT_TMP_FILE);
-    let file = std::fs::File::create(&tmp).map_err(io("create snapshot"))?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-    let mut hasher = Xxh3::new();
-    let mut put = |bytes: &[u8]| -> Result<(), ConventionalError> {
-        hasher.update(bytes);
-        out.write_all(bytes).map_err(io("write snapshot"))
-    };
     let stores: Vec<&Store> = tables.iter().flat_map(|e| e.stores()).collect();
-    put(SNAPSHOT_MAGIC)?;
-    put(&(page_bytes as u32).to_le_bytes())?;
-    put(&(stores.len() as u32).to_le_bytes())?;
-    put(&lsn.to_le_bytes())?;
-    for (i, store) in stores.iter().enumerate() {
-        let pages = store.pages();
-        put(&(i as u32).to_le_bytes())?;
-        put(&pages.to_le_bytes())?;
-        for no in 1..=pages {
-            put(&store.read(no, &stats))?;
+    store.replace(&mut |out: &mut dyn Write| {
+        let mut hasher = Xxh3::new();
+        let mut put = |bytes: &[u8]| -> std::io::Result<()> {
+            hasher.update(bytes);
+            out.write_all(bytes)
+        };
+        put(SNAPSHOT_MAGIC)?;
+        put(&(page_bytes as u32).to_le_bytes())?;
+        put(&(stores.len() as u32).to_le_bytes())?;
+        put(&lsn.to_le_bytes())?;
+        for (i, store) in stores.iter().enumerate() {
+            let pages = store.pages();
+            put(&(i as u32).to_le_bytes())?;
+            put(&pages.to_le_bytes())?;
+            for no in 1..=pages {
+                put(&store.read(no, &stats))?;
+            }
         }
-    }
-    let sum = hasher.digest();
-    out.write_all(&sum.to_le_bytes()).map_err(io("write snapshot"))?;
-    let file =
-        out.into_inner().map_err(|e| ConventionalError::Io { what: "write snapshot", source: e.into_error() })?;
-    file.sync_all().map_err(io("sync snapshot"))?;
-    drop(file);
-    std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE)).map_err(io("rename snapshot"))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync database directory"))
+        let sum = hasher.digest();
+        out.write_all(&sum.to_le_bytes())
+    })
 }
 
 /// Loads the snapshot into the (empty) stores; returns its LSN, `None` when there is none.
 fn load_snapshot(
-    dir: &Path,
+    store: &dyn CheckpointStore,
     tables: &[Arc<TableEntry>],
     page_bytes: usize,
     stats: &Stats,
 ) -> Result<Option<u64>, ConventionalError> {
-    let path = dir.join(SNAPSHOT_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(ConventionalError::Io { what: "read snapshot", source: e }),
-    };
+    let path = store.path();
+    let Some(bytes) = store.read()? else { return Ok(None) };
     let bad = |what| ConventionalError::BadSnapshot { path: path.clone(), what };
     if bytes.len() < 32 || &bytes[..8] != SNAPSHOT_MAGIC {
         return Err(bad("not a glass checkpoint snapshot"));

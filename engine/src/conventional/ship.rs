@@ -45,6 +45,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use super::log::{decode, Kind, Record, CHECKSUM_BYTES, HEADER_BYTES};
+use super::medium::Medium;
 use super::stats::Stats;
 use super::{ConventionalDb, ConventionalError};
 
@@ -251,18 +252,24 @@ pub enum CutAt {
 }
 
 /// Before restart recovery of a database in `dir` whose process was a primary that failed
+/// and was succeeded by its backup: [`cut_log_on`] with [`Medium::Dir`].
+pub fn cut_log(dir: &std::path::Path, at: CutAt) -> Result<LogCut, ConventionalError> {
+    cut_log_on(&Medium::Dir(dir.to_path_buf()), at)
+}
+
+/// Before restart recovery of a database on `medium` whose process was a primary that failed
 /// and was succeeded by its backup: removes the records past `at` from the end of the
 /// write-ahead log (overwriting them with zeros and syncing), so recovery rebuilds exactly the
 /// state the successor started from — the records past it belong to transactions no client
 /// was told committed (their batches were answered "outcome unknown" or re-executed by the
 /// successor). Refused, changing nothing, when the log has no record ending at `at`, ends
-/// before it, or (for [`CutAt::Checkpoint`]) holds records after its checkpoint.
-pub fn cut_log(dir: &std::path::Path, at: CutAt) -> Result<LogCut, ConventionalError> {
-    use super::log::{scan, zero_tail, LogDevice};
-    let path = dir.join(super::LOG_FILE);
+/// before it, or (for [`CutAt::Checkpoint`]) holds records after its checkpoint. A directory
+/// without a log gets an empty one (and the cut is refused: no record to cut at).
+pub fn cut_log_on(medium: &Medium, at: CutAt) -> Result<LogCut, ConventionalError> {
+    use super::log::{scan, zero_tail};
     let io = |what: &'static str| move |e: std::io::Error| ConventionalError::Io { what, source: e };
-    let mut device = super::log::FileLogDevice::open(&path).map_err(io("open log"))?;
-    let found = scan(&mut device).map_err(io("read log"))?;
+    let mut device = medium.log_device_for_cut().map_err(io("open log"))?;
+    let found = scan(device.as_mut()).map_err(io("read log"))?;
     let Some(base) = found.base else {
         return Err(ConventionalError::Recovery { lsn: 0, what: "the log holds no record to cut at" });
     };
@@ -296,7 +303,7 @@ pub fn cut_log(dir: &std::path::Path, at: CutAt) -> Result<LogCut, ConventionalE
         LogCut { records_kept: keep, records_cut: ends.len() - keep, bytes_cut: found.bytes.len() as u64 - offset };
     if cut.records_cut > 0 {
         let size = device.size().map_err(io("read log size"))?;
-        zero_tail(&mut device, offset, size).map_err(io("cut log"))?;
+        zero_tail(device.as_mut(), offset, size).map_err(io("cut log"))?;
     }
     Ok(cut)
 }
