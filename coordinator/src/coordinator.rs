@@ -326,6 +326,12 @@ struct Passive {
     log: ShippedLogKind,
     /// The live backups (they receive log records from the primary, not batches from here).
     backups: Vec<NodeId>,
+    /// Backups that rejoined, each with the first batch sent after the membership naming it:
+    /// the primary waits for them (sync shipping) once that membership reached it, which the
+    /// primary's answer to that batch proves — only then may one be promoted. Promoting one
+    /// before would lose what the primary acknowledged without waiting for it. (Found by
+    /// `glass sim --mode active-passive --shipping sync --seed 121`.)
+    confirming: Vec<(NodeId, Seq)>,
     /// The batches sent to the primary and not yet answered, kept so a promoted backup can
     /// execute those it never received.
     unanswered: std::collections::VecDeque<wire::messages::Batch>,
@@ -415,6 +421,7 @@ impl Coordinator {
                         true => Replication::Passive(Passive {
                             log,
                             backups: p.replicas[1..].to_vec(),
+                            confirming: Vec::new(),
                             unanswered: Default::default(),
                             backup_applied: BTreeMap::new(),
                             last_primary: None,
@@ -640,7 +647,9 @@ impl Coordinator {
             NodeToCoordinator::Heartbeat { .. } => {}
             NodeToCoordinator::BackupApplied { partition, seq } => {
                 let passive = self.partitions.get_mut(&partition).and_then(Partition::passive_mut);
-                if let Some(s) = passive.filter(|s| s.backups.contains(&from)) {
+                if let Some(s) =
+                    passive.filter(|s| s.backups.contains(&from) || s.confirming.iter().any(|c| c.0 == from))
+                {
                     let applied = s.backup_applied.entry(from).or_default();
                     *applied = (*applied).max(seq);
                 }
@@ -850,6 +859,16 @@ impl Coordinator {
             }));
             return;
         };
+        let planned = p.joining[at].1;
+        if p.passive().is_some() && snapshot_seq + 1 < planned {
+            // A copy taken under a plan a promotion replaced (the new plan was on its way):
+            // the node rejoins again when the new plan reaches it.
+            out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("Rejoined with a copy of batch {snapshot_seq}, older than its plan's batch {planned}"),
+            }));
+            return;
+        }
         p.joining.remove(at);
         let sent = p.agreement.next_seq().saturating_sub(1);
         if let Some((done, until)) = p.catching_up_mut().and_then(|c| c.get_mut(&from)) {
@@ -858,10 +877,13 @@ impl Coordinator {
         }
         match &mut p.replication {
             Replication::Passive(s) => {
-                if s.backups.contains(&from) || p.agreement.is_stopped() {
+                if s.backups.contains(&from) || s.confirming.iter().any(|c| c.0 == from) || p.agreement.is_stopped() {
                     return;
                 }
-                s.backups.push(from);
+                s.confirming.push((from, p.agreement.next_seq()));
+                // Its copy holds every batch through `snapshot_seq`.
+                let applied = s.backup_applied.entry(from).or_default();
+                *applied = (*applied).max(snapshot_seq);
             }
             Replication::ActiveActive { .. } => {
                 if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
@@ -1098,13 +1120,19 @@ impl Partition {
             while s.unanswered.front().is_some_and(|b| b.seq <= seq) {
                 s.unanswered.pop_front();
             }
+            // The primary answered a batch sent after the membership naming these backups:
+            // it waits for them now, and they may be promoted.
+            let (confirmed, still): (Vec<_>, Vec<_>) = s.confirming.drain(..).partition(|&(_, from)| from <= seq);
+            s.confirming = still;
+            s.backups.extend(confirmed.into_iter().map(|(n, _)| n));
         }
     }
 
     /// The live replicas: the executing ones (the primary, in the passive modes), then the
     /// backups.
     fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.agreement.live().iter().chain(self.backups()).copied()
+        let confirming = self.passive().into_iter().flat_map(|s| s.confirming.iter().map(|c| c.0));
+        self.agreement.live().iter().chain(self.backups()).copied().chain(confirming)
     }
 
     /// Why a request cannot be served now, if it cannot.
@@ -1143,9 +1171,13 @@ impl Partition {
         // among equals).
         let Some(s) = self.passive() else { return };
         let applied = |b: &NodeId| s.backup_applied.get(b).copied().unwrap_or(0);
-        let most_applied = s.backups.iter().map(applied).max().unwrap_or(0);
-        let best = s.backups.iter().copied().find(|b| applied(b) == most_applied);
         let first_unanswered = s.unanswered.front().map_or(self.agreement.next_seq(), |b| b.seq);
+        // A backup not yet confirmed may be promoted only if it reported applying every
+        // answered batch.
+        let confirming = s.confirming.iter().map(|c| c.0).filter(|b| applied(b) + 1 >= first_unanswered);
+        let candidates: Vec<NodeId> = s.backups.iter().copied().chain(confirming).collect();
+        let most_applied = candidates.iter().map(applied).max().unwrap_or(0);
+        let best = candidates.iter().copied().find(|b| applied(b) == most_applied);
         let Some(backup) = best else {
             let primary = self.agreement.live().first().copied();
             if let Some(s) = self.passive_mut() {
@@ -1186,7 +1218,9 @@ impl Partition {
         let (backups, unanswered) = match self.passive_mut() {
             Some(s) => {
                 s.backup_applied.clear();
-                (std::mem::take(&mut s.backups), std::mem::take(&mut s.unanswered))
+                let confirming = s.confirming.drain(..).map(|c| c.0);
+                let dropped: Vec<NodeId> = std::mem::take(&mut s.backups).into_iter().chain(confirming).collect();
+                (dropped, std::mem::take(&mut s.unanswered))
             }
             None => Default::default(),
         };
@@ -1217,6 +1251,22 @@ impl Partition {
         self.sequencer.complete(unknown);
         self.resend_reads(from, out);
         self.prune_reads();
+        // Rejoins planned from the failed primary go on from the new one: it ships to them
+        // from the next batch on, and they copy it. (Found by `glass sim --mode
+        // active-passive --seed 16`: a rejoin planned before a promotion finished with a copy
+        // from another node, and the new primary, never told to ship to it, left it behind.)
+        let from_seq = self.sequencer.next_seq();
+        let joiners: Vec<NodeId> = self.joining.iter().map(|(n, _)| *n).filter(|&n| n != from).collect();
+        self.joining = joiners.iter().map(|&n| (n, from_seq)).collect();
+        for node in joiners {
+            let partition = self.id;
+            out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::ShipTo { partition, backup: node } });
+            out.push(Output::Event(Event::Rejoining { partition, node, source: from, from_seq }));
+            out.push(Output::ToNodes {
+                nodes: vec![node],
+                msg: CoordinatorToNode::RejoinPlan { partition, source: from, from_seq },
+            });
+        }
         self.phase = Phase::Serving;
         *epoch += 1;
         let live: Vec<NodeId> = self.members().collect();
@@ -1263,6 +1313,7 @@ impl Partition {
         self.joining.clear();
         if let Some(s) = self.passive_mut() {
             s.backups.clear();
+            s.confirming.clear();
             s.unanswered.clear();
             s.last_primary = None;
         }
@@ -1345,6 +1396,7 @@ impl Partition {
     fn replica_down(&mut self, node: NodeId, epoch: &mut u64, out: &mut Vec<Output>) {
         if let Some(s) = self.passive_mut() {
             s.backups.retain(|&b| b != node);
+            s.confirming.retain(|c| c.0 != node);
         }
         if let Phase::Promoting { backup } = self.phase {
             if backup == node {
@@ -1353,9 +1405,21 @@ impl Partition {
                 self.promote_next(out);
                 return;
             }
+            if self.agreement.live() == [node] {
+                // The failed primary the promotion replaces, failing again (its restarted
+                // process asked to rejoin, then went too): the promotion already answers for
+                // it. Found by `glass sim --mode active-passive --shipping sync --seed 15`,
+                // where it left the partition with no live replica.
+                return;
+            }
         }
         let primary_failed = self.passive().is_some() && self.agreement.live() == [node];
-        if primary_failed && self.phase == Phase::Serving && !self.backups().is_empty() {
+        // A primary failing while the partition still loads is replaced too: its backups load
+        // the same state (found by `glass sim --mode active-passive --seed 22`, where such a
+        // partition was left with no live replica and never served).
+        let any_backup = !self.backups().is_empty() || self.passive().is_some_and(|s| !s.confirming.is_empty());
+        if primary_failed && matches!(self.phase, Phase::Serving | Phase::Loading) && any_backup {
+            self.loaded.remove(&node);
             self.promote_next(out);
             return;
         }

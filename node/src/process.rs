@@ -125,8 +125,8 @@ enum Work {
     Tool { req: ToolRequest, reply: mpsc::Sender<ToolReply> },
     /// A peer node's shipment, snapshot or log base request; replies go to `reply`.
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
-    /// Rejoin: the starting state fetched from a live replica (or why it failed).
-    Fetched(Box<Result<Fetched, RejoinError>>),
+    /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
+    Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
     /// The coordinator link came back after breaking: drop the replica's state and rejoin;
     /// messages are sent under link epoch `epoch` from now on.
     Rejoin { epoch: u64 },
@@ -733,7 +733,7 @@ impl Executor {
         let effects = match work {
             Work::Stop => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
-            Work::Fetched(fetched) => machine.on_fetched(*fetched),
+            Work::Fetched { source, fetched } => machine.on_fetched(source, *fetched),
             Work::Rejoin { epoch } => {
                 self.epoch.set(epoch);
                 *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -784,10 +784,10 @@ impl Executor {
             match effect {
                 Effect::Emit(m) => self.emit(m),
                 Effect::Reply { to, msg } => self.reply_to(&to, msg),
-                Effect::Fetch { source, after_seq, kind, delay_ms } => {
-                    match delay_ms {
-                        0 => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state"),
-                        _ => warn!(partition = pid, source, after_seq, delay_ms, "fetching the starting state again"),
+                Effect::Fetch { source, after_seq, kind, delay_ms, retrying } => {
+                    match retrying {
+                        None => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state"),
+                        Some(error) => warn!(partition = pid, source, error, "copy rejected; fetching it again"),
                     }
                     self.fetch(source, after_seq, kind, delay_ms);
                 }
@@ -839,7 +839,7 @@ impl Executor {
                         let mut db = engine::LeanDb::new();
                         let info =
                             snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
-                        Fetched::Copy { db, info }
+                        Fetched::Copy { db: Box::new(db), info }
                     }
                     FetchKind::LogBase => Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq).await?),
                 })
@@ -849,10 +849,11 @@ impl Executor {
                 .build()
                 .map_err(RejoinError::Thread)
                 .and_then(|rt| rt.block_on(fetch));
-            let _ = inbox.blocking_send(Work::Fetched(Box::new(result)));
+            let _ = inbox.blocking_send(Work::Fetched { source, fetched: Box::new(result) });
         });
         if let Err(e) = spawned {
-            let _ = self.self_inbox.try_send(Work::Fetched(Box::new(Err(RejoinError::Thread(e)))));
+            let failed = Box::new(Err(RejoinError::Thread(e)));
+            let _ = self.self_inbox.try_send(Work::Fetched { source, fetched: failed });
         }
     }
 
@@ -1076,7 +1077,7 @@ fn asked(work: &Work) -> Asked {
         }
         | Work::Peer { req: PeerRequest::Ship(_), .. }
         | Work::Coordinator(_)
-        | Work::Fetched(_)
+        | Work::Fetched { .. }
         | Work::Rejoin { .. }
         | Work::Stop => Asked::Other,
     }

@@ -360,13 +360,20 @@ impl Replica {
     }
 
     /// A primary's shipment to its backups (sent to the backups' nodes on the peer channel):
-    /// an acknowledgement for every shipment this applied, in order.
+    /// an acknowledgement for every shipment this applied, in order. A shipment this replica
+    /// already has (a rejoined backup's copy covered it, or a duplicate) is acknowledged
+    /// with how far it applied: acknowledgements are cumulative, and a sync primary's gate
+    /// waits for them — without one, the results of the batch a rejoined backup's copy ended
+    /// at would wait until the next shipment, forever if none came (`glass sim --mode
+    /// active-passive --shipping sync --seed 1`).
     pub fn on_ship(&mut self, shipment: Shipment) -> Result<Vec<PeerReply>, ReplicaError> {
-        Ok(self
-            .on_shipment(shipment)?
-            .into_iter()
-            .map(|seq| PeerReply::ShipAck { partition: self.partition, seq })
-            .collect())
+        let seq = shipment.seq;
+        let applied = self.on_shipment(shipment)?;
+        let partition = self.partition;
+        if applied.is_empty() && seq <= self.applied_seq() {
+            return Ok(vec![PeerReply::ShipAck { partition, seq: self.applied_seq() }]);
+        }
+        Ok(applied.into_iter().map(|seq| PeerReply::ShipAck { partition, seq }).collect())
     }
 
     /// A tool's read-only transaction (OrderStatus, StockLevel) on this replica now, outside

@@ -34,8 +34,11 @@ pub struct ShipGate {
     /// Live backups → the last shipment each acknowledged.
     acked: BTreeMap<NodeId, Seq>,
     /// Backups rejoining: shipped to, not waited for until a membership names them; the
-    /// last shipment each acknowledged.
+    /// last shipment each holds — acknowledged, or shipped before it began to rejoin (its
+    /// copy of this primary's state holds every batch shipped before then).
     catching_up: BTreeMap<NodeId, Seq>,
+    /// The last shipment that left.
+    last_shipped: Seq,
     /// Results waiting for acknowledgements (sync), in sequence order.
     held: VecDeque<Results>,
     /// When each unacknowledged shipment left, microseconds.
@@ -51,6 +54,7 @@ impl ShipGate {
             sync,
             acked: backups.iter().map(|&b| (b, 0)).collect(),
             catching_up: BTreeMap::new(),
+            last_shipped: 0,
             held: VecDeque::new(),
             shipped_at: BTreeMap::new(),
             stats: GateStats::default(),
@@ -66,15 +70,30 @@ impl ShipGate {
         self.acked.keys().chain(self.catching_up.keys()).copied().collect::<BTreeSet<_>>().into_iter()
     }
 
-    /// A backup rejoining: ship to it from now on, without waiting for it.
-    pub fn add_catching_up(&mut self, backup: NodeId) {
-        if !self.acked.contains_key(&backup) {
-            self.catching_up.insert(backup, 0);
+    /// A backup rejoining: ship to it from now on, without waiting for it until a membership
+    /// names it. A backup still counted live here rejoins as a new process (it restarted
+    /// before the coordinator's membership without it arrived): what its old process
+    /// acknowledged no longer counts, and the results waiting for it are released, as a
+    /// membership without it would release them. Returns those results.
+    ///
+    /// The backup's copy of the partition is taken after this (the coordinator planned the
+    /// rejoin from the batch after its `ShipTo`), so it holds every shipment that left before:
+    /// it counts as acknowledged through them. Without that, a sync primary idle after the
+    /// rejoin would hold those batches' results for acknowledgements of shipments the backup
+    /// never received (`glass sim --mode active-passive --shipping sync --seed 15`).
+    pub fn add_catching_up(&mut self, backup: NodeId) -> Vec<Results> {
+        self.acked.remove(&backup);
+        self.catching_up.insert(backup, self.last_shipped);
+        if self.acked.is_empty() {
+            self.shipped_at.clear();
         }
+        self.forget_acked();
+        self.release()
     }
 
     /// Shipment `seq` left for the backups at `now_us`.
     pub fn on_shipped(&mut self, seq: Seq, now_us: u64) {
+        self.last_shipped = self.last_shipped.max(seq);
         if !self.acked.is_empty() {
             self.shipped_at.insert(seq, now_us);
         }
@@ -216,6 +235,39 @@ mod tests {
         assert_eq!(g.backups().collect::<Vec<_>>(), vec![2]);
         g.on_membership(&[1]);
         assert_eq!(seqs(&g.on_results(results(2))), vec![2], "no backup left: nothing to wait for");
+    }
+
+    /// Found by `glass sim --mode active-passive --shipping sync --seed 11`: a backup that
+    /// restarted before the membership without it reached its primary rejoined while still
+    /// counted live at the gate; the gate kept waiting for acknowledgements its old process
+    /// would never send, and the partition's last results never left.
+    #[test]
+    fn a_backup_rejoining_while_counted_live_is_not_waited_for_until_named_again() {
+        let mut g = ShipGate::new(1, &[2], true);
+        g.on_shipped(1, 0);
+        assert!(g.on_results(results(1)).is_empty(), "waiting for node 2");
+        assert_eq!(seqs(&g.add_catching_up(2)), vec![1], "its old process's acknowledgement will never come");
+        g.on_shipped(2, 10);
+        assert_eq!(seqs(&g.on_results(results(2))), vec![2], "catching up: not waited for");
+        g.on_membership(&[1, 2]);
+        g.on_shipped(3, 20);
+        assert!(g.on_results(results(3)).is_empty(), "live again: waited for");
+        assert_eq!(seqs(&g.on_ack(2, 3, 30)), vec![3]);
+    }
+
+    /// Found by `glass sim --mode active-passive --shipping sync --seed 15`: a backup that
+    /// rejoins holds, in its copy, every shipment that left before its `ShipTo`.
+    #[test]
+    fn a_rejoined_backup_counts_as_holding_what_was_shipped_before_it_rejoined() {
+        let mut g = ShipGate::new(1, &[2], true);
+        g.on_shipped(1, 0);
+        assert!(g.on_results(results(1)).is_empty(), "waiting for node 2");
+        g.on_membership(&[1]);
+        g.add_catching_up(3);
+        g.on_membership(&[1, 3]);
+        g.on_shipped(2, 10);
+        assert!(g.on_results(results(2)).is_empty(), "node 3 is waited for from batch 2 on");
+        assert_eq!(seqs(&g.on_ack(3, 2, 20)), vec![2]);
     }
 
     #[test]

@@ -272,6 +272,9 @@ pub struct Sim {
     events: Vec<Event>,
     violations: Vec<Violation>,
     stats: SimStats,
+    /// The batch each transaction rode in, by partition and timestamp (the first batch sent
+    /// with it: a promotion resends a batch with its number).
+    batch_of: BTreeMap<(PartitionId, wire::messages::Timestamp), Seq>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -375,6 +378,7 @@ impl Sim {
             events: Vec::new(),
             violations: Vec::new(),
             stats: SimStats::default(),
+            batch_of: BTreeMap::new(),
             config: config.clone(),
         }
     }
@@ -473,6 +477,25 @@ impl Sim {
         snapshot_copy(node, r, wire::messages::StateDigest(0)).ok().map(|(db, _)| db)
     }
 
+    /// Whether the transaction at `ts` rode, in `partition`, in a batch a promotion lost: one
+    /// the failed primary executed and the promoted backup had not applied (async shipping
+    /// answers before the backups apply: docs/design.md §10).
+    pub fn lost_in_failover(&self, partition: PartitionId, ts: wire::messages::Timestamp) -> bool {
+        let Some(&seq) = self.batch_of.get(&(partition, ts)) else { return false };
+        self.events.iter().any(|e| {
+            matches!(e, Event::Promoted { partition: p, applied_seq, next_seq, .. }
+                if *p == partition && *applied_seq < seq && seq < *next_seq)
+        })
+    }
+
+    /// Whether some promotion lost batches (async shipping: the failed primary answered
+    /// batches its promoted backup had not applied).
+    pub fn lost_a_batch_in_failover(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e, Event::Promoted { applied_seq, next_seq, .. } if applied_seq + 1 < *next_seq))
+    }
+
     /// Whether some replica is rejoining (or gave up rejoining).
     pub fn is_rejoining(&self) -> bool {
         self.nodes.values().any(|n| n.partitions.values().any(|p| p.standing() != Standing::Serving))
@@ -511,6 +534,12 @@ impl Sim {
                 link: n.link,
                 link_alive: n.link_alive,
                 live: self.coordinator.is_node_live(id),
+                shipping_to: n
+                    .machine
+                    .backups()
+                    .into_iter()
+                    .map(|(p, b)| (p, b, n.machine.gate_held(p).unwrap_or(0)))
+                    .collect(),
                 slots: n
                     .partitions
                     .iter()
@@ -544,6 +573,14 @@ impl Sim {
         for o in out {
             match o {
                 Output::ToNodes { nodes, msg } => {
+                    if let CoordinatorToNode::Batch(b) = &msg {
+                        for t in &b.txns {
+                            self.batch_of.entry((b.partition, t.ts)).or_insert(b.seq);
+                        }
+                    }
+                    if matches!(msg, CoordinatorToNode::Membership { .. }) {
+                        self.trace_line(|| format!("the coordinator sends {nodes:?} {msg:?}"));
+                    }
                     for n in nodes {
                         self.send_to_node(n, msg.clone());
                     }
@@ -625,11 +662,17 @@ impl Sim {
                 self.route(out);
             }
             Carried::ToNode(msg) => {
+                if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::ShipTo { .. }) {
+                    self.trace_line(|| format!("node {} gets {msg:?}", e.node));
+                }
                 let effects = self.node_mut(e.node).machine.on_coordinator(msg);
                 self.perform(e.node, effects);
             }
             Carried::Peer { from, from_process, msg: PeerMsg::Ship(shipment) } => {
                 let partition = shipment.partition;
+                self.trace_line(|| {
+                    format!("node {} gets node {from}'s shipment {} of p{partition}", e.node, shipment.seq)
+                });
                 let reply = PeerAddr { node: from, process: from_process };
                 let Some(m) = self.node_mut(e.node).partitions.get_mut(&partition) else {
                     self.violations.push(Violation::UnheldPartition { node: e.node, partition });
@@ -639,6 +682,12 @@ impl Sim {
                 self.perform_partition(e.node, partition, effects);
             }
             Carried::Peer { from, msg: PeerMsg::Ack { partition, seq }, .. } => {
+                self.trace_line(|| {
+                    format!(
+                        "node {} gets node {from}'s acknowledgement of p{partition} shipments through {seq}",
+                        e.node
+                    )
+                });
                 let now = self.now_us;
                 let effects = self.node_mut(e.node).machine.on_ack(from, partition, seq, now);
                 self.perform(e.node, effects);
@@ -662,6 +711,9 @@ impl Sim {
                     self.perform_partition(node, partition, effects);
                 }
                 NodeEffect::Ship { backups, shipment } => {
+                    self.trace_line(|| {
+                        format!("node {node} ships p{} batch {} to {backups:?}", shipment.partition, shipment.seq)
+                    });
                     for b in backups {
                         let reached = self.nodes[&node].peers.get(&b).copied();
                         let to = &self.nodes[&b];
@@ -671,6 +723,7 @@ impl Sim {
                             self.net.send(Envelope { node: b, link: to.process, msg });
                         } else {
                             // The link to the backup's process is gone: its task ended.
+                            self.trace_line(|| format!("node {node} lost its link to backup {b}"));
                             queue.extend(self.node_mut(node).machine.on_backup_lost(b));
                         }
                     }
@@ -710,7 +763,7 @@ impl Sim {
                 Effect::Reply { msg, .. } => {
                     self.violations.push(Violation::UnexpectedMessage { node, name: msg.name() })
                 }
-                Effect::Fetch { source, after_seq, kind, delay_ms } => {
+                Effect::Fetch { source, after_seq, kind, delay_ms, .. } => {
                     let process = self.nodes[&node].process;
                     let at_us = self.now_us + delay_ms * 1_000;
                     self.fetches.push(PendingFetch { node, process, partition, source, after_seq, kind, at_us });
@@ -762,7 +815,7 @@ impl Sim {
                 self.stats.fetches_failed += 1;
             }
             let Some(m) = self.node_mut(f.node).partitions.get_mut(&f.partition) else { continue };
-            let effects = m.on_fetched(outcome);
+            let effects = m.on_fetched(f.source, outcome);
             self.perform_partition(f.node, f.partition, effects);
         }
     }
@@ -794,7 +847,7 @@ impl Sim {
                 // replica's digest in every build.
                 let digest = if cfg!(debug_assertions) { r.state_digest() } else { wire::messages::StateDigest(0) };
                 match snapshot_copy(f.source, r, digest) {
-                    Ok((db, info)) => Some(Ok(Fetched::Copy { db, info })),
+                    Ok((db, info)) => Some(Ok(Fetched::Copy { db: Box::new(db), info })),
                     Err(e) => {
                         let error = std::sync::Arc::new(e);
                         self.violations.push(Violation::BadSnapshot { node: f.node, partition: f.partition, error });
@@ -854,6 +907,13 @@ impl Sim {
     }
 
     // ----- faults -----
+
+    /// One line of `--trace` output (built only when tracing).
+    fn trace_line(&self, line: impl FnOnce() -> String) {
+        if self.trace {
+            eprintln!("{:>10} µs step {:>6}: {}", self.now_us - START_US, self.step, line());
+        }
+    }
 
     fn trace_fault(&self, what: &str, node: NodeId) {
         if self.trace {
@@ -954,6 +1014,13 @@ impl Sim {
         self.stats.mutes += 1;
     }
 
+    /// Whether `node`'s process runs with its coordinator link broken: its machine dials
+    /// again by itself (no operator restarts it).
+    pub fn is_redialing(&self, node: NodeId) -> bool {
+        let n = &self.nodes[&node];
+        n.up && !n.link_alive
+    }
+
     /// Whether `node` may be restarted: the coordinator counts it failed.
     pub fn can_restart(&self, node: NodeId) -> bool {
         !self.coordinator.is_node_live(node)
@@ -1004,20 +1071,38 @@ impl Sim {
     /// every replica (active-active keeps no log: such a partition could not come back, which
     /// is the replication factor's promise, not something to test).
     pub fn others_solid(&self, node: NodeId) -> bool {
+        self.coordinator
+            .status()
+            .iter()
+            .all(|st| st.live_replicas.iter().any(|&m| m != node && self.solid(m, st.partition)))
+    }
+
+    /// Whether node `m`'s process runs, its link is connected, its heartbeats flow, the
+    /// coordinator counts it live, and its replica of `partition` serves.
+    fn solid(&self, m: NodeId, partition: PartitionId) -> bool {
+        let n = &self.nodes[&m];
+        n.up && n.link_alive
+            && self.now_us >= n.mute_until_us
+            && self.coordinator.is_node_live(m)
+            && n.partitions.get(&partition).and_then(Partition::replica).is_some_and(|r| r.stopped().is_none())
+    }
+
+    /// Whether a fault may be drawn on `node` now: [`Sim::others_solid`], and in the passive
+    /// modes every other replica of every partition solid and counted: a promotion drops the
+    /// backups it does not promote (docs/design.md §10: a promoted backup ships to no one
+    /// until the others rejoin), so a second fault while one is being handled could take a
+    /// partition's last replica — the replication factor's promise again, not a defect.
+    pub fn may_fault(&self, node: NodeId) -> bool {
+        if !self.others_solid(node) {
+            return false;
+        }
+        if !self.mode.is_passive() {
+            return true;
+        }
         let status = self.coordinator.status();
-        status.iter().all(|st| {
-            st.live_replicas.iter().any(|&m| {
-                m != node && {
-                    let n = &self.nodes[&m];
-                    n.up && n.link_alive
-                        && self.now_us >= n.mute_until_us
-                        && self.coordinator.is_node_live(m)
-                        && n.partitions
-                            .get(&st.partition)
-                            .and_then(Partition::replica)
-                            .is_some_and(|r| r.stopped().is_none())
-                }
-            })
+        self.config.partitions.iter().all(|p| {
+            let Some(st) = status.iter().find(|st| st.partition == p.id) else { return false };
+            p.replicas.iter().all(|&m| m == node || (st.live_replicas.contains(&m) && self.solid(m, p.id)))
         })
     }
 
@@ -1032,21 +1117,21 @@ impl Sim {
         let node = ids[self.rng.below(ids.len() as u64) as usize];
         let mut at = f.crash_per_10k;
         if roll < at {
-            if self.nodes[&node].up && self.others_solid(node) {
+            if self.nodes[&node].up && self.may_fault(node) {
                 self.crash(node);
             }
             return;
         }
         at += f.drop_per_10k;
         if roll < at {
-            if self.others_solid(node) {
+            if self.may_fault(node) {
                 self.drop_link(node);
             }
             return;
         }
         at += f.mute_per_10k;
         if roll < at {
-            if self.nodes[&node].up && self.others_solid(node) {
+            if self.nodes[&node].up && self.may_fault(node) {
                 let timeout_us = self.config.timeouts.failure_timeout_ms * 1_000;
                 let us = self.rng.uniform(timeout_us / 2, 3 * timeout_us);
                 self.mute(node, us);
@@ -1054,7 +1139,7 @@ impl Sim {
             return;
         }
         at += f.restart_per_10k;
-        if roll < at && !self.is_healthy(node) && self.can_restart(node) {
+        if roll < at && !self.is_healthy(node) && !self.is_redialing(node) && self.can_restart(node) {
             self.restart(node);
         }
     }
@@ -1102,12 +1187,12 @@ impl Sim {
         let faults = self.faults;
         self.faults.net = NetFaults::CALM;
         self.net.release_all();
-        let mut result = Err(SimError::NotDrained { deliveries: DRAIN_DELIVERIES_MAX });
+        let mut drained = false;
         for _ in 0..DRAIN_DELIVERIES_MAX {
             if self.net.all(|e| !self.deliverable(e)) && self.coordinator.status().iter().all(|p| p.inflight_txns == 0)
             {
                 self.net.clear();
-                result = Ok(());
+                drained = true;
                 break;
             }
             self.deliver_one();
@@ -1115,7 +1200,21 @@ impl Sim {
             self.advance(50);
         }
         self.faults = faults;
-        result
+        if drained {
+            return Ok(());
+        }
+        let in_flight = std::cell::Cell::new(0);
+        let _ = self.net.all(|e| {
+            in_flight.set(in_flight.get() + usize::from(self.deliverable(e)));
+            true
+        });
+        let in_flight = in_flight.get();
+        Err(SimError::NotDrained {
+            deliveries: DRAIN_DELIVERIES_MAX,
+            in_flight,
+            nodes: self.node_reports(),
+            coordinator: self.coordinator.status(),
+        })
     }
 
     /// Asks the coordinator for `partition`'s digests through the ordered path and drains.

@@ -79,8 +79,8 @@ pub enum SimError {
     #[error("STOCK (w {w}, i {i}) is missing")]
     StockMissing { w: u16, i: u32 },
     /// The cluster did not drain.
-    #[error("the cluster did not drain within {deliveries} deliveries")]
-    NotDrained { deliveries: usize },
+    #[error("the cluster did not drain within {deliveries} deliveries ({in_flight} messages deliverable):{}", Described { nodes, coordinator })]
+    NotDrained { deliveries: usize, in_flight: usize, nodes: Vec<NodeReport>, coordinator: Vec<PartitionStatus> },
     /// The cluster did not heal.
     #[error("the cluster did not heal in {rounds} rounds:{}", Described { nodes, coordinator })]
     NotHealed { rounds: usize, nodes: Vec<NodeReport>, coordinator: Vec<PartitionStatus> },
@@ -133,6 +133,9 @@ pub struct NodeReport {
     /// Whether the coordinator counts it live.
     pub live: bool,
     pub slots: Vec<(PartitionId, SlotReport)>,
+    /// The backups each partition this node is primary of ships to, and how many batches'
+    /// results its gate holds for their acknowledgements.
+    pub shipping_to: Vec<(PartitionId, Vec<NodeId>, usize)>,
 }
 
 /// What a node held for one partition.
@@ -178,6 +181,9 @@ impl fmt::Display for NodeReport {
                 write!(f, "; ")?;
             }
             write!(f, "p{p} {slot}")?;
+        }
+        for (p, backups, held) in &self.shipping_to {
+            write!(f, "; p{p} ships to {backups:?} ({held} results held)")?;
         }
         Ok(())
     }

@@ -18,8 +18,21 @@
 //!   carries the receiving process's id instead (and the sender's, in [`Carried::Peer`]):
 //!   when either process is gone, the connection is, and the message with it.
 //!
+//! - some messages mean something only in their place in the stream — `ShipTo` ("ship from the
+//!   next batch on"), `Promote` ("execute from here on") and `Membership` ("wait for these
+//!   backups from the next batch on") — and the real link, one ordered QUIC stream, keeps
+//!   that place. So does a peer link, in full: shipments and acknowledgements travel in
+//!   order (a backup tolerates reordered shipments, but a shipment held back behind a
+//!   thousand later ones is not something a QUIC stream does, and a sync primary's promise is
+//!   about what its backups hold by the time it answers). Such a message is a *barrier*: nothing sent before it on
+//!   its link is delivered after it, and nothing sent after it before it
+//!   ([`Envelope::is_barrier`]); between barriers the reordering above is free. (Found when
+//!   the simulator first ran active-passive: a `ShipTo` overtaken by the batches after it left
+//!   the rejoining backup a gap it could never fill.)
+//!
 //! Guarantees: the order of everything is a function of the [`Rng`] passed in; nothing is
-//! delivered twice unless [`Network::deliver`] was asked to leave a duplicate.
+//! delivered twice unless [`Network::deliver`] was asked to leave a duplicate; no message
+//! crosses a barrier of its link.
 
 use engine::rng::Rng;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
@@ -72,6 +85,26 @@ impl Envelope {
         }
     }
 
+    /// Whether this message keeps its place in its link's stream (see the module comment).
+    pub fn is_barrier(&self) -> bool {
+        matches!(
+            &self.msg,
+            Carried::ToNode(
+                CoordinatorToNode::ShipTo { .. }
+                    | CoordinatorToNode::Promote { .. }
+                    | CoordinatorToNode::Membership { .. }
+            ) | Carried::Peer { .. }
+        )
+    }
+
+    /// Whether `other` travels the same ordered stream as this one.
+    fn same_stream(&self, other: &Envelope) -> bool {
+        self.node == other.node
+            && self.link == other.link
+            && self.direction() == other.direction()
+            && matches!(self.msg, Carried::Peer { .. }) == matches!(other.msg, Carried::Peer { .. })
+    }
+
     /// Whether a duplicate of this message is something its receiver must tolerate.
     fn may_duplicate(&self) -> bool {
         match &self.msg {
@@ -107,19 +140,38 @@ impl NetFaults {
     pub const ADVERSARIAL: NetFaults = NetFaults { duplicate_pct: 10, hold_pct: 5, hold_steps: 300, newest_pct: 40 };
 }
 
+/// A message in flight, numbered in the order it was sent.
+#[derive(Debug, Clone)]
+struct Sent {
+    n: u64,
+    e: Envelope,
+}
+
 /// The messages in flight and held back.
 #[derive(Debug, Default)]
 pub struct Network {
-    in_flight: Vec<Envelope>,
+    in_flight: Vec<Sent>,
     /// Held messages and the step at which they come back in flight.
-    held: Vec<(u64, Envelope)>,
+    held: Vec<(u64, Sent)>,
+    /// Messages sent so far (each one's number).
+    sent: u64,
     /// Messages lost to broken links so far.
     pub lost: u64,
 }
 
 impl Network {
     pub fn send(&mut self, envelope: Envelope) {
-        self.in_flight.push(envelope);
+        self.sent += 1;
+        self.in_flight.push(Sent { n: self.sent, e: envelope });
+    }
+
+    /// Whether in-flight message `i` may be delivered now: no barrier sent before it on its
+    /// stream is still undelivered, and, a barrier itself, nothing sent before it is.
+    fn may_deliver(&self, i: usize) -> bool {
+        let me = &self.in_flight[i];
+        let barrier = me.e.is_barrier();
+        let blocks = |o: &Sent| o.n < me.n && o.e.same_stream(&me.e) && (barrier || o.e.is_barrier());
+        !self.in_flight.iter().any(blocks) && !self.held.iter().any(|(_, o)| blocks(o))
     }
 
     /// Takes one message in flight to deliver, chosen from `rng`, or `None` when none is in
@@ -128,21 +180,33 @@ impl Network {
         if self.in_flight.is_empty() {
             return None;
         }
-        let i = if rng.below(100) < faults.newest_pct {
+        let mut i = if rng.below(100) < faults.newest_pct {
             self.in_flight.len() - 1
         } else {
             rng.below(self.in_flight.len() as u64) as usize
         };
-        let envelope = if rng.below(100) < faults.duplicate_pct && self.in_flight[i].may_duplicate() {
+        if !self.may_deliver(i) {
+            // The oldest message of its stream in flight goes instead, if a barrier allows.
+            let stream = self.in_flight[i].e.clone();
+            let oldest = (0..self.in_flight.len())
+                .filter(|&j| self.in_flight[j].e.same_stream(&stream))
+                .min_by_key(|&j| self.in_flight[j].n)
+                .expect("i itself is of its stream");
+            if !self.may_deliver(oldest) {
+                return None;
+            }
+            i = oldest;
+        }
+        let sent = if rng.below(100) < faults.duplicate_pct && self.in_flight[i].e.may_duplicate() {
             self.in_flight[i].clone()
         } else {
             self.in_flight.swap_remove(i)
         };
         if rng.below(100) < faults.hold_pct {
-            self.held.push((step + faults.hold_steps, envelope));
+            self.held.push((step + faults.hold_steps, sent));
             return None;
         }
-        Some(envelope)
+        Some(sent.e)
     }
 
     /// Puts the held messages due by `step` back in flight.
@@ -163,10 +227,10 @@ impl Network {
     /// Loses every message in flight or held on node `node`'s link `link` going `direction`
     /// (both ways when `None`); returns how many.
     pub fn cut(&mut self, node: NodeId, link: u64, direction: Option<Direction>) -> usize {
-        let on_link = |e: &Envelope| e.node == node && e.link == link && direction.is_none_or(|d| d == e.direction());
+        let on_link = |s: &Sent| s.e.node == node && s.e.link == link && direction.is_none_or(|d| d == s.e.direction());
         let before = self.in_flight.len() + self.held.len();
-        self.in_flight.retain(|e| !on_link(e));
-        self.held.retain(|(_, e)| !on_link(e));
+        self.in_flight.retain(|s| !on_link(s));
+        self.held.retain(|(_, s)| !on_link(s));
         let lost = before - self.in_flight.len() - self.held.len();
         self.lost += lost as u64;
         lost
@@ -183,7 +247,7 @@ impl Network {
 
     /// Whether every message in flight or held satisfies `f`.
     pub fn all(&self, f: impl Fn(&Envelope) -> bool) -> bool {
-        self.in_flight.iter().all(&f) && self.held.iter().all(|(_, e)| f(e))
+        self.in_flight.iter().all(|s| f(&s.e)) && self.held.iter().all(|(_, s)| f(&s.e))
     }
 
     /// Forgets every message (the caller established none can be delivered).

@@ -76,6 +76,12 @@ pub struct SeedReport {
     pub failed: u64,
     /// Acknowledged NewOrders and Payments found in the final state.
     pub acks_checked: u64,
+    /// Acknowledged NewOrders and Payments lost in an async-shipping failover (the promoted
+    /// backup had not applied them): 0 unless shipping is async.
+    pub acks_lost_async: u64,
+    /// Such a failover lost batches, so the consistency conditions across partitions were
+    /// not required of this run.
+    pub consistency_waived: bool,
     /// Each partition's final batch and digest (equal on every replica).
     pub digests: Vec<(PartitionId, Seq, StateDigest)>,
     /// A hash of every answer in the order it came.
@@ -135,7 +141,8 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         return Err(fail(&sim, e.to_string()));
     }
     let checked = check_healed(&mut sim);
-    let Checked { digests, acks_checked } = checked.map_err(|e| fail(&sim, e.to_string()))?;
+    let Checked { digests, acks_checked, acks_lost_async, consistency_waived } =
+        checked.map_err(|e| fail(&sim, e.to_string()))?;
     let count = |f: fn(&ClientResult) -> bool| sim.count(f) as u64;
     let span = spans(&sim);
     Ok(SeedReport {
@@ -150,6 +157,8 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         outcome_unknown: count(|r| matches!(r, ClientResult::OutcomeUnknown { .. })),
         failed: count(|r| matches!(r, ClientResult::Failed { .. })),
         acks_checked,
+        acks_lost_async,
+        consistency_waived,
         digests,
         answer_log: sim.answer_log_digest(),
     })
@@ -160,8 +169,13 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
 pub struct Checked {
     /// Each partition's final batch and digest (equal on every replica).
     pub digests: Vec<(PartitionId, Seq, StateDigest)>,
-    /// Acknowledged NewOrders and Payments found in the final state.
+    /// Acknowledged NewOrders and Payments looked up in the final state.
     pub acks_checked: u64,
+    /// Of those, lost in an async-shipping failover (see [`check::acknowledged_present`]).
+    pub acks_lost_async: u64,
+    /// An async-shipping failover lost batches, so the consistency conditions across
+    /// partitions were not required.
+    pub consistency_waived: bool,
 }
 
 /// Every check [`run_seed`] makes on a healed cluster, in its order: drain, every request
@@ -177,10 +191,20 @@ pub fn check_healed(sim: &mut Sim) -> Result<Checked, SimError> {
         Err(alarm) => SimError::AlarmBefore { alarm: Box::new(alarm), after: Box::new(e) },
         Ok(()) => e,
     })?;
-    let acks_checked = check::acknowledged_present(sim)?;
-    check::consistency(sim)?;
-    check::stock_agrees_with_order_lines(sim)?;
-    Ok(Checked { digests, acks_checked })
+    let acked = check::acknowledged_present(sim)?;
+    // Async shipping may lose, in a failover, the batch the promoted backup had not applied —
+    // and with it one partition's half of a multi-partition transaction whose other half
+    // stays (a Payment's HISTORY row without its customer's balance, a NewOrder's lines
+    // without their remote stock). That is the loss the mode allows (docs/design.md §10), so
+    // the conditions across partitions are not required after such a loss: the run then
+    // still requires convergence and that every missing acknowledgement lies in a
+    // promotion's window. Every other run is held to all of them.
+    let waived = sim.lost_a_batch_in_failover();
+    if !waived {
+        check::consistency(sim)?;
+        check::stock_agrees_with_order_lines(sim)?;
+    }
+    Ok(Checked { digests, acks_checked: acked.checked, acks_lost_async: acked.lost_async, consistency_waived: waived })
 }
 
 /// The liveness phase: no more faults; every failed node is restarted once the coordinator
@@ -202,7 +226,7 @@ pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
             if sim.is_full_member(n) {
                 stuck[i] = 0;
             } else if !sim.is_healthy(n) {
-                if sim.can_restart(n) {
+                if sim.can_restart(n) && !sim.is_redialing(n) {
                     sim.restart(n);
                     stuck[i] = 0;
                 }

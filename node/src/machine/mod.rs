@@ -88,6 +88,9 @@ pub struct NodeMachine {
     heartbeat_us: u64,
     held: BTreeMap<PartitionId, Held>,
     gates: BTreeMap<PartitionId, ShipGate>,
+    /// The newest membership epoch seen of each partition: an older one arriving late is
+    /// not applied to a gate (it would drop a backup that rejoined since).
+    membership_epochs: BTreeMap<PartitionId, u64>,
     link: LinkState,
     next_heartbeat_us: u64,
     /// Times the link came back after breaking.
@@ -117,6 +120,7 @@ impl NodeMachine {
             heartbeat_us: config.timeouts.heartbeat_ms.max(1) * 1_000,
             held: partitions.iter().map(|&(p, role)| (p, Held { role })).collect(),
             gates,
+            membership_epochs: BTreeMap::new(),
             link: LinkState::Starting,
             next_heartbeat_us: now_us,
             reconnects: 0,
@@ -141,6 +145,12 @@ impl NodeMachine {
         self.gates.iter().map(|(&p, g)| (p, g.backups().collect())).collect()
     }
 
+    /// Results `partition`'s gate holds for acknowledgements (sync shipping), if this node is
+    /// its primary.
+    pub fn gate_held(&self, partition: PartitionId) -> Option<usize> {
+        self.gates.get(&partition).map(ShipGate::held)
+    }
+
     /// The lag figures of `partition`'s gate, if this node is its primary.
     pub fn gate_stats(&self, partition: PartitionId) -> Option<GateStats> {
         self.gates.get(&partition).map(ShipGate::stats)
@@ -159,14 +169,18 @@ impl NodeMachine {
         }
         let mut out = Vec::new();
         match &msg {
-            CoordinatorToNode::Membership { live, .. } => {
-                if let Some(gate) = self.gates.get_mut(&partition) {
-                    out.extend(released(gate.on_membership(live)));
+            CoordinatorToNode::Membership { live, epoch, .. } => {
+                let newest = self.membership_epochs.entry(partition).or_insert(0);
+                if *epoch > *newest {
+                    *newest = *epoch;
+                    if let Some(gate) = self.gates.get_mut(&partition) {
+                        out.extend(released(gate.on_membership(live)));
+                    }
                 }
             }
             CoordinatorToNode::ShipTo { backup, .. } => {
                 let gate = self.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], self.sync));
-                gate.add_catching_up(*backup);
+                out.extend(released(gate.add_catching_up(*backup)));
                 out.push(NodeEffect::OpenPeer { backup: *backup });
             }
             _ => {}

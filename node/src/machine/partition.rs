@@ -53,7 +53,7 @@ pub enum FetchKind {
 /// A fetched starting state.
 #[derive(Debug)]
 pub enum Fetched {
-    Copy { db: LeanDb, info: SnapshotInfo },
+    Copy { db: Box<LeanDb>, info: SnapshotInfo },
     LogBase(LogBaseReceived),
 }
 
@@ -67,9 +67,9 @@ pub enum Effect<R> {
     /// A reply to the peer that sent a shipment (its acknowledgement).
     Reply { to: R, msg: PeerReply },
     /// Fetch the starting state from node `source`, as of batch `after_seq` or later, after
-    /// waiting `delay_ms` (0 on the first attempt); hand the outcome to
-    /// [`PartitionMachine::on_fetched`].
-    Fetch { source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64 },
+    /// waiting `delay_ms` (0 on the first attempt; a retry says why the last one failed in
+    /// `retrying`); hand the outcome to [`PartitionMachine::on_fetched`].
+    Fetch { source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String> },
     /// Run restart recovery of this node's own full-stack database, cutting its log at `cut`
     /// first; hand the outcome to [`PartitionMachine::on_recovered`].
     Recover { cut: Option<CutAt> },
@@ -299,19 +299,35 @@ impl<R> PartitionMachine<R> {
     pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
         debug_assert!(msg.partition().is_none_or(|p| p == self.partition), "routed to its partition");
         match &mut self.state {
-            State::Serving(replica) => serve(replica, msg),
+            State::Serving(replica) => {
+                if let CoordinatorToNode::RejoinPlan { from_seq, .. } = &msg {
+                    if replica.role() == ReplicaRole::Backup && replica.applied_seq() + 1 < *from_seq {
+                        // A plan newer than the copy this backup installed: a promotion
+                        // replaced the primary it copied while its copy was on its way. The
+                        // coordinator does not count that copy; start over from the new one.
+                        self.state = State::Rejoining(Rejoin::default());
+                        return self.rejoin_step(msg);
+                    }
+                }
+                serve(replica, msg)
+            }
             State::Rejoining(_) => self.rejoin_step(msg),
             State::Failed(_) => Vec::new(),
         }
     }
 
     /// A primary's shipment (passive modes), to acknowledge to `reply`: applied by a serving
-    /// backup, held by a rejoining one, dropped unacknowledged by a failed one.
+    /// backup, held by a rejoining one, dropped unacknowledged by a failed one and by one that
+    /// executes (promoted: the shipment is a deposed primary's).
     pub fn on_shipment(&mut self, shipment: Shipment, reply: R) -> Vec<Effect<R>>
     where
         R: Clone,
     {
         match &mut self.state {
+            // A replica that executes was promoted (or rejoined as a primary's successor): a
+            // shipment now comes from a deposed primary that has not learned it yet (its link
+            // broke, or it went silent), whose batches the coordinator no longer counts.
+            State::Serving(replica) if replica.role() != ReplicaRole::Backup => Vec::new(),
             State::Serving(replica) => ship(replica, shipment, &reply),
             State::Rejoining(j) => {
                 j.held.shipments.push((shipment, reply));
@@ -333,7 +349,7 @@ impl<R> PartitionMachine<R> {
                 j.plan = Some((source, from_seq));
                 j.attempts = 1;
                 let kind = if full { FetchKind::LogBase } else { FetchKind::Copy };
-                vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0 }]
+                vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0, retrying: None }]
             }
             CoordinatorToNode::ResumeFromLog { from_seq, .. } if full => {
                 j.recovering = Some(Recovering::Resume { from_seq });
@@ -367,19 +383,21 @@ impl<R> PartitionMachine<R> {
         }
     }
 
-    /// The outcome of an [`Effect::Fetch`]: a verified starting state is installed (lean) or
-    /// recovery is asked for (full stack); a failure is retried, or ends the rejoin after
-    /// [`REJOIN_FETCH_ATTEMPTS`] attempts. A completion for a partition no longer rejoining (a
-    /// late duplicate) is dropped.
-    pub fn on_fetched(&mut self, fetched: Result<Fetched, RejoinError>) -> Vec<Effect<R>>
+    /// The outcome of an [`Effect::Fetch`] from node `source`: a verified starting state is
+    /// installed (lean) or recovery is asked for (full stack); a failure is retried, or ends
+    /// the rejoin after [`REJOIN_FETCH_ATTEMPTS`] attempts. A completion for a partition no
+    /// longer rejoining (a late duplicate), or from a source the current plan does not name
+    /// (the coordinator planned again from a new primary: the old one's state may hold
+    /// batches the new one never executed), is dropped.
+    pub fn on_fetched(&mut self, source: NodeId, fetched: Result<Fetched, RejoinError>) -> Vec<Effect<R>>
     where
         R: Clone,
     {
         let passive = self.mode.is_passive();
         let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
         let State::Rejoining(j) = &mut self.state else { return Vec::new() };
-        let Some((source, from_seq)) = j.plan else { return Vec::new() };
-        if j.recovering.is_some() {
+        let Some((planned, from_seq)) = j.plan else { return Vec::new() };
+        if j.recovering.is_some() || planned != source {
             return Vec::new();
         }
         let wanted = from_seq.saturating_sub(1);
@@ -388,8 +406,8 @@ impl<R> PartitionMachine<R> {
             Ok(Fetched::LogBase(base)) if base.seq < wanted => RejoinError::Stale { got: base.seq, wanted },
             Ok(Fetched::Copy { db, info }) => {
                 let replica = match passive {
-                    true => Replica::restored_backup(node, partition, db, info.seq, pending),
-                    false => Replica::restored(node, partition, db, info.seq, pending),
+                    true => Replica::restored_backup(node, partition, *db, info.seq, pending),
+                    false => Replica::restored(node, partition, *db, info.seq, pending),
                 };
                 let held = std::mem::take(&mut j.held);
                 return self.finish(replica, held, info.seq);
@@ -407,7 +425,8 @@ impl<R> PartitionMachine<R> {
         }
         j.attempts += 1;
         let kind = if self.mode == Mode::FullStack { FetchKind::LogBase } else { FetchKind::Copy };
-        vec![Effect::Fetch { source, after_seq: wanted, kind, delay_ms: CONNECT_RETRY_MS }]
+        let retrying = Some(failure.to_string());
+        vec![Effect::Fetch { source, after_seq: wanted, kind, delay_ms: CONNECT_RETRY_MS, retrying }]
     }
 
     /// The outcome of an [`Effect::Recover`] (full stack): the primary's log base applied on
