@@ -90,9 +90,18 @@ impl std::fmt::Debug for FullStack {
 
 /// The configuration of a full stack with `workers` worker threads: step 0, one session for
 /// each worker plus the executor thread's own (so 0 workers still has its one session).
-fn config(workers: usize) -> Config {
-    Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1)
+fn config(workers: usize, medium: &Medium) -> Config {
+    let mut c = Config::for_step(Step::new(0).expect("step 0 exists"), workers + 1);
+    if let Medium::Memory(_) = medium {
+        // A log in memory gains nothing from preallocated blocks (on a disk they halve the
+        // sync's cost), and the simulator opens thousands.
+        c.log_prealloc_bytes = MEMORY_LOG_PREALLOC_BYTES;
+    }
+    c
 }
+
+/// The log preallocation on an in-memory medium.
+const MEMORY_LOG_PREALLOC_BYTES: u64 = 256 << 10;
 
 impl FullStack {
     /// Creates the database in `dir` (emptied first: this build starts every run from the
@@ -141,7 +150,7 @@ impl FullStack {
         };
         let empty = FullStackStep::EmptyDir { dir };
         medium.erase().map_err(fail(empty))?;
-        let db = ConventionalDb::open_on(&medium, config(workers)).map_err(fail(FullStackStep::Open))?;
+        let db = ConventionalDb::open_on(&medium, config(workers, &medium)).map_err(fail(FullStackStep::Open))?;
         let mut session = db.session().map_err(fail(FullStackStep::Session))?;
         load_database_scaled(&mut session, warehouses, seed, scale, progress)?;
         db.checkpoint().map_err(fail(FullStackStep::LoadCheckpoint))?;
@@ -194,7 +203,7 @@ impl FullStack {
         // A log that recovery refuses (a damaged record followed by valid ones, a missing
         // checkpoint) fails the restart here, the medium as found: the node does not serve a
         // truncated state.
-        let db = ConventionalDb::open_on(&medium, config(workers)).map_err(fail(FullStackStep::Recovery))?;
+        let db = ConventionalDb::open_on(&medium, config(workers, &medium)).map_err(fail(FullStackStep::Recovery))?;
         if let Some(t) = db.recovery_report().torn_tail {
             tracing::warn!(
                 medium = %medium,

@@ -59,7 +59,7 @@ use wire::messages::{
 };
 
 use crate::error::RejoinError;
-use crate::machine::{Asked, Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine};
+use crate::machine::{Asked, Began, Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine};
 use crate::replica::{Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
 use engine::conventional::CutAt;
@@ -786,7 +786,13 @@ impl Executor {
                 Effect::Reply { to, msg } => self.reply_to(&to, msg),
                 Effect::Fetch { source, after_seq, kind, delay_ms, retrying } => {
                     match retrying {
-                        None => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state"),
+                        None => info!(
+                            partition = pid,
+                            source,
+                            after_seq,
+                            ?kind,
+                            "fetching the starting state from a live replica"
+                        ),
                         Some(error) => warn!(partition = pid, source, error, "copy rejected; fetching it again"),
                     }
                     self.fetch(source, after_seq, kind, delay_ms);
@@ -795,8 +801,23 @@ impl Executor {
                     let recovered = self.restart_recovery(cut);
                     queue.extend(machine.on_recovered(recovered));
                 }
-                Effect::Ready { digest } => {
+                Effect::Ready { digest, start } => {
                     engine::arena::set_prefault(true);
+                    match start {
+                        Began::Copy { seq, held } => {
+                            info!(partition = pid, seq, held, "copy installed; the batches held executed")
+                        }
+                        Began::LogBase { seq, bytes, held } => info!(
+                            partition = pid,
+                            seq,
+                            mib = bytes as f64 / (1 << 20) as f64,
+                            held,
+                            "the primary's log base applied; the shipments held applied"
+                        ),
+                        Began::OwnLog { from_seq } => {
+                            info!(partition = pid, from_seq, "serving the recovered partition")
+                        }
+                    }
                     info!(partition = pid, digest = %digest, "rejoined");
                     self.shared.load.send_replace(LoadState::Ready { digest });
                     self.publish(machine);

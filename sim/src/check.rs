@@ -136,7 +136,8 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
     let ts_of = acknowledged_timestamps(sim);
     let asynchronous = sim.config().shipping() == Some(wire::config::Shipping::Async);
     for (partition, warehouses, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
+        let mut copy = None;
+        let db = state(sim, node, partition, &mut copy)?;
         let mine_orders: Vec<&NewOrderAck> = orders.iter().filter(|a| warehouses.contains(a.w)).collect();
         let mine_payments: Vec<&PaymentAck> = payments.iter().filter(|a| warehouses.contains(a.w)).collect();
         acked.checked += (mine_orders.len() + mine_payments.len()) as u64;
@@ -190,14 +191,29 @@ fn acknowledged_timestamps(sim: &Sim) -> std::collections::BTreeMap<Ack, Vec<wir
     out
 }
 
+/// The state of `partition`'s replica on `node`, as a lean database: its own (the lean
+/// kernel), or a copy taken through the snapshot stream into `copy` (the conventional stack).
+fn state<'a>(
+    sim: &'a mut Sim,
+    node: wire::messages::NodeId,
+    partition: PartitionId,
+    copy: &'a mut Option<engine::LeanDb>,
+) -> Result<&'a mut engine::LeanDb, SimError> {
+    if sim.db_mut(node, partition).is_none() {
+        *copy = Some(sim.copy_db(node, partition).ok_or(SimError::NotServing { partition, node })?);
+        return Ok(copy.as_mut().expect("just set"));
+    }
+    sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })
+}
+
 /// The TPC-C consistency conditions over every partition's final state (its first replica).
 pub fn consistency(sim: &mut Sim) -> Result<(), SimError> {
     let partitions: Vec<(PartitionId, wire::messages::NodeId)> =
         sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
     let mut checker = engine::check::Checker::new();
     for (partition, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
-        checker.add(db);
+        let mut copy = None;
+        checker.add(state(sim, node, partition, &mut copy)?);
     }
     let report = checker.finish();
     if report.all_passed() {
@@ -239,8 +255,8 @@ pub fn stock_agrees_with_order_lines(sim: &mut Sim) -> Result<(), SimError> {
         sim.config().partitions.iter().map(|p| (p.id, p.replicas[0])).collect();
     let mut found = StockBalance::new();
     for (partition, node) in partitions {
-        let db = sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })?;
-        add_stock_balance(db, &mut found);
+        let mut copy = None;
+        add_stock_balance(state(sim, node, partition, &mut copy)?, &mut found);
     }
     same_stock_balance(&expected, &found)
 }

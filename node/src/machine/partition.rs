@@ -73,8 +73,8 @@ pub enum Effect<R> {
     /// Run restart recovery of this node's own full-stack database, cutting its log at `cut`
     /// first; hand the outcome to [`PartitionMachine::on_recovered`].
     Recover { cut: Option<CutAt> },
-    /// The replica serves, with this state digest (a rejoin finished).
-    Ready { digest: StateDigest },
+    /// The replica serves, with this state digest (a rejoin finished, from `start`).
+    Ready { digest: StateDigest, start: Began },
     /// The partition cannot rejoin: why. Tools and peers are refused from now on.
     Failed { reason: String },
     /// The replica stopped (the coordinator stopped the partition, or the replica refused a
@@ -83,6 +83,18 @@ pub enum Effect<R> {
     /// The replica refused a message (logged by the node process; a violation in the
     /// simulator unless it is [`ReplicaError::Stopped`]).
     Refused { error: ReplicaError, rejoining: bool },
+}
+
+/// What a finished rejoin started from (for the node's log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Began {
+    /// A copy of a live replica as of batch `seq`; `held` batches and shipments applied on top.
+    Copy { seq: Seq, held: usize },
+    /// This node's own log, recovered, with its primary's log base (`bytes`) as of batch
+    /// `seq` applied on top, then `held` shipments.
+    LogBase { seq: Seq, bytes: usize, held: usize },
+    /// This node's own log alone, serving from batch `from_seq`.
+    OwnLog { from_seq: Seq },
 }
 
 /// A request a tool or a peer makes of a partition's replica, as far as answering it now is
@@ -410,7 +422,8 @@ impl<R> PartitionMachine<R> {
                     false => Replica::restored(node, partition, *db, info.seq, pending),
                 };
                 let held = std::mem::take(&mut j.held);
-                return self.finish(replica, held, info.seq);
+                let start = Began::Copy { seq: info.seq, held: held.stream.len() + held.shipments.len() };
+                return self.finish(replica, held, info.seq, start);
             }
             Ok(Fetched::LogBase(base)) => {
                 let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
@@ -451,7 +464,8 @@ impl<R> PartitionMachine<R> {
                 let replica = Replica::recovered_backup(node, partition, f, base.seq, pending);
                 // A backup applies shipments; the batches held were for an executing replica.
                 let held = Held { shipments: std::mem::take(&mut j.held.shipments), ..Held::default() };
-                self.finish(replica, held, base.seq)
+                let start = Began::LogBase { seq: base.seq, bytes: base.records.len(), held: held.shipments.len() };
+                self.finish(replica, held, base.seq, start)
             }
             Recovering::Resume { from_seq } => {
                 let mut replica = Replica::recovered(node, partition, f, pending);
@@ -459,7 +473,7 @@ impl<R> PartitionMachine<R> {
                     return self.give_up(format!("cannot resume: {e}"));
                 }
                 let held = std::mem::take(&mut j.held);
-                self.finish(replica, held, from_seq.saturating_sub(1))
+                self.finish(replica, held, from_seq.saturating_sub(1), Began::OwnLog { from_seq })
             }
         }
     }
@@ -467,7 +481,7 @@ impl<R> PartitionMachine<R> {
     /// The end of a rejoin, the starting state installed as of batch `snapshot_seq`: executes
     /// the batches and applies the shipments held meanwhile, in arrival order, and tells the
     /// coordinator the replica counts from the next batch on.
-    fn finish(&mut self, replica: Replica, held: Held<R>, snapshot_seq: Seq) -> Vec<Effect<R>>
+    fn finish(&mut self, replica: Replica, held: Held<R>, snapshot_seq: Seq, start: Began) -> Vec<Effect<R>>
     where
         R: Clone,
     {
@@ -482,7 +496,7 @@ impl<R> PartitionMachine<R> {
         for (shipment, reply) in held.shipments {
             out.extend(ship(&mut replica, shipment, &reply));
         }
-        out.push(Effect::Ready { digest: replica.state_digest() });
+        out.push(Effect::Ready { digest: replica.state_digest(), start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
         self.state = State::Serving(replica);

@@ -1,0 +1,263 @@
+//! The partition machine's sequences driven message by message (docs/design.md §4 and §10):
+//! a rejoin from plan to `Rejoined`, with the batches held meanwhile executed; a source that
+//! dies mid-copy (retried, then given up); a damaged copy (rejected by the snapshot receiver
+//! and fetched again); a stale copy; a copy from a source a newer plan replaced; a refusal;
+//! and a passive backup's promotion and shipping. No thread, socket or clock: each test feeds
+//! the machine what the node process would and reads the effects it returns.
+
+use engine::loader::{load_database_scaled, Scale};
+use engine::LeanDb;
+use node::error::RejoinError;
+use node::machine::{Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS};
+use node::replica::{Emit, ReplicaRole, Store};
+use node::snapshot::{SnapshotInfo, SnapshotReceiver};
+use node::{Replica, TransferError};
+use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply};
+use wire::config::Mode;
+use wire::endpoint::RecvError;
+use wire::messages::{Batch, NodeId, PartitionId, Seq};
+
+const P: PartitionId = 1;
+const ME: NodeId = 3;
+const PENDING: usize = 64;
+
+/// Where a shipment's acknowledgement goes, in these tests: the primary's node id.
+type Machine = PartitionMachine<NodeId>;
+
+fn population() -> LeanDb {
+    let mut db = LeanDb::new();
+    load_database_scaled(&mut db, 1..=1, 7, Scale::tiny(), &mut |_| {}).unwrap();
+    db
+}
+
+/// An empty batch (the replica executes it: the sequence advances).
+fn batch(seq: Seq) -> CoordinatorToNode {
+    CoordinatorToNode::Batch(Batch { partition: P, seq, txns: Vec::new(), digest_after: false })
+}
+
+/// A live replica that executed batches 1..=`through`.
+fn source(through: Seq) -> Replica {
+    let mut r = Replica::new(2, P, population(), PENDING);
+    for seq in 1..=through {
+        let CoordinatorToNode::Batch(b) = batch(seq) else { unreachable!() };
+        r.on_batch(b).unwrap();
+    }
+    r
+}
+
+/// A copy of `r` as a rejoin receives it (streamed and checked chunk by chunk); `damage`
+/// flips a byte of the first chunk's rows after its checksum, as a broken transfer would.
+fn copy_of(r: &mut Replica, damage: bool) -> Result<(LeanDb, SnapshotInfo), TransferError> {
+    let (seq, digest) = (r.applied_seq(), r.state_digest());
+    let Store::Lean(db) = r.store_mut() else { unreachable!("lean") };
+    let mut chunks = Vec::new();
+    node::snapshot::stream(db, 1, P, seq, digest, 1 << 20, &mut |c| {
+        chunks.push(c);
+        true
+    });
+    if damage {
+        let first = chunks.iter_mut().find(|c| !c.rows_bytes.is_empty()).unwrap();
+        first.rows_bytes[0] ^= 0x5A;
+    }
+    let mut copy = LeanDb::new();
+    let mut receiver = SnapshotReceiver::new(P, "node 2".into());
+    for c in chunks {
+        if let Some(info) = receiver.accept(c, &mut copy)? {
+            return Ok((copy, info));
+        }
+    }
+    unreachable!("the stream ends with its last chunk")
+}
+
+fn fetched(r: &mut Replica) -> Result<Fetched, RejoinError> {
+    let (db, info) = copy_of(r, false).unwrap();
+    Ok(Fetched::Copy { db: Box::new(db), info })
+}
+
+fn emitted(effects: &[Effect<NodeId>]) -> Vec<&NodeToCoordinator> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Emit(Emit::ToCoordinator(m)) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 16, the rejoin protocol: ask, take the plan, hold the batches sent meanwhile, fetch
+/// from the plan's source, install, execute what was held in order, report `Rejoined` as of
+/// the copy's batch.
+#[test]
+fn a_rejoin_holds_batches_installs_the_copy_and_executes_them() {
+    let (mut m, first) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    assert!(matches!(emitted(&first)[..], [NodeToCoordinator::RejoinRequest { partition: P }]));
+    assert!(m.on_coordinator(batch(5)).is_empty(), "held while the copy is on its way");
+    assert!(m.on_coordinator(batch(6)).is_empty());
+    let plan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    assert!(
+        matches!(
+            plan[..],
+            [Effect::Fetch { source: 2, after_seq: 4, kind: FetchKind::Copy, delay_ms: 0, retrying: None }]
+        ),
+        "{plan:?}"
+    );
+    assert_eq!(m.refusal().as_deref(), Some("rejoining"), "tools are refused meanwhile");
+
+    let mut src = source(4);
+    let done = m.on_fetched(2, fetched(&mut src));
+    let msgs = emitted(&done);
+    let results: Vec<Seq> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            NodeToCoordinator::Results(r) => Some(r.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, vec![5, 6], "the held batches ran, in order");
+    assert!(matches!(msgs.last(), Some(NodeToCoordinator::Rejoined { partition: P, snapshot_seq: 4 })));
+    assert!(done.iter().any(|e| matches!(e, Effect::Ready { .. })));
+    let r = m.replica().unwrap();
+    assert_eq!(r.applied_seq(), 6);
+    assert_eq!(m.standing(), Standing::Serving);
+}
+
+/// Issue 16, "a source that dies mid-copy": each failed fetch is retried after
+/// `CONNECT_RETRY_MS`, saying why; after `REJOIN_FETCH_ATTEMPTS` the rejoin gives up and the
+/// partition refuses tools with the reason.
+#[test]
+fn a_source_that_dies_mid_copy_is_retried_then_given_up() {
+    let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    let died = || {
+        Err(RejoinError::Transfer(TransferError::Recv(RecvError::Closed {
+            peer: "node 2".into(),
+            what: "a snapshot chunk",
+        })))
+    };
+    for attempt in 2..=REJOIN_FETCH_ATTEMPTS {
+        let retry = m.on_fetched(2, died());
+        match &retry[..] {
+            [Effect::Fetch { source: 2, after_seq: 4, delay_ms, retrying: Some(why), .. }] => {
+                assert_eq!(*delay_ms, CONNECT_RETRY_MS, "attempt {attempt}");
+                assert!(why.contains("closed") || why.contains("node 2"), "{why}");
+            }
+            other => panic!("attempt {attempt}: {other:?}"),
+        }
+    }
+    let gave_up = m.on_fetched(2, died());
+    assert!(matches!(&gave_up[..], [Effect::Failed { reason }] if reason.contains("after 10 attempts")), "{gave_up:?}");
+    assert!(matches!(m.standing(), Standing::Failed { .. }));
+    assert!(m.refusal().unwrap().contains("no usable starting state"));
+    assert!(m.on_coordinator(batch(5)).is_empty(), "a failed partition takes nothing more");
+}
+
+/// Issue 16, "a corrupt copy": the receiver rejects a chunk whose rows do not match its
+/// checksum; the machine fetches again, and the good copy is installed.
+#[test]
+fn a_damaged_copy_is_rejected_and_fetched_again() {
+    let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 3 });
+    let mut src = source(2);
+    let damaged = copy_of(&mut src, true).map(|_| unreachable!("a damaged chunk is refused")).unwrap_err();
+    assert!(damaged.to_string().contains("checksum"), "{damaged}");
+    let retry = m.on_fetched(2, Err(RejoinError::Transfer(damaged)));
+    assert!(matches!(&retry[..], [Effect::Fetch { retrying: Some(why), .. }] if why.contains("checksum")), "{retry:?}");
+    let done = m.on_fetched(2, fetched(&mut src));
+    assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 2, .. })));
+    assert_eq!(m.replica_mut().unwrap().state_digest(), src.state_digest(), "the copy is the source's state");
+}
+
+/// A copy older than the plan's batch is not installed (it would miss batches sent to no one
+/// else): fetched again.
+#[test]
+fn a_stale_copy_is_refused_and_fetched_again() {
+    let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
+    let mut old = source(3);
+    let retry = m.on_fetched(2, fetched(&mut old));
+    assert!(
+        matches!(&retry[..], [Effect::Fetch { retrying: Some(why), .. }] if why.contains("batch 3, before batch 8")),
+        "{retry:?}"
+    );
+    assert!(m.replica().is_none());
+}
+
+/// Found by `glass sim --mode active-passive --seed 16`: a copy from the source a newer plan
+/// replaced (a promotion happened while it was on its way) is dropped; only the named source's
+/// copy is installed.
+#[test]
+fn a_copy_from_a_replaced_source_is_dropped() {
+    let (mut m, _) = Machine::rejoining(Mode::ActivePassive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 3 });
+    let replan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    assert!(matches!(replan[..], [Effect::Fetch { source: 2, after_seq: 4, .. }]));
+    let mut deposed = source(4);
+    assert!(m.on_fetched(1, fetched(&mut deposed)).is_empty(), "the old source's copy is not used");
+    assert!(m.replica().is_none());
+    let mut new_primary = source(4);
+    let done = m.on_fetched(2, fetched(&mut new_primary));
+    assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 4, .. })));
+    assert_eq!(m.replica().unwrap().role(), ReplicaRole::Backup, "a passive mode's rejoiner is a backup");
+}
+
+/// A refused rejoin ends the rejoin with the coordinator's reason.
+#[test]
+fn a_refused_rejoin_gives_up_with_the_reason() {
+    let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    let out = m.on_coordinator(CoordinatorToNode::RejoinRefused { partition: P, reason: "not serving".into() });
+    assert!(matches!(&out[..], [Effect::Failed { reason }] if reason.contains("not serving")));
+}
+
+/// The passive modes' promotion, message by message: a backup applies shipments and
+/// acknowledges them (and what it already holds), is promoted at the first unanswered batch,
+/// drops a deposed primary's late shipment, and ships from the batch after `ShipTo`.
+#[test]
+fn a_backup_is_promoted_then_ships_after_ship_to() {
+    let mut primary = Replica::with_role(1, P, ReplicaRole::Primary, Store::Lean(population()), PENDING);
+    let backup = Replica::with_role(ME, P, ReplicaRole::Backup, Store::Lean(population()), PENDING);
+    let mut m = Machine::serving(Mode::ActivePassive, backup, PENDING);
+    let mut shipments = Vec::new();
+    for seq in 1..=3 {
+        let CoordinatorToNode::Batch(b) = batch(seq) else { unreachable!() };
+        let mut out = Vec::new();
+        primary.take_batch(b, &mut out).unwrap();
+        shipments.extend(out.into_iter().filter_map(|e| match e {
+            Emit::Ship(s) => Some(s),
+            Emit::ToCoordinator(_) => None,
+        }));
+    }
+    let acks = m.on_shipment(shipments[0].clone(), 1);
+    assert!(matches!(acks[..], [Effect::Reply { to: 1, msg: PeerReply::ShipAck { seq: 1, .. } }]));
+    let again = m.on_shipment(shipments[0].clone(), 1);
+    assert!(
+        matches!(again[..], [Effect::Reply { msg: PeerReply::ShipAck { seq: 1, .. }, .. }]),
+        "what it holds is acknowledged again: {again:?}"
+    );
+    let promoted = m.on_coordinator(CoordinatorToNode::Promote { partition: P, first_unanswered: 2 });
+    assert!(
+        matches!(emitted(&promoted)[..], [NodeToCoordinator::Promoted { applied_seq: 1, next_seq: 2, .. }]),
+        "{promoted:?}"
+    );
+    assert!(m.on_shipment(shipments[1].clone(), 1).is_empty(), "a deposed primary's shipment is dropped");
+    assert!(m.on_coordinator(CoordinatorToNode::ShipTo { partition: P, backup: 2 }).is_empty());
+    let ran = m.on_coordinator(batch(2));
+    assert!(ran.iter().any(|e| matches!(e, Effect::Emit(Emit::Ship(s)) if s.seq == 2)), "{ran:?}");
+    assert_eq!(m.replica().unwrap().role(), ReplicaRole::Primary);
+}
+
+/// Found by `glass sim --mode active-passive --seed 29`: a backup whose copy predates a newer
+/// plan (a promotion replaced its source while the copy was on its way) starts the rejoin
+/// over when that plan arrives.
+#[test]
+fn a_newer_plan_than_the_installed_copy_starts_the_rejoin_over() {
+    let (mut m, _) = Machine::rejoining(Mode::ActivePassive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 3 });
+    let mut old = source(2);
+    m.on_fetched(1, fetched(&mut old));
+    assert_eq!(m.standing(), Standing::Serving);
+    let over = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
+    assert!(matches!(over[..], [Effect::Fetch { source: 2, after_seq: 8, .. }]), "{over:?}");
+    assert!(matches!(m.standing(), Standing::Rejoining { .. }));
+    let late = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
+    assert!(matches!(late[..], [Effect::Fetch { .. }]), "a duplicate plan restarts the fetch: {late:?}");
+}
