@@ -215,6 +215,9 @@ struct PendingFetch {
     kind: FetchKind,
     /// Not before this time (a retry's delay).
     at_us: u64,
+    /// The source is waited for until then, as the fetching thread waits for the first
+    /// chunk (`node::snapshot::SNAPSHOT_CHUNK_TIMEOUT`).
+    patience_until_us: u64,
 }
 
 /// One simulated node process: the node's real machines, and what its process carries.
@@ -767,7 +770,10 @@ impl Sim {
                 Effect::Fetch { source, after_seq, kind, delay_ms, .. } => {
                     let process = self.nodes[&node].process;
                     let at_us = self.now_us + delay_ms * 1_000;
-                    self.fetches.push(PendingFetch { node, process, partition, source, after_seq, kind, at_us });
+                    let patience_until_us = at_us + node::snapshot::SNAPSHOT_CHUNK_TIMEOUT.as_micros() as u64;
+                    let f =
+                        PendingFetch { node, process, partition, source, after_seq, kind, at_us, patience_until_us };
+                    self.fetches.push(f);
                     self.stats.fetches += 1;
                 }
                 Effect::Recover { cut } => {
@@ -810,9 +816,19 @@ impl Sim {
                 i += 1;
                 continue;
             }
-            let Some(outcome) = self.try_fetch(f) else {
-                i += 1;
-                continue;
+            let outcome = match self.try_fetch(f) {
+                Some(outcome) => outcome,
+                None if self.now_us >= f.patience_until_us => {
+                    Err(RejoinError::Transfer(TransferError::Recv(wire::endpoint::RecvError::Timeout {
+                        peer: format!("node {}", f.source),
+                        what: "a transfer piece",
+                        timeout: node::snapshot::SNAPSHOT_CHUNK_TIMEOUT,
+                    })))
+                }
+                None => {
+                    i += 1;
+                    continue;
+                }
             };
             self.fetches.swap_remove(i);
             if outcome.is_err() {

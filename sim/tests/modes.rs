@@ -79,7 +79,10 @@ fn the_seeds_that_found_passive_mode_bugs_pass() {
 /// the primary's process dies (its log loses its unsynced tail, or keeps a torn part of
 /// it), the backup is promoted, the old primary restarts, cuts its log where the promoted
 /// backup's copy ended, recovers from it (ARIES over the in-memory medium), applies the new
-/// primary's log base and follows it; nothing acknowledged is lost.
+/// primary's log base and follows it; nothing acknowledged is lost. Seed 3 also restarts it
+/// a second time during the heal: before the fix in `engine::conventional::cut_log_on` a
+/// deposed primary that had followed its successor once could never rejoin again (its log,
+/// restarted after the first cut, holds no record ending at the old fork point).
 #[test]
 fn a_full_stack_primary_crashes_recovers_from_its_log_and_follows_its_successor() {
     let config = sim::cluster::config_for(2, 42, Mode::FullStack, Shipping::Sync);

@@ -277,6 +277,11 @@ pub fn cut_log_on(medium: &Medium, at: CutAt) -> Result<LogCut, ConventionalErro
     let keep = match at {
         CutAt::Lsn(lsn) => match ends.iter().position(|&e| e == lsn) {
             Some(i) => i + 1,
+            // The log began after the fork (it was cut there before and restarted, when this
+            // node first followed its successor) and holds nothing past its checkpoint: there
+            // is nothing of the old lineage to cut. (Found by `glass sim --mode full-stack`: a
+            // deposed primary that followed its successor once could never rejoin again.)
+            None if lsn <= base && ends.len() <= 1 => ends.len(),
             None if lsn > base + found.bytes.len() as u64 => {
                 return Err(ConventionalError::Recovery {
                     lsn,
