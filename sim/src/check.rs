@@ -49,15 +49,20 @@ pub fn no_alarms(sim: &Sim) -> Result<(), SimError> {
     if let Some(v) = sim.violations().first() {
         return Err(SimError::Violations { count: sim.violations().len(), first: v.clone() });
     }
-    let bad = sim.events().iter().find(|e| {
-        matches!(
-            e,
-            Event::Diverged(_)
-                | Event::PartitionStopped { .. }
-                | Event::PartitionUnavailable { .. }
-                | Event::LoadFailed { .. }
-        )
+    // The full stack may lose every executing replica of a partition and come back from the
+    // last primary's log (docs/design.md §10): an unavailability it recovered from is its
+    // design, not an alarm.
+    let events = sim.events();
+    let recovered_later = |i: usize, partition: PartitionId| {
+        sim.mode() == wire::config::Mode::FullStack
+            && events[i..].iter().any(|e| matches!(e, Event::RecoveredFromLog { partition: p, .. } if *p == partition))
+    };
+    let bad = events.iter().enumerate().find(|&(i, e)| match e {
+        Event::PartitionUnavailable { partition } => !recovered_later(i, *partition),
+        Event::Diverged(_) | Event::PartitionStopped { .. } | Event::LoadFailed { .. } => true,
+        _ => false,
     });
+    let bad = bad.map(|(_, e)| e);
     match bad {
         Some(e) => Err(SimError::Alarm(e.clone())),
         None => Ok(()),

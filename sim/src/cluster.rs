@@ -60,6 +60,11 @@ pub const STEP_US_MAX: u64 = 1_000;
 /// Bytes of a full-stack log's unsynced tail a crash may leave on the medium, at most (a torn
 /// write; half the crashes leave none).
 pub const TORN_BYTES_MAX: u64 = 8_192;
+/// Time [`Sim::drain`] lets pass per delivery: small enough that a node's heartbeats are
+/// delivered within the failure timeout however many shipments and results are in flight
+/// (at 50 µs a backlog of a few hundred messages once let a healthy node be declared failed:
+/// `glass sim --mode active-passive --seed 3109`).
+pub const DRAIN_STEP_US: u64 = 10;
 /// Deliveries, at most, [`Sim::drain`] makes before it reports the cluster stuck.
 pub const DRAIN_DELIVERIES_MAX: usize = 200_000;
 
@@ -1218,7 +1223,7 @@ impl Sim {
             }
             self.deliver_one();
             self.progress_fetches();
-            self.advance(50);
+            self.advance(DRAIN_STEP_US);
         }
         self.faults = faults;
         if drained {
