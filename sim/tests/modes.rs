@@ -67,10 +67,10 @@ fn active_passive_async_loses_only_what_the_promoted_backup_never_applied() {
 /// named in the code at the seed): they heal and check clean.
 #[test]
 fn the_seeds_that_found_passive_mode_bugs_pass() {
-    for seed in [1, 8, 11, 15, 16, 22, 29, 85, 121, 337] {
+    for seed in [1, 8, 11, 15, 16, 22, 29, 85, 121, 337, 3109, 8570] {
         run_seed(seed, &opts(Mode::ActivePassive, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
     }
-    for seed in [133, 307] {
+    for seed in [133, 307, 4594, 7907, 9350, 9894] {
         run_seed(seed, &opts(Mode::ActivePassive, Shipping::Async)).unwrap_or_else(|f| panic!("{f}"));
     }
 }
