@@ -493,9 +493,19 @@ impl<R> PartitionMachine<R> {
                 other => other,
             }));
         }
+        // Acknowledgements are cumulative: of the held shipments' (all but those past the copy
+        // are duplicates of it), only the last is sent. One each made a rejoin that held
+        // thousands of shipments wait on the peer link's reply queue for seconds.
+        let mut last_ack = None;
         for (shipment, reply) in held.shipments {
-            out.extend(ship(&mut replica, shipment, &reply));
+            for e in ship(&mut replica, shipment, &reply) {
+                match e {
+                    ack @ Effect::Reply { .. } => last_ack = Some(ack),
+                    other => out.push(other),
+                }
+            }
         }
+        out.extend(last_ack);
         out.push(Effect::Ready { digest: replica.state_digest(), start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
