@@ -104,3 +104,12 @@ fn a_full_stack_primary_crashes_recovers_from_its_log_and_follows_its_successor(
         assert!(sim.count(|r| matches!(r, ClientResult::Committed { .. })) > 50);
     }
 }
+
+/// Found by `glass sim --mode full-stack --seed 14`: a remote piece derived again on a
+/// full-stack primary logged its rolled-back writes between batches, and a second `ShipTo`
+/// found them in the shipping buffer, so the log base was refused. They now ship at the head
+/// of the next batch's shipment, and the base ends before them.
+#[test]
+fn the_full_stack_seed_that_found_a_refused_log_base_passes() {
+    run_seed(14, &opts(Mode::FullStack, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
+}
