@@ -41,6 +41,14 @@ pub enum ReplicaError {
     /// error as text (a `ReplicaError` is cloned and compared, the engine's error is neither).
     #[error("conventional stack: {step}: {problem}")]
     FullStack { step: FullStackStep, problem: String },
+    /// A rejoining full-stack backup's own log, cut at its fork point, does not leave the state
+    /// its primary's log base starts from (docs/design.md §10): the base backup is needed.
+    /// Nothing was changed.
+    #[error(
+        "this node's write-ahead log cut at {cut} does not reach the point the primary's log base starts \
+         from (LSN {start}); nothing changed"
+    )]
+    OwnLogCannotFollow { cut: String, start: u64 },
     /// Restart recovery found no checkpoint to start from.
     #[error(
         "conventional stack: no checkpoint at {} to recover from: this node never loaded the partition in \
@@ -94,6 +102,10 @@ pub enum FullStackStep {
     LogBase,
     #[error("checkpoint")]
     Checkpoint,
+    #[error("read the checkpoint image")]
+    CheckpointImage,
+    #[error("install the primary's checkpoint image")]
+    InstallImage,
 }
 
 /// Why receiving a snapshot or a log base (`crate::snapshot`) failed.
@@ -151,12 +163,18 @@ pub enum SnapshotProblem {
         "log base piece {got} of partition {got_partition} arrived where piece {expected} of partition {partition} was due"
     )]
     PieceGap { expected: u32, partition: PartitionId, got: u32, got_partition: PartitionId },
-    /// Every log base piece shows the batch and fork point of the first.
-    #[error("log base piece {index} changes the batch or the fork point")]
+    /// Every log base piece shows the batch, fork point and image size of the first.
+    #[error("log base piece {index} changes the batch, the fork point or the image size")]
     PieceChanged { index: u32 },
     /// The log base ends before the batch asked for.
     #[error("the log base ends with batch {seq}, before batch {after_seq}")]
     StaleBase { seq: Seq, after_seq: Seq },
+    /// A log base came with a checkpoint image that was not asked for, or without one that was.
+    #[error("log base piece {index}: a checkpoint image {}", if *asked { "was asked for and is missing" } else { "came unasked" })]
+    ImageUnasked { asked: bool, index: u32 },
+    /// The log base ended inside its checkpoint image.
+    #[error("the log base announces a {image_bytes}-byte checkpoint image but only {got} bytes arrived")]
+    ImageTruncated { image_bytes: u64, got: usize },
 }
 
 /// A snapshot's rows that the receiving database refused.
@@ -190,6 +208,10 @@ pub enum RejoinError {
     /// The copy is older than the batch the rejoin starts from.
     #[error("the copy is of batch {got}, before batch {wanted}")]
     Stale { got: Seq, wanted: Seq },
+    /// A full-stack log base that does not hold together: its log generation's first record,
+    /// or its checkpoint image, is damaged, or they start at different LSNs.
+    #[error("the log base does not hold together: {problem}")]
+    BadBase { problem: String },
     /// The fetch could not be run.
     #[error("cannot start the fetch thread: {0}")]
     Thread(#[source] std::io::Error),

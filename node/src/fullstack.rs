@@ -30,7 +30,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
 use engine::conventional::{
-    cut_log_on, Config, ConventionalDb, CutAt, LogCut, Medium, MemoryMedium, RecoveryReport, Session, Step,
+    cut_log_on, follows_generation_on, install_image_on, Config, ConventionalDb, CutAt, LogCut, Medium, MemoryMedium,
+    RecoveryReport, Session, Step,
 };
 use engine::input::{check_held, check_input};
 use engine::loader::{load_database_scaled, LoadProgress, Scale};
@@ -39,6 +40,18 @@ use engine::TxnError;
 use wire::messages::{bounded_reason, BatchTxn, TxnOutcome, WarehouseId};
 
 use crate::error::{FullStackStep, ReplicaError, ShipmentProblem};
+
+/// How a full-stack node's database restarts ([`FullStack::restart_on`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Restart {
+    /// Restart recovery from its own write-ahead log as the medium holds it.
+    OwnLog,
+    /// A rejoining backup: its own log cut at `cut`, which must leave the state at position
+    /// `start`, where the primary's log base begins.
+    FollowBase { cut: CutAt, start: u64 },
+    /// A rejoining backup whose own log cannot follow: the primary's checkpoint image.
+    Image(std::sync::Arc<Vec<u8>>),
+}
 
 /// Maps an engine error met at `step` to a [`ReplicaError::FullStack`].
 fn fail<E: std::fmt::Display>(step: FullStackStep) -> impl FnOnce(E) -> ReplicaError {
@@ -215,6 +228,43 @@ impl FullStack {
         }
         let session = db.session().map_err(fail(FullStackStep::Session))?;
         Ok((FullStack::start(db, medium, session, workers)?, cut))
+    }
+
+    /// Restarts this node's database on `medium` the way `restart` says (docs/design.md §10):
+    /// - [`Restart::OwnLog`]: restart recovery from its own log ([`FullStack::recover_on`]);
+    /// - [`Restart::FollowBase`]: the same after cutting the log at `cut`, only if the cut
+    ///   leaves exactly the state the primary's log base starts from (position `start`,
+    ///   [`engine::conventional::follows_generation_on`]); otherwise
+    ///   [`ReplicaError::OwnLogCannotFollow`] with nothing changed;
+    /// - [`Restart::Image`]: the primary's checkpoint image installed in place of whatever
+    ///   the medium held ([`engine::conventional::install_image_on`]), then recovery over it.
+    ///
+    /// Workers as [`FullStack::recover_on`]. An in-memory medium must have been restarted
+    /// after its crash.
+    pub fn restart_on(
+        medium: Medium,
+        workers: usize,
+        restart: &Restart,
+    ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
+        match restart {
+            Restart::OwnLog => FullStack::recover_on(medium, workers, None),
+            Restart::FollowBase { cut, start } => {
+                let follows = follows_generation_on(&medium, *cut, *start).map_err(fail(FullStackStep::CutLog))?;
+                if !follows {
+                    return Err(ReplicaError::OwnLogCannotFollow { cut: format!("{cut:?}"), start: *start });
+                }
+                FullStack::recover_on(medium, workers, Some(*cut))
+            }
+            Restart::Image(image) => {
+                install_image_on(&medium, image).map_err(fail(FullStackStep::InstallImage))?;
+                FullStack::recover_on(medium, workers, None)
+            }
+        }
+    }
+
+    /// The current checkpoint snapshot, whole (for a rejoining backup's base backup).
+    pub fn checkpoint_image(&self) -> Result<Vec<u8>, ReplicaError> {
+        self.db.checkpoint_image().map_err(fail(FullStackStep::CheckpointImage))
     }
 
     /// What restart recovery did when the database was opened (nothing after a fresh load).

@@ -59,10 +59,10 @@ use wire::messages::{
 };
 
 use crate::error::RejoinError;
+use crate::fullstack::Restart;
 use crate::machine::{Asked, Began, Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine};
 use crate::replica::{Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
-use engine::conventional::CutAt;
 
 /// Work items one replica's inbox holds (batches and tool requests); past it the link reader
 /// waits, and the coordinator with it.
@@ -797,8 +797,8 @@ impl Executor {
                     }
                     self.fetch(source, after_seq, kind, delay_ms);
                 }
-                Effect::Recover { cut } => {
-                    let recovered = self.restart_recovery(cut);
+                Effect::Recover { restart } => {
+                    let recovered = self.restart_recovery(&restart);
                     queue.extend(machine.on_recovered(recovered));
                 }
                 Effect::Ready { digest, start } => {
@@ -807,10 +807,11 @@ impl Executor {
                         Began::Copy { seq, held } => {
                             info!(partition = pid, seq, held, "copy installed; the batches held executed")
                         }
-                        Began::LogBase { seq, bytes, held } => info!(
+                        Began::LogBase { seq, bytes, image_bytes, held } => info!(
                             partition = pid,
                             seq,
                             mib = bytes as f64 / (1 << 20) as f64,
+                            image_mib = image_bytes as f64 / (1 << 20) as f64,
                             held,
                             "the primary's log base applied; the shipments held applied"
                         ),
@@ -862,7 +863,10 @@ impl Executor {
                             snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
                         Fetched::Copy { db: Box::new(db), info }
                     }
-                    FetchKind::LogBase => Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq).await?),
+                    FetchKind::LogBase | FetchKind::BaseBackup => {
+                        let image = kind == FetchKind::BaseBackup;
+                        Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq, image).await?)
+                    }
                 })
             };
             let result = tokio::runtime::Builder::new_current_thread()
@@ -895,15 +899,34 @@ impl Executor {
 
     /// Restart recovery of this replica's full-stack database (after cutting its log at
     /// `cut`), timed and logged; why not, if it failed.
-    fn restart_recovery(&self, cut: Option<CutAt>) -> Result<crate::fullstack::FullStack, RejoinError> {
+    fn restart_recovery(&self, restart: &Restart) -> Result<crate::fullstack::FullStack, RejoinError> {
         let pid = self.partition.id;
         let Storage::Full { dir, workers } = &self.storage else {
             let what = "restart recovery (the lean kernel keeps no log)";
             return Err(RejoinError::Recovery(crate::error::ReplicaError::Unexpected { what }));
         };
         let t0 = Instant::now();
-        info!(partition = pid, dir = %dir.display(), cut = ?cut, "restart recovery from the write-ahead log");
-        let (f, cut) = crate::fullstack::FullStack::recover_cut(dir, *workers, cut).map_err(RejoinError::Recovery)?;
+        match restart {
+            Restart::OwnLog => {
+                info!(partition = pid, dir = %dir.display(), "restart recovery from the write-ahead log")
+            }
+            Restart::FollowBase { cut, start } => info!(
+                partition = pid,
+                dir = %dir.display(),
+                cut = ?Some(cut),
+                base_start_lsn = start,
+                "restart recovery from the write-ahead log, cut to follow the primary's log base"
+            ),
+            Restart::Image(image) => info!(
+                partition = pid,
+                dir = %dir.display(),
+                image_mib = image.len() as f64 / (1 << 20) as f64,
+                "installing the primary's checkpoint image (this node's own log cannot follow its log base)"
+            ),
+        }
+        let medium = engine::conventional::Medium::Dir(dir.clone());
+        let (f, cut) =
+            crate::fullstack::FullStack::restart_on(medium, *workers, restart).map_err(RejoinError::Recovery)?;
         let r = f.recovery_report();
         info!(
             partition = pid,
@@ -949,8 +972,8 @@ impl Executor {
             PeerRequest::SnapshotRequest { request_id, partition, .. } => {
                 self.send_snapshot(replica, request_id, partition, reply, PeerReply::SnapshotChunk)
             }
-            PeerRequest::LogBaseRequest { request_id, partition, after_seq } => {
-                self.send_log_base(replica, request_id, partition, after_seq, reply)
+            PeerRequest::LogBaseRequest { request_id, partition, after_seq, checkpoint } => {
+                self.send_log_base(replica, request_id, partition, after_seq, checkpoint, reply)
             }
         }
     }
@@ -963,21 +986,30 @@ impl Executor {
         request_id: u64,
         partition: PartitionId,
         after_seq: Seq,
+        checkpoint: bool,
         reply: &mpsc::Sender<PeerReply>,
     ) {
+        let refuse = |why: &str| {
+            self.reply_to(reply, PeerReply::LogBaseChunk(snapshot::log_base_refusal(request_id, partition, why)))
+        };
         let base = replica.log_base().filter(|b| b.seq >= after_seq && replica.stopped().is_none()).cloned();
         let Some(base) = base else {
-            let why = "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup";
-            self.reply_to(reply, PeerReply::LogBaseChunk(snapshot::log_base_refusal(request_id, partition, why)));
-            return;
+            return refuse(
+                "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup",
+            );
         };
-        let pieces =
-            snapshot::log_base_pieces(&base, request_id, partition, snapshot::chunk_bytes_max(self.frame_bytes_max));
+        let image = match checkpoint.then(|| replica.log_base_image()).transpose() {
+            Ok(image) => image,
+            Err(e) => return refuse(&format!("no checkpoint image: {e}")),
+        };
+        let piece_max = snapshot::chunk_bytes_max(self.frame_bytes_max);
+        let pieces = snapshot::log_base_pieces(&base, image.as_deref(), request_id, partition, piece_max);
         info!(
             partition,
             seq = base.seq,
             fork_lsn = ?base.fork_lsn,
             mib = base.records.len() as f64 / (1 << 20) as f64,
+            image_mib = image.as_ref().map_or(0, Vec::len) as f64 / (1 << 20) as f64,
             pieces = pieces.len(),
             "sending the log base to a rejoining backup"
         );

@@ -842,6 +842,32 @@ impl Replica {
         }
     }
 
+    /// A full-stack primary's checkpoint image, for a rejoining backup whose own log cannot
+    /// follow its [`LogBase`] (a base backup, docs/design.md §10): the snapshot the base's log
+    /// generation starts from. Refused when there is no base, or the checkpoint on the medium
+    /// is no longer the one the base starts from.
+    pub fn log_base_image(&self) -> Result<Vec<u8>, ReplicaError> {
+        let (Some(base), Store::Full(f)) = (self.log_base(), &self.db) else {
+            return Err(ReplicaError::Unexpected { what: "a checkpoint image request (no log base here)" });
+        };
+        let image = f.checkpoint_image()?;
+        let step = crate::error::FullStackStep::CheckpointImage;
+        let problem = |e: engine::conventional::ConventionalError| ReplicaError::FullStack {
+            step: step.clone(),
+            problem: e.to_string(),
+        };
+        let (at, start) = (
+            engine::conventional::image_lsn(&image).map_err(problem)?,
+            engine::conventional::generation_start(&base.records).map_err(problem)?,
+        );
+        if at != start {
+            let problem =
+                format!("the checkpoint (LSN {at}) is no longer the one the log base starts from (LSN {start})");
+            return Err(ReplicaError::FullStack { step, problem });
+        }
+        Ok(image)
+    }
+
     /// A backup over a copy of its primary's state as of batch `seq` (a rejoin in a passive
     /// mode): it applies shipment `seq + 1` next.
     pub fn restored_backup(

@@ -175,6 +175,7 @@ pub fn log_base_refusal(request_id: u64, partition: PartitionId, reason: &str) -
         partition,
         seq: 0,
         fork_lsn: None,
+        checkpoint_bytes: 0,
         index: 0,
         records: Vec::new(),
         last: true,
@@ -183,10 +184,24 @@ pub fn log_base_refusal(request_id: u64, partition: PartitionId, reason: &str) -
 }
 
 /// A full-stack primary's log base for a rejoining backup, in pieces of at most `piece_max`
-/// bytes (the last one marked).
-pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, piece_max: usize) -> Vec<LogBaseChunk> {
-    let pieces: Vec<&[u8]> =
-        if base.records.is_empty() { vec![&[][..]] } else { base.records.chunks(piece_max.max(1)).collect() };
+/// bytes (the last one marked), headed by the primary's checkpoint image when the backup
+/// asked for one (`image`: a base backup).
+pub fn log_base_pieces(
+    base: &LogBase,
+    image: Option<&[u8]>,
+    request_id: u64,
+    partition: PartitionId,
+    piece_max: usize,
+) -> Vec<LogBaseChunk> {
+    let image = image.unwrap_or_default();
+    let whole: Vec<u8>;
+    let stream: &[u8] = if image.is_empty() {
+        &base.records
+    } else {
+        whole = [image, &base.records[..]].concat();
+        &whole
+    };
+    let pieces: Vec<&[u8]> = if stream.is_empty() { vec![&[][..]] } else { stream.chunks(piece_max.max(1)).collect() };
     let n = pieces.len();
     pieces
         .into_iter()
@@ -196,6 +211,7 @@ pub fn log_base_pieces(base: &LogBase, request_id: u64, partition: PartitionId, 
             partition,
             seq: base.seq,
             fork_lsn: base.fork_lsn,
+            checkpoint_bytes: image.len() as u64,
             index: i as u32,
             records: records.to_vec(),
             last: i + 1 == n,
@@ -291,34 +307,38 @@ pub async fn snapshot_into(
 }
 
 /// What a full-stack primary's node sent for a rejoining backup: its log from its last
-/// checkpoint to the end of batch `seq` (whole records, each checksummed), and where its copy
-/// of the requester's log ended, if it is a promoted backup.
+/// checkpoint to the end of batch `seq` (whole records, each checksummed), where its copy of
+/// the requester's log ended, if it is a promoted backup, and its checkpoint image when asked
+/// for (checked whole when installed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogBaseReceived {
     pub seq: Seq,
     pub fork_lsn: Option<u64>,
     pub records: Vec<u8>,
+    pub checkpoint: Option<Vec<u8>>,
 }
 
 /// Collects a log base from its pieces, checking each as it comes (sans I/O: the caller
 /// receives the pieces, [`log_base`] over a link, and hands them to [`LogBaseReceiver::accept`]):
-/// pieces numbered from 0 without gaps, all of the partition asked for, one batch and fork
-/// point throughout, the batch no earlier than the one asked for.
+/// pieces numbered from 0 without gaps, all of the partition asked for, one batch, fork point
+/// and image size throughout, the batch no earlier than the one asked for, an image when one
+/// was asked for (and none otherwise), the stream at least as long as the image.
 #[derive(Debug)]
 pub struct LogBaseReceiver {
     partition: PartitionId,
     peer: String,
     after_seq: Seq,
+    checkpoint: bool,
     next_index: u32,
-    base: Option<LogBaseReceived>,
+    base: Option<(LogBaseReceived, u64)>,
     done: bool,
 }
 
 impl LogBaseReceiver {
     /// A receiver of `partition`'s log base as of batch `after_seq` or later from `peer` (its
-    /// name in errors: "node 2").
-    pub fn new(partition: PartitionId, peer: String, after_seq: Seq) -> LogBaseReceiver {
-        LogBaseReceiver { partition, peer, after_seq, next_index: 0, base: None, done: false }
+    /// name in errors: "node 2"), headed by the checkpoint image if `checkpoint`.
+    pub fn new(partition: PartitionId, peer: String, after_seq: Seq, checkpoint: bool) -> LogBaseReceiver {
+        LogBaseReceiver { partition, peer, after_seq, checkpoint, next_index: 0, base: None, done: false }
     }
 
     fn bad(&self, problem: SnapshotProblem) -> TransferError {
@@ -339,9 +359,12 @@ impl LogBaseReceiver {
             };
             return Err(self.bad(problem));
         }
-        let b =
-            self.base.get_or_insert(LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new() });
-        if (b.seq, b.fork_lsn) != (piece.seq, piece.fork_lsn) {
+        if (piece.checkpoint_bytes > 0) != self.checkpoint {
+            return Err(self.bad(SnapshotProblem::ImageUnasked { asked: self.checkpoint, index: piece.index }));
+        }
+        let fresh = LogBaseReceived { seq: piece.seq, fork_lsn: piece.fork_lsn, records: Vec::new(), checkpoint: None };
+        let (b, image_bytes) = self.base.get_or_insert((fresh, piece.checkpoint_bytes));
+        if (b.seq, b.fork_lsn, *image_bytes) != (piece.seq, piece.fork_lsn, piece.checkpoint_bytes) {
             return Err(self.bad(SnapshotProblem::PieceChanged { index: piece.index }));
         }
         if b.seq < self.after_seq {
@@ -352,23 +375,34 @@ impl LogBaseReceiver {
         self.next_index += 1;
         if piece.last {
             self.done = true;
-            return Ok(self.base.take());
+            let (mut b, image_bytes) = self.base.take().expect("collected above");
+            if image_bytes > 0 {
+                let Some(records) = usize::try_from(image_bytes).ok().and_then(|n| b.records.get(n..)) else {
+                    return Err(self.bad(SnapshotProblem::ImageTruncated { image_bytes, got: b.records.len() }));
+                };
+                let records = records.to_vec();
+                b.records.truncate(image_bytes as usize);
+                b.checkpoint = Some(std::mem::replace(&mut b.records, records));
+            }
+            return Ok(Some(b));
         }
         Ok(None)
     }
 }
 
 /// Asks the node at the other end of `link` (a full-stack primary's, dialled by a node: the
-/// peer channel) for its log base as of batch `after_seq` or later, and collects the pieces
-/// ([`LogBaseReceiver`]). The records' own checksums are checked when applied.
+/// peer channel) for its log base as of batch `after_seq` or later, headed by its checkpoint
+/// image if `checkpoint`, and collects the pieces ([`LogBaseReceiver`]). The records' own
+/// checksums are checked when applied, the image's when installed.
 pub async fn log_base(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
+    checkpoint: bool,
 ) -> Result<LogBaseReceived, TransferError> {
     let request_id = u64::from(partition) + 3_000;
-    link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq }).await?;
-    let mut receiver = LogBaseReceiver::new(partition, link.peer_name(), after_seq);
+    link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq, checkpoint }).await?;
+    let mut receiver = LogBaseReceiver::new(partition, link.peer_name(), after_seq, checkpoint);
     loop {
         let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
             PeerReply::LogBaseChunk(c) if c.request_id == request_id => Some(c),
@@ -636,20 +670,47 @@ mod tests {
     #[test]
     fn a_log_base_is_collected_in_order() {
         let base = LogBase { seq: 7, fork_lsn: Some(3), records: std::sync::Arc::new((0..=255u8).collect()) };
-        let pieces = log_base_pieces(&base, 5, 1, 100);
+        let pieces = log_base_pieces(&base, None, 5, 1, 100);
         assert_eq!(pieces.len(), 3);
-        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6);
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, false);
         assert_eq!(r.accept(pieces[0].clone()).unwrap(), None);
         assert_eq!(r.accept(pieces[1].clone()).unwrap(), None);
         let got = r.accept(pieces[2].clone()).unwrap().expect("the last piece");
-        assert_eq!((got.seq, got.fork_lsn, &got.records), (7, Some(3), &*base.records));
+        assert_eq!((got.seq, got.fork_lsn, &got.records, got.checkpoint), (7, Some(3), &*base.records, None));
 
-        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6);
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, false);
         let e = r.accept(pieces[1].clone()).unwrap_err();
         assert_eq!(problem(e), SnapshotProblem::PieceGap { expected: 0, partition: 1, got: 1, got_partition: 1 });
-        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 8);
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 8, false);
         let e = r.accept(pieces[0].clone()).unwrap_err();
         assert_eq!(problem(e), SnapshotProblem::StaleBase { seq: 7, after_seq: 8 });
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, true);
+        let e = r.accept(pieces[0].clone()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::ImageUnasked { asked: true, index: 0 });
+    }
+
+    /// docs/design.md §10, the base backup: the checkpoint image heads the stream, its size in
+    /// every piece; the receiver splits image and log records apart again, and refuses a
+    /// stream that ends inside the image.
+    #[test]
+    fn a_base_backup_splits_into_the_image_and_the_log_base() {
+        let base = LogBase { seq: 7, fork_lsn: None, records: std::sync::Arc::new((0..=99u8).collect()) };
+        let image: Vec<u8> = (0..150u32).map(|i| (i * 7) as u8).collect();
+        let pieces = log_base_pieces(&base, Some(&image), 5, 1, 64);
+        assert_eq!(pieces.len(), 4, "250 bytes in pieces of 64");
+        assert!(pieces.iter().all(|p| p.checkpoint_bytes == 150));
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, true);
+        let got = pieces.iter().find_map(|p| r.accept(p.clone()).unwrap()).expect("the last piece");
+        assert_eq!((got.checkpoint.as_deref(), &got.records), (Some(&image[..]), &*base.records));
+
+        let mut short = pieces[0].clone();
+        short.last = true;
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, true);
+        let e = r.accept(short).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::ImageTruncated { image_bytes: 150, got: 64 });
+        let mut r = LogBaseReceiver::new(1, "node 2".to_string(), 6, false);
+        let e = r.accept(pieces[0].clone()).unwrap_err();
+        assert_eq!(problem(e), SnapshotProblem::ImageUnasked { asked: false, index: 0 });
     }
 
     #[test]

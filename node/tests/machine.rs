@@ -2,8 +2,10 @@
 //! a rejoin from plan to `Rejoined`, with the batches held meanwhile executed; a source that
 //! dies mid-copy (retried, then given up); a damaged copy (rejected by the snapshot receiver
 //! and fetched again); a stale copy; a copy from a source a newer plan replaced; a refusal;
-//! and a passive backup's promotion and shipping. No thread, socket or clock: each test feeds
-//! the machine what the node process would and reads the effects it returns.
+//! a passive backup's promotion and shipping; and a full-stack backup whose own log cannot
+//! follow its primary's log base falling back to the checkpoint image. No thread, socket or
+//! clock: each test feeds the machine what the node process would and reads the effects it
+//! returns.
 
 use engine::loader::{load_database_scaled, Scale};
 use engine::LeanDb;
@@ -260,4 +262,89 @@ fn a_newer_plan_than_the_installed_copy_starts_the_rejoin_over() {
     assert!(matches!(m.standing(), Standing::Rejoining { .. }));
     let late = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
     assert!(matches!(late[..], [Effect::Fetch { .. }]), "a duplicate plan restarts the fetch: {late:?}");
+}
+
+/// docs/design.md §10, "A full-stack backup that rejoins": the backup's own log follows its
+/// primary's log base only when, cut, it leaves the state the base starts from. Here the
+/// primary recovered alone from its own log (which checkpoints), so its base starts past the
+/// backup's load checkpoint — the case `glass sim --mode full-stack --seed 85` found diverging.
+/// The machine asks for the own-log restart, which refuses with nothing changed, then fetches
+/// the primary's checkpoint image with the base (a base backup), installs it, applies the
+/// base and serves with the primary's state.
+#[test]
+fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_image() {
+    use engine::conventional::{Medium, MemoryMedium};
+    use engine::schema::{keys, t};
+    use engine::Storage;
+    use node::fullstack::{FullStack, Restart};
+    use node::snapshot::{log_base_pieces, LogBaseReceiver};
+
+    let load = |m: &MemoryMedium, ship| {
+        FullStack::load_scaled_on(Medium::Memory(m.clone()), 1..=1, 7, Scale::tiny(), 0, ship, &mut |_| {}).unwrap()
+    };
+    let (primary_medium, backup_medium) = (MemoryMedium::new(), MemoryMedium::new());
+    drop(load(&backup_medium, false));
+    let mut f = load(&primary_medium, true);
+    // A committed transaction the backup never received: the recovery below then ends past
+    // the load checkpoint.
+    let s = f.session();
+    s.begin(1);
+    s.update::<t::Stocks, _>(keys::stock(1, 1), |r| r.s_quantity = 1001).unwrap();
+    s.commit().unwrap();
+    drop(f);
+    // The primary restarts alone: restart recovery from its own log checkpoints on opening.
+    let (f, _) = FullStack::restart_on(Medium::Memory(primary_medium.clone()), 0, &Restart::OwnLog).unwrap();
+    let mut primary = Replica::recovered(2, P, f, PENDING);
+    primary.resume_at(1).unwrap();
+    primary.ship_from_now_on().unwrap();
+    let base = primary.log_base().unwrap().clone();
+    let receive = |image: Option<&[u8]>| {
+        let mut r = LogBaseReceiver::new(P, "node 2".into(), 0, image.is_some());
+        let pieces = log_base_pieces(&base, image, 1, P, 4096);
+        pieces.into_iter().find_map(|p| r.accept(p).unwrap()).unwrap()
+    };
+
+    let (mut m, _) = Machine::rejoining(Mode::FullStack, ME, P, PENDING);
+    let plan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 1 });
+    assert!(matches!(plan[..], [Effect::Fetch { kind: FetchKind::LogBase, .. }]), "{plan:?}");
+    let restart = match &m.on_fetched(2, Ok(Fetched::LogBase(receive(None))))[..] {
+        [Effect::Recover { restart: restart @ Restart::FollowBase { cut, .. } }] => {
+            assert_eq!(*cut, engine::conventional::CutAt::Checkpoint, "the primary never was a backup");
+            restart.clone()
+        }
+        other => panic!("{other:?}"),
+    };
+    let Err(refused) = FullStack::restart_on(Medium::Memory(backup_medium.clone()), 0, &restart) else {
+        panic!("the backup's own log cannot follow a base starting past its checkpoint")
+    };
+    assert!(refused.to_string().contains("does not reach the point"), "{refused}");
+    let again = m.on_recovered(Err(RejoinError::Recovery(refused)));
+    assert!(
+        matches!(&again[..], [Effect::Fetch { kind: FetchKind::BaseBackup, delay_ms: 0, retrying: Some(why), .. }]
+            if why.contains("checkpoint image")),
+        "{again:?}"
+    );
+
+    // A base whose image is damaged does not hold together: fetched again.
+    let image = primary.log_base_image().unwrap();
+    let mut damaged = image.clone();
+    damaged[64] ^= 1;
+    let retry = m.on_fetched(2, Ok(Fetched::LogBase(receive(Some(&damaged)))));
+    assert!(
+        matches!(&retry[..], [Effect::Fetch { kind: FetchKind::BaseBackup, retrying: Some(why), .. }]
+            if why.contains("checksum")),
+        "{retry:?}"
+    );
+
+    let restart = match &m.on_fetched(2, Ok(Fetched::LogBase(receive(Some(&image)))))[..] {
+        [Effect::Recover { restart: restart @ Restart::Image(_) }] => restart.clone(),
+        other => panic!("{other:?}"),
+    };
+    let (f, _) = FullStack::restart_on(Medium::Memory(backup_medium.clone()), 0, &restart).unwrap();
+    let done = m.on_recovered(Ok(f));
+    assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 0, .. })));
+    assert!(done.iter().any(|e| matches!(e, Effect::Ready { .. })));
+    let backup = m.replica_mut().unwrap();
+    assert_eq!(backup.role(), ReplicaRole::Backup);
+    assert_eq!(backup.state_digest(), primary.state_digest(), "image + base = the primary's state");
 }

@@ -168,8 +168,12 @@ pub struct SimStats {
     pub promotions: u64,
     /// Coordinator links a node's machine re-established after a drop.
     pub reconnects: u64,
-    /// Restart recoveries from a node's own log (full stack).
+    /// Restart recoveries of a node's full-stack database (from its own log, or over an
+    /// image).
     pub recoveries: u64,
+    /// Of those, rejoining backups whose own log could not follow the primary's log base and
+    /// that installed the primary's checkpoint image instead (a base backup).
+    pub base_backups: u64,
     /// Starting-state fetches begun by rejoining replicas, and those that failed.
     pub fetches: u64,
     pub fetches_failed: u64,
@@ -193,6 +197,7 @@ impl SimStats {
         self.promotions += other.promotions;
         self.reconnects += other.reconnects;
         self.recoveries += other.recoveries;
+        self.base_backups += other.base_backups;
         self.fetches += other.fetches;
         self.fetches_failed += other.fetches_failed;
     }
@@ -781,9 +786,15 @@ impl Sim {
                     self.fetches.push(f);
                     self.stats.fetches += 1;
                 }
-                Effect::Recover { cut } => {
+                Effect::Recover { restart } => {
                     self.stats.recoveries += 1;
-                    let recovered = self.disks.recover(node, partition, cut);
+                    if let node::fullstack::Restart::Image(_) = restart {
+                        self.stats.base_backups += 1;
+                    }
+                    self.trace_line(|| {
+                        format!("node {node} restarts p{partition}'s database: {}", restart_name(&restart))
+                    });
+                    let recovered = self.disks.recover(node, partition, &restart);
                     let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { return };
                     queue.extend(m.on_recovered(recovered));
                 }
@@ -880,12 +891,20 @@ impl Sim {
                     }
                 }
             }
-            FetchKind::LogBase => {
+            FetchKind::LogBase | FetchKind::BaseBackup => {
                 if r.role() == ReplicaRole::Backup {
                     return refused("a backup has no log base");
                 }
                 let base = r.log_base().filter(|b| b.seq >= f.after_seq)?.clone();
-                Some(log_base_copy(f.source, f.partition, &base).map(Fetched::LogBase).map_err(RejoinError::Transfer))
+                let image = match f.kind == FetchKind::BaseBackup {
+                    true => match r.log_base_image() {
+                        Ok(image) => Some(image),
+                        Err(e) => return refused(&format!("no checkpoint image: {e}")),
+                    },
+                    false => None,
+                };
+                let copy = log_base_copy(f.source, f.partition, &base, image.as_deref());
+                Some(copy.map(Fetched::LogBase).map_err(RejoinError::Transfer))
             }
         }
     }
@@ -1294,14 +1313,31 @@ fn snapshot_copy(
 /// A full-stack primary's log base as a rejoining backup receives it: cut into pieces
 /// (`node::snapshot::log_base_pieces`) and collected by `node::snapshot::LogBaseReceiver`,
 /// every piece checked.
-fn log_base_copy(source: NodeId, partition: PartitionId, base: &LogBase) -> Result<LogBaseReceived, TransferError> {
-    let mut receiver = node::snapshot::LogBaseReceiver::new(partition, format!("node {source}"), base.seq);
-    for piece in node::snapshot::log_base_pieces(base, 1, partition, 1 << 20) {
+fn log_base_copy(
+    source: NodeId,
+    partition: PartitionId,
+    base: &LogBase,
+    image: Option<&[u8]>,
+) -> Result<LogBaseReceived, TransferError> {
+    let mut receiver =
+        node::snapshot::LogBaseReceiver::new(partition, format!("node {source}"), base.seq, image.is_some());
+    for piece in node::snapshot::log_base_pieces(base, image, 1, partition, 1 << 20) {
         if let Some(received) = receiver.accept(piece)? {
             return Ok(received);
         }
     }
     Err(closed(source))
+}
+
+/// How a node's database restarts, for the trace.
+fn restart_name(restart: &node::fullstack::Restart) -> String {
+    match restart {
+        node::fullstack::Restart::OwnLog => "recovery from its own log".to_string(),
+        node::fullstack::Restart::FollowBase { cut, start } => {
+            format!("its own log cut at {cut:?} to follow the primary's log base from LSN {start}")
+        }
+        node::fullstack::Restart::Image(image) => format!("the primary's checkpoint image ({} bytes)", image.len()),
+    }
 }
 
 fn closed(source: NodeId) -> TransferError {

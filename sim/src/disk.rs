@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use engine::conventional::{CutAt, Medium, MemoryMedium};
+use engine::conventional::{Medium, MemoryMedium};
 use engine::LeanDb;
 use node::error::{RejoinError, ReplicaError};
-use node::fullstack::FullStack;
+use node::fullstack::{FullStack, Restart};
 use node::replica::{ReplicaRole, Store};
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{NodeId, PartitionId};
@@ -58,12 +58,13 @@ impl Disks {
     }
 
     /// Restart recovery of node `node`'s replica of `partition` from its medium (power back
-    /// first, if it crashed), its log cut at `cut` first; workers inline.
+    /// first, if it crashed), as `restart` says (its own log, cut to follow a log base, or a
+    /// checkpoint image installed); workers inline.
     pub fn recover(
         &mut self,
         node: NodeId,
         partition: PartitionId,
-        cut: Option<CutAt>,
+        restart: &Restart,
     ) -> Result<FullStack, RejoinError> {
         let Some(medium) = self.media.get(&(node, partition)) else {
             let what = "restart recovery (the lean kernel keeps no log)";
@@ -72,7 +73,7 @@ impl Disks {
         if medium.is_crashed() {
             medium.restart();
         }
-        FullStack::recover_on(Medium::Memory(medium.clone()), 0, cut).map(|(f, _)| f).map_err(RejoinError::Recovery)
+        FullStack::restart_on(Medium::Memory(medium.clone()), 0, restart).map(|(f, _)| f).map_err(RejoinError::Recovery)
     }
 
     /// Node `node` lost power: each of its media keeps what was synced, plus the first

@@ -113,3 +113,18 @@ fn a_full_stack_primary_crashes_recovers_from_its_log_and_follows_its_successor(
 fn the_full_stack_seed_that_found_a_refused_log_base_passes() {
     run_seed(14, &opts(Mode::FullStack, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
 }
+
+/// docs/design.md §10, "A full-stack backup that rejoins": found by `glass sim --mode
+/// full-stack --seed 45` (rejoins given up until the heal ran out) and `--seed 85` (a
+/// diverged backup): a rejoining backup cut its own log and applied a log base that began at
+/// a newer checkpoint of its primary's (one taken by restart recovery after the partition
+/// came back alone from its log), so the state under the base was not the one it starts
+/// from. A backup whose own log cannot follow now installs the primary's checkpoint image
+/// first (a base backup). These seeds take that path and heal and check clean.
+#[test]
+fn the_full_stack_seeds_whose_backups_need_the_checkpoint_image_pass() {
+    for seed in [45, 63, 98] {
+        let report = run_seed(seed, &opts(Mode::FullStack, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
+        assert!(report.stats.base_backups >= 1, "seed {seed}: {:?}", report.stats);
+    }
+}

@@ -296,8 +296,8 @@ fn summarise(
         totals.nodes_down, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects
     );
     println!(
-        "failover         {} promotions, {} restart recoveries from a node's own log, {} starting-state fetches ({} failed and retried or given up)",
-        totals.promotions, totals.recoveries, totals.fetches, totals.fetches_failed
+        "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up)",
+        totals.promotions, totals.recoveries, totals.base_backups, totals.fetches, totals.fetches_failed
     );
     println!("outcome unknown  {unknown} (answered \"outcome unknown\": executed by a failed primary or replica, never dropped)");
     println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);

@@ -365,7 +365,7 @@ mod tests {
         vec![
             PeerRequest::Ship(Shipment { partition: 1, seq: 2, log: ShippedLog::Wal(vec![1, 2, 3]) }),
             PeerRequest::SnapshotRequest { request_id: 1, partition: 1, after_seq: 2 },
-            PeerRequest::LogBaseRequest { request_id: 1, partition: 1, after_seq: 2 },
+            PeerRequest::LogBaseRequest { request_id: 1, partition: 1, after_seq: 2, checkpoint: true },
         ]
     }
 
@@ -375,6 +375,7 @@ mod tests {
             partition: 1,
             seq: 2,
             fork_lsn: Some(7),
+            checkpoint_bytes: 4,
             index: 0,
             records: vec![9; 10],
             last: true,

@@ -615,8 +615,10 @@ impl SnapshotChunk {
 }
 
 /// A piece of a full-stack primary's log base: the receiver concatenates the pieces (numbered
-/// from 0 without gaps) and applies them as one chunk of shipped log, whose records carry
-/// their own checksums and LSNs (a damaged, truncated or gapped base is refused whole).
+/// from 0 without gaps); the first `checkpoint_bytes` bytes are the primary's checkpoint
+/// image (when asked for; checksummed whole), the rest is applied as one chunk of shipped
+/// log, whose records carry their own checksums and LSNs (a damaged, truncated or gapped
+/// base is refused whole).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogBaseChunk {
     pub request_id: u64,
@@ -626,7 +628,10 @@ pub struct LogBaseChunk {
     /// Where the primary's copy of the requester's log ended (the requester cuts its own log
     /// there before recovery); `None`: the primary never was a backup.
     pub fork_lsn: Option<u64>,
+    /// Bytes of the checkpoint image at the head of the concatenated pieces (0: none).
+    pub checkpoint_bytes: u64,
     pub index: u32,
+    /// This piece's bytes of the concatenation (image, then log records).
     pub records: Vec<u8>,
     /// Set on the last piece.
     pub last: bool,

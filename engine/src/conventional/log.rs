@@ -171,6 +171,15 @@ pub(crate) fn encode(out: &mut Vec<u8>, h: &Head, before: &[u8], after: &[u8]) -
     start
 }
 
+/// The sealed checkpoint record that starts a log generation at `lsn` (the checkpoint
+/// snapshot's LSN).
+pub(crate) fn checkpoint_record(lsn: u64) -> Vec<u8> {
+    let mut rec = Vec::new();
+    encode(&mut rec, &Head { extra: lsn, ..Head::new(Kind::Checkpoint, 0, 0) }, &[], &[]);
+    seal(&mut rec, lsn);
+    rec
+}
+
 /// Writes the LSN and the checksum into an encoded record.
 pub(crate) fn seal(rec: &mut [u8], lsn: u64) {
     rec[8..16].copy_from_slice(&lsn.to_le_bytes());
@@ -884,9 +893,7 @@ impl LogManager {
         let Some(d) = guard.as_mut() else { return Ok(()) };
         let mut b = self.buffer();
         assert!(b.bytes.is_empty() && b.next <= lsn, "checkpoint with unflushed log records");
-        let mut rec = Vec::new();
-        encode(&mut rec, &Head { extra: lsn, ..Head::new(Kind::Checkpoint, 0, 0) }, &[], &[]);
-        seal(&mut rec, lsn);
+        let rec = checkpoint_record(lsn);
         let r = (|| -> io::Result<()> {
             if (rec.len() as u64) > d.capacity {
                 d.device.preallocate(self.prealloc_bytes)?;

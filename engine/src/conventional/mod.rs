@@ -51,6 +51,7 @@
 //! record locking; TPC-C's consistency conditions are kept by the district row locks that
 //! serialise order-id assignment.
 
+pub mod base;
 pub mod btree;
 pub mod config;
 pub mod error;
@@ -84,6 +85,7 @@ use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
 use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
 
+pub use self::base::{follows_generation_on, generation_start, image_lsn, install_image_on};
 pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogCorruption, LogDevice, TornTail};

@@ -12,6 +12,8 @@
 //!   report `Rejoined`;
 //! - full stack: when restart recovery from the node's own log runs, and where its log is cut
 //!   first (the fork point of a promoted successor's copy of it), then what is applied on top;
+//!   and, when its own log cannot reach the point its primary's log base starts from, the
+//!   fall-back to the primary's checkpoint image (a base backup);
 //! - whether a tool's or a peer's request can be answered now, or why it is refused.
 //!
 //! It takes messages and completions (a fetched copy, a recovered database) and returns
@@ -23,14 +25,14 @@
 //! `Rejoined` is reported; a rejoin that cannot finish ends in [`Effect::Failed`], never in a
 //! partition that serves a guess.
 
-use engine::conventional::CutAt;
+use engine::conventional::{generation_start, image_lsn, CutAt};
 use engine::LeanDb;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply};
 use wire::config::Mode;
 use wire::messages::{NodeId, PartitionId, Seq, Shipment, StateDigest};
 
 use crate::error::{RejoinError, ReplicaError};
-use crate::fullstack::FullStack;
+use crate::fullstack::{FullStack, Restart};
 use crate::replica::{Emit, Replica, ReplicaRole};
 use crate::snapshot::{LogBaseReceived, SnapshotInfo};
 
@@ -48,6 +50,9 @@ pub enum FetchKind {
     Copy,
     /// A full-stack primary's log base (its log since its last checkpoint).
     LogBase,
+    /// A full-stack primary's log base headed by its checkpoint image (a base backup), for a
+    /// node whose own log cannot reach the point the log base starts from.
+    BaseBackup,
 }
 
 /// A fetched starting state.
@@ -70,9 +75,10 @@ pub enum Effect<R> {
     /// waiting `delay_ms` (0 on the first attempt; a retry says why the last one failed in
     /// `retrying`); hand the outcome to [`PartitionMachine::on_fetched`].
     Fetch { source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String> },
-    /// Run restart recovery of this node's own full-stack database, cutting its log at `cut`
-    /// first; hand the outcome to [`PartitionMachine::on_recovered`].
-    Recover { cut: Option<CutAt> },
+    /// Restart this node's full-stack database as `restart` says (recovery from its own log,
+    /// cut first to follow a primary's log base, or over the primary's checkpoint image:
+    /// [`FullStack::restart_on`]); hand the outcome to [`PartitionMachine::on_recovered`].
+    Recover { restart: Restart },
     /// The replica serves, with this state digest (a rejoin finished, from `start`).
     Ready { digest: StateDigest, start: Began },
     /// The partition cannot rejoin: why. Tools and peers are refused from now on.
@@ -90,9 +96,10 @@ pub enum Effect<R> {
 pub enum Began {
     /// A copy of a live replica as of batch `seq`; `held` batches and shipments applied on top.
     Copy { seq: Seq, held: usize },
-    /// This node's own log, recovered, with its primary's log base (`bytes`) as of batch
-    /// `seq` applied on top, then `held` shipments.
-    LogBase { seq: Seq, bytes: usize, held: usize },
+    /// This node's own log, recovered (or, `image_bytes > 0`, the primary's checkpoint image
+    /// installed instead), with its primary's log base (`bytes`) as of batch `seq` applied on
+    /// top, then `held` shipments.
+    LogBase { seq: Seq, bytes: usize, image_bytes: usize, held: usize },
     /// This node's own log alone, serving from batch `from_seq`.
     OwnLog { from_seq: Seq },
 }
@@ -144,6 +151,8 @@ struct Rejoin<R> {
     plan: Option<(NodeId, Seq)>,
     /// Fetches started for the current plan.
     attempts: u32,
+    /// What the fetches of the current plan ask for.
+    kind: FetchKind,
     held: Held<R>,
     /// Full stack: a recovery asked for and not yet done.
     recovering: Option<Recovering>,
@@ -151,7 +160,7 @@ struct Rejoin<R> {
 
 impl<R> Default for Rejoin<R> {
     fn default() -> Self {
-        Rejoin { plan: None, attempts: 0, held: Held::default(), recovering: None }
+        Rejoin { plan: None, attempts: 0, kind: FetchKind::Copy, held: Held::default(), recovering: None }
     }
 }
 
@@ -360,12 +369,13 @@ impl<R> PartitionMachine<R> {
             CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
                 j.plan = Some((source, from_seq));
                 j.attempts = 1;
-                let kind = if full { FetchKind::LogBase } else { FetchKind::Copy };
+                j.kind = if full { FetchKind::LogBase } else { FetchKind::Copy };
+                let kind = j.kind;
                 vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0, retrying: None }]
             }
             CoordinatorToNode::ResumeFromLog { from_seq, .. } if full => {
                 j.recovering = Some(Recovering::Resume { from_seq });
-                vec![Effect::Recover { cut: None }]
+                vec![Effect::Recover { restart: Restart::OwnLog }]
             }
             CoordinatorToNode::RejoinRefused { reason, .. } => {
                 self.give_up(format!("the coordinator refused the rejoin: {reason}"))
@@ -425,21 +435,30 @@ impl<R> PartitionMachine<R> {
                 let start = Began::Copy { seq: info.seq, held: held.stream.len() + held.shipments.len() };
                 return self.finish(replica, held, info.seq, start);
             }
-            Ok(Fetched::LogBase(base)) => {
-                let cut = Some(base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn));
-                j.recovering = Some(Recovering::Backup(base));
-                return vec![Effect::Recover { cut }];
-            }
+            Ok(Fetched::LogBase(base)) => match base_restart(&base) {
+                Ok(restart) => {
+                    j.recovering = Some(Recovering::Backup(base));
+                    return vec![Effect::Recover { restart }];
+                }
+                Err(e) => e,
+            },
             Err(e) => e,
         };
+        self.fetch_again(failure.to_string(), CONNECT_RETRY_MS)
+    }
+
+    /// Fetches the current plan's starting state once more (the last attempt failed:
+    /// `why`), after `delay_ms`, or gives up after [`REJOIN_FETCH_ATTEMPTS`] attempts.
+    fn fetch_again(&mut self, why: String, delay_ms: u64) -> Vec<Effect<R>> {
+        let State::Rejoining(j) = &mut self.state else { return Vec::new() };
+        let Some((source, from_seq)) = j.plan else { return Vec::new() };
         if j.attempts >= REJOIN_FETCH_ATTEMPTS {
             let attempts = j.attempts;
-            return self.give_up(format!("no usable starting state after {attempts} attempts: {failure}"));
+            return self.give_up(format!("no usable starting state after {attempts} attempts: {why}"));
         }
         j.attempts += 1;
-        let kind = if self.mode == Mode::FullStack { FetchKind::LogBase } else { FetchKind::Copy };
-        let retrying = Some(failure.to_string());
-        vec![Effect::Fetch { source, after_seq: wanted, kind, delay_ms: CONNECT_RETRY_MS, retrying }]
+        let (kind, after_seq) = (j.kind, from_seq.saturating_sub(1));
+        vec![Effect::Fetch { source, after_seq, kind, delay_ms, retrying: Some(why) }]
     }
 
     /// The outcome of an [`Effect::Recover`] (full stack): the primary's log base applied on
@@ -452,19 +471,38 @@ impl<R> PartitionMachine<R> {
         let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
         let State::Rejoining(j) = &mut self.state else { return Vec::new() };
         let Some(why) = j.recovering.take() else { return Vec::new() };
-        let f = match recovered {
-            Ok(f) => f,
-            Err(e) => return self.give_up(e.to_string()),
+        let f = match (recovered, &why) {
+            (Ok(f), _) => f,
+            // A backup needs none of its own log: when it cannot follow the primary's log base
+            // (it lags the fork point, holds records its primary never applied, or the base
+            // starts at a checkpoint it never had), or its recovery fails, it starts from the
+            // primary's checkpoint image instead (docs/design.md §10).
+            (Err(e), Recovering::Backup(base)) => {
+                let why = match base.checkpoint {
+                    None => format!("{e}; fetching the primary's checkpoint image"),
+                    Some(_) => format!("the primary's checkpoint image did not install: {e}"),
+                };
+                j.kind = FetchKind::BaseBackup;
+                return self.fetch_again(why, 0);
+            }
+            (Err(e), Recovering::Resume { .. }) => return self.give_up(e.to_string()),
         };
         match why {
             Recovering::Backup(base) => {
                 if let Err(e) = f.apply_log(&base.records) {
+                    if base.checkpoint.is_none() {
+                        // The medium was cut and recovered: only the image can help now.
+                        j.kind = FetchKind::BaseBackup;
+                        return self.fetch_again(format!("the primary's log base does not apply: {e}"), 0);
+                    }
                     return self.give_up(format!("the primary's log base does not apply: {e}"));
                 }
                 let replica = Replica::recovered_backup(node, partition, f, base.seq, pending);
                 // A backup applies shipments; the batches held were for an executing replica.
                 let held = Held { shipments: std::mem::take(&mut j.held.shipments), ..Held::default() };
-                let start = Began::LogBase { seq: base.seq, bytes: base.records.len(), held: held.shipments.len() };
+                let image_bytes = base.checkpoint.as_ref().map_or(0, Vec::len);
+                let bytes = base.records.len();
+                let start = Began::LogBase { seq: base.seq, bytes, image_bytes, held: held.shipments.len() };
                 self.finish(replica, held, base.seq, start)
             }
             Recovering::Resume { from_seq } => {
@@ -517,6 +555,24 @@ impl<R> PartitionMachine<R> {
     fn give_up(&mut self, reason: String) -> Vec<Effect<R>> {
         self.state = State::Failed(reason.clone());
         vec![Effect::Failed { reason }]
+    }
+}
+
+/// How a fetched log base is started from: the primary's checkpoint image when it came
+/// with one (checked to start where the log generation does), else this node's own log cut
+/// at the fork point (or after its checkpoint) to reach the generation's start.
+fn base_restart(base: &LogBaseReceived) -> Result<Restart, RejoinError> {
+    let bad = |problem: String| RejoinError::BadBase { problem };
+    let start = generation_start(&base.records).map_err(|e| bad(e.to_string()))?;
+    match &base.checkpoint {
+        Some(image) => {
+            let at = image_lsn(image).map_err(|e| bad(e.to_string()))?;
+            if at != start {
+                return Err(bad(format!("the checkpoint image is at LSN {at}, the log generation starts at {start}")));
+            }
+            Ok(Restart::Image(std::sync::Arc::new(image.clone())))
+        }
+        None => Ok(Restart::FollowBase { cut: base.fork_lsn.map_or(CutAt::Checkpoint, CutAt::Lsn), start }),
     }
 }
 

@@ -18,8 +18,10 @@ channel_enum! {
         SnapshotRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
         /// Rejoining full-stack node → its partition's primary: send the log base (the
         /// primary's log from its last checkpoint to the end of batch `after_seq` or later, and
-        /// where the primary's copy of this node's log ended if it is a promoted backup).
-        LogBaseRequest { request_id: u64, partition: PartitionId, after_seq: Seq },
+        /// where the primary's copy of this node's log ended if it is a promoted backup);
+        /// with `checkpoint`, the primary's checkpoint image first (a base backup: the
+        /// requester's own log cannot reach the point the log base starts from).
+        LogBaseRequest { request_id: u64, partition: PartitionId, after_seq: Seq, checkpoint: bool },
     }
 }
 
