@@ -341,6 +341,33 @@ struct Passive {
     /// full-stack mode its write-ahead log holds every acknowledged transaction, so it alone
     /// may bring the partition back by restart recovery.
     last_primary: Option<NodeId>,
+    /// Full stack: the batches sent to the last executing replica that it never answered
+    /// (their clients were told "outcome unknown"), kept until a replica that came back from
+    /// its log reports executing them. Restart recovery keeps what of them took effect; the
+    /// rest — a multi-partition transaction's home piece parked for its remote reads, a batch
+    /// lost on a broken link — would be half of a transaction whose other partitions
+    /// committed theirs. They are replayed to the recovered replica, which skips what its log
+    /// shows committed (docs/design.md §10). (Found by `glass sim --mode full-stack --seed
+    /// 85`: a Payment's customer updated, its HISTORY row never written.)
+    lost: std::collections::VecDeque<wire::messages::Batch>,
+}
+
+impl Passive {
+    /// The last executing replica failed: its unanswered batches are lost to it — kept for a
+    /// replay in full-stack mode, dropped in active-passive (no replica can come back from a
+    /// log there).
+    fn lose_unanswered(&mut self) {
+        match self.log {
+            ShippedLogKind::Wal => self.lost.extend(self.unanswered.drain(..)),
+            ShippedLogKind::Redo => self.unanswered.clear(),
+        }
+    }
+
+    /// Whether the partition, unavailable, may come back from its last primary's log (and
+    /// with it the pieces its failure left in doubt).
+    fn may_resume(&self) -> bool {
+        self.log == ShippedLogKind::Wal && self.last_primary.is_some()
+    }
 }
 
 /// The remote pieces' outcomes of one multi-partition transaction, kept at its home partition.
@@ -425,6 +452,7 @@ impl Coordinator {
                             unanswered: Default::default(),
                             backup_applied: BTreeMap::new(),
                             last_primary: None,
+                            lost: Default::default(),
                         }),
                         false => Replication::ActiveActive { catching_up: BTreeMap::new() },
                     },
@@ -764,6 +792,17 @@ impl Coordinator {
         if let Some((done, _)) = p.catching_up_mut().and_then(|c| c.get_mut(&from)) {
             *done = (*done).max(results.seq);
         }
+        if let Some(s) = p.passive_mut().filter(|s| s.lost.front().is_some_and(|b| b.seq <= results.seq)) {
+            // A replica back from its log executed the lost batches up to this one (in order):
+            // their clients were answered already.
+            let replayed = s.lost.iter().any(|b| b.seq == results.seq);
+            while s.lost.front().is_some_and(|b| b.seq <= results.seq) {
+                s.lost.pop_front();
+            }
+            if replayed {
+                return;
+            }
+        }
         if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
             // A rejoining replica's results for a batch it held: kept, not waited for.
             if let Err(e) = p.agreement.on_joiner_results(from, results) {
@@ -850,6 +889,9 @@ impl Coordinator {
             p.phase = Phase::Serving;
             let from_seq = snapshot_seq + 1;
             out.push(Output::Event(Event::RecoveredFromLog { partition, node: from, from_seq }));
+            // Remote pieces it ran and answered whose outcomes died with it in flight: derived
+            // again from its recovered state, for the home pieces still waiting.
+            self.rederive_lost_pieces(out);
             return;
         }
         let Some(at) = p.joining.iter().position(|(n, _)| *n == from) else {
@@ -977,6 +1019,12 @@ impl Coordinator {
                 }
                 Output::Event(e) => {
                     match &e {
+                        // A full-stack partition that may come back from its log is in doubt,
+                        // not lost: its pieces took effect or will on replay (docs/design.md
+                        // §10), so the home pieces waiting for them wait, as two-phase commit's
+                        // participants wait for an in-doubt one.
+                        Event::PartitionUnavailable { partition }
+                            if self.partitions.get(partition).is_some_and(Partition::may_resume) => {}
                         Event::PartitionUnavailable { partition } | Event::PartitionStopped { partition, .. } => {
                             lost.push(*partition)
                         }
@@ -1087,6 +1135,11 @@ impl Partition {
         }
     }
 
+    /// Whether the partition, unavailable, may come back from its last primary's log.
+    fn may_resume(&self) -> bool {
+        self.phase == Phase::Unavailable && self.passive().is_some_and(Passive::may_resume)
+    }
+
     fn passive_mut(&mut self) -> Option<&mut Passive> {
         match &mut self.replication {
             Replication::Passive(s) => Some(s),
@@ -1183,9 +1236,10 @@ impl Partition {
             if let Some(s) = self.passive_mut() {
                 s.last_primary = primary.or(s.last_primary);
             }
+            self.close_open_for_replay(out);
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
             if let Some(s) = self.passive_mut() {
-                s.unanswered.clear();
+                s.lose_unanswered();
             }
             self.phase = Phase::Unavailable;
             self.reject_all(Vec::new(), Rejection::NoLiveReplica { partition: self.id }, out);
@@ -1277,6 +1331,20 @@ impl Partition {
         out.push(Output::Event(Event::Promoted { partition: self.id, primary: from, applied_seq, next_seq }));
     }
 
+    /// Full stack, the last executing replica failed: the open batch is closed and sent like
+    /// the others (to that replica, in vain), so that it is answered "outcome unknown" and
+    /// kept for the replay with them. A multi-partition transaction admitted into it has its
+    /// remote pieces in other partitions' batches, which run: rejecting its home piece here
+    /// left them half a transaction. (Found by `glass sim --mode full-stack --seed 649`: a
+    /// Payment admitted 39 µs before its home partition's last replica failed.)
+    fn close_open_for_replay(&mut self, out: &mut Vec<Output>) {
+        if self.passive().is_some_and(|s| s.log == ShippedLogKind::Wal) {
+            if let Some(batch) = self.sequencer.flush() {
+                self.send(batch, out);
+            }
+        }
+    }
+
     /// Answers every transaction sent and not yet decided "outcome unknown" (`reason`): the
     /// replicas that executed it are gone with their answers.
     fn answer_sent_unknown(&mut self, reason: &str, out: &mut Vec<Output>) {
@@ -1310,6 +1378,11 @@ impl Partition {
         }
         let from_seq = self.sequencer.next_seq();
         self.agreement = Agreement::starting_at(partition, [from], from_seq);
+        // The batches the failure lost are executed first (replayed below), then every batch
+        // from `from_seq` on.
+        let replay: Vec<wire::messages::Batch> =
+            self.passive().map_or_else(Vec::new, |s| s.lost.iter().cloned().collect());
+        let execute_from = replay.first().map_or(from_seq, |b| b.seq);
         self.joining.clear();
         if let Some(s) = self.passive_mut() {
             s.backups.clear();
@@ -1318,13 +1391,19 @@ impl Partition {
             s.last_primary = None;
         }
         self.phase = Phase::Recovering { node: from };
-        out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::ResumeFromLog { partition, from_seq } });
+        out.push(Output::ToNodes {
+            nodes: vec![from],
+            msg: CoordinatorToNode::ResumeFromLog { partition, from_seq: execute_from },
+        });
         self.resend_reads(from, out);
+        for batch in replay {
+            out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::Batch(batch) });
+        }
         out.push(Output::ToNodes {
             nodes: vec![from],
             msg: CoordinatorToNode::Membership { partition, epoch, live: vec![from] },
         });
-        out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq }));
+        out.push(Output::Event(Event::RecoveringFromLog { partition, node: from, from_seq: execute_from }));
         Ok(())
     }
 
@@ -1348,7 +1427,9 @@ impl Partition {
     /// Forgets the remote pieces' outcomes no replica can need any more: those of batches
     /// decided, and executed (or copied) by every replica still catching up.
     fn prune_reads(&mut self) {
-        let decided = self.agreement.decided_through();
+        // The reads of lost batches' home pieces wait for their replay.
+        let lost = self.passive().and_then(|s| s.lost.front()).map(|b| b.seq.saturating_sub(1));
+        let decided = self.agreement.decided_through().min(lost.unwrap_or(Seq::MAX));
         let floor = match self.catching_up_mut() {
             Some(catching_up) => {
                 catching_up.retain(|_, (done, until)| done < until);
@@ -1430,9 +1511,10 @@ impl Partition {
             if let Some(s) = self.passive_mut() {
                 s.last_primary = Some(node);
             }
+            self.close_open_for_replay(out);
             self.answer_sent_unknown("the partition's last replica failed before answering", out);
             if let Some(s) = self.passive_mut() {
-                s.unanswered.clear();
+                s.lose_unanswered();
             }
         }
         let verdicts =

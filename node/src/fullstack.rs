@@ -206,6 +206,16 @@ impl FullStack {
         workers: usize,
         cut: Option<CutAt>,
     ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
+        FullStack::recover_configured(medium, workers, cut, true)
+    }
+
+    /// [`FullStack::recover_on`], with or without the checkpoint opening takes after recovery.
+    fn recover_configured(
+        medium: Medium,
+        workers: usize,
+        cut: Option<CutAt>,
+        checkpoint_on_open: bool,
+    ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
         if !medium.has_checkpoint() {
             return Err(ReplicaError::NoCheckpoint { path: medium.checkpoint_path() });
         }
@@ -216,7 +226,8 @@ impl FullStack {
         // A log that recovery refuses (a damaged record followed by valid ones, a missing
         // checkpoint) fails the restart here, the medium as found: the node does not serve a
         // truncated state.
-        let db = ConventionalDb::open_on(&medium, config(workers, &medium)).map_err(fail(FullStackStep::Recovery))?;
+        let config = Config { checkpoint_on_open, ..config(workers, &medium) };
+        let db = ConventionalDb::open_on(&medium, config).map_err(fail(FullStackStep::Recovery))?;
         if let Some(t) = db.recovery_report().torn_tail {
             tracing::warn!(
                 medium = %medium,
@@ -231,7 +242,12 @@ impl FullStack {
     }
 
     /// Restarts this node's database on `medium` the way `restart` says (docs/design.md §10):
-    /// - [`Restart::OwnLog`]: restart recovery from its own log ([`FullStack::recover_on`]);
+    /// - [`Restart::OwnLog`]: restart recovery from its own log ([`FullStack::recover_on`]),
+    ///   without the checkpoint opening otherwise takes: the partition comes back alone, and
+    ///   its log generation keeps every commit record (with its transaction's timestamp) of
+    ///   what it ran before, so that the batches its failure lost can be replayed to it — now
+    ///   or after another failure — without running again what already took effect
+    ///   (docs/design.md §10);
     /// - [`Restart::FollowBase`]: the same after cutting the log at `cut`, only if the cut
     ///   leaves exactly the state the primary's log base starts from (position `start`,
     ///   [`engine::conventional::follows_generation_on`]); otherwise
@@ -247,7 +263,7 @@ impl FullStack {
         restart: &Restart,
     ) -> Result<(FullStack, Option<LogCut>), ReplicaError> {
         match restart {
-            Restart::OwnLog => FullStack::recover_on(medium, workers, None),
+            Restart::OwnLog => FullStack::recover_configured(medium, workers, None, false),
             Restart::FollowBase { cut, start } => {
                 let follows = follows_generation_on(&medium, *cut, *start).map_err(fail(FullStackStep::CutLog))?;
                 if !follows {

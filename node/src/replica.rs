@@ -173,8 +173,12 @@ pub struct LogBase {
 struct Executing {
     /// Full stack, a promoted backup: where its copy of the failed primary's log ended.
     log_fork: Option<u64>,
-    /// A `ShipTo` arrived while a batch was parked: shipping starts when it ends.
-    ship_when_parked_batch_ends: bool,
+    /// A `ShipTo` arrived while a batch was parked: shipping starts once every batch received
+    /// before it ran, the last being this one. (Taken at the parked batch's end, a full-stack
+    /// log base was older than the batch the coordinator's rejoin plan starts after, and the
+    /// rejoining backup waited for a newer one for ever: found by `glass sim --mode
+    /// full-stack --seed 85` once a home piece could wait long for an in-doubt partition.)
+    ship_after: Option<Seq>,
 }
 
 /// A replica's [`ReplicaRole`] with what only that role holds.
@@ -250,6 +254,11 @@ pub struct Replica {
     /// shipped at the head of the next batch's shipment, so a `ShipTo` between batches finds
     /// the buffer empty and every backup's log stays contiguous.
     unshipped_log: Vec<u8>,
+    /// Full stack, a partition back alone from its own log: the timestamps of the transactions
+    /// whose commit record restart recovery found. The batches its failure lost are replayed
+    /// to it (docs/design.md §10); what of them already took effect is not run again (a
+    /// remote piece's reads are derived again from the state instead).
+    committed_before_restart: std::collections::BTreeSet<Timestamp>,
     stats: ReplicaStats,
 }
 
@@ -295,6 +304,7 @@ impl Replica {
             parked: None,
             piece_reads: BTreeMap::new(),
             unshipped_log: Vec::new(),
+            committed_before_restart: std::collections::BTreeSet::new(),
             stats: ReplicaStats::default(),
         }
     }
@@ -440,10 +450,12 @@ impl Replica {
             }
             CoordinatorToNode::ShipTo { partition, .. } => {
                 self.check_partition(partition)?;
-                // Shipping starts between batches: a parked batch is half run.
-                if self.parked.is_some() {
+                // Shipping starts between batches: a parked batch is half run, and the batches
+                // queued behind it were sent before this message.
+                if let Some(p) = &self.parked {
+                    let last = self.waiting.last_key_value().map_or(p.batch.seq, |(&seq, _)| seq.max(p.batch.seq));
                     if let Some(executing) = self.role.executing_mut() {
-                        executing.ship_when_parked_batch_ends = true;
+                        executing.ship_after = Some(last);
                     }
                 } else {
                     self.ship_from_now_on()?;
@@ -552,6 +564,12 @@ impl Replica {
         if self.stopped.is_some() || self.role() == ReplicaRole::Backup || self.applied_seq() < seq {
             return None;
         }
+        self.derive_reads(home, ts, input)
+    }
+
+    /// A remote piece's outcome derived from the current state, which includes the piece's
+    /// effects ([`engine::distributed::rederive_reads`]); `None` if the replica stopped.
+    fn derive_reads(&mut self, home: PartitionId, ts: Timestamp, input: &TxnInput) -> Option<PieceReads> {
         let t = BatchTxn { ts, input: *input, part: Part::Remote { home } };
         let result = match &mut self.db {
             Store::Lean(db) => rederive(db, &t),
@@ -591,14 +609,18 @@ impl Replica {
         let order: Vec<usize> = match &mut self.db {
             Store::Lean(_) => (0..batch.txns.len()).collect(),
             Store::Full(f) => {
-                let whole: Vec<BatchTxn> = batch.txns.iter().filter(|t| t.part == Part::Whole).copied().collect();
+                let skip = &self.committed_before_restart;
+                let whole: Vec<BatchTxn> =
+                    batch.txns.iter().filter(|t| t.part == Part::Whole && !skip.contains(&t.ts)).copied().collect();
                 let mut done = f.execute(&whole).into_iter();
                 let mut pieces = Vec::new();
                 for (i, t) in batch.txns.iter().enumerate() {
-                    if t.part == Part::Whole {
-                        outcomes[i] = done.next();
-                    } else {
+                    if t.part != Part::Whole {
                         pieces.push(i);
+                    } else if skip.contains(&t.ts) {
+                        outcomes[i] = Some(committed_before_restart());
+                    } else {
+                        outcomes[i] = done.next();
                     }
                 }
                 pieces
@@ -616,6 +638,15 @@ impl Replica {
             while let Some(&i) = p.order.get(p.pos) {
                 let t = p.batch.txns[i];
                 let outcome = match t.part {
+                    // A replayed piece that took effect before the failure (docs/design.md
+                    // §10): a home piece is not run again; a remote piece's reads are derived
+                    // again from the state, for a home piece that may still wait for them.
+                    Part::Home { .. } if self.committed_before_restart.contains(&t.ts) => committed_before_restart(),
+                    Part::Remote { home } if self.committed_before_restart.contains(&t.ts) => {
+                        let reads = self.derive_reads(home, t.ts, &t.input);
+                        out.extend(reads.map(|r| Emit::ToCoordinator(NodeToCoordinator::PieceReads(r))));
+                        committed_before_restart()
+                    }
                     Part::Whole => self.run_whole(&t),
                     Part::Remote { home } => {
                         let outcome = self.run_remote_piece(&t);
@@ -650,7 +681,9 @@ impl Replica {
             let (results, shipment) = self.finish(p)?;
             out.extend(shipment.map(Emit::Ship));
             out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
-            if self.role.executing_mut().is_some_and(|e| std::mem::take(&mut e.ship_when_parked_batch_ends)) {
+            let applied = self.applied_seq();
+            if let Some(e) = self.role.executing_mut().filter(|e| e.ship_after.is_some_and(|s| s <= applied)) {
+                e.ship_after = None;
                 self.ship_from_now_on()?;
             }
             let Some(next) = self.waiting.remove(&self.next_seq) else { return Ok(()) };
@@ -899,8 +932,14 @@ impl Replica {
 
     /// A full-stack replica over the state restart recovery rebuilt from its own write-ahead
     /// log ([`FullStack::recover`]); it executes from the batch [`Replica::resume_at`] names.
+    /// The transactions restart recovery found committed are not run again when the batches
+    /// the partition's failure lost are replayed to it (docs/design.md §10).
     pub fn recovered(node: NodeId, partition: PartitionId, db: FullStack, pending_batches_max: usize) -> Replica {
-        Replica::with_role(node, partition, ReplicaRole::Replica, Store::Full(Box::new(db)), pending_batches_max)
+        let committed = db.recovery_report().committed_ts.iter().map(|&ts| Timestamp(ts)).collect();
+        let mut r =
+            Replica::with_role(node, partition, ReplicaRole::Replica, Store::Full(Box::new(db)), pending_batches_max);
+        r.committed_before_restart = committed;
+        r
     }
 
     /// A recovered replica executes from batch `seq` on (the coordinator's
@@ -936,7 +975,7 @@ impl Replica {
         let applied_seq = self.applied_seq();
         self.next_seq = (applied_seq + 1).max(first_unanswered);
         // The shipments held ahead of a gap go with the backup's role.
-        self.role = Role::Replica(Executing { log_fork, ship_when_parked_batch_ends: false });
+        self.role = Role::Replica(Executing { log_fork, ship_after: None });
         Ok(NodeToCoordinator::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
     }
 
@@ -1120,6 +1159,13 @@ fn local_warehouses<S: Storage>(db: &mut S, t: &BatchTxn) -> Vec<u16> {
             .is_ok_and(|r| r.is_some())
     });
     local
+}
+
+/// The outcome of a replayed transaction that restart recovery found committed: not run
+/// again (docs/design.md §10). Its client was answered "outcome unknown" when the partition's
+/// last replica failed; the coordinator expects no answer for a replayed batch.
+fn committed_before_restart() -> TxnOutcome {
+    TxnOutcome::Failed { reason: "committed before the restart (restart recovery kept it); not run again".into() }
 }
 
 #[cfg(test)]

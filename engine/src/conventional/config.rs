@@ -168,11 +168,17 @@ pub struct Config {
     pub workers: usize,
     /// The log file is preallocated (zero-filled) in chunks of this many bytes.
     pub log_prealloc_bytes: u64,
+    /// Whether opening a durable database takes a checkpoint once restart recovery is done
+    /// (starting a new log generation). Off for a partition that comes back alone from its
+    /// own log (docs/design.md §10): its log generation must keep the commit records of the
+    /// transactions it ran before the failure, so that a second restart still knows which of
+    /// the batches replayed to it already took effect.
+    pub checkpoint_on_open: bool,
 }
 
 impl Config {
     pub fn new(switches: Switches, workers: usize) -> Config {
-        Config { switches, workers, log_prealloc_bytes: LOG_PREALLOC_BYTES_DEFAULT }
+        Config { switches, workers, log_prealloc_bytes: LOG_PREALLOC_BYTES_DEFAULT, checkpoint_on_open: true }
     }
 
     /// The configuration of `step` with `workers` workers.

@@ -17,7 +17,7 @@
 //! 32..40  packed primary key, or heap record id (page << 16 | slot)
 //! 40..44  page number the change was applied to
 //! 44..48  image length (the table's row width)
-//! 48..56  CLR: undo-next LSN; checkpoint: snapshot LSN
+//! 48..56  CLR: undo-next LSN; checkpoint: snapshot LSN; commit: the transaction's timestamp
 //! 56..    images: update = before then after; insert = after; delete = before;
 //!         CLR = the image its action writes (actions 1 and 2)
 //! ..      zero padding to a multiple of 8

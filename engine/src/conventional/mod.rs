@@ -284,6 +284,10 @@ pub struct RecoveryReport {
     pub redone: usize,
     /// Transactions with a commit record.
     pub winners: usize,
+    /// The timestamps their commit records carry (each commit record holds its
+    /// transaction's timestamp), sorted: which of the transactions replayed to a partition
+    /// that came back alone from its log already took effect (docs/design.md §10).
+    pub committed_ts: Vec<u64>,
     /// Transactions rolled back by recovery.
     pub losers: usize,
     /// Changes undone by recovery.
@@ -431,7 +435,7 @@ impl ConventionalDb {
             }
         }
         db.counters.merge(&stats.take());
-        if durable && db.checkpoint_unavailable().is_none() {
+        if durable && db.config.checkpoint_on_open && db.checkpoint_unavailable().is_none() {
             db.checkpoint()?;
         }
         Ok(Arc::new(db))
@@ -626,12 +630,16 @@ impl ConventionalDb {
                 Kind::Update | Kind::Insert | Kind::Delete | Kind::Clr => {
                     txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
                 }
-                Kind::Commit => txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Committed,
+                Kind::Commit => {
+                    txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Committed;
+                    report.committed_ts.push(r.head.extra);
+                }
                 Kind::Abort => txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Ended,
                 Kind::Checkpoint => {}
             }
         }
         report.winners = txns.values().filter(|(_, f)| *f == Fate::Committed).count();
+        report.committed_ts.sort_unstable();
 
         // Redo: every change from the snapshot on, losers' too.
         for r in &records {

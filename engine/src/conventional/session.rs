@@ -126,6 +126,8 @@ struct Work {
     batch: Vec<u8>,
     session_id: u64,
     local_txns: u64,
+    /// The running transaction's timestamp, written into its commit record.
+    ts: u64,
 }
 
 /// A worker's session on a [`ConventionalDb`]; implements [`Storage`].
@@ -376,6 +378,7 @@ impl Session {
                 batch: Vec::new(),
                 session_id,
                 local_txns: 0,
+                ts: 0,
             },
             totals: Counters::default(),
         }
@@ -433,8 +436,9 @@ impl Drop for Session {
 }
 
 impl Storage for Session {
-    fn begin(&mut self, _ts: u64) {
+    fn begin(&mut self, ts: u64) {
         assert!(self.work.txn.is_none(), "begin inside a transaction");
+        self.work.ts = ts;
         self.work.local_txns += 1;
         let id = self.db.txns.begin(self.work.session_id, self.work.local_txns, &self.stats);
         let priority = self.work.retry_priority.take().unwrap_or(id);
@@ -450,7 +454,10 @@ impl Storage for Session {
         let txn = self.work.txn.as_ref().expect("commit outside a transaction");
         if txn.last_lsn != 0 {
             let mut rec = Vec::with_capacity(64);
-            encode(&mut rec, &Head::new(Kind::Commit, txn.id, txn.last_lsn), &[], &[]);
+            // The commit record carries the transaction's timestamp (docs/design.md §10: a
+            // partition back alone from its log skips what it already committed).
+            let head = Head { extra: self.work.ts, ..Head::new(Kind::Commit, txn.id, txn.last_lsn) };
+            encode(&mut rec, &head, &[], &[]);
             let forced = self.db.log.append(&mut rec).and_then(|lsn| {
                 bump(&self.stats.log_records);
                 self.db.log.flush_to(lsn + rec.len() as u64)
