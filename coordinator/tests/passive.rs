@@ -383,3 +383,70 @@ fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
     assert_eq!(co.status()[0].live_replicas, vec![3]);
     assert_eq!(phase(&co, 1), Phase::Serving);
 }
+
+/// docs/design.md §10, "A partition back alone from its log": a multi-partition Payment's
+/// remote piece rides in full-stack partition 2's batch, whose only replica (node 2) fails
+/// before the piece reported. Partition 2 may come back from node 2's log, so its piece is in
+/// doubt, not lost: the home piece waits (no aborted outcome is sent in partition 2's name,
+/// as two-phase commit's participants wait for an in-doubt one). Node 2 comes back, the lost
+/// batch is replayed to it, its piece's reads reach the home partition, and the client is
+/// answered once. (Before, the home piece aborted while the piece, on node 2's disk or
+/// replayed, could take effect: half a transaction.)
+#[test]
+fn a_home_piece_waits_for_a_full_stack_partition_that_may_come_back_from_its_log() {
+    let mut cfg = config(Mode::FullStack);
+    cfg.partitions[1].replicas = vec![2];
+    cfg.validate().unwrap();
+    let mut c = Coordinator::new(&cfg, START_US).unwrap();
+    for (node, partition) in [(1, 1), (2, 1), (2, 2)] {
+        c.on_node_message(node, ready(partition, LOADED), START_US);
+    }
+    let remote_payment = TxnInput::Payment(PaymentInput {
+        w_id: 1,
+        d_id: 1,
+        c_w_id: 3,
+        c_d_id: 1,
+        customer: CustomerSelector::ById(1),
+        h_amount: 1_000,
+        date: 1_213_056_000,
+    });
+    let mut sent = batches(&c.on_client_request(1, request(1, remote_payment), START_US));
+    sent.extend(batches(&c.tick(START_US + MS)));
+    let remote = sent.iter().find(|(_, b)| b.partition == 2).expect("the remote piece's batch").1.clone();
+    let home = sent.iter().find(|(_, b)| b.partition == 1).expect("the home piece's batch").1.clone();
+    let ts = remote.txns[0].ts;
+
+    let out = c.on_node_lost(2, START_US + 2 * MS);
+    let aborted_reads = out.iter().any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::PieceReads(_), .. }));
+    assert!(!aborted_reads, "the home piece is not told to abort: {out:?}");
+    assert!(replies(&out).iter().all(|(_, r)| r.request_id != 1), "not answered yet: {out:?}");
+    assert_eq!(phase(&c, 2), Phase::Unavailable);
+
+    // Node 2 comes back from its log: the lost batch is replayed to it; its piece reports.
+    let out = c.on_node_message(2, NodeToCoordinator::RejoinRequest { partition: 2 }, START_US + 100 * MS);
+    assert_eq!(batches(&out).iter().map(|(n, b)| (n.clone(), b.seq)).collect::<Vec<_>>(), [(vec![2], remote.seq)]);
+    let reads = NodeToCoordinator::PieceReads(PieceReads {
+        home: 1,
+        from: 2,
+        ts,
+        outcome: PieceOutcome::Reads(engine::distributed::RemoteReads::Customer(PaymentOutput {
+            c_id: 1,
+            c_balance: -1_000,
+            bad_credit: false,
+        })),
+    });
+    let out = c.on_node_message(2, reads, START_US + 101 * MS);
+    let forwarded: Vec<&PieceReads> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(r) } if nodes == &vec![1] => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(forwarded[..], [PieceReads { from: 2, outcome: PieceOutcome::Reads(_), .. }]), "{out:?}");
+
+    // The home piece commits: the client hears once.
+    let out = c.on_node_message(1, results(&home), START_US + 102 * MS);
+    let answers: Vec<_> = replies(&out).into_iter().filter(|(_, r)| r.request_id == 1).collect();
+    assert_eq!(answers.len(), 1, "{out:?}");
+}
