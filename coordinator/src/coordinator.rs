@@ -280,6 +280,12 @@ struct Partition {
     /// In active-active they receive every batch from the `Seq` on; in the passive modes the
     /// primary ships to them instead.
     joining: Vec<(NodeId, Seq)>,
+    /// Nodes that asked to rejoin while a promotion or a restart recovery was under way:
+    /// answered once it ends, with a plan from the partition as it then is. (Refused, a
+    /// restarted node gave its partition up for good, and with every other partition's only
+    /// replica elsewhere nothing could heal it: found by `glass sim --mode full-stack --seed
+    /// 5639`.)
+    deferred_rejoins: Vec<NodeId>,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
@@ -457,6 +463,7 @@ impl Coordinator {
                         false => Replication::ActiveActive { catching_up: BTreeMap::new() },
                     },
                     joining: Vec::new(),
+                    deferred_rejoins: Vec::new(),
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                     piece_reads: BTreeMap::new(),
@@ -847,6 +854,14 @@ impl Coordinator {
             }
             return;
         }
+        if let Phase::Promoting { backup: n } | Phase::Recovering { node: n } = p.phase {
+            if n != from {
+                if !p.deferred_rejoins.contains(&from) {
+                    p.deferred_rejoins.push(from);
+                }
+                return;
+            }
+        }
         if p.phase != Phase::Serving {
             out.push(refuse(format!("partition {partition} is not serving")));
             return;
@@ -999,7 +1014,8 @@ impl Coordinator {
     /// (a reply in `out`, or a remote piece decided) is taken aside until every partition
     /// answered, then the client gets one answer ([`combine`]). A partition lost for good
     /// aborts the home pieces still waiting for its piece.
-    fn settle(&mut self, out: Vec<Output>) -> Vec<Output> {
+    fn settle(&mut self, mut out: Vec<Output>) -> Vec<Output> {
+        self.answer_deferred_rejoins(&mut out);
         if self.multi.is_empty() {
             for p in self.partitions.values_mut() {
                 p.pieces_done.clear();
@@ -1079,6 +1095,26 @@ impl Coordinator {
             }
         }
         kept
+    }
+
+    /// Rejoin requests deferred during a promotion or a restart recovery, once it ended: each
+    /// is answered as if it arrived now (a node that failed meanwhile asks again when it is
+    /// back).
+    fn answer_deferred_rejoins(&mut self, out: &mut Vec<Output>) {
+        let ready: Vec<(PartitionId, Vec<NodeId>)> = self
+            .partitions
+            .values_mut()
+            .filter(|p| !matches!(p.phase, Phase::Promoting { .. } | Phase::Recovering { .. }))
+            .filter(|p| !p.deferred_rejoins.is_empty())
+            .map(|p| (p.id, std::mem::take(&mut p.deferred_rejoins)))
+            .collect();
+        for (partition, nodes) in ready {
+            for node in nodes {
+                if self.nodes.get(&node).is_some_and(|n| n.live) {
+                    self.on_rejoin_request(node, partition, out);
+                }
+            }
+        }
     }
 
     /// After a node failed: remote pieces whose batch is decided (their replicas answered, or

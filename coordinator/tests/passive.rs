@@ -450,3 +450,55 @@ fn a_home_piece_waits_for_a_full_stack_partition_that_may_come_back_from_its_log
     let answers: Vec<_> = replies(&out).into_iter().filter(|(_, r)| r.request_id == 1).collect();
     assert_eq!(answers.len(), 1, "{out:?}");
 }
+
+/// A node that asks to rejoin while its partition's promotion is under way is answered when
+/// the promotion ends, with a plan from the new primary — not refused: a refused rejoin gives
+/// the partition up on that node until it restarts. (Found by `glass sim --mode full-stack
+/// --seed 5639`: the old primary restarted during the promotion of its backup, gave up
+/// partition 2, and nothing could heal the cluster.)
+#[test]
+fn a_rejoin_asked_during_a_promotion_is_planned_when_it_ends() {
+    for mode in [Mode::ActivePassive, Mode::FullStack] {
+        let mut c = serving(mode);
+        // Partition 2's primary (node 2) fails: node 1 is asked to take over.
+        let out = c.on_node_lost(2, START_US + MS);
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::Promote { partition: 2, .. }, .. })));
+        assert_eq!(phase(&c, 2), Phase::Promoting { backup: 1 });
+        // Node 2 restarts and asks to rejoin before node 1 answered.
+        let asked = c.on_node_message(2, NodeToCoordinator::RejoinRequest { partition: 2 }, START_US + 2 * MS);
+        let answered = |out: &[Output]| {
+            out.iter().any(|o| {
+                matches!(
+                    o,
+                    Output::ToNodes {
+                        msg: CoordinatorToNode::RejoinPlan { partition: 2, .. }
+                            | CoordinatorToNode::RejoinRefused { partition: 2, .. },
+                        ..
+                    }
+                )
+            })
+        };
+        assert!(!answered(&asked), "{mode:?}: deferred, not refused: {asked:?}");
+        let out = c.on_node_message(
+            1,
+            NodeToCoordinator::Promoted { partition: 2, applied_seq: 0, next_seq: 1 },
+            START_US + 3 * MS,
+        );
+        let plans: Vec<(NodeId, NodeId)> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::ToNodes { nodes, msg: CoordinatorToNode::RejoinPlan { partition: 2, source, .. } } => {
+                    Some((nodes[0], *source))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(plans, vec![(2, 1)], "{mode:?}: planned from the new primary: {out:?}");
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Output::ToNodes { nodes, msg: CoordinatorToNode::ShipTo { partition: 2, backup: 2 } } if nodes == &vec![1]
+        )));
+    }
+}

@@ -8,16 +8,16 @@
 //! load checkpoint a log generation starting at the newer checkpoint (`glass sim --mode
 //! full-stack --seed 85`, among others).
 
+mod common;
+use common::{commit_stock, state};
+
 use std::sync::Arc;
 
 use engine::conventional::{
     follows_generation_on, generation_start, image_lsn, install_image_on, Config, ConventionalDb, CutAt, Medium,
-    MemoryMedium, Session, Step,
+    MemoryMedium, Step,
 };
-use engine::digest::{digest, Digest};
 use engine::loader::{load_database_scaled, Scale};
-use engine::schema::{keys, t};
-use engine::Storage;
 
 const LOAD_SEED: u64 = 7;
 
@@ -34,21 +34,6 @@ fn loaded() -> (Medium, Arc<ConventionalDb>) {
     (medium, db)
 }
 
-/// Transaction `i`: sets stock `i`'s quantity to `1000 + i` and its YTD to `i`.
-fn commit(s: &mut Session, i: u32) {
-    s.begin(u64::from(i));
-    s.update::<t::Stocks, _>(keys::stock(1, i), |r| {
-        r.s_quantity = 1000 + i as i32;
-        r.s_ytd = i;
-    })
-    .unwrap();
-    s.commit().unwrap();
-}
-
-fn state(db: &Arc<ConventionalDb>) -> Digest {
-    digest(&mut db.session().unwrap())
-}
-
 /// A backup still at its load checkpoint follows a primary whose generation starts at that
 /// same load checkpoint: the own-log path, as before.
 #[test]
@@ -57,7 +42,7 @@ fn a_backup_at_the_load_checkpoint_follows_a_generation_starting_there() {
     let (backup, b) = loaded();
     drop(b);
     let mut s = p.session().unwrap();
-    commit(&mut s, 1);
+    commit_stock(&mut s, 1, 1);
     let generation = p.log_base_for_backup().unwrap();
     let start = generation_start(&generation).unwrap();
     assert!(follows_generation_on(&backup, CutAt::Checkpoint, start).unwrap());
@@ -76,13 +61,13 @@ fn a_generation_after_a_newer_checkpoint_needs_the_image_and_the_image_gives_the
     drop(b);
     let mut s = p.session().unwrap();
     for i in 1..=4 {
-        commit(&mut s, i);
+        commit_stock(&mut s, u64::from(i), i);
     }
     drop((s, p));
     // Restart recovery alone (the partition's only live replica): it checkpoints on opening.
     let p = ConventionalDb::open_on(&primary, config()).unwrap();
     let mut s = p.session().unwrap();
-    commit(&mut s, 5);
+    commit_stock(&mut s, 5, 5);
     drop(s);
     let generation = p.log_base_for_backup().unwrap();
     let start = generation_start(&generation).unwrap();
@@ -104,7 +89,7 @@ fn a_generation_after_a_newer_checkpoint_needs_the_image_and_the_image_gives_the
 
     // Shipping goes on from where the generation ended.
     let mut s = p.session().unwrap();
-    commit(&mut s, 6);
+    commit_stock(&mut s, 6, 6);
     b.apply_shipped_log(&p.take_shipped_log_durable().unwrap()).unwrap();
     assert_eq!(state(&b), state(&p));
 }
@@ -121,11 +106,11 @@ fn a_failed_primary_cut_at_the_fork_follows_its_successor_and_a_lagging_log_does
     p.set_log_shipping(true).unwrap();
     let mut s = p.session().unwrap();
     for i in 1..=3 {
-        commit(&mut s, i);
+        commit_stock(&mut s, u64::from(i), i);
         b.apply_shipped_log(&p.take_shipped_log_durable().unwrap()).unwrap();
     }
     let fork = b.shipped_log_position().unwrap();
-    commit(&mut s, 4);
+    commit_stock(&mut s, 4, 4);
     drop((s, p));
     // The backup is promoted: its checkpoint lies at the fork point.
     b.checkpoint().unwrap();

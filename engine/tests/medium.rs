@@ -7,14 +7,14 @@
 //! al., TODS 1992, Section 6) keeps exactly the synced commits.
 
 mod common;
-use common::TempDir;
+use common::{commit_stock, state, TempDir};
 
 use std::sync::Arc;
 
 use engine::conventional::{
     cut_log, cut_log_on, Config, ConventionalDb, CutAt, LogCut, Medium, MemoryMedium, Session, Step,
 };
-use engine::digest::{digest, Digest};
+use engine::digest::Digest;
 use engine::loader::{load_database_scaled, Scale};
 use engine::schema::{keys, t};
 use engine::{Storage, StorageError};
@@ -33,19 +33,9 @@ fn open_loaded(medium: &Medium) -> Arc<ConventionalDb> {
     db
 }
 
-/// Transaction `i`: sets stock `i`'s quantity to `1000 + i` and its YTD to `i`.
+/// Transaction `i` (at timestamp `i`): [`commit_stock`].
 fn commit(s: &mut Session, i: u32) {
-    s.begin(u64::from(i));
-    s.update::<t::Stocks, _>(keys::stock(1, i), |r| {
-        r.s_quantity = 1000 + i as i32;
-        r.s_ytd = i;
-    })
-    .unwrap();
-    s.commit().unwrap();
-}
-
-fn state(db: &Arc<ConventionalDb>) -> Digest {
-    digest(&mut db.session().unwrap())
+    commit_stock(s, u64::from(i), i);
 }
 
 /// What the fork-point scenario found on one pair of media.

@@ -5,27 +5,16 @@
 //! the batches the failure lost are replayed to it, and it must not run again what took
 //! effect, however many times it restarts before the replay is done.
 
-use std::sync::Arc;
+mod common;
+use common::{commit_stock, state};
 
-use engine::conventional::{Config, ConventionalDb, Medium, MemoryMedium, Session, Step};
-use engine::digest::{digest, Digest};
+use engine::conventional::{Config, ConventionalDb, Medium, MemoryMedium, Step};
 use engine::loader::{load_database_scaled, Scale};
 use engine::schema::{keys, t};
 use engine::Storage;
 
 fn config(checkpoint_on_open: bool) -> Config {
     Config { log_prealloc_bytes: 1 << 20, checkpoint_on_open, ..Config::for_step(Step::new(0).unwrap(), 2) }
-}
-
-/// Transaction at timestamp `ts`: sets stock `i`'s quantity to `1000 + i`.
-fn commit(s: &mut Session, ts: u64, i: u32) {
-    s.begin(ts);
-    s.update::<t::Stocks, _>(keys::stock(1, i), |r| r.s_quantity = 1000 + i as i32).unwrap();
-    s.commit().unwrap();
-}
-
-fn state(db: &Arc<ConventionalDb>) -> Digest {
-    digest(&mut db.session().unwrap())
 }
 
 /// Power lost, power back.
@@ -42,8 +31,8 @@ fn recovery_reports_the_committed_timestamps_and_keeps_them_across_a_second_rest
     load_database_scaled(&mut db.session().unwrap(), 1..=1, 7, Scale::tiny(), &mut |_| {}).unwrap();
     db.checkpoint().unwrap();
     let mut s = db.session().unwrap();
-    commit(&mut s, 700, 1);
-    commit(&mut s, 900, 2);
+    commit_stock(&mut s, 700, 1);
+    commit_stock(&mut s, 900, 2);
     // A transaction that writes and rolls back leaves no commit record.
     s.begin(950);
     s.update::<t::Stocks, _>(keys::stock(1, 3), |r| r.s_quantity = 1).unwrap();
@@ -58,7 +47,7 @@ fn recovery_reports_the_committed_timestamps_and_keeps_them_across_a_second_rest
     assert_eq!(db.recovery_report().committed_ts, vec![700, 900]);
     assert_eq!(state(&db), before);
     let mut s = db.session().unwrap();
-    commit(&mut s, 1000, 4);
+    commit_stock(&mut s, 1000, 4);
     drop(s);
     let after = state(&db);
     drop(db);

@@ -596,8 +596,8 @@ impl Replica {
     /// Checks batch `next_seq`'s timestamps follow those executed, runs its single-partition
     /// transactions on the worker pool in `full-stack`, and parks it ready to run the rest.
     fn start(&mut self, batch: Batch) -> Result<(), ReplicaError> {
-        debug_assert_eq!(batch.seq, self.next_seq);
-        debug_assert!(self.parked.is_none());
+        assert_eq!(batch.seq, self.next_seq, "a batch starts only as the next one");
+        assert!(self.parked.is_none(), "one batch under way at a time");
         let mut last = self.last_ts;
         for t in &batch.txns {
             if let Some(l) = last.filter(|l| t.ts <= *l) {
@@ -811,7 +811,7 @@ impl Replica {
 
     /// Applies shipment `next_seq`.
     fn apply(&mut self, shipment: Shipment) -> Result<Seq, ReplicaError> {
-        debug_assert_eq!(shipment.seq, self.next_seq);
+        assert_eq!(shipment.seq, self.next_seq, "shipments apply in sequence");
         let result = match (&mut self.db, &shipment.log) {
             (Store::Lean(db), ShippedLog::Redo(redo)) => {
                 self.stats.applied_bytes += redo.bytes.len() as u64 + 24 * redo.records.len() as u64;
@@ -1009,7 +1009,11 @@ impl Replica {
     /// primary's shipment.
     fn finish(&mut self, p: Parked) -> Result<(Results, Option<Shipment>), ReplicaError> {
         let batch = p.batch;
-        debug_assert_eq!(batch.seq, self.next_seq);
+        // Boundary assertions (docs/design.md §4): batches finish in sequence, every
+        // transaction answered, timestamps never going back.
+        assert_eq!(batch.seq, self.next_seq, "a batch finishes only as the next one");
+        assert_eq!(p.outcomes.len(), batch.txns.len(), "one outcome per transaction");
+        assert!(p.last_ts >= self.last_ts, "timestamps never go back");
         let mut results = Vec::with_capacity(batch.txns.len());
         for (t, outcome) in batch.txns.iter().zip(p.outcomes) {
             let outcome = outcome.expect("every transaction of a finished batch ran");

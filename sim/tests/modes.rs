@@ -172,3 +172,15 @@ fn the_full_stack_seeds_that_lost_half_a_transaction_in_a_lone_recovery_pass() {
         }
     }
 }
+
+/// Found by `glass sim --mode full-stack --seed 5639` and `--seed 8074` (sync) and `--shipping
+/// async --seed 3756`: an old primary restarted while its backup's promotion was under way,
+/// asked to rejoin, was refused ("not serving") and gave the partition up; each partition's
+/// only live replica then sat on a different node and the heal could not restart either.
+/// The coordinator now answers such a request when the promotion ends.
+#[test]
+fn the_full_stack_seeds_whose_rejoin_came_during_a_promotion_pass() {
+    for (seed, shipping) in [(5639, Shipping::Sync), (8074, Shipping::Sync), (3756, Shipping::Async)] {
+        run_seed(seed, &opts(Mode::FullStack, shipping)).unwrap_or_else(|f| panic!("{f}"));
+    }
+}

@@ -25,3 +25,22 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Transaction at timestamp `ts` on a conventional-stack session: sets stock `i`'s quantity
+/// to `1000 + i` and its YTD to `i`, and commits.
+pub fn commit_stock(s: &mut engine::conventional::Session, ts: u64, i: u32) {
+    use engine::schema::{keys, t};
+    use engine::Storage;
+    s.begin(ts);
+    s.update::<t::Stocks, _>(keys::stock(1, i), |r| {
+        r.s_quantity = 1000 + i as i32;
+        r.s_ytd = i;
+    })
+    .unwrap();
+    s.commit().unwrap();
+}
+
+/// The state digest of a conventional-stack database, on a session of its own.
+pub fn state(db: &std::sync::Arc<engine::conventional::ConventionalDb>) -> engine::digest::Digest {
+    engine::digest::digest(&mut db.session().unwrap())
+}

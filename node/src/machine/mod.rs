@@ -186,6 +186,8 @@ impl NodeMachine {
             _ => {}
         }
         out.push(NodeEffect::ToPartition { partition, msg });
+        // Boundary assertion (docs/design.md §4): gates exist only for partitions held here.
+        assert!(self.gates.keys().all(|p| self.held.contains_key(p)), "a gate for a partition not held");
         out
     }
 

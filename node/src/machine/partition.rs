@@ -194,6 +194,7 @@ pub struct PartitionMachine<R> {
 impl<R> PartitionMachine<R> {
     /// The machine of a replica that loaded (or was otherwise given) its state and serves.
     pub fn serving(mode: Mode, replica: Replica, pending_batches_max: usize) -> PartitionMachine<R> {
+        assert!(pending_batches_max >= 1);
         PartitionMachine {
             node: replica.node(),
             partition: replica.partition(),
@@ -318,7 +319,13 @@ impl<R> PartitionMachine<R> {
 
     /// A message of the coordinator's stream for this partition.
     pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
-        debug_assert!(msg.partition().is_none_or(|p| p == self.partition), "routed to its partition");
+        // Boundary assertions (docs/design.md §4): the node machine routes by partition, and a
+        // carrier performs an `Effect::Recover` before it hands the machine anything else.
+        assert!(msg.partition().is_none_or(|p| p == self.partition), "routed to its partition");
+        assert!(
+            !matches!(&self.state, State::Rejoining(j) if j.recovering.is_some()),
+            "a recovery asked for is carried out before the next message"
+        );
         match &mut self.state {
             State::Serving(replica) => {
                 if let CoordinatorToNode::RejoinPlan { from_seq, .. } = &msg {
@@ -523,6 +530,10 @@ impl<R> PartitionMachine<R> {
     where
         R: Clone,
     {
+        // Boundary assertions (docs/design.md §4): the installed replica is this partition's,
+        // on this node, as of the starting state's batch.
+        assert_eq!((replica.node(), replica.partition()), (self.node, self.partition), "the partition's own replica");
+        assert_eq!(replica.applied_seq(), snapshot_seq, "installed as of the starting state's batch");
         let mut replica = Box::new(replica);
         let mut out = Vec::new();
         for msg in held.stream {
@@ -544,6 +555,7 @@ impl<R> PartitionMachine<R> {
             }
         }
         out.extend(last_ack);
+        assert!(replica.applied_seq() >= snapshot_seq, "what was held only moves the replica on");
         out.push(Effect::Ready { digest: replica.state_digest(), start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
