@@ -1573,8 +1573,11 @@ impl Partition {
             if self.phase == Phase::Loading {
                 self.check_ready(out);
             }
-        } else if matches!(self.phase, Phase::Loading | Phase::Serving) {
-            // Loading, the agreement had nothing pending and returned no verdict.
+        } else if matches!(self.phase, Phase::Loading | Phase::Serving | Phase::Recovering { .. }) {
+            // The agreement had nothing pending and returned no verdict: loading, or the last
+            // replica's pending batches were answered above. A node that failed during its
+            // restart recovery may then recover again (the partition is unavailable, not
+            // "recovering" for ever: its restarted process would be refused).
             self.phase = Phase::Unavailable;
             self.reject_open(Rejection::NoLiveReplica { partition: self.id }, out);
             out.push(Output::Event(Event::PartitionUnavailable { partition: self.id }));

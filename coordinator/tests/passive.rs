@@ -502,3 +502,37 @@ fn a_rejoin_asked_during_a_promotion_is_planned_when_it_ends() {
         )));
     }
 }
+
+/// A full-stack node that fails again during its restart recovery leaves the partition
+/// unavailable, not "recovering" for ever: restarted once more, it is let recover again, and
+/// the batches lost the first time are still replayed to it (docs/design.md §10).
+#[test]
+fn a_node_failing_during_its_restart_recovery_may_recover_again() {
+    let mut c = serving(Mode::FullStack);
+    let now = START_US + 50 * MS;
+    c.on_node_lost(2, now);
+    c.on_client_request(1, request(1, payment(1, 1)), now);
+    let out = c.on_client_request(1, request(2, payment(2, 2)), now);
+    let [(_, lost)] = &batches(&out)[..] else { panic!("{out:?}") };
+    c.on_node_lost(1, now + MS);
+    assert_eq!(phase(&c, 1), Phase::Unavailable);
+    let resumed = |out: &[Output]| {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::ToNodes { msg: CoordinatorToNode::ResumeFromLog { partition: 1, from_seq }, .. } => {
+                    Some(*from_seq)
+                }
+                _ => None,
+            })
+            .collect::<Vec<Seq>>()
+    };
+    let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + 2 * MS);
+    assert_eq!(resumed(&out), vec![lost.seq]);
+    assert_eq!(phase(&c, 1), Phase::Recovering { node: 1 });
+    // It fails before reporting `Rejoined`.
+    c.on_node_lost(1, now + 3 * MS);
+    assert_eq!(phase(&c, 1), Phase::Unavailable);
+    let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + 4 * MS);
+    assert_eq!(resumed(&out), vec![lost.seq], "the lost batch is replayed again: {out:?}");
+    assert!(batches(&out).iter().any(|(_, b)| b == lost));
+}

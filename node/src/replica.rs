@@ -605,6 +605,11 @@ impl Replica {
             }
             last = Some(t.ts);
         }
+        // Timestamps only grow: what restart recovery found committed before this batch's
+        // first can no longer be replayed.
+        if let Some(first) = batch.txns.first().filter(|_| !self.committed_before_restart.is_empty()) {
+            self.committed_before_restart = self.committed_before_restart.split_off(&first.ts);
+        }
         let mut outcomes = vec![None; batch.txns.len()];
         let order: Vec<usize> = match &mut self.db {
             Store::Lean(_) => (0..batch.txns.len()).collect(),
