@@ -126,11 +126,7 @@ pub struct GroupState {
 
 impl GroupState {
     fn hard_state(&self) -> HardState {
-        let mut hs = HardState::default();
-        hs.term = self.term;
-        hs.vote = self.vote;
-        hs.commit = self.commit;
-        hs
+        HardState { term: self.term, vote: self.vote, commit: self.commit, ..Default::default() }
     }
 
     /// Appends `entries`, replacing any stored entry at or after the first one's index (raft
