@@ -483,7 +483,7 @@ impl Coordinator {
             .collect();
         let t = &config.timeouts;
         Ok(Coordinator {
-            clock: TimestampClock::new(config.coordinator.id),
+            clock: TimestampClock::new(config.coordinator().id),
             router: Router::new(config),
             partitions,
             nodes,

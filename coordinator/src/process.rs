@@ -128,7 +128,7 @@ pub fn hello(config: &ClusterConfig) -> Hello {
     Hello {
         protocol_version: PROTOCOL_VERSION,
         role: Role::Coordinator,
-        id: u16::from(config.coordinator.id),
+        id: u16::from(config.coordinator().id),
         config_fingerprint: config.fingerprint(),
     }
 }
@@ -624,7 +624,7 @@ impl Core {
         };
         ProcessStatus {
             role: Role::Coordinator,
-            id: u16::from(self.config.coordinator.id),
+            id: u16::from(self.config.coordinator().id),
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             partitions,

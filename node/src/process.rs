@@ -1200,7 +1200,7 @@ async fn coordinator_link(
     mut from_executors: mpsc::Receiver<Outgoing>,
     mut events: mpsc::Receiver<OutboxEvent>,
 ) {
-    let address = node.config.coordinator.address.clone();
+    let address = node.config.coordinator().address.clone();
     loop {
         let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
             if !*node.stopping.borrow() {

@@ -29,7 +29,7 @@ pub fn run(a: CoordinatorArgs) -> Result<ExitCode> {
     let config = ClusterConfig::load(&a.config).with_context(|| format!("read {}", a.config.display()))?;
     let address = match a.listen {
         Some(addr) => addr,
-        None => wire::config::resolve("coordinator.address", &config.coordinator.address)?,
+        None => wire::config::resolve("coordinator.address", &config.coordinator().address)?,
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the tokio runtime")?;
     rt.block_on(async {

@@ -31,7 +31,8 @@ use crate::messages::{CoordinatorId, NodeId, PartitionId, WarehouseId, BATCH_OVE
 /// Where the glass binary looks for the cluster description by default.
 pub const DEFAULT_PATH: &str = "cluster.toml";
 
-/// A glass cluster: one coordinator, nodes holding partition replicas, and how they replicate.
+/// A glass cluster: its coordinators (one leads; docs/design.md §11), nodes holding partition
+/// replicas, and how they replicate.
 ///
 /// `cluster.toml` spells the replication as three flat keys, `mode`, `shipping` and
 /// `[full_stack]`; parsed, they become one [`Replication`] that carries only what its mode
@@ -56,8 +57,10 @@ pub struct ClusterConfig {
     /// `glass cluster init`). A relative path is relative to the directory holding
     /// `cluster.toml`.
     pub cert_dir: PathBuf,
-    /// The coordinator: timestamps, batching, result agreement.
-    pub coordinator: CoordinatorConfig,
+    /// The coordinators: one leads (timestamps, batching, result agreement), the others stand
+    /// by; raft among them decides who (docs/design.md §11). At least one; the file gives
+    /// either one `[coordinator]` table or `[[coordinators]]` entries.
+    pub coordinators: Vec<CoordinatorConfig>,
     /// The nodes: processes executing partition replicas.
     pub nodes: Vec<NodeConfig>,
     /// The partitions: disjoint warehouse ranges, each replicated on some nodes.
@@ -97,7 +100,12 @@ struct RawClusterConfig {
     seed: u64,
     run_dir: PathBuf,
     cert_dir: PathBuf,
-    coordinator: CoordinatorConfig,
+    /// A cluster with a single coordinator may name it in one `[coordinator]` table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    coordinator: Option<CoordinatorConfig>,
+    /// The coordinators (docs/design.md §11): one leads, the others stand by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    coordinators: Vec<CoordinatorConfig>,
     nodes: Vec<NodeConfig>,
     partitions: Vec<PartitionConfig>,
     #[serde(default)]
@@ -118,7 +126,7 @@ impl From<RawClusterConfig> for ClusterConfig {
             seed: raw.seed,
             run_dir: raw.run_dir,
             cert_dir: raw.cert_dir,
-            coordinator: raw.coordinator,
+            coordinators: raw.coordinator.into_iter().chain(raw.coordinators).collect(),
             nodes: raw.nodes,
             partitions: raw.partitions,
             limits: raw.limits,
@@ -137,7 +145,8 @@ impl From<ClusterConfig> for RawClusterConfig {
             seed: c.seed,
             run_dir: c.run_dir,
             cert_dir: c.cert_dir,
-            coordinator: c.coordinator,
+            coordinator: (c.coordinators.len() == 1).then(|| c.coordinators[0].clone()),
+            coordinators: if c.coordinators.len() == 1 { Vec::new() } else { c.coordinators },
             nodes: c.nodes,
             partitions: c.partitions,
             limits: c.limits,
@@ -570,7 +579,19 @@ impl ClusterConfig {
             addresses.insert(key, field.trim_end_matches(".address").to_string());
             Ok(())
         };
-        check_address("coordinator.address".to_string(), &self.coordinator.address)?;
+        if self.coordinators.is_empty() {
+            return invalid("coordinators", Problem::NoCoordinators);
+        }
+        let mut coordinator_ids: BTreeMap<CoordinatorId, usize> = BTreeMap::new();
+        for (i, c) in self.coordinators.iter().enumerate() {
+            if let Some(other) = coordinator_ids.insert(c.id, i) {
+                return invalid(
+                    format!("coordinators[{i}].id"),
+                    Problem::DuplicateCoordinatorId { coordinator: c.id, other: format!("coordinators[{other}]") },
+                );
+            }
+            check_address(self.coordinator_field(i), &c.address)?;
+        }
         let mut ids: BTreeMap<NodeId, usize> = BTreeMap::new();
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some(other) = ids.insert(node.id, i) {
@@ -815,9 +836,37 @@ impl ClusterConfig {
         self.partitions.iter().map(|p| p.warehouses.last).max().unwrap_or(0)
     }
 
-    /// Every process address with the field naming it: the coordinator's, then each node's.
+    /// The first coordinator listed: the one a single-coordinator cluster has.
+    pub fn coordinator(&self) -> &CoordinatorConfig {
+        &self.coordinators[0]
+    }
+
+    /// Coordinator `id`'s configuration.
+    pub fn coordinator_by_id(&self, id: CoordinatorId) -> Option<&CoordinatorConfig> {
+        self.coordinators.iter().find(|c| c.id == id)
+    }
+
+    /// The coordinators' ids, in the file's order.
+    pub fn coordinator_ids(&self) -> Vec<CoordinatorId> {
+        self.coordinators.iter().map(|c| c.id).collect()
+    }
+
+    /// The `cluster.toml` field naming coordinator `i`'s address (in error messages).
+    pub fn coordinator_field(&self, i: usize) -> String {
+        match self.coordinators.len() {
+            1 => "coordinator.address".to_string(),
+            _ => format!("coordinators[{i}].address"),
+        }
+    }
+
+    /// Every process address with the field naming it: the coordinators', then each node's.
     pub fn addresses(&self) -> Vec<(String, &str)> {
-        let mut out = vec![("coordinator.address".to_string(), self.coordinator.address.as_str())];
+        let mut out: Vec<(String, &str)> = self
+            .coordinators
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (self.coordinator_field(i), c.address.as_str()))
+            .collect();
         out.extend(self.nodes.iter().enumerate().map(|(i, n)| (format!("nodes[{i}].address"), n.address.as_str())));
         out
     }
@@ -831,7 +880,7 @@ impl ClusterConfig {
             self.mode(),
             settings.shipping,
             self.seed,
-            &self.coordinator,
+            &self.coordinators,
             &self.nodes,
             &self.partitions,
             &settings.full_stack,
@@ -1007,6 +1056,42 @@ mod tests {
         assert!(matches!(problem_at(&c).1, Problem::OverlappingWarehouses { .. }));
     }
 
+    /// docs/design.md §11: several coordinators, in `[[coordinators]]`; one `[coordinator]`
+    /// table still means one.
+    #[test]
+    fn several_coordinators_parse_validate_and_round_trip() {
+        let three = COMMITTED.replace(
+            "[coordinator]\nid = 0\naddress = \"127.0.0.1:7400\"",
+            "[[coordinators]]\nid = 0\naddress = \"127.0.0.1:7400\"\n\n[[coordinators]]\nid = 1\naddress = \
+             \"127.0.0.1:7410\"\n\n[[coordinators]]\nid = 2\naddress = \"127.0.0.1:7411\"",
+        );
+        assert_ne!(three, COMMITTED);
+        let c = ClusterConfig::parse(&three).unwrap();
+        assert_eq!(c.coordinator_ids(), vec![0, 1, 2]);
+        assert_eq!(c.coordinator_by_id(2).unwrap().address, "127.0.0.1:7411");
+        assert_eq!(c.addresses()[1], ("coordinators[1].address".to_string(), "127.0.0.1:7410"));
+        let written = toml::to_string(&c).unwrap();
+        assert_eq!(ClusterConfig::parse(&written).unwrap(), c);
+        assert!(written.contains("[[coordinators]]") && !written.contains("[coordinator]"), "{written}");
+        // One coordinator is written back as the table it was read from.
+        let one = base();
+        assert_eq!(one.coordinator_ids(), vec![0]);
+        assert!(toml::to_string(&one).unwrap().contains("[coordinator]"));
+
+        let mut dup = c.clone();
+        dup.coordinators[2].id = 0;
+        let (field, problem, msg) = problem_at(&dup);
+        assert_eq!(field, "coordinators[2].id");
+        assert_eq!(problem, Problem::DuplicateCoordinatorId { coordinator: 0, other: "coordinators[0]".into() });
+        assert!(msg.contains("also used by coordinators[0]"), "{msg}");
+        let mut same_address = c.clone();
+        same_address.coordinators[1].address = "127.0.0.1:7401".into();
+        assert!(matches!(problem_at(&same_address).1, Problem::DuplicateAddress { .. }));
+        let mut none = c;
+        none.coordinators.clear();
+        assert_eq!(problem_at(&none).1, Problem::NoCoordinators);
+    }
+
     #[test]
     fn a_gap_in_the_warehouses_is_refused() {
         let mut c = base();
@@ -1051,7 +1136,7 @@ mod tests {
         assert_eq!(problem_at(&c).0, "partitions[1].id");
 
         let mut c = base();
-        c.nodes[1].address = c.coordinator.address.clone();
+        c.nodes[1].address = c.coordinator().address.clone();
         let (field, problem, msg) = problem_at(&c);
         assert_eq!(field, "nodes[1].address");
         assert!(matches!(problem, Problem::DuplicateAddress { .. }));

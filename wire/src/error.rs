@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::messages::{NodeId, PartitionId};
+use crate::messages::{CoordinatorId, NodeId, PartitionId};
 
 /// Why `cluster.toml` cannot be used. Every variant names the field it is about (a path such
 /// as `partitions[1].replicas`) and says what is wrong with it.
@@ -69,6 +69,10 @@ pub enum Problem {
     NoNodes,
     #[error("the cluster needs at least one partition")]
     NoPartitions,
+    #[error("the cluster needs a coordinator: a [coordinator] table or [[coordinators]] entries")]
+    NoCoordinators,
+    #[error("coordinator id {coordinator} is also used by {other}")]
+    DuplicateCoordinatorId { coordinator: CoordinatorId, other: String },
     #[error("partition {partition} has no replicas")]
     NoReplicas { partition: PartitionId },
     #[error("node {node} holds two replicas of partition {partition}")]

@@ -380,7 +380,7 @@ pub fn init_cluster(cfg: &ClusterConfig, force: bool) -> Result<InitReport, TlsE
     }
 
     // Every leaf and its names first: a bad address fails before anything is written.
-    let mut leaves = vec![(Role::Coordinator, address_names("coordinator.address", &cfg.coordinator.address)?)];
+    let mut leaves = vec![(Role::Coordinator, address_names("coordinator.address", &cfg.coordinator().address)?)];
     for (i, node) in cfg.nodes.iter().enumerate() {
         leaves.push((Role::Node(node.id), address_names(&format!("nodes[{i}].address"), &node.address)?));
     }
@@ -532,7 +532,8 @@ fn check_issued_by(
 /// is checked for its identity. The error names the certificate, the address and what to run.
 pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
     let dir = cfg.cert_dir.as_path();
-    let mut processes = vec![(Role::Coordinator, Some(("coordinator.address".to_string(), &cfg.coordinator.address)))];
+    let mut processes =
+        vec![(Role::Coordinator, Some(("coordinator.address".to_string(), &cfg.coordinator().address)))];
     for (i, node) in cfg.nodes.iter().enumerate() {
         processes.push((Role::Node(node.id), Some((format!("nodes[{i}].address"), &node.address))));
     }

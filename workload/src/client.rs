@@ -130,7 +130,7 @@ impl ClusterClient {
 
     /// A link to the coordinator.
     pub async fn connect_coordinator(&self) -> Result<Link, ClientError> {
-        self.connect(wire::tls::Role::Coordinator, "coordinator.address", &self.config.coordinator.address).await
+        self.connect(wire::tls::Role::Coordinator, "coordinator.address", &self.config.coordinator().address).await
     }
 
     /// A link to node `node`.
