@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
+use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
     ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome,
@@ -680,6 +680,14 @@ impl Coordinator {
             }
             NodeToCoordinator::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             NodeToCoordinator::Heartbeat { .. } => {}
+            // Take-over reports and fencing concern the coordinator group (docs/design.md
+            // §11), which handles them before this machine sees anything.
+            m @ (NodeToCoordinator::Standing { .. }
+            | NodeToCoordinator::HeldBatches { .. }
+            | NodeToCoordinator::Fenced { .. }) => out.push(Output::Event(Event::Ignored {
+                node: from,
+                what: format!("a {} outside a take-over", m.name()),
+            })),
             NodeToCoordinator::BackupApplied { partition, seq } => {
                 let passive = self.partitions.get_mut(&partition).and_then(Partition::passive_mut);
                 if let Some(s) =

@@ -47,7 +47,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
-use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
+use wire::channel::{
+    ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, Epoched, FromCoordinator,
+    NodeToCoordinator,
+};
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
@@ -240,6 +243,7 @@ pub async fn run(
         clients: HashMap::new(),
         replies: HashMap::new(),
         frame_bytes_max: config.limits.frame_bytes_max as usize,
+        epoch: 0,
         batch_bytes: BTreeMap::new(),
         stopping: stopping.clone(),
         last_waiting_log: Instant::now(),
@@ -275,6 +279,9 @@ struct Core {
     /// Replies produced and not yet sent, per client.
     replies: HashMap<ClientId, Vec<ClientReply>>,
     frame_bytes_max: usize,
+    /// The epoch every message to a node carries (docs/design.md §11). This process is the
+    /// cluster's only coordinator: epoch 0, which no other leader ever fences.
+    epoch: wire::messages::Epoch,
     /// Bytes of batches sent to replicas, per partition (every replica counted).
     batch_bytes: BTreeMap<PartitionId, u64>,
     stopping: watch::Sender<bool>,
@@ -491,14 +498,16 @@ impl Core {
         for o in outputs {
             match o {
                 Output::ToNodes { nodes, msg } => {
-                    let frame = match wire::codec::encode(&msg, self.frame_bytes_max) {
+                    let framed = FromCoordinator::Epoched(Epoched { epoch: self.epoch, msg });
+                    let frame = match wire::codec::encode(&framed, self.frame_bytes_max) {
                         Ok(f) => Arc::new(f),
                         Err(e) => {
                             error!(error = %e, "cannot encode a message for the nodes; dropped");
                             continue;
                         }
                     };
-                    if let CoordinatorToNode::Batch(b) = &msg {
+                    let FromCoordinator::Epoched(Epoched { msg, .. }) = &framed;
+                    if let CoordinatorToNode::Batch(b) = msg {
                         *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
                     }
                     for n in nodes {
@@ -635,7 +644,8 @@ impl Core {
     /// what is queued) and the readers.
     fn shutdown(&mut self, reason: &str) {
         self.flush_replies();
-        let to_nodes = CoordinatorToNode::Shutdown { reason: reason.to_string() };
+        let msg = CoordinatorToNode::Shutdown { reason: reason.to_string() };
+        let to_nodes = FromCoordinator::Epoched(Epoched { epoch: self.epoch, msg });
         if let Ok(frame) = wire::codec::encode(&to_nodes, self.frame_bytes_max) {
             let frame = Arc::new(frame);
             for outbox in self.nodes.values() {

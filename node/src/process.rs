@@ -49,7 +49,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
 use wire::channel::{
-    ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerChannel, PeerReply, PeerRequest, ToolReply, ToolRequest,
+    ChannelMessage, CoordinatorToNode, Epoched, FromCoordinator, NodeToCoordinator, PeerChannel, PeerReply,
+    PeerRequest, ToolReply, ToolRequest,
 };
 use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replication};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
@@ -1209,7 +1210,7 @@ async fn coordinator_link(
             return;
         };
         info!(coordinator = %address, "joined the coordinator");
-        let effects = node.machine().on_link_up(micros(&node));
+        let effects = node.machine().on_link_up(node.config.coordinator().id, micros(&node));
         let rejoin = effects.contains(&NodeEffect::RejoinAll);
         if rejoin {
             let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
@@ -1224,7 +1225,7 @@ async fn coordinator_link(
         if *node.stopping.borrow() {
             return;
         }
-        node.machine().on_link_lost(micros(&node));
+        node.machine().on_link_lost(node.config.coordinator().id, micros(&node));
         error!("the coordinator link broke; dialing again (every partition will rejoin)");
         // What the executors send meanwhile is lost with the link (`Outgoing`'s epoch drops
         // it when the link is back); the node machine says when to dial.
@@ -1236,7 +1237,8 @@ async fn coordinator_link(
                 _ = events.recv() => continue,
                 () = node.stopped() => return,
             }
-            if node.machine().tick(micros(&node), |_| None).contains(&NodeEffect::Dial) {
+            let due = node.machine().tick(micros(&node), |_| None);
+            if due.iter().any(|e| matches!(e, NodeEffect::Dial { .. })) {
                 break;
             }
         }
@@ -1256,8 +1258,8 @@ async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver
         }
     }
     loop {
-        let msg = match receiver.recv::<CoordinatorToNode>().await {
-            Ok(Some(m)) => m,
+        let (epoch, msg) = match receiver.recv::<FromCoordinator>().await {
+            Ok(Some(FromCoordinator::Epoched(Epoched { epoch, msg }))) => (epoch, msg),
             Ok(None) => {
                 if !*node.stopping.borrow() {
                     error!("the coordinator closed the link");
@@ -1287,7 +1289,7 @@ async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver
             }
             _ => {}
         }
-        let effects = node.machine().on_coordinator(msg);
+        let effects = node.machine().on_coordinator(node.config.coordinator().id, epoch, msg);
         let mut for_writer = Vec::new();
         for effect in effects {
             match effect {
@@ -1353,7 +1355,8 @@ async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: 
     let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
     while let Some(effect) = queue.pop_front() {
         match effect {
-            NodeEffect::ToCoordinator(msg) => {
+            // This process has one coordinator link (the cluster's only coordinator).
+            NodeEffect::ToCoordinator { msg, .. } => {
                 if let Err(e) = sender.send(&msg).await {
                     if !*node.stopping.borrow() {
                         error!(error = %e, "cannot send to the coordinator; link lost");
@@ -1377,7 +1380,7 @@ async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: 
                 warn!(partition, message = name, "message for a partition this node does not hold; ignored")
             }
             // Carried by the reader and the link loop.
-            NodeEffect::ToPartition { .. } | NodeEffect::Dial | NodeEffect::RejoinAll => {}
+            NodeEffect::ToPartition { .. } | NodeEffect::Dial { .. } | NodeEffect::RejoinAll => {}
         }
     }
     Ok(())

@@ -49,7 +49,7 @@ use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply, ToolReply};
 use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
     bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome, PieceReads,
-    Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
+    ReplicaStanding, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
 };
 
 use crate::error::ReplicaError;
@@ -128,6 +128,8 @@ pub struct ReplicaStats {
     pub batches_waited: u64,
     /// Batches dropped as duplicates.
     pub duplicate_batches: u64,
+    /// Batches held past a gap and dropped when a new leader took over (docs/design.md §11).
+    pub batches_dropped_at_take_over: u64,
     /// Multi-partition transactions' remote pieces committed here (not counted in
     /// `txns_committed`: the transaction commits on its home partition).
     pub pieces_committed: u64,
@@ -259,8 +261,15 @@ pub struct Replica {
     /// to it (docs/design.md §10); what of them already took effect is not run again (a
     /// remote piece's reads are derived again from the state instead).
     committed_before_restart: std::collections::BTreeSet<Timestamp>,
+    /// The last batches executed (at most [`RECENT_BATCHES_KEPT`]), oldest first: a new
+    /// leader brings lagging replicas level with them (docs/design.md §11, take-over).
+    recent: std::collections::VecDeque<Batch>,
     stats: ReplicaStats,
 }
+
+/// Executed batches a replica keeps for a new leader ([`Replica::held_batches`]); a replica
+/// further behind than that copies the partition instead.
+pub const RECENT_BATCHES_KEPT: usize = 256;
 
 impl Replica {
     /// The active-active replica of `partition` on node `node` over an already loaded `db`; it
@@ -305,6 +314,7 @@ impl Replica {
             piece_reads: BTreeMap::new(),
             unshipped_log: Vec::new(),
             committed_before_restart: std::collections::BTreeSet::new(),
+            recent: std::collections::VecDeque::new(),
             stats: ReplicaStats::default(),
         }
     }
@@ -472,6 +482,16 @@ impl Replica {
             | CoordinatorToNode::ResumeFromLog { partition, .. } => {
                 self.check_partition(partition)?;
                 Ok(Vec::new())
+            }
+            CoordinatorToNode::TakeOver { epoch } => {
+                let standing = self.take_over();
+                let partition = self.partition;
+                Ok(vec![Emit::ToCoordinator(NodeToCoordinator::Standing { epoch, partition, standing })])
+            }
+            CoordinatorToNode::SendBatches { partition, after } => {
+                self.check_partition(partition)?;
+                let batches = self.held_batches(after);
+                Ok(vec![Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition, batches })])
             }
             CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),
             CoordinatorToNode::Shutdown { .. } => {
@@ -1033,7 +1053,12 @@ impl Replica {
         self.last_ts = p.last_ts;
         self.next_seq += 1;
         self.stats.batches_executed += 1;
-        let state_digest = batch.digest_after.then(|| self.state_digest());
+        let (seq, digest_after) = (batch.seq, batch.digest_after);
+        if self.recent.len() == RECENT_BATCHES_KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(batch);
+        let state_digest = digest_after.then(|| self.state_digest());
         let shipment = if self.role() == ReplicaRole::Primary {
             let log = match &mut self.db {
                 Store::Lean(db) => ShippedLog::Redo(db.take_redo()),
@@ -1046,11 +1071,11 @@ impl Replica {
                     Err(e) => return Err(self.stop(e)),
                 },
             };
-            Some(Shipment { partition: self.partition, seq: batch.seq, log })
+            Some(Shipment { partition: self.partition, seq, log })
         } else {
             None
         };
-        Ok((Results { partition: self.partition, seq: batch.seq, results, state_digest }, shipment))
+        Ok((Results { partition: self.partition, seq, results, state_digest }, shipment))
     }
 
     fn stop(&mut self, e: ReplicaError) -> ReplicaError {
@@ -1092,6 +1117,65 @@ impl Replica {
     /// The last batch executed (0 before the first).
     pub fn applied_seq(&self) -> Seq {
         self.next_seq - 1
+    }
+
+    /// A new leader took over (docs/design.md §11): batches held past a gap are dropped —
+    /// the old leader's batch of that number may never reach anyone, and the new leader
+    /// numbers its own from after the furthest replica's — and where the replica now stands
+    /// is returned for the leader.
+    pub fn take_over(&mut self) -> ReplicaStanding {
+        let role = self.role();
+        let executed_seq = self.applied_seq();
+        if role == ReplicaRole::Backup {
+            // Shipments come from the primary, whose numbering the take-over does not change.
+            return ReplicaStanding {
+                role: role.reported(),
+                executed_seq,
+                held_seq: executed_seq,
+                kept_from: executed_seq + 1,
+                last_ts: self.last_ts,
+                stopped: self.stopped.is_some(),
+            };
+        }
+        // With a batch under way, `next_seq` is that batch's number.
+        let mut held_seq = if self.parked.is_some() { self.next_seq } else { executed_seq };
+        while self.waiting.contains_key(&(held_seq + 1)) {
+            held_seq += 1;
+        }
+        let dropped = self.waiting.split_off(&(held_seq + 1));
+        self.stats.batches_dropped_at_take_over += dropped.len() as u64;
+        let last_ts = self
+            .waiting
+            .values()
+            .chain(self.parked.as_ref().map(|p| &p.batch))
+            .filter_map(|b| b.txns.last().map(|t| t.ts))
+            .chain(self.last_ts)
+            .max();
+        let kept_from = self.recent.front().map_or(executed_seq + 1, |b| b.seq);
+        ReplicaStanding {
+            role: role.reported(),
+            executed_seq,
+            held_seq,
+            kept_from,
+            last_ts,
+            stopped: self.stopped.is_some(),
+        }
+    }
+
+    /// The batches after `after` this replica executed recently or holds, in order and
+    /// without gaps, at most [`wire::channel::control::HELD_BATCHES_PER_REPLY_MAX`]; none if it
+    /// no longer keeps batch `after + 1`.
+    pub fn held_batches(&self, after: Seq) -> Vec<Batch> {
+        let all = self.recent.iter().chain(self.parked.as_ref().map(|p| &p.batch)).chain(self.waiting.values());
+        let mut out: Vec<Batch> = Vec::new();
+        for b in all.skip_while(|b| b.seq <= after) {
+            if b.seq != after + 1 + out.len() as u64 || out.len() == wire::channel::control::HELD_BATCHES_PER_REPLY_MAX
+            {
+                break;
+            }
+            out.push(b.clone());
+        }
+        out
     }
 
     /// The last timestamp executed.

@@ -333,7 +333,7 @@ impl Sim {
         for n in &config.nodes {
             let roles = roles(config, n.id, false);
             let mut machine = NodeMachine::new(config, n.id, &roles, START_US);
-            let first = machine.on_link_up(START_US);
+            let first = machine.on_link_up(config.coordinator().id, START_US);
             debug_assert!(first.is_empty(), "a first connection asks nothing");
             let (process, link) = (next_id, next_id + 1);
             next_id += 2;
@@ -679,7 +679,9 @@ impl Sim {
                 if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::ShipTo { .. }) {
                     self.trace_line(|| format!("node {} gets {msg:?}", e.node));
                 }
-                let effects = self.node_mut(e.node).machine.on_coordinator(msg);
+                // One coordinator, leading epoch 0 throughout.
+                let c = self.config.coordinator().id;
+                let effects = self.node_mut(e.node).machine.on_coordinator(c, 0, msg);
                 self.perform(e.node, effects);
             }
             Carried::Peer { from, from_process, msg: PeerMsg::Ship(shipment) } => {
@@ -718,7 +720,7 @@ impl Sim {
         let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                NodeEffect::ToCoordinator(m) => self.send_from_node(node, m),
+                NodeEffect::ToCoordinator { msg, .. } => self.send_from_node(node, msg),
                 NodeEffect::ToPartition { partition, msg } => {
                     let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
                     let effects = m.on_coordinator(msg);
@@ -747,7 +749,7 @@ impl Sim {
                     let process = if to.up { to.process } else { 0 };
                     self.node_mut(node).peers.insert(backup, process);
                 }
-                NodeEffect::Dial => self.reconnect(node),
+                NodeEffect::Dial { .. } => self.reconnect(node),
                 NodeEffect::RejoinAll => self.rejoin_all(node),
                 NodeEffect::Shutdown { .. } => {
                     self.violations.push(Violation::UnexpectedMessage { node, name: "Shutdown" })
@@ -925,7 +927,7 @@ impl Sim {
             let muted = now < n.mute_until_us;
             let mut effects = self.node_mut(id).machine.tick(now, |p| applied.get(&p).copied());
             if muted {
-                effects.retain(|e| !matches!(e, NodeEffect::ToCoordinator(_)));
+                effects.retain(|e| !matches!(e, NodeEffect::ToCoordinator { .. }));
             }
             self.perform(id, effects);
         }
@@ -1008,7 +1010,9 @@ impl Sim {
             return;
         }
         n.link_alive = false;
-        n.machine.on_link_lost(now);
+        let c = self.config.coordinator().id;
+        let n = self.node_mut(node);
+        n.machine.on_link_lost(c, now);
         let link = n.link;
         self.net.cut(node, link, None);
         self.stats.drops += 1;
@@ -1033,7 +1037,8 @@ impl Sim {
         n.link_alive = true;
         self.net.cut(node, old, None);
         self.stats.reconnects += 1;
-        let effects = self.node_mut(node).machine.on_link_up(now);
+        let c = self.config.coordinator().id;
+        let effects = self.node_mut(node).machine.on_link_up(c, now);
         self.perform(node, effects);
     }
 
@@ -1088,7 +1093,7 @@ impl Sim {
         let now = self.now_us;
         let roles = roles(&self.config, node, true);
         let mut machine = NodeMachine::new(&self.config, node, &roles, now);
-        let first = machine.on_link_up(now);
+        let first = machine.on_link_up(self.config.coordinator().id, now);
         debug_assert!(first.is_empty());
         let n = self.node_mut(node);
         n.up = true;

@@ -333,7 +333,13 @@ mod tests {
             CoordinatorToNode::ShipTo { partition: 1, backup: 3 },
             CoordinatorToNode::PieceReads(reads),
             CoordinatorToNode::RederivePiece { partition: 2, home: 1, seq: 3, ts: ts(), input: payment() },
+            CoordinatorToNode::TakeOver { epoch: 7 },
+            CoordinatorToNode::SendBatches { partition: 1, after: 4 },
         ]
+    }
+
+    fn from_coordinator() -> Vec<FromCoordinator> {
+        vec![FromCoordinator::Epoched(Epoched { epoch: u64::MAX, msg: CoordinatorToNode::Batch(batch()) })]
     }
 
     fn from_nodes() -> Vec<NodeToCoordinator> {
@@ -358,6 +364,20 @@ mod tests {
                 ts: ts(),
                 outcome: PieceOutcome::Reads(engine::distributed::RemoteReads::Stock(Vec::new())),
             }),
+            NodeToCoordinator::Standing {
+                epoch: 7,
+                partition: 1,
+                standing: ReplicaStanding {
+                    role: ReplicationRole::Replica,
+                    executed_seq: 3,
+                    held_seq: 5,
+                    kept_from: 1,
+                    last_ts: Some(ts()),
+                    stopped: false,
+                },
+            },
+            NodeToCoordinator::HeldBatches { partition: 1, batches: vec![batch()] },
+            NodeToCoordinator::Fenced { epoch: 8 },
         ]
     }
 
@@ -464,6 +484,7 @@ mod tests {
         channel_checks(&client_requests());
         channel_checks(&client_replies());
         channel_checks(&to_nodes());
+        channel_checks(&from_coordinator());
         channel_checks(&from_nodes()[1..]);
         round_trips(&from_nodes());
         channel_checks(&peer_requests());

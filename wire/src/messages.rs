@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 /// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
 /// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
 /// a typed [`PartitionPhase`] and [`ReplicationRole`].
-pub const PROTOCOL_VERSION: u8 = 8;
+pub const PROTOCOL_VERSION: u8 = 9;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -52,6 +52,8 @@ pub type NodeId = u16;
 pub type PartitionId = u16;
 /// A coordinator's id: the low [`Timestamp::COORDINATOR_BITS`] bits of its timestamps.
 pub type CoordinatorId = u8;
+/// A leading coordinator's epoch: its raft term in the coordinator group (docs/design.md §11).
+pub type Epoch = u64;
 /// A TPC-C warehouse id (W_ID, from 1).
 pub type WarehouseId = u16;
 /// A batch's position in its partition's stream, from 1 (0 means "none yet").
@@ -261,6 +263,25 @@ pub struct Batch {
     pub txns: Vec<BatchTxn>,
     /// Compute the state digest after executing this batch and return it in [`Results`].
     pub digest_after: bool,
+}
+
+/// Where one replica of a partition stands, as it tells a new leader (docs/design.md §11,
+/// take-over). Its batches are numbered as every replica of the partition numbers them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaStanding {
+    pub role: ReplicationRole,
+    /// Every batch through this one is executed (a backup: applied).
+    pub executed_seq: Seq,
+    /// Every batch through this one is held in order — executed, under way, or waiting right
+    /// behind (at least `executed_seq`). Batches past a gap were dropped at the take-over.
+    pub held_seq: Seq,
+    /// The oldest batch this replica can still send to the new leader (it keeps its recent
+    /// batches); `held_seq + 1` when it can send none.
+    pub kept_from: Seq,
+    /// The latest timestamp of any batch held or executed.
+    pub last_ts: Option<Timestamp>,
+    /// The replica stopped (diverged, or failed): it holds nothing the leader may use.
+    pub stopped: bool,
 }
 
 /// How one transaction ended on one replica.

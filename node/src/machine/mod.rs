@@ -11,15 +11,22 @@
 //!   dropped when its link fails, and the rejoining backups `ShipTo` adds;
 //! - membership changes, as far as the gates are concerned;
 //! - what each heartbeat reports (the backups' progress, for choosing whom to promote);
-//! - the coordinator link: when to dial again after it broke, and that a node whose link
-//!   came back rejoins every partition (the coordinator counted it failed and executed on
-//!   without it: its replicas are stale).
+//! - the coordinator links, one per coordinator: when to dial again after one broke, and that
+//!   a node whose link to the leader came back, with no newer leader meanwhile, rejoins every
+//!   partition (the leader counted it failed and executed on without it: its replicas are
+//!   stale);
+//! - fencing (docs/design.md §11): the newest coordinator epoch heard of and its leader; a
+//!   message from an older epoch is refused, and its sender told the newer epoch; a new
+//!   leader's `TakeOver` reaches every partition, whose standing goes back to it.
 //!
 //! It takes coordinator messages, the partitions' emitted messages, backups' acknowledgements,
 //! link events and clock ticks, and returns [`NodeEffect`]s for the carrier. Guarantees: a
 //! partition's results reach the coordinator only through its gate while this node is its
 //! primary (sync shipping: after every live backup applied the batch); nothing is sent on a
-//! link that is down; after a broken link, every partition rejoins before it counts again.
+//! link that is down; after a broken link to the leader, every partition rejoins before it
+//! counts again; no message of an epoch older than one heard of reaches a partition; what
+//! the node sends goes to the leader of the newest epoch, and waits (bounded) while no leader
+//! is known.
 
 mod partition;
 
@@ -32,7 +39,7 @@ use std::collections::BTreeMap;
 
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Shipping};
-use wire::messages::{NodeId, PartitionId, Results, Seq, Shipment};
+use wire::messages::{CoordinatorId, Epoch, NodeId, PartitionId, Seq, Shipment};
 
 use crate::replica::{Emit, ReplicaRole};
 use crate::shipping::{GateStats, ShipGate};
@@ -40,8 +47,8 @@ use crate::shipping::{GateStats, ShipGate};
 /// What the carrier does for the [`NodeMachine`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum NodeEffect {
-    /// Send to the coordinator.
-    ToCoordinator(NodeToCoordinator),
+    /// Send to coordinator `coordinator` (the leader, or a deposed one told it is fenced).
+    ToCoordinator { coordinator: CoordinatorId, msg: NodeToCoordinator },
     /// Hand to the partition's machine.
     ToPartition { partition: PartitionId, msg: CoordinatorToNode },
     /// Send the shipment to these backups' nodes (on the peer channel); a backup whose link
@@ -50,9 +57,9 @@ pub enum NodeEffect {
     /// Open a new link to backup `backup` (it restarted: a link to its previous process may
     /// hang until its connection times out).
     OpenPeer { backup: NodeId },
-    /// Dial the coordinator (again).
-    Dial,
-    /// Every partition rejoins: drop its state and ask the coordinator, as a restarted node.
+    /// Dial coordinator `coordinator` (again).
+    Dial { coordinator: CoordinatorId },
+    /// Every partition rejoins: drop its state and ask the leader, as a restarted node.
     RejoinAll,
     /// The coordinator shuts the cluster down.
     Shutdown { reason: String },
@@ -91,11 +98,30 @@ pub struct NodeMachine {
     /// The newest membership epoch seen of each partition: an older one arriving late is
     /// not applied to a gate (it would drop a backup that rejoined since).
     membership_epochs: BTreeMap<PartitionId, u64>,
-    link: LinkState,
+    /// One link per coordinator.
+    links: BTreeMap<CoordinatorId, Link>,
+    /// The newest coordinator epoch heard of, and the coordinator leading it (`None` until
+    /// one took over, with several coordinators).
+    epoch: Epoch,
+    leader: Option<CoordinatorId>,
+    /// Messages for the leader while none is known (bounded: [`UNSENT_MAX`]).
+    unsent: Vec<NodeToCoordinator>,
     next_heartbeat_us: u64,
-    /// Times the link came back after breaking.
+    /// Times a link to the leader came back after breaking.
     reconnects: u64,
 }
+
+/// One coordinator link: its state, and the epoch when it broke (if the same coordinator
+/// still leads that epoch when it is back, this node was counted failed meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    state: LinkState,
+    broke_leading: Option<Epoch>,
+}
+
+/// Messages a node keeps for a leader while none is known; past it the oldest are dropped
+/// (heartbeats and progress reports are never kept).
+pub const UNSENT_MAX: usize = 4096;
 
 impl NodeMachine {
     /// Node `id` of `config` holding `partitions` in the roles it starts them in, at `now_us`.
@@ -121,7 +147,16 @@ impl NodeMachine {
             held: partitions.iter().map(|&(p, role)| (p, Held { role })).collect(),
             gates,
             membership_epochs: BTreeMap::new(),
-            link: LinkState::Starting,
+            links: config
+                .coordinator_ids()
+                .into_iter()
+                .map(|c| (c, Link { state: LinkState::Starting, broke_leading: None }))
+                .collect(),
+            epoch: 0,
+            // A single coordinator leads from the start; among several, the one that takes
+            // over says so.
+            leader: (config.coordinators.len() == 1).then(|| config.coordinator().id),
+            unsent: Vec::new(),
             next_heartbeat_us: now_us,
             reconnects: 0,
         }
@@ -131,11 +166,27 @@ impl NodeMachine {
         self.id
     }
 
-    pub fn link(&self) -> LinkState {
-        self.link
+    /// The link to coordinator `coordinator` (`Starting` for one not in the configuration).
+    pub fn link(&self, coordinator: CoordinatorId) -> LinkState {
+        self.links.get(&coordinator).map_or(LinkState::Starting, |l| l.state)
     }
 
-    /// Times the coordinator link came back after breaking.
+    /// The link to the leader, if one is known.
+    pub fn leader_link(&self) -> Option<LinkState> {
+        self.leader.map(|c| self.link(c))
+    }
+
+    /// The newest coordinator epoch heard of.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// The coordinator leading the newest epoch, if known.
+    pub fn leader(&self) -> Option<CoordinatorId> {
+        self.leader
+    }
+
+    /// Times a link to the leader came back after breaking.
     pub fn reconnects(&self) -> u64 {
         self.reconnects
     }
@@ -156,31 +207,54 @@ impl NodeMachine {
         self.gates.get(&partition).map(ShipGate::stats)
     }
 
-    /// A message from the coordinator.
-    pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<NodeEffect> {
-        let Some(partition) = msg.partition() else {
-            return match msg {
-                CoordinatorToNode::Shutdown { reason } => vec![NodeEffect::Shutdown { reason }],
-                _ => Vec::new(), // a heartbeat
-            };
-        };
-        if !self.held.contains_key(&partition) {
-            return vec![NodeEffect::NotHeld { partition, name: wire::channel::ChannelMessage::name(&msg) }];
+    /// A message from coordinator `from`, sent in its epoch `epoch` (docs/design.md §11): one
+    /// from an older epoch than heard of is refused and its sender told; a newer epoch makes
+    /// `from` the leader, and its `TakeOver` goes to every partition (whose standing goes back
+    /// to it), after what was kept for a leader while none was known.
+    pub fn on_coordinator(&mut self, from: CoordinatorId, epoch: Epoch, msg: CoordinatorToNode) -> Vec<NodeEffect> {
+        if epoch < self.epoch || (epoch == self.epoch && self.leader.is_some_and(|l| l != from)) {
+            let msg = NodeToCoordinator::Fenced { epoch: self.epoch };
+            return vec![NodeEffect::ToCoordinator { coordinator: from, msg }];
         }
         let mut out = Vec::new();
+        if epoch > self.epoch || self.leader.is_none() {
+            self.epoch = epoch;
+            self.leader = Some(from);
+            for msg in std::mem::take(&mut self.unsent) {
+                out.push(NodeEffect::ToCoordinator { coordinator: from, msg });
+            }
+        }
+        let Some(partition) = msg.partition() else {
+            match msg {
+                CoordinatorToNode::Shutdown { reason } => out.push(NodeEffect::Shutdown { reason }),
+                CoordinatorToNode::TakeOver { .. } => {
+                    for &partition in self.held.keys() {
+                        out.push(NodeEffect::ToPartition { partition, msg: msg.clone() });
+                    }
+                }
+                _ => {} // a heartbeat
+            }
+            return out;
+        };
+        if !self.held.contains_key(&partition) {
+            out.push(NodeEffect::NotHeld { partition, name: wire::channel::ChannelMessage::name(&msg) });
+            return out;
+        }
         match &msg {
             CoordinatorToNode::Membership { live, epoch, .. } => {
                 let newest = self.membership_epochs.entry(partition).or_insert(0);
                 if *epoch > *newest {
                     *newest = *epoch;
                     if let Some(gate) = self.gates.get_mut(&partition) {
-                        out.extend(released(gate.on_membership(live)));
+                        let released = gate.on_membership(live);
+                        out.extend(self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results)));
                     }
                 }
             }
             CoordinatorToNode::ShipTo { backup, .. } => {
                 let gate = self.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], self.sync));
-                out.extend(released(gate.add_catching_up(*backup)));
+                let released = gate.add_catching_up(*backup);
+                out.extend(self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results)));
                 out.push(NodeEffect::OpenPeer { backup: *backup });
             }
             _ => {}
@@ -205,8 +279,11 @@ impl NodeMachine {
                 vec![NodeEffect::Ship { backups, shipment }]
             }
             Emit::ToCoordinator(NodeToCoordinator::Results(r)) => match self.gates.get_mut(&r.partition) {
-                Some(gate) => released(gate.on_results(r)),
-                None => vec![NodeEffect::ToCoordinator(NodeToCoordinator::Results(r))],
+                Some(gate) => {
+                    let released = gate.on_results(r);
+                    self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results))
+                }
+                None => self.send_to_leader([NodeToCoordinator::Results(r)]),
             },
             Emit::ToCoordinator(m) => {
                 if let NodeToCoordinator::Promoted { partition, .. } = &m {
@@ -215,7 +292,32 @@ impl NodeMachine {
                         h.role = ReplicaRole::Replica;
                     }
                 }
-                vec![NodeEffect::ToCoordinator(m)]
+                self.send_to_leader([m])
+            }
+        }
+    }
+
+    /// Messages for the leader: sent to it, or kept while none is known (bounded; heartbeats
+    /// and progress are not worth keeping).
+    fn send_to_leader(&mut self, msgs: impl IntoIterator<Item = NodeToCoordinator>) -> Vec<NodeEffect> {
+        match self.leader {
+            Some(coordinator) => msgs.into_iter().map(|msg| NodeEffect::ToCoordinator { coordinator, msg }).collect(),
+            None => {
+                for msg in msgs {
+                    let worth_keeping = !matches!(
+                        msg,
+                        NodeToCoordinator::Heartbeat { .. }
+                            | NodeToCoordinator::BackupApplied { .. }
+                            | NodeToCoordinator::LoadStatus { state: wire::messages::LoadState::Loading { .. }, .. }
+                    );
+                    if worth_keeping {
+                        if self.unsent.len() == UNSENT_MAX {
+                            self.unsent.remove(0);
+                        }
+                        self.unsent.push(msg);
+                    }
+                }
+                Vec::new()
             }
         }
     }
@@ -223,7 +325,10 @@ impl NodeMachine {
     /// Backup `from` applied `partition`'s shipments up to `seq`.
     pub fn on_ack(&mut self, from: NodeId, partition: PartitionId, seq: Seq, now_us: u64) -> Vec<NodeEffect> {
         match self.gates.get_mut(&partition) {
-            Some(gate) => released(gate.on_ack(from, seq, now_us)),
+            Some(gate) => {
+                let released = gate.on_ack(from, seq, now_us);
+                self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results))
+            }
             None => Vec::new(),
         }
     }
@@ -231,91 +336,113 @@ impl NodeMachine {
     /// The link to backup `backup` failed or fell too far behind: it is no longer shipped to
     /// nor waited for, by any partition.
     pub fn on_backup_lost(&mut self, backup: NodeId) -> Vec<NodeEffect> {
-        let mut out = Vec::new();
+        let mut released = Vec::new();
         for gate in self.gates.values_mut() {
-            out.extend(released(gate.drop_backup(backup)));
+            released.extend(gate.drop_backup(backup));
         }
-        out
+        self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results))
     }
 
-    /// The coordinator link is up (first connected, or again after breaking: then every
-    /// partition rejoins, as a restarted node's would).
-    pub fn on_link_up(&mut self, now_us: u64) -> Vec<NodeEffect> {
-        let was = std::mem::replace(&mut self.link, LinkState::Connected);
-        self.next_heartbeat_us = now_us;
+    /// The link to coordinator `coordinator` is up (first connected, or again after
+    /// breaking: if that coordinator led the newest epoch when it broke and still does, it
+    /// counted this node failed meanwhile, and every partition rejoins, as a restarted
+    /// node's would).
+    pub fn on_link_up(&mut self, coordinator: CoordinatorId, now_us: u64) -> Vec<NodeEffect> {
+        let Some(link) = self.links.get_mut(&coordinator) else { return Vec::new() };
+        let was = std::mem::replace(&mut link.state, LinkState::Connected);
+        let broke_leading = link.broke_leading.take();
+        if self.leader == Some(coordinator) {
+            self.next_heartbeat_us = now_us;
+        }
         match was {
-            LinkState::Down { .. } => {
+            LinkState::Down { .. } if broke_leading == Some(self.epoch) && self.leader == Some(coordinator) => {
                 self.reconnects += 1;
-                // The coordinator counted this node failed and went on without it: no
-                // partition here is current, and none is primary any more.
+                // The leader counted this node failed and went on without it: no partition
+                // here is current, and none is primary any more.
                 self.gates.clear();
                 for h in self.held.values_mut() {
                     h.role = if self.passive { ReplicaRole::Backup } else { ReplicaRole::Replica };
                 }
                 vec![NodeEffect::RejoinAll]
             }
-            LinkState::Starting | LinkState::Connected => Vec::new(),
+            LinkState::Down { .. } | LinkState::Starting | LinkState::Connected => Vec::new(),
         }
     }
 
-    /// The coordinator link broke (closed, failed, or the coordinator broke the protocol) at
-    /// `now_us`: results held for it are lost with it (the coordinator counts this node failed
-    /// and answers their transactions from the other replicas, or "outcome unknown"); dial
-    /// again after [`CONNECT_RETRY_MS`].
-    pub fn on_link_lost(&mut self, now_us: u64) {
-        if matches!(self.link, LinkState::Down { .. }) {
+    /// The link to coordinator `coordinator` broke (closed, failed, or the coordinator broke
+    /// the protocol) at `now_us`: results held for it are lost with it (a leader counts this
+    /// node failed and answers their transactions from the other replicas, or "outcome
+    /// unknown"); dial again after [`CONNECT_RETRY_MS`].
+    pub fn on_link_lost(&mut self, coordinator: CoordinatorId, now_us: u64) {
+        let leading = (self.leader == Some(coordinator)).then_some(self.epoch);
+        let Some(link) = self.links.get_mut(&coordinator) else { return };
+        if matches!(link.state, LinkState::Down { .. }) {
             return;
         }
-        self.link = LinkState::Down { since_us: now_us, redial_at_us: now_us + CONNECT_RETRY_MS * 1_000 };
+        link.state = LinkState::Down { since_us: now_us, redial_at_us: now_us + CONNECT_RETRY_MS * 1_000 };
+        link.broke_leading = leading;
     }
 
-    /// A dial failed at `now_us`: try again after [`CONNECT_RETRY_MS`].
-    pub fn on_dial_failed(&mut self, now_us: u64) {
-        let since_us = match self.link {
+    /// A dial of coordinator `coordinator` failed at `now_us`: try again after
+    /// [`CONNECT_RETRY_MS`].
+    pub fn on_dial_failed(&mut self, coordinator: CoordinatorId, now_us: u64) {
+        let Some(link) = self.links.get_mut(&coordinator) else { return };
+        let since_us = match link.state {
             LinkState::Down { since_us, .. } => since_us,
             LinkState::Starting | LinkState::Connected => now_us,
         };
-        self.link = LinkState::Down { since_us, redial_at_us: now_us + CONNECT_RETRY_MS * 1_000 };
+        link.state = LinkState::Down { since_us, redial_at_us: now_us + CONNECT_RETRY_MS * 1_000 };
     }
 
     /// The time of the next [`NodeMachine::tick`] that does something.
     pub fn next_deadline_us(&self) -> u64 {
-        match self.link {
-            LinkState::Connected => self.next_heartbeat_us,
-            LinkState::Down { redial_at_us, .. } => redial_at_us,
-            LinkState::Starting => u64::MAX,
-        }
+        let heartbeat = match self.leader_link() {
+            Some(LinkState::Connected) => self.next_heartbeat_us,
+            _ => u64::MAX,
+        };
+        let redial = self
+            .links
+            .values()
+            .filter_map(|l| match l.state {
+                LinkState::Down { redial_at_us, .. } => Some(redial_at_us),
+                LinkState::Starting | LinkState::Connected => None,
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        heartbeat.min(redial)
     }
 
-    /// Time passes to `now_us`: a heartbeat when one is due (with each backup's progress,
-    /// `applied(partition)`, for choosing whom to promote), or a dial when the link is down
-    /// and its retry is due.
+    /// Time passes to `now_us`: a heartbeat to the leader when one is due (with each backup's
+    /// progress, `applied(partition)`, for choosing whom to promote), and a dial of each
+    /// coordinator whose link is down and whose retry is due.
     pub fn tick(&mut self, now_us: u64, applied: impl Fn(PartitionId) -> Option<Seq>) -> Vec<NodeEffect> {
-        match self.link {
-            LinkState::Connected if now_us >= self.next_heartbeat_us => {
+        let mut out = Vec::new();
+        for (&coordinator, link) in self.links.iter_mut() {
+            if let LinkState::Down { since_us, redial_at_us } = link.state {
+                if now_us >= redial_at_us {
+                    link.state = LinkState::Down { since_us, redial_at_us: u64::MAX };
+                    out.push(NodeEffect::Dial { coordinator });
+                }
+            }
+        }
+        if let (Some(coordinator), Some(LinkState::Connected)) = (self.leader, self.leader_link()) {
+            if now_us >= self.next_heartbeat_us {
                 // One beat however late: a stalled node does not flood its link.
                 while self.next_heartbeat_us <= now_us {
                     self.next_heartbeat_us += self.heartbeat_us;
                 }
-                let mut beat = vec![NodeEffect::ToCoordinator(NodeToCoordinator::Heartbeat { now_ms: now_us / 1_000 })];
+                let beat = NodeToCoordinator::Heartbeat { now_ms: now_us / 1_000 };
+                out.push(NodeEffect::ToCoordinator { coordinator, msg: beat });
                 for (&partition, h) in &self.held {
                     if h.role == ReplicaRole::Backup && !self.gates.contains_key(&partition) {
                         if let Some(seq) = applied(partition) {
-                            beat.push(NodeEffect::ToCoordinator(NodeToCoordinator::BackupApplied { partition, seq }));
+                            let msg = NodeToCoordinator::BackupApplied { partition, seq };
+                            out.push(NodeEffect::ToCoordinator { coordinator, msg });
                         }
                     }
                 }
-                beat
             }
-            LinkState::Down { since_us, redial_at_us } if now_us >= redial_at_us => {
-                self.link = LinkState::Down { since_us, redial_at_us: u64::MAX };
-                vec![NodeEffect::Dial]
-            }
-            LinkState::Connected | LinkState::Down { .. } | LinkState::Starting => Vec::new(),
         }
+        out
     }
-}
-
-fn released(results: Vec<Results>) -> Vec<NodeEffect> {
-    results.into_iter().map(|r| NodeEffect::ToCoordinator(NodeToCoordinator::Results(r))).collect()
 }

@@ -387,6 +387,12 @@ impl<R> PartitionMachine<R> {
             CoordinatorToNode::RejoinRefused { reason, .. } => {
                 self.give_up(format!("the coordinator refused the rejoin: {reason}"))
             }
+            // A new leader knows nothing of the old one's plan, nor streams the batches it
+            // promised: the rejoin starts over, asked of the new leader (docs/design.md §11).
+            CoordinatorToNode::TakeOver { .. } => {
+                *j = Rejoin::default();
+                vec![Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: self.partition }))]
+            }
             msg @ CoordinatorToNode::Batch(_) => {
                 j.held.batches += 1;
                 if j.held.batches > REJOIN_HELD_BATCHES_MAX {
@@ -408,6 +414,7 @@ impl<R> PartitionMachine<R> {
             | CoordinatorToNode::PartitionStopped { .. }
             | CoordinatorToNode::Shutdown { .. }
             | CoordinatorToNode::Promote { .. }
+            | CoordinatorToNode::SendBatches { .. }
             | CoordinatorToNode::ShipTo { .. } => Vec::new(),
         }
     }

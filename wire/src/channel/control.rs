@@ -2,12 +2,16 @@
 //! batches and everything that decides a replica's part (membership, promotion, rejoin,
 //! stop); a node sends its replicas' results, load progress, heartbeats and rejoin and
 //! promotion progress. Multi-partition transactions' remote piece outcomes travel both ways
-//! (node → coordinator → the home partition's replicas).
+//! (node → coordinator → the home partition's replicas). Every coordinator → node message
+//! travels [`Epoched`]: a node refuses one from an older epoch than it heard of (fencing,
+//! docs/design.md §11).
 
 use engine::procedures::TxnInput;
 
 use crate::channel::channel_enum;
-use crate::messages::{Batch, LoadState, NodeId, PartitionId, PieceReads, Results, Seq, Timestamp};
+use crate::messages::{
+    Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, ReplicaStanding, Results, Seq, Timestamp,
+};
 
 channel_enum! {
     /// Coordinator → node.
@@ -52,6 +56,32 @@ channel_enum! {
         /// home partition; a replica whose state includes batch `seq` derives the piece's reads
         /// again (changing nothing) and sends them as [`NodeToCoordinator::PieceReads`].
         RederivePiece { partition: PartitionId, home: PartitionId, seq: Seq, ts: Timestamp, input: TxnInput },
+        /// A coordinator leads `epoch` (docs/design.md §11): from now on refuse anything from
+        /// an older epoch, drop batches held past a gap, and report each partition's
+        /// [`NodeToCoordinator::Standing`].
+        TakeOver { epoch: Epoch },
+        /// A new leader bringing `partition` level: send the batches after `after` that you
+        /// executed recently or hold ([`NodeToCoordinator::HeldBatches`]), at most
+        /// [`HELD_BATCHES_PER_REPLY_MAX`] of them.
+        SendBatches { partition: PartitionId, after: Seq },
+    }
+}
+
+/// Batches one [`NodeToCoordinator::HeldBatches`] carries, at most.
+pub const HELD_BATCHES_PER_REPLY_MAX: usize = 64;
+
+/// A coordinator's message to a node with the epoch of the coordinator that sent it
+/// (docs/design.md §11, fencing).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Epoched {
+    pub epoch: Epoch,
+    pub msg: CoordinatorToNode,
+}
+
+channel_enum! {
+    /// Coordinator → node, as it travels: every message with its sender's epoch.
+    pub enum FromCoordinator = "coordinator → node" {
+        Epoched(Epoched),
     }
 }
 
@@ -70,7 +100,10 @@ impl CoordinatorToNode {
             | CoordinatorToNode::Promote { partition, .. }
             | CoordinatorToNode::ShipTo { partition, .. }
             | CoordinatorToNode::RederivePiece { partition, .. } => Some(*partition),
-            CoordinatorToNode::Heartbeat { .. } | CoordinatorToNode::Shutdown { .. } => None,
+            CoordinatorToNode::SendBatches { partition, .. } => Some(*partition),
+            CoordinatorToNode::Heartbeat { .. }
+            | CoordinatorToNode::Shutdown { .. }
+            | CoordinatorToNode::TakeOver { .. } => None,
         }
     }
 }
@@ -99,5 +132,14 @@ channel_enum! {
         Promoted { partition: PartitionId, applied_seq: Seq, next_seq: Seq },
         /// A remote piece's outcome, for the coordinator to forward to the home partition.
         PieceReads(PieceReads),
+        /// To a new leader, for its [`CoordinatorToNode::TakeOver`]: where this replica of
+        /// `partition` stands.
+        Standing { epoch: Epoch, partition: PartitionId, standing: ReplicaStanding },
+        /// To a new leader, for its [`CoordinatorToNode::SendBatches`]: the batches asked for
+        /// that this replica has, in order (none: it has none of them).
+        HeldBatches { partition: PartitionId, batches: Vec<Batch> },
+        /// To a coordinator whose message came from an older epoch than `epoch`: it was
+        /// refused; a newer leader exists (docs/design.md §11).
+        Fenced { epoch: Epoch },
     }
 }

@@ -6,7 +6,7 @@
 //! |-------------------------|-------------------------------|-------------------------------|
 //! | every connection, first | [`Handshake`]                 | [`Handshake`]                 |
 //! | client ↔ coordinator    | [`ClientToCoordinator`]       | [`CoordinatorToClient`]       |
-//! | node ↔ coordinator      | [`NodeToCoordinator`]         | [`CoordinatorToNode`]         |
+//! | node ↔ coordinator      | [`NodeToCoordinator`]         | [`FromCoordinator`] (an epoch and a [`CoordinatorToNode`]) |
 //! | node ↔ node             | [`PeerRequest`]               | [`PeerReply`]                 |
 //! | tool ↔ node             | [`ToolRequest`]               | [`ToolReply`]                 |
 //!
@@ -32,7 +32,7 @@ pub mod peer;
 pub mod tool;
 
 pub use client::{ClientToCoordinator, CoordinatorToClient};
-pub use control::{CoordinatorToNode, NodeToCoordinator};
+pub use control::{CoordinatorToNode, Epoched, FromCoordinator, NodeToCoordinator};
 pub use handshake::Handshake;
 pub use peer::{PeerChannel, PeerReply, PeerRequest};
 pub use tool::{ToolChannel, ToolReply, ToolRequest};
