@@ -156,6 +156,18 @@ struct Parked {
     last_ts: Option<Timestamp>,
     /// The position it last parked at (for counting parks once).
     parked_at_pos: Option<usize>,
+    /// The remote pieces' outcomes its home pieces ran with, kept with the batch for a new
+    /// leader (docs/design.md §11).
+    used_reads: Vec<PieceReads>,
+}
+
+/// An executed batch kept for a new leader: its results (answered again once, if the new
+/// leader sends it again) and the remote outcomes its home pieces ran with.
+#[derive(Debug)]
+struct Recent {
+    batch: Batch,
+    results: Results,
+    used_reads: Vec<PieceReads>,
 }
 
 /// What a full-stack backup that rejoins starts from, besides its own log: its primary's log
@@ -263,7 +275,10 @@ pub struct Replica {
     committed_before_restart: std::collections::BTreeSet<Timestamp>,
     /// The last batches executed (at most [`RECENT_BATCHES_KEPT`]), oldest first: a new
     /// leader brings lagging replicas level with them (docs/design.md §11, take-over).
-    recent: std::collections::VecDeque<Batch>,
+    recent: std::collections::VecDeque<Recent>,
+    /// Batches executed before a new leader took over whose results that leader has not
+    /// seen: when it sends one again, its kept results are sent again (once).
+    answer_again: std::collections::BTreeSet<Seq>,
     stats: ReplicaStats,
 }
 
@@ -315,6 +330,7 @@ impl Replica {
             unshipped_log: Vec::new(),
             committed_before_restart: std::collections::BTreeSet::new(),
             recent: std::collections::VecDeque::new(),
+            answer_again: std::collections::BTreeSet::new(),
             stats: ReplicaStats::default(),
         }
     }
@@ -490,8 +506,8 @@ impl Replica {
             }
             CoordinatorToNode::SendBatches { partition, after } => {
                 self.check_partition(partition)?;
-                let batches = self.held_batches(after);
-                Ok(vec![Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition, batches })])
+                let (batches, reads) = self.held_batches(after);
+                Ok(vec![Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition, batches, reads })])
             }
             CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),
             CoordinatorToNode::Shutdown { .. } => {
@@ -535,6 +551,18 @@ impl Replica {
                 self.stats.duplicate_batches += 1;
                 return Ok(());
             }
+        }
+        if seq < self.next_seq && self.answer_again.contains(&seq) {
+            // A new leader sent again a batch executed before it took over: it has not seen
+            // the results (docs/design.md §11).
+            let kept = self.recent.iter().find(|r| r.batch.seq == seq).expect("answer_again only names kept batches");
+            if kept.batch != batch {
+                return Err(self.stop(ReplicaError::ConflictingDuplicate { seq }));
+            }
+            let results = kept.results.clone();
+            self.answer_again.remove(&seq);
+            out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
+            return Ok(());
         }
         let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(()) };
         self.start(batch)?;
@@ -651,7 +679,8 @@ impl Replica {
                 pieces
             }
         };
-        self.parked = Some(Parked { batch, order, pos: 0, outcomes, last_ts: last, parked_at_pos: None });
+        self.parked =
+            Some(Parked { batch, order, pos: 0, outcomes, last_ts: last, parked_at_pos: None, used_reads: Vec::new() });
         Ok(())
     }
 
@@ -697,6 +726,13 @@ impl Replica {
                         let mut later = self.piece_reads.split_off(&t.ts);
                         let reads = later.remove(&t.ts).unwrap_or_default();
                         self.piece_reads = later;
+                        let home = self.partition;
+                        p.used_reads.extend(reads.iter().map(|(from, outcome)| PieceReads {
+                            home,
+                            from: *from,
+                            ts: t.ts,
+                            outcome: outcome.clone(),
+                        }));
                         self.run_home_piece(&t, reads)
                     }
                 };
@@ -1054,10 +1090,6 @@ impl Replica {
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         let (seq, digest_after) = (batch.seq, batch.digest_after);
-        if self.recent.len() == RECENT_BATCHES_KEPT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(batch);
         let state_digest = digest_after.then(|| self.state_digest());
         let shipment = if self.role() == ReplicaRole::Primary {
             let log = match &mut self.db {
@@ -1075,7 +1107,13 @@ impl Replica {
         } else {
             None
         };
-        Ok((Results { partition: self.partition, seq, results, state_digest }, shipment))
+        let results = Results { partition: self.partition, seq, results, state_digest };
+        if self.recent.len() == RECENT_BATCHES_KEPT {
+            let forgotten = self.recent.pop_front().expect("full");
+            self.answer_again.remove(&forgotten.batch.seq);
+        }
+        self.recent.push_back(Recent { batch, results: results.clone(), used_reads: p.used_reads });
+        Ok((results, shipment))
     }
 
     fn stop(&mut self, e: ReplicaError) -> ReplicaError {
@@ -1151,7 +1189,9 @@ impl Replica {
             .filter_map(|b| b.txns.last().map(|t| t.ts))
             .chain(self.last_ts)
             .max();
-        let kept_from = self.recent.front().map_or(executed_seq + 1, |b| b.seq);
+        let kept_from = self.recent.front().map_or(executed_seq + 1, |r| r.batch.seq);
+        // The new leader has seen none of their results.
+        self.answer_again = self.recent.iter().map(|r| r.batch.seq).collect();
         ReplicaStanding {
             role: role.reported(),
             executed_seq,
@@ -1163,19 +1203,37 @@ impl Replica {
     }
 
     /// The batches after `after` this replica executed recently or holds, in order and
-    /// without gaps, at most [`wire::channel::control::HELD_BATCHES_PER_REPLY_MAX`]; none if it
-    /// no longer keeps batch `after + 1`.
-    pub fn held_batches(&self, after: Seq) -> Vec<Batch> {
-        let all = self.recent.iter().chain(self.parked.as_ref().map(|p| &p.batch)).chain(self.waiting.values());
-        let mut out: Vec<Batch> = Vec::new();
-        for b in all.skip_while(|b| b.seq <= after) {
-            if b.seq != after + 1 + out.len() as u64 || out.len() == wire::channel::control::HELD_BATCHES_PER_REPLY_MAX
-            {
+    /// without gaps, at most [`wire::channel::control::HELD_BATCHES_PER_REPLY_MAX`] (none if
+    /// it no longer keeps batch `after + 1`), with the remote pieces' outcomes their home
+    /// pieces ran with or will run with, as far as this replica has them.
+    pub fn held_batches(&self, after: Seq) -> (Vec<Batch>, Vec<PieceReads>) {
+        let executed = self.recent.iter().map(|r| (&r.batch, Some(&r.used_reads)));
+        let under_way = self.parked.iter().map(|p| (&p.batch, Some(&p.used_reads)));
+        let held = under_way.chain(self.waiting.values().map(|b| (b, None)));
+        let (mut batches, mut reads): (Vec<Batch>, Vec<PieceReads>) = (Vec::new(), Vec::new());
+        for (b, used) in executed.chain(held).skip_while(|(b, _)| b.seq <= after) {
+            let next = after + 1 + batches.len() as u64;
+            if b.seq != next || batches.len() == wire::channel::control::HELD_BATCHES_PER_REPLY_MAX {
                 break;
             }
-            out.push(b.clone());
+            reads.extend(used.into_iter().flatten().cloned());
+            batches.push(b.clone());
         }
-        out
+        // Outcomes held for home pieces not yet run.
+        let first = batches.first().and_then(|b| b.txns.first()).map(|t| t.ts);
+        let last = batches.last().and_then(|b| b.txns.last()).map(|t| t.ts);
+        if let (Some(first), Some(last)) = (first, last) {
+            let home = self.partition;
+            for (&ts, held) in self.piece_reads.range(first..=last) {
+                reads.extend(held.iter().map(|(from, outcome)| PieceReads {
+                    home,
+                    from: *from,
+                    ts,
+                    outcome: outcome.clone(),
+                }));
+            }
+        }
+        (batches, reads)
     }
 
     /// The last timestamp executed.

@@ -206,7 +206,7 @@ fn a_replica_reports_its_standing_drops_batches_past_a_gap_and_sends_its_recent_
     let held = |m: &mut PartitionMachine<NodeId>, after: Seq| -> Vec<Seq> {
         let out = m.on_coordinator(CoordinatorToNode::SendBatches { partition: P, after });
         match &out[..] {
-            [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition: P, batches }))] => {
+            [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition: P, batches, .. }))] => {
                 batches.iter().map(|b| b.seq).collect()
             }
             other => panic!("{other:?}"),
@@ -215,6 +215,14 @@ fn a_replica_reports_its_standing_drops_batches_past_a_gap_and_sends_its_recent_
     assert_eq!(held(&mut m, 0), vec![1, 2, 3]);
     assert_eq!(held(&mut m, 2), vec![3]);
     assert_eq!(held(&mut m, 3), Vec::<Seq>::new());
+    // The new leader sends batch 2 again: it has not seen its results, which come again,
+    // once; a conflicting batch 2 would stop the replica.
+    let again = m.on_coordinator(CoordinatorToNode::Batch(batch(2)));
+    assert!(
+        matches!(&again[..], [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Results(r)))] if r.seq == 2),
+        "{again:?}"
+    );
+    assert!(m.on_coordinator(CoordinatorToNode::Batch(batch(2))).is_empty(), "answered again once");
     // The new leader numbers from 4: its batch 4 and 5 are not the dropped ones.
     m.on_coordinator(CoordinatorToNode::Batch(batch(4)));
     m.on_coordinator(CoordinatorToNode::Batch(batch(5)));

@@ -376,7 +376,16 @@ mod tests {
                     stopped: false,
                 },
             },
-            NodeToCoordinator::HeldBatches { partition: 1, batches: vec![batch()] },
+            NodeToCoordinator::HeldBatches {
+                partition: 1,
+                batches: vec![batch()],
+                reads: vec![PieceReads {
+                    home: 1,
+                    from: 2,
+                    ts: ts(),
+                    outcome: PieceOutcome::Aborted { reason: "no".into() },
+                }],
+            },
             NodeToCoordinator::Fenced { epoch: 8 },
         ]
     }

@@ -136,8 +136,9 @@ channel_enum! {
         /// `partition` stands.
         Standing { epoch: Epoch, partition: PartitionId, standing: ReplicaStanding },
         /// To a new leader, for its [`CoordinatorToNode::SendBatches`]: the batches asked for
-        /// that this replica has, in order (none: it has none of them).
-        HeldBatches { partition: PartitionId, batches: Vec<Batch> },
+        /// that this replica has, in order (none: it has none of them), and the remote
+        /// pieces' outcomes their home pieces ran with or hold.
+        HeldBatches { partition: PartitionId, batches: Vec<Batch>, reads: Vec<PieceReads> },
         /// To a coordinator whose message came from an older epoch than `epoch`: it was
         /// refused; a newer leader exists (docs/design.md §11).
         Fenced { epoch: Epoch },
