@@ -36,12 +36,17 @@ use std::fmt;
 use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome,
-    PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
+    ClientReply, ClientRequest, ClientResult, CoordinatorId, DigestOutcome, LoadState, NodeId, Part, PartitionId,
+    PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
 };
+
+mod resume;
+
+pub use resume::{PartitionResume, Resumed};
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
 use crate::error::{CoordinatorError, ResumeRefused};
+use crate::group::{PartitionView, ViewState};
 use crate::router::{Route, Router};
 use crate::sequencer::{Busy, Sequencer, SequencerLimits};
 use crate::timestamp::TimestampClock;
@@ -52,6 +57,10 @@ pub const DIGEST_REQUESTS_INFLIGHT_MAX: usize = 16;
 
 /// A client connection, numbered by the network code.
 pub type ClientId = u64;
+
+/// The client of transactions a new leader adopted from its predecessor (docs/design.md
+/// §11): their clients were the old leader's, and nothing is answered to this one.
+pub const NOBODY: ClientId = ClientId::MAX;
 
 /// Who asked for a transaction: the connection and the client's request id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,6 +170,30 @@ pub enum Event {
         node: NodeId,
         what: String,
     },
+    /// This coordinator leads `epoch` and takes over: it fences the nodes and asks where each
+    /// partition stands (docs/design.md §11).
+    TakingOver {
+        epoch: u64,
+    },
+    /// The take-over is done: batches numbered after the furthest replica's follow,
+    /// `adopted` batches of the old leader were sent again, and `silent` nodes did not answer
+    /// (they count as failed).
+    TookOver {
+        epoch: u64,
+        adopted: usize,
+        silent: Vec<NodeId>,
+        took_us: u64,
+    },
+    /// This coordinator no longer leads (a newer epoch exists, or it lost the majority):
+    /// whatever it held back is dropped, and it stands by.
+    Deposed {
+        epoch: u64,
+        why: String,
+    },
+    /// A message from another coordinator of the group that was refused.
+    GroupRefused {
+        problem: String,
+    },
 }
 
 impl Event {
@@ -227,6 +260,15 @@ impl fmt::Display for Event {
                  ship to it (restart it with --rejoin)"
             ),
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
+            Event::TakingOver { epoch } => write!(f, "leading epoch {epoch}: taking over from the replicas' standing"),
+            Event::TookOver { epoch, adopted, silent, took_us } => write!(
+                f,
+                "took over epoch {epoch} in {} ms: {adopted} batches of the previous leader adopted; \
+                 silent nodes {silent:?}",
+                took_us / 1_000
+            ),
+            Event::Deposed { epoch, why } => write!(f, "no longer leading epoch {epoch}: {why}"),
+            Event::GroupRefused { problem } => write!(f, "coordinator group: {problem}"),
         }
     }
 }
@@ -429,12 +471,20 @@ pub struct Coordinator {
     last_ts: Option<Timestamp>,
     /// Multi-partition transactions admitted and not yet answered.
     multi: HashMap<ClientRef, MultiTxn>,
+    /// The nodes each partition's replicas are placed on in `cluster.toml`.
+    placement: BTreeMap<PartitionId, Vec<NodeId>>,
 }
 
 impl Coordinator {
     /// A coordinator for `config` (validated here for this build), started at `now_us`; every
     /// partition starts loading, and every node counts as heard from at `now_us`.
     pub fn new(config: &ClusterConfig, now_us: u64) -> Result<Coordinator, CoordinatorError> {
+        Coordinator::new_as(config, config.coordinator().id, now_us)
+    }
+
+    /// [`Coordinator::new`] for coordinator `me` of the configuration (its id goes into every
+    /// timestamp it issues).
+    pub fn new_as(config: &ClusterConfig, me: CoordinatorId, now_us: u64) -> Result<Coordinator, CoordinatorError> {
         config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
         let passive = config.mode().is_passive();
@@ -483,7 +533,7 @@ impl Coordinator {
             .collect();
         let t = &config.timeouts;
         Ok(Coordinator {
-            clock: TimestampClock::new(config.coordinator().id),
+            clock: TimestampClock::new(me),
             router: Router::new(config),
             partitions,
             nodes,
@@ -494,6 +544,7 @@ impl Coordinator {
             membership_epoch: 0,
             last_ts: None,
             multi: HashMap::new(),
+            placement: config.partitions.iter().map(|p| (p.id, p.replicas.clone())).collect(),
         })
     }
 
@@ -766,6 +817,56 @@ impl Coordinator {
         let failures = self.nodes.values().filter(|n| n.live).map(|n| n.last_heard_us + self.failure_timeout_us);
         let load = self.partitions.values().any(|p| p.phase == Phase::Loading).then_some(self.load_deadline_us);
         batches.chain(failures).chain(load).chain([self.next_heartbeat_us]).min()
+    }
+
+    /// Every partition's membership as the coordinator group records it (docs/design.md §11):
+    /// its live replicas — in the passive modes the primary, or the backup being promoted,
+    /// first — and where it is in its lifecycle.
+    pub fn views(&self) -> Vec<PartitionView> {
+        self.partitions
+            .values()
+            .map(|p| {
+                let live = |n: &NodeId| self.nodes.get(n).is_some_and(|l| l.live);
+                let mut replicas: Vec<NodeId> = p.members().filter(live).collect();
+                let state = match &p.phase {
+                    Phase::Loading => ViewState::Loading,
+                    Phase::Serving => ViewState::Serving,
+                    Phase::Promoting { backup } => {
+                        replicas.retain(|n| n != backup);
+                        replicas.insert(0, *backup);
+                        ViewState::Serving
+                    }
+                    Phase::Stopped { reason } => ViewState::Stopped { reason: reason.clone() },
+                    Phase::Unavailable => {
+                        ViewState::Unavailable { last_primary: p.passive().and_then(|s| s.last_primary) }
+                    }
+                    Phase::Recovering { node } => {
+                        replicas.clear();
+                        ViewState::Unavailable { last_primary: Some(*node) }
+                    }
+                };
+                PartitionView { partition: p.id, replicas, state }
+            })
+            .collect()
+    }
+
+    /// The current membership of every partition with a replica placed on `node`, as
+    /// `Membership` messages (a node finding itself outside one rejoins: docs/design.md §11).
+    pub fn memberships_for(&self, node: NodeId) -> Vec<CoordinatorToNode> {
+        self.partitions
+            .values()
+            .filter(|p| {
+                self.placement.get(&p.id).is_some_and(|r| r.contains(&node))
+                    || p.members().any(|n| n == node)
+                    || p.joining.iter().any(|(n, _)| *n == node)
+            })
+            .filter(|p| matches!(p.phase, Phase::Serving | Phase::Loading | Phase::Promoting { .. }))
+            .map(|p| CoordinatorToNode::Membership {
+                partition: p.id,
+                epoch: self.membership_epoch,
+                live: p.members().collect(),
+            })
+            .collect()
     }
 
     /// Every partition's state.

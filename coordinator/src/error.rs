@@ -32,6 +32,9 @@ pub enum CoordinatorError {
     /// The configuration does not validate for this build.
     #[error(transparent)]
     Config(#[from] wire::ConfigError),
+    /// The coordinator group cannot start (docs/design.md §11).
+    #[error(transparent)]
+    Group(crate::group::GroupError),
 }
 
 /// Why a restarted full-stack node may not bring its partition back from its own write-ahead

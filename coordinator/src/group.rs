@@ -335,8 +335,12 @@ impl Group {
             w.set_hardstate(state.hard_state());
         }
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raw = RawNode::new(&config, storage, &logger).map_err(|e| GroupError::Start(e.to_string()))?;
-        Ok(Group {
+        let mut raw = RawNode::new(&config, storage, &logger).map_err(|e| GroupError::Start(e.to_string()))?;
+        // A group of one needs no election timeout to find it has a majority.
+        if members.len() == 1 {
+            raw.campaign().map_err(|e| GroupError::Start(e.to_string()))?;
+        }
+        let mut group = Group {
             me,
             members: members.to_vec(),
             raw,
@@ -349,7 +353,14 @@ impl Group {
             led_epoch: None,
             decided: Vec::new(),
             messages: Vec::new(),
-        })
+        };
+        group.drive();
+        Ok(group)
+    }
+
+    /// When [`Group::on_tick`] next has a tick to make.
+    pub fn next_tick_us(&self) -> u64 {
+        self.next_tick_us
     }
 
     pub fn me(&self) -> CoordinatorId {

@@ -10,6 +10,7 @@ pub mod agreement;
 pub mod coordinator;
 pub mod error;
 pub mod group;
+pub mod member;
 pub mod process;
 pub mod router;
 pub mod sequencer;

@@ -131,6 +131,17 @@ impl Sequencer {
         self.opened_at_us.map(|t| t.saturating_add(self.limits.batch_wait_us))
     }
 
+    /// A new leader took over (docs/design.md §11): the batches through `next_seq - 1` were
+    /// sequenced before it, and `txns` of their transactions are not yet answered — they
+    /// count as in flight until they are.
+    ///
+    /// Panics if anything was admitted here already.
+    pub fn adopt(&mut self, next_seq: Seq, txns: usize) {
+        assert!(self.inflight_txns == 0 && self.open.is_empty(), "adopting batches into a sequencer in use");
+        self.next_seq = next_seq;
+        self.inflight_txns = txns;
+    }
+
     /// `txns` admitted transactions were answered: they no longer count as in flight.
     pub fn complete(&mut self, txns: usize) {
         assert!(txns <= self.inflight_txns - self.open.len(), "completing {txns} of {} sent", self.inflight_txns);

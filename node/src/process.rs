@@ -1380,6 +1380,11 @@ async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: 
                 warn!(partition, message = name, "message for a partition this node does not hold; ignored")
             }
             // Carried by the reader and the link loop.
+            // A membership leaving this node out comes only from a coordinator group's leader
+            // (docs/design.md §11); this process follows the cluster's only coordinator.
+            NodeEffect::Rejoin { partition } => {
+                warn!(partition, "left out of the partition's membership; it stays until the link breaks")
+            }
             NodeEffect::ToPartition { .. } | NodeEffect::Dial { .. } | NodeEffect::RejoinAll => {}
         }
     }

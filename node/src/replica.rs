@@ -502,7 +502,14 @@ impl Replica {
             CoordinatorToNode::TakeOver { epoch } => {
                 let standing = self.take_over();
                 let partition = self.partition;
-                Ok(vec![Emit::ToCoordinator(NodeToCoordinator::Standing { epoch, partition, standing })])
+                // A replica that never received a batch may be one whose load the old leader
+                // was still gathering: the new leader gets its load digest again.
+                let fresh = standing.executed_seq == 0 && standing.held_seq == 0 && self.stopped.is_none();
+                let mut out = vec![Emit::ToCoordinator(NodeToCoordinator::Standing { epoch, partition, standing })];
+                if fresh {
+                    out.push(Emit::ToCoordinator(self.ready_message()));
+                }
+                Ok(out)
             }
             CoordinatorToNode::SendBatches { partition, after } => {
                 self.check_partition(partition)?;
@@ -1173,6 +1180,7 @@ impl Replica {
                 kept_from: executed_seq + 1,
                 last_ts: self.last_ts,
                 stopped: self.stopped.is_some(),
+                held_reads: Vec::new(),
             };
         }
         // With a batch under way, `next_seq` is that batch's number.
@@ -1192,6 +1200,14 @@ impl Replica {
         let kept_from = self.recent.front().map_or(executed_seq + 1, |r| r.batch.seq);
         // The new leader has seen none of their results.
         self.answer_again = self.recent.iter().map(|r| r.batch.seq).collect();
+        let home = self.partition;
+        let held_reads = self
+            .piece_reads
+            .iter()
+            .flat_map(|(&ts, held)| {
+                held.iter().map(move |(from, outcome)| PieceReads { home, from: *from, ts, outcome: outcome.clone() })
+            })
+            .collect();
         ReplicaStanding {
             role: role.reported(),
             executed_seq,
@@ -1199,6 +1215,7 @@ impl Replica {
             kept_from,
             last_ts,
             stopped: self.stopped.is_some(),
+            held_reads,
         }
     }
 

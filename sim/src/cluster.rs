@@ -30,7 +30,9 @@
 
 use std::collections::BTreeMap;
 
-use coordinator::{ClientId, Coordinator, Event, Output};
+use coordinator::group::GroupState;
+use coordinator::member::{Member, MemberOutput};
+use coordinator::{ClientId, Coordinator, Event};
 use engine::procedures::TxnInput;
 use engine::rng::Rng;
 use node::error::RejoinError;
@@ -40,12 +42,12 @@ use node::snapshot::{LogBaseReceived, SnapshotInfo};
 use node::{Replica, TransferError};
 use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator, PeerReply};
 use wire::config::{ClusterConfig, Mode, Shipping, WarehouseRange};
-use wire::messages::{ClientResult, DigestOutcome, NodeId, PartitionId, Seq};
+use wire::messages::{ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, Seq};
 use workload::gen::{GenConfig, Generator, Profile};
 
 use crate::disk::Disks;
 use crate::error::{NodeReport, SimError, SlotReport, Violation};
-use crate::net::{Carried, Envelope, NetFaults, Network, PeerMsg};
+use crate::net::{Carried, Envelope, NetFaults, Network, PeerMsg, RAFT_NODE};
 use crate::population;
 
 /// The simulated clock's start: 2023-11-14, in microseconds since the Unix epoch.
@@ -106,6 +108,17 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
     c
 }
 
+/// `config` with `k` coordinators (ids 0..k, on loopback ports 7410 on): a coordinator group
+/// (docs/design.md §11).
+pub fn with_coordinators(mut config: ClusterConfig, k: u8) -> ClusterConfig {
+    assert!(k >= 1, "a cluster has a coordinator");
+    config.coordinators = (0..k)
+        .map(|id| wire::config::CoordinatorConfig { id, address: format!("127.0.0.1:{}", 7410 + u16::from(id)) })
+        .collect();
+    config.validate().expect("the simulated cluster's configuration is valid");
+    config
+}
+
 /// Which faults a run draws, and how often. Rates are per 10,000 steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Faults {
@@ -118,12 +131,20 @@ pub struct Faults {
     pub mute_per_10k: u64,
     /// A failed node is restarted and rejoins.
     pub restart_per_10k: u64,
+    /// A coordinator crashes or is cut off from the others (with three or more).
+    pub coordinator_per_10k: u64,
 }
 
 impl Faults {
     /// No faults at all.
-    pub const NONE: Faults =
-        Faults { net: NetFaults::CALM, crash_per_10k: 0, drop_per_10k: 0, mute_per_10k: 0, restart_per_10k: 0 };
+    pub const NONE: Faults = Faults {
+        net: NetFaults::CALM,
+        crash_per_10k: 0,
+        drop_per_10k: 0,
+        mute_per_10k: 0,
+        restart_per_10k: 0,
+        coordinator_per_10k: 0,
+    };
     /// Reordering, duplication and delays, no node faults.
     pub const NETWORK: Faults = Faults { net: NetFaults::ADVERSARIAL, ..Faults::NONE };
     /// Everything: reordering, duplication, delays, drops, lost heartbeats, crashes and
@@ -134,10 +155,11 @@ impl Faults {
         drop_per_10k: 6,
         mute_per_10k: 6,
         restart_per_10k: 60,
+        coordinator_per_10k: 8,
     };
 
     fn any_node_faults(&self) -> bool {
-        self.crash_per_10k + self.drop_per_10k + self.mute_per_10k + self.restart_per_10k > 0
+        self.crash_per_10k + self.drop_per_10k + self.mute_per_10k + self.restart_per_10k + self.coordinator_per_10k > 0
     }
 }
 
@@ -177,6 +199,12 @@ pub struct SimStats {
     /// Starting-state fetches begun by rejoining replicas, and those that failed.
     pub fetches: u64,
     pub fetches_failed: u64,
+    /// Coordinator processes crashed, and coordinators cut off from the others.
+    pub coordinator_crashes: u64,
+    pub coordinator_cuts: u64,
+    /// Take-overs done by a new leader, and leaders deposed (docs/design.md §11).
+    pub take_overs: u64,
+    pub deposed: u64,
 }
 
 impl SimStats {
@@ -200,6 +228,10 @@ impl SimStats {
         self.base_backups += other.base_backups;
         self.fetches += other.fetches;
         self.fetches_failed += other.fetches_failed;
+        self.coordinator_crashes += other.coordinator_crashes;
+        self.coordinator_cuts += other.coordinator_cuts;
+        self.take_overs += other.take_overs;
+        self.deposed += other.deposed;
     }
 }
 
@@ -237,16 +269,36 @@ struct SimNode {
     up: bool,
     /// The process's id (a restart makes a new one; peer messages are addressed to it).
     process: u64,
-    /// The current coordinator link's id; messages of older links are never delivered.
-    link: u64,
-    /// The current link is connected.
-    link_alive: bool,
+    /// Its link to each coordinator; messages of older links are never delivered.
+    links: BTreeMap<CoordinatorId, CoordLink>,
     /// No heartbeats before this time (a stalled writer).
     mute_until_us: u64,
     machine: NodeMachine,
     partitions: BTreeMap<PartitionId, Partition>,
     /// The peer links this process opened: backup → the backup's process it reached.
     peers: BTreeMap<NodeId, u64>,
+}
+
+/// A node's link to one coordinator: the connection's id, and whether it is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CoordLink {
+    id: u64,
+    alive: bool,
+}
+
+/// One simulated coordinator process: its real [`Member`] of the coordinator group (none while
+/// it is down), what it stored, and the client requests sent to it and not answered.
+#[derive(Debug)]
+struct SimCoord {
+    member: Option<Member>,
+    /// The group state as last stored (it survives a crash, as its file does).
+    stored: Option<GroupState>,
+    process: u64,
+    /// Requests sent to this process and not answered: their clients learn "outcome unknown"
+    /// when its connection goes.
+    open: std::collections::BTreeSet<(ClientId, u64)>,
+    /// Extra election ticks of this member, drawn from the seed.
+    election_offset_ticks: usize,
 }
 
 /// The simulated cluster and its network.
@@ -256,7 +308,11 @@ pub struct Sim {
     rng: Rng,
     now_us: u64,
     step: u64,
-    coordinator: Coordinator,
+    coordinators: BTreeMap<CoordinatorId, SimCoord>,
+    /// Directed cuts between coordinators (raft messages across one are lost).
+    coordinator_cuts: std::collections::BTreeSet<(CoordinatorId, CoordinatorId)>,
+    /// A coordinator fault (crash or cut) lasts until then.
+    coordinator_fault_until_us: u64,
     nodes: BTreeMap<NodeId, SimNode>,
     /// Full stack: each replica's durable medium (log and checkpoint), which outlives its
     /// process.
@@ -326,17 +382,38 @@ impl Sim {
     pub fn new(config: &ClusterConfig, seed: u64, faults: Faults) -> Sim {
         let pending_max = config.limits.replica_pending_batches_max as usize;
         let mode = config.mode();
+        let mut rng = Rng::new(seed);
         let mut nodes = BTreeMap::new();
-        let mut net = Network::default();
         let mut disks = Disks::default();
         let mut next_id = 1;
+        let mut fresh = || {
+            next_id += 1;
+            next_id - 1
+        };
+        let mut coordinators = BTreeMap::new();
+        for c in config.coordinator_ids() {
+            let election_offset_ticks = rng.below(4) as usize + 2 * coordinators.len();
+            let member = Member::new(config, c, election_offset_ticks, None, START_US).expect("a valid configuration");
+            let sc = SimCoord {
+                member: Some(member),
+                stored: None,
+                process: fresh(),
+                open: Default::default(),
+                election_offset_ticks,
+            };
+            coordinators.insert(c, sc);
+        }
+        let mut loaded = Vec::new();
         for n in &config.nodes {
             let roles = roles(config, n.id, false);
             let mut machine = NodeMachine::new(config, n.id, &roles, START_US);
-            let first = machine.on_link_up(config.coordinator().id, START_US);
-            debug_assert!(first.is_empty(), "a first connection asks nothing");
-            let (process, link) = (next_id, next_id + 1);
-            next_id += 2;
+            let mut links = BTreeMap::new();
+            for c in config.coordinator_ids() {
+                let first = machine.on_link_up(c, START_US);
+                debug_assert!(first.is_empty(), "a first connection asks nothing");
+                links.insert(c, CoordLink { id: fresh(), alive: true });
+            }
+            let process = fresh();
             let mut partitions = BTreeMap::new();
             for (pid, role) in roles {
                 let p = config.partitions.iter().find(|p| p.id == pid).expect("listed");
@@ -347,13 +424,11 @@ impl Sim {
                 let store = disks.load(mode, n.id, p, config.seed, db, role);
                 let r = Replica::with_role(n.id, pid, role, store, pending_max);
                 let state = wire::messages::LoadState::Ready { digest };
-                let ready = Carried::ToCoordinator(NodeToCoordinator::LoadStatus { partition: pid, state });
-                net.send(Envelope { node: n.id, link, msg: ready });
+                loaded.push((n.id, NodeToCoordinator::LoadStatus { partition: pid, state }));
                 partitions.insert(pid, Partition::serving(mode, r, pending_max));
             }
             let peers = BTreeMap::new();
-            let node =
-                SimNode { up: true, process, link, link_alive: true, mute_until_us: 0, machine, partitions, peers };
+            let node = SimNode { up: true, process, links, mute_until_us: 0, machine, partitions, peers };
             nodes.insert(n.id, node);
         }
         // Every primary's links to its backups, as its process opens them at start.
@@ -366,16 +441,18 @@ impl Sim {
         }
         let gen =
             GenConfig::for_profile(Profile::Standard, 1..=config.warehouses_total()).with_scale(population::SCALE);
-        Sim {
+        let mut sim = Sim {
             mode,
-            rng: Rng::new(seed),
+            rng,
             now_us: START_US,
             step: 0,
-            coordinator: Coordinator::new(config, START_US).expect("a valid configuration"),
+            coordinators,
+            coordinator_cuts: Default::default(),
+            coordinator_fault_until_us: 0,
             nodes,
             disks,
             fetches: Vec::new(),
-            net,
+            net: Network::default(),
             faults,
             next_id,
             pending_max,
@@ -394,7 +471,17 @@ impl Sim {
             stats: SimStats::default(),
             batch_of: BTreeMap::new(),
             config: config.clone(),
+        };
+        for (node, msg) in loaded {
+            let effects = sim.node_mut(node).machine.on_emit(node::replica::Emit::ToCoordinator(msg), START_US);
+            sim.perform(node, effects);
         }
+        // A single coordinator leads at once; several elect one first.
+        let ids: Vec<CoordinatorId> = sim.coordinators.keys().copied().collect();
+        for c in ids {
+            sim.tick_coordinator(c);
+        }
+        sim
     }
 
     // ----- what tests and checkers look at -----
@@ -408,8 +495,38 @@ impl Sim {
         self.mode
     }
 
+    /// The leading coordinator's state machine.
+    ///
+    /// Panics if no coordinator leads (tests call it on a settled cluster).
     pub fn coordinator(&self) -> &Coordinator {
-        &self.coordinator
+        self.leader().map(|(_, c)| c).expect("a coordinator leads")
+    }
+
+    /// The coordinator that leads the newest epoch and has taken over, with its state machine.
+    pub fn leader(&self) -> Option<(CoordinatorId, &Coordinator)> {
+        self.coordinators
+            .iter()
+            .filter_map(|(&id, sc)| {
+                let m = sc.member.as_ref()?;
+                Some((m.leading()?, id, m.coordinator()?))
+            })
+            .max_by_key(|(epoch, _, _)| *epoch)
+            .map(|(_, id, c)| (id, c))
+    }
+
+    /// Whether coordinator `c`'s process runs.
+    pub fn is_coordinator_up(&self, c: CoordinatorId) -> bool {
+        self.coordinators.get(&c).is_some_and(|sc| sc.member.is_some())
+    }
+
+    /// The coordinators' ids.
+    pub fn coordinator_ids(&self) -> Vec<CoordinatorId> {
+        self.coordinators.keys().copied().collect()
+    }
+
+    /// Whether node `node` counts as live at the leader (false with no leader).
+    fn live_at_leader(&self, node: NodeId) -> bool {
+        self.leader().is_some_and(|(_, c)| c.is_node_live(node))
     }
 
     /// Every event the coordinator reported, in order.
@@ -524,13 +641,15 @@ impl Sim {
     /// live.
     pub fn is_healthy(&self, node: NodeId) -> bool {
         let n = &self.nodes[&node];
-        n.up && n.link_alive && self.coordinator.is_node_live(node)
+        let linked = self.leader().is_some_and(|(c, _)| n.links.get(&c).is_some_and(|l| l.alive));
+        n.up && linked && self.live_at_leader(node)
     }
 
     /// Whether `node` serves every partition it holds and the coordinator counts it a live
     /// replica of each.
     pub fn is_full_member(&self, node: NodeId) -> bool {
-        let status = self.coordinator.status();
+        let Some((_, c)) = self.leader() else { return false };
+        let status = c.status();
         self.is_healthy(node)
             && self.nodes[&node].partitions.iter().all(|(p, m)| {
                 m.replica().is_some_and(|r| r.stopped().is_none())
@@ -545,9 +664,9 @@ impl Sim {
             .map(|(&id, n)| NodeReport {
                 id,
                 up: n.up,
-                link: n.link,
-                link_alive: n.link_alive,
-                live: self.coordinator.is_node_live(id),
+                link: self.leader().and_then(|(c, _)| n.links.get(&c)).map_or(0, |l| l.id),
+                link_alive: self.leader().and_then(|(c, _)| n.links.get(&c)).is_some_and(|l| l.alive),
+                live: self.live_at_leader(id),
                 shipping_to: n
                     .machine
                     .backups()
@@ -583,46 +702,55 @@ impl Sim {
         id
     }
 
-    fn route(&mut self, out: Vec<Output>) {
+    /// Carries out coordinator `c`'s outputs, as its process does.
+    fn route(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
         for o in out {
             match o {
-                Output::ToNodes { nodes, msg } => {
+                MemberOutput::Persist(state) => {
+                    // Stored (fsync'd) before anything after it leaves.
+                    if let Some(sc) = self.coordinators.get_mut(&c) {
+                        sc.stored = Some(state);
+                    }
+                }
+                MemberOutput::ToNodes { nodes, epoch, msg } => {
                     if let CoordinatorToNode::Batch(b) = &msg {
                         for t in &b.txns {
                             self.batch_of.entry((b.partition, t.ts)).or_insert(b.seq);
                         }
                     }
-                    if matches!(msg, CoordinatorToNode::Membership { .. }) {
-                        self.trace_line(|| format!("the coordinator sends {nodes:?} {msg:?}"));
+                    if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::TakeOver { .. }) {
+                        self.trace_line(|| format!("coordinator {c} (epoch {epoch}) sends {nodes:?} {msg:?}"));
                     }
                     for n in nodes {
-                        self.send_to_node(n, msg.clone());
+                        self.send_to_node(n, c, epoch, msg.clone());
                     }
                 }
-                Output::Reply { client, reply } => {
-                    let line = format!("{client} {} {:?}\n", reply.request_id, reply.result);
-                    self.answer_log.update(line.as_bytes());
-                    let entry = self.answers.entry((client, reply.request_id)).or_insert((reply.result, 0));
-                    entry.1 += 1;
-                    if let Some(a) = self.answered.get_mut(reply.request_id as usize) {
-                        *a = true;
-                    }
-                    while self.answered.get(self.answered_below as usize) == Some(&true) {
-                        self.answered_below += 1;
-                    }
-                }
-                Output::ToClient { msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, .. } => {
+                MemberOutput::Reply { client, reply } => self.answer(c, client, reply),
+                MemberOutput::ToClient {
+                    msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, ..
+                } => {
                     self.digest_replies.insert(request_id, outcome);
                 }
-                Output::ToClient { msg, .. } => self.violations.push(Violation::UnexpectedToClient { msg }),
-                Output::Event(e) => {
+                MemberOutput::ToClient { msg, .. } => self.violations.push(Violation::UnexpectedToClient { msg }),
+                MemberOutput::ToCoordinator { to, bytes } => {
+                    let (Some(from), Some(dest)) = (self.coordinators.get(&c), self.coordinators.get(&to)) else {
+                        continue;
+                    };
+                    if dest.member.is_some() {
+                        let msg = Carried::Raft { from: c, from_process: from.process, to, bytes };
+                        self.net.send(Envelope { node: RAFT_NODE, link: dest.process, msg });
+                    }
+                }
+                MemberOutput::Event(e) => {
                     if self.trace {
-                        eprintln!("{:>10} µs step {:>6}: {e}", self.now_us - START_US, self.step);
+                        eprintln!("{:>10} µs step {:>6}: coordinator {c}: {e}", self.now_us - START_US, self.step);
                     }
                     match &e {
                         Event::NodeDown { .. } => self.stats.nodes_down += 1,
                         Event::Rejoined { .. } => self.stats.rejoins += 1,
                         Event::Promoting { .. } => self.stats.promotions += 1,
+                        Event::TookOver { .. } => self.stats.take_overs += 1,
+                        Event::Deposed { .. } => self.stats.deposed += 1,
                         _ => {}
                     }
                     self.events.push(e);
@@ -631,37 +759,65 @@ impl Sim {
         }
     }
 
+    /// A client's reply (from coordinator `c`, or "outcome unknown" from the client library
+    /// when `c`'s connection went).
+    fn answer(&mut self, c: CoordinatorId, client: ClientId, reply: wire::messages::ClientReply) {
+        if let Some(sc) = self.coordinators.get_mut(&c) {
+            sc.open.remove(&(client, reply.request_id));
+        }
+        let line = format!("{client} {} {:?}\n", reply.request_id, reply.result);
+        self.answer_log.update(line.as_bytes());
+        let entry = self.answers.entry((client, reply.request_id)).or_insert((reply.result, 0));
+        entry.1 += 1;
+        if let Some(a) = self.answered.get_mut(reply.request_id as usize) {
+            *a = true;
+        }
+        while self.answered.get(self.answered_below as usize) == Some(&true) {
+            self.answered_below += 1;
+        }
+    }
+
     /// The coordinator sends `msg` to `node`: lost unless the node's process runs and its
     /// link is connected.
-    fn send_to_node(&mut self, node: NodeId, msg: CoordinatorToNode) {
+    fn send_to_node(&mut self, node: NodeId, c: CoordinatorId, epoch: Epoch, msg: CoordinatorToNode) {
         let Some(n) = self.nodes.get(&node) else { return };
-        if n.up && n.link_alive {
-            self.net.send(Envelope { node, link: n.link, msg: Carried::ToNode(msg) });
-        } else {
-            self.net.lost += 1;
+        match n.links.get(&c) {
+            Some(l) if n.up && l.alive => {
+                self.net.send(Envelope { node, link: l.id, msg: Carried::ToNode { from: c, epoch, msg } })
+            }
+            _ => self.net.lost += 1,
         }
     }
-
-    fn send_from_node(&mut self, node: NodeId, msg: NodeToCoordinator) {
+    fn send_from_node(&mut self, node: NodeId, c: CoordinatorId, msg: NodeToCoordinator) {
         let n = &self.nodes[&node];
-        if n.up && n.link_alive {
-            self.net.send(Envelope { node, link: n.link, msg: Carried::ToCoordinator(msg) });
+        if let Some(l) = n.links.get(&c).filter(|l| n.up && l.alive) {
+            self.net.send(Envelope { node, link: l.id, msg: Carried::ToCoordinator { to: c, msg } });
         }
     }
-
     /// Whether `e` can still be delivered: a control message on `node`'s current, connected
     /// link of a running process; a peer message between two processes that both still run.
     fn deliverable(&self, e: &Envelope) -> bool {
+        let coordinator_up = |c: &CoordinatorId| self.is_coordinator_up(*c);
+        if let Carried::Raft { from, from_process, to, .. } = &e.msg {
+            let (f, t) = (&self.coordinators[from], &self.coordinators[to]);
+            return f.member.is_some()
+                && f.process == *from_process
+                && t.member.is_some()
+                && t.process == e.link
+                && !self.coordinator_cuts.contains(&(*from, *to));
+        }
         let n = &self.nodes[&e.node];
         match &e.msg {
             Carried::Peer { from, from_process, .. } => {
                 let f = &self.nodes[from];
                 n.up && n.process == e.link && f.up && f.process == *from_process
             }
-            Carried::ToNode(_) | Carried::ToCoordinator(_) => n.up && n.link_alive && n.link == e.link,
+            Carried::ToNode { from: c, .. } | Carried::ToCoordinator { to: c, .. } => {
+                n.up && coordinator_up(c) && n.links.get(c).is_some_and(|l| l.alive && l.id == e.link)
+            }
+            Carried::Raft { .. } => unreachable!("handled above"),
         }
     }
-
     /// Delivers one message in flight, chosen at random (possibly leaving a duplicate, or
     /// holding it back instead).
     pub fn deliver_one(&mut self) {
@@ -671,18 +827,24 @@ impl Sim {
             return;
         }
         match e.msg {
-            Carried::ToCoordinator(msg) => {
-                let out = self.coordinator.on_node_message(e.node, msg, self.now_us);
-                self.route(out);
+            Carried::ToCoordinator { to, msg } => {
+                let now = self.now_us;
+                let Some(m) = self.coordinators.get_mut(&to).and_then(|sc| sc.member.as_mut()) else { return };
+                let out = m.on_node_message(e.node, msg, now);
+                self.route(to, out);
             }
-            Carried::ToNode(msg) => {
+            Carried::ToNode { from, epoch, msg } => {
                 if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::ShipTo { .. }) {
-                    self.trace_line(|| format!("node {} gets {msg:?}", e.node));
+                    self.trace_line(|| format!("node {} gets {msg:?} from coordinator {from}", e.node));
                 }
-                // One coordinator, leading epoch 0 throughout.
-                let c = self.config.coordinator().id;
-                let effects = self.node_mut(e.node).machine.on_coordinator(c, 0, msg);
+                let effects = self.node_mut(e.node).machine.on_coordinator(from, epoch, msg);
                 self.perform(e.node, effects);
+            }
+            Carried::Raft { from, to, bytes, .. } => {
+                let now = self.now_us;
+                let Some(m) = self.coordinators.get_mut(&to).and_then(|sc| sc.member.as_mut()) else { return };
+                let out = m.on_coordinator_message(from, &bytes, now);
+                self.route(to, out);
             }
             Carried::Peer { from, from_process, msg: PeerMsg::Ship(shipment) } => {
                 let partition = shipment.partition;
@@ -720,7 +882,7 @@ impl Sim {
         let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                NodeEffect::ToCoordinator { msg, .. } => self.send_from_node(node, msg),
+                NodeEffect::ToCoordinator { coordinator, msg } => self.send_from_node(node, coordinator, msg),
                 NodeEffect::ToPartition { partition, msg } => {
                     let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
                     let effects = m.on_coordinator(msg);
@@ -749,8 +911,9 @@ impl Sim {
                     let process = if to.up { to.process } else { 0 };
                     self.node_mut(node).peers.insert(backup, process);
                 }
-                NodeEffect::Dial { .. } => self.reconnect(node),
+                NodeEffect::Dial { coordinator } => self.reconnect(node, coordinator),
                 NodeEffect::RejoinAll => self.rejoin_all(node),
+                NodeEffect::Rejoin { partition } => self.rejoin_one(node, partition),
                 NodeEffect::Shutdown { .. } => {
                     self.violations.push(Violation::UnexpectedMessage { node, name: "Shutdown" })
                 }
@@ -931,25 +1094,63 @@ impl Sim {
             }
             self.perform(id, effects);
         }
-        if self.coordinator.next_deadline_us().is_some_and(|d| d <= now) {
-            let out = self.coordinator.tick(now);
-            self.route(out);
+        let due: Vec<CoordinatorId> = self
+            .coordinators
+            .iter()
+            .filter(|(_, sc)| sc.member.as_ref().is_some_and(|m| m.next_deadline_us() <= now))
+            .map(|(&c, _)| c)
+            .collect();
+        for c in due {
+            self.tick_coordinator(c);
+        }
+        if now >= self.coordinator_fault_until_us {
+            self.end_coordinator_fault();
         }
         self.progress_fetches();
     }
 
-    /// A client submits the generator's next transaction.
+    /// Coordinator `c`'s clock ticks (it runs).
+    fn tick_coordinator(&mut self, c: CoordinatorId) {
+        let now = self.now_us;
+        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
+        let out = m.tick(now);
+        self.route(c, out);
+    }
+
+    /// A client submits the generator's next transaction, to the coordinator that leads (a
+    /// client knows every coordinator and finds the leader), or, with none leading, to one
+    /// that runs (which answers "not the leader").
     pub fn submit(&mut self, client: ClientId) {
         let input: TxnInput = self.generator.next((self.now_us / 1_000_000) as i64);
         let request_id = self.inputs.len() as u64;
         self.inputs.push(input);
         self.answered.push(false);
-        let out = self.coordinator.on_client_request(
-            client,
-            wire::messages::ClientRequest { request_id, input },
-            self.now_us,
-        );
-        self.route(out);
+        let up: Vec<CoordinatorId> =
+            self.coordinators.iter().filter(|(_, sc)| sc.member.is_some()).map(|(&c, _)| c).collect();
+        let target = match self.leader() {
+            Some((c, _)) => c,
+            None if up.is_empty() => {
+                // No coordinator runs: the client cannot connect.
+                let reason = "no coordinator could be reached".to_string();
+                let reply = wire::messages::ClientReply {
+                    request_id,
+                    result: ClientResult::Rejected(wire::messages::Rejection::NotLeader { leader: None }),
+                };
+                let _ = reason;
+                return self.answer(CoordinatorId::MAX, client, reply);
+            }
+            None => up[self.rng.below(up.len() as u64) as usize],
+        };
+        let now = self.now_us;
+        let sc = self.coordinators.get_mut(&target).expect("chosen among them");
+        sc.open.insert((client, request_id));
+        let m = sc.member.as_mut().expect("up");
+        let msg = wire::channel::ClientToCoordinator::ClientRequests(vec![wire::messages::ClientRequest {
+            request_id,
+            input,
+        }]);
+        let out = m.on_client_message(client, msg, now);
+        self.route(target, out);
     }
 
     // ----- faults -----
@@ -993,8 +1194,14 @@ impl Sim {
         n.up = false;
         n.partitions.clear();
         n.peers.clear();
-        let (link, process) = (n.link, n.process);
-        self.net.cut(node, link, None);
+        let links: Vec<u64> = n.links.values().map(|l| l.id).collect();
+        for l in n.links.values_mut() {
+            l.alive = false;
+        }
+        let process = n.process;
+        for link in links {
+            self.net.cut(node, link, None);
+        }
         self.net.cut(node, process, None);
         self.stats.crashes += 1;
     }
@@ -1003,45 +1210,76 @@ impl Sim {
     /// coordinator counts the node failed at once, and the node's machine dials again
     /// after `CONNECT_RETRY_MS` — its partitions then rejoin.
     pub fn drop_link(&mut self, node: NodeId) {
-        self.trace_fault("drop the link of", node);
+        self.trace_fault("drop the leader link of", node);
         let now = self.now_us;
+        let Some((c, _)) = self.leader() else { return };
         let n = self.node_mut(node);
-        if !n.up || !n.link_alive {
+        let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { return };
+        if !n.up {
             return;
         }
-        n.link_alive = false;
-        let c = self.config.coordinator().id;
-        let n = self.node_mut(node);
+        l.alive = false;
+        let link = l.id;
         n.machine.on_link_lost(c, now);
-        let link = n.link;
         self.net.cut(node, link, None);
         self.stats.drops += 1;
-        let out = self.coordinator.on_node_lost(node, self.now_us);
-        self.route(out);
+        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
+        let out = m.on_node_lost(node, now);
+        self.route(c, out);
     }
-
     /// The node's machine dials the coordinator again: a new link (the coordinator's process
     /// declares a node it still counts live failed first, as it does when a node connects
     /// again).
-    fn reconnect(&mut self, node: NodeId) {
-        self.trace_fault("reconnect", node);
-        if self.coordinator.is_node_live(node) {
-            let out = self.coordinator.on_node_lost(node, self.now_us);
-            self.route(out);
+    fn reconnect(&mut self, node: NodeId, c: CoordinatorId) {
+        self.trace_fault(&format!("reconnect to coordinator {c}"), node);
+        let now = self.now_us;
+        if !self.is_coordinator_up(c) {
+            self.node_mut(node).machine.on_dial_failed(c, now);
+            return;
+        }
+        // A coordinator that still counts the node live declares it failed first, as its
+        // process does when a node connects again.
+        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("up");
+        if m.coordinator().is_some_and(|co| co.is_node_live(node)) {
+            let out = m.on_node_lost(node, now);
+            self.route(c, out);
         }
         let link = self.fresh_id();
-        let now = self.now_us;
         let n = self.node_mut(node);
-        let old = n.link;
-        n.link = link;
-        n.link_alive = true;
-        self.net.cut(node, old, None);
+        let old = n.links.insert(c, CoordLink { id: link, alive: true }).map(|l| l.id);
+        if let Some(old) = old {
+            self.net.cut(node, old, None);
+        }
         self.stats.reconnects += 1;
-        let c = self.config.coordinator().id;
         let effects = self.node_mut(node).machine.on_link_up(c, now);
         self.perform(node, effects);
+        self.connected(node, c);
     }
 
+    /// Node `node` connected to coordinator `c`: a leader tells it the epoch and its
+    /// memberships.
+    fn connected(&mut self, node: NodeId, c: CoordinatorId) {
+        let now = self.now_us;
+        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
+        let out = m.on_node_connected(node, now);
+        self.route(c, out);
+    }
+
+    /// `node`'s replica of `partition` drops its state and rejoins, if it serves (the leader's
+    /// membership left it out).
+    fn rejoin_one(&mut self, node: NodeId, partition: PartitionId) {
+        let (mode, pending) = (self.mode, self.pending_max);
+        let serving = self.nodes[&node].partitions.get(&partition).is_some_and(|m| m.standing() == Standing::Serving);
+        if !serving {
+            return;
+        }
+        self.trace_line(|| format!("node {node} is left out of p{partition}'s membership: it rejoins"));
+        let process = self.nodes[&node].process;
+        self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
+        let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
+        drop(self.node_mut(node).partitions.insert(partition, fresh));
+        self.perform_partition(node, partition, effects);
+    }
     /// Every partition of `node` drops its state and rejoins (its link came back).
     fn rejoin_all(&mut self, node: NodeId) {
         let (mode, pending) = (self.mode, self.pending_max);
@@ -1068,14 +1306,12 @@ impl Sim {
     /// again by itself (no operator restarts it).
     pub fn is_redialing(&self, node: NodeId) -> bool {
         let n = &self.nodes[&node];
-        n.up && !n.link_alive
+        n.up && self.leader().is_some_and(|(c, _)| n.links.get(&c).is_some_and(|l| !l.alive))
     }
-
     /// Whether `node` may be restarted: the coordinator counts it failed.
     pub fn can_restart(&self, node: NodeId) -> bool {
-        !self.coordinator.is_node_live(node)
+        self.leader().is_some_and(|(_, c)| !c.is_node_live(node))
     }
-
     /// Restarts `node` (`glass node --rejoin`): its old process, if any, is gone; the new
     /// one connects on a new link, empty (full stack: with its log as the disk kept it), and
     /// asks to rejoin each of its partitions.
@@ -1089,17 +1325,25 @@ impl Sim {
             self.crash(node);
             self.stats.crashes -= 1;
         }
-        let (process, link) = (self.fresh_id(), self.fresh_id());
+        let process = self.fresh_id();
         let now = self.now_us;
         let roles = roles(&self.config, node, true);
         let mut machine = NodeMachine::new(&self.config, node, &roles, now);
-        let first = machine.on_link_up(self.config.coordinator().id, now);
-        debug_assert!(first.is_empty());
+        let mut links = BTreeMap::new();
+        for c in self.coordinator_ids() {
+            let alive = self.is_coordinator_up(c);
+            if alive {
+                let first = machine.on_link_up(c, now);
+                debug_assert!(first.is_empty());
+            } else {
+                machine.on_dial_failed(c, now);
+            }
+            links.insert(c, CoordLink { id: self.fresh_id(), alive });
+        }
         let n = self.node_mut(node);
         n.up = true;
         n.process = process;
-        n.link = link;
-        n.link_alive = true;
+        n.links = links;
         n.mute_until_us = 0;
         n.machine = machine;
         n.partitions.clear();
@@ -1109,6 +1353,9 @@ impl Sim {
             let (m, effects) = Partition::rejoining(mode, node, p, pending);
             self.node_mut(node).partitions.insert(p, m);
             self.perform_partition(node, p, effects);
+        }
+        for c in self.coordinator_ids() {
+            self.connected(node, c);
         }
         self.stats.restarts += 1;
     }
@@ -1121,22 +1368,17 @@ impl Sim {
     /// every replica (active-active keeps no log: such a partition could not come back, which
     /// is the replication factor's promise, not something to test).
     pub fn others_solid(&self, node: NodeId) -> bool {
-        self.coordinator
-            .status()
-            .iter()
-            .all(|st| st.live_replicas.iter().any(|&m| m != node && self.solid(m, st.partition)))
+        let Some((_, c)) = self.leader() else { return false };
+        c.status().iter().all(|st| st.live_replicas.iter().any(|&m| m != node && self.solid(m, st.partition)))
     }
-
     /// Whether node `m`'s process runs, its link is connected, its heartbeats flow, the
     /// coordinator counts it live, and its replica of `partition` serves.
     fn solid(&self, m: NodeId, partition: PartitionId) -> bool {
         let n = &self.nodes[&m];
-        n.up && n.link_alive
+        self.is_healthy(m)
             && self.now_us >= n.mute_until_us
-            && self.coordinator.is_node_live(m)
             && n.partitions.get(&partition).and_then(Partition::replica).is_some_and(|r| r.stopped().is_none())
     }
-
     /// Whether a fault may be drawn on `node` now: [`Sim::others_solid`], and in the passive
     /// modes every other replica of every partition solid and counted: a promotion drops the
     /// backups it does not promote (docs/design.md §10: a promoted backup ships to no one
@@ -1149,7 +1391,8 @@ impl Sim {
         if !self.mode.is_passive() {
             return true;
         }
-        let status = self.coordinator.status();
+        let Some((_, c)) = self.leader() else { return false };
+        let status = c.status();
         self.config.partitions.iter().all(|p| {
             let Some(st) = status.iter().find(|st| st.partition == p.id) else { return false };
             p.replicas.iter().all(|&m| m == node || (st.live_replicas.contains(&m) && self.solid(m, p.id)))
@@ -1159,6 +1402,12 @@ impl Sim {
     /// Maybe one node fault, drawn from the seed at the configured rates.
     fn maybe_fault(&mut self) {
         if !self.faults.any_node_faults() {
+            return;
+        }
+        self.maybe_coordinator_fault();
+        // Node faults wait while a coordinator fault or a take-over is under way: the default
+        // cluster promises to survive one process lost at a time (docs/cluster.md).
+        if self.coordinator_faulty() || !self.coordinators_settled() {
             return;
         }
         let f = self.faults;
@@ -1194,6 +1443,131 @@ impl Sim {
         }
     }
 
+    // ----- coordinator faults (docs/design.md §11) -----
+
+    /// Crashes coordinator `c`'s process: its memory goes (its stored group state stays),
+    /// its links break — its nodes see them close, and its clients' requests in flight are
+    /// answered "outcome unknown" by their client library.
+    pub fn crash_coordinator(&mut self, c: CoordinatorId) {
+        if !self.is_coordinator_up(c) {
+            return;
+        }
+        if self.trace {
+            eprintln!("{:>10} µs step {:>6}: FAULT crash coordinator {c}", self.now_us - START_US, self.step);
+        }
+        let now = self.now_us;
+        let sc = self.coordinators.get_mut(&c).expect("configured");
+        sc.member = None;
+        let open: Vec<(ClientId, u64)> = std::mem::take(&mut sc.open).into_iter().collect();
+        for (client, request_id) in open {
+            let reason = format!("the connection to coordinator {c} was lost");
+            let result = ClientResult::OutcomeUnknown { ts: wire::messages::Timestamp(0), reason };
+            self.answer(c, client, wire::messages::ClientReply { request_id, result });
+        }
+        for node in self.node_ids() {
+            let n = self.node_mut(node);
+            let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { continue };
+            l.alive = false;
+            let link = l.id;
+            if n.up {
+                n.machine.on_link_lost(c, now);
+            }
+            self.net.cut(node, link, None);
+        }
+        self.stats.coordinator_crashes += 1;
+    }
+
+    /// Restarts coordinator `c` from the group state it stored; the nodes dial it again on
+    /// their own.
+    pub fn restart_coordinator(&mut self, c: CoordinatorId) {
+        if self.is_coordinator_up(c) {
+            return;
+        }
+        if self.trace {
+            eprintln!("{:>10} µs step {:>6}: FAULT restart coordinator {c}", self.now_us - START_US, self.step);
+        }
+        let process = self.fresh_id();
+        let now = self.now_us;
+        let sc = &self.coordinators[&c];
+        let member = Member::new(&self.config, c, sc.election_offset_ticks, sc.stored.clone(), now)
+            .expect("a coordinator restarts from what it stored");
+        let sc = self.coordinators.get_mut(&c).expect("configured");
+        sc.member = Some(member);
+        sc.process = process;
+        self.tick_coordinator(c);
+    }
+
+    /// Cuts coordinator `c` off from the other coordinators (raft messages lost), both ways
+    /// or, `one_way`, only what it sends; its node links stay up — a split brain's setting.
+    pub fn cut_coordinator(&mut self, c: CoordinatorId, one_way: bool) {
+        if self.trace {
+            let how = if one_way { "what it sends" } else { "both ways" };
+            eprintln!("{:>10} µs step {:>6}: FAULT cut coordinator {c} off, {how}", self.now_us - START_US, self.step);
+        }
+        for o in self.coordinator_ids().into_iter().filter(|&o| o != c) {
+            self.coordinator_cuts.insert((c, o));
+            if !one_way {
+                self.coordinator_cuts.insert((o, c));
+            }
+        }
+        self.stats.coordinator_cuts += 1;
+    }
+
+    /// Whether a coordinator fault is under way: one down, or cuts between them.
+    pub fn coordinator_faulty(&self) -> bool {
+        !self.coordinator_cuts.is_empty() || self.coordinators.values().any(|sc| sc.member.is_none())
+    }
+
+    /// Ends the coordinator fault: cuts healed, a crashed coordinator restarted.
+    pub fn end_coordinator_fault(&mut self) {
+        if !self.coordinator_faulty() {
+            return;
+        }
+        self.coordinator_cuts.clear();
+        for c in self.coordinator_ids() {
+            self.restart_coordinator(c);
+        }
+    }
+
+    /// Whether the group has a leader that took over and no take-over is under way.
+    pub fn coordinators_settled(&self) -> bool {
+        self.leader().is_some()
+            && self.coordinators.values().all(|sc| sc.member.as_ref().is_none_or(|m| !m.taking_over()))
+    }
+
+    /// Maybe one coordinator fault, drawn from the seed at the configured rate: only with
+    /// three or more coordinators, one at a time, on a settled cluster.
+    fn maybe_coordinator_fault(&mut self) {
+        let f = self.faults;
+        if f.coordinator_per_10k == 0 || self.coordinators.len() < 3 {
+            return;
+        }
+        if self.rng.below(10_000) >= f.coordinator_per_10k {
+            return;
+        }
+        if self.coordinator_faulty() || !self.coordinators_settled() {
+            return;
+        }
+        let all_solid =
+            self.node_ids().iter().all(|&n| self.is_full_member(n) && self.now_us >= self.nodes[&n].mute_until_us);
+        if !all_solid {
+            return;
+        }
+        let ids = self.coordinator_ids();
+        // The leader half the time: its loss is the interesting one.
+        let c = match (self.rng.below(2), self.leader()) {
+            (0, Some((l, _))) => l,
+            _ => ids[self.rng.below(ids.len() as u64) as usize],
+        };
+        let timeout_us = self.config.timeouts.failure_timeout_ms * 1_000;
+        self.coordinator_fault_until_us = self.now_us + self.rng.uniform(timeout_us, 6 * timeout_us);
+        match self.rng.below(3) {
+            0 => self.crash_coordinator(c),
+            1 => self.cut_coordinator(c, false),
+            _ => self.cut_coordinator(c, true),
+        }
+    }
+
     // ----- running -----
 
     /// `steps` random actions — submit, deliver, let time pass — and, at the configured
@@ -1225,6 +1599,7 @@ impl Sim {
     /// Stops drawing faults (of the network too) from here on.
     pub fn calm(&mut self) {
         self.faults = Faults::NONE;
+        self.end_coordinator_fault();
         self.net.release_all();
         for n in self.nodes.values_mut() {
             n.mute_until_us = 0;
@@ -1239,8 +1614,8 @@ impl Sim {
         self.net.release_all();
         let mut drained = false;
         for _ in 0..DRAIN_DELIVERIES_MAX {
-            if self.net.all(|e| !self.deliverable(e)) && self.coordinator.status().iter().all(|p| p.inflight_txns == 0)
-            {
+            let settled = self.leader().is_some_and(|(_, c)| c.status().iter().all(|p| p.inflight_txns == 0));
+            if self.net.all(|e| !self.deliverable(e)) && settled {
                 self.net.clear();
                 drained = true;
                 break;
@@ -1263,7 +1638,7 @@ impl Sim {
             deliveries: DRAIN_DELIVERIES_MAX,
             in_flight,
             nodes: self.node_reports(),
-            coordinator: self.coordinator.status(),
+            coordinator: self.leader().map(|(_, c)| c.status()).unwrap_or_default(),
         })
     }
 
@@ -1271,8 +1646,14 @@ impl Sim {
     pub fn digests(&mut self, partition: PartitionId) -> Result<DigestOutcome, SimError> {
         let request_id = self.next_digest_request;
         self.next_digest_request += 1;
-        let out = self.coordinator.on_digest_request(DIGEST_CLIENT, request_id, partition, self.now_us);
-        self.route(out);
+        // Asked of the coordinator that leads once the cluster settled.
+        self.drain()?;
+        let now = self.now_us;
+        let Some((c, _)) = self.leader() else { return Err(SimError::NoDigestReply { partition }) };
+        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
+        let msg = wire::channel::ClientToCoordinator::DigestRequest { request_id, partition };
+        let out = m.on_client_message(DIGEST_CLIENT, msg, now);
+        self.route(c, out);
         self.drain()?;
         self.digest_replies.remove(&request_id).ok_or(SimError::NoDigestReply { partition })
     }

@@ -1,8 +1,9 @@
-//! The simulated network: one link per node, between it and the coordinator, carrying
-//! the control channel's messages both ways ([`Carried`]: `wire::channel::CoordinatorToNode`
-//! down, `wire::channel::NodeToCoordinator` up), and the peer links a primary opens to its
-//! backups (shipments one way, acknowledgements the other: [`PeerMsg`]). It owns the messages
-//! in flight and the held ones, and the faults a network can do to them.
+//! The simulated network: one link per node and coordinator, carrying the control channel's
+//! messages both ways ([`Carried`]: `wire::channel::CoordinatorToNode` down with its sender's
+//! epoch, `wire::channel::NodeToCoordinator` up), the raft messages between coordinators
+//! ([`Carried::Raft`]), and the peer links a primary opens to its backups (shipments one
+//! way, acknowledgements the other: [`PeerMsg`]). It owns the messages in flight and the held
+//! ones, and the faults a network can do to them.
 //!
 //! What the real transport does, and what is modelled:
 //! - a link is a QUIC connection: reliable and ordered while it lives. The simulator is
@@ -36,7 +37,7 @@
 
 use engine::rng::Rng;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
-use wire::messages::{NodeId, PartitionId, Seq, Shipment};
+use wire::messages::{CoordinatorId, Epoch, NodeId, PartitionId, Seq, Shipment};
 
 /// Which end of a node's link a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,8 +49,24 @@ pub enum Direction {
 /// A message of the control channel, in the direction it travels, or of a peer link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Carried {
-    ToNode(CoordinatorToNode),
-    ToCoordinator(NodeToCoordinator),
+    /// From coordinator `from`, leading (or taking over) `epoch`.
+    ToNode {
+        from: CoordinatorId,
+        epoch: Epoch,
+        msg: CoordinatorToNode,
+    },
+    ToCoordinator {
+        to: CoordinatorId,
+        msg: NodeToCoordinator,
+    },
+    /// A raft message from coordinator `from`'s process `from_process` to coordinator `to`'s
+    /// process, the envelope's link (the envelope's node is [`RAFT_NODE`]).
+    Raft {
+        from: CoordinatorId,
+        from_process: u64,
+        to: CoordinatorId,
+        bytes: Vec<u8>,
+    },
     /// From node `from`'s process `from_process` to the envelope's node and process.
     Peer {
         from: NodeId,
@@ -67,8 +84,11 @@ pub enum PeerMsg {
     Ack { partition: PartitionId, seq: Seq },
 }
 
+/// The node id a raft message's envelope carries (no node has it: ids start at 1).
+pub const RAFT_NODE: NodeId = 0;
+
 /// A message in flight on node `node`'s link number `link` (a peer message: to node `node`'s
-/// process number `link`).
+/// process number `link`; a raft message: to the coordinator process number `link`).
 #[derive(Debug, Clone)]
 pub struct Envelope {
     pub node: NodeId,
@@ -80,8 +100,8 @@ impl Envelope {
     /// Which end of the link the message goes to.
     pub fn direction(&self) -> Direction {
         match self.msg {
-            Carried::ToNode(_) | Carried::Peer { .. } => Direction::ToNode,
-            Carried::ToCoordinator(_) => Direction::ToCoordinator,
+            Carried::ToNode { .. } | Carried::Peer { .. } => Direction::ToNode,
+            Carried::ToCoordinator { .. } | Carried::Raft { .. } => Direction::ToCoordinator,
         }
     }
 
@@ -89,11 +109,13 @@ impl Envelope {
     pub fn is_barrier(&self) -> bool {
         matches!(
             &self.msg,
-            Carried::ToNode(
-                CoordinatorToNode::ShipTo { .. }
+            Carried::ToNode {
+                msg: CoordinatorToNode::ShipTo { .. }
                     | CoordinatorToNode::Promote { .. }
                     | CoordinatorToNode::Membership { .. }
-            ) | Carried::Peer { .. }
+                    | CoordinatorToNode::TakeOver { .. },
+                ..
+            } | Carried::Peer { .. }
         )
     }
 
@@ -108,10 +130,12 @@ impl Envelope {
     /// Whether a duplicate of this message is something its receiver must tolerate.
     fn may_duplicate(&self) -> bool {
         match &self.msg {
-            Carried::ToNode(m) => matches!(m, CoordinatorToNode::Batch(_)),
-            Carried::ToCoordinator(m) => {
-                matches!(m, NodeToCoordinator::Results(_) | NodeToCoordinator::Heartbeat { .. })
+            Carried::ToNode { msg, .. } => matches!(msg, CoordinatorToNode::Batch(_)),
+            Carried::ToCoordinator { msg, .. } => {
+                matches!(msg, NodeToCoordinator::Results(_) | NodeToCoordinator::Heartbeat { .. })
             }
+            // Raft tolerates duplicated messages.
+            Carried::Raft { .. } => true,
             // A peer link is a QUIC stream: a duplicate would be a transport bug.
             Carried::Peer { .. } => false,
         }

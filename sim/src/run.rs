@@ -33,6 +33,9 @@ pub const STUCK_ROUNDS_MAX: u32 = 8;
 pub struct SimOptions {
     /// Nodes in the cluster; every partition has a replica on each.
     pub nodes: u8,
+    /// Coordinators in the group (docs/design.md §11); with three or more, coordinator
+    /// faults are drawn too.
+    pub coordinators: u8,
     /// Steps of the safety phase (with faults).
     pub steps: usize,
     pub faults: Faults,
@@ -49,6 +52,7 @@ impl Default for SimOptions {
     fn default() -> SimOptions {
         SimOptions {
             nodes: 3,
+            coordinators: 3,
             steps: 2_000,
             faults: Faults::ALL,
             load_seed: 42,
@@ -118,6 +122,9 @@ pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
     if opts.nodes != d.nodes {
         cmd += &format!(" --nodes {}", opts.nodes);
     }
+    if opts.coordinators != d.coordinators {
+        cmd += &format!(" --coordinators {}", opts.coordinators);
+    }
     if opts.trace {
         cmd += " --trace";
     }
@@ -144,7 +151,10 @@ pub fn nodes_for(opts: &SimOptions) -> u8 {
 
 /// Runs seed `seed`: safety phase, heal, drain, checks.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFailure>> {
-    let config = cluster::config_for(nodes_for(opts), opts.load_seed, opts.mode, opts.shipping);
+    let config = cluster::with_coordinators(
+        cluster::config_for(nodes_for(opts), opts.load_seed, opts.mode, opts.shipping),
+        opts.coordinators,
+    );
     let mut sim = Sim::new(&config, seed, opts.faults);
     sim.trace = opts.trace;
     let fail = |sim: &Sim, reason: String| {
@@ -267,7 +277,7 @@ pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
     Err(SimError::NotHealed {
         rounds: HEAL_ROUNDS_MAX,
         nodes: sim.node_reports(),
-        coordinator: sim.coordinator().status(),
+        coordinator: sim.leader().map(|(_, c)| c.status()).unwrap_or_default(),
     })
 }
 

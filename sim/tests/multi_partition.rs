@@ -83,7 +83,7 @@ struct Txn {
 /// Whether a batch holding timestamp `ts` is in flight.
 fn batch_in_flight(sim: &Sim, ts: Timestamp) -> bool {
     sim.net()
-        .any(|e| matches!(&e.msg, Carried::ToNode(CoordinatorToNode::Batch(b)) if b.txns.iter().any(|t| t.ts == ts)))
+        .any(|e| matches!(&e.msg, Carried::ToNode { msg: CoordinatorToNode::Batch(b), .. } if b.txns.iter().any(|t| t.ts == ts)))
 }
 
 /// The nodes with a message satisfying `f` in flight going `direction`.
@@ -99,7 +99,7 @@ fn senders(sim: &Sim, direction: Direction, f: impl Fn(&Carried) -> bool) -> Vec
 
 /// Whether `msg` is partition `partition`'s results holding timestamp `ts`.
 fn results_of(msg: &Carried, partition: PartitionId, ts: Timestamp) -> bool {
-    matches!(msg, Carried::ToCoordinator(NodeToCoordinator::Results(r)) if r.partition == partition && r.results.iter().any(|x| x.ts == ts))
+    matches!(msg, Carried::ToCoordinator { msg: NodeToCoordinator::Results(r), .. } if r.partition == partition && r.results.iter().any(|x| x.ts == ts))
 }
 
 /// The live replicas (the coordinator's view) of `partition` that have not reported their
@@ -128,12 +128,12 @@ fn observe(sim: &Sim, step: Step, t: &Txn) -> Option<Vec<NodeId>> {
         Step::RemoteReadsToCoordinator => senders(
             sim,
             Direction::ToCoordinator,
-            |m| matches!(m, Carried::ToCoordinator(NodeToCoordinator::PieceReads(r)) if r.ts == t.ts && r.from == t.remote),
+            |m| matches!(m, Carried::ToCoordinator { msg: NodeToCoordinator::PieceReads(r), .. } if r.ts == t.ts && r.from == t.remote),
         ),
         Step::ReadsToHome => senders(
             sim,
             Direction::ToNode,
-            |m| matches!(m, Carried::ToNode(CoordinatorToNode::PieceReads(r)) if r.ts == t.ts && r.home == t.home),
+            |m| matches!(m, Carried::ToNode { msg: CoordinatorToNode::PieceReads(r), .. } if r.ts == t.ts && r.home == t.home),
         ),
         Step::HomeParked => sim
             .node_ids()

@@ -44,6 +44,10 @@ pub struct SimArgs {
     /// Nodes in the simulated cluster (every partition has a replica on each; at least 2).
     #[arg(long, default_value_t = SimOptions::default().nodes, value_parser = clap::value_parser!(u8).range(2..=8))]
     pub nodes: u8,
+    /// Coordinators in the simulated group (one leads; raft decides which). With three or
+    /// more, coordinators crash and restart and are cut off from one another too.
+    #[arg(long, default_value_t = SimOptions::default().coordinators, value_parser = clap::value_parser!(u8).range(1..=7))]
+    pub coordinators: u8,
     /// Which faults to draw: `all` (reordering, duplicates, delays, broken links, lost
     /// heartbeats, crashes and restarts), `network` (reordering, duplicates and delays
     /// only) or `none`.
@@ -138,6 +142,7 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     let Some(end) = args.seed.checked_add(args.seeds) else { bail!("--seed + --seeds overflows u64") };
     let base = SimOptions {
         nodes: args.nodes,
+        coordinators: args.coordinators,
         steps: args.steps,
         faults: args.faults.faults(),
         load_seed: args.load_seed,
@@ -298,6 +303,10 @@ fn summarise(
     println!(
         "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up)",
         totals.promotions, totals.recoveries, totals.base_backups, totals.fetches, totals.fetches_failed
+    );
+    println!(
+        "coordinators     {} crashes, {} cut off from the others, {} take-overs, {} leaders deposed",
+        totals.coordinator_crashes, totals.coordinator_cuts, totals.take_overs, totals.deposed
     );
     println!("outcome unknown  {unknown} (answered \"outcome unknown\": executed by a failed primary or replica, never dropped)");
     println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);

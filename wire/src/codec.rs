@@ -374,6 +374,7 @@ mod tests {
                     kept_from: 1,
                     last_ts: Some(ts()),
                     stopped: false,
+                    held_reads: Vec::new(),
                 },
             },
             NodeToCoordinator::HeldBatches {

@@ -282,6 +282,10 @@ pub struct ReplicaStanding {
     pub last_ts: Option<Timestamp>,
     /// The replica stopped (diverged, or failed): it holds nothing the leader may use.
     pub stopped: bool,
+    /// Remote pieces' outcomes it holds for home pieces it has not run yet (forwarded by
+    /// the old leader): the new leader forwards these, never others, to the replicas that
+    /// lack them, so every replica runs a home piece with the same outcome.
+    pub held_reads: Vec<PieceReads>,
 }
 
 /// How one transaction ended on one replica.
@@ -390,6 +394,10 @@ pub enum Rejection {
     /// The input lies outside TPC-C's domains (clauses 2.4.1–2.8.1, `engine::input::check_input`).
     #[error("input outside TPC-C's domains: {0}")]
     OutOfDomain(InputError),
+    /// This coordinator does not lead (docs/design.md §11): `leader` does, as far as it knows
+    /// (itself while it takes over: ask again shortly), or none is known yet.
+    #[error("this coordinator does not lead{}", match leader { Some(c) => format!(" (coordinator {c} does)"), None => " (no leader is known yet)".to_string() })]
+    NotLeader { leader: Option<CoordinatorId> },
 }
 
 /// What became of a client's request.

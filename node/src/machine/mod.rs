@@ -61,6 +61,9 @@ pub enum NodeEffect {
     Dial { coordinator: CoordinatorId },
     /// Every partition rejoins: drop its state and ask the leader, as a restarted node.
     RejoinAll,
+    /// The leader's membership of `partition` leaves this node out: if its replica serves,
+    /// it drops its state and rejoins (one already rejoining goes on).
+    Rejoin { partition: PartitionId },
     /// The coordinator shuts the cluster down.
     Shutdown { reason: String },
     /// A message for a partition this node does not hold (logged; nothing else happens).
@@ -243,6 +246,17 @@ impl NodeMachine {
         match &msg {
             CoordinatorToNode::Membership { live, epoch, .. } => {
                 let newest = self.membership_epochs.entry(partition).or_insert(0);
+                if *epoch >= *newest && !live.contains(&self.id) {
+                    // Excluded (the leader counted this node failed, or dropped it as a
+                    // backup): a serving replica here is stale, and comes back by rejoining.
+                    *newest = *epoch;
+                    self.gates.remove(&partition);
+                    if let Some(h) = self.held.get_mut(&partition) {
+                        h.role = if self.passive { ReplicaRole::Backup } else { ReplicaRole::Replica };
+                    }
+                    out.push(NodeEffect::Rejoin { partition });
+                    return out;
+                }
                 if *epoch > *newest {
                     *newest = *epoch;
                     if let Some(gate) = self.gates.get_mut(&partition) {
@@ -354,8 +368,13 @@ impl NodeMachine {
         if self.leader == Some(coordinator) {
             self.next_heartbeat_us = now_us;
         }
+        // With several coordinators, the leader says whether it counted this node failed
+        // (a membership without it); with one, a broken link always meant that.
+        let alone = self.links.len() == 1;
         match was {
-            LinkState::Down { .. } if broke_leading == Some(self.epoch) && self.leader == Some(coordinator) => {
+            LinkState::Down { .. }
+                if alone && broke_leading == Some(self.epoch) && self.leader == Some(coordinator) =>
+            {
                 self.reconnects += 1;
                 // The leader counted this node failed and went on without it: no partition
                 // here is current, and none is primary any more.

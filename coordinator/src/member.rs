@@ -1,0 +1,633 @@
+//! One coordinator of the group (docs/design.md §11), sans I/O: its raft member
+//! ([`crate::group`]) and, while it leads, the [`Coordinator`] state machine — with the take-over
+//! between the two. It takes client and node messages, raft messages from the other
+//! coordinators and clock ticks, and returns [`MemberOutput`]s for the carrier.
+//!
+//! Guarantees:
+//! - a standby answers every client request "not the leader" (naming the leader it knows)
+//!   and sends nodes nothing;
+//! - a new leader acts only after the take-over: every node was sent `TakeOver`, every live
+//!   replica of the committed membership answered (or was silent for
+//!   `timeouts.failure_timeout_ms` and counts as failed), the batches the executors hold
+//!   beyond the lowest executed one were fetched, and the [`Coordinator`] was resumed from
+//!   all that ([`Coordinator::resume`]); node messages arriving meanwhile are kept (bounded)
+//!   and handled after;
+//! - decide, then act: once the coordinator's partition views differ from those last
+//!   proposed, the new views are proposed and every output from then on is held until that
+//!   entry is committed — in order; if leadership is lost first, they are dropped;
+//! - every message to a node carries the leading epoch; a node's `Fenced` (a newer epoch
+//!   exists) deposes this leader at once;
+//! - the group's state to store comes out as [`MemberOutput::Persist`] before any output that
+//!   follows it.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
+use wire::config::ClusterConfig;
+use wire::messages::{
+    Batch, ClientReply, ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, PieceReads, Rejection,
+    ReplicaStanding, ReplicationRole, Seq,
+};
+
+use crate::coordinator::{ClientId, Coordinator, Event, Output, PartitionResume, Resumed, NOBODY};
+use crate::error::CoordinatorError;
+use crate::group::{
+    Decision, Group, GroupReady, GroupState, GroupTiming, Leadership, Membership, PartitionView, ViewState,
+};
+
+/// Node messages a coordinator keeps while it takes over, at most; past it the oldest go.
+pub const TAKE_OVER_KEPT_MAX: usize = 1 << 16;
+
+/// What the carrier does for a [`Member`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberOutput {
+    /// Send `msg` to each of `nodes`, in epoch `epoch`.
+    ToNodes {
+        nodes: Vec<NodeId>,
+        epoch: Epoch,
+        msg: CoordinatorToNode,
+    },
+    /// Answer a client's transaction request.
+    Reply {
+        client: ClientId,
+        reply: ClientReply,
+    },
+    /// Send `msg` to a client.
+    ToClient {
+        client: ClientId,
+        msg: CoordinatorToClient,
+    },
+    /// Send a raft message to coordinator `to`.
+    ToCoordinator {
+        to: CoordinatorId,
+        bytes: Vec<u8>,
+    },
+    /// Store the group's state (replacing what was stored) before carrying out anything after
+    /// this.
+    Persist(GroupState),
+    Event(Event),
+}
+
+/// The initial membership of `config`: every partition loading on all its replicas.
+pub fn initial_membership(config: &ClusterConfig) -> Membership {
+    Membership::initial(config.partitions.iter().map(|p| PartitionView {
+        partition: p.id,
+        replicas: p.replicas.clone(),
+        state: ViewState::Loading,
+    }))
+}
+
+/// One coordinator of the group.
+#[derive(Debug)]
+pub struct Member {
+    config: ClusterConfig,
+    me: CoordinatorId,
+    group: Group,
+    role: Role,
+    failure_timeout_us: u64,
+    /// Client requests handed to the coordinator and not yet answered: answered "outcome
+    /// unknown" if this member stops leading first.
+    open: std::collections::HashSet<(ClientId, u64)>,
+}
+
+#[derive(Debug)]
+enum Role {
+    Standby,
+    TakingOver(Box<TakingOver>),
+    Leading(Box<Leading>),
+}
+
+#[derive(Debug)]
+struct TakingOver {
+    epoch: Epoch,
+    started_us: u64,
+    /// When silent replicas stop being waited for (standings, then batches).
+    deadline_us: u64,
+    /// The committed membership when the take-over began.
+    views: BTreeMap<PartitionId, PartitionView>,
+    standings: BTreeMap<PartitionId, BTreeMap<NodeId, ReplicaStanding>>,
+    answered: BTreeSet<NodeId>,
+    /// Once every standing is in: the batches being fetched, per partition.
+    fetching: Option<BTreeMap<PartitionId, Fetching>>,
+    /// Node messages to handle once resumed.
+    kept: VecDeque<(NodeId, NodeToCoordinator)>,
+}
+
+#[derive(Debug, Default)]
+struct Fetching {
+    /// Batches through this one are executed by every replica that counts.
+    lo: Seq,
+    /// Per executor: the batch it was asked for from, and the last it holds.
+    asked: BTreeMap<NodeId, (Seq, Seq)>,
+    batches: BTreeMap<Seq, Batch>,
+    reads: Vec<PieceReads>,
+    /// Replicas too far behind to be brought level by batches.
+    too_far: Vec<NodeId>,
+}
+
+#[derive(Debug)]
+struct Leading {
+    epoch: Epoch,
+    coordinator: Coordinator,
+    /// The views last proposed (or committed).
+    proposed: Vec<PartitionView>,
+    /// Outputs held until the entry at the index is committed.
+    held: VecDeque<(u64, Vec<Output>)>,
+}
+
+impl Member {
+    /// Coordinator `me` of `config`, with the group state it stored (`None`: a first start).
+    pub fn new(
+        config: &ClusterConfig,
+        me: CoordinatorId,
+        election_offset_ticks: usize,
+        stored: Option<GroupState>,
+        now_us: u64,
+    ) -> Result<Member, CoordinatorError> {
+        config.validate()?;
+        let t = &config.timeouts;
+        let timing = GroupTiming {
+            tick_us: t.heartbeat_ms.max(1) * 1_000,
+            election_ticks: usize::try_from((t.failure_timeout_ms / t.heartbeat_ms.max(1)).max(3)).unwrap_or(3),
+            election_offset_ticks,
+        };
+        let members = config.coordinator_ids();
+        let group =
+            Group::restore(me, &members, initial_membership(config), timing, stored.unwrap_or_default(), now_us)
+                .map_err(CoordinatorError::Group)?;
+        Ok(Member {
+            config: config.clone(),
+            me,
+            group,
+            role: Role::Standby,
+            failure_timeout_us: t.failure_timeout_ms * 1_000,
+            open: std::collections::HashSet::new(),
+        })
+    }
+
+    pub fn me(&self) -> CoordinatorId {
+        self.me
+    }
+
+    /// The epoch this member leads and acts in (taken over), if it does.
+    pub fn leading(&self) -> Option<Epoch> {
+        match &self.role {
+            Role::Leading(l) => Some(l.epoch),
+            Role::Standby | Role::TakingOver(_) => None,
+        }
+    }
+
+    /// Whether this member is taking over.
+    pub fn taking_over(&self) -> bool {
+        matches!(self.role, Role::TakingOver(_))
+    }
+
+    /// The leader this member knows of.
+    pub fn leader(&self) -> Option<CoordinatorId> {
+        self.group.leader()
+    }
+
+    /// The leading coordinator's state machine, while this member leads.
+    pub fn coordinator(&self) -> Option<&Coordinator> {
+        match &self.role {
+            Role::Leading(l) => Some(&l.coordinator),
+            Role::Standby | Role::TakingOver(_) => None,
+        }
+    }
+
+    /// The committed membership.
+    pub fn membership(&self) -> &Membership {
+        self.group.membership()
+    }
+
+    /// The raft term.
+    pub fn term(&self) -> Epoch {
+        self.group.term()
+    }
+
+    /// A message from client `client`.
+    pub fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        match &mut self.role {
+            Role::Leading(l) => {
+                if let ClientToCoordinator::ClientRequests(requests) = &msg {
+                    self.open.extend(requests.iter().map(|r| (client, r.request_id)));
+                }
+                let o = l.coordinator.on_client_message(client, msg, now_us);
+                self.gate(o, &mut out);
+            }
+            Role::Standby | Role::TakingOver(_) => {
+                let leader = if self.taking_over() { Some(self.me) } else { self.group.leader() };
+                let rejection = Rejection::NotLeader { leader };
+                match msg {
+                    ClientToCoordinator::ClientRequests(requests) => {
+                        for r in requests {
+                            let reply = ClientReply {
+                                request_id: r.request_id,
+                                result: ClientResult::Rejected(rejection.clone()),
+                            };
+                            out.push(MemberOutput::Reply { client, reply });
+                        }
+                    }
+                    ClientToCoordinator::DigestRequest { request_id, partition } => {
+                        let outcome = DigestOutcome::Rejected(rejection);
+                        let msg = CoordinatorToClient::DigestReply { request_id, partition, outcome };
+                        out.push(MemberOutput::ToClient { client, msg });
+                    }
+                    ClientToCoordinator::StatusRequest { .. } | ClientToCoordinator::Shutdown { .. } => {}
+                }
+            }
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// A message from node `from` (the network code authenticated it).
+    pub fn on_node_message(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        if let NodeToCoordinator::Fenced { epoch } = msg {
+            if let Some(mine) = self.acting_epoch().filter(|&mine| epoch > mine) {
+                self.depose(mine, format!("node {from} heard of epoch {epoch}"), &mut out);
+            }
+            self.after(&mut out, now_us);
+            return out;
+        }
+        match &mut self.role {
+            Role::Leading(l) => {
+                let o = l.coordinator.on_node_message(from, msg, now_us);
+                self.gate(o, &mut out);
+            }
+            Role::TakingOver(t) => match msg {
+                NodeToCoordinator::Standing { epoch, partition, standing } if epoch == t.epoch => {
+                    t.answered.insert(from);
+                    t.standings.entry(partition).or_default().insert(from, standing);
+                }
+                NodeToCoordinator::HeldBatches { partition, batches, reads } => {
+                    let next = t.fetching.as_mut().and_then(|f| f.get_mut(&partition)).and_then(|f| {
+                        f.reads.extend(reads);
+                        let (after, last) = f.asked.get(&from).copied()?;
+                        let mut got = after;
+                        for b in batches {
+                            if b.seq != got + 1 {
+                                break;
+                            }
+                            got = b.seq;
+                            f.batches.entry(b.seq).or_insert(b);
+                        }
+                        let more = got > after && got < last;
+                        if more {
+                            f.asked.insert(from, (got, last));
+                        } else {
+                            f.asked.remove(&from);
+                        }
+                        more.then_some(got)
+                    });
+                    if let Some(after) = next {
+                        let msg = CoordinatorToNode::SendBatches { partition, after };
+                        out.push(MemberOutput::ToNodes { nodes: vec![from], epoch: t.epoch, msg });
+                    }
+                }
+                NodeToCoordinator::Standing { .. } | NodeToCoordinator::Heartbeat { .. } => {}
+                msg => {
+                    if t.kept.len() == TAKE_OVER_KEPT_MAX {
+                        t.kept.pop_front();
+                    }
+                    t.kept.push_back((from, msg));
+                }
+            },
+            Role::Standby => {}
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// The connection to node `node` was lost.
+    pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        if let Role::Leading(l) = &mut self.role {
+            let o = l.coordinator.on_node_lost(node, now_us);
+            self.gate(o, &mut out);
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// A raft message from coordinator `from` (the network code authenticated it).
+    pub fn on_coordinator_message(&mut self, from: CoordinatorId, bytes: &[u8], now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        if let Err(e) = self.group.on_message(from, bytes) {
+            out.push(MemberOutput::Event(Event::GroupRefused { problem: e.to_string() }));
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// Time passes to `now_us`.
+    pub fn tick(&mut self, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        self.group.on_tick(now_us);
+        if let Role::Leading(l) = &mut self.role {
+            if l.coordinator.next_deadline_us().is_some_and(|d| d <= now_us) {
+                let o = l.coordinator.tick(now_us);
+                self.gate(o, &mut out);
+            }
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// When [`Member::tick`] must next be called.
+    pub fn next_deadline_us(&self) -> u64 {
+        let own = match &self.role {
+            Role::Leading(l) => l.coordinator.next_deadline_us().unwrap_or(u64::MAX),
+            Role::TakingOver(t) => t.deadline_us,
+            Role::Standby => u64::MAX,
+        };
+        own.min(self.group.next_tick_us())
+    }
+
+    /// Node `node` connected (first, or again): a leader tells it the epoch — a heartbeat,
+    /// or the take-over it may have missed — so the node knows where to send.
+    pub fn on_node_connected(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        match &self.role {
+            Role::Leading(l) => {
+                let msg = CoordinatorToNode::Heartbeat { now_ms: now_us / 1_000 };
+                out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: l.epoch, msg });
+                // Its partitions' membership: one without it tells it to rejoin.
+                for msg in l.coordinator.memberships_for(node) {
+                    out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: l.epoch, msg });
+                }
+            }
+            Role::TakingOver(t) => {
+                let msg = CoordinatorToNode::TakeOver { epoch: t.epoch };
+                out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: t.epoch, msg });
+            }
+            Role::Standby => {}
+        }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// The epoch this member acts in, leading or taking over.
+    fn acting_epoch(&self) -> Option<Epoch> {
+        match &self.role {
+            Role::Leading(l) => Some(l.epoch),
+            Role::TakingOver(t) => Some(t.epoch),
+            Role::Standby => None,
+        }
+    }
+
+    /// Stops acting as leader: what was held back is dropped, and every client request
+    /// handed to the coordinator and not answered is answered "outcome unknown" (the next
+    /// leader may have adopted it, or not).
+    fn depose(&mut self, epoch: Epoch, why: String, out: &mut Vec<MemberOutput>) {
+        self.role = Role::Standby;
+        let mut open: Vec<(ClientId, u64)> = self.open.drain().collect();
+        open.sort_unstable();
+        for (client, request_id) in open {
+            let result = ClientResult::OutcomeUnknown {
+                ts: wire::messages::Timestamp(0),
+                reason: format!("coordinator {} stopped leading before answering: {why}", self.me),
+            };
+            out.push(MemberOutput::Reply { client, reply: ClientReply { request_id, result } });
+        }
+        out.push(MemberOutput::Event(Event::Deposed { epoch, why }));
+    }
+
+    /// Decide, then act: the coordinator's outputs go out now, or wait for the entry that
+    /// records the views they follow (module comment).
+    fn gate(&mut self, o: Vec<Output>, out: &mut Vec<MemberOutput>) {
+        let Role::Leading(l) = &mut self.role else { return };
+        let views = l.coordinator.views();
+        if views != l.proposed {
+            let changed: Vec<PartitionView> = views.iter().filter(|v| !l.proposed.contains(v)).cloned().collect();
+            match self.group.propose(&Decision::Views(changed)) {
+                Ok(index) => {
+                    l.proposed = views;
+                    l.held.push_back((index, o));
+                }
+                Err(e) => {
+                    let epoch = l.epoch;
+                    self.depose(epoch, e.to_string(), out);
+                }
+            }
+        } else if let Some(&(index, _)) = l.held.back() {
+            l.held.push_back((index, o));
+        } else {
+            emit(l.epoch, o, out);
+        }
+    }
+
+    /// After every call: the group's ready (stored first, then sent), leadership changes,
+    /// the outputs whose entry committed, and the take-over's progress.
+    fn after(&mut self, out: &mut Vec<MemberOutput>, now_us: u64) {
+        for _ in 0..8 {
+            let ready = self.group.ready();
+            if ready.is_empty() && !self.progress(out, now_us) {
+                break;
+            }
+            self.handle_ready(ready, out, now_us);
+        }
+        for o in out.iter() {
+            if let MemberOutput::Reply { client, reply } = o {
+                self.open.remove(&(*client, reply.request_id));
+            }
+        }
+    }
+
+    fn handle_ready(&mut self, ready: GroupReady, out: &mut Vec<MemberOutput>, now_us: u64) {
+        let GroupReady { persist, messages, decided: _, leadership } = ready;
+        // Outputs must not overtake the state that allows them.
+        if let Some(state) = persist {
+            out.insert(0, MemberOutput::Persist(state));
+        }
+        out.extend(messages.into_iter().map(|(to, bytes)| MemberOutput::ToCoordinator { to, bytes }));
+        match leadership {
+            Some(Leadership::Leading { epoch }) if self.acting_epoch() != Some(epoch) => {
+                self.begin_take_over(epoch, out, now_us)
+            }
+            Some(Leadership::Following { epoch, leader }) => {
+                if let Some(mine) = self.acting_epoch() {
+                    let why = match leader {
+                        Some(c) => format!("coordinator {c} leads epoch {epoch}"),
+                        None => format!("lost the majority (epoch {epoch})"),
+                    };
+                    self.depose(mine, why, out);
+                }
+            }
+            Some(Leadership::Leading { .. }) | None => {}
+        }
+        // Release what the committed entries allow.
+        let applied = self.group.membership().applied();
+        if let Role::Leading(l) = &mut self.role {
+            while l.held.front().is_some_and(|(index, _)| *index <= applied) {
+                let (_, o) = l.held.pop_front().expect("checked");
+                emit(l.epoch, o, out);
+            }
+        }
+    }
+
+    fn begin_take_over(&mut self, epoch: Epoch, out: &mut Vec<MemberOutput>, now_us: u64) {
+        out.push(MemberOutput::Event(Event::TakingOver { epoch }));
+        let views = self.group.membership().views().map(|v| (v.partition, v.clone())).collect();
+        self.role = Role::TakingOver(Box::new(TakingOver {
+            epoch,
+            started_us: now_us,
+            deadline_us: now_us + self.failure_timeout_us,
+            views,
+            standings: BTreeMap::new(),
+            answered: BTreeSet::new(),
+            fetching: None,
+            kept: VecDeque::new(),
+        }));
+        let nodes: Vec<NodeId> = self.config.nodes.iter().map(|n| n.id).collect();
+        out.push(MemberOutput::ToNodes { nodes, epoch, msg: CoordinatorToNode::TakeOver { epoch } });
+    }
+
+    /// Moves a take-over on if it can; returns whether anything changed.
+    fn progress(&mut self, out: &mut Vec<MemberOutput>, now_us: u64) -> bool {
+        let Role::TakingOver(t) = &mut self.role else { return false };
+        let expected = |t: &TakingOver| -> Vec<(PartitionId, NodeId)> {
+            t.views
+                .values()
+                .filter(|v| matches!(v.state, ViewState::Serving | ViewState::Loading))
+                .flat_map(|v| v.replicas.iter().map(move |n| (v.partition, *n)))
+                .collect()
+        };
+        if t.fetching.is_none() {
+            let all_in = expected(t).iter().all(|(p, n)| t.standings.get(p).is_some_and(|s| s.contains_key(n)));
+            if !all_in && now_us < t.deadline_us {
+                return false;
+            }
+            t.fetching = Some(plan_fetch(t, self.config.mode().is_passive(), out));
+            t.deadline_us = now_us + self.failure_timeout_us;
+            return true;
+        }
+        let fetching = t.fetching.as_ref().expect("planned");
+        if fetching.values().any(|f| !f.asked.is_empty()) && now_us < t.deadline_us {
+            return false;
+        }
+        let TakingOver { epoch, started_us, views, mut standings, answered, fetching, kept, .. } =
+            *match std::mem::replace(&mut self.role, Role::Standby) {
+                Role::TakingOver(t) => t,
+                _ => unreachable!("matched above"),
+            };
+        let mut fetching = fetching.expect("planned");
+        let mut partitions = BTreeMap::new();
+        let mut adopted_total = 0;
+        for (pid, view) in &views {
+            let f = fetching.remove(pid).unwrap_or_default();
+            let mut s = standings.remove(pid).unwrap_or_default();
+            s.retain(|n, st| view.replicas.contains(n) && !st.stopped && !f.too_far.contains(n));
+            let mut adopted = Vec::new();
+            let mut next = f.lo + 1;
+            while let Some(b) = f.batches.get(&next) {
+                adopted.push(b.clone());
+                next += 1;
+            }
+            adopted_total += adopted.len();
+            // The outcomes the replicas ran home pieces with, then those they hold.
+            let mut reads = f.reads;
+            reads.extend(s.values().flat_map(|st| st.held_reads.iter().cloned()));
+            let known = f.batches.into_values().collect();
+            partitions.insert(*pid, PartitionResume { view: view.clone(), standings: s, adopted, known, reads });
+        }
+        let live_nodes: BTreeSet<NodeId> = answered;
+        let silent: Vec<NodeId> = views
+            .values()
+            .flat_map(|v| v.replicas.iter().copied())
+            .filter(|n| !live_nodes.contains(n))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let resumed = Resumed { epoch, partitions, live_nodes };
+        let (coordinator, o) = match Coordinator::resume(&self.config, self.me, resumed, now_us) {
+            Ok(r) => r,
+            Err(e) => {
+                out.push(MemberOutput::Event(Event::Deposed { epoch, why: format!("cannot resume: {e}") }));
+                return true;
+            }
+        };
+        out.push(MemberOutput::Event(Event::TookOver {
+            epoch,
+            adopted: adopted_total,
+            silent,
+            took_us: now_us.saturating_sub(started_us),
+        }));
+        let proposed: Vec<PartitionView> = views.into_values().collect();
+        self.role = Role::Leading(Box::new(Leading { epoch, coordinator, proposed, held: VecDeque::new() }));
+        self.gate(o, out);
+        for (from, msg) in kept {
+            let Role::Leading(l) = &mut self.role else { break };
+            let o = l.coordinator.on_node_message(from, msg, now_us);
+            self.gate(o, out);
+        }
+        true
+    }
+}
+
+/// Plans the fetch of the batches the executors hold beyond the lowest executed one, and
+/// asks for them (docs/design.md §11, take-over step 2).
+fn plan_fetch(t: &TakingOver, passive: bool, out: &mut Vec<MemberOutput>) -> BTreeMap<PartitionId, Fetching> {
+    let mut plans = BTreeMap::new();
+    for (pid, view) in &t.views {
+        if view.state != ViewState::Serving {
+            continue;
+        }
+        let Some(standings) = t.standings.get(pid) else { continue };
+        let standings: BTreeMap<NodeId, &ReplicaStanding> =
+            standings.iter().filter(|(n, s)| view.replicas.contains(n) && !s.stopped).map(|(n, s)| (*n, s)).collect();
+        let executes = |s: &ReplicaStanding| s.role != ReplicationRole::Backup;
+        // The furthest executor, and what it still keeps.
+        let Some((_, furthest)) = standings.iter().filter(|(_, s)| executes(s)).max_by_key(|(_, s)| s.held_seq) else {
+            continue;
+        };
+        let mut f = Fetching::default();
+        // Active-active: a replica the furthest cannot bring level by batches copies the
+        // partition instead (it counts as failed here, and rejoins). Passive modes: backups
+        // follow their primary's shipments; what the primary no longer keeps is not adopted.
+        let kept_from = furthest.kept_from;
+        if passive {
+            let lowest = standings.values().map(|s| s.executed_seq).min().unwrap_or(0);
+            f.lo = lowest.max(kept_from.saturating_sub(1)).min(furthest.executed_seq);
+        } else {
+            for (n, s) in &standings {
+                if s.executed_seq + 1 < kept_from {
+                    f.too_far.push(*n);
+                }
+            }
+            f.lo = standings
+                .iter()
+                .filter(|(n, _)| !f.too_far.contains(n))
+                .map(|(_, s)| s.executed_seq)
+                .min()
+                .unwrap_or(0);
+        }
+        // Every batch each executor keeps or holds: those after `lo` are adopted, and all of
+        // them show where the multi-partition transactions' pieces are.
+        for (n, s) in standings.iter().filter(|(n, s)| executes(s) && !f.too_far.contains(n)) {
+            let after = f.lo.min(s.kept_from.saturating_sub(1));
+            if s.held_seq > after {
+                f.asked.insert(*n, (after, s.held_seq));
+                let msg = CoordinatorToNode::SendBatches { partition: *pid, after };
+                out.push(MemberOutput::ToNodes { nodes: vec![*n], epoch: t.epoch, msg });
+            }
+        }
+        plans.insert(*pid, f);
+    }
+    plans
+}
+
+/// The coordinator's outputs as the member's, in epoch `epoch`; nothing for [`NOBODY`].
+fn emit(epoch: Epoch, o: Vec<Output>, out: &mut Vec<MemberOutput>) {
+    for x in o {
+        out.push(match x {
+            Output::ToNodes { nodes, msg } => MemberOutput::ToNodes { nodes, epoch, msg },
+            Output::Reply { client, .. } | Output::ToClient { client, .. } if client == NOBODY => continue,
+            Output::Reply { client, reply } => MemberOutput::Reply { client, reply },
+            Output::ToClient { client, msg } => MemberOutput::ToClient { client, msg },
+            Output::Event(e) => MemberOutput::Event(e),
+        });
+    }
+}
