@@ -226,6 +226,33 @@ impl<T> Agreement<T> {
         });
     }
 
+    /// [`Agreement::sent`] for a batch only `expected` of the live replicas will answer (a new
+    /// leader's adopted batch: a replica that executed it and no longer keeps its results
+    /// cannot; docs/design.md §11). A batch none will answer is decided by
+    /// [`Agreement::decide_unanswerable`].
+    pub fn sent_expecting(&mut self, seq: Seq, txns: Vec<(Timestamp, T)>, digest_after: bool, expected: &[NodeId]) {
+        self.sent(seq, txns, digest_after);
+        let b = self.pending.back_mut().expect("just sent");
+        b.expected.retain(|n| expected.contains(n));
+    }
+
+    /// Decides the pending batches no live replica is expected to answer (their results are
+    /// lost: [`Verdict::Unknown`]) and whatever that makes decidable.
+    pub fn decide_unanswerable(&mut self) -> Vec<Verdict<T>> {
+        if self.stopped {
+            return Vec::new();
+        }
+        let mut verdicts = Vec::new();
+        let (unknown, kept): (VecDeque<_>, VecDeque<_>) =
+            std::mem::take(&mut self.pending).into_iter().partition(|b| b.expected.is_empty());
+        self.pending = kept;
+        for b in unknown {
+            verdicts.push(Verdict::Unknown { seq: b.seq, unanswered: b.txns });
+        }
+        verdicts.extend(self.decide());
+        verdicts
+    }
+
     /// A rejoined replica: it counts for every batch sent from now on (the batches already
     /// pending are decided without it). Returns whether it was added (not already live).
     pub fn add_replica(&mut self, node: NodeId) -> bool {

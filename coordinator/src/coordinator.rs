@@ -860,11 +860,15 @@ impl Coordinator {
                     || p.members().any(|n| n == node)
                     || p.joining.iter().any(|(n, _)| *n == node)
             })
-            .filter(|p| matches!(p.phase, Phase::Serving | Phase::Loading | Phase::Promoting { .. }))
+            // An unavailable partition's membership is empty: a replica of it that still
+            // serves was its last, and rejoins (in full-stack mode, from its own log).
+            .filter(|p| {
+                matches!(p.phase, Phase::Serving | Phase::Loading | Phase::Promoting { .. } | Phase::Unavailable)
+            })
             .map(|p| CoordinatorToNode::Membership {
                 partition: p.id,
                 epoch: self.membership_epoch,
-                live: p.members().collect(),
+                live: if p.phase == Phase::Unavailable { Vec::new() } else { p.members().collect() },
             })
             .collect()
     }
@@ -1411,6 +1415,9 @@ impl Partition {
         let mut tags: BTreeMap<Seq, Vec<(Timestamp, ClientRef)>> =
             pending.into_iter().map(|(seq, txns, _)| (seq, txns)).collect();
         self.agreement = Agreement::starting_at(self.id, [from], next_seq);
+        // The new primary may have applied batches a previous leader sent and this one never
+        // saw (docs/design.md §11): its numbering is the partition's.
+        self.sequencer.skip_to(next_seq);
         // A promoted backup ships to no one: the other backups would fall behind while still
         // counted, and a later promotion of one would lose what it missed. They stop counting
         // (restarted with --rejoin, they come back as the new primary's backups).

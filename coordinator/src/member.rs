@@ -88,6 +88,9 @@ pub struct Member {
     /// Client requests handed to the coordinator and not yet answered: answered "outcome
     /// unknown" if this member stops leading first.
     open: std::collections::HashSet<(ClientId, u64)>,
+    /// Each node's connection, counted: a message held back goes only to the connection it
+    /// was meant for (a node that connected again since is another process).
+    connections: BTreeMap<NodeId, u64>,
 }
 
 #[derive(Debug)]
@@ -131,8 +134,9 @@ struct Leading {
     coordinator: Coordinator,
     /// The views last proposed (or committed).
     proposed: Vec<PartitionView>,
-    /// Outputs held until the entry at the index is committed.
-    held: VecDeque<(u64, Vec<Output>)>,
+    /// Outputs held until the entry at the index is committed, with the node connections
+    /// they were meant for.
+    held: VecDeque<(u64, Vec<Output>, BTreeMap<NodeId, u64>)>,
 }
 
 impl Member {
@@ -162,6 +166,7 @@ impl Member {
             role: Role::Standby,
             failure_timeout_us: t.failure_timeout_ms * 1_000,
             open: std::collections::HashSet::new(),
+            connections: BTreeMap::new(),
         })
     }
 
@@ -259,8 +264,13 @@ impl Member {
             }
             Role::TakingOver(t) => match msg {
                 NodeToCoordinator::Standing { epoch, partition, standing } if epoch == t.epoch => {
+                    // The first standing counts (a node that connected again is sent the
+                    // take-over again; what it executed since comes in its results), and none
+                    // once the batches are being fetched.
                     t.answered.insert(from);
-                    t.standings.entry(partition).or_default().insert(from, standing);
+                    if t.fetching.is_none() {
+                        t.standings.entry(partition).or_default().entry(from).or_insert(standing);
+                    }
                 }
                 NodeToCoordinator::HeldBatches { partition, batches, reads } => {
                     let next = t.fetching.as_mut().and_then(|f| f.get_mut(&partition)).and_then(|f| {
@@ -303,6 +313,7 @@ impl Member {
 
     /// The connection to node `node` was lost.
     pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
+        *self.connections.entry(node).or_default() += 1;
         let mut out = Vec::new();
         if let Role::Leading(l) = &mut self.role {
             let o = l.coordinator.on_node_lost(node, now_us);
@@ -349,6 +360,7 @@ impl Member {
     /// Node `node` connected (first, or again): a leader tells it the epoch — a heartbeat,
     /// or the take-over it may have missed — so the node knows where to send.
     pub fn on_node_connected(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
+        *self.connections.entry(node).or_default() += 1;
         let mut out = Vec::new();
         match &self.role {
             Role::Leading(l) => {
@@ -405,15 +417,15 @@ impl Member {
             match self.group.propose(&Decision::Views(changed)) {
                 Ok(index) => {
                     l.proposed = views;
-                    l.held.push_back((index, o));
+                    l.held.push_back((index, o, self.connections.clone()));
                 }
                 Err(e) => {
                     let epoch = l.epoch;
                     self.depose(epoch, e.to_string(), out);
                 }
             }
-        } else if let Some(&(index, _)) = l.held.back() {
-            l.held.push_back((index, o));
+        } else if let Some(&(index, _, _)) = l.held.back() {
+            l.held.push_back((index, o, self.connections.clone()));
         } else {
             emit(l.epoch, o, out);
         }
@@ -461,8 +473,15 @@ impl Member {
         // Release what the committed entries allow.
         let applied = self.group.membership().applied();
         if let Role::Leading(l) = &mut self.role {
-            while l.held.front().is_some_and(|(index, _)| *index <= applied) {
-                let (_, o) = l.held.pop_front().expect("checked");
+            while l.held.front().is_some_and(|(index, _, _)| *index <= applied) {
+                let (_, mut o, meant) = l.held.pop_front().expect("checked");
+                // What was held back was for the connections of then: a node connected again
+                // since is another process, and must not get it.
+                for x in &mut o {
+                    if let Output::ToNodes { nodes, .. } = x {
+                        nodes.retain(|n| meant.get(n) == self.connections.get(n));
+                    }
+                }
                 emit(l.epoch, o, out);
             }
         }
@@ -497,7 +516,25 @@ impl Member {
         };
         if t.fetching.is_none() {
             let all_in = expected(t).iter().all(|(p, n)| t.standings.get(p).is_some_and(|s| s.contains_key(n)));
-            if !all_in && now_us < t.deadline_us {
+            // Past the deadline the silent count as failed — but a partition none of whose
+            // replicas answered yet is waited for: counting them all failed would lose it
+            // for good (its replicas may be only slow to dial this coordinator).
+            let each_heard =
+                t.views.values().filter(|v| matches!(v.state, ViewState::Serving | ViewState::Loading)).all(|v| {
+                    t.standings.get(&v.partition).is_some_and(|s| v.replicas.iter().any(|n| s.contains_key(n)))
+                });
+            // A node that answered for some of its replicas is alive: the rest of its answers
+            // are on their way, and are waited for (up to four failure timeouts) rather than
+            // count it failed.
+            let partial = expected(t)
+                .iter()
+                .any(|(p, n)| t.answered.contains(n) && !t.standings.get(p).is_some_and(|s| s.contains_key(n)));
+            let patience_over = now_us >= t.started_us + 4 * self.failure_timeout_us;
+            if !all_in && (now_us < t.deadline_us || !each_heard || (partial && !patience_over)) {
+                if now_us >= t.deadline_us {
+                    // Look again a little later (a deadline in the past would spin).
+                    t.deadline_us = now_us + self.failure_timeout_us / 8 + 1;
+                }
                 return false;
             }
             t.fetching = Some(plan_fetch(t, self.config.mode().is_passive(), out));
@@ -514,12 +551,24 @@ impl Member {
                 _ => unreachable!("matched above"),
             };
         let mut fetching = fetching.expect("planned");
+        // A replica too far behind to be brought level by batches, or whose batches did not
+        // all arrive in time, does not count: it is told to rejoin (it copies the partition).
+        let mut excluded: BTreeSet<NodeId> =
+            fetching.values().flat_map(|f| f.too_far.iter().chain(f.asked.keys()).copied()).collect();
+        // So is a node that did not report every replica of it the membership names.
+        for v in views.values().filter(|v| matches!(v.state, ViewState::Serving | ViewState::Loading)) {
+            for n in &v.replicas {
+                if !standings.get(&v.partition).is_some_and(|s| s.contains_key(n)) {
+                    excluded.insert(*n);
+                }
+            }
+        }
         let mut partitions = BTreeMap::new();
         let mut adopted_total = 0;
         for (pid, view) in &views {
             let f = fetching.remove(pid).unwrap_or_default();
             let mut s = standings.remove(pid).unwrap_or_default();
-            s.retain(|n, st| view.replicas.contains(n) && !st.stopped && !f.too_far.contains(n));
+            s.retain(|n, st| view.replicas.contains(n) && !st.stopped && !excluded.contains(n));
             let mut adopted = Vec::new();
             let mut next = f.lo + 1;
             while let Some(b) = f.batches.get(&next) {
@@ -531,9 +580,12 @@ impl Member {
             let mut reads = f.reads;
             reads.extend(s.values().flat_map(|st| st.held_reads.iter().cloned()));
             let known = f.batches.into_values().collect();
-            partitions.insert(*pid, PartitionResume { view: view.clone(), standings: s, adopted, known, reads });
+            let resume =
+                PartitionResume { view: view.clone(), standings: s, adopted_after: f.lo, adopted, known, reads };
+            partitions.insert(*pid, resume);
         }
-        let live_nodes: BTreeSet<NodeId> = answered;
+        let reachable = answered;
+        let live_nodes: BTreeSet<NodeId> = reachable.difference(&excluded).copied().collect();
         let silent: Vec<NodeId> = views
             .values()
             .flat_map(|v| v.replicas.iter().copied())
@@ -541,7 +593,7 @@ impl Member {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let resumed = Resumed { epoch, partitions, live_nodes };
+        let resumed = Resumed { epoch, partitions, live_nodes, reachable };
         let (coordinator, o) = match Coordinator::resume(&self.config, self.me, resumed, now_us) {
             Ok(r) => r,
             Err(e) => {
@@ -581,6 +633,10 @@ fn plan_fetch(t: &TakingOver, passive: bool, out: &mut Vec<MemberOutput>) -> BTr
         let executes = |s: &ReplicaStanding| s.role != ReplicationRole::Backup;
         // The furthest executor, and what it still keeps.
         let Some((_, furthest)) = standings.iter().filter(|(_, s)| executes(s)).max_by_key(|(_, s)| s.held_seq) else {
+            // No executor answered (a passive partition's primary is silent): nothing to
+            // fetch; batches are numbered after the furthest backup, which is promoted.
+            let lo = standings.values().map(|s| s.executed_seq).max().unwrap_or(0);
+            plans.insert(*pid, Fetching { lo, ..Fetching::default() });
             continue;
         };
         let mut f = Fetching::default();

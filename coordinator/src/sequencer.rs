@@ -142,6 +142,13 @@ impl Sequencer {
         self.inflight_txns = txns;
     }
 
+    /// Batches through `next_seq - 1` exist that this sequencer did not close (a promoted
+    /// backup applied them from a primary that outlived its coordinator: docs/design.md
+    /// §11): numbering continues after them. The open batch, if any, is renumbered.
+    pub fn skip_to(&mut self, next_seq: Seq) {
+        self.next_seq = self.next_seq.max(next_seq);
+    }
+
     /// `txns` admitted transactions were answered: they no longer count as in flight.
     pub fn complete(&mut self, txns: usize) {
         assert!(txns <= self.inflight_txns - self.open.len(), "completing {txns} of {} sent", self.inflight_txns);

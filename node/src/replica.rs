@@ -616,7 +616,14 @@ impl Replica {
         ts: Timestamp,
         input: &TxnInput,
     ) -> Option<PieceReads> {
-        if self.stopped.is_some() || self.role() == ReplicaRole::Backup || self.applied_seq() < seq {
+        // A piece that ran in the batch under way (parked at a later home piece) counts: its
+        // outcome went out when it ran, and may have been lost with a coordinator.
+        let ran_in_parked = self
+            .parked
+            .as_ref()
+            .is_some_and(|p| p.batch.seq == seq && p.order[..p.pos].iter().any(|&i| p.batch.txns[i].ts == ts));
+        if self.stopped.is_some() || self.role() == ReplicaRole::Backup || (self.applied_seq() < seq && !ran_in_parked)
+        {
             return None;
         }
         self.derive_reads(home, ts, input)

@@ -1,8 +1,16 @@
-//! The simulated cluster: the real [`Coordinator`] and every node's real [`Replica`]s,
-//! connected by the [`Network`], stepped one action at a time from a seeded [`Rng`]. It owns
-//! what the node and coordinator processes do around the state machines — heartbeats, link
-//! loss, crashes, restarts and the rejoin protocol — modelled on `node::process` and
-//! `coordinator::process`, no more:
+//! The simulated cluster: the coordinator group's real [`Member`]s (raft, and the real
+//! [`Coordinator`] in the leader) and every node's real [`Replica`]s, connected by the
+//! [`Network`], stepped one action at a time from a seeded [`Rng`]. It owns what the node and
+//! coordinator processes do around the state machines — heartbeats, link loss, crashes,
+//! restarts and the rejoin protocol — modelled on `node::process` and `coordinator::process`,
+//! no more:
+//!
+//! - a **coordinator crash** kills its process: its memory is gone (its stored raft state is
+//!   kept, as its file is), its links break at once (the nodes see them close and dial again),
+//!   and the requests in flight to it are answered "outcome unknown" by their client library;
+//!   a restart brings it back from what it stored, as a standby;
+//! - a **coordinator cut** loses the raft messages between it and the others, both ways or
+//!   only what it sends, while its node links stay up (a split brain's setting);
 //!
 //! - a **crash** kills a node's process: its replicas' memory is gone and whatever was in
 //!   flight on its link is lost; the coordinator learns of it only by the node's silence
@@ -311,7 +319,8 @@ pub struct Sim {
     coordinators: BTreeMap<CoordinatorId, SimCoord>,
     /// Directed cuts between coordinators (raft messages across one are lost).
     coordinator_cuts: std::collections::BTreeSet<(CoordinatorId, CoordinatorId)>,
-    /// A coordinator fault (crash or cut) lasts until then.
+    /// A coordinator fault drawn from the seed (crash or cut) lasts until then (0: none
+    /// drawn).
     coordinator_fault_until_us: u64,
     nodes: BTreeMap<NodeId, SimNode>,
     /// Full stack: each replica's durable medium (log and checkpoint), which outlives its
@@ -971,9 +980,11 @@ impl Sim {
                 // A stopped partition's replica refuses late batches and shipments: expected.
                 Effect::Refused { error: node::ReplicaError::Stopped { .. }, .. } => {}
                 Effect::Refused { error, rejoining: false } => {
+                    self.trace_line(|| format!("VIOLATION node {node} p{partition}: {error}"));
                     self.violations.push(Violation::Refused { node, partition, error })
                 }
                 Effect::Refused { error, rejoining: true } => {
+                    self.trace_line(|| format!("VIOLATION node {node} p{partition} (rejoining): {error}"));
                     self.violations.push(Violation::RefusedRejoining { node, partition, error })
                 }
             }
@@ -1103,7 +1114,9 @@ impl Sim {
         for c in due {
             self.tick_coordinator(c);
         }
-        if now >= self.coordinator_fault_until_us {
+        // A drawn coordinator fault ends by itself; one a test made lasts until it ends it.
+        if self.coordinator_fault_until_us != 0 && now >= self.coordinator_fault_until_us {
+            self.coordinator_fault_until_us = 0;
             self.end_coordinator_fault();
         }
         self.progress_fetches();
@@ -1130,13 +1143,11 @@ impl Sim {
         let target = match self.leader() {
             Some((c, _)) => c,
             None if up.is_empty() => {
-                // No coordinator runs: the client cannot connect.
-                let reason = "no coordinator could be reached".to_string();
+                // No coordinator runs: the client cannot connect, and knows of no leader.
                 let reply = wire::messages::ClientReply {
                     request_id,
                     result: ClientResult::Rejected(wire::messages::Rejection::NotLeader { leader: None }),
                 };
-                let _ = reason;
                 return self.answer(CoordinatorId::MAX, client, reply);
             }
             None => up[self.rng.below(up.len() as u64) as usize],
@@ -1237,13 +1248,6 @@ impl Sim {
             self.node_mut(node).machine.on_dial_failed(c, now);
             return;
         }
-        // A coordinator that still counts the node live declares it failed first, as its
-        // process does when a node connects again.
-        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("up");
-        if m.coordinator().is_some_and(|co| co.is_node_live(node)) {
-            let out = m.on_node_lost(node, now);
-            self.route(c, out);
-        }
         let link = self.fresh_id();
         let n = self.node_mut(node);
         let old = n.links.insert(c, CoordLink { id: link, alive: true }).map(|l| l.id);
@@ -1256,10 +1260,16 @@ impl Sim {
         self.connected(node, c);
     }
 
-    /// Node `node` connected to coordinator `c`: a leader tells it the epoch and its
-    /// memberships.
+    /// Node `node` connected to coordinator `c` (a new connection: a coordinator that still
+    /// counts the node live declares it failed first, as its process does when a node
+    /// connects again): a leader tells it the epoch and its memberships.
     fn connected(&mut self, node: NodeId, c: CoordinatorId) {
         let now = self.now_us;
+        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
+        if m.coordinator().is_some_and(|co| co.is_node_live(node)) {
+            let out = m.on_node_lost(node, now);
+            self.route(c, out);
+        }
         let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
         let out = m.on_node_connected(node, now);
         self.route(c, out);

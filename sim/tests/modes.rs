@@ -146,10 +146,15 @@ fn the_full_stack_seed_that_found_a_refused_log_base_passes() {
 /// a newer checkpoint of its primary's (one taken by restart recovery after the partition
 /// came back alone from its log), so the state under the base was not the one it starts
 /// from. A backup whose own log cannot follow now installs the primary's checkpoint image
-/// first (a base backup). These seeds take that path and heal and check clean.
+/// first (a base backup). Seeds 45, 63 and 98 took that path before the coordinator group
+/// changed every run's course (issue 17); seeds 8, 24 and 27 take it now, and all of them heal
+/// and check clean.
 #[test]
 fn the_full_stack_seeds_whose_backups_need_the_checkpoint_image_pass() {
     for seed in [45, 63, 98] {
+        run_seed(seed, &opts(Mode::FullStack, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
+    }
+    for seed in [8, 24, 27] {
         let report = run_seed(seed, &opts(Mode::FullStack, Shipping::Sync)).unwrap_or_else(|f| panic!("{f}"));
         assert!(report.stats.base_backups >= 1, "seed {seed}: {:?}", report.stats);
     }

@@ -33,8 +33,11 @@ pub struct PartitionResume {
     pub view: PartitionView,
     /// The standing of each replica of the view that answered.
     pub standings: BTreeMap<NodeId, ReplicaStanding>,
-    /// The batches after the lowest `executed_seq` among `standings` through the furthest
-    /// executor's `held_seq`, in order without gaps (fetched from the executors).
+    /// Every batch through this one was executed by every replica that counts when the
+    /// take-over began: the adopted batches follow it.
+    pub adopted_after: Seq,
+    /// The batches after `adopted_after` through the furthest executor's `held_seq`, in order
+    /// without gaps (fetched from the executors).
     pub adopted: Vec<Batch>,
     /// Every batch the executors sent (their recent ones included, executed by all): where a
     /// multi-partition transaction's pieces are.
@@ -60,8 +63,11 @@ impl PartitionResume {
 pub struct Resumed {
     pub epoch: Epoch,
     pub partitions: BTreeMap<PartitionId, PartitionResume>,
-    /// The nodes that answered the take-over; every other node counts as failed.
+    /// The nodes the new leader counts live; every other node counts as failed.
     pub live_nodes: BTreeSet<NodeId>,
+    /// The nodes that answered the take-over (the live ones, and those too far behind or too
+    /// slow to count, which are told to rejoin).
+    pub reachable: BTreeSet<NodeId>,
 }
 
 fn nobody(ts: Timestamp) -> ClientRef {
@@ -129,7 +135,7 @@ impl Coordinator {
                     }
                 }
                 ViewState::Serving => {
-                    let lo = r.executed_by_all();
+                    let lo = r.adopted_after;
                     let sent: Vec<&Batch> = r.adopted.iter().chain(recreated.get(pid)).collect();
                     let hi = lo + sent.len() as Seq;
                     p.agreement = Agreement::starting_at(*pid, executors.iter().copied(), lo + 1);
@@ -138,7 +144,24 @@ impl Coordinator {
                     for &b in &sent {
                         assert_eq!(b.seq, p.agreement.next_seq(), "adopted batches follow each other");
                         let tags = b.txns.iter().map(|t| (t.ts, nobody(t.ts))).collect();
-                        p.agreement.sent(b.seq, tags, b.digest_after);
+                        // Who answers it: a replica that will execute it, or one that executed
+                        // it and still keeps its results (it answers again).
+                        // (A passive partition's primary keeps every batch adopted from it; a
+                        // silent one is replaced by a promotion, which replays them.)
+                        let expected: Vec<NodeId> = match passive {
+                            true => executors.clone(),
+                            false => r
+                                .standings
+                                .iter()
+                                .filter(|(n, s)| {
+                                    executors.contains(n)
+                                        && resumed.live_nodes.contains(n)
+                                        && (s.executed_seq < b.seq || s.kept_from <= b.seq)
+                                })
+                                .map(|(n, _)| *n)
+                                .collect(),
+                        };
+                        p.agreement.sent_expecting(b.seq, tags, b.digest_after, &expected);
                         if let Some(s) = p.passive_mut() {
                             s.unanswered.push_back(b.clone());
                         }
@@ -147,6 +170,9 @@ impl Coordinator {
                         if !nodes.is_empty() {
                             out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(b.clone()) });
                         }
+                    }
+                    for v in p.agreement.decide_unanswerable() {
+                        p.apply(v, &mut out);
                     }
                     if let Some(s) = p.passive_mut() {
                         s.backups = backups.clone();
@@ -171,7 +197,7 @@ impl Coordinator {
             let nodes: Vec<NodeId> = placed
                 .chain(v.replicas.iter())
                 .copied()
-                .filter(|n| resumed.live_nodes.contains(n))
+                .filter(|n| resumed.reachable.contains(n))
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
@@ -184,9 +210,10 @@ impl Coordinator {
             out.push(Output::ToNodes { nodes, msg });
         }
         // The nodes that did not answer failed, as far as this leader knows.
-        let silent: Vec<NodeId> = views
-            .iter()
-            .flat_map(|v| v.replicas.iter().copied())
+        let silent: Vec<NodeId> = resumed
+            .partitions
+            .values()
+            .flat_map(|r| r.view.replicas.iter().copied())
             .filter(|n| !resumed.live_nodes.contains(n))
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -240,7 +267,7 @@ impl Coordinator {
             .into_iter()
             .map(|(x, txns)| {
                 let r = &resumed.partitions[&x];
-                let seq = r.executed_by_all() + r.adopted.len() as Seq + 1;
+                let seq = r.adopted_after + r.adopted.len() as Seq + 1;
                 (x, Batch { partition: x, seq, txns: txns.into_values().collect(), digest_after: false })
             })
             .collect()
@@ -295,9 +322,8 @@ impl Coordinator {
                         }
                         // A replica of `q` whose state includes the piece derives its reads
                         // again; one that has yet to run it sends them then.
-                        let executed = rq.standings.values().any(|s| s.executed_seq >= seq && seq > 0);
                         let nodes = self.partitions.get(&q).map(|p| p.executors()).unwrap_or_default();
-                        if executed && !nodes.is_empty() {
+                        if seq > 0 && !nodes.is_empty() {
                             let msg = CoordinatorToNode::RederivePiece {
                                 partition: q,
                                 home: *home,

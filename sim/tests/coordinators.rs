@@ -1,0 +1,129 @@
+//! The coordinator group in the simulator (issue 17; docs/design.md §11): three coordinators,
+//! raft deciding who leads, a new leader taking over from the replicas' standing without a
+//! data log. The leader crashes mid-run (active-active: see [`MODES`]); a leader is cut off from the others
+//! (both ways, and only what it sends) while its node links stay up, so two coordinators
+//! each believe they lead for a while — the run must end with one history; and a few hundred
+//! seeds of active-active draw coordinator crashes and cuts among every node fault.
+
+use sim::cluster::{with_coordinators, Faults, Sim};
+use sim::{check_healed, heal, run_seed, SimOptions};
+use wire::config::{Mode, Shipping};
+use wire::messages::ClientResult;
+
+/// Seeds of the active-active suite with coordinator faults (`GLASS_SIM_SEEDS=N` runs N).
+const SEEDS: u64 = 300;
+
+fn seeds() -> u64 {
+    std::env::var("GLASS_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS)
+}
+
+fn cluster(mode: Mode, shipping: Shipping) -> wire::config::ClusterConfig {
+    let nodes = if mode == Mode::FullStack { 2 } else { 3 };
+    with_coordinators(sim::cluster::config_for(nodes, 42, mode, shipping), 3)
+}
+
+/// The modes whose take-over this build passes. The passive modes do not yet (issue 17,
+/// open): a primary that missed the take-over ships the old leader's batches to backups that
+/// apply them, and after a leader's crash a primary can go silent to the new leader
+/// (`glass sim --mode active-passive --coordinator-faults` finds both).
+const MODES: [(Mode, Shipping); 1] = [(Mode::ActiveActive, Shipping::Sync)];
+
+/// Lets the group elect and the cluster load: a leader that took over.
+fn settle(sim: &mut Sim) {
+    for _ in 0..200 {
+        if sim.coordinators_settled() {
+            return;
+        }
+        sim.run(20);
+        sim.advance(1_000);
+    }
+    panic!("no coordinator took over");
+}
+
+/// docs/design.md §11: the leading coordinator's process dies mid-run, with requests in
+/// flight and multi-partition transactions among them. Another coordinator is elected,
+/// takes over from the replicas, and the cluster commits again; the killed one restarts from
+/// its stored raft state as a standby. Nothing acknowledged is lost, the replicas converge,
+/// TPC-C's consistency conditions hold.
+#[test]
+fn the_leading_coordinator_crashes_and_another_takes_over() {
+    for (mode, shipping) in MODES {
+        for seed in [1, 2, 3] {
+            let mut sim = Sim::new(&cluster(mode, shipping), seed, Faults::NETWORK);
+            sim.trace = std::env::var("GLASS_SIM_TRACE").is_ok();
+            settle(&mut sim);
+            sim.run(800);
+            let (old, _) = sim.leader().expect("a leader");
+            let committed_before = sim.count(|r| matches!(r, ClientResult::Committed { .. }));
+            sim.crash_coordinator(old);
+            for _ in 0..60 {
+                sim.run(40);
+                sim.advance(2_000);
+            }
+            let (new, _) = sim.leader().unwrap_or_else(|| panic!("{mode} seed {seed}: no new leader"));
+            assert_ne!(new, old, "{mode} seed {seed}");
+            sim.restart_coordinator(old);
+            sim.run(1_500);
+            let committed_after = sim.count(|r| matches!(r, ClientResult::Committed { .. }));
+            assert!(committed_after > committed_before + 20, "{mode} seed {seed}: the cluster commits again");
+            heal(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            let checked = check_healed(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            assert_eq!(checked.acks_lost_async, 0, "{mode} seed {seed}: a coordinator's loss loses nothing");
+            let stats = sim.stats();
+            assert!(stats.take_overs >= 2 && stats.coordinator_crashes == 1, "{mode} seed {seed}: {stats:?}");
+            assert!(sim.is_coordinator_up(old), "the killed coordinator runs again");
+            assert_ne!(sim.leader().map(|(c, _)| c), None);
+        }
+    }
+}
+
+/// Split brain (docs/design.md §11): the leader is cut off from the other coordinators —
+/// both ways, or only what it sends — while its node links stay up. For a while two
+/// coordinators believe they lead; the old one cannot commit a membership change, is fenced
+/// by the nodes once the new one takes over, and is deposed. One history remains: the
+/// replicas converge and nothing acknowledged by either is lost.
+#[test]
+fn a_leader_cut_off_from_the_group_is_deposed_and_one_history_remains() {
+    for one_way in [false, true] {
+        for seed in [4, 5, 6, 7] {
+            let mut sim = Sim::new(&cluster(Mode::ActiveActive, Shipping::Sync), seed, Faults::NETWORK);
+            settle(&mut sim);
+            sim.run(600);
+            let (old, _) = sim.leader().expect("a leader");
+            sim.cut_coordinator(old, one_way);
+            let mut new = None;
+            for _ in 0..100 {
+                sim.run(40);
+                sim.advance(2_000);
+                if let Some((c, _)) = sim.leader().filter(|(c, _)| *c != old) {
+                    new = Some(c);
+                    break;
+                }
+            }
+            assert!(new.is_some(), "seed {seed}, one way {one_way}: the majority elects another leader");
+            sim.run(800);
+            sim.end_coordinator_fault();
+            heal(&mut sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            check_healed(&mut sim).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let stats = sim.stats();
+            assert!(stats.deposed >= 1, "seed {seed}, one way {one_way}: the old leader was deposed: {stats:?}");
+        }
+    }
+}
+
+/// Issue 17: a few hundred active-active seeds drawing coordinator crashes and cuts among
+/// every node fault; every run heals and checks clean, and the take-overs happened.
+#[test]
+fn active_active_seeds_with_coordinator_faults_pass() {
+    let n = seeds();
+    let opts = SimOptions { mode: Mode::ActiveActive, ..SimOptions::default() };
+    let (mut crashes, mut cuts, mut take_overs) = (0, 0, 0);
+    for seed in 1..=n {
+        let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
+        crashes += report.stats.coordinator_crashes;
+        cuts += report.stats.coordinator_cuts;
+        take_overs += report.stats.take_overs;
+    }
+    eprintln!("{n} seeds: {crashes} coordinator crashes, {cuts} cuts, {take_overs} take-overs");
+    assert!(crashes > n / 20 && cuts > n / 10 && take_overs > n, "{crashes} {cuts} {take_overs}");
+}
