@@ -127,19 +127,30 @@ fn what_waits_for_a_leader_is_bounded() {
     assert_eq!(seqs[0], 11, "the oldest were dropped");
 }
 
-/// A broken link to the leader that comes back with the same leader: the leader counted the
-/// node failed, so every partition rejoins. If a newer leader took over meanwhile, the node's
-/// state is the new leader's to judge (its standing), and nothing rejoins.
+/// A broken link that comes back: with one coordinator, it counted the node failed, so every
+/// partition rejoins; with several, the leader says so itself — a membership that leaves
+/// the node out sends that partition's serving replica back to rejoin — and a link back to
+/// a coordinator that is no longer the leader changes nothing.
 #[test]
-fn a_link_back_to_the_same_leader_rejoins_but_a_new_leader_does_not() {
-    let config = three_coordinators();
-    let mut m = machine(&config);
-    m.on_coordinator(0, 3, CoordinatorToNode::TakeOver { epoch: 3 });
+fn a_broken_link_rejoins_with_one_coordinator_and_with_several_the_leader_says_so() {
+    let one = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
+    let mut m = machine(&one);
     m.on_link_lost(0, 100);
     let dials = m.tick(100 + node::machine::CONNECT_RETRY_MS * 1_000, |_| None);
     assert!(dials.contains(&NodeEffect::Dial { coordinator: 0 }), "{dials:?}");
     assert_eq!(m.on_link_up(0, 200_000), vec![NodeEffect::RejoinAll]);
     assert_eq!(m.reconnects(), 1);
+
+    let config = three_coordinators();
+    let mut m = machine(&config);
+    m.on_coordinator(0, 3, CoordinatorToNode::TakeOver { epoch: 3 });
+    m.on_link_lost(0, 100);
+    assert!(m.on_link_up(0, 200_000).is_empty(), "the leader's membership decides");
+    let left_out = CoordinatorToNode::Membership { partition: P, epoch: 7, live: vec![2, 3] };
+    assert_eq!(m.on_coordinator(0, 3, left_out), vec![NodeEffect::Rejoin { partition: P }]);
+    // An older membership arriving late does not.
+    let stale = CoordinatorToNode::Membership { partition: P, epoch: 6, live: vec![2] };
+    assert!(!m.on_coordinator(0, 3, stale).contains(&NodeEffect::Rejoin { partition: P }));
 
     let mut m = machine(&config);
     m.on_coordinator(0, 3, CoordinatorToNode::TakeOver { epoch: 3 });
