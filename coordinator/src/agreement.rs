@@ -355,15 +355,7 @@ impl<T> Agreement<T> {
         // A batch no one is left to answer took effect in every live replica: each joined
         // after it was sent, and either executed it (sent it while copying) or copied a
         // state after it. Its results are lost.
-        let mut verdicts = Vec::new();
-        let (unknown, kept): (VecDeque<_>, VecDeque<_>) =
-            std::mem::take(&mut self.pending).into_iter().partition(|b| b.expected.is_empty());
-        self.pending = kept;
-        for b in unknown {
-            verdicts.push(Verdict::Unknown { seq: b.seq, unanswered: b.txns });
-        }
-        verdicts.extend(self.decide());
-        verdicts
+        self.decide_unanswerable()
     }
 
     /// Stops the tracker from outside (a divergence found elsewhere, a load failure) and
