@@ -34,8 +34,11 @@ fn a_fixed_set_of_seeds_survives_every_fault() {
         "{seeds} seeds in {secs:.2} s ({:.0} seeds/s): {committed} committed, {acks} acknowledgements found; {totals:?}",
         seeds as f64 / secs
     );
-    // The faults happened: the suite is not passing by being gentle.
-    assert!(totals.crashes > seeds && totals.drops > seeds / 4 && totals.mutes > seeds / 4, "{totals:?}");
+    // The faults happened: the suite is not passing by being gentle. (Node faults pause
+    // while the coordinators elect at the start of a run and while one takes over, so a
+    // run draws fewer than with a single coordinator; coordinator faults come on top.)
+    assert!(totals.crashes > seeds * 3 / 4 && totals.drops > seeds / 4 && totals.mutes > seeds / 4, "{totals:?}");
+    assert!(totals.coordinator_crashes > 0 && totals.coordinator_cuts > 0 && totals.take_overs > seeds, "{totals:?}");
     assert!(totals.rejoins > 2 * seeds && totals.messages_lost > seeds, "{totals:?}");
     assert!(totals.crashes_while_rejoining > 0 && totals.crashes_of_rejoin_source > 0, "{totals:?}");
     assert!(committed > 100 * seeds && acks > 50 * seeds);
@@ -50,7 +53,8 @@ fn a_run_is_a_pure_function_of_its_seed() {
         let a = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         let b = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         assert_eq!(a, b, "seed {seed} replays exactly");
-        assert!(a.stats.crashes + a.stats.drops > 0, "seed {seed} had node faults: {:?}", a.stats);
+        let faults = a.stats.crashes + a.stats.drops + a.stats.coordinator_crashes + a.stats.coordinator_cuts;
+        assert!(faults > 0, "seed {seed} had faults: {:?}", a.stats);
     }
     let other = run_seed(4, &opts).unwrap_or_else(|f| panic!("{f}"));
     let three = run_seed(3, &opts).unwrap_or_else(|f| panic!("{f}"));

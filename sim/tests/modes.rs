@@ -84,7 +84,8 @@ fn the_full_stack_loses_nothing_acknowledged_under_every_fault() {
             assert!(reports.iter().all(|r| !r.consistency_waived));
         }
         assert!(totals.promotions > n / 2 && totals.recoveries > n && totals.rejoins > n, "{totals:?}");
-        assert!(totals.base_backups > 0 && totals.crashes > n, "{totals:?}");
+        // (Node faults pause while the coordinators elect at a run's start: issue 17.)
+        assert!(totals.base_backups > 0 && totals.crashes > n * 3 / 4, "{totals:?}");
         assert!(acks > 50 * n);
     }
 }
