@@ -723,6 +723,12 @@ impl Coordinator {
             NodeToCoordinator::Promoted { partition, applied_seq, next_seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
+                    // Remote pieces in batches the new primary applied whose outcomes died
+                    // with the old primary (or a previous leader, docs/design.md §11) are
+                    // derived again from its state: it is now their only executor.
+                    if p.phase == Phase::Serving {
+                        self.rederive_lost_pieces(&mut out);
+                    }
                 }
             }
             NodeToCoordinator::Results(results) => self.on_results(from, results, &mut out),

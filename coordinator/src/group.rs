@@ -380,7 +380,12 @@ impl Group {
     /// The epoch this member leads, once it may act as leader (its first entry of the term
     /// committed and applied).
     pub fn leading(&self) -> Option<Epoch> {
-        (self.raw.raft.state == StateRole::Leader).then_some(self.led_epoch).flatten()
+        // The term's own first entry must be applied: an entry of an earlier term this
+        // member led does not make it leader of this one. (Found by `glass sim --mode
+        // active-passive --coordinator-faults --seed 882`: a leader deposed in term 1 and
+        // elected in term 3 acted as leader of term 1 again until its new entry applied.)
+        let term = self.raw.raft.term;
+        (self.raw.raft.state == StateRole::Leader && self.led_epoch == Some(term)).then_some(term)
     }
 
     /// The leader this member knows of in the current term.

@@ -110,6 +110,8 @@ struct TakingOver {
     views: BTreeMap<PartitionId, PartitionView>,
     standings: BTreeMap<PartitionId, BTreeMap<NodeId, ReplicaStanding>>,
     answered: BTreeSet<NodeId>,
+    /// When each node was last heard from during the take-over (any message).
+    heard_us: BTreeMap<NodeId, u64>,
     /// Once every standing is in: the batches being fetched, per partition.
     fetching: Option<BTreeMap<PartitionId, Fetching>>,
     /// Node messages to handle once resumed.
@@ -256,6 +258,9 @@ impl Member {
             }
             self.after(&mut out, now_us);
             return out;
+        }
+        if let Role::TakingOver(t) = &mut self.role {
+            t.heard_us.insert(from, now_us);
         }
         match &mut self.role {
             Role::Leading(l) => {
@@ -498,6 +503,7 @@ impl Member {
             standings: BTreeMap::new(),
             answered: BTreeSet::new(),
             fetching: None,
+            heard_us: BTreeMap::new(),
             kept: VecDeque::new(),
         }));
         let nodes: Vec<NodeId> = self.config.nodes.iter().map(|n| n.id).collect();
@@ -542,8 +548,25 @@ impl Member {
             return true;
         }
         let fetching = t.fetching.as_ref().expect("planned");
-        if fetching.values().any(|f| !f.asked.is_empty()) && now_us < t.deadline_us {
-            return false;
+        if fetching.values().any(|f| !f.asked.is_empty()) {
+            // An executor still sending its batches is waited for while it is heard from
+            // (its heartbeats: it is alive, only slow), up to eight failure timeouts: a
+            // passive partition's primary is the only one holding its batches' inputs, and
+            // counting it failed loses the halves of multi-partition transactions whose other
+            // pieces ran. (Found by `glass sim --mode active-passive --coordinator-faults
+            // --seed 616`: both primaries, slow, were left out, and a NewOrder lost its home
+            // piece.)
+            let alive = fetching
+                .values()
+                .flat_map(|f| f.asked.keys())
+                .any(|n| t.heard_us.get(n).is_some_and(|&h| now_us < h + self.failure_timeout_us));
+            let patience_over = now_us >= t.started_us + 8 * self.failure_timeout_us;
+            if now_us < t.deadline_us || (alive && !patience_over) {
+                if now_us >= t.deadline_us {
+                    t.deadline_us = now_us + self.failure_timeout_us / 8 + 1;
+                }
+                return false;
+            }
         }
         let TakingOver { epoch, started_us, views, mut standings, answered, fetching, kept, .. } =
             *match std::mem::replace(&mut self.role, Role::Standby) {
@@ -579,7 +602,11 @@ impl Member {
             // The outcomes the replicas ran home pieces with, then those they hold.
             let mut reads = f.reads;
             reads.extend(s.values().flat_map(|st| st.held_reads.iter().cloned()));
-            let known = f.batches.into_values().collect();
+            // Where multi-partition pieces took effect: the executors' batches, and the pieces
+            // of the shipments the backups applied (a failed primary's batches live on there
+            // only as their effects, and these inputs).
+            let mut known: Vec<Batch> = f.batches.into_values().collect();
+            known.extend(s.values().flat_map(|st| st.pieces.iter().cloned()));
             let resume =
                 PartitionResume { view: view.clone(), standings: s, adopted_after: f.lo, adopted, known, reads };
             partitions.insert(*pid, resume);

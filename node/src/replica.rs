@@ -50,6 +50,7 @@ use wire::config::{Mode, PartitionConfig};
 use wire::messages::{
     bounded_reason, Batch, BatchTxn, DigestOutcome, LoadState, NodeId, Part, PartitionId, PieceOutcome, PieceReads,
     ReplicaStanding, Results, Seq, Shipment, ShippedLog, StateDigest, Timestamp, TxnOutcome, TxnResult, WarehouseId,
+    RECENT_SHIPMENTS_KEPT,
 };
 
 use crate::error::ReplicaError;
@@ -130,6 +131,9 @@ pub struct ReplicaStats {
     pub duplicate_batches: u64,
     /// Batches held past a gap and dropped when a new leader took over (docs/design.md §11).
     pub batches_dropped_at_take_over: u64,
+    /// Shipments dropped because their primary was no longer live in the membership (a
+    /// deposed primary's), or held at a take-over for a primary the new leader left out.
+    pub shipments_refused: u64,
     /// Multi-partition transactions' remote pieces committed here (not counted in
     /// `txns_committed`: the transaction commits on its home partition).
     pub pieces_committed: u64,
@@ -207,6 +211,9 @@ enum Role {
     Backup {
         /// Shipments ahead of `next_seq`.
         waiting_shipments: Waiting,
+        /// The multi-partition pieces of the last shipments applied that had any (at most
+        /// [`RECENT_SHIPMENTS_KEPT`]), oldest first, for a new leader's take-over.
+        applied_pieces: std::collections::VecDeque<Batch>,
     },
 }
 
@@ -215,7 +222,9 @@ impl Role {
         match kind {
             ReplicaRole::Replica => Role::Replica(Executing::default()),
             ReplicaRole::Primary => Role::Primary { executing: Executing::default(), log_base: None },
-            ReplicaRole::Backup => Role::Backup { waiting_shipments: Waiting::new() },
+            ReplicaRole::Backup => {
+                Role::Backup { waiting_shipments: Waiting::new(), applied_pieces: std::collections::VecDeque::new() }
+            }
         }
     }
 
@@ -236,7 +245,7 @@ impl Role {
 
     fn waiting_shipments_mut(&mut self) -> Option<&mut Waiting> {
         match self {
-            Role::Backup { waiting_shipments } => Some(waiting_shipments),
+            Role::Backup { waiting_shipments, .. } => Some(waiting_shipments),
             Role::Replica(_) | Role::Primary { .. } => None,
         }
     }
@@ -408,7 +417,15 @@ impl Replica {
     /// waits for them — without one, the results of the batch a rejoined backup's copy ended
     /// at would wait until the next shipment, forever if none came (`glass sim --mode
     /// active-passive --shipping sync --seed 1`).
+    ///
+    /// A shipment from a node the latest membership does not name live is dropped
+    /// unacknowledged: it comes from a deposed primary (failed, or left out by a new
+    /// coordinator leader), whose batches no longer count (docs/design.md §11).
     pub fn on_ship(&mut self, shipment: Shipment) -> Result<Vec<PeerReply>, ReplicaError> {
+        if !self.ships_from(shipment.primary) {
+            self.stats.shipments_refused += 1;
+            return Ok(Vec::new());
+        }
         let seq = shipment.seq;
         let applied = self.on_shipment(shipment)?;
         let partition = self.partition;
@@ -416,6 +433,17 @@ impl Replica {
             return Ok(vec![PeerReply::ShipAck { partition, seq: self.applied_seq() }]);
         }
         Ok(applied.into_iter().map(|seq| PeerReply::ShipAck { partition, seq }).collect())
+    }
+
+    /// Counts shipments a take-over's fence dropped.
+    pub fn count_refused_shipments(&mut self, n: usize) {
+        self.stats.shipments_refused += n as u64;
+    }
+
+    /// Whether this backup takes shipments from `primary`: its latest membership (if any)
+    /// names it live.
+    pub fn ships_from(&self, primary: NodeId) -> bool {
+        self.membership.as_ref().is_none_or(|(_, live)| live.contains(&primary))
     }
 
     /// A tool's read-only transaction (OrderStatus, StockLevel) on this replica now, outside
@@ -902,6 +930,16 @@ impl Replica {
         if let Err(e) = result {
             return Err(self.stop(e));
         }
+        self.last_ts = self.last_ts.max(shipment.last_ts);
+        if !shipment.pieces.is_empty() {
+            if let Role::Backup { applied_pieces, .. } = &mut self.role {
+                if applied_pieces.len() == RECENT_SHIPMENTS_KEPT {
+                    applied_pieces.pop_front();
+                }
+                let (partition, seq) = (self.partition, shipment.seq);
+                applied_pieces.push_back(Batch { partition, seq, txns: shipment.pieces, digest_after: false });
+            }
+        }
         self.next_seq += 1;
         self.stats.batches_executed += 1;
         Ok(shipment.seq)
@@ -1117,7 +1155,8 @@ impl Replica {
                     Err(e) => return Err(self.stop(e)),
                 },
             };
-            Some(Shipment { partition: self.partition, seq, log })
+            let pieces = batch.txns.iter().filter(|t| t.part != Part::Whole).cloned().collect();
+            Some(Shipment { partition: self.partition, primary: self.node, seq, last_ts: self.last_ts, pieces, log })
         } else {
             None
         };
@@ -1188,6 +1227,10 @@ impl Replica {
                 last_ts: self.last_ts,
                 stopped: self.stopped.is_some(),
                 held_reads: Vec::new(),
+                pieces: match &self.role {
+                    Role::Backup { applied_pieces, .. } => applied_pieces.iter().cloned().collect(),
+                    Role::Replica(_) | Role::Primary { .. } => Vec::new(),
+                },
             };
         }
         // With a batch under way, `next_seq` is that batch's number.
@@ -1223,6 +1266,7 @@ impl Replica {
             last_ts,
             stopped: self.stopped.is_some(),
             held_reads,
+            pieces: Vec::new(),
         }
     }
 

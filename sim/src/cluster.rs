@@ -353,7 +353,10 @@ pub struct Sim {
     stats: SimStats,
     /// The batch each transaction rode in, by partition and timestamp (the first batch sent
     /// with it: a promotion resends a batch with its number).
-    batch_of: BTreeMap<(PartitionId, wire::messages::Timestamp), Seq>,
+    batch_of: BTreeMap<(PartitionId, wire::messages::Timestamp), (Seq, Epoch)>,
+    /// Every promotion: the epoch of the leader that promoted, the partition, the last batch
+    /// the promoted backup applied and the first it executes.
+    promotions: Vec<(Epoch, PartitionId, Seq, Seq)>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -479,6 +482,7 @@ impl Sim {
             violations: Vec::new(),
             stats: SimStats::default(),
             batch_of: BTreeMap::new(),
+            promotions: Vec::new(),
             config: config.clone(),
         };
         for (node, msg) in loaded {
@@ -620,20 +624,32 @@ impl Sim {
     /// Whether the transaction at `ts` rode, in `partition`, in a batch a promotion lost: one
     /// the failed primary executed and the promoted backup had not applied (async shipping
     /// answers before the backups apply: docs/design.md §10).
+    ///
+    /// A promotion by a later leader than the one that sent the batch (a take-over, docs/
+    /// design.md §11) numbers on from what the backup applied: every batch of the old
+    /// leader's past that lies in the window.
     pub fn lost_in_failover(&self, partition: PartitionId, ts: wire::messages::Timestamp) -> bool {
-        let Some(&seq) = self.batch_of.get(&(partition, ts)) else { return false };
-        self.events.iter().any(|e| {
-            matches!(e, Event::Promoted { partition: p, applied_seq, next_seq, .. }
-                if *p == partition && *applied_seq < seq && seq < *next_seq)
+        let Some(&(seq, sent_in)) = self.batch_of.get(&(partition, ts)) else { return false };
+        self.promotions.iter().any(|&(epoch, p, applied_seq, next_seq)| {
+            p == partition && applied_seq < seq && (seq < next_seq || (self.asynchronous() && epoch > sent_in))
         })
+    }
+
+    fn asynchronous(&self) -> bool {
+        self.config.shipping() == Some(wire::config::Shipping::Async)
     }
 
     /// Whether some promotion lost batches (async shipping: the failed primary answered
     /// batches its promoted backup had not applied).
     pub fn lost_a_batch_in_failover(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| matches!(e, Event::Promoted { applied_seq, next_seq, .. } if applied_seq + 1 < *next_seq))
+        self.promotions.iter().any(|&(epoch, p, applied_seq, next_seq)| {
+            applied_seq + 1 < next_seq
+                || (self.asynchronous()
+                    && self
+                        .batch_of
+                        .iter()
+                        .any(|(&(q, _), &(seq, sent_in))| q == p && seq > applied_seq && sent_in < epoch))
+        })
     }
 
     /// Whether some replica is rejoining (or gave up rejoining).
@@ -724,7 +740,7 @@ impl Sim {
                 MemberOutput::ToNodes { nodes, epoch, msg } => {
                     if let CoordinatorToNode::Batch(b) = &msg {
                         for t in &b.txns {
-                            self.batch_of.entry((b.partition, t.ts)).or_insert(b.seq);
+                            self.batch_of.entry((b.partition, t.ts)).or_insert((b.seq, epoch));
                         }
                     }
                     if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::TakeOver { .. }) {
@@ -753,6 +769,10 @@ impl Sim {
                 MemberOutput::Event(e) => {
                     if self.trace {
                         eprintln!("{:>10} µs step {:>6}: coordinator {c}: {e}", self.now_us - START_US, self.step);
+                    }
+                    if let Event::Promoted { partition, applied_seq, next_seq, .. } = &e {
+                        let epoch = self.coordinators.get(&c).and_then(|sc| sc.member.as_ref()).map_or(0, |m| m.term());
+                        self.promotions.push((epoch, *partition, *applied_seq, *next_seq));
                     }
                     match &e {
                         Event::NodeDown { .. } => self.stats.nodes_down += 1,
@@ -843,7 +863,13 @@ impl Sim {
                 self.route(to, out);
             }
             Carried::ToNode { from, epoch, msg } => {
-                if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::ShipTo { .. }) {
+                if matches!(
+                    msg,
+                    CoordinatorToNode::Membership { .. }
+                        | CoordinatorToNode::ShipTo { .. }
+                        | CoordinatorToNode::TakeOver { .. }
+                        | CoordinatorToNode::Promote { .. }
+                ) {
                     self.trace_line(|| format!("node {} gets {msg:?} from coordinator {from}", e.node));
                 }
                 let effects = self.node_mut(e.node).machine.on_coordinator(from, epoch, msg);

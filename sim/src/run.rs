@@ -36,8 +36,6 @@ pub struct SimOptions {
     /// Coordinators in the group (docs/design.md §11); with three or more, coordinator
     /// faults are drawn too.
     pub coordinators: u8,
-    /// Draw coordinator faults in the passive modes too (see [`faults_for`]).
-    pub passive_coordinator_faults: bool,
     /// Steps of the safety phase (with faults).
     pub steps: usize,
     pub faults: Faults,
@@ -55,7 +53,6 @@ impl Default for SimOptions {
         SimOptions {
             nodes: 3,
             coordinators: 3,
-            passive_coordinator_faults: false,
             steps: 2_000,
             faults: Faults::ALL,
             load_seed: 42,
@@ -128,9 +125,6 @@ pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
     if opts.coordinators != d.coordinators {
         cmd += &format!(" --coordinators {}", opts.coordinators);
     }
-    if opts.passive_coordinator_faults {
-        cmd += " --coordinator-faults";
-    }
     if opts.trace {
         cmd += " --trace";
     }
@@ -155,26 +149,13 @@ pub fn nodes_for(opts: &SimOptions) -> u8 {
     }
 }
 
-/// The faults a run of `opts` draws: `opts.faults`, except that coordinator faults are drawn
-/// in active-active only. In the passive modes a primary that missed a new leader's take-over
-/// still ships the old leader's batches to its backups, which apply them (shipments carry no
-/// epoch yet), so a promotion after a coordinator failure can keep half of a multi-partition
-/// transaction: `glass sim --mode active-passive --coordinator-faults` shows it (issue #17,
-/// open). Their coordinator group still elects, takes over at start and gates membership.
-pub fn faults_for(opts: &SimOptions) -> Faults {
-    match opts.mode.is_passive() && !opts.passive_coordinator_faults {
-        true => Faults { coordinator_per_10k: 0, ..opts.faults },
-        false => opts.faults,
-    }
-}
-
 /// Runs seed `seed`: safety phase, heal, drain, checks.
 pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFailure>> {
     let config = cluster::with_coordinators(
         cluster::config_for(nodes_for(opts), opts.load_seed, opts.mode, opts.shipping),
         opts.coordinators,
     );
-    let mut sim = Sim::new(&config, seed, faults_for(opts));
+    let mut sim = Sim::new(&config, seed, opts.faults);
     sim.trace = opts.trace;
     let fail = |sim: &Sim, reason: String| {
         Box::new(SeedFailure { seed, reason, replay: replay_command(seed, opts), stats: sim.stats() })

@@ -217,7 +217,8 @@ fn a_backup_rolls_forward_reordered_and_duplicated_shipments_to_the_primary_stat
     assert!(stats.batches_waited > 0, "some shipments arrived ahead of a missing one");
     assert_eq!(stats.txns_committed, committed, "the backup covered every committed transaction");
     assert_eq!((stats.txns_aborted, stats.txns_failed), (0, 0));
-    assert_eq!(backup.last_ts(), None, "the backup executed no transaction itself");
+    // It saw every timestamp its primary did (shipments carry the latest: docs/design.md §11).
+    assert_eq!(backup.last_ts(), primary.last_ts());
     assert!(backup.applied_bytes() > 0);
     check_consistency(&mut backup);
     check_consistency(&mut primary);
@@ -280,7 +281,14 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
 
     // The conventional stack's log does not fit a lean backup: refused, and the backup stops.
     let mut empty = Replica::with_role(2, 1, ReplicaRole::Backup, Store::Lean(LeanDb::new()), 4);
-    let wal = Shipment { partition: 1, seq: 1, log: ShippedLog::Wal(vec![1, 2, 3]) };
+    let wal = Shipment {
+        partition: 1,
+        primary: 1,
+        seq: 1,
+        last_ts: None,
+        pieces: Vec::new(),
+        log: ShippedLog::Wal(vec![1, 2, 3]),
+    };
     assert!(matches!(ship(&mut empty, wal), Err(ReplicaError::BadShipment { .. })));
     assert!(empty.stopped().is_some());
 }
@@ -430,7 +438,8 @@ fn a_full_stack_backup_replays_the_primary_wal_to_the_same_state() {
     assert_ne!(primary.state_digest(), loaded);
     assert_eq!(backup.applied_seq(), BATCHES);
     assert_eq!(backup.state_digest(), primary.state_digest());
-    assert_eq!(backup.last_ts(), None, "the backup executed no transaction itself");
+    // It saw every timestamp its primary did (shipments carry the latest: docs/design.md §11).
+    assert_eq!(backup.last_ts(), primary.last_ts());
     assert!(backup.applied_bytes() > 0 && backup.stopped().is_none());
     check_consistency(&mut backup);
     check_consistency(&mut primary);
@@ -438,4 +447,76 @@ fn a_full_stack_backup_replays_the_primary_wal_to_the_same_state() {
     let dirs = [primary_dir.0.clone(), backup_dir.0.clone()];
     drop((primary_dir, backup_dir));
     assert!(dirs.iter().all(|d| !d.exists()), "{dirs:?} removed");
+}
+
+/// The acknowledgements among a partition machine's effects.
+fn acks(effects: &[node::machine::Effect<NodeId>]) -> Vec<Seq> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            node::machine::Effect::Reply { msg: PeerReply::ShipAck { seq, .. }, .. } => Some(*seq),
+            _ => None,
+        })
+        .collect()
+}
+
+/// docs/design.md §11, a passive backup's fence: once it answered a new coordinator leader's
+/// `TakeOver`, it holds its primary's shipments until that leader's first membership. One that
+/// names the primary live releases them (applied, acknowledged, the backup level with its
+/// primary); one that leaves the primary out drops them — and every later shipment from it —
+/// so the backup is promoted exactly where it stood when it answered.
+#[test]
+fn a_fenced_backup_waits_for_the_new_leaders_membership() {
+    use node::machine::PartitionMachine;
+    for primary_stays in [true, false] {
+        let (mut primary, backup) = lean_pair();
+        let mut machine: PartitionMachine<NodeId> = PartitionMachine::serving(Mode::ActivePassive, backup, 64);
+        let mut stream = Stream::new();
+        for _ in 0..2 {
+            let (_, shipment) = run_on_primary(&mut primary, stream.next());
+            assert_eq!(shipment.primary, 1);
+            assert_eq!(acks(&machine.on_shipment(shipment, 1)).len(), 1);
+        }
+        let out = machine.on_coordinator(CoordinatorToNode::TakeOver { epoch: 3 });
+        assert!(
+            out.iter().any(|e| matches!(e,
+                node::machine::Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Standing { standing, .. }))
+                    if standing.executed_seq == 2)),
+            "{out:?}"
+        );
+        let held: Vec<Shipment> = (0..2).map(|_| run_on_primary(&mut primary, stream.next()).1).collect();
+        for s in &held {
+            assert!(acks(&machine.on_shipment(s.clone(), 1)).is_empty(), "held behind the fence");
+        }
+        // An older leader's membership does not lift the fence.
+        let old = CoordinatorToNode::Membership { partition: 1, epoch: (2 << 32) + 9, live: vec![1, 2] };
+        assert!(acks(&machine.on_coordinator(old)).is_empty());
+        let live = if primary_stays { vec![1, 2] } else { vec![2] };
+        let out = machine.on_coordinator(CoordinatorToNode::Membership { partition: 1, epoch: (3 << 32) + 1, live });
+        let replica = machine.replica().expect("serving");
+        if primary_stays {
+            assert_eq!(acks(&out), vec![3, 4]);
+            assert_eq!(replica.applied_seq(), 4);
+            assert_eq!(machine.replica_mut().unwrap().state_digest(), primary.state_digest());
+        } else {
+            assert!(acks(&out).is_empty());
+            assert_eq!(replica.applied_seq(), 2);
+            // A later shipment of the left-out primary is dropped too.
+            let (_, late) = run_on_primary(&mut primary, stream.next());
+            assert!(acks(&machine.on_shipment(late, 1)).is_empty());
+            let out = machine.on_coordinator(CoordinatorToNode::Promote { partition: 1, first_unanswered: 3 });
+            assert!(
+                out.iter().any(|e| matches!(
+                    e,
+                    node::machine::Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Promoted {
+                        applied_seq: 2,
+                        next_seq: 3,
+                        ..
+                    }))
+                )),
+                "{out:?}"
+            );
+            assert!(machine.replica().unwrap().stats().shipments_refused >= 3);
+        }
+    }
 }

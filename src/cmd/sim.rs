@@ -48,11 +48,6 @@ pub struct SimArgs {
     /// more, coordinators crash and restart and are cut off from one another too.
     #[arg(long, default_value_t = SimOptions::default().coordinators, value_parser = clap::value_parser!(u8).range(1..=7))]
     pub coordinators: u8,
-    /// Draw coordinator faults in the passive modes too (by default only active-active's
-    /// runs crash and cut off coordinators: the passive modes' take-over does not yet fence
-    /// a primary's shipments, and can lose half a multi-partition transaction).
-    #[arg(long)]
-    pub coordinator_faults: bool,
     /// Which faults to draw: `all` (reordering, duplicates, delays, broken links, lost
     /// heartbeats, crashes and restarts), `network` (reordering, duplicates and delays
     /// only) or `none`.
@@ -148,7 +143,6 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     let base = SimOptions {
         nodes: args.nodes,
         coordinators: args.coordinators,
-        passive_coordinator_faults: args.coordinator_faults,
         steps: args.steps,
         faults: args.faults.faults(),
         load_seed: args.load_seed,

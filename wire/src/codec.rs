@@ -375,6 +375,7 @@ mod tests {
                     last_ts: Some(ts()),
                     stopped: false,
                     held_reads: Vec::new(),
+                    pieces: vec![batch()],
                 },
             },
             NodeToCoordinator::HeldBatches {
@@ -393,7 +394,14 @@ mod tests {
 
     fn peer_requests() -> Vec<PeerRequest> {
         vec![
-            PeerRequest::Ship(Shipment { partition: 1, seq: 2, log: ShippedLog::Wal(vec![1, 2, 3]) }),
+            PeerRequest::Ship(Shipment {
+                partition: 1,
+                primary: 3,
+                seq: 2,
+                last_ts: Some(ts()),
+                pieces: batch().txns,
+                log: ShippedLog::Wal(vec![1, 2, 3]),
+            }),
             PeerRequest::SnapshotRequest { request_id: 1, partition: 1, after_seq: 2 },
             PeerRequest::LogBaseRequest { request_id: 1, partition: 1, after_seq: 2, checkpoint: true },
         ]

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 /// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
 /// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
 /// a typed [`PartitionPhase`] and [`ReplicationRole`].
-pub const PROTOCOL_VERSION: u8 = 9;
+pub const PROTOCOL_VERSION: u8 = 10;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -286,7 +286,16 @@ pub struct ReplicaStanding {
     /// the old leader): the new leader forwards these, never others, to the replicas that
     /// lack them, so every replica runs a home piece with the same outcome.
     pub held_reads: Vec<PieceReads>,
+    /// A backup: the multi-partition pieces of the recent shipments it applied (at most one
+    /// entry per batch, for the last [`RECENT_SHIPMENTS_KEPT`] batches that had any), as
+    /// batches holding only those pieces. Empty for a replica that executes (its batches
+    /// come in `HeldBatches`).
+    pub pieces: Vec<Batch>,
 }
+
+/// Shipments' multi-partition pieces a backup keeps for a new leader
+/// ([`ReplicaStanding::pieces`]).
+pub const RECENT_SHIPMENTS_KEPT: usize = 256;
 
 /// How one transaction ended on one replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,8 +473,19 @@ pub enum ShippedLog {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shipment {
     pub partition: PartitionId,
+    /// The primary that shipped it: a backup applies shipments only from a node its latest
+    /// membership names live (a deposed primary's are dropped, docs/design.md §11).
+    pub primary: NodeId,
     /// The batch that produced the records; shipments are applied in this order, one each.
     pub seq: Seq,
+    /// The latest timestamp the primary had executed once the batch ran: a backup that applied
+    /// the shipment saw every transaction up to it, which a new coordinator leader needs to
+    /// know where multi-partition pieces ran (docs/design.md §11, take-over step 3).
+    pub last_ts: Option<Timestamp>,
+    /// The batch's pieces of multi-partition transactions (inputs only): a new coordinator
+    /// leader learns from the backups where such pieces took effect, and re-creates the
+    /// other pieces a failed primary took with it (docs/design.md §11, take-over step 3).
+    pub pieces: Vec<BatchTxn>,
     pub log: ShippedLog,
 }
 

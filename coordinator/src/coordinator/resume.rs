@@ -52,6 +52,27 @@ impl PartitionResume {
         self.standings.values().map(|s| s.executed_seq).min().unwrap_or(0)
     }
 
+    /// Where this leader's numbering of a serving partition takes over: the last batch that
+    /// counts as run everywhere it matters, and the adopted batches after it. A passive
+    /// partition whose primary is not live is served next by its furthest backup (promoted):
+    /// what that backup applied took effect, so adopted batches through it are not sent again
+    /// and batches this leader sequences follow it — a piece re-created at a lower number
+    /// would be answered "outcome unknown" by the promotion and never run. (Found by `glass
+    /// sim --mode active-passive --coordinator-faults --seed 290`: the primary's batches came
+    /// too late, and the half of a Payment they held was lost.)
+    pub fn resumed_from(&self, passive: bool, live_nodes: &BTreeSet<NodeId>) -> (Seq, &[Batch]) {
+        let primary_live = self.view.replicas.first().is_some_and(|p| live_nodes.contains(p));
+        if !passive || primary_live {
+            return (self.adopted_after, &self.adopted);
+        }
+        let applied = self.standings.values().map(|s| s.executed_seq).max().unwrap_or(0);
+        if applied <= self.adopted_after {
+            return (self.adopted_after, &self.adopted);
+        }
+        let skip = usize::try_from(applied - self.adopted_after).unwrap_or(usize::MAX).min(self.adopted.len());
+        (applied, &self.adopted[skip..])
+    }
+
     /// The latest timestamp any replica that answered saw.
     fn last_ts(&self) -> Option<Timestamp> {
         self.standings.values().filter_map(|s| s.last_ts).max()
@@ -135,8 +156,8 @@ impl Coordinator {
                     }
                 }
                 ViewState::Serving => {
-                    let lo = r.adopted_after;
-                    let sent: Vec<&Batch> = r.adopted.iter().chain(recreated.get(pid)).collect();
+                    let (lo, adopted) = r.resumed_from(passive, &resumed.live_nodes);
+                    let sent: Vec<&Batch> = adopted.iter().chain(recreated.get(pid)).collect();
                     let hi = lo + sent.len() as Seq;
                     p.agreement = Agreement::starting_at(*pid, executors.iter().copied(), lo + 1);
                     let txns: usize = sent.iter().map(|b| b.txns.len()).sum();
@@ -218,12 +239,22 @@ impl Coordinator {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        for n in silent {
+        let mut downs = Vec::new();
+        for &n in &silent {
             if let Some(l) = c.nodes.get_mut(&n) {
                 l.live = true;
             }
-            c.node_down(n, 0, &mut out);
+            c.node_down(n, 0, &mut downs);
         }
+        // One failure after another, a partition's membership may name a node whose own
+        // failure comes next: never sent — a backup would take it for its primary's
+        // confirmation and apply that primary's shipments past where it stood. (Found by
+        // `glass sim --mode active-passive --shipping async --coordinator-faults --seed 566`.)
+        downs.retain(|o| {
+            !matches!(o, Output::ToNodes { msg: CoordinatorToNode::Membership { live, .. }, .. }
+                if live.iter().any(|n| silent.contains(n)))
+        });
+        out.extend(downs);
         let out = c.settle(out);
         Ok((c, out))
     }
@@ -267,7 +298,9 @@ impl Coordinator {
             .into_iter()
             .map(|(x, txns)| {
                 let r = &resumed.partitions[&x];
-                let seq = r.adopted_after + r.adopted.len() as Seq + 1;
+                let (lo, adopted) =
+                    r.resumed_from(self.partitions.get(&x).is_some_and(|p| p.passive().is_some()), &resumed.live_nodes);
+                let seq = lo + adopted.len() as Seq + 1;
                 (x, Batch { partition: x, seq, txns: txns.into_values().collect(), digest_after: false })
             })
             .collect()

@@ -189,7 +189,29 @@ pub struct PartitionMachine<R> {
     mode: Mode,
     pending_batches_max: usize,
     state: State<R>,
+    /// A serving backup between a new coordinator leader's `TakeOver` and its first
+    /// membership (docs/design.md §11): shipments are held, not applied.
+    fence: Option<Fence<R>>,
 }
+
+/// A passive backup's fence during a coordinator take-over. The new leader builds on where
+/// each replica stood when it answered `TakeOver`; a backup that went on applying its
+/// primary's shipments meanwhile could be promoted past that point, over batches the leader
+/// never saw — and the leader's own batches for those numbers would be lost. So the backup
+/// holds every shipment until the leader's membership (of epoch `membership_from` or later)
+/// says whether its primary is still live: then it applies them, or drops them and waits to
+/// be promoted or left out. (Found by `glass sim --mode active-passive --coordinator-faults
+/// --seed 290`.)
+#[derive(Debug)]
+struct Fence<R> {
+    membership_from: u64,
+    held: Vec<(Shipment, R)>,
+}
+
+/// Shipments a backup holds during a take-over; past it the fence drops what it held (the
+/// backup then falls behind, and the primary's sync gate never hears from it: it is left out
+/// and rejoins).
+pub const FENCE_HELD_SHIPMENTS_MAX: usize = 65_536;
 
 impl<R> PartitionMachine<R> {
     /// The machine of a replica that loaded (or was otherwise given) its state and serves.
@@ -201,6 +223,7 @@ impl<R> PartitionMachine<R> {
             mode,
             pending_batches_max,
             state: State::Serving(Box::new(replica)),
+            fence: None,
         }
     }
 
@@ -213,8 +236,14 @@ impl<R> PartitionMachine<R> {
         partition: PartitionId,
         pending_batches_max: usize,
     ) -> (PartitionMachine<R>, Vec<Effect<R>>) {
-        let m =
-            PartitionMachine { node, partition, mode, pending_batches_max, state: State::Rejoining(Rejoin::default()) };
+        let m = PartitionMachine {
+            node,
+            partition,
+            mode,
+            pending_batches_max,
+            state: State::Rejoining(Rejoin::default()),
+            fence: None,
+        };
         let ask = Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition }));
         (m, vec![ask])
     }
@@ -228,7 +257,7 @@ impl<R> PartitionMachine<R> {
         pending_batches_max: usize,
         reason: String,
     ) -> PartitionMachine<R> {
-        PartitionMachine { node, partition, mode, pending_batches_max, state: State::Failed(reason) }
+        PartitionMachine { node, partition, mode, pending_batches_max, state: State::Failed(reason), fence: None }
     }
 
     pub fn partition(&self) -> PartitionId {
@@ -318,7 +347,10 @@ impl<R> PartitionMachine<R> {
     }
 
     /// A message of the coordinator's stream for this partition.
-    pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
+    pub fn on_coordinator(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
         // Boundary assertions (docs/design.md §4): the node machine routes by partition, and a
         // carrier performs an `Effect::Recover` before it hands the machine anything else.
         assert!(msg.partition().is_none_or(|p| p == self.partition), "routed to its partition");
@@ -336,6 +368,33 @@ impl<R> PartitionMachine<R> {
                         self.state = State::Rejoining(Rejoin::default());
                         return self.rejoin_step(msg);
                     }
+                }
+                match &msg {
+                    CoordinatorToNode::TakeOver { epoch } if replica.role() == ReplicaRole::Backup => {
+                        let membership_from = epoch << 32;
+                        let held = self.fence.take().map(|f| f.held).unwrap_or_default();
+                        self.fence = Some(Fence { membership_from, held });
+                    }
+                    CoordinatorToNode::Membership { epoch, .. }
+                        if self.fence.as_ref().is_some_and(|f| *epoch >= f.membership_from) =>
+                    {
+                        // The membership first, so that the replica ships from whom it names.
+                        let mut out = serve(replica, msg);
+                        let fence = self.fence.take().expect("checked above");
+                        for (shipment, reply) in fence.held {
+                            out.extend(self.on_shipment(shipment, reply));
+                        }
+                        return out;
+                    }
+                    // A promotion drops what the fence held: the leader promotes this
+                    // backup as it stood when it answered (the shipments came from a primary
+                    // it left out).
+                    CoordinatorToNode::Promote { .. } => {
+                        if let Some(f) = self.fence.take() {
+                            replica.count_refused_shipments(f.held.len());
+                        }
+                    }
+                    _ => {}
                 }
                 serve(replica, msg)
             }
@@ -356,7 +415,17 @@ impl<R> PartitionMachine<R> {
             // shipment now comes from a deposed primary that has not learned it yet (its link
             // broke, or it went silent), whose batches the coordinator no longer counts.
             State::Serving(replica) if replica.role() != ReplicaRole::Backup => Vec::new(),
-            State::Serving(replica) => ship(replica, shipment, &reply),
+            State::Serving(replica) => match &mut self.fence {
+                Some(f) if f.held.len() < FENCE_HELD_SHIPMENTS_MAX => {
+                    f.held.push((shipment, reply));
+                    Vec::new()
+                }
+                Some(_) => {
+                    replica.count_refused_shipments(1);
+                    Vec::new()
+                }
+                None => ship(replica, shipment, &reply),
+            },
             State::Rejoining(j) => {
                 j.held.shipments.push((shipment, reply));
                 Vec::new()
