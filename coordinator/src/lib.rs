@@ -4,7 +4,9 @@
 //! work ([`sequencer`]), agreement of the replicas' results ([`agreement`]), and the
 //! [`Coordinator`] that combines them with the partitions' lifecycle and failure detection
 //! ([`coordinator`]). No I/O, no clock, no async runtime: the network code ([`process`], the
-//! coordinator process on tokio and QUIC) feeds them and carries their outputs.
+//! coordinator process on tokio and QUIC) feeds them and carries their outputs. The
+//! coordinator group ([`group`], [`member`]) decides membership and who leads; [`store`]
+//! keeps a member's raft state on disk.
 
 pub mod agreement;
 pub mod coordinator;
@@ -14,6 +16,7 @@ pub mod member;
 pub mod process;
 pub mod router;
 pub mod sequencer;
+pub mod store;
 pub mod timestamp;
 
 pub use coordinator::{ClientId, ClientRef, Coordinator, Event, Output, PartitionStatus, Phase};
