@@ -138,7 +138,8 @@ pub fn hello(config: &ClusterConfig) -> Hello {
 
 /// Binds the coordinator's listener on `address` with its certificate.
 pub async fn bind(config: &ClusterConfig, address: SocketAddr) -> Result<Listener, ProcessError> {
-    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Coordinator)?;
+    let me = u16::from(config.coordinator().id);
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Coordinator(me))?;
     let mut limits = EndpointLimits::from_config(config);
     // The nodes' links come on top of the clients'.
     limits.connections_max += config.nodes.len();

@@ -42,7 +42,7 @@ async fn client(cfg: &ClusterConfig, addr: SocketAddr, id: u16) -> Link {
     let hello =
         Hello { protocol_version: PROTOCOL_VERSION, role: Role::Client, id, config_fingerprint: cfg.fingerprint() };
     let limits = EndpointLimits { handshake_timeout: WAIT, ..EndpointLimits::default() };
-    endpoint::connect_to(tls::Role::Coordinator, addr, "127.0.0.1", tls, hello, limits).await.unwrap()
+    endpoint::connect_to(tls::Role::Coordinator(0), addr, "127.0.0.1", tls, hello, limits).await.unwrap()
 }
 
 /// The coordinator's status, asked on `link` (it answers before every node joined too).

@@ -1203,7 +1203,14 @@ async fn coordinator_link(
 ) {
     let address = node.config.coordinator().address.clone();
     loop {
-        let Some(link) = dial(&node, wire::tls::Role::Coordinator, "coordinator.address", &address).await else {
+        let Some(link) = dial(
+            &node,
+            wire::tls::Role::Coordinator(u16::from(node.config.coordinator().id)),
+            "coordinator.address",
+            &address,
+        )
+        .await
+        else {
             if !*node.stopping.borrow() {
                 node.stop("refused by the coordinator");
             }

@@ -821,7 +821,7 @@ impl Link {
         let h = self.peer_hello();
         match h.role {
             Role::Node => format!("node {}", h.id),
-            Role::Coordinator => "the coordinator".to_string(),
+            Role::Coordinator => format!("coordinator {}", h.id),
             Role::Client => format!("client {}", h.id),
         }
     }

@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! ca.pem, ca.key                  the cluster's CA (self-signed, ECDSA P-256)
-//! coordinator.pem, .key           CN "glass coordinator", identity coordinator.identity.glass.invalid
+//! coordinator-<id>.pem, .key      CN "glass coordinator <id>", identity
+//!                                 coordinator-<id>.identity.glass.invalid, one pair per
+//!                                 [[coordinators]] entry
 //! node-<id>.pem, .key             CN "glass node <id>", identity node-<id>.identity.glass.invalid,
 //!                                 one pair per [[nodes]] entry
 //! client.pem, .key                CN "glass client", identity client.identity.glass.invalid:
@@ -18,7 +20,7 @@
 //!   alternative name for every name it may be dialled by: the host part of its configured
 //!   address (an IP address or a DNS name), plus `localhost`, `127.0.0.1` and `::1` when that
 //!   address is a loopback (or unspecified) one ([`names_for_address`]);
-//! - every leaf is bound to exactly one identity — the coordinator, node N or the client — by
+//! - every leaf is bound to exactly one identity — coordinator N, node N or the client — by
 //!   one more DNS subject alternative name, [`Role::identity_name`], under the reserved
 //!   `.invalid` top-level domain (RFC 6761: never resolved, so never confused with an
 //!   address). [`check_identity`] tells whether a certificate is a given identity's (the
@@ -77,7 +79,8 @@ pub const IDENTITY_DOMAIN: &str = "identity.glass.invalid";
 /// Which process an identity belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
-    Coordinator,
+    /// Coordinator N (an id of `[[coordinators]]`; wide enough for any Hello's id).
+    Coordinator(u16),
     Node(NodeId),
     /// The benchmark and CLI client.
     Client,
@@ -88,7 +91,7 @@ impl Role {
     /// `client`.
     pub fn file_stem(self) -> String {
         match self {
-            Role::Coordinator => "coordinator".to_string(),
+            Role::Coordinator(id) => format!("coordinator-{id}"),
             Role::Node(id) => format!("node-{id}"),
             Role::Client => "client".to_string(),
         }
@@ -98,7 +101,7 @@ impl Role {
     /// `glass client`.
     pub fn common_name(self) -> String {
         match self {
-            Role::Coordinator => "glass coordinator".to_string(),
+            Role::Coordinator(id) => format!("glass coordinator {id}"),
             Role::Node(id) => format!("glass node {id}"),
             Role::Client => "glass client".to_string(),
         }
@@ -114,25 +117,27 @@ impl Role {
     /// The identity an identity name (as [`Role::identity_name`] writes it) stands for.
     pub fn from_identity_name(name: &str) -> Option<Role> {
         let stem = name.strip_suffix(IDENTITY_DOMAIN)?.strip_suffix('.')?;
-        match stem {
-            "coordinator" => Some(Role::Coordinator),
-            "client" => Some(Role::Client),
-            _ => {
-                let id = stem.strip_prefix("node-")?;
-                // Exactly what `file_stem` writes: no sign, no leading zero.
-                if id.starts_with('0') && id != "0" || id.starts_with('+') {
-                    return None;
-                }
-                id.parse().ok().map(Role::Node)
+        if stem == "client" {
+            return Some(Role::Client);
+        }
+        // Exactly what `file_stem` writes: no sign, no leading zero.
+        let number = |id: &str| -> Option<u16> {
+            if id.starts_with('0') && id != "0" || id.starts_with('+') {
+                return None;
             }
+            id.parse().ok()
+        };
+        match stem.strip_prefix("coordinator-") {
+            Some(id) => number(id).map(Role::Coordinator),
+            None => number(stem.strip_prefix("node-")?).map(Role::Node),
         }
     }
 
-    /// The identity a Hello claims: its role, and for a node its id (a client's id is its own
-    /// choice, and there is one coordinator).
+    /// The identity a Hello claims: its role, and for a node or a coordinator its id (a
+    /// client's id is its own choice).
     pub fn claimed_by(hello: &Hello) -> Role {
         match hello.role {
-            messages::Role::Coordinator => Role::Coordinator,
+            messages::Role::Coordinator => Role::Coordinator(hello.id),
             messages::Role::Node => Role::Node(hello.id),
             messages::Role::Client => Role::Client,
         }
@@ -152,7 +157,7 @@ impl Role {
 impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Role::Coordinator => f.write_str("coordinator"),
+            Role::Coordinator(id) => write!(f, "coordinator {id}"),
             Role::Node(id) => write!(f, "node {id}"),
             Role::Client => f.write_str("client"),
         }
@@ -380,7 +385,11 @@ pub fn init_cluster(cfg: &ClusterConfig, force: bool) -> Result<InitReport, TlsE
     }
 
     // Every leaf and its names first: a bad address fails before anything is written.
-    let mut leaves = vec![(Role::Coordinator, address_names("coordinator.address", &cfg.coordinator().address)?)];
+    let mut leaves = Vec::new();
+    for (i, c) in cfg.coordinators.iter().enumerate() {
+        let field = cfg.coordinator_field(i);
+        leaves.push((Role::Coordinator(u16::from(c.id)), address_names(&field, &c.address)?));
+    }
     for (i, node) in cfg.nodes.iter().enumerate() {
         leaves.push((Role::Node(node.id), address_names(&format!("nodes[{i}].address"), &node.address)?));
     }
@@ -532,8 +541,10 @@ fn check_issued_by(
 /// is checked for its identity. The error names the certificate, the address and what to run.
 pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
     let dir = cfg.cert_dir.as_path();
-    let mut processes =
-        vec![(Role::Coordinator, Some(("coordinator.address".to_string(), &cfg.coordinator().address)))];
+    let mut processes = Vec::new();
+    for (i, c) in cfg.coordinators.iter().enumerate() {
+        processes.push((Role::Coordinator(u16::from(c.id)), Some((cfg.coordinator_field(i), &c.address))));
+    }
     for (i, node) in cfg.nodes.iter().enumerate() {
         processes.push((Role::Node(node.id), Some((format!("nodes[{i}].address"), &node.address))));
     }
@@ -683,12 +694,12 @@ mod tests {
                 SanType::DnsName("node-2.identity.glass.invalid".try_into().unwrap())
             ]
         );
-        let params = leaf_params(Role::Coordinator, &names("coord.example:7000")).unwrap();
+        let params = leaf_params(Role::Coordinator(0), &names("coord.example:7000")).unwrap();
         assert_eq!(
             params.subject_alt_names,
             [
                 SanType::DnsName("coord.example".try_into().unwrap()),
-                SanType::DnsName("coordinator.identity.glass.invalid".try_into().unwrap())
+                SanType::DnsName("coordinator-0.identity.glass.invalid".try_into().unwrap())
             ]
         );
         assert_eq!(Role::Node(2).common_name(), "glass node 2");
@@ -697,7 +708,14 @@ mod tests {
 
     #[test]
     fn identity_names_round_trip_and_nothing_else_parses() {
-        for role in [Role::Coordinator, Role::Client, Role::Node(0), Role::Node(7), Role::Node(u16::MAX)] {
+        for role in [
+            Role::Coordinator(0),
+            Role::Coordinator(2),
+            Role::Client,
+            Role::Node(0),
+            Role::Node(7),
+            Role::Node(u16::MAX),
+        ] {
             assert_eq!(Role::from_identity_name(&role.identity_name()), Some(role), "{role}");
         }
         for name in [
@@ -731,14 +749,17 @@ mod tests {
         let node2 = leaf(Role::Node(2), true);
         check_identity(&node2, Role::Node(2)).unwrap();
         assert_eq!(check_identity(&node2, Role::Node(3)), Err(IdentityProblem::Other { holder: "node 2".into() }));
-        assert_eq!(check_identity(&node2, Role::Coordinator), Err(IdentityProblem::Other { holder: "node 2".into() }));
+        assert_eq!(
+            check_identity(&node2, Role::Coordinator(0)),
+            Err(IdentityProblem::Other { holder: "node 2".into() })
+        );
         let client = leaf(Role::Client, true);
         check_identity(&client, Role::Client).unwrap();
         let e = check_identity(&client, Role::Node(2)).unwrap_err();
         assert_eq!(e, IdentityProblem::Other { holder: "client".into() });
         assert_eq!(e.to_string(), "the certificate is the client's");
-        let old = leaf(Role::Coordinator, false);
-        let e = check_identity(&old, Role::Coordinator).unwrap_err();
+        let old = leaf(Role::Coordinator(0), false);
+        let e = check_identity(&old, Role::Coordinator(0)).unwrap_err();
         assert_eq!(e, IdentityProblem::NoIdentity);
         assert!(e.to_string().contains("glass cluster init --force"), "{e}");
         assert_eq!(check_peer_identity(&[], Role::Client), Err(IdentityProblem::NoCertificate));

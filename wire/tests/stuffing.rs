@@ -92,7 +92,7 @@ fn stuffing_target_process() {
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator).unwrap();
+        let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let limits = EndpointLimits::from_config(&cfg);
         let mut listener = listen(addr, tls, hello(PeerRole::Coordinator, 0, &cfg), limits).await.unwrap();

@@ -61,7 +61,7 @@ fn limits() -> EndpointLimits {
 }
 
 async fn coordinator(cfg: &ClusterConfig, limits: EndpointLimits) -> Listener {
-    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator).unwrap();
+    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
     listen("127.0.0.1:0".parse().unwrap(), tls, hello(PeerRole::Coordinator, 0, cfg), limits).await.unwrap()
 }
 
@@ -432,16 +432,16 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite_without_force() {
     let report = init_cluster(&cfg, false).unwrap();
     assert!(!report.replaced_ca);
     let roles: Vec<Role> = report.identities.iter().map(|i| i.role).collect();
-    assert_eq!(roles, [Role::Coordinator, Role::Node(1), Role::Node(2), Role::Client]);
+    assert_eq!(roles, [Role::Coordinator(0), Role::Node(1), Role::Node(2), Role::Client]);
     let mut keys = vec![report.ca_key.clone()];
     keys.extend(report.identities.iter().map(|i| i.key.clone()));
-    for name in ["ca.key", "coordinator.key", "node-1.key", "node-2.key", "client.key"] {
+    for name in ["ca.key", "coordinator-0.key", "node-1.key", "node-2.key", "client.key"] {
         let path = cfg.cert_dir.join(name);
         assert!(keys.contains(&path), "{name}");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{name} has mode {mode:o}");
     }
-    for name in ["ca.pem", "coordinator.pem", "node-1.pem", "node-2.pem", "client.pem"] {
+    for name in ["ca.pem", "coordinator-0.pem", "node-1.pem", "node-2.pem", "client.pem"] {
         assert!(cfg.cert_dir.join(name).is_file(), "{name}");
     }
     let coordinator = &report.identities[0];
@@ -538,11 +538,11 @@ async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
     let node2 = tls::client_config(&cfg.cert_dir, Role::Node(2)).unwrap();
     let addr = node1.local_addr();
     let dialled =
-        connect_to(Role::Coordinator, addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits());
+        connect_to(Role::Coordinator(0), addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits());
     let (dialled, accepted) = tokio::join!(tokio::time::timeout(PROMPT, dialled), accept(&mut node1));
     match dialled.expect("connect_to waited") {
-        Err(e @ EndpointError::WrongPeer { expected: Role::Coordinator, .. }) => {
-            assert!(e.to_string().contains("is not the coordinator: the certificate is the node 1's"), "{e}")
+        Err(e @ EndpointError::WrongPeer { expected: Role::Coordinator(0), .. }) => {
+            assert!(e.to_string().contains("is not the coordinator 0: the certificate is the node 1's"), "{e}")
         }
         other => panic!("{other:?}"),
     }
@@ -550,7 +550,7 @@ async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
     match accepted {
         Err(EndpointError::ClosedByPeer { code, reason, .. }) => {
             assert_eq!(code, u64::from(CLOSE_IDENTITY_REFUSED));
-            assert!(reason.contains("meant to reach the coordinator"), "{reason}");
+            assert!(reason.contains("meant to reach the coordinator 0"), "{reason}");
         }
         other => panic!("{other:?}"),
     }
@@ -567,7 +567,7 @@ async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
     let dialled = connect(posing.local_addr(), "localhost", node2, hello(PeerRole::Node, 2, &cfg), limits());
     let (dialled, _) = tokio::join!(dialled, accept(&mut posing));
     match dialled {
-        Err(EndpointError::IdentityMismatch { claimed: Role::Coordinator, problem, .. }) => {
+        Err(EndpointError::IdentityMismatch { claimed: Role::Coordinator(0), problem, .. }) => {
             assert_eq!(problem, IdentityProblem::Other { holder: "node 1".into() })
         }
         other => panic!("{other:?}"),
@@ -662,7 +662,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
 async fn a_dialler_giving_up_tells_the_listener_at_once() {
     let (cfg, _cfg_dir) = cluster("dialler-gives-up");
     // A listener that takes the Hello and never answers it.
-    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator).unwrap();
+    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
     let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mute = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -747,11 +747,11 @@ fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
 
     // A certificate from another CA (a CA replaced without reissuing, files mixed).
     let (other, _other_dir) = cluster("check-certificates-other");
-    std::fs::copy(other.cert_dir.join("coordinator.pem"), cfg.cert_dir.join("coordinator.pem")).unwrap();
+    std::fs::copy(other.cert_dir.join("coordinator-0.pem"), cfg.cert_dir.join("coordinator-0.pem")).unwrap();
     match tls::check_certificates(&cfg) {
         Err(e @ TlsError::NotFromCa { .. }) => {
             let text = e.to_string();
-            assert!(text.contains("coordinator.pem") && text.contains("glass cluster init --force"), "{text}");
+            assert!(text.contains("coordinator-0.pem") && text.contains("glass cluster init --force"), "{text}");
         }
         other => panic!("{other:?}"),
     }

@@ -130,7 +130,9 @@ impl ClusterClient {
 
     /// A link to the coordinator.
     pub async fn connect_coordinator(&self) -> Result<Link, ClientError> {
-        self.connect(wire::tls::Role::Coordinator, "coordinator.address", &self.config.coordinator().address).await
+        let coordinator = self.config.coordinator();
+        let role = wire::tls::Role::Coordinator(u16::from(coordinator.id));
+        self.connect(role, "coordinator.address", &coordinator.address).await
     }
 
     /// A link to node `node`.
