@@ -723,11 +723,8 @@ impl Coordinator {
             NodeToCoordinator::Promoted { partition, applied_seq, next_seq } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     p.on_promoted(from, applied_seq, next_seq, &mut self.membership_epoch, &mut out);
-                    // Remote pieces in batches the new primary applied whose outcomes died
-                    // with the old primary (or a previous leader, docs/design.md §11) are
-                    // derived again from its state: it is now their only executor.
                     if p.phase == Phase::Serving {
-                        self.rederive_lost_pieces(&mut out);
+                        self.after_promotion(partition, applied_seq, next_seq, &mut out);
                     }
                 }
             }
@@ -1234,6 +1231,35 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// A backup of `promoted` became its primary, having applied every batch through
+    /// `applied_seq` and executing from `next_seq`. Remote pieces of `promoted` whose outcomes
+    /// never reached their home partition — they died with the old primary, or with a
+    /// previous leader (docs/design.md §11) — are derived again from the new primary's state
+    /// if it includes their batch; a piece in a batch it skipped (after `applied_seq`, before
+    /// `next_seq`: run by the old primary alone, and lost with it) took effect nowhere that
+    /// remains, so its home piece is told it aborted — deriving it from a state that never ran
+    /// it would commit half a transaction.
+    fn after_promotion(&mut self, promoted: PartitionId, applied_seq: Seq, next_seq: Seq, out: &mut Vec<Output>) {
+        let skipped: Vec<(PartitionId, Timestamp)> = self
+            .partitions
+            .values()
+            .flat_map(|home| {
+                home.piece_reads.iter().filter_map(move |(&ts, held)| {
+                    held.remotes
+                        .iter()
+                        .any(|&(q, seq)| q == promoted && !held.has(q) && applied_seq < seq && seq < next_seq)
+                        .then_some((home.id, ts))
+                })
+            })
+            .collect();
+        for (home, ts) in skipped {
+            let reason = format!("partition {promoted}'s failed primary ran this piece alone, and it was lost");
+            let reads = PieceReads { home, from: promoted, ts, outcome: PieceOutcome::Aborted { reason } };
+            self.deliver_reads(reads, out);
+        }
+        self.rederive_lost_pieces(out);
     }
 
     /// After a node failed: remote pieces whose batch is decided (their replicas answered, or

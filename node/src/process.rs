@@ -1612,6 +1612,12 @@ async fn serve_peer(node: Arc<Node>, link: Link) {
                 warn!(node = from, partition, "shipment for a partition this node does not hold; ignored");
                 continue;
             }
+            // The link's peer is authenticated (its certificate is its Hello's node): a
+            // shipment naming another primary would slip past the backup's ship gate.
+            PeerRequest::Ship(shipment) if shipment.primary != from => {
+                warn!(node = from, partition, claimed = shipment.primary, "shipment claiming another primary; ignored");
+                continue;
+            }
             PeerRequest::Ship(_) => None,
             PeerRequest::SnapshotRequest { request_id, .. } => not_ready(&node, partition)
                 .map(|reason| PeerReply::SnapshotChunk(snapshot::refusal(*request_id, partition, reason))),

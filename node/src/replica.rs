@@ -268,6 +268,9 @@ pub struct Replica {
     stopped: Option<String>,
     /// The last membership the coordinator announced: (epoch, live replicas).
     membership: Option<(u64, Vec<NodeId>)>,
+    /// A backup installed from a copy, before any membership: the primary it copied, the
+    /// only node it takes shipments from until a membership names others.
+    copied_from: Option<NodeId>,
     /// The batch under way, parked at a home piece.
     parked: Option<Parked>,
     /// Remote pieces' outcomes for home pieces not yet run, by timestamp.
@@ -338,6 +341,7 @@ impl Replica {
             piece_reads: BTreeMap::new(),
             unshipped_log: Vec::new(),
             committed_before_restart: std::collections::BTreeSet::new(),
+            copied_from: None,
             recent: std::collections::VecDeque::new(),
             answer_again: std::collections::BTreeSet::new(),
             stats: ReplicaStats::default(),
@@ -426,10 +430,13 @@ impl Replica {
             self.stats.shipments_refused += 1;
             return Ok(Vec::new());
         }
-        let seq = shipment.seq;
+        let (seq, seen) = (shipment.seq, shipment.last_ts);
         let applied = self.on_shipment(shipment)?;
         let partition = self.partition;
         if applied.is_empty() && seq <= self.applied_seq() {
+            // A duplicate of what this backup's copy covered: it saw that far (what a new
+            // leader's take-over asks of it, docs/design.md §11).
+            self.last_ts = self.last_ts.max(seen);
             return Ok(vec![PeerReply::ShipAck { partition, seq: self.applied_seq() }]);
         }
         Ok(applied.into_iter().map(|seq| PeerReply::ShipAck { partition, seq }).collect())
@@ -443,7 +450,17 @@ impl Replica {
     /// Whether this backup takes shipments from `primary`: its latest membership (if any)
     /// names it live.
     pub fn ships_from(&self, primary: NodeId) -> bool {
-        self.membership.as_ref().is_none_or(|(_, live)| live.contains(&primary))
+        match &self.membership {
+            Some((_, live)) => live.contains(&primary),
+            None => self.copied_from.is_none_or(|source| source == primary),
+        }
+    }
+
+    /// A backup installed from `source`'s copy (a rejoin): until a membership arrives, it
+    /// takes shipments from `source` only — a deposed primary's, held while it copied, would
+    /// put the old lineage's batches on the new one's state.
+    pub fn copied_from(&mut self, source: NodeId) {
+        self.copied_from = Some(source);
     }
 
     /// A tool's read-only transaction (OrderStatus, StockLevel) on this replica now, outside

@@ -357,6 +357,9 @@ pub struct Sim {
     /// Every promotion: the epoch of the leader that promoted, the partition, the last batch
     /// the promoted backup applied and the first it executes.
     promotions: Vec<(Epoch, PartitionId, Seq, Seq)>,
+    /// Transactions a later leader sent again (adopted at a take-over): they run again there,
+    /// so a failover before the take-over does not lose them.
+    resent: std::collections::BTreeSet<(PartitionId, wire::messages::Timestamp)>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -483,6 +486,7 @@ impl Sim {
             stats: SimStats::default(),
             batch_of: BTreeMap::new(),
             promotions: Vec::new(),
+            resent: Default::default(),
             config: config.clone(),
         };
         for (node, msg) in loaded {
@@ -630,8 +634,11 @@ impl Sim {
     /// leader's past that lies in the window.
     pub fn lost_in_failover(&self, partition: PartitionId, ts: wire::messages::Timestamp) -> bool {
         let Some(&(seq, sent_in)) = self.batch_of.get(&(partition, ts)) else { return false };
+        let resent = self.resent.contains(&(partition, ts));
         self.promotions.iter().any(|&(epoch, p, applied_seq, next_seq)| {
-            p == partition && applied_seq < seq && (seq < next_seq || (self.asynchronous() && epoch > sent_in))
+            p == partition
+                && applied_seq < seq
+                && (seq < next_seq || (self.asynchronous() && epoch > sent_in && !resent))
         })
     }
 
@@ -645,10 +652,9 @@ impl Sim {
         self.promotions.iter().any(|&(epoch, p, applied_seq, next_seq)| {
             applied_seq + 1 < next_seq
                 || (self.asynchronous()
-                    && self
-                        .batch_of
-                        .iter()
-                        .any(|(&(q, _), &(seq, sent_in))| q == p && seq > applied_seq && sent_in < epoch))
+                    && self.batch_of.iter().any(|(&(q, ts), &(seq, sent_in))| {
+                        q == p && seq > applied_seq && sent_in < epoch && !self.resent.contains(&(q, ts))
+                    }))
         })
     }
 
@@ -740,7 +746,10 @@ impl Sim {
                 MemberOutput::ToNodes { nodes, epoch, msg } => {
                     if let CoordinatorToNode::Batch(b) = &msg {
                         for t in &b.txns {
-                            self.batch_of.entry((b.partition, t.ts)).or_insert((b.seq, epoch));
+                            let (_, sent_in) = *self.batch_of.entry((b.partition, t.ts)).or_insert((b.seq, epoch));
+                            if sent_in < epoch {
+                                self.resent.insert((b.partition, t.ts));
+                            }
                         }
                     }
                     if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::TakeOver { .. }) {

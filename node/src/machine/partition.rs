@@ -366,6 +366,7 @@ impl<R> PartitionMachine<R> {
                         // replaced the primary it copied while its copy was on its way. The
                         // coordinator does not count that copy; start over from the new one.
                         self.state = State::Rejoining(Rejoin::default());
+                        self.fence = None;
                         return self.rejoin_step(msg);
                     }
                 }
@@ -611,6 +612,15 @@ impl<R> PartitionMachine<R> {
         assert_eq!((replica.node(), replica.partition()), (self.node, self.partition), "the partition's own replica");
         assert_eq!(replica.applied_seq(), snapshot_seq, "installed as of the starting state's batch");
         let mut replica = Box::new(replica);
+        // A passive backup takes shipments only from the primary it copied (a held shipment of
+        // a deposed primary is dropped: docs/design.md §11).
+        if let State::Rejoining(Rejoin { plan: Some((source, _)), .. }) = &self.state {
+            if replica.role() == ReplicaRole::Backup {
+                replica.copied_from(*source);
+            }
+        }
+        // A fence of the replica this rejoin replaced holds nothing for this one.
+        self.fence = None;
         let mut out = Vec::new();
         for msg in held.stream {
             out.extend(serve(&mut replica, msg).into_iter().map(|e| match e {
