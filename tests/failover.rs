@@ -34,6 +34,7 @@ fn quick_cluster(dir: &Path) -> PathBuf {
 /// the restarted node rejoins and its digest equals its peer's, consistency holds.
 #[test]
 fn killing_a_replica_loses_nothing_and_the_restarted_node_rejoins() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-aa");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -137,6 +138,7 @@ fn pid_of_node_1(dir: &Path) -> u32 {
 /// failure timeout passes; started again, it rejoins and every replica's digest is equal.
 #[test]
 fn a_node_killed_while_rejoining_rejoins_when_started_again() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-rejoin-kill");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -185,6 +187,7 @@ fn failover_json(config: &Path, dir: &Path, name: &str, duration: &str, extra: &
 /// unknown", never silently dropped. Asynchronous shipping's loss is measured and reported.
 #[test]
 fn killing_the_primary_promotes_the_backup_sync_loses_nothing_async_is_measured() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-ap");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -215,6 +218,7 @@ fn killing_the_primary_promotes_the_backup_sync_loses_nothing_async_is_measured(
 /// with every acknowledged transaction.
 #[test]
 fn killing_a_full_stack_node_loses_nothing_and_it_recovers_from_its_log() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-fs");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -274,6 +278,7 @@ fn find_file(dir: &Path, name: &str, within: &str) -> PathBuf {
 /// and once caught up its digest equals the new primary's; nothing acknowledged is lost.
 #[test]
 fn a_killed_primary_rejoins_as_a_backup_of_the_promoted_one() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-ap-rejoin");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -291,6 +296,7 @@ fn a_killed_primary_rejoins_as_a_backup_of_the_promoted_one() {
 /// node rejects that copy, fetches it again, and rejoins with its peer's digest.
 #[test]
 fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-damaged-copy");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -314,6 +320,7 @@ fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
 /// A partition the file does not have is refused by name.
 #[test]
 fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-join");
     let config = quick_cluster(&dir);
     let spare = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -360,6 +367,7 @@ fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
 /// the partitions), the replicas end equal.
 #[test]
 fn failover_during_multi_partition_traffic_loses_nothing_and_applies_nothing_by_halves() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-multi");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());
@@ -391,6 +399,7 @@ fn failover_during_multi_partition_traffic_loses_nothing_and_applies_nothing_by_
 /// 30 s idle timeout — the kind of stall this guards against — not as a performance figure.
 #[test]
 fn a_kill_loop_during_rejoins_keeps_the_cluster_committing_and_loses_nothing() {
+    let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-kill-loop");
     let config = quick_cluster(&dir);
     let _guard = Teardown(config.clone());

@@ -157,3 +157,13 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     out.sort();
     out
 }
+
+/// Holds the machine for one timing-sensitive cluster at a time within a test binary: the
+/// failover tests measure detection, unavailability and rejoin against a 500 ms failure
+/// timeout, and two clusters sharing these two cores starve each other's heartbeats (a
+/// restarted node installing a rejoin copy went silent for 500 ms under that load and was
+/// declared failed again). Poison-tolerant: one failed test does not fail the others.
+pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MACHINE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
