@@ -1,19 +1,29 @@
-//! The coordinator process (`glass coordinator --config …`): the sans-I/O [`Coordinator`]
-//! driven by tokio and QUIC. It decides nothing itself (docs/design.md); it carries bytes,
-//! keeps time and groups replies (mini-redis's server shape: [`run`] takes a bound listener
-//! and a shutdown future).
+//! The coordinator process (`glass coordinator --config … [--id N]`): the sans-I/O
+//! [`Coordinator`] — or, with several coordinators in `cluster.toml`, the group [`Member`]
+//! that leads or stands by (docs/design.md §11) — driven by tokio and QUIC. It decides nothing
+//! itself (docs/design.md); it carries bytes, keeps time, stores the group's raft state and
+//! groups replies (mini-redis's server shape: [`run`] takes a bound listener and a shutdown
+//! future).
 //!
 //! Shape:
-//! - one listener on `coordinator.address`; nodes and clients dial it and say who they are in
-//!   their `Hello` (the transport checked their certificates and cluster fingerprint before);
-//!   at most `limits.client_connections_max` clients at once, further ones are dropped;
+//! - one listener on the coordinator's address; nodes, clients and the other coordinators
+//!   dial it and say who they are in their `Hello` (the transport checked their certificates
+//!   and cluster fingerprint before); at most `limits.client_connections_max` clients at
+//!   once, further ones are dropped;
+//! - with several coordinators, each dials every coordinator of a higher id (again
+//!   [`PEER_REDIAL`] after a link broke) and accepts those of a lower id: one link per pair,
+//!   carrying raft messages both ways ([`CoordinatorToCoordinator`]); a peer's queue holds at
+//!   most [`PEER_OUTBOX_MAX`] messages, past it they are dropped (raft sends again);
 //! - one *core* task owns the state machine and takes every event from one bounded queue
-//!   ([`CORE_INBOX_MAX`]): node and client messages, connections and losses, and timer ticks
-//!   at `next_deadline_us` (a thread wakes it for deadlines under tokio's millisecond
-//!   resolution, so a batch waits `batch_wait_us`, not a millisecond). It handles what is
-//!   queued (up to [`CORE_DRAIN_MAX`] events),
-//!   then sends each client its replies as one `ClientReplies` frame; a batch for several
-//!   replicas is encoded once and the same bytes go to each;
+//!   ([`CORE_INBOX_MAX`]): node, client and coordinator messages, connections and losses,
+//!   and timer ticks at the machine's next deadline (a thread wakes it for deadlines under
+//!   tokio's millisecond resolution, so a batch waits `batch_wait_us`, not a millisecond). It
+//!   handles what is queued (up to [`CORE_DRAIN_MAX`] events), then sends each client its
+//!   replies as one `ClientReplies` frame; a batch for several replicas is encoded once and
+//!   the same bytes go to each;
+//! - the group's state is stored ([`GroupStore`], `run_dir/coordinator-<id>.raft`, fsynced)
+//!   before anything that follows it is sent; a coordinator that cannot store it stops (it
+//!   must not vote or lead on a state it may forget);
 //! - each connection has a reader task (decode, queue to the core) and a writer task (a queue
 //!   to the link). Nothing one peer does may stall the core (and with it the failure
 //!   detector): the core never waits on a peer. A node's queue is bounded in bytes
@@ -25,15 +35,18 @@
 //!   full) is disconnected at once; a node that connects again (a restarted process) replaces
 //!   its old connection, and a node still counted live then is first declared failed: its
 //!   new connection holds none of the old one's state (a node whose link broke rejoins);
-//! - the state machine is built once every node of `cluster.toml` has joined (until then
-//!   requests are answered "not ready" and load reports are kept): nodes started by hand on
-//!   other hosts may come minutes apart, and a node that never came could not be told from
-//!   one that failed;
+//! - on a first start the state machine is built once every node of `cluster.toml` has
+//!   joined (until then requests are answered "not ready", or "not the leader" in a group,
+//!   and load reports are kept): nodes started by hand on other hosts may come minutes apart,
+//!   and a node that never came could not be told from one that failed. A group member that
+//!   stored a state before (a restart) is built at once: the cluster runs, and it rejoins as
+//!   a standby;
 //! - time: microseconds since the Unix epoch, read from the wall clock once at start and
 //!   advanced by a monotonic clock after ([`Clock`]), as H-Store timestamps need;
-//! - shutdown (the future passed in, or a `Shutdown` message from a tool) tells every node and
-//!   client `Shutdown`, lets the writers flush for at most `timeouts.shutdown_timeout_ms` and
-//!   returns. Transactions in flight then are not answered.
+//! - shutdown (the future passed in, or a `Shutdown` message from a tool) tells every node
+//!   (if this coordinator leads) and client `Shutdown`, lets the writers flush for at most
+//!   `timeouts.shutdown_timeout_ms` and returns. Transactions in flight then are not
+//!   answered.
 //!
 //! Every event is logged through `tracing`, one line each; alarms (divergence, a node down, a
 //! partition stopped) at `error`.
@@ -48,18 +61,20 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tracing::{debug, error, info, warn};
 use wire::channel::{
-    ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, Epoched, FromCoordinator,
-    NodeToCoordinator,
+    ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToCoordinator, CoordinatorToNode, Epoched,
+    FromCoordinator, NodeToCoordinator,
 };
-use wire::config::ClusterConfig;
+use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
-    ProcessStatus, Rejection, ReplicationRole, Role, PROTOCOL_VERSION,
+    ClientReply, ClientRequest, ClientResult, CoordinatorId, Epoch, Hello, LoadState, NodeId, PartitionId,
+    PartitionPhase, PartitionReport, ProcessStatus, Rejection, ReplicationRole, Role, PROTOCOL_VERSION,
 };
 
 use crate::coordinator::{ClientId, Coordinator, Event, Output, Phase};
 use crate::error::CoordinatorError;
+use crate::member::{Member, MemberOutput};
+use crate::store::{GroupStore, StoreError};
 
 /// Events queued for the core task; past it connection readers wait.
 pub const CORE_INBOX_MAX: usize = 8_192;
@@ -78,6 +93,10 @@ pub const CLOSE_NODE_FAILED: u32 = 16;
 pub const CLIENT_OUTBOX_MAX: usize = 1_024;
 /// Replies in one `ClientReplies` frame (each ≤ ~256 bytes: far below the frame limit).
 pub const CLIENT_REPLIES_PER_FRAME_MAX: usize = 4_096;
+/// Raft messages queued for one other coordinator; past it they are dropped (raft resends).
+pub const PEER_OUTBOX_MAX: usize = 1_024;
+/// How long a coordinator waits before dialling another coordinator again.
+pub const PEER_REDIAL: Duration = Duration::from_millis(200);
 /// The resolution of tokio's timer; nearer deadlines go to [`PreciseTimer`].
 const TOKIO_TIMER_RESOLUTION: Duration = Duration::from_millis(2);
 /// How often the core says which nodes it still waits for.
@@ -94,6 +113,10 @@ pub enum ProcessError {
     Endpoint(#[from] wire::endpoint::EndpointError),
     #[error("cannot read the certificates: {0}")]
     Tls(#[from] wire::tls::TlsError),
+    #[error("coordinator {id} is not in cluster.toml (its [[coordinators]] are {known:?})")]
+    UnknownCoordinator { id: CoordinatorId, known: Vec<CoordinatorId> },
+    #[error("cannot read the coordinator group's stored state: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// Microseconds since the Unix epoch: the wall clock read once, then a monotonic clock.
@@ -126,24 +149,32 @@ impl Clock {
     }
 }
 
-/// The coordinator's `Hello`.
-pub fn hello(config: &ClusterConfig) -> Hello {
+/// Coordinator `me`'s `Hello`.
+pub fn hello(config: &ClusterConfig, me: CoordinatorId) -> Hello {
     Hello {
         protocol_version: PROTOCOL_VERSION,
         role: Role::Coordinator,
-        id: u16::from(config.coordinator().id),
+        id: u16::from(me),
         config_fingerprint: config.fingerprint(),
     }
 }
 
-/// Binds the coordinator's listener on `address` with its certificate.
-pub async fn bind(config: &ClusterConfig, address: SocketAddr) -> Result<Listener, ProcessError> {
-    let me = u16::from(config.coordinator().id);
-    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Coordinator(me))?;
+/// Checks that `me` is a coordinator of `config`.
+pub fn check_id(config: &ClusterConfig, me: CoordinatorId) -> Result<(), ProcessError> {
+    match config.coordinator_by_id(me) {
+        Some(_) => Ok(()),
+        None => Err(ProcessError::UnknownCoordinator { id: me, known: config.coordinator_ids() }),
+    }
+}
+
+/// Binds coordinator `me`'s listener on `address` with its certificate.
+pub async fn bind(config: &ClusterConfig, me: CoordinatorId, address: SocketAddr) -> Result<Listener, ProcessError> {
+    check_id(config, me)?;
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Coordinator(u16::from(me)))?;
     let mut limits = EndpointLimits::from_config(config);
-    // The nodes' links come on top of the clients'.
-    limits.connections_max += config.nodes.len();
-    Ok(endpoint::listen(address, tls, hello(config), limits).await?)
+    // The nodes' and the other coordinators' links come on top of the clients'.
+    limits.connections_max += config.nodes.len() + config.coordinators.len();
+    Ok(endpoint::listen(address, tls, hello(config, me), limits).await?)
 }
 
 /// The queue of encoded frames to one node's writer task, bounded in bytes, and the means to
@@ -214,46 +245,201 @@ enum CoreEvent {
     ClientGone {
         client: ClientId,
     },
+    /// A link to another coordinator is up (dialled or accepted).
+    PeerUp {
+        peer: CoordinatorId,
+        conn: ConnId,
+        out: mpsc::Sender<CoordinatorToCoordinator>,
+    },
+    FromPeer {
+        peer: CoordinatorId,
+        conn: ConnId,
+        msg: CoordinatorToCoordinator,
+    },
+    PeerLost {
+        peer: CoordinatorId,
+        conn: ConnId,
+    },
 }
 
-/// Runs the coordinator of `config` on `listener` until `shutdown` completes or a tool asks
+/// The decisions the core drives: the cluster's only coordinator, or a member of the group.
+#[derive(Debug)]
+enum Machine {
+    /// The cluster's only coordinator (epoch 0, which no leader ever fences), built once every
+    /// node joined.
+    Single(Option<Box<Coordinator>>),
+    /// A member of the coordinator group (docs/design.md §11), built once every node joined
+    /// on a first start, at once on a restart.
+    Group(Option<Box<Member>>),
+}
+
+/// The single coordinator's outputs as a member's, in epoch 0.
+fn as_member_outputs(outputs: Vec<Output>) -> Vec<MemberOutput> {
+    outputs
+        .into_iter()
+        .map(|o| match o {
+            Output::ToNodes { nodes, msg } => MemberOutput::ToNodes { nodes, epoch: 0, msg },
+            Output::Reply { client, reply } => MemberOutput::Reply { client, reply },
+            Output::ToClient { client, msg } => MemberOutput::ToClient { client, msg },
+            Output::Event(e) => MemberOutput::Event(e),
+        })
+        .collect()
+}
+
+impl Machine {
+    fn built(&self) -> bool {
+        match self {
+            Machine::Single(m) => m.is_some(),
+            Machine::Group(m) => m.is_some(),
+        }
+    }
+
+    /// The coordinator state machine, where this process leads.
+    fn coordinator(&self) -> Option<&Coordinator> {
+        match self {
+            Machine::Single(m) => m.as_deref(),
+            Machine::Group(m) => m.as_ref().and_then(|m| m.coordinator()),
+        }
+    }
+
+    /// The epoch this process acts in towards nodes, if it leads.
+    fn leading_epoch(&self) -> Option<Epoch> {
+        match self {
+            Machine::Single(m) => m.as_ref().map(|_| 0),
+            Machine::Group(m) => m.as_ref().and_then(|m| m.leading()),
+        }
+    }
+
+    /// The leader this process knows of.
+    fn leader(&self, me: CoordinatorId) -> Option<CoordinatorId> {
+        match self {
+            Machine::Single(_) => Some(me),
+            Machine::Group(m) => m.as_ref().and_then(|m| m.leader()),
+        }
+    }
+
+    fn is_node_live(&self, node: NodeId) -> bool {
+        self.coordinator().is_some_and(|c| c.is_node_live(node))
+    }
+
+    fn next_deadline_us(&self) -> Option<u64> {
+        match self {
+            Machine::Single(m) => m.as_deref().and_then(Coordinator::next_deadline_us),
+            Machine::Group(m) => m.as_ref().map(|m| m.next_deadline_us()).filter(|&d| d != u64::MAX),
+        }
+    }
+
+    fn tick(&mut self, now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Single(Some(m)) if m.next_deadline_us().is_some_and(|d| d <= now) => {
+                as_member_outputs(m.tick(now))
+            }
+            Machine::Group(Some(m)) if m.next_deadline_us() <= now => m.tick(now),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_node_message(&mut self, node: NodeId, msg: NodeToCoordinator, now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Single(Some(m)) => as_member_outputs(m.on_node_message(node, msg, now)),
+            Machine::Group(Some(m)) => m.on_node_message(node, msg, now),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_node_lost(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Single(Some(m)) => as_member_outputs(m.on_node_lost(node, now)),
+            Machine::Group(Some(m)) => m.on_node_lost(node, now),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_node_connected(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Group(Some(m)) => m.on_node_connected(node, now),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Single(Some(m)) => as_member_outputs(m.on_client_message(client, msg, now)),
+            Machine::Group(Some(m)) => m.on_client_message(client, msg, now),
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_coordinator_message(&mut self, from: CoordinatorId, bytes: &[u8], now: u64) -> Vec<MemberOutput> {
+        match self {
+            Machine::Group(Some(m)) => m.on_coordinator_message(from, bytes, now),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Runs coordinator `me` of `config` on `listener` until `shutdown` completes or a tool asks
 /// it to stop.
 pub async fn run(
     config: ClusterConfig,
+    me: CoordinatorId,
     listener: Listener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ProcessError> {
     config.validate()?;
+    check_id(&config, me)?;
     let clock = Clock::start();
+    let group = config.coordinators.len() > 1;
+    let store = group.then(|| GroupStore::new(&config.run_dir, me));
+    let stored = match &store {
+        Some(s) => s.load()?,
+        None => None,
+    };
     info!(
         mode = config.mode().name(),
+        coordinator = me,
+        coordinators = config.coordinators.len(),
         partitions = config.partitions.len(),
         nodes = config.nodes.len(),
-        "coordinator starting; waiting for every node to join"
+        restart = stored.is_some(),
+        "coordinator starting"
     );
     let (core_tx, core_rx) = mpsc::channel(CORE_INBOX_MAX);
     let timer = PreciseTimer::start(core_tx.clone());
     let (stopping, _) = watch::channel(false);
     let mut core = Core {
         config: config.clone(),
+        me,
         clock,
         started: Instant::now(),
-        machine: None,
+        machine: if group { Machine::Group(None) } else { Machine::Single(None) },
+        store,
         nodes: BTreeMap::new(),
         early_load: BTreeMap::new(),
         clients: HashMap::new(),
         replies: HashMap::new(),
+        peers: BTreeMap::new(),
         frame_bytes_max: config.limits.frame_bytes_max as usize,
-        epoch: 0,
         batch_bytes: BTreeMap::new(),
         stopping: stopping.clone(),
         last_waiting_log: Instant::now(),
         timer,
     };
+    if let Some(stored) = stored {
+        // A restart: the cluster may be running without this coordinator; it comes back as
+        // a member at once (the nodes it waits for on a first start may be gone for good).
+        core.build_member(Some(stored), clock.now_us());
+    } else {
+        info!("waiting for every node to join");
+    }
     // mini-redis's shutdown pattern: every connection task holds a clone of `done`; when all
     // have finished, `all_done` yields `None`.
     let (done, mut all_done) = mpsc::channel::<()>(1);
-    let accept = tokio::spawn(accept_loop(config.clone(), listener, core_tx, stopping.subscribe(), done));
+    for peer in config.coordinators.iter().filter(|c| c.id > me) {
+        let dial = dial_peer_loop(config.clone(), me, peer.id, core_tx.clone(), stopping.subscribe(), done.clone());
+        tokio::spawn(dial);
+    }
+    let accept = tokio::spawn(accept_loop(config.clone(), me, listener, core_tx, stopping.subscribe(), done));
     tokio::pin!(shutdown);
     let reason = core.run(core_rx, &mut shutdown).await;
     info!(reason = %reason, "coordinator shutting down");
@@ -267,22 +453,30 @@ pub async fn run(
     Ok(())
 }
 
+/// One other coordinator's link, as the core sees it.
+#[derive(Debug)]
+struct PeerOutbox {
+    conn: ConnId,
+    out: mpsc::Sender<CoordinatorToCoordinator>,
+}
+
 struct Core {
     config: ClusterConfig,
+    me: CoordinatorId,
     clock: Clock,
     started: Instant,
-    /// Built once every node joined.
-    machine: Option<Coordinator>,
+    machine: Machine,
+    /// Where a group member stores its raft state (`None` for the only coordinator).
+    store: Option<GroupStore>,
     nodes: BTreeMap<NodeId, NodeOutbox>,
     /// The last load report of each replica that arrived before the machine was built.
     early_load: BTreeMap<(NodeId, PartitionId), NodeToCoordinator>,
     clients: HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
     /// Replies produced and not yet sent, per client.
     replies: HashMap<ClientId, Vec<ClientReply>>,
+    /// The links to the other coordinators.
+    peers: BTreeMap<CoordinatorId, PeerOutbox>,
     frame_bytes_max: usize,
-    /// The epoch every message to a node carries (docs/design.md §11). This process is the
-    /// cluster's only coordinator: epoch 0, which no other leader ever fences.
-    epoch: wire::messages::Epoch,
     /// Bytes of batches sent to replicas, per partition (every replica counted).
     batch_bytes: BTreeMap<PartitionId, u64>,
     stopping: watch::Sender<bool>,
@@ -298,7 +492,7 @@ impl Core {
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> String {
         loop {
-            let deadline = self.machine.as_ref().and_then(|m| m.next_deadline_us());
+            let deadline = self.machine.next_deadline_us();
             let sleep_until = match deadline {
                 Some(us) => self.clock.instant_of(us),
                 None => Instant::now() + WAITING_LOG_INTERVAL,
@@ -326,27 +520,24 @@ impl Core {
                     }
                 }
             }
-            self.tick();
+            if let Some(why) = self.tick() {
+                return why;
+            }
             self.flush_replies();
         }
     }
 
-    fn tick(&mut self) {
+    fn tick(&mut self) -> Option<String> {
         let now = self.clock.now_us();
-        match &mut self.machine {
-            Some(m) => {
-                if m.next_deadline_us().is_some_and(|d| d <= now) {
-                    let out = m.tick(now);
-                    self.dispatch(out);
-                }
-            }
-            None => {
-                if self.last_waiting_log.elapsed() >= WAITING_LOG_INTERVAL {
-                    self.last_waiting_log = Instant::now();
-                    info!(missing = ?self.missing_nodes(), "still waiting for nodes to join");
-                }
-            }
+        if self.machine.built() {
+            let out = self.machine.tick(now);
+            return self.dispatch(out);
         }
+        if self.last_waiting_log.elapsed() >= WAITING_LOG_INTERVAL {
+            self.last_waiting_log = Instant::now();
+            info!(missing = ?self.missing_nodes(), "still waiting for nodes to join");
+        }
+        None
     }
 
     /// Nodes the file places a replica on that have not joined yet (a spare node, placed
@@ -368,39 +559,42 @@ impl Core {
             CoreEvent::NodeUp { node, out } => {
                 if self.nodes.contains_key(&node) {
                     // A new connection means a new process, or one whose link broke and that
-                    // drops its state to rejoin every partition (docs/design.md §10): the old
-                    // connection may hang until QUIC's idle timeout, and nothing of the old
-                    // state counts, so a node still counted live is declared failed first.
+                    // drops its state to rejoin (docs/design.md §10): the old connection may
+                    // hang until QUIC's idle timeout, and nothing of the old state counts, so
+                    // a node still counted live is declared failed first.
                     info!(node, "node connected again; its new connection replaces the old one");
-                    if let Some(m) = self.machine.as_mut().filter(|m| m.is_node_live(node)) {
-                        let out = m.on_node_lost(node, now);
-                        self.dispatch(out);
+                    if self.machine.is_node_live(node) {
+                        let out = self.machine.on_node_lost(node, now);
+                        if let Some(why) = self.dispatch(out) {
+                            return Some(why);
+                        }
                     }
                     self.disconnect(node, "a newer connection of this node replaced this one");
                 }
                 info!(node, conn = out.conn, "node joined");
                 self.nodes.insert(node, out);
-                if self.machine.is_none() && self.missing_nodes().is_empty() {
-                    self.build_machine(now);
+                if !self.machine.built() {
+                    if self.missing_nodes().is_empty() {
+                        return self.build_machine(now);
+                    }
+                    return None;
                 }
+                let out = self.machine.on_node_connected(node, now);
+                return self.dispatch(out);
             }
             CoreEvent::FromNode { node, conn, msg } => {
                 if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
-                match &mut self.machine {
-                    Some(m) => {
-                        let out = m.on_node_message(node, msg, now);
-                        self.dispatch(out);
+                if self.machine.built() {
+                    let out = self.machine.on_node_message(node, msg, now);
+                    return self.dispatch(out);
+                }
+                if let NodeToCoordinator::LoadStatus { partition, state } = &msg {
+                    if let LoadState::Ready { digest } = state {
+                        info!(node, partition, digest = %digest, "replica loaded");
                     }
-                    None => {
-                        if let NodeToCoordinator::LoadStatus { partition, state } = &msg {
-                            if let LoadState::Ready { digest } = state {
-                                info!(node, partition, digest = %digest, "replica loaded");
-                            }
-                            self.early_load.insert((node, *partition), msg);
-                        }
-                    }
+                    self.early_load.insert((node, *partition), msg);
                 }
             }
             CoreEvent::NodeLost { node, conn } => {
@@ -411,13 +605,12 @@ impl Core {
                 if *self.stopping.borrow() {
                     return None;
                 }
-                match &mut self.machine {
-                    Some(m) => {
-                        let out = m.on_node_lost(node, now);
-                        self.dispatch(out);
-                    }
-                    None => warn!(node, "node left before the cluster started; waiting for it again"),
+                if !self.machine.built() {
+                    warn!(node, "node left before the cluster started; waiting for it again");
+                    return None;
                 }
+                let out = self.machine.on_node_lost(node, now);
+                return self.dispatch(out);
             }
             CoreEvent::ClientUp { client, out } => {
                 debug!(client, "client connected");
@@ -437,49 +630,98 @@ impl Core {
                 ClientToCoordinator::Shutdown { reason } => {
                     return Some(format!("client {client} asked: {reason}"));
                 }
-                ClientToCoordinator::ClientRequests(requests) => match &mut self.machine {
-                    Some(m) => {
-                        let out = m.on_client_message(client, ClientToCoordinator::ClientRequests(requests), now);
-                        self.dispatch(out);
-                    }
-                    None => self.refuse_requests_before_start(client, requests),
-                },
-                ClientToCoordinator::DigestRequest { request_id, partition } => match &mut self.machine {
-                    Some(m) => {
-                        let out = m.on_digest_request(client, request_id, partition, now);
-                        self.dispatch(out);
-                    }
-                    None => {
-                        let outcome = wire::messages::DigestOutcome::Rejected(Rejection::NotReady { partition });
-                        self.send_client(client, CoordinatorToClient::DigestReply { request_id, partition, outcome });
-                    }
-                },
+                msg if self.machine.built() => {
+                    let out = self.machine.on_client_message(client, msg, now);
+                    return self.dispatch(out);
+                }
+                ClientToCoordinator::ClientRequests(requests) => self.refuse_requests_before_start(client, requests),
+                ClientToCoordinator::DigestRequest { request_id, partition } => {
+                    let outcome = wire::messages::DigestOutcome::Rejected(self.not_started(partition));
+                    self.send_client(client, CoordinatorToClient::DigestReply { request_id, partition, outcome });
+                }
             },
+            CoreEvent::PeerUp { peer, conn, out } => {
+                info!(peer, conn, "linked to coordinator {peer}");
+                self.peers.insert(peer, PeerOutbox { conn, out });
+            }
+            CoreEvent::FromPeer { peer, conn, msg } => {
+                if self.peers.get(&peer).is_none_or(|o| o.conn != conn) {
+                    return None;
+                }
+                let CoordinatorToCoordinator::Raft(bytes) = msg;
+                let out = self.machine.on_coordinator_message(peer, &bytes, now);
+                return self.dispatch(out);
+            }
+            CoreEvent::PeerLost { peer, conn } => {
+                if self.peers.get(&peer).is_some_and(|o| o.conn == conn) {
+                    self.peers.remove(&peer);
+                    if !*self.stopping.borrow() {
+                        warn!(peer, "the link to coordinator {peer} broke");
+                    }
+                }
+            }
         }
         None
     }
 
     /// Builds the state machine once every node joined, and replays the load reports kept.
-    fn build_machine(&mut self, now: u64) {
-        let machine = match Coordinator::new(&self.config, now) {
+    fn build_machine(&mut self, now: u64) -> Option<String> {
+        info!("every node joined");
+        if matches!(self.machine, Machine::Group(_)) {
+            return self.build_member(None, now);
+        }
+        let machine = match Coordinator::new_as(&self.config, self.me, now) {
             Ok(m) => m,
             Err(e) => {
                 error!(error = %e, "cannot build the coordinator");
-                return;
+                return None;
             }
         };
-        info!("every node joined; the partitions load");
-        self.machine = Some(machine);
+        info!("the partitions load");
+        self.machine = Machine::Single(Some(Box::new(machine)));
         for ((node, _), msg) in std::mem::take(&mut self.early_load) {
-            let out = self.machine.as_mut().expect("just built").on_node_message(node, msg, now);
-            self.dispatch(out);
+            let out = self.machine.on_node_message(node, msg, now);
+            if let Some(why) = self.dispatch(out) {
+                return Some(why);
+            }
+        }
+        None
+    }
+
+    /// Builds this coordinator's group member (from its stored state on a restart), and
+    /// tells it of the nodes already connected.
+    fn build_member(&mut self, stored: Option<crate::group::GroupState>, now: u64) -> Option<String> {
+        // A fixed offset per id spreads the first elections (the lowest id campaigns first).
+        let offset = usize::from(self.me) * 2;
+        let member = match Member::new(&self.config, self.me, offset, stored, now) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("cannot build the coordinator group member: {e}")),
+        };
+        info!(term = member.term(), "member of the coordinator group; electing a leader");
+        self.machine = Machine::Group(Some(Box::new(member)));
+        self.early_load.clear();
+        let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
+        for node in nodes {
+            let out = self.machine.on_node_connected(node, now);
+            if let Some(why) = self.dispatch(out) {
+                return Some(why);
+            }
+        }
+        None
+    }
+
+    /// The refusal of a request before the machine is built.
+    fn not_started(&self, partition: PartitionId) -> Rejection {
+        match self.machine {
+            Machine::Single(_) => Rejection::NotReady { partition },
+            Machine::Group(_) => Rejection::NotLeader { leader: None },
         }
     }
 
     /// Answers transaction requests that arrive before every node joined.
     fn refuse_requests_before_start(&mut self, client: ClientId, requests: Vec<ClientRequest>) {
         let partition = self.config.partitions.first().map_or(0, |p| p.id);
-        let replies = self.replies.entry(client).or_default();
+        let mut replies = Vec::with_capacity(requests.len());
         for r in requests {
             // The home warehouse's partition (a warehouse of no partition counts as the first).
             let partition_of = |w| Some(self.config.partition_of_warehouse(w).unwrap_or(partition));
@@ -487,19 +729,37 @@ impl Core {
                 engine::distributed::partitions_touched(&r.input, partition_of).map_or(partition, |t| t.home);
             replies.push(ClientReply {
                 request_id: r.request_id,
-                result: ClientResult::Rejected(Rejection::NotReady { partition }),
+                result: ClientResult::Rejected(self.not_started(partition)),
             });
         }
+        self.replies.entry(client).or_default().extend(replies);
     }
 
-    /// Carries out the state machine's outputs. A node whose queue is full is declared failed
-    /// (and the outputs of that are carried out in turn); nothing here waits.
-    fn dispatch(&mut self, outputs: Vec<Output>) {
+    /// Carries out the machine's outputs: the group's state is stored before anything after
+    /// it goes out. A node whose queue is full is declared failed (and the outputs of that
+    /// are carried out in turn); nothing here waits but the store's fsync. Returns a reason to
+    /// stop if the state cannot be stored.
+    fn dispatch(&mut self, outputs: Vec<MemberOutput>) -> Option<String> {
         let mut not_reading = Vec::new();
         for o in outputs {
             match o {
-                Output::ToNodes { nodes, msg } => {
-                    let framed = FromCoordinator::Epoched(Epoched { epoch: self.epoch, msg });
+                MemberOutput::Persist(state) => {
+                    if let Some(store) = &self.store {
+                        if let Err(e) = store.save(&state) {
+                            error!(error = %e, "cannot store the coordinator group's state");
+                            return Some(format!("cannot store the coordinator group's state: {e}"));
+                        }
+                    }
+                }
+                MemberOutput::ToCoordinator { to, bytes } => {
+                    if let Some(peer) = self.peers.get(&to) {
+                        if peer.out.try_send(CoordinatorToCoordinator::Raft(bytes)).is_err() {
+                            debug!(peer = to, "the link to the coordinator is full; raft message dropped");
+                        }
+                    }
+                }
+                MemberOutput::ToNodes { nodes, epoch, msg } => {
+                    let framed = FromCoordinator::Epoched(Epoched { epoch, msg });
                     let frame = match wire::codec::encode(&framed, self.frame_bytes_max) {
                         Ok(f) => Arc::new(f),
                         Err(e) => {
@@ -519,13 +779,13 @@ impl Core {
                         }
                     }
                 }
-                Output::Reply { client, reply } => {
+                MemberOutput::Reply { client, reply } => {
                     if self.clients.contains_key(&client) {
                         self.replies.entry(client).or_default().push(reply);
                     }
                 }
-                Output::ToClient { client, msg } => self.send_client(client, msg),
-                Output::Event(e) => {
+                MemberOutput::ToClient { client, msg } => self.send_client(client, msg),
+                MemberOutput::Event(e) => {
                     log_event(&e);
                     if let Event::NodeDown { node, .. } = e {
                         // Failed is final for this process of the node: end its link now, so
@@ -547,11 +807,12 @@ impl Core {
                 "the node does not read what it is sent (its queue is full); declaring it failed"
             );
             self.disconnect(node, "the node did not read what it was sent");
-            if let Some(m) = self.machine.as_mut() {
-                let out = m.on_node_lost(node, now);
-                self.dispatch(out);
+            let out = self.machine.on_node_lost(node, now);
+            if let Some(why) = self.dispatch(out) {
+                return Some(why);
             }
         }
+        None
     }
 
     /// Ends node `node`'s link, if it has one, with `reason`.
@@ -590,8 +851,8 @@ impl Core {
     }
 
     fn status(&self) -> ProcessStatus {
-        let partitions = match &self.machine {
-            Some(m) => m
+        let partitions = match (&self.machine, self.machine.coordinator()) {
+            (_, Some(m)) => m
                 .status()
                 .into_iter()
                 .map(|p| PartitionReport {
@@ -616,7 +877,9 @@ impl Core {
                     },
                 })
                 .collect(),
-            None => self
+            // A standby (or a member taking over) serves no partition.
+            (Machine::Group(Some(_)), None) => Vec::new(),
+            (_, None) => self
                 .config
                 .partitions
                 .iter()
@@ -634,23 +897,26 @@ impl Core {
         };
         ProcessStatus {
             role: Role::Coordinator,
-            id: u16::from(self.config.coordinator().id),
+            id: u16::from(self.me),
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             partitions,
+            leader: self.machine.leader(self.me).map(u16::from),
         }
     }
 
-    /// Tells every node and client, and closes their queues (the writers end once they sent
-    /// what is queued) and the readers.
+    /// Tells every node (if this coordinator leads) and client, and closes their queues (the
+    /// writers end once they sent what is queued) and the readers.
     fn shutdown(&mut self, reason: &str) {
         self.flush_replies();
-        let msg = CoordinatorToNode::Shutdown { reason: reason.to_string() };
-        let to_nodes = FromCoordinator::Epoched(Epoched { epoch: self.epoch, msg });
-        if let Ok(frame) = wire::codec::encode(&to_nodes, self.frame_bytes_max) {
-            let frame = Arc::new(frame);
-            for outbox in self.nodes.values() {
-                let _ = outbox.offer(&frame);
+        if let Some(epoch) = self.machine.leading_epoch() {
+            let msg = CoordinatorToNode::Shutdown { reason: reason.to_string() };
+            let to_nodes = FromCoordinator::Epoched(Epoched { epoch, msg });
+            if let Ok(frame) = wire::codec::encode(&to_nodes, self.frame_bytes_max) {
+                let frame = Arc::new(frame);
+                for outbox in self.nodes.values() {
+                    let _ = outbox.offer(&frame);
+                }
             }
         }
         for tx in self.clients.values() {
@@ -658,6 +924,7 @@ impl Core {
         }
         self.nodes.clear();
         self.clients.clear();
+        self.peers.clear();
         self.stopping.send_replace(true);
     }
 }
@@ -673,6 +940,7 @@ fn log_event(e: &Event) {
 /// Accepts connections and starts their tasks until the coordinator stops.
 async fn accept_loop(
     config: ClusterConfig,
+    me: CoordinatorId,
     mut listener: Listener,
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
@@ -728,11 +996,116 @@ async fn accept_loop(
                 });
             }
             Role::Coordinator => {
-                warn!(id = hello.id, "another coordinator connected; refused");
-                tokio::spawn(link.refuse("a coordinator does not connect to another"));
+                // The certificate was checked against the Hello's id: this is coordinator
+                // `hello.id`. Only a lower id dials (one link per pair).
+                let peer = u8::try_from(hello.id).ok().filter(|&p| p < me && config.coordinator_by_id(p).is_some());
+                let Some(peer) = peer else {
+                    warn!(id = hello.id, "a coordinator that should not dial this one connected; refused");
+                    tokio::spawn(link.refuse("only a coordinator of cluster.toml with a lower id dials this one"));
+                    continue;
+                };
+                let (core, stopping, done) = (core.clone(), stopping.clone(), done.clone());
+                tokio::spawn(async move {
+                    peer_connection(peer, conn, link, core, stopping).await;
+                    drop(done);
+                });
             }
         }
     }
+}
+
+/// Dials coordinator `peer` (a higher id than `me`) and carries the link; again
+/// [`PEER_REDIAL`] after it broke or could not be made, until the coordinator stops.
+async fn dial_peer_loop(
+    config: ClusterConfig,
+    me: CoordinatorId,
+    peer: CoordinatorId,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+    done: mpsc::Sender<()>,
+) {
+    // Held until this task ends (the shutdown waits for it).
+    let _done = done;
+    let Some(address) = config.coordinator_by_id(peer).map(|c| c.address.clone()) else { return };
+    let field = format!("the address of coordinator {peer}");
+    let tls = match wire::tls::client_config(&config.cert_dir, wire::tls::Role::Coordinator(u16::from(me))) {
+        Ok(t) => t,
+        Err(e) => {
+            error!(error = %e, peer, "cannot read this coordinator's certificates; not dialling the group");
+            return;
+        }
+    };
+    let server_name = split_address(&address).map(|(h, _)| h.to_string()).unwrap_or_default();
+    // Dials are numbered apart from accepted connections (they share the core's conn ids).
+    let mut conn: ConnId = 1 << 48;
+    let mut attempts = 0u64;
+    loop {
+        if *stopping.borrow() {
+            return;
+        }
+        let link = match wire::config::resolve(&field, &address) {
+            Ok(addr) => {
+                let limits = EndpointLimits::to_coordinator(&config);
+                let peer_role = wire::tls::Role::Coordinator(u16::from(peer));
+                let attempt =
+                    endpoint::connect_to(peer_role, addr, &server_name, tls.clone(), hello(&config, me), limits);
+                tokio::select! {
+                    r = attempt => r.map_err(|e| e.to_string()),
+                    _ = stopping.wait_for(|s| *s) => return,
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match link {
+            Ok(link) => {
+                attempts = 0;
+                conn += 1;
+                peer_connection(peer, conn, link, core.clone(), stopping.clone()).await;
+            }
+            Err(e) => {
+                if attempts % 50 == 0 {
+                    info!(peer, %address, error = %e, "coordinator not reachable yet; retrying");
+                }
+                attempts += 1;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(PEER_REDIAL) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// One other coordinator's link: a writer of its queue, and a reader feeding the core.
+async fn peer_connection(
+    peer: CoordinatorId,
+    conn: ConnId,
+    link: Link,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let (mut sender, mut receiver) = link.split();
+    let (out, mut out_rx) = mpsc::channel::<CoordinatorToCoordinator>(PEER_OUTBOX_MAX);
+    if core.send(CoreEvent::PeerUp { peer, conn, out }).await.is_err() {
+        return;
+    }
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = out_rx.recv().await {
+            if sender.send(&msg).await.is_err() {
+                return;
+            }
+        }
+        sender.finish(Duration::from_secs(1)).await;
+    });
+    match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromPeer { peer, conn, msg }).await {
+        LinkEnd::Failed(e) if e.is_protocol_violation() => {
+            warn!(peer, error = %e, "coordinator {peer} broke the protocol; its link is closed")
+        }
+        LinkEnd::Failed(e) => debug!(peer, error = %e, "the link to coordinator {peer} failed"),
+        LinkEnd::ClosedByPeer | LinkEnd::Stopping | LinkEnd::CoreGone => {}
+    }
+    let _ = core.send(CoreEvent::PeerLost { peer, conn }).await;
+    writer.abort();
 }
 
 /// How a link's reader stopped.

@@ -60,10 +60,10 @@ async fn status(link: &mut Link, request_id: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_frame_costs_only_its_sender_its_connection() {
     let (cfg, _dir) = cluster("bad-frame");
-    let listener = coordinator::process::bind(&cfg, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let listener = coordinator::process::bind(&cfg, 0, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(coordinator::process::run(cfg.clone(), listener, async {
+    let server = tokio::spawn(coordinator::process::run(cfg.clone(), 0, listener, async {
         let _ = stopped.await;
     }));
 

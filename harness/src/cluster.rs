@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 use wire::config::{ClusterConfig, Mode};
-use wire::messages::{LoadState, NodeId, PartitionId, PartitionPhase, ProcessStatus, Seq, StateDigest};
+use wire::messages::{CoordinatorId, LoadState, NodeId, PartitionId, PartitionPhase, ProcessStatus, Seq, StateDigest};
 use workload::client::{self, ClusterClient};
 
 use crate::error::HarnessError;
@@ -73,23 +73,26 @@ impl Progress for Silent {}
 /// A process of the cluster, as `up` starts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Proc {
-    Coordinator,
+    /// The only coordinator (`None`), or coordinator `id` of a group (docs/design.md §11).
+    Coordinator(Option<CoordinatorId>),
     Node(NodeId),
 }
 
 impl Proc {
-    /// The name of its files in `run_dir` (`coordinator`, `node-1`).
+    /// The name of its files in `run_dir` (`coordinator`, `coordinator-1`, `node-1`).
     pub fn name(&self) -> String {
         match self {
-            Proc::Coordinator => "coordinator".to_string(),
+            Proc::Coordinator(None) => "coordinator".to_string(),
+            Proc::Coordinator(Some(id)) => format!("coordinator-{id}"),
             Proc::Node(id) => format!("node-{id}"),
         }
     }
 
-    /// The name people read (`coordinator`, `node 1`).
+    /// The name people read (`coordinator`, `coordinator 1`, `node 1`).
     pub fn label(&self) -> String {
         match self {
-            Proc::Coordinator => "coordinator".to_string(),
+            Proc::Coordinator(None) => "coordinator".to_string(),
+            Proc::Coordinator(Some(id)) => format!("coordinator {id}"),
             Proc::Node(id) => format!("node {id}"),
         }
     }
@@ -98,7 +101,10 @@ impl Proc {
     pub fn args(&self, config: &Path) -> Vec<String> {
         let config = config.display().to_string();
         match self {
-            Proc::Coordinator => vec!["coordinator".into(), "--config".into(), config],
+            Proc::Coordinator(None) => vec!["coordinator".into(), "--config".into(), config],
+            Proc::Coordinator(Some(id)) => {
+                vec!["coordinator".into(), "--config".into(), config, "--id".into(), id.to_string()]
+            }
             Proc::Node(id) => vec!["node".into(), "--config".into(), config, "--id".into(), id.to_string()],
         }
     }
@@ -183,11 +189,19 @@ impl Cluster {
         ClusterClient::new(self.config.clone(), TOOL_CLIENT_ID)
     }
 
-    /// The processes `up` starts: the coordinator and every node the file places a replica
+    /// The processes `up` starts: the coordinators and every node the file places a replica
     /// on (a node with none is a spare, started by hand with `glass node --join`).
-    fn procs(&self) -> Vec<Proc> {
+    pub fn procs(&self) -> Vec<Proc> {
         let placed = self.config.nodes.iter().filter(|n| self.config.partitions_on_node(n.id).next().is_some());
-        std::iter::once(Proc::Coordinator).chain(placed.map(|n| Proc::Node(n.id))).collect()
+        self.coordinator_procs().into_iter().chain(placed.map(|n| Proc::Node(n.id))).collect()
+    }
+
+    /// The coordinator processes: the only one, or each of the group.
+    pub fn coordinator_procs(&self) -> Vec<Proc> {
+        match self.config.coordinators.len() {
+            1 => vec![Proc::Coordinator(None)],
+            _ => self.config.coordinator_ids().into_iter().map(|c| Proc::Coordinator(Some(c))).collect(),
+        }
     }
 
     /// Where `up` records `p`'s pid.
@@ -280,9 +294,14 @@ impl Cluster {
     /// Starts node `id` again in the background from `exe` (its log appended to), with
     /// `extra` flags (`--rejoin`), and writes its pid file.
     pub fn restart_node(&self, exe: &Path, id: NodeId, extra: &[&str]) -> Result<Child> {
-        let p = Proc::Node(id);
-        let child = self.spawn_with(exe, &p, extra, true)?;
-        self.write_pid(&p, &child)?;
+        self.restart(exe, &Proc::Node(id), extra)
+    }
+
+    /// Starts process `p` again in the background from `exe` (its log appended to), with
+    /// `extra` flags, and writes its pid file.
+    pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Child> {
+        let child = self.spawn_with(exe, p, extra, true)?;
+        self.write_pid(p, &child)?;
         Ok(child)
     }
 
@@ -381,7 +400,17 @@ impl Cluster {
         let rt = runtime()?;
         let client = self.client();
         let local: Vec<Running> = self.running_procs();
-        let (coordinator, digests, nodes) = rt.block_on(async {
+        let (coordinator, coordinators, digests, nodes) = rt.block_on(async {
+            let mut coordinators = Vec::new();
+            if self.config.coordinators.len() > 1 {
+                for c in self.config.coordinator_ids() {
+                    let s = match client.connect_coordinator_id(c).await {
+                        Ok(mut link) => client::status(&mut link).await.ok(),
+                        Err(_) => None,
+                    };
+                    coordinators.push((c, s));
+                }
+            }
             let mut coordinator: Option<ProcessStatus> = None;
             let mut digests = Vec::new();
             if let Ok(mut link) = client.connect_coordinator().await {
@@ -402,9 +431,9 @@ impl Cluster {
                 };
                 nodes.push((n.id, s));
             }
-            (coordinator, digests, nodes)
+            (coordinator, coordinators, digests, nodes)
         });
-        Ok(StatusSample { local, coordinator, digests, nodes, mode: self.config.mode() })
+        Ok(StatusSample { local, coordinator, coordinators, digests, nodes, mode: self.config.mode() })
     }
 
     /// Stops the cluster (see the module documentation); says what it stopped and how.
@@ -412,14 +441,27 @@ impl Cluster {
         let running = self.running_procs();
         let rt = runtime()?;
         let client = self.client();
-        // Ask every process, local or not, to shut down: the coordinator first (it tells the
-        // nodes), then, at once, each node not seen gone.
+        // Ask every process, local or not, to shut down: the coordinators first (the leader
+        // tells the nodes), then, at once, each node not seen gone.
         let wait = Duration::from_millis(self.config.timeouts.connect_timeout_ms.min(2_000));
         let asked = rt.block_on(async {
             let mut asked = Vec::new();
-            if let Ok(Ok(link)) = tokio::time::timeout(wait, client.connect_coordinator()).await {
-                if client::shutdown(link, "glass cluster down").await.is_ok() {
-                    asked.push("coordinator".to_string());
+            // The leader first: with the standbys gone first it would lose its majority and no
+            // longer speak for the cluster.
+            let mut order = self.config.coordinator_ids();
+            if order.len() > 1 {
+                if let Ok(Ok(mut link)) = tokio::time::timeout(wait, client.connect_coordinator()).await {
+                    let leader = client::status(&mut link).await.ok().map(|s| s.id);
+                    order.sort_by_key(|c| Some(u16::from(*c)) != leader);
+                }
+            }
+            let group = order.len() > 1;
+            for c in order {
+                let p = Proc::Coordinator(group.then_some(c));
+                if let Ok(Ok(link)) = tokio::time::timeout(wait, client.connect_coordinator_id(c)).await {
+                    if client::shutdown(link, "glass cluster down").await.is_ok() {
+                        asked.push(p.label());
+                    }
                 }
             }
             let mut tasks = Vec::new();
@@ -548,7 +590,10 @@ impl PartitionDigests {
 #[derive(Debug, Clone)]
 pub struct StatusSample {
     pub local: Vec<Running>,
+    /// The leading coordinator's status (the only one's, without a group).
     pub coordinator: Option<ProcessStatus>,
+    /// With a coordinator group: each coordinator's own status, in the file's order.
+    pub coordinators: Vec<(CoordinatorId, Option<ProcessStatus>)>,
     pub digests: Vec<PartitionDigests>,
     /// Every node of cluster.toml, in its order.
     pub nodes: Vec<(NodeId, Option<ProcessStatus>)>,

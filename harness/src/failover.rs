@@ -63,6 +63,24 @@ impl std::fmt::Display for KillSignal {
     }
 }
 
+/// The process a failover experiment fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Victim {
+    Node(u16),
+    /// A coordinator of the group: the one leading at the moment of the kill.
+    Coordinator(u8),
+}
+
+impl std::fmt::Display for Victim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Victim::Node(n) => write!(f, "node {n}"),
+            Victim::Coordinator(c) => write!(f, "coordinator {c}"),
+        }
+    }
+}
+
 /// How a partition of the victim came back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -79,6 +97,11 @@ pub enum Recovery {
     /// copy ended, then the successor's records since.
     #[serde(rename = "wal-recovery+catch-up")]
     WalRecoveryCatchUp,
+    /// A coordinator was killed: a standby was elected and took over from the replicas'
+    /// standing (docs/design.md §11).
+    Election,
+    /// A killed coordinator, started again, follows the new leader as a standby.
+    Standby,
 }
 
 impl std::fmt::Display for Recovery {
@@ -89,6 +112,8 @@ impl std::fmt::Display for Recovery {
             Recovery::Rejoin => "rejoin",
             Recovery::WalRecovery => "wal-recovery",
             Recovery::WalRecoveryCatchUp => "wal-recovery+catch-up",
+            Recovery::Election => "election",
+            Recovery::Standby => "standby",
         })
     }
 }
@@ -98,16 +123,22 @@ impl std::fmt::Display for Recovery {
 pub struct FailoverReport {
     pub mode: Mode,
     pub shipping: Option<Shipping>,
-    /// The node killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's start).
-    pub node: u16,
+    /// The process killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's
+    /// start).
+    pub killed: Victim,
     pub signal: KillSignal,
     pub killed_at_s: f64,
     /// When the node was started again (`--restart-after`), seconds from the run's start.
     pub restarted_at_s: Option<f64>,
-    /// From the kill until the coordinator excluded the node (ms).
+    /// From the kill until the coordinator excluded the node, or (a coordinator killed)
+    /// until another coordinator no longer counted the killed one its leader (ms).
     pub detection_ms: Option<f64>,
-    /// From the restart until the node was live again (rejoin), or from the kill until a
-    /// backup was promoted (ms); `None` when nothing recovered within the run.
+    /// A coordinator killed: from the kill until a newly elected leader had taken over and
+    /// every partition served (ms).
+    pub election_ms: Option<f64>,
+    /// From the restart until the node was live again (rejoin) or the coordinator followed
+    /// the new leader (standby), or from the kill until a backup was promoted (ms); `None`
+    /// when nothing recovered within the run.
     pub recovery_ms: Option<f64>,
     /// How the victim's partitions came back.
     pub recovery: Recovery,
@@ -293,15 +324,18 @@ impl std::fmt::Display for FailoverReport {
         let ms = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0} ms"));
         writeln!(
             f,
-            "failover: {}{}, node {} {} at {:.1} s{}",
+            "failover: {}{}, {} {} at {:.1} s{}",
             self.mode,
             self.shipping.as_ref().map_or(String::new(), |s| format!(" ({s} shipping)")),
-            self.node,
+            self.killed,
             self.signal,
             self.killed_at_s,
             self.restarted_at_s.map_or(String::new(), |t| format!(", restarted at {t:.1} s"))
         )?;
         writeln!(f, "  detection            {}", ms(self.detection_ms))?;
+        if let Victim::Coordinator(_) = self.killed {
+            writeln!(f, "  election             {}", ms(self.election_ms))?;
+        }
         for p in &self.partitions {
             let v = match (p.unavailability_ms, p.unavailability_at_most_ms) {
                 (Some(v), _) => format!("{v:.0} ms"),
@@ -330,10 +364,10 @@ pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), SvgError> {
     let t_max = r.timeline.last().map_or(1.0, |p| p.t_s + 0.1).max(r.killed_at_s + 0.1);
     let y_max = r.timeline.iter().map(|p| p.txn_per_sec).fold(1.0, f64::max) * 1.1;
     let title = format!(
-        "glass failover: {}{} — node {} {} at {:.1} s",
+        "glass failover: {}{} — {} {} at {:.1} s",
         r.mode,
         r.shipping.as_ref().map_or(String::new(), |s| format!(" ({s})")),
-        r.node,
+        r.killed,
         r.signal,
         r.killed_at_s
     );
@@ -365,9 +399,9 @@ pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), SvgError> {
         .map_err(err)?
         .label("all")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    let mut marks = vec![(r.killed_at_s, format!("{} node {}", r.signal, r.node), RED)];
+    let mut marks = vec![(r.killed_at_s, format!("{} {}", r.signal, r.killed), RED)];
     if let Some(t) = r.restarted_at_s {
-        marks.push((t, format!("restart node {}", r.node), GREEN));
+        marks.push((t, format!("restart {}", r.killed), GREEN));
     }
     for (t, label, c) in marks {
         chart

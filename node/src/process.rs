@@ -55,8 +55,8 @@ use wire::channel::{
 use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replication};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
-    DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, ProcessStatus, Rejection,
-    ReplicationReport, Role, Seq, Shipment, PROTOCOL_VERSION,
+    CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
+    ProcessStatus, Rejection, ReplicationReport, Role, Seq, Shipment, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
@@ -78,6 +78,9 @@ pub const TOOL_OUTBOX_MAX: usize = 8;
 /// the reply: a peer that does not read its replies (dead, hung or hostile) must not stall
 /// the partition's executor — the node's core — for longer than this.
 pub const TOOL_REPLY_PATIENCE: Duration = Duration::from_millis(1_000);
+/// Messages queued for one coordinator link; past it the writer task waits (the leader's
+/// link: backpressure on the executors), as it would on the link itself.
+pub const LINK_OUTBOX_MAX: usize = 1_024;
 /// Encoded shipments queued for one backup node's link.
 pub const PEER_OUTBOX_MAX: usize = 4_096;
 /// Acknowledgements and membership changes queued for the writer task.
@@ -128,9 +131,11 @@ enum Work {
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
     /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
     Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
-    /// The coordinator link came back after breaking: drop the replica's state and rejoin;
-    /// messages are sent under link epoch `epoch` from now on.
-    Rejoin { epoch: u64 },
+    /// Drop the replica's state and rejoin; messages are sent under link epoch `epoch` from
+    /// now on. Either the only coordinator's link came back after breaking, or
+    /// (`only_if_serving`) the leader's membership left this replica out: a replica already
+    /// rejoining goes on.
+    Rejoin { epoch: u64, only_if_serving: bool },
     /// Finish: the node is shutting down.
     Stop,
 }
@@ -244,6 +249,11 @@ struct Node {
     machine: Mutex<NodeMachine>,
     /// The coordinator link's epoch (see [`Outgoing`]).
     epoch: AtomicU64,
+    /// The sending queue of each coordinator link that is up.
+    links: Mutex<BTreeMap<CoordinatorId, LinkOutbox>>,
+    /// Set once the first coordinator link is up: until then what the executors send waits
+    /// in their queue (a load report must not be lost to a link not yet made).
+    first_link: watch::Sender<bool>,
     /// Encoded shipments to each backup node's link.
     peers: Mutex<BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>>,
     /// This node, for tasks started later (links to rejoining backups).
@@ -271,6 +281,7 @@ impl Node {
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             partitions: self.replicas.values().map(|r| r.shared.report(self.id)).collect(),
+            leader: self.machine().leader().map(u16::from),
         }
     }
 
@@ -359,6 +370,8 @@ pub async fn run(
         events,
         machine: Mutex::new(machine),
         epoch: AtomicU64::new(0),
+        links: Mutex::new(BTreeMap::new()),
+        first_link: watch::Sender::new(false),
         peers: Mutex::new(BTreeMap::new()),
         me: me.clone(),
     });
@@ -368,7 +381,7 @@ pub async fn run(
     for backup in backups {
         open_peer(&node, backup);
     }
-    let link_task = tokio::spawn(coordinator_link(node.clone(), from_executors, events_rx));
+    let link_task = tokio::spawn(coordinator_links(node.clone(), from_executors, events_rx));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
 
     tokio::select! {
@@ -735,7 +748,10 @@ impl Executor {
             Work::Stop => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
             Work::Fetched { source, fetched } => machine.on_fetched(source, *fetched),
-            Work::Rejoin { epoch } => {
+            Work::Rejoin { only_if_serving: true, .. } if machine.standing() != crate::machine::Standing::Serving => {
+                return;
+            }
+            Work::Rejoin { epoch, .. } => {
                 self.epoch.set(epoch);
                 *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
@@ -744,7 +760,7 @@ impl Executor {
                     Machine::rejoining(self.storage.mode(), self.node, pid, self.pending_batches_max);
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));
-                info!(partition = pid, epoch, "the coordinator link is back; rejoining");
+                info!(partition = pid, epoch, "rejoining (the coordinator counted this replica failed)");
                 effects
             }
             Work::Peer { req: PeerRequest::Ship(shipment), reply } => machine.on_shipment(shipment, reply),
@@ -1160,7 +1176,10 @@ async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> 
             }
         };
         if let Some(addr) = addr {
-            let limits = EndpointLimits::from_config(&node.config);
+            let limits = match peer {
+                wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
+                _ => EndpointLimits::from_config(&node.config),
+            };
             let attempt = endpoint::connect_to(peer, addr, &server_name, tls.clone(), node.hello(), limits);
             tokio::select! {
                 r = attempt => match r {
@@ -1192,74 +1211,117 @@ async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> 
     }
 }
 
-/// Dials the coordinator (retrying until it answers or the node stops), then carries the
-/// link until it breaks — the executors' messages out through the node machine (its ship
-/// gates), the coordinator's in — and dials again when the machine says so: a node whose link
-/// came back rejoins every partition (`NodeMachine::on_link_up`).
-async fn coordinator_link(
+/// One coordinator link's sending queue (its task sends what is queued, in order).
+#[derive(Debug)]
+struct LinkOutbox {
+    /// The link's serial number: a broken link's task removes only its own queue.
+    conn: u64,
+    out: mpsc::Sender<NodeToCoordinator>,
+}
+
+/// Keeps a link to every coordinator of `cluster.toml` (the node machine says which leads;
+/// docs/design.md §11), and the writer task that sends through them: the executors' messages
+/// (through the node machine's ship gates), backups' acknowledgements and heartbeats.
+async fn coordinator_links(
     node: Arc<Node>,
     mut from_executors: mpsc::Receiver<Outgoing>,
     mut events: mpsc::Receiver<OutboxEvent>,
 ) {
-    let address = node.config.coordinator().address.clone();
+    // Dropped (and every link task with it) when this task ends or is aborted.
+    let mut links = tokio::task::JoinSet::new();
+    for c in node.config.coordinator_ids() {
+        links.spawn(coordinator_link(node.clone(), c));
+    }
+    let mut first = node.first_link.subscribe();
+    tokio::select! {
+        _ = first.wait_for(|up| *up) => {}
+        () = node.stopped() => return,
+    }
+    write_to_coordinators(&node, &mut from_executors, &mut events).await;
+}
+
+/// Dials coordinator `c` (retrying until it answers or the node stops), then carries the
+/// link until it breaks — the coordinator's messages in, through the node machine, and what
+/// the writer task queued out — and dials again [`CONNECT_RETRY_MS`] after: a node whose
+/// only coordinator's link came back rejoins every partition (`NodeMachine::on_link_up`);
+/// with several coordinators, the leader's membership says which replicas rejoin.
+async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
+    let Some(address) = node.config.coordinator_by_id(c).map(|x| x.address.clone()) else { return };
+    let field = format!("the address of coordinator {c}");
+    let mut conn = 0u64;
     loop {
-        let Some(link) = dial(
-            &node,
-            wire::tls::Role::Coordinator(u16::from(node.config.coordinator().id)),
-            "coordinator.address",
-            &address,
-        )
-        .await
-        else {
+        let Some(link) = dial(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address).await else {
             if !*node.stopping.borrow() {
-                node.stop("refused by the coordinator");
+                node.stop(&format!("refused by coordinator {c}"));
             }
             return;
         };
-        info!(coordinator = %address, "joined the coordinator");
-        let effects = node.machine().on_link_up(node.config.coordinator().id, micros(&node));
+        conn += 1;
+        info!(coordinator = c, %address, "joined coordinator {c}");
+        let (sender, receiver) = link.split();
+        let (out, out_rx) = mpsc::channel(LINK_OUTBOX_MAX);
+        node.links.lock().unwrap_or_else(|e| e.into_inner()).insert(c, LinkOutbox { conn, out });
+        let effects = node.machine().on_link_up(c, micros(&node));
         let rejoin = effects.contains(&NodeEffect::RejoinAll);
         if rejoin {
             let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
             warn!(epoch, "the coordinator link is back; every partition rejoins");
         }
-        let (sender, receiver) = link.split();
+        node.first_link.send_replace(true);
         tokio::select! {
-            () = read_from_coordinator(&node, receiver, rejoin) => {}
-            () = write_to_coordinator(&node, sender, &mut from_executors, &mut events) => {}
+            () = read_from_coordinator(&node, c, receiver, rejoin) => {}
+            () = send_queued(&node, c, sender, out_rx) => {}
             () = node.stopped() => return,
+        }
+        {
+            let mut links = node.links.lock().unwrap_or_else(|e| e.into_inner());
+            if links.get(&c).is_some_and(|l| l.conn == conn) {
+                links.remove(&c);
+            }
         }
         if *node.stopping.borrow() {
             return;
         }
-        node.machine().on_link_lost(node.config.coordinator().id, micros(&node));
-        error!("the coordinator link broke; dialing again (every partition will rejoin)");
-        // What the executors send meanwhile is lost with the link (`Outgoing`'s epoch drops
-        // it when the link is back); the node machine says when to dial.
-        loop {
-            let wait = node.machine().next_deadline_us().saturating_sub(micros(&node));
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_micros(wait)) => {}
-                _ = from_executors.recv() => continue,
-                _ = events.recv() => continue,
-                () = node.stopped() => return,
-            }
-            let due = node.machine().tick(micros(&node), |_| None);
-            if due.iter().any(|e| matches!(e, NodeEffect::Dial { .. })) {
-                break;
-            }
+        let leader = node.machine().leader() == Some(c);
+        node.machine().on_link_lost(c, micros(&node));
+        if leader {
+            error!(coordinator = c, "the link to the leading coordinator broke; dialing again");
+        } else {
+            warn!(coordinator = c, "the link to coordinator {c} broke; dialing again");
+        }
+        // What the executors send meanwhile to this coordinator is lost with the link.
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
+            () = node.stopped() => return,
         }
     }
 }
 
-/// The receiving side of the coordinator link, until it breaks: each message through the
-/// node machine, to its partition's executor (after, when the link came back, every
-/// executor was told to rejoin).
-async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver, rejoin: bool) {
+/// Sends what the writer task queued for coordinator `c`, until the link breaks.
+async fn send_queued(
+    node: &Node,
+    c: CoordinatorId,
+    mut sender: wire::endpoint::LinkSender,
+    mut queued: mpsc::Receiver<NodeToCoordinator>,
+) {
+    while let Some(msg) = queued.recv().await {
+        if let Err(e) = sender.send(&msg).await {
+            if !*node.stopping.borrow() {
+                error!(coordinator = c, error = %e, "cannot send to the coordinator; link lost");
+            }
+            return;
+        }
+    }
+}
+
+/// The receiving side of coordinator `c`'s link, until it breaks: each message through the
+/// node machine, to its partition's executor (after, when the only coordinator's link came
+/// back, every executor was told to rejoin).
+async fn read_from_coordinator(node: &Node, c: CoordinatorId, mut receiver: endpoint::LinkReceiver, rejoin: bool) {
     if rejoin {
         let epoch = node.epoch.load(Ordering::SeqCst);
         for r in node.replicas.values() {
-            if r.inbox.send(Work::Rejoin { epoch }).await.is_err() {
+            if r.inbox.send(Work::Rejoin { epoch, only_if_serving: false }).await.is_err() {
                 return;
             }
         }
@@ -1269,17 +1331,17 @@ async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver
             Ok(Some(FromCoordinator::Epoched(Epoched { epoch, msg }))) => (epoch, msg),
             Ok(None) => {
                 if !*node.stopping.borrow() {
-                    error!("the coordinator closed the link");
+                    warn!(coordinator = c, "the coordinator closed the link");
                 }
                 return;
             }
             Err(e) if e.is_protocol_violation() => {
-                warn!(peer = "coordinator", error = %e, "the coordinator broke the protocol; its link is closed");
+                warn!(coordinator = c, error = %e, "the coordinator broke the protocol; its link is closed");
                 return;
             }
             Err(e) => {
                 if !*node.stopping.borrow() {
-                    error!(error = %e, "the coordinator link failed");
+                    warn!(coordinator = c, error = %e, "the coordinator link failed");
                 }
                 return;
             }
@@ -1294,15 +1356,26 @@ async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver
             CoordinatorToNode::PartitionStopped { partition, reason } => {
                 error!(partition, reason = %reason, "the coordinator stopped the partition")
             }
+            CoordinatorToNode::TakeOver { epoch } => info!(coordinator = c, epoch, "coordinator {c} takes over"),
             _ => {}
         }
-        let effects = node.machine().on_coordinator(node.config.coordinator().id, epoch, msg);
+        let effects = node.machine().on_coordinator(c, epoch, msg);
         let mut for_writer = Vec::new();
         for effect in effects {
             match effect {
                 NodeEffect::ToPartition { partition, msg } => {
                     if node.replicas[&partition].inbox.send(Work::Coordinator(msg)).await.is_err() {
                         return;
+                    }
+                }
+                NodeEffect::Rejoin { partition } => {
+                    warn!(partition, "left out of the partition's membership; the replica rejoins");
+                    let epoch = node.epoch.load(Ordering::SeqCst);
+                    let work = Work::Rejoin { epoch, only_if_serving: true };
+                    if let Some(r) = node.replicas.get(&partition) {
+                        if r.inbox.send(work).await.is_err() {
+                            return;
+                        }
                     }
                 }
                 NodeEffect::Shutdown { reason } => {
@@ -1322,12 +1395,11 @@ async fn read_from_coordinator(node: &Node, mut receiver: endpoint::LinkReceiver
     }
 }
 
-/// The sending side of the coordinator link, until it breaks: executors' messages (results
-/// held by the ship gates in sync shipping, shipments to the backups' links), backups'
-/// acknowledgements, and heartbeats, each through the node machine.
-async fn write_to_coordinator(
+/// The writer task: executors' messages (results held by the ship gates in sync shipping,
+/// shipments to the backups' links), backups' acknowledgements, and heartbeats, each through
+/// the node machine, to the coordinator links.
+async fn write_to_coordinators(
     node: &Node,
-    mut sender: wire::endpoint::LinkSender,
     from_executors: &mut mpsc::Receiver<Outgoing>,
     events: &mut mpsc::Receiver<OutboxEvent>,
 ) {
@@ -1351,24 +1423,21 @@ async fn write_to_coordinator(
                 node.machine().tick(micros(node), applied)
             }
         };
-        if perform(node, &mut sender, effects).await.is_err() {
-            return;
-        }
+        perform(node, effects).await;
     }
 }
 
-/// Carries out the node machine's effects on the writer's side; `Err` once the link broke.
-async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: Vec<NodeEffect>) -> Result<(), ()> {
+/// Carries out the node machine's effects on the writer's side. A message for a coordinator
+/// whose link is down is dropped (lost with the link, as the node machine expects).
+async fn perform(node: &Node, effects: Vec<NodeEffect>) {
     let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
     while let Some(effect) = queue.pop_front() {
         match effect {
-            // This process has one coordinator link (the cluster's only coordinator).
-            NodeEffect::ToCoordinator { msg, .. } => {
-                if let Err(e) = sender.send(&msg).await {
-                    if !*node.stopping.borrow() {
-                        error!(error = %e, "cannot send to the coordinator; link lost");
-                    }
-                    return Err(());
+            NodeEffect::ToCoordinator { coordinator, msg } => {
+                let out = node.links.lock().unwrap_or_else(|e| e.into_inner()).get(&coordinator).map(|l| l.out.clone());
+                if let Some(out) = out {
+                    // An error: the link's task ended (it broke); the message is lost with it.
+                    let _ = out.send(msg).await;
                 }
             }
             NodeEffect::Ship { backups, shipment } => {
@@ -1386,16 +1455,14 @@ async fn perform(node: &Node, sender: &mut wire::endpoint::LinkSender, effects: 
             NodeEffect::NotHeld { partition, name } => {
                 warn!(partition, message = name, "message for a partition this node does not hold; ignored")
             }
-            // Carried by the reader and the link loop.
-            // A membership leaving this node out comes only from a coordinator group's leader
-            // (docs/design.md §11); this process follows the cluster's only coordinator.
-            NodeEffect::Rejoin { partition } => {
-                warn!(partition, "left out of the partition's membership; it stays until the link breaks")
-            }
-            NodeEffect::ToPartition { .. } | NodeEffect::Dial { .. } | NodeEffect::RejoinAll => {}
+            // Carried by the reader (rejoins) and the link tasks (which dial again by
+            // themselves, CONNECT_RETRY_MS after a link broke).
+            NodeEffect::Rejoin { .. }
+            | NodeEffect::ToPartition { .. }
+            | NodeEffect::Dial { .. }
+            | NodeEffect::RejoinAll => {}
         }
     }
-    Ok(())
 }
 
 /// Microseconds since the node started (the node machine's clock).

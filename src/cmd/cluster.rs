@@ -116,12 +116,30 @@ fn status(c: &Cluster) -> Result<ExitCode> {
         "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8}  digest",
         "process", "pid", "alive", "partition", "state", "batch", "txns", "cpu_s"
     );
+    for (id, st) in &s.coordinators {
+        let label = format!("coordinator {id}");
+        match st {
+            Some(st) if st.leader == Some(u16::from(*id)) => {}
+            Some(st) => {
+                let state = match st.leader {
+                    Some(l) => format!("standby (leader: {l})"),
+                    None => "standby (no leader known)".to_string(),
+                };
+                println!("{:<12} {:>8} {:<6} {:>9} {:<28}", label, st.pid, "yes", "-", state);
+            }
+            None => print_silent(&label, s.pid_of(&Proc::Coordinator(Some(*id)))),
+        }
+    }
+    let leader = match &s.coordinator {
+        Some(st) if !s.coordinators.is_empty() => format!("coordinator {}", st.id),
+        _ => "coordinator".to_string(),
+    };
     match &s.coordinator {
         Some(st) => {
             for p in &st.partitions {
                 println!(
                     "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8}  -",
-                    "coordinator",
+                    leader,
                     st.pid,
                     "yes",
                     p.partition,
@@ -132,7 +150,8 @@ fn status(c: &Cluster) -> Result<ExitCode> {
                 );
             }
         }
-        None => print_silent("coordinator", s.pid_of(&Proc::Coordinator)),
+        None if s.coordinators.is_empty() => print_silent("coordinator", s.pid_of(&Proc::Coordinator(None))),
+        None => println!("no coordinator leads"),
     }
     for (id, st) in &s.nodes {
         match st {

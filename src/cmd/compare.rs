@@ -253,7 +253,7 @@ fn failover_run(
     config.run_dir = plan.dir.join("failover");
     let x = Experiment {
         exe: exe.to_path_buf(),
-        victim: config.partitions[0].replicas[0],
+        victim: harness::failover::experiment::Kill::Node(config.partitions[0].replicas[0]),
         signal: libc::SIGKILL,
         at: a.duration / 3.0,
         restart_after: None,
@@ -261,7 +261,7 @@ fn failover_run(
         shares,
         quiet: a.quiet,
     };
-    println!("  failover: SIGKILL node {} at {:.1} s", x.victim, x.at);
+    println!("  failover: SIGKILL {} at {:.1} s", x.victim, x.at);
     let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
         .with_context(|| format!("the {} failover run", plan.mode))?;
     print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());

@@ -44,10 +44,13 @@ pub struct FailoverArgs {
     /// a killed node comes back only by restart recovery from its write-ahead log.
     #[arg(long)]
     pub replicas: Option<usize>,
-    /// Kill this node with SIGKILL [default: the first replica of partition 1 — its primary
-    /// in the passive modes].
-    #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with = "stop")]
-    pub kill: Option<NodeId>,
+    /// Kill this with SIGKILL: a node id [default: the first replica of partition 1 — its
+    /// primary in the passive modes], `coordinator` (the coordinator leading at the moment of
+    /// the kill; needs several [[coordinators]]), or `any` (a node or the leading
+    /// coordinator, drawn from --seed). A killed coordinator restarted with
+    /// --restart-after comes back as a standby.
+    #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with = "stop", value_name = "NODE|coordinator|any")]
+    pub kill: Option<failover::Target>,
     /// Stop this node with SIGTERM (a clean shutdown) instead of killing it.
     #[arg(long)]
     pub stop: Option<NodeId>,
@@ -125,7 +128,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         .into());
     }
     let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas)?;
-    let (victim, signal) = failover::victim(&config, a.kill, a.stop, &base.path)?;
+    let (victim, signal) = failover::victim(&config, a.kill, a.stop, a.seed, &base.path)?;
     failover::check_times(a.at, a.duration, a.restart_after, a.kill_loop.map(|c| (c, a.every)))?;
     for p in [&a.json, &a.svg].into_iter().flatten() {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
@@ -162,10 +165,11 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         return run_loop(&a, &config, cycles, cfg, shares);
     }
     println!(
-        "failover: {} on {} ({} warehouses); node {victim} gets {} {:.1} s into the measured phase{}",
+        "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase{}",
         config.mode(),
         base.path.display(),
         warehouses,
+        victim,
         if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" },
         a.at,
         a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))

@@ -51,6 +51,25 @@ pub fn cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
     path
 }
 
+/// The committed cluster.toml with a group of three coordinators (docs/cluster.md), free
+/// ports and one warehouse per partition.
+pub fn group_cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
+    let path = cluster_toml(dir, cert_dir);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text.find("[coordinator]\n").expect("one [coordinator] table");
+    let end = start + text[start..].find("\n\n").expect("its end");
+    let sockets: Vec<UdpSocket> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let group: Vec<String> = sockets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| format!("[[coordinators]]\nid = {i}\naddress = \"{}\"", s.local_addr().unwrap()))
+        .collect();
+    drop(sockets);
+    let text = format!("{}{}{}", &text[..start], group.join("\n\n"), &text[end..]);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// The pids `glass` processes running with `config` — or, for a directory, with any
 /// configuration under it — have (from /proc), zombies excluded.
 pub fn processes_of(config: &Path) -> Vec<u32> {

@@ -264,6 +264,7 @@ mod tests {
                     ..Default::default()
                 },
             }],
+            leader: Some(0),
         }
     }
 
@@ -509,6 +510,7 @@ mod tests {
         channel_checks(&peer_replies());
         channel_checks(&tool_requests());
         channel_checks(&tool_replies());
+        channel_checks(&[CoordinatorToCoordinator::Raft(vec![1, 2, 3])]);
     }
 
     /// A message of one channel arriving on another is refused, never read as one of its

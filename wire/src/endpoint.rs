@@ -132,7 +132,7 @@ const RECV_BUFFER_BYTES_INITIAL: usize = 64 << 10;
 /// Period of QUIC keep-alives, so an idle link is not timed out.
 const KEEP_ALIVE_MS: u64 = 2_000;
 /// QUIC idle timeout: a peer silent this long (keep-alives included) is gone.
-const IDLE_TIMEOUT_MS: u32 = 30_000;
+pub const IDLE_TIMEOUT_MS: u32 = 30_000;
 /// How long a dropped link's connection stays open for its last frames to be delivered.
 const LINGER_MS: u64 = 3_000;
 
@@ -164,6 +164,12 @@ pub struct EndpointLimits {
     /// Bytes QUIC keeps of what this process sent on a connection and the peer has not
     /// acknowledged (`limits.send_window_bytes`); a write past it waits.
     pub send_window_bytes: u32,
+    /// How long a connection may receive nothing (keep-alives included) before it counts as
+    /// gone; the shorter of the two ends' wins. [`IDLE_TIMEOUT_MS`] by default; links to the
+    /// coordinators of a group dial with less ([`EndpointLimits::to_coordinator`]).
+    pub idle_timeout_ms: u32,
+    /// Period of this end's QUIC keep-alives ([`KEEP_ALIVE_MS`] by default).
+    pub keep_alive_ms: u64,
 }
 
 impl EndpointLimits {
@@ -175,6 +181,8 @@ impl EndpointLimits {
             handshake_timeout: Duration::from_millis(cfg.timeouts.connect_timeout_ms),
             receive_window_bytes: cfg.limits.receive_window_bytes,
             send_window_bytes: cfg.limits.send_window_bytes,
+            idle_timeout_ms: IDLE_TIMEOUT_MS,
+            keep_alive_ms: KEEP_ALIVE_MS,
         }
     }
 
@@ -182,6 +190,24 @@ impl EndpointLimits {
     /// window, its send window and one frame buffer (see the module documentation).
     pub fn peer_bytes_max(&self) -> u64 {
         u64::from(self.receive_window_bytes) + u64::from(self.send_window_bytes) + self.frame_bytes_max as u64
+    }
+
+    /// The limits of a link dialled to a coordinator of `cfg`. With a coordinator group
+    /// (docs/design.md §11), a coordinator killed without a word (SIGKILL: no close frame)
+    /// must count as gone as soon as a node would for the coordinator: after
+    /// `timeouts.failure_timeout_ms` without a packet, keep-alives every
+    /// `timeouts.heartbeat_ms` × 2 (each acknowledged within [`MAX_ACK_DELAY_MS`]). A client
+    /// then turns to the new leader, and a node dials the killed one again — it may restart
+    /// and lead — instead of holding a dead link for [`IDLE_TIMEOUT_MS`]. With one coordinator
+    /// nothing takes over, and the defaults stand.
+    pub fn to_coordinator(cfg: &ClusterConfig) -> EndpointLimits {
+        let mut limits = EndpointLimits::from_config(cfg);
+        if cfg.coordinators.len() > 1 {
+            let idle = cfg.timeouts.failure_timeout_ms.max(4 * cfg.timeouts.heartbeat_ms).max(100);
+            limits.idle_timeout_ms = u32::try_from(idle).unwrap_or(IDLE_TIMEOUT_MS);
+            limits.keep_alive_ms = (2 * cfg.timeouts.heartbeat_ms).clamp(10, KEEP_ALIVE_MS);
+        }
+        limits
     }
 
     /// The most bytes the peers of a listener can make it hold: `connections_max` times
@@ -200,6 +226,8 @@ impl Default for EndpointLimits {
             handshake_timeout: Duration::from_millis(5_000),
             receive_window_bytes: limits.receive_window_bytes,
             send_window_bytes: limits.send_window_bytes,
+            idle_timeout_ms: IDLE_TIMEOUT_MS,
+            keep_alive_ms: KEEP_ALIVE_MS,
         }
     }
 }
@@ -499,8 +527,8 @@ enum Side {
 /// module documentation, "Memory").
 fn transport_config(limits: &EndpointLimits, side: Side) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
-    t.keep_alive_interval(Some(Duration::from_millis(KEEP_ALIVE_MS)));
-    t.max_idle_timeout(Some(VarInt::from_u32(IDLE_TIMEOUT_MS).into()));
+    t.keep_alive_interval(Some(Duration::from_millis(limits.keep_alive_ms)));
+    t.max_idle_timeout(Some(VarInt::from_u32(limits.idle_timeout_ms).into()));
     // The dialler opens the link's one stream; the listener opens none.
     let streams = match side {
         Side::Listener => STREAMS_PER_CONNECTION,

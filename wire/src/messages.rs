@@ -30,8 +30,9 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
 /// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
-/// a typed [`PartitionPhase`] and [`ReplicationRole`].
-pub const PROTOCOL_VERSION: u8 = 10;
+/// a typed [`PartitionPhase`] and [`ReplicationRole`]; 11: the coordinator group's channel,
+/// and a coordinator's status names the leader it knows.
+pub const PROTOCOL_VERSION: u8 = 11;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -602,8 +603,11 @@ pub struct ProcessStatus {
     /// Milliseconds since the process started.
     pub uptime_ms: u64,
     /// The partitions the process serves (the coordinator: every partition; a node: its
-    /// replicas), in id order.
+    /// replicas), in id order. A standby coordinator reports none.
     pub partitions: Vec<PartitionReport>,
+    /// A coordinator: the leading coordinator it knows of (itself when it leads; `None`
+    /// while no leader is known). A node: the leader it follows.
+    pub leader: Option<u16>,
 }
 
 /// One partition as a process sees it.

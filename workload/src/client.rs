@@ -83,6 +83,14 @@ pub enum ClientError {
     Transactions { count: u64, first: String },
 }
 
+/// How long [`ClusterClient::connect_coordinator`] looks for the leading coordinator of a
+/// group before it gives up (an election takes about `timeouts.failure_timeout_ms`).
+pub const LEADER_SEARCH_TIMEOUT: Duration = Duration::from_secs(20);
+/// Pause between two rounds over the coordinators while none leads.
+const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(25);
+/// How long one coordinator may take to say whether it leads.
+const LEADER_ASK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Connects to a cluster's processes as a client.
 #[derive(Debug, Clone)]
 pub struct ClusterClient {
@@ -124,15 +132,93 @@ impl ClusterClient {
             .0
             .to_string();
         let tls = wire::tls::client_config(&self.config.cert_dir, wire::tls::Role::Client)?;
-        let limits = EndpointLimits::from_config(&self.config);
+        let limits = match peer {
+            wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&self.config),
+            _ => EndpointLimits::from_config(&self.config),
+        };
         Ok(endpoint::connect_to(peer, addr, &server_name, tls, self.hello(), limits).await?)
     }
 
-    /// A link to the coordinator.
+    /// A link to the leading coordinator: the only one, or, of a group (docs/design.md §11),
+    /// the one whose status says it leads and has taken over. Every coordinator is asked at
+    /// once, each again every [`LEADER_SEARCH_PAUSE`] until one leads (a killed one does not
+    /// hold up the others while its connection times out), for up to
+    /// [`LEADER_SEARCH_TIMEOUT`].
     pub async fn connect_coordinator(&self) -> Result<Link, ClientError> {
-        let coordinator = self.config.coordinator();
+        if self.config.coordinators.len() == 1 {
+            return self.connect_coordinator_id(self.config.coordinator().id).await;
+        }
+        let deadline = tokio::time::Instant::now() + LEADER_SEARCH_TIMEOUT;
+        // Dropped (every search still running aborted) once a leader answers.
+        let mut asked = tokio::task::JoinSet::new();
+        for c in self.config.coordinator_ids() {
+            let me = self.clone();
+            asked.spawn(async move { me.ask_until_leading(c, deadline).await });
+        }
+        let mut last = None;
+        while let Some(joined) = asked.join_next().await {
+            match joined {
+                Ok(Ok(link)) => return Ok(link),
+                Ok(Err(e)) => last = Some(e),
+                Err(e) => last = Some(ClientError::Refused { peer: "a coordinator".into(), reason: e.to_string() }),
+            }
+        }
+        Err(last.unwrap_or(ClientError::Refused { peer: "the coordinators".into(), reason: "none leads".into() }))
+    }
+
+    /// Asks coordinator `c` every [`LEADER_SEARCH_PAUSE`] until it leads (its link, then) or
+    /// `deadline` passes (why it did not, then).
+    async fn ask_until_leading(&self, c: u8, deadline: tokio::time::Instant) -> Result<Link, ClientError> {
+        let mut link: Option<Link> = None;
+        loop {
+            let outcome = match link.as_mut() {
+                Some(l) => match tokio::time::timeout(LEADER_ASK_TIMEOUT, status(l)).await {
+                    Ok(Ok(s)) if s.leader == Some(s.id) && !s.partitions.is_empty() => {
+                        return Ok(link.take().expect("matched"));
+                    }
+                    Ok(Ok(s)) => ClientError::Refused {
+                        peer: format!("coordinator {c}"),
+                        reason: match s.leader {
+                            Some(l) if l == s.id => "taking over; not serving yet".to_string(),
+                            Some(l) => format!("not the leader (coordinator {l} is)"),
+                            None => "not the leader, and knows of none".to_string(),
+                        },
+                    },
+                    Ok(Err(e)) => {
+                        link = None;
+                        e
+                    }
+                    Err(_) => {
+                        link = None;
+                        ClientError::Refused {
+                            peer: format!("coordinator {c}"),
+                            reason: format!("no status within {LEADER_ASK_TIMEOUT:?}"),
+                        }
+                    }
+                },
+                None => match self.connect_coordinator_id(c).await {
+                    Ok(l) => {
+                        link = Some(l);
+                        continue;
+                    }
+                    Err(e) => e,
+                },
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(outcome);
+            }
+            tokio::time::sleep(LEADER_SEARCH_PAUSE).await;
+        }
+    }
+
+    /// A link to coordinator `id` (leading or not).
+    pub async fn connect_coordinator_id(&self, id: u8) -> Result<Link, ClientError> {
+        let coordinator = self.config.coordinator_by_id(id).ok_or_else(|| ClientError::Refused {
+            peer: format!("coordinator {id}"),
+            reason: "not in cluster.toml".into(),
+        })?;
         let role = wire::tls::Role::Coordinator(u16::from(coordinator.id));
-        self.connect(role, "coordinator.address", &coordinator.address).await
+        self.connect(role, &format!("the address of coordinator {id}"), &coordinator.address).await
     }
 
     /// A link to node `node`.

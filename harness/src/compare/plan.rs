@@ -260,7 +260,9 @@ fn same_file_name(a: &Path, b: &Path) -> bool {
 /// Bytes of the files a run left in its directory besides what the launcher writes (process
 /// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
 fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
-    let launcher: Vec<PathBuf> = std::iter::once(Proc::Coordinator)
+    let launcher: Vec<PathBuf> = cluster
+        .coordinator_procs()
+        .into_iter()
         .chain(cluster.config.nodes.iter().map(|n| Proc::Node(n.id)))
         .map(|p| cluster.log_file(&p))
         .collect();

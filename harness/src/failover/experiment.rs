@@ -54,24 +54,93 @@ pub fn derive(
     Ok(config)
 }
 
-/// The node to fail and the signal: `stop` gets SIGTERM; else `kill` (0 or none: partition
-/// 1's first replica, its primary in the passive modes) gets SIGKILL. Refuses a node the
-/// file does not list.
+/// What `glass failover --kill` names: a node (0: the default), the leading coordinator,
+/// or one of them drawn from the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Node(NodeId),
+    Coordinator,
+    Any,
+}
+
+impl std::str::FromStr for Target {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Target, String> {
+        match s {
+            "coordinator" => Ok(Target::Coordinator),
+            "any" => Ok(Target::Any),
+            n => n.parse::<NodeId>().map(Target::Node).map_err(|_| {
+                format!("`{n}` is not a node id, `coordinator` (the leading coordinator) or `any` (drawn from --seed)")
+            }),
+        }
+    }
+}
+
+/// The process a failover experiment fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kill {
+    Node(NodeId),
+    /// The coordinator leading at the moment of the kill (a group of several: docs/design.md
+    /// §11).
+    Leader,
+}
+
+impl std::fmt::Display for Kill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kill::Node(n) => write!(f, "node {n}"),
+            Kill::Leader => f.write_str("the leading coordinator"),
+        }
+    }
+}
+
+/// The process to fail and the signal: `stop` gets SIGTERM; else `kill` (0 or none: partition
+/// 1's first replica, its primary in the passive modes; `coordinator`: the leading
+/// coordinator; `any`: a placed node or the leading coordinator, drawn from `seed`) gets
+/// SIGKILL. Refuses a node the file does not list, and a coordinator kill without a group
+/// (the only coordinator's death stops the cluster: nothing takes over).
 pub fn victim(
     config: &ClusterConfig,
-    kill: Option<NodeId>,
+    kill: Option<Target>,
     stop: Option<NodeId>,
+    seed: u64,
     path: &Path,
-) -> Result<(NodeId, libc::c_int)> {
+) -> Result<(Kill, libc::c_int)> {
+    let group = config.coordinators.len() > 1;
     let (victim, signal) = match (kill, stop) {
-        (_, Some(n)) => (n, libc::SIGTERM),
-        (Some(0) | None, None) => (config.partitions[0].replicas[0], libc::SIGKILL),
-        (Some(n), None) => (n, libc::SIGKILL),
+        (_, Some(n)) => (Kill::Node(n), libc::SIGTERM),
+        (Some(Target::Node(0)) | None, None) => (Kill::Node(config.partitions[0].replicas[0]), libc::SIGKILL),
+        (Some(Target::Node(n)), None) => (Kill::Node(n), libc::SIGKILL),
+        (Some(Target::Coordinator), None) => (Kill::Leader, libc::SIGKILL),
+        (Some(Target::Any), None) => {
+            let mut choices: Vec<Kill> = config
+                .nodes
+                .iter()
+                .filter(|n| config.partitions_on_node(n.id).next().is_some())
+                .map(|n| Kill::Node(n.id))
+                .collect();
+            if group {
+                choices.push(Kill::Leader);
+            }
+            // A fixed mix of the seed (splitmix64's finaliser): the same seed, the same victim.
+            let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (choices[(z % choices.len() as u64) as usize], libc::SIGKILL)
+        }
     };
-    if config.node(victim).is_none() {
-        return Err(HarnessError::Invalid(format!("node {victim} is not listed in [[nodes]] of {}", path.display())));
+    match victim {
+        Kill::Node(n) if config.node(n).is_none() => {
+            Err(HarnessError::Invalid(format!("node {n} is not listed in [[nodes]] of {}", path.display())))
+        }
+        Kill::Leader if !group => Err(HarnessError::Invalid(format!(
+            "{} lists one coordinator: killing it stops the cluster, as nothing takes over. List three \
+             [[coordinators]] (docs/cluster.md) to fail the leading one",
+            path.display()
+        ))),
+        v => Ok((v, signal)),
     }
-    Ok((victim, signal))
 }
 
 /// Refuses moments outside the measured phase: the kill at `at` seconds, a restart
@@ -116,7 +185,7 @@ pub fn loop_passed(config: &ClusterConfig, r: &KillLoopReport) -> bool {
 pub struct Experiment {
     /// The `glass` executable the cluster's processes run.
     pub exe: PathBuf,
-    pub victim: NodeId,
+    pub victim: Kill,
     pub signal: libc::c_int,
     /// Seconds into the measured phase.
     pub at: f64,
@@ -130,8 +199,12 @@ pub struct Experiment {
 /// What the killer thread saw.
 #[derive(Debug, Default)]
 struct Events {
+    /// The process killed (the leading coordinator is known only at the kill).
+    victim: Option<report::Victim>,
     killed: Option<Instant>,
     detected: Option<Instant>,
+    /// A coordinator killed: a new leader serves.
+    elected: Option<Instant>,
     restarted: Option<Instant>,
     recovered: Option<Instant>,
     error: Option<String>,
@@ -146,6 +219,115 @@ struct Killer {
     exe: PathBuf,
     victim: NodeId,
     run_end: Instant,
+}
+
+/// What the killer thread of a coordinator kill needs.
+struct CoordinatorKiller {
+    handle: Handle,
+    client: ClusterClient,
+    path: PathBuf,
+    exe: PathBuf,
+    run_end: Instant,
+}
+
+impl CoordinatorKiller {
+    /// Signals the leading coordinator at `kill_at`, watches another coordinator stop
+    /// following it (detection) and a new leader serve every partition (election), restarts
+    /// it `restart_after` the kill if asked and watches it follow the new leader.
+    fn kill_once(&self, signal: libc::c_int, kill_at: Instant, restart_after: Option<Duration>) -> Events {
+        let mut ev = Events::default();
+        std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+        let leader = self.handle.block_on(async {
+            let mut link = self.client.connect_coordinator().await?;
+            client::status(&mut link).await
+        });
+        let leader = match leader.map(|s| u8::try_from(s.id)) {
+            Ok(Ok(id)) => id,
+            Ok(Err(_)) => {
+                ev.error = Some("the leading coordinator's id is out of range".into());
+                return ev;
+            }
+            Err(e) => {
+                ev.error = Some(format!("cannot find the leading coordinator: {e}"));
+                return ev;
+            }
+        };
+        let cluster = match Cluster::open(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                ev.error = Some(chain(&e));
+                return ev;
+            }
+        };
+        let proc = Proc::Coordinator(Some(leader));
+        let Some(pid) = cluster.running_procs().into_iter().find(|r| r.proc == proc).map(|r| r.pid) else {
+            ev.error = Some(format!("coordinator {leader} leads but does not run here"));
+            return ev;
+        };
+        // SAFETY: kill(2) with a pid this experiment started (checked through its pid file);
+        // no memory is involved.
+        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
+            let e = std::io::Error::last_os_error();
+            ev.error = Some(format!("cannot signal coordinator {leader} (pid {pid}): {e}"));
+            return ev;
+        }
+        let killed = Instant::now();
+        ev.killed = Some(killed);
+        ev.victim = Some(report::Victim::Coordinator(leader));
+        let survivors: Vec<u8> = self.client.config().coordinator_ids().into_iter().filter(|c| *c != leader).collect();
+        let old = u16::from(leader);
+        ev.detected =
+            self.handle.block_on(wait_coordinators(&self.client, &survivors, self.run_end, |s| s.leader != Some(old)));
+        ev.elected = self.handle.block_on(wait_coordinators(&self.client, &survivors, self.run_end, |s| {
+            s.leader == Some(s.id) && !s.partitions.is_empty() && s.partitions.iter().all(|p| p.phase.is_serving())
+        }));
+        if let Some(after) = restart_after {
+            std::thread::sleep((killed + after).saturating_duration_since(Instant::now()));
+            match cluster.restart(&self.exe, &proc, &[]) {
+                Ok(child) => {
+                    ev.restarted = Some(Instant::now());
+                    std::mem::forget(child); // reaped by `cluster down`'s wait, not here
+                    ev.recovered =
+                        self.handle.block_on(wait_coordinators(&self.client, &[leader], self.run_end, |s| {
+                            s.leader.is_some_and(|l| l != old)
+                        }));
+                }
+                Err(e) => ev.error = Some(format!("cannot restart coordinator {leader}: {}", chain(&e))),
+            }
+        }
+        ev
+    }
+}
+
+/// Polls the status of each coordinator of `ids` until `holds` is true of one; `None` if
+/// that does not happen before `until`.
+async fn wait_coordinators(
+    client: &ClusterClient,
+    ids: &[u8],
+    until: Instant,
+    holds: impl Fn(&wire::messages::ProcessStatus) -> bool,
+) -> Option<Instant> {
+    let mut links: Vec<Option<wire::endpoint::Link>> = ids.iter().map(|_| None).collect();
+    while Instant::now() < until {
+        for (i, &c) in ids.iter().enumerate() {
+            if links[i].is_none() {
+                links[i] = tokio::time::timeout(STATUS_PATIENCE, client.connect_coordinator_id(c))
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+            }
+            if let Some(l) = links[i].as_mut() {
+                match tokio::time::timeout(STATUS_PATIENCE, client::status(l)).await.ok().and_then(Result::ok) {
+                    Some(st) if holds(&st) => return Some(Instant::now()),
+                    Some(_) => {}
+                    // A late answer would be read as the next poll's: start afresh.
+                    None => links[i] = None,
+                }
+            }
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    None
 }
 
 impl Killer {
@@ -178,6 +360,7 @@ impl Killer {
         }
         let killed = Instant::now();
         ev.killed = Some(killed);
+        ev.victim = Some(report::Victim::Node(victim));
         // Detected: the coordinator no longer counts the node, or is promoting a backup.
         ev.detected = self
             .wait(run_end, |p| !p.replicas.contains(&victim) || matches!(p.phase, PartitionPhase::Promoting { .. }));
@@ -205,7 +388,6 @@ impl Killer {
 /// Runs one experiment on a cluster derived from `config` (whose `run_dir` becomes the
 /// experiment's own, emptied first), stopping it however the run ends.
 pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Progress) -> Result<FailoverReport> {
-    let victim = x.victim;
     let StopAfter::Seconds(duration_s) = x.cfg.stop else {
         return Err(HarnessError::Invalid("a failover experiment runs for a time".into()));
     };
@@ -214,24 +396,34 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_procs();
-    let victim_pid =
-        local.iter().find(|r| r.proc == Proc::Node(victim)).map(|r| r.pid).ok_or(HarnessError::NotHere(victim))?;
+    let victim_pid = match x.victim {
+        Kill::Node(n) => {
+            Some(local.iter().find(|r| r.proc == Proc::Node(n)).map(|r| r.pid).ok_or(HarnessError::NotHere(n))?)
+        }
+        Kill::Leader => None,
+    };
 
     let start = Instant::now();
     let kill_at = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
     let restart_after = x.restart_after.map(Duration::from_secs_f64);
-    let killer = Killer {
-        handle: rt.handle().clone(),
-        client: client.clone(),
-        path: cluster.path.clone(),
-        exe: x.exe.clone(),
-        victim,
-        run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
-    };
+    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
     // A promotion follows only where a backup is left to promote.
-    let promotes = config.mode().is_passive() && config.partitions_on_node(victim).all(|p| p.replicas.len() > 1);
+    let promotes = match x.victim {
+        Kill::Node(n) => config.mode().is_passive() && config.partitions_on_node(n).all(|p| p.replicas.len() > 1),
+        Kill::Leader => false,
+    };
     let signal = x.signal;
-    let killer = std::thread::spawn(move || killer.kill_once(victim_pid, signal, kill_at, promotes, restart_after));
+    let (handle, path, exe) = (rt.handle().clone(), cluster.path.clone(), x.exe.clone());
+    let killer = match (x.victim, victim_pid) {
+        (Kill::Node(victim), Some(pid)) => {
+            let killer = Killer { handle, client: client.clone(), path, exe, victim, run_end };
+            std::thread::spawn(move || killer.kill_once(pid, signal, kill_at, promotes, restart_after))
+        }
+        _ => {
+            let killer = CoordinatorKiller { handle, client: client.clone(), path, exe, run_end };
+            std::thread::spawn(move || killer.kill_once(signal, kill_at, restart_after))
+        }
+    };
     let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let m = measured?;
@@ -264,6 +456,7 @@ fn failover_report(
     verdict: &ClusterCheck,
 ) -> Result<FailoverReport> {
     let killed = ev.killed.ok_or(HarnessError::NotKilled)?;
+    let victim = ev.victim.ok_or(HarnessError::NotKilled)?;
     let kill_offset = killed.saturating_duration_since(m.origin);
     let since = |t: Option<Instant>, from: Instant| t.map(|t| t.saturating_duration_since(from).as_secs_f64() * 1e3);
     let partitions = report::outages(&m.gaps, kill_offset, GAP_MIN);
@@ -283,17 +476,20 @@ fn failover_report(
     Ok(FailoverReport {
         mode: config.mode(),
         shipping: config.shipping(),
-        node: x.victim,
+        killed: victim,
         signal: if x.signal == libc::SIGKILL { KillSignal::Kill } else { KillSignal::Term },
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
+        election_ms: since(ev.elected, killed),
         recovery_ms: match (ev.restarted, promotes) {
             (Some(r), _) => since(ev.recovered, r),
             (None, true) => since(ev.recovered, killed),
             (None, false) => None,
         },
         recovery: match (ev.restarted.is_some(), promotes) {
+            (true, _) if matches!(victim, report::Victim::Coordinator(_)) => Recovery::Standby,
+            (false, _) if matches!(victim, report::Victim::Coordinator(_)) => Recovery::Election,
             (true, false) if config.mode() == Mode::FullStack => Recovery::WalRecovery,
             (true, true) if config.mode() == Mode::FullStack => Recovery::WalRecoveryCatchUp,
             (true, _) => Recovery::Rejoin,
@@ -356,7 +552,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
         .iter()
         .filter_map(|r| match r.proc {
             Proc::Node(id) => Some((id, r.pid)),
-            Proc::Coordinator => None,
+            Proc::Coordinator(_) => None,
         })
         .collect();
     let nodes: Vec<NodeId> = config.nodes.iter().map(|n| n.id).filter(|id| pids.contains_key(id)).collect();

@@ -7,6 +7,7 @@
 //! | every connection, first | [`Handshake`]                 | [`Handshake`]                 |
 //! | client ↔ coordinator    | [`ClientToCoordinator`]       | [`CoordinatorToClient`]       |
 //! | node ↔ coordinator      | [`NodeToCoordinator`]         | [`FromCoordinator`] (an epoch and a [`CoordinatorToNode`]) |
+//! | coordinator ↔ coordinator (the lower id dials) | [`CoordinatorToCoordinator`] | [`CoordinatorToCoordinator`] |
 //! | node ↔ node             | [`PeerRequest`]               | [`PeerReply`]                 |
 //! | tool ↔ node             | [`ToolRequest`]               | [`ToolReply`]                 |
 //!
@@ -27,12 +28,14 @@
 
 pub mod client;
 pub mod control;
+pub mod group;
 pub mod handshake;
 pub mod peer;
 pub mod tool;
 
 pub use client::{ClientToCoordinator, CoordinatorToClient};
 pub use control::{CoordinatorToNode, Epoched, FromCoordinator, NodeToCoordinator};
+pub use group::CoordinatorToCoordinator;
 pub use handshake::Handshake;
 pub use peer::{PeerChannel, PeerReply, PeerRequest};
 pub use tool::{ToolChannel, ToolReply, ToolRequest};

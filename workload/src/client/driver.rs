@@ -468,6 +468,7 @@ fn spawn_terminals(
             next_id: 1,
             pending: HashMap::with_capacity(cfg.inflight),
             backoff_until: None,
+            not_leader: false,
         };
         tasks.push(rt.spawn(terminal.run(link)));
     }
@@ -607,6 +608,10 @@ struct Terminal {
     pending: HashMap<u64, Pending>,
     /// Outage mode: no request is issued before this ([`UNAVAILABLE_BACKOFF`]).
     backoff_until: Option<Instant>,
+    /// Outage mode: the coordinator answered "not the leader" (a group's leader changed):
+    /// issue nothing more on this link, and once every request on it is answered, find the
+    /// leader again.
+    not_leader: bool,
 }
 
 impl Terminal {
@@ -683,6 +688,11 @@ impl Terminal {
             ClientResult::OutcomeUnknown { ts, reason } => {
                 self.failure(format!("{} outcome unknown at {ts}: {reason}", p.kind.name()))
             }
+            ClientResult::Rejected(Rejection::NotLeader { .. }) if self.outages => {
+                // Never sequenced: the request was not run; the terminal moves to the leader.
+                self.shared.unavailable.fetch_add(1, Ordering::Relaxed);
+                self.not_leader = true;
+            }
             ClientResult::Rejected(
                 Rejection::NoLiveReplica { .. } | Rejection::PartitionStopped { .. } | Rejection::NotReady { .. },
             ) if self.outages => {
@@ -743,10 +753,16 @@ impl Terminal {
                     break;
                 }
             }
+            if self.not_leader && self.pending.is_empty() {
+                // Find the leader again (`run`), with nothing outstanding here.
+                self.not_leader = false;
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                return true;
+            }
             // Issue what is due, in one frame.
             let mut batch = Vec::new();
             let backing_off = self.backoff_until.filter(|&t| t > Instant::now());
-            if phase != PHASE_DRAIN && backing_off.is_none() {
+            if phase != PHASE_DRAIN && backing_off.is_none() && !self.not_leader {
                 let room = self.inflight_max.saturating_sub(self.pending.len()).min(REQUESTS_PER_FRAME_MAX);
                 match self.rate {
                     None => {
