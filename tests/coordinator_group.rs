@@ -18,7 +18,7 @@ use serde_json::Value;
 fn kill_the_leader(mode: &str, name: &str) {
     let _machine = one_cluster_at_a_time();
     let dir = scratch(name);
-    let config = group_cluster_toml(&dir, "run/certs");
+    let config = cluster_toml(&dir, "run/certs");
     let _guard = Teardown(config.clone());
     let json = dir.join("f.json");
     let o = glass(&[
@@ -93,7 +93,7 @@ fn killing_the_leading_coordinator_loses_nothing_full_stack() {
 fn a_group_comes_up_reports_its_leader_and_goes_down() {
     let _machine = one_cluster_at_a_time();
     let dir = scratch("group-status");
-    let config = group_cluster_toml(&dir, "run/certs");
+    let config = cluster_toml(&dir, "run/certs");
     let cfg = config.to_str().unwrap();
     let _guard = Teardown(config.clone());
     let up = init_and_up(cfg);

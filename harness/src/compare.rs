@@ -99,6 +99,14 @@ pub struct CompareRow {
     pub failover_recovery_ms: Option<f64>,
     pub failover_lost: Option<u64>,
     pub failover_outcome_unknown: Option<u64>,
+    /// `--failover` with a coordinator group (docs/design.md §11): the leading coordinator
+    /// killed mid-run: detection, election, the longest partition unavailability,
+    /// acknowledged transactions lost and outcomes unknown. `None` otherwise.
+    pub coordinator_failover_detection_ms: Option<f64>,
+    pub coordinator_failover_election_ms: Option<f64>,
+    pub coordinator_failover_unavailability_ms: Option<f64>,
+    pub coordinator_failover_lost: Option<u64>,
+    pub coordinator_failover_outcome_unknown: Option<u64>,
     /// The run's full bench JSON object (the field names of `glass bench --json`).
     pub bench: serde_json::Value,
 }
@@ -135,6 +143,17 @@ impl CompareRow {
         self.failover_recovery_ms = f.recovery_ms;
         self.failover_lost = Some(f.checks.lost_acknowledged);
         self.failover_outcome_unknown = Some(f.checks.outcome_unknown);
+    }
+
+    /// Fills the `coordinator_failover_*` fields from the coordinator failover run of the
+    /// same mode (`--failover` with a coordinator group).
+    pub fn set_coordinator_failover(&mut self, f: &FailoverReport) {
+        self.coordinator_failover_detection_ms = f.detection_ms;
+        self.coordinator_failover_election_ms = f.election_ms;
+        self.coordinator_failover_unavailability_ms =
+            f.unavailability_ms.or(f.partitions.iter().filter_map(|p| p.unavailability_at_most_ms).reduce(f64::max));
+        self.coordinator_failover_lost = Some(f.checks.lost_acknowledged);
+        self.coordinator_failover_outcome_unknown = Some(f.checks.outcome_unknown);
     }
 
     /// Runs of the same workload, so that their figures compare.
@@ -242,7 +261,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 31] = [
+const METRICS: [Metric; 36] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -274,10 +293,19 @@ const METRICS: [Metric; 31] = [
     ("failover: promotion (ms)", |r| opt(r.failover_recovery_ms.map(|v| format!("{v:.0}")))),
     ("failover: acknowledged lost", |r| opt(r.failover_lost.map(|v| v.to_string()))),
     ("failover: outcome unknown", |r| opt(r.failover_outcome_unknown.map(|v| v.to_string()))),
+    ("failover: coordinator detection (ms)", |r| opt(r.coordinator_failover_detection_ms.map(|v| format!("{v:.0}")))),
+    ("failover: coordinator election (ms)", |r| opt(r.coordinator_failover_election_ms.map(|v| format!("{v:.0}")))),
+    ("failover: coordinator unavailable (ms)", |r| {
+        opt(r.coordinator_failover_unavailability_ms.map(|v| format!("{v:.0}")))
+    }),
+    ("failover: coordinator ack. lost", |r| opt(r.coordinator_failover_lost.map(|v| v.to_string()))),
+    ("failover: coordinator outcome unknown", |r| opt(r.coordinator_failover_outcome_unknown.map(|v| v.to_string()))),
 ];
 
 /// The table lines of `--failover`.
 const FAILOVER_PREFIX: &str = "failover:";
+/// The table lines of `--failover` with a coordinator group.
+const COORDINATOR_FAILOVER_PREFIX: &str = "failover: coordinator";
 
 /// Gap between columns of the table.
 const GAP: &str = "   ";
@@ -295,8 +323,12 @@ pub fn render_table(rows: &[CompareRow]) -> String {
     let factors: BTreeSet<usize> = rows.iter().map(|r| r.replicas).collect();
     // The failover lines only when some run had a failover run (`--failover`).
     let with_failover = rows.iter().any(|r| r.failover_lost.is_some());
-    let metrics: Vec<&Metric> =
-        METRICS.iter().filter(|(name, _)| with_failover || !name.starts_with(FAILOVER_PREFIX)).collect();
+    let with_coordinator = rows.iter().any(|r| r.coordinator_failover_lost.is_some());
+    let metrics: Vec<&Metric> = METRICS
+        .iter()
+        .filter(|(name, _)| with_failover || !name.starts_with(FAILOVER_PREFIX))
+        .filter(|(name, _)| with_coordinator || !name.starts_with(COORDINATOR_FAILOVER_PREFIX))
+        .collect();
     let name_width = metrics.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
     let mut first_block = true;
     for factor in &factors {
@@ -401,7 +433,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 34] = [
+const CSV_COLUMNS: [Column; 39] = [
     ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -436,6 +468,11 @@ const CSV_COLUMNS: [Column; 34] = [
     ("failover_recovery_ms", |r| csv_opt(&r.failover_recovery_ms)),
     ("failover_lost", |r| csv_opt(&r.failover_lost)),
     ("failover_outcome_unknown", |r| csv_opt(&r.failover_outcome_unknown)),
+    ("coordinator_failover_detection_ms", |r| csv_opt(&r.coordinator_failover_detection_ms)),
+    ("coordinator_failover_election_ms", |r| csv_opt(&r.coordinator_failover_election_ms)),
+    ("coordinator_failover_unavailability_ms", |r| csv_opt(&r.coordinator_failover_unavailability_ms)),
+    ("coordinator_failover_lost", |r| csv_opt(&r.coordinator_failover_lost)),
+    ("coordinator_failover_outcome_unknown", |r| csv_opt(&r.coordinator_failover_outcome_unknown)),
 ];
 
 /// A CSV field, quoted (RFC 4180, section 2) when it holds a comma, a quote or a line break.
@@ -704,6 +741,11 @@ pub(crate) mod tests {
             failover_recovery_ms: None,
             failover_lost: None,
             failover_outcome_unknown: None,
+            coordinator_failover_detection_ms: None,
+            coordinator_failover_election_ms: None,
+            coordinator_failover_unavailability_ms: None,
+            coordinator_failover_lost: None,
+            coordinator_failover_outcome_unknown: None,
             log_bytes_per_txn: 300.0,
             fsyncs: 42,
             backup_lag_ms: (shipping == Some("async")).then_some(3.5),
@@ -804,6 +846,12 @@ pub(crate) mod tests {
         }
         let mut with = rows.clone();
         with[0].failover_lost = Some(0);
+        let table_with = render_table(&with);
+        assert!(
+            METRICS.iter().all(|(name, _)| table_with.contains(name) != name.starts_with(COORDINATOR_FAILOVER_PREFIX)),
+            "coordinator lines only with a group's data:\n{table_with}"
+        );
+        with[0].coordinator_failover_lost = Some(0);
         let table_with = render_table(&with);
         assert!(METRICS.iter().all(|(name, _)| table_with.contains(name)), "{table_with}");
         assert!(table.contains("0.850"), "p50 in ms:\n{table}");

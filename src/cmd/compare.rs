@@ -240,7 +240,8 @@ fn print_row(row: &CompareRow) {
 }
 
 /// `--failover`: partition 1's first replica SIGKILLed a third into the measured phase, on
-/// the plan's cluster; fills the row's failover fields. Returns whether the run passed.
+/// the plan's cluster, then — with a coordinator group — the leading coordinator; fills the
+/// row's failover fields. Returns whether the runs passed.
 fn failover_run(
     a: &CompareArgs,
     plan: &Plan,
@@ -266,7 +267,19 @@ fn failover_run(
         .with_context(|| format!("the {} failover run", plan.mode))?;
     print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
     row.set_failover(&f);
-    Ok(failover::passed(&plan.config, &f))
+    let mut passed = failover::passed(&plan.config, &f);
+    if config.coordinators.len() > 1 {
+        // The group's leader killed too (docs/design.md §11): the coordinator row.
+        config.run_dir = plan.dir.join("failover-coordinator");
+        let x = Experiment { victim: harness::failover::experiment::Kill::Leader, ..x };
+        println!("  failover: SIGKILL {} at {:.1} s", x.victim, x.at);
+        let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
+            .with_context(|| format!("the {} coordinator failover run", plan.mode))?;
+        print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
+        row.set_coordinator_failover(&f);
+        passed &= failover::passed(&plan.config, &f);
+    }
+    Ok(passed)
 }
 
 /// The multi-partition curve: its table, and its JSON, CSV and SVG files.

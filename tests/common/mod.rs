@@ -28,18 +28,20 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// Three UDP ports free right now on loopback (bound together, then released).
-pub fn free_ports() -> [u16; 3] {
-    let sockets: Vec<UdpSocket> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-    let ports: Vec<u16> = sockets.iter().map(|s| s.local_addr().unwrap().port()).collect();
-    [ports[0], ports[1], ports[2]]
+/// `N` UDP ports free right now on loopback (bound together, then released).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let sockets: Vec<UdpSocket> = (0..N).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| sockets[i].local_addr().unwrap().port())
 }
 
-/// The committed cluster.toml with free ports and one warehouse per partition.
+/// The committed cluster.toml — three coordinators, two nodes — with free ports and one
+/// warehouse per partition.
 pub fn cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
-    let [c, n1, n2] = free_ports();
+    let [c0, c1, c2, n1, n2] = free_ports();
     let text = include_str!("../../cluster.toml")
-        .replace("127.0.0.1:7400", &format!("127.0.0.1:{c}"))
+        .replace("127.0.0.1:7400", &format!("127.0.0.1:{c0}"))
+        .replace("127.0.0.1:7403", &format!("127.0.0.1:{c1}"))
+        .replace("127.0.0.1:7404", &format!("127.0.0.1:{c2}"))
         .replace("127.0.0.1:7401", &format!("127.0.0.1:{n1}"))
         .replace("127.0.0.1:7402", &format!("127.0.0.1:{n2}"))
         .replace("warehouses = { first = 1, last = 2 }", "warehouses = { first = 1, last = 1 }")
@@ -51,21 +53,19 @@ pub fn cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
     path
 }
 
-/// The committed cluster.toml with a group of three coordinators (docs/cluster.md), free
-/// ports and one warehouse per partition.
-pub fn group_cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
+/// The committed cluster.toml with one coordinator instead of the group (the setting
+/// without a take-over), free ports and one warehouse per partition.
+pub fn single_coordinator_toml(dir: &Path, cert_dir: &str) -> PathBuf {
     let path = cluster_toml(dir, cert_dir);
     let text = std::fs::read_to_string(&path).unwrap();
-    let start = text.find("[coordinator]\n").expect("one [coordinator] table");
-    let end = start + text[start..].find("\n\n").expect("its end");
-    let sockets: Vec<UdpSocket> = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
-    let group: Vec<String> = sockets
-        .iter()
-        .enumerate()
-        .map(|(i, s)| format!("[[coordinators]]\nid = {i}\naddress = \"{}\"", s.local_addr().unwrap()))
-        .collect();
-    drop(sockets);
-    let text = format!("{}{}{}", &text[..start], group.join("\n\n"), &text[end..]);
+    let first = text.find("[[coordinators]]").expect("the group");
+    let second = first + 1 + text[first + 1..].find("[[coordinators]]").expect("a second coordinator");
+    let after = text[second..].find("[[nodes]]").expect("the nodes") + second;
+    let text = format!(
+        "{}{}",
+        text[..first].to_string() + &text[first..second].replacen("[[coordinators]]", "[coordinator]", 1),
+        &text[after..]
+    );
     std::fs::write(&path, text).unwrap();
     path
 }

@@ -237,6 +237,11 @@ pub fn run_one(
         failover_recovery_ms: None,
         failover_lost: None,
         failover_outcome_unknown: None,
+        coordinator_failover_detection_ms: None,
+        coordinator_failover_election_ms: None,
+        coordinator_failover_unavailability_ms: None,
+        coordinator_failover_lost: None,
+        coordinator_failover_outcome_unknown: None,
         consistent: verdict.consistency.all_passed()
             && verdict.acks_missing.is_empty()
             && verdict.payments_missing.is_empty(),
