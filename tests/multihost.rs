@@ -4,6 +4,12 @@
 //! hosts' addresses, nodes must dial the coordinator's configured address, and the tools must
 //! reach the nodes at theirs.
 //!
+//!
+//! A coordinator group across hosts (docs/design.md §11): the leading coordinator, cut off
+//! from the other coordinators (but not from the nodes or the clients), acknowledges nothing
+//! sent to it once a new leader serves; the new leader serves; the cut-off one, healed,
+//! follows it; nothing acknowledged is lost and the replicas agree.
+//!
 //! Needs root and iproute2 (`ip netns`), as CI has here. Without them the test says why on
 //! stderr and returns: it cannot build the hosts it is about.
 
@@ -26,9 +32,11 @@ fn ip_ok(args: &[&str]) {
     assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// Three "hosts" (network namespaces) on a bridge, torn down on drop.
+/// "Hosts" (network namespaces) on a bridge, on subnet `subnet`.0/24 (host `i` at `.i+1`),
+/// torn down on drop.
 struct Hosts {
     tag: String,
+    subnet: String,
     names: Vec<String>,
 }
 
@@ -41,14 +49,18 @@ impl Hosts {
         format!("gb{}", self.tag)
     }
 
-    fn build(tag: &str, hosts: usize) -> Result<Hosts, String> {
-        let me = Hosts { tag: tag.to_string(), names: (0..hosts).map(|i| format!("glass-{tag}-h{i}")).collect() };
+    fn build(tag: &str, subnet: &str, hosts: usize) -> Result<Hosts, String> {
+        let me = Hosts {
+            tag: tag.to_string(),
+            subnet: subnet.to_string(),
+            names: (0..hosts).map(|i| format!("glass-{tag}-h{i}")).collect(),
+        };
         let br = me.bridge();
         let o = ip(&["link", "add", &br, "type", "bridge"]);
         if !o.status.success() {
             return Err(format!("cannot create a bridge: {}", String::from_utf8_lossy(&o.stderr).trim()));
         }
-        ip_ok(&["addr", "add", &format!("{SUBNET}.254/24"), "dev", &br]);
+        ip_ok(&["addr", "add", &format!("{subnet}.254/24"), "dev", &br]);
         ip_ok(&["link", "set", &br, "up"]);
         for (i, ns) in me.names.iter().enumerate() {
             let o = ip(&["netns", "add", ns]);
@@ -63,11 +75,24 @@ impl Hosts {
             ip_ok(&["link", "set", &inner, "netns", ns]);
             ip_ok(&["link", "set", &outer, "master", &br]);
             ip_ok(&["link", "set", &outer, "up"]);
-            ip_ok(&["-n", ns, "addr", "add", &format!("{SUBNET}.{}/24", i + 1), "dev", &inner]);
+            ip_ok(&["-n", ns, "addr", "add", &format!("{subnet}.{}/24", i + 1), "dev", &inner]);
             ip_ok(&["-n", ns, "link", "set", &inner, "up"]);
             ip_ok(&["-n", ns, "link", "set", "lo", "up"]);
         }
         Ok(me)
+    }
+
+    /// Host `i`'s address.
+    fn address(&self, i: usize) -> String {
+        format!("{}.{}", self.subnet, i + 1)
+    }
+
+    /// Cuts hosts `a` and `b` off from each other, both ways (each refuses the other's
+    /// address), or heals the cut.
+    fn cut(&self, a: usize, b: usize, cut: bool) {
+        let verb = if cut { "add" } else { "del" };
+        ip_ok(&["-n", self.ns(a), "route", verb, "prohibit", &format!("{}/32", self.address(b))]);
+        ip_ok(&["-n", self.ns(b), "route", verb, "prohibit", &format!("{}/32", self.address(a))]);
     }
 
     /// Starts `glass ARGS` inside host `i`, its output in `log`.
@@ -168,7 +193,7 @@ fn a_cluster_across_three_hosts_serves_and_stays_consistent() {
         return;
     }
     let tag = format!("{}", std::process::id() % 10_000);
-    let hosts = match Hosts::build(&tag, 3) {
+    let hosts = match Hosts::build(&tag, SUBNET, 3) {
         Ok(h) => h,
         Err(why) => {
             eprintln!("multihost: not run: {why}");
@@ -232,6 +257,225 @@ fn a_cluster_across_three_hosts_serves_and_stays_consistent() {
         String::from_utf8_lossy(&check.stdout),
         String::from_utf8_lossy(&check.stderr)
     );
+    drop(procs);
+    drop(hosts);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three coordinators on hosts 0–2 and two nodes on hosts 3–4 of `hosts`.
+fn group_toml(dir: &Path, hosts: &Hosts) -> PathBuf {
+    let text = format!(
+        r#"mode = "active-active"
+seed = 7
+run_dir = "{run}"
+cert_dir = "{certs}"
+
+[[coordinators]]
+id = 0
+address = "{c0}:7400"
+
+[[coordinators]]
+id = 1
+address = "{c1}:7400"
+
+[[coordinators]]
+id = 2
+address = "{c2}:7400"
+
+[[nodes]]
+id = 1
+address = "{n1}:7401"
+
+[[nodes]]
+id = 2
+address = "{n2}:7402"
+
+[[partitions]]
+id = 1
+warehouses = {{ first = 1, last = 1 }}
+replicas = [1, 2]
+
+[[partitions]]
+id = 2
+warehouses = {{ first = 2, last = 2 }}
+replicas = [1, 2]
+"#,
+        run = dir.join("run").display(),
+        certs = dir.join("certs").display(),
+        c0 = hosts.address(0),
+        c1 = hosts.address(1),
+        c2 = hosts.address(2),
+        n1 = hosts.address(3),
+        n2 = hosts.address(4),
+    );
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A NewOrder of warehouse `w`, district `d` (five local lines; TPC-C clause 2.4.1).
+fn new_order(w: u16, d: u8) -> engine::procedures::TxnInput {
+    use engine::procedures::{NewOrderInput, OrderLineInput, TxnInput, ORDER_LINES_MAX};
+    let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
+    for (i, l) in lines.iter_mut().take(5).enumerate() {
+        *l = OrderLineInput { i_id: 1 + i as u32 * 1_000, supply_w_id: w, quantity: 1 };
+    }
+    TxnInput::NewOrder(NewOrderInput { w_id: w, d_id: d, c_id: 1, ol_cnt: 5, lines, entry_d: 1_700_000_000 })
+}
+
+/// Sends `n` NewOrders on `link` (request ids from `first`) and waits up to `patience` for
+/// their replies: the acknowledged ones, and how many got any other answer.
+async fn new_orders(
+    link: &mut wire::endpoint::Link,
+    first: u64,
+    n: u64,
+    patience: Duration,
+) -> (Vec<engine::acks::NewOrderAck>, u64) {
+    use wire::channel::{ClientToCoordinator, CoordinatorToClient};
+    use wire::messages::{ClientRequest, ClientResult};
+    let requests: Vec<ClientRequest> = (first..first + n)
+        .map(|id| ClientRequest { request_id: id, input: new_order(1 + (id % 2) as u16, 1 + (id % 10) as u8) })
+        .collect();
+    let inputs: std::collections::HashMap<u64, (u16, u8)> = requests
+        .iter()
+        .map(|r| match &r.input {
+            engine::procedures::TxnInput::NewOrder(i) => (r.request_id, (i.w_id, i.d_id)),
+            _ => unreachable!("only NewOrders"),
+        })
+        .collect();
+    let (mut acks, mut other) = (Vec::new(), 0);
+    if link.send(&ClientToCoordinator::ClientRequests(requests)).await.is_err() {
+        return (acks, n);
+    }
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut answered = 0;
+    while answered < n {
+        let Ok(Ok(Some(msg))) = tokio::time::timeout_at(deadline, link.recv::<CoordinatorToClient>()).await else {
+            break;
+        };
+        let CoordinatorToClient::ClientReplies(replies) = msg else { continue };
+        for r in replies {
+            answered += 1;
+            match r.result {
+                ClientResult::Committed { output: engine::procedures::TxnOutput::NewOrder(o), .. } => {
+                    let (w, d) = inputs[&r.request_id];
+                    acks.push(engine::acks::NewOrderAck { w, d, o_id: o.o_id });
+                }
+                _ => other += 1,
+            }
+        }
+    }
+    (acks, other)
+}
+
+#[test]
+fn a_leader_cut_off_from_the_other_coordinators_acknowledges_nothing_once_a_new_leader_serves() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("multihost: not run: network namespaces need root");
+        return;
+    }
+    let tag = format!("{}", (std::process::id() + 5_000) % 10_000);
+    let hosts = match Hosts::build(&tag, "10.78.0", 5) {
+        Ok(h) => h,
+        Err(why) => {
+            eprintln!("multihost: not run: {why}");
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("glass-multihost-group-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = group_toml(&dir, &hosts);
+    let cfg_s = cfg.to_str().unwrap();
+    let init = run_glass(&["cluster", "init", "--config", cfg_s]);
+    assert!(init.status.success(), "cluster init: {}", String::from_utf8_lossy(&init.stderr));
+    let names = ["coordinator-0", "coordinator-1", "coordinator-2", "node-1", "node-2"];
+    let logs: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.log"))).collect();
+    let mut started = Vec::new();
+    for c in 0..3 {
+        started.push(hosts.spawn(c, &["coordinator", "--config", cfg_s, "--id", &c.to_string()], &logs[c]));
+    }
+    started.push(hosts.spawn(3, &["node", "--config", cfg_s, "--id", "1"], &logs[3]));
+    started.push(hosts.spawn(4, &["node", "--config", cfg_s, "--id", "2"], &logs[4]));
+    let procs = Procs(started);
+    let show_logs = || {
+        logs.iter()
+            .map(|l| format!("--- {}\n{}", l.display(), std::fs::read_to_string(l).unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    let config = wire::ClusterConfig::load(&cfg).unwrap();
+    let client = workload::client::ClusterClient::new(config, 1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // The leader, once it serves (the nodes load first).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut old = loop {
+            match client.connect_coordinator().await {
+                Ok(l) => break l,
+                Err(e) if Instant::now() > deadline => panic!("no leader served: {e}\n{}", show_logs()),
+                Err(_) => {}
+            }
+        };
+        let leader = workload::client::status(&mut old).await.unwrap().id as usize;
+        let (mut acks, other) = new_orders(&mut old, 1, 50, Duration::from_secs(10)).await;
+        assert!(acks.len() == 50 && other == 0, "the leader serves: {} acknowledged, {other} not", acks.len());
+
+        // Cut the leader off from the other two coordinators; nodes and clients still reach it.
+        let others: Vec<usize> = (0..3).filter(|c| *c != leader).collect();
+        for &o in &others {
+            hosts.cut(leader, o, true);
+        }
+        // A new leader among the others serves.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut new = None;
+        while new.is_none() {
+            assert!(Instant::now() < deadline, "no new leader served within 30 s\n{}", show_logs());
+            for &o in &others {
+                if let Ok(mut l) = client.connect_coordinator_id(o as u8).await {
+                    if let Ok(s) = workload::client::status(&mut l).await {
+                        if s.leader == Some(s.id) && !s.partitions.is_empty() && s.partitions.iter().all(|p| p.phase.is_serving()) {
+                            new = Some((o, l));
+                            break;
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (new_leader, mut new_link) = new.unwrap();
+        // Nothing sent to the cut-off leader from now on is acknowledged.
+        let (late, refused) = new_orders(&mut old, 1_000, 50, Duration::from_secs(5)).await;
+        assert!(late.is_empty(), "the cut-off leader acknowledged {} NewOrders after the new leader served\n{}", late.len(), show_logs());
+        eprintln!("multihost: cut-off leader {leader}: {refused} of 50 answered (none acknowledged); coordinator {new_leader} leads");
+        // The new leader acknowledges.
+        let (fresh, _) = new_orders(&mut new_link, 2_000, 50, Duration::from_secs(10)).await;
+        assert_eq!(fresh.len(), 50, "the new leader serves\n{}", show_logs());
+        acks.extend(fresh);
+
+        // Healed, the old leader follows the new one.
+        for &o in &others {
+            hosts.cut(leader, o, false);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "the healed coordinator did not follow the new leader\n{}", show_logs());
+            if let Ok(mut l) = client.connect_coordinator_id(leader as u8).await {
+                if let Ok(s) = workload::client::status(&mut l).await {
+                    if s.leader.is_some_and(|l| usize::from(l) != leader) {
+                        break;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Nothing acknowledged is lost; the replicas agree; TPC-C's conditions hold.
+        let verdict = workload::client::check(&client, &acks, &[]).await.unwrap();
+        assert!(verdict.passed(), "{verdict}\n{}", show_logs());
+        assert_eq!(verdict.acks_checked, acks.len() as u64, "{verdict}");
+    });
     drop(procs);
     drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);
