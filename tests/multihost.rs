@@ -393,8 +393,8 @@ fn a_leader_cut_off_from_the_other_coordinators_acknowledges_nothing_once_a_new_
     let names = ["coordinator-0", "coordinator-1", "coordinator-2", "node-1", "node-2"];
     let logs: Vec<PathBuf> = names.iter().map(|n| dir.join(format!("{n}.log"))).collect();
     let mut started = Vec::new();
-    for c in 0..3 {
-        started.push(hosts.spawn(c, &["coordinator", "--config", cfg_s, "--id", &c.to_string()], &logs[c]));
+    for (c, log) in logs.iter().enumerate().take(3) {
+        started.push(hosts.spawn(c, &["coordinator", "--config", cfg_s, "--id", &c.to_string()], log));
     }
     started.push(hosts.spawn(3, &["node", "--config", cfg_s, "--id", "1"], &logs[3]));
     started.push(hosts.spawn(4, &["node", "--config", cfg_s, "--id", "2"], &logs[4]));
