@@ -22,13 +22,13 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
 
     let o = init_and_up(cfg);
     assert!(String::from_utf8_lossy(&o.stdout).contains("cluster up"), "{}", text(&o));
-    assert_eq!(processes_of(&config).len(), 3, "coordinator and two nodes run");
+    assert_eq!(processes_of(&config).len(), 5, "three coordinators and two nodes run");
 
     // `up` on a running cluster says so and starts nothing.
     let o = glass(&["cluster", "up", "--config", cfg]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("already running"), "{}", text(&o));
-    assert_eq!(processes_of(&config).len(), 3);
+    assert_eq!(processes_of(&config).len(), 5);
 
     // A few seconds of the paper's profile, closed loop, several requests in flight.
     let json = dir.join("r.json");
@@ -91,7 +91,7 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("no process left"), "{}", text(&o));
     assert!(processes_of(&config).is_empty(), "processes left: {:?}", processes_of(&config));
-    assert!(!dir.join("run/coordinator.pid").exists());
+    assert!((0..3).all(|c| !dir.join(format!("run/coordinator-{c}.pid")).exists()));
     let o = glass(&["cluster", "status", "--config", cfg]);
     assert!(!o.status.success(), "status of a stopped cluster is not healthy: {}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("not running"), "{}", text(&o));

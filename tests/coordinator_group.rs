@@ -86,6 +86,40 @@ fn killing_the_leading_coordinator_loses_nothing_full_stack() {
     kill_the_leader("full-stack", "group-fs");
 }
 
+/// A node killed under the group (the default cluster): the leader counts it failed and the
+/// partitions go on on the other node; nothing acknowledged is lost.
+#[test]
+fn killing_a_node_under_the_group_loses_nothing() {
+    let _machine = one_cluster_at_a_time();
+    let dir = scratch("group-node");
+    let config = cluster_toml(&dir, "run/certs");
+    let _guard = Teardown(config.clone());
+    let json = dir.join("f.json");
+    let o = glass(&[
+        "failover",
+        "--config",
+        config.to_str().unwrap(),
+        "--kill",
+        "1",
+        "--at",
+        "2",
+        "--duration",
+        "5",
+        "--inflight",
+        "16",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["killed"]["node"], 1, "{}", text(&o));
+    assert!(r["detection_ms"].as_f64().is_some(), "the leader noticed: {}", text(&o));
+    assert_eq!(r["lost_acknowledged"], 0, "{}", text(&o));
+    assert_eq!(r["digests_equal"], true, "{}", text(&o));
+    assert_eq!(r["consistent"], true, "{}", text(&o));
+}
+
 /// `glass cluster status` of a group names the leader and each standby; `down` stops all
 /// three coordinators; a coordinator started with an id cluster.toml does not list is
 /// refused with a message naming the ids it does list.

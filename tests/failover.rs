@@ -17,9 +17,11 @@ use serde_json::Value;
 
 const FAILURE_TIMEOUT_MS: f64 = 500.0;
 
-/// The tiny cluster with a short failure timeout, so the test runs in seconds.
+/// The tiny cluster with a short failure timeout, so the test runs in seconds, and one
+/// coordinator: these tests time node failures against its log (the coordinator group's own
+/// failover, and a node's under the group, are tests/coordinator_group.rs's).
 fn quick_cluster(dir: &Path) -> PathBuf {
-    let config = cluster_toml(dir, "run/certs");
+    let config = single_coordinator_toml(dir, "run/certs");
     let text = std::fs::read_to_string(&config)
         .unwrap()
         .replace("heartbeat_ms = 100", "heartbeat_ms = 50")

@@ -86,7 +86,7 @@ fn a_refused_up_creates_nothing_and_the_corrected_file_starts() {
     // Corrected: `up` issues the certificates itself and the cluster serves.
     let o = glass(&["cluster", "up", "--config", cfg]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(processes_of(&config).len(), 3, "coordinator and two nodes run");
+    assert_eq!(processes_of(&config).len(), 5, "three coordinators and two nodes run");
     let o = glass(&["cluster", "status", "--config", cfg]);
     assert!(o.status.success(), "{}", text(&o));
 }

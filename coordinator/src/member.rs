@@ -85,6 +85,8 @@ pub struct Member {
     group: Group,
     role: Role,
     failure_timeout_us: u64,
+    /// `timeouts.load_timeout_s`: how long a take-over waits for replicas still loading.
+    load_timeout_us: u64,
     /// Client requests handed to the coordinator and not yet answered: answered "outcome
     /// unknown" if this member stops leading first.
     open: std::collections::HashSet<(ClientId, u64)>,
@@ -167,6 +169,7 @@ impl Member {
             group,
             role: Role::Standby,
             failure_timeout_us: t.failure_timeout_ms * 1_000,
+            load_timeout_us: t.load_timeout_s * 1_000_000,
             open: std::collections::HashSet::new(),
             connections: BTreeMap::new(),
         })
@@ -379,6 +382,14 @@ impl Member {
             Role::TakingOver(t) => {
                 let msg = CoordinatorToNode::TakeOver { epoch: t.epoch };
                 out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: t.epoch, msg });
+                // The batches asked of it went with its old connection: asked again, from
+                // where its answers stopped (those that arrived are kept).
+                for (&partition, f) in t.fetching.iter().flatten() {
+                    if let Some(&(after, _)) = f.asked.get(&node) {
+                        let msg = CoordinatorToNode::SendBatches { partition, after };
+                        out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: t.epoch, msg });
+                    }
+                }
             }
             Role::Standby => {}
         }
@@ -536,7 +547,18 @@ impl Member {
                 .iter()
                 .any(|(p, n)| t.answered.contains(n) && !t.standings.get(p).is_some_and(|s| s.contains_key(n)));
             let patience_over = now_us >= t.started_us + 4 * self.failure_timeout_us;
-            if !all_in && (now_us < t.deadline_us || !each_heard || (partial && !patience_over)) {
+            // A node heard from (its heartbeats) whose answers have not come is alive, its
+            // executors busy: while a partition loads — a fresh cluster's first take-over,
+            // whose replicas answer once loaded — it is waited for up to the load timeout.
+            // (Found on real processes: a node still loading under a debug build was counted
+            // failed at the first take-over, and copied its partitions.)
+            let loading_alive = t.views.values().any(|v| v.state == ViewState::Loading)
+                && now_us < t.started_us + self.load_timeout_us
+                && expected(t).iter().any(|(p, n)| {
+                    !t.standings.get(p).is_some_and(|s| s.contains_key(n))
+                        && t.heard_us.get(n).is_some_and(|&h| now_us < h + self.failure_timeout_us)
+                });
+            if !all_in && (now_us < t.deadline_us || !each_heard || (partial && !patience_over) || loading_alive) {
                 if now_us >= t.deadline_us {
                     // Look again a little later (a deadline in the past would spin).
                     t.deadline_us = now_us + self.failure_timeout_us / 8 + 1;

@@ -94,10 +94,13 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
     assert!(nodes >= 2, "a simulated cluster has at least two nodes");
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).expect("the default cluster.toml parses");
     c.seed = seed;
+    // One coordinator; [`with_coordinators`] makes a group.
+    c.coordinators.truncate(1);
     c.nodes = (1..=nodes)
         .map(|id| wire::config::NodeConfig {
             id: NodeId::from(id),
-            address: format!("127.0.0.1:{}", 7400 + u16::from(id)),
+            // Apart from the default file's coordinators (7400, 7403, 7404).
+            address: format!("127.0.0.1:{}", 7500 + u16::from(id)),
         })
         .collect();
     for (i, p) in c.partitions.iter_mut().enumerate() {
