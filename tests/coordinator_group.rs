@@ -13,36 +13,27 @@ use std::path::Path;
 use common::*;
 use serde_json::Value;
 
-/// Kills the leading coordinator of a three-coordinator cluster in `mode` 2 s into a 6 s
-/// measured phase, restarts it 2 s later, and checks the record.
-fn kill_the_leader(mode: &str, name: &str) {
+/// `glass failover` with `args` on the default cluster (three coordinators), 16 requests in
+/// flight per connection, the kill 2 s into the measured phase: its record, and its output.
+fn failover(name: &str, args: &[&str]) -> (Value, std::process::Output) {
     let _machine = one_cluster_at_a_time();
     let dir = scratch(name);
     let config = cluster_toml(&dir, "run/certs");
     let _guard = Teardown(config.clone());
     let json = dir.join("f.json");
-    let o = glass(&[
-        "failover",
-        "--config",
-        config.to_str().unwrap(),
-        "--mode",
-        mode,
-        "--kill",
-        "coordinator",
-        "--at",
-        "2",
-        "--restart-after",
-        "2",
-        "--duration",
-        "6",
-        "--inflight",
-        "16",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let mut all = vec!["failover", "--config", config.to_str().unwrap(), "--at", "2", "--inflight", "16", "--quiet"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let o = glass(&all);
     assert!(o.status.success(), "{}", text(&o));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(), o)
+}
+
+/// Kills the leading coordinator in `mode` 2 s into a 6 s measured phase, restarts it 2 s
+/// later, and checks the record.
+fn kill_the_leader(mode: &str, name: &str) {
+    let args = ["--mode", mode, "--kill", "coordinator", "--restart-after", "2", "--duration", "6"];
+    let (r, o) = failover(name, &args);
     check_record(&r, &o);
 }
 
@@ -90,29 +81,7 @@ fn killing_the_leading_coordinator_loses_nothing_full_stack() {
 /// partitions go on on the other node; nothing acknowledged is lost.
 #[test]
 fn killing_a_node_under_the_group_loses_nothing() {
-    let _machine = one_cluster_at_a_time();
-    let dir = scratch("group-node");
-    let config = cluster_toml(&dir, "run/certs");
-    let _guard = Teardown(config.clone());
-    let json = dir.join("f.json");
-    let o = glass(&[
-        "failover",
-        "--config",
-        config.to_str().unwrap(),
-        "--kill",
-        "1",
-        "--at",
-        "2",
-        "--duration",
-        "5",
-        "--inflight",
-        "16",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (r, o) = failover("group-node", &["--kill", "1", "--duration", "5"]);
     assert_eq!(r["killed"]["node"], 1, "{}", text(&o));
     assert!(r["detection_ms"].as_f64().is_some(), "the leader noticed: {}", text(&o));
     assert_eq!(r["lost_acknowledged"], 0, "{}", text(&o));

@@ -144,24 +144,27 @@ impl Drop for Procs {
     }
 }
 
-fn cluster_toml(dir: &Path) -> PathBuf {
+/// An active-active cluster.toml in `dir`: `coordinators` (`[coordinator]` for one,
+/// `[[coordinators]]` for several) and two nodes at these addresses, two partitions of one
+/// warehouse, each on both nodes.
+fn toml(dir: &Path, coordinators: &[String], nodes: [String; 2]) -> PathBuf {
+    let table = if coordinators.len() == 1 { "[coordinator]" } else { "[[coordinators]]" };
+    let coordinators: Vec<String> =
+        coordinators.iter().enumerate().map(|(i, a)| format!("{table}\nid = {i}\naddress = \"{a}\"\n")).collect();
     let text = format!(
         r#"mode = "active-active"
 seed = 7
 run_dir = "{run}"
 cert_dir = "{certs}"
 
-[coordinator]
-id = 0
-address = "{SUBNET}.1:7400"
-
+{coordinators}
 [[nodes]]
 id = 1
-address = "{SUBNET}.2:7401"
+address = "{n1}"
 
 [[nodes]]
 id = 2
-address = "{SUBNET}.3:7402"
+address = "{n2}"
 
 [[partitions]]
 id = 1
@@ -175,10 +178,17 @@ replicas = [1, 2]
 "#,
         run = dir.join("run").display(),
         certs = dir.join("certs").display(),
+        coordinators = coordinators.join("\n"),
+        n1 = nodes[0],
+        n2 = nodes[1],
     );
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+fn cluster_toml(dir: &Path) -> PathBuf {
+    toml(dir, &[format!("{SUBNET}.1:7400")], [format!("{SUBNET}.2:7401"), format!("{SUBNET}.3:7402")])
 }
 
 fn run_glass(args: &[&str]) -> Output {
@@ -264,53 +274,8 @@ fn a_cluster_across_three_hosts_serves_and_stays_consistent() {
 
 /// Three coordinators on hosts 0–2 and two nodes on hosts 3–4 of `hosts`.
 fn group_toml(dir: &Path, hosts: &Hosts) -> PathBuf {
-    let text = format!(
-        r#"mode = "active-active"
-seed = 7
-run_dir = "{run}"
-cert_dir = "{certs}"
-
-[[coordinators]]
-id = 0
-address = "{c0}:7400"
-
-[[coordinators]]
-id = 1
-address = "{c1}:7400"
-
-[[coordinators]]
-id = 2
-address = "{c2}:7400"
-
-[[nodes]]
-id = 1
-address = "{n1}:7401"
-
-[[nodes]]
-id = 2
-address = "{n2}:7402"
-
-[[partitions]]
-id = 1
-warehouses = {{ first = 1, last = 1 }}
-replicas = [1, 2]
-
-[[partitions]]
-id = 2
-warehouses = {{ first = 2, last = 2 }}
-replicas = [1, 2]
-"#,
-        run = dir.join("run").display(),
-        certs = dir.join("certs").display(),
-        c0 = hosts.address(0),
-        c1 = hosts.address(1),
-        c2 = hosts.address(2),
-        n1 = hosts.address(3),
-        n2 = hosts.address(4),
-    );
-    let path = dir.join("cluster.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    let coordinators: Vec<String> = (0..3).map(|i| format!("{}:7400", hosts.address(i))).collect();
+    toml(dir, &coordinators, [format!("{}:7401", hosts.address(3)), format!("{}:7402", hosts.address(4))])
 }
 
 /// A NewOrder of warehouse `w`, district `d` (five local lines; TPC-C clause 2.4.1).

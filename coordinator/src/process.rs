@@ -286,6 +286,18 @@ fn as_member_outputs(outputs: Vec<Output>) -> Vec<MemberOutput> {
         .collect()
 }
 
+/// Calls the same method on the built machine, the single coordinator's outputs as a
+/// member's (nothing before it is built).
+macro_rules! forward {
+    ($machine:expr, $m:ident => $call:expr) => {
+        match $machine {
+            Machine::Single(Some($m)) => as_member_outputs($call),
+            Machine::Group(Some($m)) => $call,
+            _ => Vec::new(),
+        }
+    };
+}
+
 impl Machine {
     fn built(&self) -> bool {
         match self {
@@ -340,19 +352,11 @@ impl Machine {
     }
 
     fn on_node_message(&mut self, node: NodeId, msg: NodeToCoordinator, now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Single(Some(m)) => as_member_outputs(m.on_node_message(node, msg, now)),
-            Machine::Group(Some(m)) => m.on_node_message(node, msg, now),
-            _ => Vec::new(),
-        }
+        forward!(self, m => m.on_node_message(node, msg, now))
     }
 
     fn on_node_lost(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Single(Some(m)) => as_member_outputs(m.on_node_lost(node, now)),
-            Machine::Group(Some(m)) => m.on_node_lost(node, now),
-            _ => Vec::new(),
-        }
+        forward!(self, m => m.on_node_lost(node, now))
     }
 
     fn on_node_connected(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
@@ -363,11 +367,7 @@ impl Machine {
     }
 
     fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Single(Some(m)) => as_member_outputs(m.on_client_message(client, msg, now)),
-            Machine::Group(Some(m)) => m.on_client_message(client, msg, now),
-            _ => Vec::new(),
-        }
+        forward!(self, m => m.on_client_message(client, msg, now))
     }
 
     fn on_coordinator_message(&mut self, from: CoordinatorId, bytes: &[u8], now: u64) -> Vec<MemberOutput> {
@@ -1076,6 +1076,22 @@ async fn dial_peer_loop(
     }
 }
 
+/// A link's writer task: sends what is queued in order, until the queue closes (then ends
+/// the stream, waiting at most a second) or a send fails.
+fn spawn_writer<M: ChannelMessage>(
+    mut sender: endpoint::LinkSender,
+    mut queued: mpsc::Receiver<M>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(msg) = queued.recv().await {
+            if sender.send(&msg).await.is_err() {
+                return;
+            }
+        }
+        sender.finish(Duration::from_secs(1)).await;
+    })
+}
+
 /// One other coordinator's link: a writer of its queue, and a reader feeding the core.
 async fn peer_connection(
     peer: CoordinatorId,
@@ -1084,19 +1100,12 @@ async fn peer_connection(
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let (mut sender, mut receiver) = link.split();
-    let (out, mut out_rx) = mpsc::channel::<CoordinatorToCoordinator>(PEER_OUTBOX_MAX);
+    let (sender, mut receiver) = link.split();
+    let (out, out_rx) = mpsc::channel::<CoordinatorToCoordinator>(PEER_OUTBOX_MAX);
     if core.send(CoreEvent::PeerUp { peer, conn, out }).await.is_err() {
         return;
     }
-    let writer = tokio::spawn(async move {
-        while let Some(msg) = out_rx.recv().await {
-            if sender.send(&msg).await.is_err() {
-                return;
-            }
-        }
-        sender.finish(Duration::from_secs(1)).await;
-    });
+    let writer = spawn_writer(sender, out_rx);
     match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromPeer { peer, conn, msg }).await {
         LinkEnd::Failed(e) if e.is_protocol_violation() => {
             warn!(peer, error = %e, "coordinator {peer} broke the protocol; its link is closed")
@@ -1216,19 +1225,12 @@ async fn client_connection(
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
 ) {
-    let (mut sender, mut receiver) = link.split();
-    let (out, mut out_rx) = mpsc::channel::<CoordinatorToClient>(CLIENT_OUTBOX_MAX);
+    let (sender, mut receiver) = link.split();
+    let (out, out_rx) = mpsc::channel::<CoordinatorToClient>(CLIENT_OUTBOX_MAX);
     if core.send(CoreEvent::ClientUp { client, out }).await.is_err() {
         return;
     }
-    let writer = tokio::spawn(async move {
-        while let Some(msg) = out_rx.recv().await {
-            if sender.send(&msg).await.is_err() {
-                return;
-            }
-        }
-        sender.finish(Duration::from_secs(1)).await;
-    });
+    let writer = spawn_writer(sender, out_rx);
     let peer = receiver.remote_address();
     match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromClient { client, msg }).await {
         LinkEnd::Failed(e) if e.is_protocol_violation() => {
