@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use wire::channel::CoordinatorToNode;
 use wire::config::ClusterConfig;
 use wire::messages::{
-    Batch, CoordinatorId, Epoch, NodeId, Part, PartitionId, PieceReads, ReplicaStanding, Seq, Timestamp,
+    Batch, CoordinatorId, Epoch, NodeId, Part, PartitionId, PieceReads, ReplicaStanding, ReplicationRole, Seq,
+    Timestamp,
 };
 
 use super::{ClientRef, Coordinator, HeldReads, Output, Phase, Replication, NOBODY};
@@ -71,6 +72,15 @@ impl PartitionResume {
         }
         let skip = usize::try_from(applied - self.adopted_after).unwrap_or(usize::MAX).min(self.adopted.len());
         (applied, &self.adopted[skip..])
+    }
+
+    /// A serving passive partition whose membership names as its primary a live backup that
+    /// never became one: the previous leader decided the promotion (its view puts the backup
+    /// first) and died before its `Promote` reached the backup. The new leader promotes again.
+    pub fn unpromoted_primary(&self, passive: bool, live_nodes: &BTreeSet<NodeId>) -> Option<NodeId> {
+        let first = *self.view.replicas.first()?;
+        let backup = self.standings.get(&first).is_some_and(|s| s.role == ReplicationRole::Backup);
+        (passive && self.view.state == ViewState::Serving && live_nodes.contains(&first) && backup).then_some(first)
     }
 
     /// The latest timestamp any replica that answered saw.
@@ -133,8 +143,14 @@ impl Coordinator {
                 true => r.view.replicas.first().copied().into_iter().collect(),
                 false => r.view.replicas.clone(),
             };
-            let backups: Vec<NodeId> =
-                if passive { r.view.replicas.iter().skip(1).copied().collect() } else { Vec::new() };
+            // A promotion decided and never delivered is made again (the backup it names
+            // stays a candidate, with every other backup; the furthest is asked).
+            let unpromoted = r.unpromoted_primary(passive, &resumed.live_nodes);
+            let backups: Vec<NodeId> = match (passive, unpromoted) {
+                (true, Some(_)) => r.view.replicas.clone(),
+                (true, None) => r.view.replicas.iter().skip(1).copied().collect(),
+                (false, _) => Vec::new(),
+            };
             match &r.view.state {
                 ViewState::Stopped { reason } => {
                     p.agreement = Agreement::new(*pid, []);
@@ -186,8 +202,13 @@ impl Coordinator {
                         if let Some(s) = p.passive_mut() {
                             s.unanswered.push_back(b.clone());
                         }
-                        let nodes: Vec<NodeId> =
-                            executors.iter().copied().filter(|n| resumed.live_nodes.contains(n)).collect();
+                        // (An unpromoted backup gets them from the promotion, which replays
+                        // what it did not apply.)
+                        let nodes: Vec<NodeId> = executors
+                            .iter()
+                            .copied()
+                            .filter(|n| resumed.live_nodes.contains(n) && unpromoted.is_none())
+                            .collect();
                         if !nodes.is_empty() {
                             out.push(Output::ToNodes { nodes, msg: CoordinatorToNode::Batch(b.clone()) });
                         }
@@ -204,6 +225,9 @@ impl Coordinator {
                         }
                     }
                     p.phase = Phase::Serving;
+                    if unpromoted.is_some() {
+                        p.promote_next(&mut out);
+                    }
                 }
             }
         }
@@ -372,5 +396,71 @@ impl Coordinator {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wire::config::Mode;
+
+    use super::*;
+
+    fn standing(role: ReplicationRole, executed: Seq) -> ReplicaStanding {
+        ReplicaStanding {
+            role,
+            executed_seq: executed,
+            held_seq: executed,
+            kept_from: executed + 1,
+            last_ts: None,
+            stopped: false,
+            held_reads: Vec::new(),
+            pieces: Vec::new(),
+        }
+    }
+
+    /// docs/design.md §11: the previous leader decided to promote node 2 (its committed view
+    /// of partition 1 names node 2 first) and died before its `Promote` left; node 2 still
+    /// answers the take-over as a backup. The new leader asks for the promotion again and
+    /// sends the backup no batch (a backup refuses batches: it applies its primary's log).
+    #[test]
+    fn a_promotion_decided_and_never_delivered_is_made_again() {
+        let config = ClusterConfig::parse(include_str!("../../../cluster.toml"))
+            .unwrap()
+            .with_mode(Mode::ActivePassive, Some(wire::config::Shipping::Sync));
+        let view = |partition| PartitionView { partition, replicas: vec![2], state: ViewState::Serving };
+        let resume = |partition, role, executed| PartitionResume {
+            view: view(partition),
+            standings: [(2, standing(role, executed))].into(),
+            adopted_after: executed,
+            adopted: Vec::new(),
+            known: Vec::new(),
+            reads: Vec::new(),
+        };
+        let resumed = Resumed {
+            epoch: 3,
+            partitions: [(1, resume(1, ReplicationRole::Backup, 10)), (2, resume(2, ReplicationRole::Primary, 7))]
+                .into(),
+            live_nodes: [2].into(),
+            reachable: [2].into(),
+        };
+        let (c, out) = Coordinator::resume(&config, 1, resumed, 1_000_000).unwrap();
+        let promotes: Vec<&Output> = out
+            .iter()
+            .filter(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::Promote { partition: 1, .. }, nodes } if nodes == &[2]))
+            .collect();
+        assert_eq!(promotes.len(), 1, "{out:?}");
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::Batch(b), .. } if b.partition == 1)),
+            "{out:?}"
+        );
+        let p1 = c.status().into_iter().find(|p| p.partition == 1).unwrap();
+        assert_eq!(p1.phase, Phase::Promoting { backup: 2 });
+        // The partition whose primary answered as one goes on serving.
+        let p2 = c.status().into_iter().find(|p| p.partition == 2).unwrap();
+        assert_eq!(p2.phase, Phase::Serving);
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::Promote { partition: 2, .. }, .. })));
     }
 }
