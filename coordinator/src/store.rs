@@ -50,7 +50,7 @@ impl GroupStore {
 
     /// The state file.
     pub fn path(&self) -> PathBuf {
-        self.dir.join(format!("coordinator-{}.raft", self.me))
+        wire::config::coordinator_state_file(&self.dir, self.me)
     }
 
     fn tmp_path(&self) -> PathBuf {

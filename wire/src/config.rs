@@ -498,6 +498,13 @@ pub fn split_address(address: &str) -> Result<(&str, u16), Problem> {
     Ok((host, port))
 }
 
+/// Where coordinator `id` of a group keeps its raft state: `run_dir/coordinator-<id>.raft`
+/// (docs/cluster.md; written by `coordinator::store`). A few hundred bytes of decisions about
+/// membership, never transactions.
+pub fn coordinator_state_file(run_dir: &Path, id: CoordinatorId) -> PathBuf {
+    run_dir.join(format!("coordinator-{id}.raft"))
+}
+
 /// Resolves `address` (`host:port`) to its first socket address; `field` names it in errors.
 pub fn resolve(field: &str, address: &str) -> Result<SocketAddr, ConfigError> {
     let resolve_error =

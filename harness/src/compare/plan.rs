@@ -263,13 +263,16 @@ fn same_file_name(a: &Path, b: &Path) -> bool {
 }
 
 /// Bytes of the files a run left in its directory besides what the launcher writes (process
-/// logs, pid files, the derived cluster.toml): the nodes' databases, logs and checkpoints.
+/// logs, pid files, the derived cluster.toml) and the coordinators' raft state (decisions
+/// about membership, not data): the nodes' databases, logs and checkpoints.
 fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
+    let run_dir = &cluster.config.run_dir;
     let launcher: Vec<PathBuf> = cluster
         .coordinator_procs()
         .into_iter()
         .chain(cluster.config.nodes.iter().map(|n| Proc::Node(n.id)))
         .map(|p| cluster.log_file(&p))
+        .chain(cluster.config.coordinator_ids().into_iter().map(|c| wire::config::coordinator_state_file(run_dir, c)))
         .collect();
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
