@@ -325,7 +325,7 @@ fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
     let _machine = one_cluster_at_a_time();
     let dir = scratch("failover-join");
     let config = quick_cluster(&dir);
-    let spare = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let [spare] = free_ports();
     let with_spare = std::fs::read_to_string(&config).unwrap().replacen(
         "[[nodes]]",
         &format!("[[nodes]]\nid = 3\naddress = \"127.0.0.1:{spare}\"\n\n[[nodes]]"),

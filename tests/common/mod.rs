@@ -28,9 +28,29 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// `N` UDP ports free right now on loopback (bound together, then released).
+/// `N` UDP ports free right now on loopback, from below the kernel's ephemeral range: the
+/// processes' outgoing QUIC sockets take ephemeral ports, and with a coordinator group there
+/// are many (every node and client dials every coordinator), so a port picked from that range
+/// and released could be taken by one before the process configured for it binds it. Where
+/// the search starts is spread by process id and call, so tests running at once pick apart.
 pub fn free_ports<const N: usize>() -> [u16; N] {
-    let sockets: Vec<UdpSocket> = (0..N).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    let (first, last) = (10_000u32, low.max(12_000) - 1);
+    let span = last - first;
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut at = (std::process::id().wrapping_mul(7_919) + call * 613) % span;
+    let mut sockets = Vec::new();
+    while sockets.len() < N {
+        let port = (first + at) as u16;
+        at = (at + 1) % span;
+        if let Ok(s) = UdpSocket::bind(("127.0.0.1", port)) {
+            sockets.push(s);
+        }
+    }
     std::array::from_fn(|i| sockets[i].local_addr().unwrap().port())
 }
 
