@@ -432,16 +432,28 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite_without_force() {
     let report = init_cluster(&cfg, false).unwrap();
     assert!(!report.replaced_ca);
     let roles: Vec<Role> = report.identities.iter().map(|i| i.role).collect();
-    assert_eq!(roles, [Role::Coordinator(0), Role::Node(1), Role::Node(2), Role::Client]);
+    // The default file's three coordinators, each its own identity.
+    assert_eq!(
+        roles,
+        [Role::Coordinator(0), Role::Coordinator(1), Role::Coordinator(2), Role::Node(1), Role::Node(2), Role::Client]
+    );
     let mut keys = vec![report.ca_key.clone()];
     keys.extend(report.identities.iter().map(|i| i.key.clone()));
-    for name in ["ca.key", "coordinator-0.key", "node-1.key", "node-2.key", "client.key"] {
+    for name in [
+        "ca.key",
+        "coordinator-0.key",
+        "coordinator-1.key",
+        "coordinator-2.key",
+        "node-1.key",
+        "node-2.key",
+        "client.key",
+    ] {
         let path = cfg.cert_dir.join(name);
         assert!(keys.contains(&path), "{name}");
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{name} has mode {mode:o}");
     }
-    for name in ["ca.pem", "coordinator-0.pem", "node-1.pem", "node-2.pem", "client.pem"] {
+    for name in ["ca.pem", "coordinator-0.pem", "coordinator-2.pem", "node-1.pem", "node-2.pem", "client.pem"] {
         assert!(cfg.cert_dir.join(name).is_file(), "{name}");
     }
     let coordinator = &report.identities[0];
