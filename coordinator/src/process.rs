@@ -115,7 +115,8 @@ pub enum ProcessError {
     Tls(#[from] wire::tls::TlsError),
     #[error("coordinator {id} is not in cluster.toml (its [[coordinators]] are {known:?})")]
     UnknownCoordinator { id: CoordinatorId, known: Vec<CoordinatorId> },
-    #[error("cannot read the coordinator group's stored state: {0}")]
+    /// (The store's error, the source, names the file and what is wrong with it.)
+    #[error("cannot read the coordinator group's stored state")]
     Store(#[from] StoreError),
 }
 
