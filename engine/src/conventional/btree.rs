@@ -615,7 +615,13 @@ mod tests {
 
     fn tree(generic: bool, val_len: usize) -> BTree {
         let stats = Stats::default();
-        BTree::new(Store::new(0, None, 8192, true), 8, val_len, Comparator::new(generic, DESC, 8), &stats)
+        BTree::new(
+            Store::new(0, None, 8192, super::super::latch::LatchMode::Mutex),
+            8,
+            val_len,
+            Comparator::new(generic, DESC, 8),
+            &stats,
+        )
     }
 
     fn key(k: u64) -> [u8; 8] {

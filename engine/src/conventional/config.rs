@@ -8,6 +8,8 @@
 //! configuration that removes locking or latching is refused with more than one worker.
 
 use super::error::ConventionalError;
+pub use super::latch::LatchKind;
+use super::page::BUFFER_POOL_FRAMES_PER_WORKER_MIN;
 
 /// Page size of the full stack (Shore's 8 KiB).
 pub const PAGE_BYTES_SMALL: usize = 8 << 10;
@@ -174,11 +176,32 @@ pub struct Config {
     /// transactions it ran before the failure, so that a second restart still knows which of
     /// the batches replayed to it already took effect.
     pub checkpoint_on_open: bool,
+    /// The buffer pool's size in bytes; `None` (the default): unbounded, the whole database
+    /// stays in memory, as in the paper. With a bound, pages beyond it are evicted by the
+    /// clock and written back to page files (see `page`). Ignored when the buffer-pool switch
+    /// is off (step 10: no pool).
+    pub buffer_pool_bytes: Option<u64>,
+    /// Which latch the latching switch leaves in place: the mutex-style latch with holder
+    /// bookkeeping (the default, Shore's) or the cheap spin latch.
+    pub latch: LatchKind,
 }
 
 impl Config {
     pub fn new(switches: Switches, workers: usize) -> Config {
-        Config { switches, workers, log_prealloc_bytes: LOG_PREALLOC_BYTES_DEFAULT, checkpoint_on_open: true }
+        Config {
+            switches,
+            workers,
+            log_prealloc_bytes: LOG_PREALLOC_BYTES_DEFAULT,
+            checkpoint_on_open: true,
+            buffer_pool_bytes: None,
+            latch: LatchKind::default(),
+        }
+    }
+
+    /// The number of frames a bounded pool has (`None`: unbounded, or no pool).
+    pub fn buffer_pool_frames(&self) -> Option<u64> {
+        let bytes = self.buffer_pool_bytes.filter(|_| self.switches.buffer_pool)?;
+        Some(bytes / self.switches.page_bytes() as u64)
     }
 
     /// The configuration of `step` with `workers` workers.
@@ -191,6 +214,20 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConventionalError> {
         if self.workers == 0 {
             return Err(ConventionalError::NoWorkers);
+        }
+        if let (Some(frames), Some(bytes)) = (self.buffer_pool_frames(), self.buffer_pool_bytes) {
+            let per_worker = BUFFER_POOL_FRAMES_PER_WORKER_MIN;
+            let frames_min = per_worker * self.workers as u64;
+            if frames < frames_min {
+                return Err(ConventionalError::BufferPoolTooSmall {
+                    bytes,
+                    page_bytes: self.switches.page_bytes(),
+                    frames,
+                    workers: self.workers,
+                    frames_min,
+                    per_worker,
+                });
+            }
         }
         if self.workers > 1 {
             if !self.switches.locking {
@@ -227,5 +264,20 @@ mod tests {
             Err(ConventionalError::UnsafeWithWorkers { switch: "locking", workers: 2 })
         ));
         assert!(Config::for_step(Step::STRIPPED, 1).validate().is_ok());
+    }
+
+    #[test]
+    fn a_buffer_pool_too_small_for_its_workers_is_refused() {
+        let small = Config { buffer_pool_bytes: Some(64 * 8192 * 2 - 1), ..Config::for_step(Step::FULL_STACK, 2) };
+        assert!(matches!(
+            small.validate(),
+            Err(ConventionalError::BufferPoolTooSmall { frames: 127, frames_min: 128, .. })
+        ));
+        let enough = Config { buffer_pool_bytes: Some(64 * 8192 * 2), ..small.clone() };
+        assert!(enough.validate().is_ok());
+        // Without a buffer pool (step 10) the bound means nothing.
+        let none = Config { buffer_pool_bytes: Some(1), ..Config::for_step(Step::STRIPPED, 1) };
+        assert_eq!(none.buffer_pool_frames(), None);
+        assert!(none.validate().is_ok());
     }
 }

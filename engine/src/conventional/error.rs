@@ -15,6 +15,12 @@ pub enum ConventionalError {
     /// worker runs transactions (the paper's stripped Shore runs one transaction at a time).
     #[error("switch `{switch}` is only sound with one worker, but {workers} workers were configured")]
     UnsafeWithWorkers { switch: &'static str, workers: usize },
+    /// A bounded buffer pool too small for its workers' fixes (see `Config::buffer_pool_bytes`).
+    #[error(
+        "a buffer pool of {bytes} bytes holds {frames} pages of {page_bytes} bytes; {workers} worker(s) need at \
+         least {frames_min} frames ({per_worker} per worker)"
+    )]
+    BufferPoolTooSmall { bytes: u64, page_bytes: usize, frames: u64, workers: usize, frames_min: u64, per_worker: u64 },
     /// A configuration must allow at least one worker.
     #[error("a configuration needs at least one worker")]
     NoWorkers,

@@ -8,7 +8,7 @@
 //! undone append leaves a tombstone: slot offset 0), so visiting order is append order of
 //! the surviving records, and redo in log order re-creates the same record ids.
 
-use super::latch::Latch;
+use super::latch::{Latch, LatchMode};
 use super::page::{hdr, PageNo, Store, HEADER_BYTES, KIND_HEAP};
 use super::stats::Stats;
 
@@ -38,11 +38,11 @@ pub(crate) struct HeapFile {
 }
 
 impl HeapFile {
-    pub fn new(store: Store, row_len: usize, latching: bool, stats: &Stats) -> HeapFile {
+    pub fn new(store: Store, row_len: usize, latch: LatchMode, stats: &Stats) -> HeapFile {
         let (no, mut p) = store.allocate(stats);
         hdr::init(&mut p, KIND_HEAP, 0);
         drop(p);
-        HeapFile { store, row_len, tail: Latch::new(no, latching) }
+        HeapFile { store, row_len, tail: Latch::new(no, latch) }
     }
 
     pub fn store(&self) -> &Store {

@@ -3,13 +3,15 @@
 //! switches (Harizopoulos et al., SIGMOD 2008, Section 4).
 //!
 //! What it owns and where:
-//! - [`page`]: slotted 8 KiB / 32 KiB pages in a buffer pool (frames, a sharded page table,
-//!   fix/unfix with pin counts) or, switched off, in plain heap memory;
+//! - [`page`]: slotted 8 KiB / 32 KiB pages in a buffer pool (frame control blocks, a sharded
+//!   page table, fix/unfix with pin counts, a clock with reference and dirty bits, eviction
+//!   and write-back when the pool is bounded) or, switched off, in plain heap memory;
 //! - [`btree`]: B+trees over pages for every primary and secondary index, latch coupling,
 //!   a generic or a specialised key comparator;
 //! - [`heap`]: the heap file holding HISTORY;
 //! - [`lock`]: a hashed lock table, IS/IX/S/X, strict 2PL, wait-die deadlock prevention;
-//! - [`latch`]: reader/writer spin latches that the latching switch turns into no-ops;
+//! - [`latch`]: reader/writer latches — mutex-style with holder bookkeeping (Shore's), or the
+//!   cheap spin latch — that the latching switch turns into no-ops;
 //! - [`log`]: ARIES log records with checksums, the log buffer, group commit with
 //!   `fdatasync` on a preallocated device behind the [`LogDevice`] trait, a crash-injecting
 //!   test double whose handles are fenced off by a crash;
@@ -76,20 +78,21 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use self::btree::{BTree, Comparator, KeyBuf, KeyField, KEY_BYTES_MAX};
 use self::heap::{HeapFile, Rid};
-use self::latch::Latch;
+use self::latch::{Latch, LatchMode};
 use self::lock::LockManager;
 use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
 use self::medium::{CheckpointStore, FileCheckpoint};
-use self::page::{BufferPool, PageNo, Store};
+use self::page::{Backing, BufferPool, PageNo, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
 use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
 
 pub use self::base::{follows_generation_on, generation_start, image_lsn, install_image_on};
-pub use self::config::{Config, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
+pub use self::config::{Config, LatchKind, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogCorruption, LogDevice, TornTail};
 pub use self::medium::{CheckpointCrash, Medium, MemoryMedium};
+pub use self::page::BUFFER_POOL_FRAMES_PER_WORKER_MIN;
 pub use self::session::Session;
 pub use self::ship::{cut_log, cut_log_on, CutAt, LogCut, ShipApplyReport};
 pub use self::stats::Counters;
@@ -161,12 +164,12 @@ pub(crate) struct TableEntry {
 }
 
 impl TableEntry {
-    fn new<T: Table>(pool: Option<&Arc<BufferPool>>, sw: &Switches, stats: &Stats) -> TableEntry {
+    fn new<T: Table>(pool: Option<&Arc<BufferPool>>, sw: &Switches, latch: LatchMode, stats: &Stats) -> TableEntry {
         let row_len = std::mem::size_of::<T::Row>();
         let page_bytes = sw.page_bytes();
-        let store = |id: u16| Store::new(id, pool, page_bytes, sw.latching);
+        let store = |id: u16| Store::new(id, pool, page_bytes, latch);
         let primary = match T::ORG {
-            Organisation::Heap => Primary::Heap(HeapFile::new(store(T::ID as u16), row_len, sw.latching, stats)),
+            Organisation::Heap => Primary::Heap(HeapFile::new(store(T::ID as u16), row_len, latch, stats)),
             Organisation::Hash | Organisation::Ordered => {
                 let cmp = Comparator::new(sw.generic_keys, primary_descriptor(T::ID), 8);
                 Primary::Tree(BTree::new(store(T::ID as u16), 8, row_len, cmp, stats))
@@ -307,6 +310,8 @@ pub struct ConventionalDb {
     pub(crate) log: LogManager,
     pub(crate) txns: TxnManager,
     pub(crate) counters: SharedCounters,
+    /// The buffer pool (`None`: the buffer-pool switch is off).
+    pool: Option<Arc<BufferPool>>,
     sessions: AtomicUsize,
     next_session: AtomicU64,
     recovery: RecoveryReport,
@@ -336,7 +341,11 @@ impl ConventionalDb {
     /// checkpoint follows; otherwise the database starts empty and the medium is not touched.
     pub fn open_on(medium: &Medium, config: Config) -> Result<Arc<ConventionalDb>, ConventionalError> {
         let device = if config.switches.durable() { Some(medium.log_device()?) } else { None };
-        Self::open_parts(medium.log_path(), medium.checkpoint_store(), config, device)
+        let backing = match medium {
+            Medium::Dir(dir) => Backing::dir(dir.clone()),
+            Medium::Memory(_) => Backing::memory(),
+        };
+        Self::open_parts(medium.log_path(), medium.checkpoint_store(), config, device, backing)
     }
 
     /// As [`ConventionalDb::open`], with the log on `device` (e.g. a [`CrashingLogDevice`]);
@@ -347,31 +356,37 @@ impl ConventionalDb {
         device: Option<Box<dyn LogDevice>>,
     ) -> Result<Arc<ConventionalDb>, ConventionalError> {
         let dir = dir.as_ref();
-        Self::open_parts(dir.join(LOG_FILE), Box::new(FileCheckpoint::new(dir)), config, device)
+        let backing = Backing::dir(dir.to_path_buf());
+        Self::open_parts(dir.join(LOG_FILE), Box::new(FileCheckpoint::new(dir)), config, device, backing)
     }
 
     /// Opens the database with the log on `device` (named `log_path` in errors) and
-    /// checkpoints in `checkpoint_store`; restart recovery as [`ConventionalDb::open_on`].
+    /// checkpoints in `checkpoint_store` and evicted pages (a bounded pool) in `backing`;
+    /// restart recovery as [`ConventionalDb::open_on`].
     fn open_parts(
         log_path: PathBuf,
         checkpoint_store: Box<dyn CheckpointStore>,
         config: Config,
         device: Option<Box<dyn LogDevice>>,
+        backing: Backing,
     ) -> Result<Arc<ConventionalDb>, ConventionalError> {
         config.validate()?;
         let sw = config.switches;
+        let latch = config.latch.mode(sw.latching);
         let stats = Stats::default();
-        let pool = sw.buffer_pool.then(|| Arc::new(BufferPool::new(sw.page_bytes(), sw.latching)));
+        let frames = config.buffer_pool_frames().map(|f| u32::try_from(f).unwrap_or(u32::MAX));
+        let pool = sw.buffer_pool.then(|| Arc::new(BufferPool::new(sw.page_bytes(), latch, frames, backing)));
+        let p = pool.as_ref();
         let tables: Vec<Arc<TableEntry>> = vec![
-            Arc::new(TableEntry::new::<t::Warehouses>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Districts>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Customers>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Histories>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Orders>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::NewOrders>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::OrderLines>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Items>(pool.as_ref(), &sw, &stats)),
-            Arc::new(TableEntry::new::<t::Stocks>(pool.as_ref(), &sw, &stats)),
+            Arc::new(TableEntry::new::<t::Warehouses>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Districts>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Customers>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Histories>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Orders>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::NewOrders>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::OrderLines>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Items>(p, &sw, latch, &stats)),
+            Arc::new(TableEntry::new::<t::Stocks>(p, &sw, latch, &stats)),
         ];
         debug_assert!(tables.iter().enumerate().all(|(i, e)| e.id as usize == i));
         let catalog = tables.iter().map(|e| (e.id.name(), Arc::clone(e))).collect();
@@ -412,9 +427,10 @@ impl ConventionalDb {
 
         let db = ConventionalDb {
             locks: LockManager::new(sw.locking),
-            txns: TxnManager::new(sw.full_txn, sw.latching, max_txn + 1),
+            txns: TxnManager::new(sw.full_txn, latch, max_txn + 1),
             log,
-            catalog: Latch::new(catalog, sw.latching),
+            catalog: Latch::new(catalog, latch),
+            pool,
             tables,
             counters: SharedCounters::default(),
             sessions: AtomicUsize::new(0),
@@ -465,11 +481,21 @@ impl ConventionalDb {
     /// The component counters merged so far from every session (sessions merge at each
     /// transaction end and when they close), plus the log device's bytes and fsyncs.
     pub fn counters(&self) -> Counters {
+        let pool = |c: fn(&BufferPool) -> &AtomicU64| self.pool.as_ref().map_or(0, |p| c(p).load(Ordering::Relaxed));
         Counters {
             log_bytes_written: self.log.bytes_written.load(Ordering::Relaxed),
             fsyncs: self.log.fsyncs.load(Ordering::Relaxed),
+            page_reads: pool(|p| &p.reads),
+            page_writes: pool(|p| &p.writes),
+            page_evictions: pool(|p| &p.evictions),
             ..self.counters.load()
         }
+    }
+
+    /// Frames the buffer pool holds pages in (`None`: the buffer-pool switch is off). With an
+    /// unbounded pool this is every page of the database; a bounded pool stops at its size.
+    pub fn buffer_pool_frames_used(&self) -> Option<u64> {
+        self.pool.as_ref().map(|p| u64::from(p.frames_used()))
     }
 
     /// What restart recovery did when this database was opened.

@@ -26,6 +26,12 @@ pub struct Counters {
     pub log_bytes_written: u64,
     /// `fdatasync` calls on the log device.
     pub fsyncs: u64,
+    /// Pages the buffer pool read back from its page files (a bounded pool's misses).
+    pub page_reads: u64,
+    /// Dirty pages the buffer pool wrote back to its page files.
+    pub page_writes: u64,
+    /// Pages the buffer pool's clock evicted.
+    pub page_evictions: u64,
     /// Transactions committed.
     pub committed: u64,
     /// Transactions aborted.
@@ -44,6 +50,9 @@ impl Counters {
             log_records: self.log_records - earlier.log_records,
             log_bytes_written: self.log_bytes_written - earlier.log_bytes_written,
             fsyncs: self.fsyncs - earlier.fsyncs,
+            page_reads: self.page_reads - earlier.page_reads,
+            page_writes: self.page_writes - earlier.page_writes,
+            page_evictions: self.page_evictions - earlier.page_evictions,
             committed: self.committed - earlier.committed,
             aborted: self.aborted - earlier.aborted,
         }
@@ -80,6 +89,9 @@ impl Stats {
             log_records: self.log_records.take(),
             log_bytes_written: 0,
             fsyncs: 0,
+            page_reads: 0,
+            page_writes: 0,
+            page_evictions: 0,
             committed: self.committed.take(),
             aborted: self.aborted.take(),
         }
@@ -126,6 +138,9 @@ impl SharedCounters {
             log_records: self.log_records.load(Relaxed),
             log_bytes_written: 0,
             fsyncs: 0,
+            page_reads: 0,
+            page_writes: 0,
+            page_evictions: 0,
             committed: self.committed.load(Relaxed),
             aborted: self.aborted.load(Relaxed),
         }

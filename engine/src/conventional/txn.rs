@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::latch::Latch;
+use super::latch::{Latch, LatchMode};
 use super::stats::Stats;
 
 /// Bits of a trimmed transaction id that count transactions within a session.
@@ -49,11 +49,11 @@ impl Drop for Quiesced<'_> {
 }
 
 impl TxnManager {
-    pub fn new(full: bool, latching: bool, first_id: u64) -> TxnManager {
+    pub fn new(full: bool, latch: LatchMode, first_id: u64) -> TxnManager {
         TxnManager {
             full,
             next_id: AtomicU64::new(first_id.max(1)),
-            table: Latch::new(HashMap::new(), latching),
+            table: Latch::new(HashMap::new(), latch),
             gate: Mutex::new(Gate::default()),
             changed: Condvar::new(),
         }
