@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use engine::conventional::{Config, ConventionalDb, Step, LOG_FILE, SNAPSHOT_FILE};
+use engine::conventional::{Config, ConventionalDb, LatchKind, Step, LOG_FILE, SNAPSHOT_FILE};
 use engine::procedures::{TxnInput, TxnOutput};
 use engine::{LeanDb, Storage};
 use workload::bench::{self, BenchConfig, BenchReport, StopAfter};
@@ -112,6 +112,21 @@ pub struct BenchArgs {
     /// kernel. Default 0.
     #[arg(long)]
     step: Option<u8>,
+    /// The conventional stack's buffer pool size in MiB. Default: unbounded, the whole
+    /// database stays in memory (the paper's setting). Below the database's size the clock
+    /// evicts pages and writes dirty ones back to an unnamed page file in the --wal-dir
+    /// directory. Only while the buffer pool is present (--step 0 to 9).
+    #[arg(long, value_name = "MIB")]
+    buffer_pool_mb: Option<u64>,
+    /// With --engine conventional: switch the log flush off on top of --step (commit no
+    /// longer waits for fdatasync; the paper's 1,700 txn/s baseline is its full stack so).
+    #[arg(long)]
+    no_log_flush: bool,
+    /// With --engine conventional: which latch the stack uses while latching is on: `mutex`
+    /// (Shore's: waiters sleep, holders are recorded and checked) or `spin` (one
+    /// compare-and-swap, waiters spin).
+    #[arg(long, value_enum, default_value_t = LatchArg::Mutex)]
+    latch: LatchArg,
     /// Worker threads, each with its own session and input stream (more than one only on the
     /// conventional stack with locking and latching on, i.e. steps 0–4).
     #[arg(long, default_value_t = 1)]
@@ -125,6 +140,13 @@ pub struct BenchArgs {
     /// and Payment) to this file, for `glass recover --ack-log`.
     #[arg(long, hide = true)]
     ack_log: Option<PathBuf>,
+}
+
+/// `--latch` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum LatchArg {
+    Mutex,
+    Spin,
 }
 
 /// What runs the transactions, decided from the flags in one place.
@@ -161,8 +183,25 @@ fn target(a: &BenchArgs) -> Result<Target> {
             if step.runs_lean_kernel() {
                 Target::Lean { step: Some(step) }
             } else {
-                let config = Config::for_step(step, a.workers);
-                config.validate().with_context(|| format!("--step {n} with --workers {}", a.workers))?;
+                let mut config = Config::for_step(step, a.workers);
+                if a.no_log_flush {
+                    config.switches.log_flush = false;
+                }
+                config.latch = match a.latch {
+                    LatchArg::Mutex => LatchKind::Mutex,
+                    LatchArg::Spin => LatchKind::Spin,
+                };
+                if let Some(mb) = a.buffer_pool_mb {
+                    if !config.switches.buffer_pool {
+                        bail!(
+                            "--buffer-pool-mb needs the buffer pool, which --step {n} removes (steps 0 to 9 keep it)"
+                        );
+                    }
+                    config.buffer_pool_bytes = Some(mb.saturating_mul(1 << 20));
+                }
+                config
+                    .validate()
+                    .with_context(|| format!("--step {n} with --workers {} and --buffer-pool-mb", a.workers))?;
                 Target::Conventional { step, config }
             }
         }
@@ -171,6 +210,15 @@ fn target(a: &BenchArgs) -> Result<Target> {
     match &target {
         Target::Lean { step } => {
             let what = if step.is_some() { "step 11 (the lean kernel)" } else { "the lean kernel" };
+            for (given, flag) in [
+                (a.buffer_pool_mb.is_some(), "--buffer-pool-mb"),
+                (a.no_log_flush, "--no-log-flush"),
+                (a.latch != LatchArg::Mutex, "--latch"),
+            ] {
+                if given {
+                    bail!("{what} has no buffer pool, log or latches: {flag} applies only to --engine conventional");
+                }
+            }
             if a.workers > 1 {
                 bail!("{what} runs one thread: --workers {} needs --engine conventional at steps 0–4", a.workers);
             }
@@ -342,6 +390,9 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
         (a.step.is_some(), "--step"),
         (a.workers != 1, "--workers"),
         (a.wal_dir.is_some(), "--wal-dir"),
+        (a.buffer_pool_mb.is_some(), "--buffer-pool-mb"),
+        (a.no_log_flush, "--no-log-flush"),
+        (a.latch != LatchArg::Mutex, "--latch"),
     ]
     .into_iter()
     .filter_map(|(given, flag)| given.then_some(flag))
@@ -380,9 +431,16 @@ fn run_conventional(
     let wal = WalDir::prepare(a.wal_dir.as_deref(), durable)?;
     let ack = a.ack_log.as_deref().map(AckLog::create).transpose()?;
     let workers = config.workers;
+    let pool = match config.buffer_pool_bytes.filter(|_| config.switches.buffer_pool) {
+        Some(b) => format!(", buffer pool {} MiB", b >> 20),
+        None if config.switches.buffer_pool => ", buffer pool unbounded".to_string(),
+        None => String::new(),
+    };
     println!(
-        "engine: conventional stack, step {step}, {workers} worker{}{}",
+        "engine: conventional stack, step {step}{}, {workers} worker{}{pool}, {:?} latches{}",
+        if config.switches.log_flush || step.number() >= 2 { "" } else { " without log flush" },
         if workers == 1 { "" } else { "s" },
+        config.latch,
         if durable { format!(", log in {}", wal.path.display()) } else { String::new() }
     );
     let db = ConventionalDb::open(&wal.path, config)
@@ -403,6 +461,15 @@ fn run_conventional(
         );
     }
     let load_s = t0.elapsed().as_secs_f64();
+    if let Some(frames) = db.buffer_pool_frames_used() {
+        let page = db.switches().page_bytes() as u64;
+        println!(
+            "buffer pool after the load: {frames} frames of {} KiB ({:.0} MiB){}",
+            page >> 10,
+            (frames * page) as f64 / (1 << 20) as f64,
+            if db.config().buffer_pool_bytes.is_some() { "" } else { ": the whole database" }
+        );
+    }
 
     let before = db.counters();
     let sessions = (0..workers).map(|_| db.session()).collect::<Result<Vec<_>, _>>()?;
@@ -426,6 +493,12 @@ fn run_conventional(
         "components   {} locks granted ({} waits, {} wait-die deaths), {} latches, {} page fixes, {} log records",
         c.lock_requests_granted, c.lock_waits, c.lock_conflicts, c.latches_acquired, c.pages_fixed, c.log_records
     );
+    if c.page_evictions > 0 {
+        println!(
+            "buffer pool  {} evictions, {} pages read back, {} written back, warm-up included",
+            c.page_evictions, c.page_reads, c.page_writes
+        );
+    }
     if c.fsyncs > 0 {
         println!(
             "log          {:.1} MiB written, {} fsyncs ({:.2} commits per fsync), warm-up included",
