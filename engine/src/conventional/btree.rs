@@ -268,18 +268,24 @@ impl BTree {
         }
     }
 
-    /// Couples shared latches down to the leaf for `k`.
-    fn descend_read(&self, k: &[u8], strict: bool, stats: &Stats, mut fences: Option<&mut Fences>) -> PageRead<'_> {
-        let mut page = self.store.read(ROOT, stats);
+    /// Couples shared latches down to the leaf for `k`; returns the leaf and its number.
+    fn descend_read(
+        &self,
+        k: &[u8],
+        strict: bool,
+        stats: &Stats,
+        mut fences: Option<&mut Fences>,
+    ) -> (PageNo, PageRead<'_>) {
+        let (mut no, mut page) = (ROOT, self.store.read(ROOT, stats));
         while hdr::level(&page) > 0 {
             let (idx, child) = self.route(&page, k, strict);
             if let Some(f) = fences.as_deref_mut() {
                 self.narrow(f, &page, idx);
             }
             // The child is latched before the parent is released.
-            page = self.store.read(child, stats);
+            (no, page) = (child, self.store.read(child, stats));
         }
-        page
+        (no, page)
     }
 
     /// Couples shared latches down and takes the leaf for `k` exclusive.
@@ -306,12 +312,13 @@ impl BTree {
         }
     }
 
-    /// Calls `f` with the value stored under `k`.
-    pub fn get<R>(&self, k: &[u8], stats: &Stats, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-        let page = self.descend_read(k, false, stats, None);
+    /// Calls `f(value, page)` with the value stored under `k` and the number of the leaf
+    /// holding it, under the leaf's shared latch.
+    pub fn get<R>(&self, k: &[u8], stats: &Stats, f: impl FnOnce(&[u8], PageNo) -> R) -> Option<R> {
+        let (no, page) = self.descend_read(k, false, stats, None);
         let i = self.search(&page, k).ok()?;
         let at = hdr::slot(&page, i) + self.key_len;
-        Some(f(&page[at..at + self.val_len]))
+        Some(f(&page[at..at + self.val_len], no))
     }
 
     /// Calls `f(value, page, page_lsn)` with the value under `k` writable, under the leaf's
@@ -529,8 +536,8 @@ impl BTree {
     }
 
     /// One step of a range scan over `[lo, hi]`: descends to the leaf for `from`, offers its
-    /// qualifying entries to `take(key, value)` in `forward` or backward order under the
-    /// leaf's shared latch, and says where to resume. `take` returning false stops the step
+    /// qualifying entries to `take(leaf, key, value)` (`leaf`: the leaf's page number) in
+    /// `forward` or backward order under the leaf's shared latch, and says where to resume. `take` returning false stops the step
     /// with the cursor at that entry (it will be offered again).
     pub fn scan_step(
         &self,
@@ -539,14 +546,14 @@ impl BTree {
         lo: &[u8],
         hi: &[u8],
         stats: &Stats,
-        mut take: impl FnMut(&[u8], &[u8]) -> bool,
+        mut take: impl FnMut(PageNo, &[u8], &[u8]) -> bool,
     ) -> ScanNext {
         let mut fences = Fences::default();
         let (key, strict) = match &from {
             Cursor::At(k) => (k.as_slice(), false),
             Cursor::Below(k) => (k.as_slice(), true),
         };
-        let page = self.descend_read(key, strict, stats, Some(&mut fences));
+        let (leaf, page) = self.descend_read(key, strict, stats, Some(&mut fences));
         let entry = |i: usize| {
             let at = hdr::slot(&page, i);
             (&page[at..at + self.key_len], &page[at + self.key_len..at + self.leaf_cell()])
@@ -558,7 +565,7 @@ impl BTree {
                 if self.cmp.cmp(k, hi) == Ordering::Greater {
                     return ScanNext::Done;
                 }
-                if !take(k, v) {
+                if !take(leaf, k, v) {
                     return ScanNext::Resume(Cursor::At(KeyBuf::new(k)));
                 }
             }
@@ -572,7 +579,7 @@ impl BTree {
                 if self.cmp.cmp(k, lo) == Ordering::Less {
                     return ScanNext::Done;
                 }
-                if !take(k, v) {
+                if !take(leaf, k, v) {
                     return ScanNext::Resume(Cursor::At(KeyBuf::new(k)));
                 }
             }
@@ -590,7 +597,7 @@ impl BTree {
         let mut cursor = Cursor::At(lo);
         loop {
             batch.clear();
-            let next = self.scan_step(cursor, true, lo.as_slice(), hi.as_slice(), stats, |k, v| {
+            let next = self.scan_step(cursor, true, lo.as_slice(), hi.as_slice(), stats, |_, k, v| {
                 batch.extend_from_slice(k);
                 batch.extend_from_slice(v);
                 true
@@ -667,7 +674,7 @@ mod tests {
             let mut back = Vec::new();
             let mut cursor = Cursor::At(KeyBuf::new(&hi));
             loop {
-                let next = t.scan_step(cursor, false, &lo, &hi, &stats, |k, _| {
+                let next = t.scan_step(cursor, false, &lo, &hi, &stats, |_, k, _| {
                     back.push(u64::from_be_bytes(k.try_into().unwrap()));
                     true
                 });

@@ -7,9 +7,11 @@
 //! ```text
 //! 0..4    length of the whole record, checksum included
 //! 4       kind: 1 update, 2 insert, 3 delete, 4 compensation (CLR), 5 commit,
-//!         6 end of rollback (abort), 7 checkpoint
-//! 5       table id (255 = none)
-//! 6       CLR redo action: 1 restore image, 2 re-insert image, 3 delete key, 4 tombstone rid
+//!         6 end of rollback (abort), 7 checkpoint, 8 secondary-index entry inserted,
+//!         9 secondary-index entry deleted
+//! 5       table id (255 = none; for 8 and 9 the table whose secondary index changed)
+//! 6       CLR redo action: 1 restore image, 2 re-insert image, 3 delete key, 4 tombstone rid,
+//!         5 remove a secondary-index entry, 6 re-insert a secondary-index entry
 //! 7       reserved (0)
 //! 8..16   LSN: the record's byte position in the log stream
 //! 16..24  previous LSN of the same transaction (0 = none)
@@ -19,7 +21,10 @@
 //! 44..48  image length (the table's row width)
 //! 48..56  CLR: undo-next LSN; checkpoint: snapshot LSN; commit: the transaction's timestamp
 //! 56..    images: update = before then after; insert = after; delete = before;
-//!         CLR = the image its action writes (actions 1 and 2)
+//!         secondary-index insert = the encoded secondary key (after), delete = the same
+//!         (before), the entry's value being the primary key at 32..40;
+//!         CLR = the image its action writes (actions 1 and 2) or the secondary key it
+//!         removes or re-inserts (actions 5 and 6)
 //! ..      zero padding to a multiple of 8
 //! last 8  xxh3-64 of every preceding byte of the record
 //! ```
@@ -79,6 +84,8 @@ pub(crate) enum Kind {
     Commit = 5,
     Abort = 6,
     Checkpoint = 7,
+    IndexInsert = 8,
+    IndexDelete = 9,
 }
 
 impl Kind {
@@ -91,6 +98,8 @@ impl Kind {
             5 => Kind::Commit,
             6 => Kind::Abort,
             7 => Kind::Checkpoint,
+            8 => Kind::IndexInsert,
+            9 => Kind::IndexDelete,
             _ => return None,
         })
     }
@@ -104,6 +113,10 @@ pub(crate) enum ClrAction {
     Reinsert = 2,
     Remove = 3,
     Tombstone = 4,
+    /// Remove a secondary-index entry (the undo of its insert).
+    IndexRemove = 5,
+    /// Re-insert a secondary-index entry (the undo of its delete).
+    IndexReinsert = 6,
 }
 
 impl ClrAction {
@@ -113,6 +126,8 @@ impl ClrAction {
             2 => ClrAction::Reinsert,
             3 => ClrAction::Remove,
             4 => ClrAction::Tombstone,
+            5 => ClrAction::IndexRemove,
+            6 => ClrAction::IndexReinsert,
             _ => return None,
         })
     }
@@ -220,9 +235,12 @@ pub(crate) fn decode(b: &[u8]) -> Option<Record<'_>> {
     let image_len = u32_at(b, 44) as usize;
     let (nb, na) = match (kind, action) {
         (Kind::Update, _) => (image_len, image_len),
-        (Kind::Insert, _) => (0, image_len),
-        (Kind::Delete, _) => (image_len, 0),
-        (Kind::Clr, Some(ClrAction::Restore | ClrAction::Reinsert)) => (0, image_len),
+        (Kind::Insert | Kind::IndexInsert, _) => (0, image_len),
+        (Kind::Delete | Kind::IndexDelete, _) => (image_len, 0),
+        (
+            Kind::Clr,
+            Some(ClrAction::Restore | ClrAction::Reinsert | ClrAction::IndexRemove | ClrAction::IndexReinsert),
+        ) => (0, image_len),
         (Kind::Clr, Some(_)) => (0, 0),
         (Kind::Clr, None) => return None,
         _ => (0, 0),

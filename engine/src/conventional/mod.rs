@@ -40,18 +40,29 @@
 //! the snapshot), finds winners and losers (analysis), repeats history from the snapshot's LSN
 //! (redo: logical by key for B+tree records, with the page-LSN test for in-place updates;
 //! physical by record id for the heap), rolls losers back writing CLRs (undo, honouring the
-//! undo-next LSNs of CLRs already written), and takes a checkpoint. B+tree splits are not
-//! logged: redo is logical per key, which is sound because it starts from a
-//! transaction-consistent snapshot and replays in log order (ARIES/IM would log structure
-//! modifications instead). The per-record redo (`ConventionalDb::redo_step` deciding,
+//! undo-next LSNs of CLRs already written), and takes a checkpoint. A row's primary-index
+//! change and its secondary-index entry are logged as separate records (the entry's record
+//! holds the secondary key and, as its value, the primary key), each redone and undone on
+//! its own index. B+tree splits and page allocations are not logged: redo is logical per
+//! key, which is sound because it starts from a transaction-consistent snapshot and replays
+//! in log order (ARIES/IM would log structure modifications instead). The per-record redo (`ConventionalDb::redo_step` deciding,
 //! `ConventionalDb::redo` doing) is also what a backup applies shipped log records with
 //! ([`ship`]). Bulk-loaded rows (operations outside a transaction) are not logged: they
 //! survive a crash once [`ConventionalDb::checkpoint`] has run after the load.
 //!
-//! Locks are record locks on primary keys (and heap record ids) under table intention
-//! locks; there is no key-range locking, so phantoms are possible as in Shore's default
-//! record locking; TPC-C's consistency conditions are kept by the district row locks that
-//! serialise order-id assignment.
+//! Locking is Shore's hierarchy ([`lock`], [`session`]; Gray & Reuter ch. 7, §7.8): IS/IX
+//! intention locks top-down on the volume (the database) and the store (a table's primary
+//! file, or secondary index 9 or 10), cached per transaction; IS/IX on the page holding the
+//! row for point accesses and heap appends (the B+tree leaf, taken conditionally under its
+//! latch; the heap page; scans take none); S/X on the row (its primary key, which is the
+//! key lock on a B+tree table's primary index, or its heap record id); and S/X key locks on
+//! secondary index keys (a scan by secondary key S-locks the keys it returns, an insert or
+//! delete X-locks the key it adds or removes). All are held to commit or abort (strict
+//! 2PL), with wait-die at every level. Undo, restart recovery and a backup's redo run
+//! without locks (a rollback under the transaction's own locks; recovery before any
+//! session; shipped records under the checkpoint gate). There is no key-range locking, so
+//! phantoms are possible as in Shore's default record locking; TPC-C's consistency
+//! conditions are kept by the district row locks that serialise order-id assignment.
 
 pub mod base;
 pub mod btree;
@@ -209,7 +220,8 @@ impl TableEntry {
     }
 
     /// Inserts a row under `key` into the primary index (`log(page)` under the leaf latch)
-    /// and its secondary index entry; `Err(())` on a duplicate primary key.
+    /// and its secondary index entry (`log_index(secondary key, page)` under that leaf's
+    /// latch: the entry has its own log record); `Err(())` on a duplicate primary key.
     #[allow(clippy::result_unit_err)]
     pub fn insert_row(
         &self,
@@ -217,23 +229,25 @@ impl TableEntry {
         row: &[u8],
         stats: &Stats,
         log: impl FnOnce(PageNo) -> Option<u64>,
+        log_index: impl FnOnce(&[u8], PageNo) -> Option<u64>,
     ) -> Result<(), ()> {
         self.tree().insert(&key.to_be_bytes(), row, stats, log)?;
         if let Some(s) = &self.secondary {
             let sk = (s.encode)(row);
-            let fresh = s.tree.insert(sk.as_slice(), &key.to_le_bytes(), stats, |_| None);
+            let fresh = s.tree.insert(sk.as_slice(), &key.to_le_bytes(), stats, |page| log_index(sk.as_slice(), page));
             debug_assert!(fresh.is_ok(), "secondary keys of {} are unique", self.id);
         }
         Ok(())
     }
 
     /// Deletes the row under `key` (`f(before, page)` under the leaf latch) and its secondary
-    /// index entry.
+    /// index entry (`log_index(secondary key, page)` under that leaf's latch).
     pub fn delete_row<R>(
         &self,
         key: u64,
         stats: &Stats,
         f: impl FnOnce(&[u8], PageNo) -> (R, Option<u64>),
+        log_index: impl FnOnce(&[u8], PageNo) -> Option<u64>,
     ) -> Option<R> {
         let mut sk = None;
         let r = self.tree().delete(&key.to_be_bytes(), stats, |before, page| {
@@ -241,10 +255,15 @@ impl TableEntry {
             f(before, page)
         })?;
         if let (Some(s), Some(sk)) = (&self.secondary, sk) {
-            let gone = s.tree.delete(sk.as_slice(), stats, |_, _| ((), None));
+            let gone = s.tree.delete(sk.as_slice(), stats, |_, page| ((), log_index(sk.as_slice(), page)));
             debug_assert!(gone.is_some(), "secondary entry of {} present", self.id);
         }
         Some(r)
+    }
+
+    /// The secondary index, for an action on it (redo, undo) that names this table.
+    fn index(&self) -> Result<&SecondaryIndex, &'static str> {
+        self.secondary.as_ref().ok_or("secondary-index action on a table without one")
     }
 }
 
@@ -574,10 +593,24 @@ impl ConventionalDb {
                     ((), stamp(page))
                 })
                 .ok_or("restore of a missing row"),
-            ClrAction::Reinsert => {
-                entry.insert_row(key, image, stats, &mut *stamp).map_err(|()| "re-insert of a present key")
+            // The primary index only: a secondary entry has its own records.
+            ClrAction::Reinsert => entry
+                .tree()
+                .insert(&key.to_be_bytes(), image, stats, &mut *stamp)
+                .map_err(|()| "re-insert of a present key"),
+            ClrAction::Remove => {
+                entry.tree().delete(&key.to_be_bytes(), stats, |_, p| ((), stamp(p))).ok_or("removal of a missing row")
             }
-            ClrAction::Remove => entry.delete_row(key, stats, |_, p| ((), stamp(p))).ok_or("removal of a missing row"),
+            ClrAction::IndexReinsert => entry
+                .index()?
+                .tree
+                .insert(image, &key.to_le_bytes(), stats, &mut *stamp)
+                .map_err(|()| "re-insert of a present secondary-index entry"),
+            ClrAction::IndexRemove => entry
+                .index()?
+                .tree
+                .delete(image, stats, |_, p| ((), stamp(p)))
+                .ok_or("removal of a missing secondary-index entry"),
             ClrAction::Tombstone => {
                 let rid = Rid::unpack(key);
                 let lsn = stamp(rid.page);
@@ -603,12 +636,20 @@ impl ConventionalDb {
             (Kind::Insert, _) if heap => (RedoAction::Place, r.after),
             (Kind::Insert, _) => (RedoAction::Tree(ClrAction::Reinsert), r.after),
             (Kind::Delete, _) => (RedoAction::Tree(ClrAction::Remove), r.before),
+            (Kind::IndexInsert, _) => (RedoAction::Tree(ClrAction::IndexReinsert), r.after),
+            (Kind::IndexDelete, _) => (RedoAction::Tree(ClrAction::IndexRemove), r.before),
             (Kind::Clr, Some(ClrAction::Tombstone)) => (RedoAction::Tombstone, r.after),
             (Kind::Clr, Some(action)) => (RedoAction::Tree(action), r.after),
             _ => return Err("compensation record without an action"),
         };
         if matches!(action, RedoAction::Tree(_)) == heap {
             return Err("action does not fit the table's organisation");
+        }
+        if let RedoAction::Tree(ClrAction::IndexReinsert | ClrAction::IndexRemove) = action {
+            if image.len() != entry.index()?.tree.key_len() {
+                return Err("secondary key width");
+            }
+            return Ok(Some(RedoStep { lsn: r.lsn, table, action, key: r.head.key, image }));
         }
         let needs_image =
             matches!(action, RedoAction::Place | RedoAction::Tree(ClrAction::Restore | ClrAction::Reinsert));
@@ -653,7 +694,7 @@ impl ConventionalDb {
         let mut txns: HashMap<u64, (u64, Fate)> = HashMap::new();
         for r in &records {
             match r.head.kind {
-                Kind::Update | Kind::Insert | Kind::Delete | Kind::Clr => {
+                Kind::Update | Kind::Insert | Kind::Delete | Kind::IndexInsert | Kind::IndexDelete | Kind::Clr => {
                     txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
                 }
                 Kind::Commit => {
@@ -690,12 +731,14 @@ impl ConventionalDb {
             let r = by_lsn(lsn).ok_or(ConventionalError::Recovery { lsn, what: "undo chain leaves the log" })?;
             let next = match r.head.kind {
                 Kind::Clr => r.head.extra,
-                Kind::Update | Kind::Insert | Kind::Delete => {
+                Kind::Update | Kind::Insert | Kind::Delete | Kind::IndexInsert | Kind::IndexDelete => {
                     let table = r.head.table.expect("changes name their table");
                     let entry = self.table(table);
                     let (action, image) = match r.head.kind {
                         Kind::Update => (ClrAction::Restore, r.before),
                         Kind::Delete => (ClrAction::Reinsert, r.before),
+                        Kind::IndexInsert => (ClrAction::IndexRemove, r.after),
+                        Kind::IndexDelete => (ClrAction::IndexReinsert, r.before),
                         _ if matches!(entry.primary, Primary::Heap(_)) => (ClrAction::Tombstone, r.before),
                         _ => (ClrAction::Remove, r.before),
                     };

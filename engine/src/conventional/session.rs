@@ -6,24 +6,60 @@
 //! cached at session start), and the worker's component counters.
 //!
 //! Every access goes the conventional way: look the table up in the directory, request the
-//! table intention lock and the record lock (strict 2PL), descend the B+tree with latch
-//! coupling, fixing pages, decode the record into a typed copy, run the procedure's closure,
-//! log the before and after images and stamp the page LSN under the leaf's latch, re-encode,
-//! unlatch, unfix. Operations outside `begin`/`commit` are a bulk load: no locks, no log.
+//! locks (strict 2PL, below), descend the B+tree with latch coupling, fixing pages, decode the
+//! record into a typed copy, run the procedure's closure, log the before and after images and
+//! stamp the page LSN under the leaf's latch, re-encode, unlatch, unfix. Operations outside
+//! `begin`/`commit` are a bulk load: no locks, no log.
+//!
+//! Locking, as Shore does it (hierarchical locks, Gray & Reuter ch. 7, §7.8; the lock names
+//! are in [`super::lock`]). Intention locks go top-down before the lock below them: IS for a
+//! read, IX for a write, on the volume and then on the store. The transaction caches the mode
+//! it holds on the volume and on each store, so a repeated intention is not requested again
+//! (a stronger one is: IS then IX converts); page, record and key locks are requested on
+//! every access, held or not, as Shore re-requests them. What each access locks:
+//! - `get`: S on the row's primary key, then IS on the leaf holding it;
+//! - `update`, `delete`: X on the primary key, then IX on the leaf; a delete from a table with
+//!   a secondary index also takes X on the secondary key it removes (IX on the index's store);
+//! - `insert` into a B+tree: X on the primary key, X on the secondary key it adds (if the
+//!   table has a secondary index; IX on its store), then IX on the leaf receiving the row;
+//! - `insert` into the heap (HISTORY): IX on the page and X on the new record id, both under
+//!   the page's latch (a fresh record id: neither can conflict);
+//! - `scan`: S on each row's primary key it returns; `scan_secondary`: S on each secondary key
+//!   it returns and on its row's primary key (IS on both stores). Entries are locked
+//!   conditionally under the leaf's latch; a request that would wait stops the leaf's batch,
+//!   waits with no latch held, and the scan re-descends at that key.
+//!
+//! The leaf holding a row is known only under its latch, so a page intention lock is
+//! requested there, conditionally (it never waits under a latch). No one requests S, SIX or
+//! X on a page (there is no lock escalation), so it is always granted — which also makes it
+//! sound to request it after the record lock: the point of the top-down order is that no
+//! coarser S or X lock on the page can be granted past a lock below it, and there is none; a
+//! refusal would be answered with `StorageError::Conflict` (abort and retry). The record and
+//! key locks of point accesses come before the descent because they may wait, must lock
+//! absent keys too (a `get` of a missing key, an `insert`), and a B+tree change cannot be
+//! taken back inside its latch. Scans take IS on each leaf they read, and a secondary-index
+//! entry's insert or delete IX on the index leaf it changes, the same way. Not locked: key
+//! ranges (no phantom protection, as in Shore's default record locking). Deadlocks are prevented by wait-die in the lock manager; a transaction
+//! that died keeps its priority for its retry and, after its abort, waits for the lock it
+//! died on (the restart delay).
 //!
 //! Undo: with log records on, the transaction keeps a copy of the records it appended and
 //! abort walks them backwards, applying each before image and writing a compensation log
 //! record (CLR) whose undo-next LSN is the undone record's previous LSN (ARIES); with log
 //! records off, a private undo list of before images does the same without a log.
 
+use std::cell::RefCell;
 use std::sync::Arc;
+
+use xxhash_rust::xxh3::xxh3_64;
 
 use super::btree::{BTree, Cursor, KeyBuf, ScanNext};
 use super::heap::Rid;
 use super::lock::{Granted, LockMode, LockName, Refused};
 use super::log::{decode, encode, ClrAction, Head, Kind};
+use super::page::PageNo;
 use super::stats::{bump, Counters, Stats};
-use super::{ConventionalDb, TableEntry};
+use super::{secondary_store, ConventionalDb, TableEntry};
 use crate::error::StorageError;
 use crate::schema::{Organisation, SecondaryKey, Table, TableId};
 use crate::storage::{ScanDir, Storage};
@@ -62,15 +98,21 @@ impl Directory {
     }
 }
 
+/// Stores: the nine tables' primary files (ids 0–8, their table ids) and the two secondary
+/// indexes (9, 10).
+const STORES: usize = 11;
+
 struct Txn {
     id: u64,
     priority: u64,
     /// LSN of this transaction's last log record (0 = none).
     last_lsn: u64,
-    /// Record and table locks held (released at commit or abort).
+    /// Every lock granted anew (released at commit or abort).
     locks: Vec<LockName>,
-    /// Intention mode held on each table.
-    intents: [Option<LockMode>; 9],
+    /// The mode held on the volume (cached: requested again only for a stronger mode).
+    volume: Option<LockMode>,
+    /// The mode held on each store (cached likewise).
+    stores: [Option<LockMode>; STORES],
 }
 
 #[derive(Clone, Copy)]
@@ -122,6 +164,8 @@ struct Work {
     retry_priority: Option<u64>,
     /// The lock the running transaction died on (awaited after its abort).
     died_on: Option<(LockName, LockMode)>,
+    /// The held-locks list of the last transaction, emptied, kept for the next one.
+    spare_locks: Vec<LockName>,
     undo: Undo,
     batch: Vec<u8>,
     session_id: u64,
@@ -146,22 +190,52 @@ impl std::fmt::Debug for Session {
 }
 
 const CONFLICT_WAIT_DIE: &str = "wait-die: a younger transaction requested a lock an older one holds";
+const CONFLICT_PAGE: &str = "a page intention lock was refused under the page's latch";
+
+/// The lock name of a secondary index key: its store and a hash of its encoded bytes.
+#[inline]
+pub(super) fn key_lock(store: u16, key: &[u8]) -> LockName {
+    LockName::Key(store, xxh3_64(key))
+}
+
+/// The encoded secondary key of a row of `T`.
+pub(super) fn secondary_key<T: Table>(row: &T::Row) -> KeyBuf {
+    let mut buf = [0u8; super::btree::KEY_BYTES_MAX];
+    T::secondary(row).encode(&mut buf);
+    KeyBuf::new(&buf[..T::Sec::LEN])
+}
+
+/// What a scan locks on each entry it returns: the secondary key (a scan of a secondary
+/// index, whose store is `key_store`) and the row's primary key in `row_store`.
+#[derive(Clone, Copy)]
+struct EntryLocks {
+    key_store: Option<u16>,
+    row_store: u16,
+    pk_of: fn(&[u8], &[u8]) -> u64,
+}
+
+impl EntryLocks {
+    #[inline]
+    fn names(&self, k: &[u8], v: &[u8]) -> [Option<LockName>; 2] {
+        [self.key_store.map(|s| key_lock(s, k)), Some(LockName::Record(self.row_store, (self.pk_of)(k, v)))]
+    }
+}
 
 impl Work {
-    /// Requests a lock, waiting if wait-die allows; a death is `Conflict`.
-    fn lock(
-        &mut self,
-        db: &ConventionalDb,
-        stats: &Stats,
-        table: TableId,
-        record: u64,
-        mode: LockMode,
-    ) -> Result<(), StorageError> {
-        match self.request(db, stats, table, record, mode, true) {
+    /// Whether this access takes locks: inside a transaction, with the lock manager on.
+    #[inline]
+    fn locking(&self, db: &ConventionalDb) -> bool {
+        self.txn.is_some() && db.locks.enabled()
+    }
+
+    /// Requests `mode` on `name`, waiting if wait-die allows; a death is `Conflict`, and the
+    /// lock is remembered for the restart delay after the abort.
+    fn lock(&mut self, db: &ConventionalDb, stats: &Stats, name: LockName, mode: LockMode) -> Result<(), StorageError> {
+        match self.request(db, stats, name, mode, true) {
             Ok(()) => Ok(()),
             Err(Refused::Die) => {
                 self.retry_priority = self.txn.as_ref().map(|t| t.priority);
-                self.died_on = Some((LockName { table, record: Some(record) }, mode));
+                self.died_on = Some((name, mode));
                 Err(StorageError::Conflict(CONFLICT_WAIT_DIE))
             }
             Err(Refused::WouldWait) => unreachable!("waiting requests never report WouldWait"),
@@ -169,37 +243,65 @@ impl Work {
     }
 
     /// A conditional request (never waits): true when granted.
-    fn try_lock(&mut self, db: &ConventionalDb, stats: &Stats, table: TableId, record: u64, mode: LockMode) -> bool {
-        self.request(db, stats, table, record, mode, false).is_ok()
+    fn try_lock(&mut self, db: &ConventionalDb, stats: &Stats, name: LockName, mode: LockMode) -> bool {
+        self.request(db, stats, name, mode, false).is_ok()
     }
 
     fn request(
         &mut self,
         db: &ConventionalDb,
         stats: &Stats,
-        table: TableId,
-        record: u64,
+        name: LockName,
         mode: LockMode,
         wait: bool,
     ) -> Result<(), Refused> {
         let Some(txn) = self.txn.as_mut() else { return Ok(()) };
-        if !db.locks.enabled() {
-            return Ok(());
-        }
-        let intent = if mode == LockMode::Shared { LockMode::IntentionShared } else { LockMode::IntentionExclusive };
-        let held = txn.intents[table as usize];
-        if held.is_none_or(|h| h < intent) {
-            let name = LockName { table, record: None };
-            if db.locks.acquire(txn.id, txn.priority, name, intent, true, stats)? == Granted::New {
-                txn.locks.push(name);
-            }
-            txn.intents[table as usize] = Some(intent);
-        }
-        let name = LockName { table, record: Some(record) };
         if db.locks.acquire(txn.id, txn.priority, name, mode, wait, stats)? == Granted::New {
             txn.locks.push(name);
         }
         Ok(())
+    }
+
+    /// The intention locks above a lock in `mode` on something in `store`, top-down: the
+    /// volume, then the store, each in `mode.intention()` — requested only when the mode the
+    /// transaction holds there (cached) does not cover it.
+    fn intend(&mut self, db: &ConventionalDb, stats: &Stats, store: u16, mode: LockMode) -> Result<(), StorageError> {
+        let intent = mode.intention();
+        let Some(txn) = self.txn.as_ref() else { return Ok(()) };
+        if !db.locks.enabled() {
+            return Ok(());
+        }
+        if !txn.volume.is_some_and(|held| held.covers(intent)) {
+            self.lock(db, stats, LockName::Volume, intent)?;
+            let txn = self.txn.as_mut().expect("in a transaction");
+            txn.volume = Some(txn.volume.map_or(intent, |held| held.supremum(intent)));
+        }
+        let txn = self.txn.as_ref().expect("in a transaction");
+        if !txn.stores[store as usize].is_some_and(|held| held.covers(intent)) {
+            self.lock(db, stats, LockName::Store(store), intent)?;
+            let txn = self.txn.as_mut().expect("in a transaction");
+            let held = &mut txn.stores[store as usize];
+            *held = Some(held.map_or(intent, |h| h.supremum(intent)));
+        }
+        Ok(())
+    }
+
+    /// The intention lock (IS or IX, by `mode`) on the page `page` of `store`, requested
+    /// conditionally under the page's latch; a refusal (which no lock anyone requests can
+    /// cause) is `Conflict` rather than a wait under a latch.
+    fn lock_page(
+        &mut self,
+        db: &ConventionalDb,
+        stats: &Stats,
+        store: u16,
+        page: PageNo,
+        mode: LockMode,
+    ) -> Result<(), StorageError> {
+        if !self.locking(db) || self.try_lock(db, stats, LockName::Page(store, page), mode.intention()) {
+            return Ok(());
+        }
+        self.retry_priority = self.txn.as_ref().map(|t| t.priority);
+        Err(StorageError::Conflict(CONFLICT_PAGE))
     }
 
     /// Records a change for undo and redo (inside a transaction) and returns the LSN to stamp
@@ -226,16 +328,18 @@ impl Work {
             }
             Undo::Private { entries, images } => {
                 let table = head.table.expect("changes name their table");
-                let action = match head.kind {
-                    Kind::Update => ClrAction::Restore,
-                    Kind::Delete => ClrAction::Reinsert,
-                    Kind::Insert if table == TableId::History => ClrAction::Tombstone,
-                    Kind::Insert => ClrAction::Remove,
+                let (action, image) = match head.kind {
+                    Kind::Update => (ClrAction::Restore, before),
+                    Kind::Delete => (ClrAction::Reinsert, before),
+                    Kind::Insert if table == TableId::History => (ClrAction::Tombstone, before),
+                    Kind::Insert => (ClrAction::Remove, before),
+                    Kind::IndexInsert => (ClrAction::IndexRemove, after),
+                    Kind::IndexDelete => (ClrAction::IndexReinsert, before),
                     k => unreachable!("{k:?} is not a change"),
                 };
                 let at = images.len();
-                images.extend_from_slice(before);
-                entries.push(PrivateUndo { table, action, key: head.key, at, len: before.len() });
+                images.extend_from_slice(image);
+                entries.push(PrivateUndo { table, action, key: head.key, at, len: image.len() });
                 Ok(db.switches().page_lsns.then(|| db.log.next_lsn_only()))
             }
         }
@@ -255,6 +359,8 @@ impl Work {
                         Kind::Delete => (ClrAction::Reinsert, r.before),
                         Kind::Insert if table == TableId::History => (ClrAction::Tombstone, r.before),
                         Kind::Insert => (ClrAction::Remove, r.before),
+                        Kind::IndexInsert => (ClrAction::IndexRemove, r.after),
+                        Kind::IndexDelete => (ClrAction::IndexReinsert, r.before),
                         k => unreachable!("{k:?} is not a change"),
                     };
                     let image_at = image.as_ptr() as usize - records.as_ptr() as usize;
@@ -290,49 +396,69 @@ impl Work {
         }
     }
 
-    /// A leaf-at-a-time scan of `tree` over `[lo, hi]` that S-locks each entry's record
-    /// (named by `pk_of(key, value)`) before handing it to `visit`: conditionally under the
-    /// leaf latch; if that would wait, the batch stops, the lock is awaited without latches,
-    /// and the scan re-descends at that key.
+    /// A leaf-at-a-time scan of `tree` over `[lo, hi]` that S-locks what `locks` names for
+    /// each entry before handing it to `visit`: conditionally under the leaf latch; if that
+    /// would wait, the batch stops, the lock is awaited without latches, and the scan
+    /// re-descends at that key (whose locks are then requested again, and held).
     #[allow(clippy::too_many_arguments)]
     fn locked_scan(
         &mut self,
         db: &ConventionalDb,
         stats: &Stats,
         tree: &BTree,
-        table: TableId,
-        pk_of: fn(&[u8], &[u8]) -> u64,
+        locks: EntryLocks,
         lo: KeyBuf,
         hi: KeyBuf,
         forward: bool,
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StorageError> {
+        let locking = self.locking(db);
         let mut batch = std::mem::take(&mut self.batch);
         let mut cursor = Cursor::At(if forward { lo } else { hi });
         let key_len = tree.key_len();
+        // The scanned tree's store: the pages locked are its leaves.
+        let page_store = locks.key_store.unwrap_or(locks.row_store);
+        let mut page_locked = None;
         let result = loop {
             batch.clear();
             let mut blocked = None;
+            let mut page_refused = false;
             let mut cell = 0;
-            let next = tree.scan_step(cursor, forward, lo.as_slice(), hi.as_slice(), stats, |k, v| {
-                let pk = pk_of(k, v);
-                if !self.try_lock(db, stats, table, pk, LockMode::Shared) {
-                    blocked = Some(pk);
-                    return false;
+            let next = tree.scan_step(cursor, forward, lo.as_slice(), hi.as_slice(), stats, |leaf, k, v| {
+                if locking {
+                    // IS on each leaf the scan reads from, conditionally under its latch (see
+                    // `lock_page`: nobody requests S or X on a page, so it is granted).
+                    if page_locked != Some(leaf) {
+                        if !self.try_lock(db, stats, LockName::Page(page_store, leaf), LockMode::IntentionShared) {
+                            page_refused = true;
+                            return false;
+                        }
+                        page_locked = Some(leaf);
+                    }
+                    for name in locks.names(k, v).into_iter().flatten() {
+                        if !self.try_lock(db, stats, name, LockMode::Shared) {
+                            blocked = Some(name);
+                            return false;
+                        }
+                    }
                 }
                 cell = k.len() + v.len();
                 batch.extend_from_slice(k);
                 batch.extend_from_slice(v);
                 true
             });
+            if page_refused {
+                self.retry_priority = self.txn.as_ref().map(|t| t.priority);
+                break Err(StorageError::Conflict(CONFLICT_PAGE));
+            }
             if cell > 0 && !batch.chunks_exact(cell).all(|c| visit(&c[..key_len], &c[key_len..])) {
                 break Ok(());
             }
             match next {
                 ScanNext::Done => break Ok(()),
                 ScanNext::Resume(c) => {
-                    if let Some(pk) = blocked {
-                        if let Err(e) = self.lock(db, stats, table, pk, LockMode::Shared) {
+                    if let Some(name) = blocked {
+                        if let Err(e) = self.lock(db, stats, name, LockMode::Shared) {
                             break Err(e);
                         }
                     }
@@ -343,6 +469,34 @@ impl Work {
         self.batch = batch;
         result
     }
+}
+
+/// Logs a secondary-index entry `sk → key` of `table` inserted into (`Kind::IndexInsert`) or
+/// deleted from (`Kind::IndexDelete`) the index leaf `page`, under that leaf's latch, after
+/// the IX lock on the leaf (conditional; a refusal is kept in `failure` and the change is
+/// still logged, so that the abort it causes undoes it). Returns the LSN to stamp.
+#[allow(clippy::too_many_arguments)]
+fn index_entry(
+    work: &mut Work,
+    failure: &mut Option<StorageError>,
+    db: &ConventionalDb,
+    stats: &Stats,
+    table: TableId,
+    key: u64,
+    kind: Kind,
+    sk: &[u8],
+    page: PageNo,
+) -> Option<u64> {
+    let (index, _) = secondary_store(table);
+    if let Err(e) = work.lock_page(db, stats, index, page, LockMode::Exclusive) {
+        failure.get_or_insert(e);
+    }
+    let head = Head { table: Some(table), key, page, ..Head::new(kind, 0, 0) };
+    let (before, after) = if kind == Kind::IndexInsert { (&[][..], sk) } else { (sk, &[][..]) };
+    work.record(db, stats, head, before, after).unwrap_or_else(|e| {
+        failure.get_or_insert(e);
+        None
+    })
 }
 
 fn pk_from_key(k: &[u8], _v: &[u8]) -> u64 {
@@ -374,6 +528,7 @@ impl Session {
                 txn: None,
                 retry_priority: None,
                 died_on: None,
+                spare_locks: Vec::new(),
                 undo,
                 batch: Vec::new(),
                 session_id,
@@ -417,8 +572,10 @@ impl Session {
     }
 
     /// Ends the transaction: releases its locks, leaves the transaction table, merges counters.
-    fn finish(&mut self, txn: Txn) {
+    fn finish(&mut self, mut txn: Txn) {
         self.db.locks.release_all(txn.id, &txn.locks);
+        txn.locks.clear();
+        self.work.spare_locks = std::mem::take(&mut txn.locks);
         self.db.txns.end(txn.id, &self.stats);
         self.work.undo.clear();
         self.merge();
@@ -442,7 +599,8 @@ impl Storage for Session {
         self.work.local_txns += 1;
         let id = self.db.txns.begin(self.work.session_id, self.work.local_txns, &self.stats);
         let priority = self.work.retry_priority.take().unwrap_or(id);
-        self.work.txn = Some(Txn { id, priority, last_lsn: 0, locks: Vec::new(), intents: [None; 9] });
+        let locks = std::mem::take(&mut self.work.spare_locks);
+        self.work.txn = Some(Txn { id, priority, last_lsn: 0, locks, volume: None, stores: [None; STORES] });
     }
 
     /// Commits: appends the commit record and forces the log up to its end (WAL: the commit
@@ -498,8 +656,12 @@ impl Storage for Session {
                     extra: step.undo_next,
                     ..Head::new(Kind::Clr, txn.id, txn.last_lsn)
                 };
-                let clr_image =
-                    if matches!(step.action, ClrAction::Restore | ClrAction::Reinsert) { image } else { &[] };
+                let clr_image = match step.action {
+                    ClrAction::Restore | ClrAction::Reinsert | ClrAction::IndexRemove | ClrAction::IndexReinsert => {
+                        image
+                    }
+                    ClrAction::Remove | ClrAction::Tombstone => &[],
+                };
                 encode(&mut clr, &head, &[], clr_image);
                 // A failed log device fails every later commit; undo in memory goes on.
                 let lsn = db.log.append(&mut clr).ok()?;
@@ -530,8 +692,16 @@ impl Storage for Session {
         }
         let Session { db, dir, stats, work, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
-        work.lock(db, stats, T::ID, key, LockMode::Shared)?;
-        Ok(entry.tree().get(&key.to_be_bytes(), stats, |v| f(&bytemuck::pod_read_unaligned::<T::Row>(v))))
+        let store = T::ID as u16;
+        if work.locking(db) {
+            work.intend(db, stats, store, LockMode::Shared)?;
+            work.lock(db, stats, LockName::Record(store, key), LockMode::Shared)?;
+        }
+        let r = entry.tree().get(&key.to_be_bytes(), stats, |v, page| {
+            work.lock_page(db, stats, store, page, LockMode::Shared)?;
+            Ok(f(&bytemuck::pod_read_unaligned::<T::Row>(v)))
+        });
+        r.transpose()
     }
 
     fn update<T: Table, R>(&mut self, key: u64, f: impl FnOnce(&mut T::Row) -> R) -> Result<Option<R>, StorageError> {
@@ -540,9 +710,17 @@ impl Storage for Session {
         }
         let Session { db, dir, stats, work, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
-        work.lock(db, stats, T::ID, key, LockMode::Exclusive)?;
+        let store = T::ID as u16;
+        if work.locking(db) {
+            work.intend(db, stats, store, LockMode::Exclusive)?;
+            work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
+        }
         let mut failure = None;
         let r = entry.tree().update(&key.to_be_bytes(), stats, |val, page, _| {
+            if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
+                failure = Some(e); // nothing changed: the leaf is left as found
+                return (None, None);
+            }
             let mut row: T::Row = bytemuck::pod_read_unaligned(val);
             let r = f(&mut row);
             #[cfg(debug_assertions)]
@@ -560,11 +738,11 @@ impl Storage for Session {
                 None
             });
             val.copy_from_slice(after);
-            (r, lsn)
+            (Some(r), lsn)
         });
         match failure {
             Some(e) => Err(e),
-            None => Ok(r),
+            None => Ok(r.map(|r| r.expect("no failure: the closure ran"))),
         }
     }
 
@@ -573,29 +751,67 @@ impl Storage for Session {
         let entry = dir.entry(db, T::ID, stats);
         let bytes = bytemuck::bytes_of(row);
         let mut failure = None;
+        let store = T::ID as u16;
+        let locking = work.locking(db);
+        if locking {
+            work.intend(db, stats, store, LockMode::Exclusive)?;
+        }
         if T::ORG == Organisation::Heap {
             entry.heap().append(bytes, stats, |rid: Rid| {
-                // A fresh record id: the conditional X lock cannot conflict.
-                let granted = work.try_lock(db, stats, T::ID, rid.pack(), LockMode::Exclusive);
-                debug_assert!(granted, "a new heap record is unlocked");
+                // A fresh record id on the tail page: neither conditional lock can conflict
+                // (a refusal still logs the append, so that the abort it causes undoes it).
+                if locking {
+                    let page = work.lock_page(db, stats, store, rid.page, LockMode::Exclusive);
+                    let record = LockName::Record(store, rid.pack());
+                    let row = if work.try_lock(db, stats, record, LockMode::Exclusive) {
+                        Ok(())
+                    } else {
+                        Err(StorageError::Conflict("a new heap record id was locked"))
+                    };
+                    failure = page.and(row).err();
+                }
                 let head =
                     Head { table: Some(T::ID), key: rid.pack(), page: rid.page, ..Head::new(Kind::Insert, 0, 0) };
                 work.record(db, stats, head, &[], bytes).unwrap_or_else(|e| {
-                    failure = Some(e);
+                    failure.get_or_insert(e);
                     None
                 })
             });
             return failure.map_or(Ok(()), Err);
         }
         let key = T::key(row);
-        work.lock(db, stats, T::ID, key, LockMode::Exclusive)?;
-        let inserted = entry.insert_row(key, bytes, stats, |page| {
-            let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Insert, 0, 0) };
-            work.record(db, stats, head, &[], bytes).unwrap_or_else(|e| {
-                failure = Some(e);
-                None
-            })
-        });
+        if locking {
+            work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
+            if T::HAS_SECONDARY {
+                let (index, _) = secondary_store(T::ID);
+                work.intend(db, stats, index, LockMode::Exclusive)?;
+                let sk = secondary_key::<T>(row);
+                work.lock(db, stats, key_lock(index, sk.as_slice()), LockMode::Exclusive)?;
+            }
+        }
+        // The row's and its secondary-index entry's log closures run one after the other.
+        let shared = RefCell::new((work, &mut failure));
+        let inserted = entry.insert_row(
+            key,
+            bytes,
+            stats,
+            |page| {
+                let (work, failure) = &mut *shared.borrow_mut();
+                // A refusal still logs the insert, so that the abort it causes undoes it.
+                if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
+                    **failure = Some(e);
+                }
+                let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Insert, 0, 0) };
+                work.record(db, stats, head, &[], bytes).unwrap_or_else(|e| {
+                    failure.get_or_insert(e);
+                    None
+                })
+            },
+            |sk, page| {
+                let (work, failure) = &mut *shared.borrow_mut();
+                index_entry(work, failure, db, stats, T::ID, key, Kind::IndexInsert, sk, page)
+            },
+        );
         if inserted.is_err() {
             return Err(StorageError::Duplicate { table: T::ID, key });
         }
@@ -608,17 +824,47 @@ impl Storage for Session {
         }
         let Session { db, dir, stats, work, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
-        work.lock(db, stats, T::ID, key, LockMode::Exclusive)?;
+        let store = T::ID as u16;
+        if work.locking(db) {
+            work.intend(db, stats, store, LockMode::Exclusive)?;
+            work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
+            if T::HAS_SECONDARY {
+                // The secondary key the delete removes, read under the row's X lock (the row
+                // cannot change meanwhile; updates never change a secondary key).
+                let sk = entry
+                    .tree()
+                    .get(&key.to_be_bytes(), stats, |v, _| secondary_key::<T>(&bytemuck::pod_read_unaligned(v)));
+                if let Some(sk) = sk {
+                    let (index, _) = secondary_store(T::ID);
+                    work.intend(db, stats, index, LockMode::Exclusive)?;
+                    work.lock(db, stats, key_lock(index, sk.as_slice()), LockMode::Exclusive)?;
+                }
+            }
+        }
         let mut failure = None;
-        let row = entry.delete_row(key, stats, |before, page| {
-            let row: T::Row = bytemuck::pod_read_unaligned(before);
-            let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Delete, 0, 0) };
-            let lsn = work.record(db, stats, head, before, &[]).unwrap_or_else(|e| {
-                failure = Some(e);
-                None
-            });
-            (row, lsn)
-        });
+        let shared = RefCell::new((work, &mut failure));
+        let row = entry.delete_row(
+            key,
+            stats,
+            |before, page| {
+                let (work, failure) = &mut *shared.borrow_mut();
+                // A refusal still logs the delete, so that the abort it causes undoes it.
+                if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
+                    **failure = Some(e);
+                }
+                let row: T::Row = bytemuck::pod_read_unaligned(before);
+                let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Delete, 0, 0) };
+                let lsn = work.record(db, stats, head, before, &[]).unwrap_or_else(|e| {
+                    failure.get_or_insert(e);
+                    None
+                });
+                (row, lsn)
+            },
+            |sk, page| {
+                let (work, failure) = &mut *shared.borrow_mut();
+                index_entry(work, failure, db, stats, T::ID, key, Kind::IndexDelete, sk, page)
+            },
+        );
         failure.map_or(Ok(row), Err)
     }
 
@@ -637,8 +883,11 @@ impl Storage for Session {
         }
         let Session { db, dir: directory, stats, work, .. } = self;
         let entry = directory.entry(db, T::ID, stats);
+        let store = T::ID as u16;
+        work.intend(db, stats, store, LockMode::Shared)?;
         let (lo, hi) = (KeyBuf::new(&lo.to_be_bytes()), KeyBuf::new(&hi.to_be_bytes()));
-        work.locked_scan(db, stats, entry.tree(), T::ID, pk_from_key, lo, hi, dir == ScanDir::Forward, |_, v| {
+        let locks = EntryLocks { key_store: None, row_store: store, pk_of: pk_from_key };
+        work.locked_scan(db, stats, entry.tree(), locks, lo, hi, dir == ScanDir::Forward, |_, v| {
             f(&bytemuck::pod_read_unaligned::<T::Row>(v))
         })
     }
@@ -664,9 +913,11 @@ impl Storage for Session {
         let Session { db, dir: directory, stats, work, .. } = self;
         let entry = directory.entry(db, T::ID, stats);
         let index = &entry.secondary.as_ref().expect("table has a secondary index").tree;
-        work.locked_scan(db, stats, index, T::ID, pk_from_value, lo, hi, dir == ScanDir::Forward, |k, v| {
-            f(pk_from_value(k, v))
-        })
+        let (store, key_store) = (T::ID as u16, secondary_store(T::ID).0);
+        work.intend(db, stats, key_store, LockMode::Shared)?;
+        work.intend(db, stats, store, LockMode::Shared)?;
+        let locks = EntryLocks { key_store: Some(key_store), row_store: store, pk_of: pk_from_value };
+        work.locked_scan(db, stats, index, locks, lo, hi, dir == ScanDir::Forward, |k, v| f(pk_from_value(k, v)))
     }
 
     fn for_each<T: Table>(&mut self, mut f: impl FnMut(&T::Row)) {
