@@ -1,4 +1,5 @@
-//! `glass breakdown`: the paper's staircase (Figures 5 and 6). Parses flags, checks output
+//! `glass breakdown`: the paper's staircase (Figures 5, 6 and 8; Section 4.3), with full /
+//! stripped and full / lean ratios and the full stack beside Shore. Parses flags, checks output
 //! paths before any work, chooses how instructions are counted (hardware counters, else
 //! callgrind children re-executing this binary with the hidden `--worker-step`, else none),
 //! and hands the run to `workload::breakdown`.
@@ -50,11 +51,13 @@ pub struct BreakdownArgs {
     /// callgrind output) is made and removed at the end; default: the system temp dir.
     #[arg(long)]
     wal_dir: Option<PathBuf>,
-    /// Write the rows (txn, step, instructions, ns_per_txn, source, …), the component shares
-    /// and the summary as one JSON object to this file.
+    /// Write the rows (txn, step, instructions, ns_per_txn, source, …), the component shares,
+    /// the time shares beside Figure 8 and the summary (throughputs, ratios, instructions
+    /// against Shore's) as one JSON object to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Draw the stacked bars of Figures 5 and 6 (glass beside the paper) into this SVG file.
+    /// Draw the stacked bars of Figures 5 and 6 and NewOrder's time beside Figure 8 (glass
+    /// beside the paper) into this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
     /// Internal: run as a callgrind child counting this step (0–11); `--wal-dir` is then the

@@ -1,15 +1,15 @@
 //! `glass breakdown`: the paper's staircase (Harizopoulos et al., SIGMOD 2008, Section 4.3,
-//! Figures 5 and 6). NewOrder and Payment run on the full conventional stack, then after each
-//! of its component removals (engine's [`Step`] 1–10), then on the lean kernel (step 11); each
-//! configuration is timed, and instructions per transaction are counted.
+//! Figures 5, 6 and 8). NewOrder and Payment run on the full conventional stack, then after
+//! each of its component removals (engine's [`Step`] 1–10), then on the lean kernel (step 11);
+//! each configuration is timed, and instructions per transaction are counted.
 //!
 //! Owns: the measurement plan (one engine per configuration, loaded from the seed, warmed
 //! up, then a NewOrder-only and a Payment-only stream of pre-generated paper-profile inputs,
 //! timed over several repetitions and reduced to the median), the instruction counters
 //! (hardware `INSTRUCTIONS` through `perf_event_open` when the machine has them, otherwise
 //! callgrind in a child process per step, see [`callgrind`]), the grouping of steps into the
-//! paper's components and the share arithmetic ([`component_shares`]), the report (text
-//! tables, JSON rows) and the progress display.
+//! paper's components and the share arithmetic ([`component_shares`], [`figure8_shares`]),
+//! the ratios ([`ratio3`]), the report (text tables, JSON rows) and the progress display.
 //!
 //! Guarantees:
 //! - only the execution of the measured transactions is inside a timing or a count: inputs
@@ -20,7 +20,12 @@
 //!   says where its instruction count came from ([`Source`]);
 //! - the full stack also runs with the log flush switched off alone (the paper's 1,700 txn/s
 //!   baseline), besides step 0 (640 txn/s, log flushed) — note that step 1 still flushes:
-//!   the paper's switch order removes B-tree key evaluation before the log flush.
+//!   the paper's switch order removes B-tree key evaluation before the log flush;
+//! - every configuration is measured alike, without prefetching: only the lean kernel
+//!   prefetches (the storage trait's prefetch hint is a no-op everywhere else), so step 11 is
+//!   timed and counted through [`NoPrefetch`], which drops the hints, and every ratio and
+//!   share uses that figure; the lean kernel with its prefetching is timed once more as an
+//!   extra line, reported apart (with its own, marked, time ratios).
 //!
 //! The paper's grouping of its switches into the components of Figures 5 and 6 (Figure 7):
 //! B-tree keys = step 1; logging = steps 2–4 (log flush, log records, LSNs); locking = step 5;
@@ -29,9 +34,24 @@
 //! stripped system (step 10) over the full stack. The lean kernel's share (step 11 over the
 //! full stack) is reported beside it; the paper's lean ("optimal") kernel has no bar of its
 //! own in those figures.
+//!
+//! Figure 8 splits NewOrder's cycles into the same components with the stripped system as
+//! "useful work" and the buffer manager as "buffer pool" ([`FIGURE8`]); glass's time shares
+//! (without the log flush) are printed beside it. Payment has no Figure 8: its time shares
+//! are printed with no paper figure.
+//!
+//! Two ratios are reported apart, in instructions and in time (with and without the log
+//! flush), per transaction type and for the 50/50 mix: full stack / stripped stack (step 0 /
+//! step 10: the paper's ≈20×, 640 → 12,700 txn/s, Section 4.3.1) and full stack / lean kernel
+//! (step 0 / step 11: the paper's full Shore against its hand-built optimal kernel, 640 →
+//! 46,500 txn/s). The full stack's instructions per transaction are set beside Shore's
+//! (≈180K Payment, ≈1.73M NewOrder, Sections 4.3.2–4.3.3).
 
 pub mod callgrind;
+pub mod no_prefetch;
 pub mod plot;
+
+pub use no_prefetch::NoPrefetch;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -87,6 +107,69 @@ pub const COMPONENTS: [Component; 5] = [
     Component { name: "latching", steps: (6, 6), paper_pct: [12.6, 14.2] },
     Component { name: "buffer manager", steps: (7, 10), paper_pct: [29.8, 34.6] },
 ];
+
+/// The name of the stripped stack's share: the paper's "remaining overhead" (Figures 5 and 6),
+/// its "useful work" (Figure 8).
+pub const REMAINING: &str = "remaining (stripped stack)";
+
+/// A category of the paper's Figure 8 (NewOrder's cycles) and the glass component whose time
+/// share stands beside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CycleCategory {
+    /// The paper's name for it.
+    pub name: &'static str,
+    /// A [`COMPONENTS`] name, or [`REMAINING`].
+    pub component: &'static str,
+    /// The paper's share of NewOrder's cycles, in percent.
+    pub paper_neworder_pct: f64,
+}
+
+/// Figure 8's categories, in [`COMPONENTS`] order then the stripped stack. The paper's buffer
+/// pool is glass's buffer manager (steps 7–10, Figure 7's grouping); its useful work is what
+/// the stripped system (step 10) still spends.
+pub const FIGURE8: [CycleCategory; 6] = [
+    CycleCategory { name: "B-tree keys", component: "B-tree keys", paper_neworder_pct: 8.1 },
+    CycleCategory { name: "logging", component: "logging", paper_neworder_pct: 21.1 },
+    CycleCategory { name: "locking", component: "locking", paper_neworder_pct: 18.7 },
+    CycleCategory { name: "latching", component: "latching", paper_neworder_pct: 10.2 },
+    CycleCategory { name: "buffer pool", component: "buffer manager", paper_neworder_pct: 29.6 },
+    CycleCategory { name: "useful work", component: REMAINING, paper_neworder_pct: 12.3 },
+];
+
+/// Shore's full stack over its stripped system in throughput, log flushed (640 → 12,700
+/// txn/s: the paper's ≈20×, Section 4.3.1).
+pub const PAPER_FULL_OVER_STRIPPED_TIME: f64 = PAPER_TXN_PER_S_STRIPPED / PAPER_TXN_PER_S_FLUSH;
+/// The same without the log flush (1,700 → 12,700 txn/s).
+pub const PAPER_NO_FLUSH_OVER_STRIPPED_TIME: f64 = PAPER_TXN_PER_S_STRIPPED / PAPER_TXN_PER_S_NO_FLUSH;
+/// Shore over the paper's hand-built optimal kernel, log flushed (640 → 46,500 txn/s).
+pub const PAPER_FULL_OVER_OPTIMAL_TIME: f64 = PAPER_TXN_PER_S_OPTIMAL / PAPER_TXN_PER_S_FLUSH;
+/// The same without the log flush (1,700 → 46,500 txn/s).
+pub const PAPER_NO_FLUSH_OVER_OPTIMAL_TIME: f64 = PAPER_TXN_PER_S_OPTIMAL / PAPER_TXN_PER_S_NO_FLUSH;
+
+/// `a / b` per transaction type ([`MEASURED`] order), then for the 50/50 mix: the mix runs one
+/// of each, so its ratio is `(a₀ + a₁) / (b₀ + b₁)` (for times, the ratio of the throughputs).
+pub fn ratio3(a: [f64; 2], b: [f64; 2]) -> [f64; 3] {
+    [a[0] / b[0], a[1] / b[1], (a[0] + a[1]) / (b[0] + b[1])]
+}
+
+/// Shore's full stack over its stripped system in instructions, per type then the mix: the
+/// stripped system is the remaining overhead's share of the full stack (Figures 5 and 6).
+pub fn paper_full_over_stripped_instructions() -> [f64; 3] {
+    let stripped = std::array::from_fn(|i| PAPER_INSTRUCTIONS[i] * PAPER_REMAINING_PCT[i] / 100.0);
+    ratio3(PAPER_INSTRUCTIONS, stripped)
+}
+
+/// Figure 8's mapping: glass's shares (components and remaining) in [`FIGURE8`] order.
+pub fn figure8_shares(shares: &Shares) -> [f64; 6] {
+    FIGURE8.map(|cat| {
+        if cat.component == REMAINING {
+            return shares.remaining;
+        }
+        let c =
+            COMPONENTS.iter().position(|c| c.name == cat.component).expect("a Figure 8 category maps onto a component");
+        shares.components[c]
+    })
+}
 
 /// Where an instruction count came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,6 +293,8 @@ pub enum Target {
     /// A step that still flushes the log (0 or 1) with the log flush switched off: step 0's is
     /// the paper's 1,700 txn/s baseline; both give the time staircase without disk waits.
     NoFlush(Step),
+    /// The lean kernel with its prefetching (step 11 runs without it, as every other step).
+    LeanPrefetch,
 }
 
 impl Target {
@@ -218,6 +303,7 @@ impl Target {
     fn config(self, txns: u64) -> Option<Config> {
         let config = match self {
             Target::Step(s) if s.runs_lean_kernel() => return None,
+            Target::LeanPrefetch => return None,
             Target::Step(s) => Config::for_step(s, 1),
             Target::NoFlush(s) => Config::new(Switches { log_flush: false, ..Switches::for_step(s) }, 1),
         };
@@ -230,6 +316,7 @@ impl Target {
         match self {
             Target::Step(s) => format!("step {s}"),
             Target::NoFlush(s) => format!("step {s} without log flush"),
+            Target::LeanPrefetch => format!("step {} with prefetching", Step::LEAN_KERNEL),
         }
     }
 
@@ -237,6 +324,7 @@ impl Target {
         match self {
             Target::Step(s) => format!("step-{}", s.number()),
             Target::NoFlush(s) => format!("step-{}-no-flush", s.number()),
+            Target::LeanPrefetch => format!("step-{}-prefetch", Step::LEAN_KERNEL.number()),
         }
     }
 }
@@ -441,7 +529,8 @@ impl Progress for ConsoleProgress {
     }
 }
 
-/// Runs `body` on a fresh engine for `target` (conventional stack in `dir`, removed after).
+/// Runs `body` on a fresh engine for `target` (conventional stack in `dir`, removed after;
+/// the lean kernel of step 11 without prefetching, see [`NoPrefetch`]).
 trait OnEngine {
     type Out;
     fn run<S: Storage>(self, db: &mut S) -> Result<Self::Out, BreakdownError>;
@@ -450,10 +539,8 @@ trait OnEngine {
 /// `txns`: how many transactions will run (for the log preallocation).
 fn on_engine<B: OnEngine>(target: Target, dir: &Path, txns: u64, body: B) -> Result<B::Out, BreakdownError> {
     match target.config(txns) {
-        None => {
-            let mut db = LeanDb::new();
-            body.run(&mut db)
-        }
+        None if target == Target::LeanPrefetch => body.run(&mut LeanDb::new()),
+        None => body.run(&mut NoPrefetch(LeanDb::new())),
         Some(config) => {
             let db = ConventionalDb::open(dir, config)
                 .map_err(|source| BreakdownError::Open { what: target.label(), source })?;
@@ -627,7 +714,8 @@ impl OnEngine for CountedRun<'_> {
 /// The body of a callgrind child (`glass breakdown --worker-step N`): loads
 /// `count_warehouses` warehouses into step `step`'s engine, warms up, and counts a NewOrder
 /// and a Payment stream of `count_txns` each between client requests (dumps named
-/// `neworder` and `payment`). Refuses to run outside valgrind.
+/// `neworder` and `payment`). Step 11 is the lean kernel without prefetching, as timed
+/// ([`NoPrefetch`]). Refuses to run outside valgrind.
 pub fn run_worker(step: Step, cfg: &BreakdownConfig) -> Result<WorkerReport, BreakdownError> {
     cfg.validate()?;
     if callgrind::running_on_valgrind() == 0 {
@@ -720,6 +808,22 @@ pub struct ComponentRow {
     pub paper_pct: Option<f64>,
 }
 
+/// One of glass's time shares beside the paper's Figure 8 (NewOrder's cycles).
+#[derive(Debug, Clone, Serialize)]
+pub struct TimeShareRow {
+    pub txn: &'static str,
+    /// The paper's category (Figure 8).
+    pub category: &'static str,
+    /// The glass component standing for it ([`FIGURE8`]).
+    pub component: &'static str,
+    /// "1", "2-4", …, "10" for the stripped stack.
+    pub steps: String,
+    /// glass's share of the full stack's time without the log flush, in percent.
+    pub time_share_pct: f64,
+    /// Figure 8's share of NewOrder's cycles; `None` for Payment (the paper has no figure).
+    pub paper_pct: Option<f64>,
+}
+
 /// Shares of the full stack, in percent: each component's, the remaining (stripped stack,
 /// step 10) and the lean kernel's (step 11). Components and remaining sum to 100%.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -760,11 +864,43 @@ pub struct Summary {
     pub stripped_txn_per_s: f64,
     pub lean_txn_per_s: f64,
     pub paper_txn_per_s: [f64; 4],
-    /// Full stack (step 0) over lean kernel, per type in [`MEASURED`] order then the mix.
+    /// Full stack (step 0) over lean kernel (step 11, without prefetching), per type in
+    /// [`MEASURED`] order then the mix.
     pub full_over_lean_instructions: Option<[f64; 3]>,
     pub full_over_lean_time: [f64; 3],
     /// The same with the full stack without log flush as the numerator (time).
     pub no_flush_over_lean_time: [f64; 3],
+    /// Full stack (step 0) over stripped stack (step 10), per type then the mix: the paper's
+    /// ≈20×.
+    pub full_over_stripped_instructions: Option<[f64; 3]>,
+    /// The same in time, the full stack with the log flushed.
+    pub full_over_stripped_time: [f64; 3],
+    /// The same in time, the full stack without the log flush.
+    pub no_flush_over_stripped_time: [f64; 3],
+    /// Shore's full over stripped in instructions, from Figures 5 and 6 (per type, mix).
+    pub paper_full_over_stripped_instructions: [f64; 3],
+    /// Shore's full over stripped in throughput, log flushed (640 → 12,700 txn/s).
+    pub paper_full_over_stripped_time: f64,
+    /// The same without the log flush (1,700 → 12,700 txn/s).
+    pub paper_no_flush_over_stripped_time: f64,
+    /// Shore over the hand-built optimal kernel, log flushed (640 → 46,500 txn/s).
+    pub paper_full_over_lean_time: f64,
+    /// The same without the log flush (1,700 → 46,500 txn/s).
+    pub paper_no_flush_over_lean_time: f64,
+    /// The lean kernel with its prefetching (an extra line, in no ratio above).
+    pub lean_prefetch_txn_per_s: f64,
+    /// Full stack over the lean kernel with prefetching, time (log flushed; without it).
+    pub full_over_lean_prefetch_time: [f64; 3],
+    pub no_flush_over_lean_prefetch_time: [f64; 3],
+    /// Whether the ratios use the lean kernel with prefetching: never (every configuration
+    /// is measured without prefetching).
+    pub lean_prefetch_in_ratios: bool,
+    /// The full stack's instructions per transaction, in [`MEASURED`] order.
+    pub full_stack_instructions: Option<[f64; 2]>,
+    /// Shore's ([`PAPER_INSTRUCTIONS`]).
+    pub shore_instructions: [f64; 2],
+    /// Shore's over glass's full stack.
+    pub shore_over_full_stack_instructions: Option<[f64; 2]>,
 }
 
 /// Everything `glass breakdown` reports.
@@ -781,6 +917,13 @@ pub struct Breakdown {
     pub components: Vec<ComponentRow>,
     /// Full stack without log flush: ns per transaction in [`MEASURED`] order.
     pub full_stack_no_flush_ns_per_txn: [f64; 2],
+    /// The lean kernel with prefetching: ns per transaction in [`MEASURED`] order (step 11's
+    /// rows are without it).
+    pub lean_prefetch_ns_per_txn: [f64; 2],
+    /// How prefetching was treated, in words.
+    pub prefetch_note: String,
+    /// glass's time shares beside Figure 8, per type (the paper's figure is NewOrder's).
+    pub figure8_time_shares: Vec<TimeShareRow>,
     pub summary: Summary,
     pub seconds: f64,
 }
@@ -790,13 +933,17 @@ fn mix_txn_per_s(ns: [f64; 2]) -> f64 {
 }
 
 /// Every timed configuration in order: the twelve steps, each step that flushes the log
-/// followed by itself without the flush.
+/// followed by itself without the flush, and the lean kernel (step 11, without prefetching)
+/// followed by itself with prefetching.
 fn timing_targets() -> Vec<Target> {
     let mut targets = Vec::new();
     for s in Step::ALL {
         targets.push(Target::Step(s));
         if Switches::for_step(s).log_flush && !s.runs_lean_kernel() {
             targets.push(Target::NoFlush(s));
+        }
+        if s.runs_lean_kernel() {
+            targets.push(Target::LeanPrefetch);
         }
     }
     targets
@@ -925,6 +1072,7 @@ fn assemble(cfg: &BreakdownConfig, timings: &[Timing], counts: Counts, seconds: 
 
     let mut rows = Vec::new();
     let mut components = Vec::new();
+    let mut figure8_time_shares = Vec::new();
     for (i, kind) in MEASURED.iter().enumerate() {
         let ns: [f64; 12] = std::array::from_fn(|s| step_timing(s).ns_per_txn[i]);
         let ns_io_free: [f64; 12] = std::array::from_fn(|s| io_free(s).ns_per_txn[i]);
@@ -969,18 +1117,34 @@ fn assemble(cfg: &BreakdownConfig, timings: &[Timing], counts: Counts, seconds: 
         }
         let instr = instr_shares.map(|s| s.remaining);
         let paper = Some(PAPER_REMAINING_PCT[i]);
-        components.push(row("remaining (stripped stack)", "10", instr, time_shares.remaining, paper));
+        components.push(row(REMAINING, "10", instr, time_shares.remaining, paper));
         components.push(row("lean kernel", "11", instr_shares.map(|s| s.lean), time_shares.lean, None));
+        for (cat, glass) in FIGURE8.iter().zip(figure8_shares(&time_shares)) {
+            let steps = COMPONENTS
+                .iter()
+                .find(|c| c.name == cat.component)
+                .map_or_else(|| "10".into(), |c| steps_label(c.steps));
+            figure8_time_shares.push(TimeShareRow {
+                txn: kind.name(),
+                category: cat.name,
+                component: cat.component,
+                steps,
+                time_share_pct: glass,
+                paper_pct: (*kind == TxnKind::NewOrder).then_some(cat.paper_neworder_pct),
+            });
+        }
     }
 
     let full = step_timing(0).ns_per_txn;
     let no_flush = io_free(0).ns_per_txn;
+    let stripped = step_timing(10).ns_per_txn;
     let lean = step_timing(11).ns_per_txn;
-    let ratio3 = |a: [f64; 2], b: [f64; 2]| [a[0] / b[0], a[1] / b[1], (a[0] + a[1]) / (b[0] + b[1])];
+    let lean_prefetch = find(Target::LeanPrefetch).ns_per_txn;
+    let full_instr = per_step.map(|c| c[0]);
     let summary = Summary {
         full_stack_fsync_txn_per_s: mix_txn_per_s(full),
         full_stack_no_flush_txn_per_s: mix_txn_per_s(no_flush),
-        stripped_txn_per_s: mix_txn_per_s(step_timing(10).ns_per_txn),
+        stripped_txn_per_s: mix_txn_per_s(stripped),
         lean_txn_per_s: mix_txn_per_s(lean),
         paper_txn_per_s: [
             PAPER_TXN_PER_S_FLUSH,
@@ -991,6 +1155,21 @@ fn assemble(cfg: &BreakdownConfig, timings: &[Timing], counts: Counts, seconds: 
         full_over_lean_instructions: per_step.map(|c| ratio3(c[0], c[11])),
         full_over_lean_time: ratio3(full, lean),
         no_flush_over_lean_time: ratio3(no_flush, lean),
+        full_over_stripped_instructions: per_step.map(|c| ratio3(c[0], c[10])),
+        full_over_stripped_time: ratio3(full, stripped),
+        no_flush_over_stripped_time: ratio3(no_flush, stripped),
+        paper_full_over_stripped_instructions: paper_full_over_stripped_instructions(),
+        paper_full_over_stripped_time: PAPER_FULL_OVER_STRIPPED_TIME,
+        paper_no_flush_over_stripped_time: PAPER_NO_FLUSH_OVER_STRIPPED_TIME,
+        paper_full_over_lean_time: PAPER_FULL_OVER_OPTIMAL_TIME,
+        paper_no_flush_over_lean_time: PAPER_NO_FLUSH_OVER_OPTIMAL_TIME,
+        lean_prefetch_txn_per_s: mix_txn_per_s(lean_prefetch),
+        full_over_lean_prefetch_time: ratio3(full, lean_prefetch),
+        no_flush_over_lean_prefetch_time: ratio3(no_flush, lean_prefetch),
+        lean_prefetch_in_ratios: false,
+        full_stack_instructions: full_instr,
+        shore_instructions: PAPER_INSTRUCTIONS,
+        shore_over_full_stack_instructions: full_instr.map(|g| [0, 1].map(|i| PAPER_INSTRUCTIONS[i] / g[i])),
     };
     Breakdown {
         seed: cfg.seed,
@@ -1002,10 +1181,18 @@ fn assemble(cfg: &BreakdownConfig, timings: &[Timing], counts: Counts, seconds: 
         rows,
         components,
         full_stack_no_flush_ns_per_txn: no_flush,
+        lean_prefetch_ns_per_txn: lean_prefetch,
+        prefetch_note: PREFETCH_NOTE.to_string(),
+        figure8_time_shares,
         summary,
         seconds,
     }
 }
+
+/// How prefetching was treated (the report's and the JSON's words).
+const PREFETCH_NOTE: &str = "only the lean kernel prefetches; step 11 is timed and counted without prefetching \
+     (its prefetch hints are dropped), like every other configuration, and the ratios and shares use that figure; \
+     the lean kernel with prefetching is timed once more and reported apart (the lines marked prefetching)";
 
 fn steps_label((a, b): (u8, u8)) -> String {
     if a == b {
@@ -1013,6 +1200,28 @@ fn steps_label((a, b): (u8, u8)) -> String {
     } else {
         format!("{a}-{b}")
     }
+}
+
+/// Width the report's closing notes are wrapped to.
+const NOTE_WIDTH: usize = 110;
+
+/// Breaks `text` into lines of at most `width` characters at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line_len = 0;
+    for word in text.split_whitespace() {
+        let n = word.chars().count();
+        if line_len > 0 && line_len + 1 + n > width {
+            out.push('\n');
+            line_len = 0;
+        } else if line_len > 0 {
+            out.push(' ');
+            line_len += 1;
+        }
+        out.push_str(word);
+        line_len += n;
+    }
+    out
 }
 
 /// Groups digits: 1234567 → "1,234,567".
@@ -1090,13 +1299,13 @@ pub fn render(b: &Breakdown) -> String {
         }
         let _ = writeln!(
             s,
-            "\n      {:<28} {:>5} {:>12} {:>11} {:>7}",
-            "component", "steps", "glass instr", "glass time", "paper"
+            "\n      {:<28} {:>5} {:>12} {:>11} {:>12}",
+            "component", "steps", "glass instr", "glass time", "paper instr"
         );
         for c in b.components.iter().filter(|c| c.txn == kind.name()) {
             let _ = writeln!(
                 s,
-                "      {:<28} {:>5} {:>12} {:>11} {:>7}",
+                "      {:<28} {:>5} {:>12} {:>11} {:>12}",
                 c.component,
                 c.steps,
                 pct(c.instructions_share_pct),
@@ -1104,32 +1313,119 @@ pub fn render(b: &Breakdown) -> String {
                 c.paper_pct.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"))
             );
         }
+        let paper_header = match kind {
+            TxnKind::NewOrder => "paper cycles (Fig. 8)",
+            _ => "paper (no Figure 8)",
+        };
+        let _ = writeln!(
+            s,
+            "\n      {:<13} {:<28} {:>5} {:>11} {:>22}",
+            "time share", "glass component", "steps", "glass time", paper_header
+        );
+        for t in b.figure8_time_shares.iter().filter(|t| t.txn == kind.name()) {
+            let _ = writeln!(
+                s,
+                "      {:<13} {:<28} {:>5} {:>11} {:>22}",
+                t.category,
+                t.component,
+                t.steps,
+                format!("{:.1}%", t.time_share_pct),
+                t.paper_pct.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"))
+            );
+        }
     }
+
     let m = &b.summary;
+    let _ = writeln!(s, "\ninstructions per transaction, full stack (step 0) against Shore's (Sections 4.3.2-4.3.3)");
+    for (i, kind) in MEASURED.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  {:<10} glass {:>10}   Shore {:>10}   Shore / glass {}",
+            kind.name(),
+            m.full_stack_instructions.map_or_else(|| "n/a".to_string(), |g| thousands(g[i])),
+            thousands(m.shore_instructions[i]),
+            m.shore_over_full_stack_instructions.map_or_else(|| "n/a".to_string(), |r| format!("{:.1}x", r[i]))
+        );
+    }
+
     let _ = writeln!(s, "\nsummary (the paper's 50/50 NewOrder/Payment mix, from the per-type times)");
-    let line = |s: &mut String, what: &str, glass: f64, paper: f64| {
-        let _ =
-            writeln!(s, "  {:<40} {:>9} txn/s   (paper, Shore: {} txn/s)", what, thousands(glass), thousands(paper));
+    let line = |s: &mut String, what: &str, glass: f64, paper: &str| {
+        let _ = writeln!(s, "  {:<42} {:>9} txn/s   (paper: {paper})", what, thousands(glass));
     };
-    line(&mut s, "full stack, log flushed to disk (fsync)", m.full_stack_fsync_txn_per_s, m.paper_txn_per_s[0]);
-    line(&mut s, "full stack, no log flush", m.full_stack_no_flush_txn_per_s, m.paper_txn_per_s[1]);
-    line(&mut s, "stripped conventional stack (step 10)", m.stripped_txn_per_s, m.paper_txn_per_s[2]);
-    line(&mut s, "lean kernel (step 11; paper: optimal)", m.lean_txn_per_s, m.paper_txn_per_s[3]);
-    let r3 = |r: [f64; 3]| format!("payment {:.1}x, neworder {:.1}x, mix {:.1}x", r[0], r[1], r[2]);
-    let _ = writeln!(
-        s,
-        "  full stack / lean kernel, instructions:   {}",
-        m.full_over_lean_instructions.map_or_else(|| "n/a (not counted)".to_string(), r3)
+    let paper_tps = |x: f64| format!("Shore {} txn/s", thousands(x));
+    line(
+        &mut s,
+        "full stack, log flushed to disk (fsync)",
+        m.full_stack_fsync_txn_per_s,
+        &paper_tps(m.paper_txn_per_s[0]),
     );
-    let _ = writeln!(s, "  full stack / lean kernel, time (fsync):   {}", r3(m.full_over_lean_time));
-    let _ = writeln!(s, "  full stack / lean kernel, time (no flush): {}", r3(m.no_flush_over_lean_time));
-    let _ = writeln!(s, "  (paper: 640 -> 46,500 txn/s is 73x with the log flush; 1,700 -> 46,500 is 27x without)");
+    line(&mut s, "full stack, no log flush", m.full_stack_no_flush_txn_per_s, &paper_tps(m.paper_txn_per_s[1]));
+    line(&mut s, "stripped conventional stack (step 10)", m.stripped_txn_per_s, &paper_tps(m.paper_txn_per_s[2]));
+    line(
+        &mut s,
+        "lean kernel (step 11, without prefetching)",
+        m.lean_txn_per_s,
+        &format!("hand-built optimal kernel {} txn/s", thousands(m.paper_txn_per_s[3])),
+    );
+    line(&mut s, "lean kernel with prefetching (extra line)", m.lean_prefetch_txn_per_s, "-");
+
+    let header = |s: &mut String, title: &str| {
+        let _ = writeln!(s, "\n{title}");
+        let _ = writeln!(
+            s,
+            "  {:<32} {:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}",
+            "", "payment", "neworder", "mix", "paper pay", "paper new", "paper mix"
+        );
+    };
+    let x = |v: f64| format!("{v:.1}x");
+    let ratio_line = |s: &mut String, what: &str, glass: Option<[f64; 3]>, paper: [Option<f64>; 3]| {
+        let g = |i: usize| glass.map_or_else(|| "n/a".to_string(), |r| x(r[i]));
+        let p = |i: usize| paper[i].map_or_else(|| "-".to_string(), x);
+        let _ = writeln!(s, "  {:<32} {:>9} {:>9} {:>9}   {:>9} {:>9} {:>9}", what, g(0), g(1), g(2), p(0), p(1), p(2));
+    };
+    let mix_only = |v: f64| [None, None, Some(v)];
+    header(&mut s, "full stack / stripped stack (step 0 / step 10; the paper's ~20x: Shore 640 -> 12,700 txn/s)");
+    ratio_line(
+        &mut s,
+        "instructions",
+        m.full_over_stripped_instructions,
+        m.paper_full_over_stripped_instructions.map(Some),
+    );
+    ratio_line(
+        &mut s,
+        "time, log flushed (fsync)",
+        Some(m.full_over_stripped_time),
+        mix_only(m.paper_full_over_stripped_time),
+    );
+    ratio_line(
+        &mut s,
+        "time, no log flush",
+        Some(m.no_flush_over_stripped_time),
+        mix_only(m.paper_no_flush_over_stripped_time),
+    );
+    header(
+        &mut s,
+        "full stack / lean kernel (step 0 / step 11 without prefetching; the paper's optimal kernel: 640 -> 46,500 txn/s)",
+    );
+    ratio_line(&mut s, "instructions", m.full_over_lean_instructions, [None; 3]);
+    ratio_line(&mut s, "time, log flushed (fsync)", Some(m.full_over_lean_time), mix_only(m.paper_full_over_lean_time));
+    ratio_line(
+        &mut s,
+        "time, no log flush",
+        Some(m.no_flush_over_lean_time),
+        mix_only(m.paper_no_flush_over_lean_time),
+    );
+    ratio_line(&mut s, "time, fsync, lean prefetching", Some(m.full_over_lean_prefetch_time), [None; 3]);
+    ratio_line(&mut s, "time, no flush, lean prefetching", Some(m.no_flush_over_lean_prefetch_time), [None; 3]);
     let _ = writeln!(
         s,
         "\nshare = (cost before the step - cost after it) / full stack; components group the steps as the \
          paper's Figure 7;\n\"remaining\" is the stripped stack (step 10) over the full stack, as the paper's \
-         remaining overhead;\ntime shares use the no-flush times (steps 0-1 rerun with the log flush off), as \
-         the paper's breakdowns exclude disk I/O;\ntimes are wall-clock medians of the repetitions."
+         remaining overhead\n(Figure 8's useful work; Figure 8's buffer pool is the buffer manager, steps 7-10);\n\
+         time shares use the no-flush times (steps 0-1 rerun with the log flush off), as the paper's breakdowns \
+         exclude disk I/O;\ntimes are wall-clock medians of the repetitions; the paper's time ratios exist for the \
+         mix only (its throughputs),\nand it counts no instructions of its optimal kernel (\"-\").\n{}.",
+        wrap(&format!("prefetching: {}", b.prefetch_note), NOTE_WIDTH)
     );
     s
 }
@@ -1247,11 +1543,13 @@ mod tests {
     #[test]
     fn assembly_substitutes_the_no_flush_runs_for_the_time_shares() {
         let targets = timing_targets();
-        assert_eq!(targets.len(), 14);
+        assert_eq!(targets.len(), 15);
         assert_eq!(targets[1], Target::NoFlush(Step::FULL_STACK));
+        assert_eq!(targets[13..], [Target::Step(Step::LEAN_KERNEL), Target::LeanPrefetch]);
         let ns = |t: Target| match t {
             Target::Step(s) => 1000.0 * (12 - s.number()) as f64 + if s.number() < 2 { 1e6 } else { 0.0 },
             Target::NoFlush(s) => 1000.0 * (12 - s.number()) as f64,
+            Target::LeanPrefetch => 500.0,
         };
         let timings: Vec<Timing> = targets
             .iter()
@@ -1276,7 +1574,100 @@ mod tests {
         assert!((b.summary.full_stack_no_flush_txn_per_s - 2e9 / 36_000.0).abs() < 1e-6);
         assert!((b.summary.full_over_lean_time[2] - 3_036_000.0 / 3_000.0).abs() < 1e-9);
         assert!(b.summary.full_over_lean_instructions.is_none());
-        assert!(render(&b).contains("n/a"));
+        // Step 10 takes 2000 ns (Payment) and 4000 ns (NewOrder); the full stack without the
+        // flush 12000 and 24000: six times as long.
+        assert!(b.summary.full_over_stripped_time.iter().all(|r| (r - 1_012_000.0 / 2_000.0).abs() < 1e-9));
+        assert!(b.summary.no_flush_over_stripped_time.iter().all(|r| (r - 6.0).abs() < 1e-9));
+        assert!(b.summary.full_over_stripped_instructions.is_none());
+        assert!(b.summary.full_stack_instructions.is_none() && b.summary.shore_over_full_stack_instructions.is_none());
+        // The step 11 rows are the lean kernel without prefetching; with it is apart.
+        assert_eq!(b.rows[11].ns_per_txn, 1000.0);
+        assert_eq!(b.lean_prefetch_ns_per_txn, [500.0, 1000.0]);
+        assert!((b.summary.lean_prefetch_txn_per_s - 2e9 / 1_500.0).abs() < 1e-6);
+        assert!((b.summary.no_flush_over_lean_prefetch_time[0] - 24.0).abs() < 1e-9);
+        assert!(!b.summary.lean_prefetch_in_ratios);
+        // Figure 8: six categories per type, summing to 100%; the paper's only for NewOrder.
+        assert_eq!(b.figure8_time_shares.len(), 12);
+        for kind in MEASURED {
+            let rows: Vec<_> = b.figure8_time_shares.iter().filter(|t| t.txn == kind.name()).collect();
+            let sum: f64 = rows.iter().map(|t| t.time_share_pct).sum();
+            assert!((sum - 100.0).abs() < 1e-9, "{sum}");
+            assert!(rows.iter().all(|t| t.paper_pct.is_some() == (kind == TxnKind::NewOrder)));
+        }
+        let useful = b.figure8_time_shares.iter().find(|t| t.category == "useful work").unwrap();
+        assert_eq!((useful.steps.as_str(), useful.time_share_pct), ("10", 2_000.0 * 100.0 / 12_000.0));
+        let text = render(&b);
+        assert!(text.contains("n/a"));
+        assert!(text.contains("full stack / stripped stack") && text.contains("full stack / lean kernel"));
+        assert!(text.contains("useful work") && text.contains("paper cycles (Fig. 8)"));
+        assert!(text.contains("prefetching"));
+    }
+
+    /// With counts: the instruction ratios and the full stack beside Shore.
+    #[test]
+    fn assembly_with_counts_gives_instruction_ratios_and_shore_comparison() {
+        let timings: Vec<Timing> = timing_targets()
+            .into_iter()
+            .map(|t| Timing {
+                target: t,
+                ns_per_txn: [1.0, 1.0],
+                ns_reps: Default::default(),
+                cpu_ns_per_txn: [1.0, 1.0],
+                hw_instructions: None,
+                load_seconds: 0.0,
+            })
+            .collect();
+        let mut per_step = [[0.0; 2]; 12];
+        for (s, c) in per_step.iter_mut().enumerate() {
+            *c = [18_000.0 - 1_000.0 * s as f64, 173_000.0 - 10_000.0 * s as f64];
+        }
+        let counts =
+            Counts { source: Source::Callgrind, note: "cg".into(), per_step: Some(per_step), counted_at: Some((1, 5)) };
+        let b = assemble(&tiny_config(), &timings, counts, 0.0);
+        let m = &b.summary;
+        let r = m.full_over_stripped_instructions.unwrap();
+        assert!((r[0] - 18.0 / 8.0).abs() < 1e-9 && (r[1] - 173.0 / 73.0).abs() < 1e-9);
+        assert!((r[2] - 191.0 / 81.0).abs() < 1e-9);
+        let l = m.full_over_lean_instructions.unwrap();
+        assert!((l[0] - 18.0 / 7.0).abs() < 1e-9);
+        assert_eq!(m.full_stack_instructions, Some([18_000.0, 173_000.0]));
+        let shore = m.shore_over_full_stack_instructions.unwrap();
+        assert!((shore[0] - 10.0).abs() < 1e-9 && (shore[1] - 10.0).abs() < 1e-9);
+        let text = render(&b);
+        assert!(text.contains("Shore / glass 10.0x") && text.contains("1,730,000"), "{text}");
+    }
+
+    #[test]
+    fn ratios_are_per_type_then_for_the_mix() {
+        assert_eq!(ratio3([2.0, 6.0], [1.0, 2.0]), [2.0, 3.0, 8.0 / 3.0]);
+        // The paper's: 640 -> 12,700 txn/s is its ≈20x; the optimal kernel 73x and 27x.
+        assert!((PAPER_FULL_OVER_STRIPPED_TIME - 19.84).abs() < 0.01);
+        assert!((PAPER_NO_FLUSH_OVER_STRIPPED_TIME - 7.47).abs() < 0.01);
+        assert!((PAPER_FULL_OVER_OPTIMAL_TIME - 72.66).abs() < 0.01);
+        assert!((PAPER_NO_FLUSH_OVER_OPTIMAL_TIME - 27.35).abs() < 0.01);
+        // Figures 5 and 6: the stripped system keeps 4.7% (Payment) and 6.8% (NewOrder).
+        let p = paper_full_over_stripped_instructions();
+        assert!((p[0] - 100.0 / 4.7).abs() < 1e-9 && (p[1] - 100.0 / 6.8).abs() < 1e-9);
+        let mix = (180_000.0 + 1_730_000.0) / (0.047 * 180_000.0 + 0.068 * 1_730_000.0);
+        assert!((p[2] - mix).abs() < 1e-9, "{} vs {mix}", p[2]);
+    }
+
+    #[test]
+    fn figure8_maps_every_component_and_the_stripped_stack_once_and_sums_to_100() {
+        let paper: f64 = FIGURE8.iter().map(|c| c.paper_neworder_pct).sum();
+        assert!((paper - 100.0).abs() < 0.05, "{paper}");
+        let mut names: Vec<&str> = COMPONENTS.iter().map(|c| c.name).collect();
+        names.push(REMAINING);
+        let mapped: Vec<&str> = FIGURE8.iter().map(|c| c.component).collect();
+        assert_eq!(mapped, names, "each component once, in order, then the stripped stack");
+        assert_eq!(FIGURE8[4].name, "buffer pool");
+        assert_eq!(FIGURE8[5].name, "useful work");
+        // A staircase telescopes: the mapped shares sum to 100% and land where they belong.
+        let v = [100.0, 92.0, 71.0, 70.0, 69.0, 50.0, 40.0, 35.0, 30.0, 20.0, 12.0, 3.0];
+        let sh = component_shares(&v);
+        let f8 = figure8_shares(&sh);
+        assert!((f8.iter().sum::<f64>() - 100.0).abs() < 1e-9);
+        assert_eq!(f8, [8.0, 23.0, 19.0, 10.0, 28.0, 12.0]);
     }
 
     /// The smallest valid settings.
@@ -1300,6 +1691,8 @@ mod tests {
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert_eq!(thousands(1_730_000.4), "1,730,000");
         assert_eq!(thousands(999.0), "999");
+        assert_eq!(wrap("ab cd  ef\ngh", 5), "ab cd\nef gh");
+        assert_eq!(wrap("abcdefg h", 3), "abcdefg\nh");
     }
 
     #[test]

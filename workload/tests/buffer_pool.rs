@@ -17,7 +17,7 @@ use engine::{LeanDb, Storage};
 use workload::gen::{GenConfig, Generator, Profile};
 
 const LOAD_SEED: u64 = 0x00B0_FF00;
-const RUN_SEED: u64 = 0x0C10_C4;
+const RUN_SEED: u64 = 0x000C_10C4;
 /// Transactions of the standard mix (all five types, rollbacks, remote warehouses).
 const TXNS: u64 = 3_000;
 const WAREHOUSES: u16 = 2;

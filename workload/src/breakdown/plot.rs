@@ -1,10 +1,12 @@
-//! The `--svg` picture of `glass breakdown`: for Payment and for NewOrder, two stacked bars
-//! as in the paper's Figures 5 and 6 — glass's share of each component beside the paper's.
+//! The `--svg` picture of `glass breakdown`: three pairs of stacked bars — for Payment and
+//! for NewOrder glass's share of each component beside the paper's Figures 5 and 6, and for
+//! NewOrder glass's time shares beside the paper's cycle shares (Figure 8).
 //!
-//! Owns the drawing only (plotters, SVG backend, no font files). Guarantees: the bars are
-//! the component rows of the report, instruction shares when instructions were counted and
-//! time shares otherwise (the caption says which); a negative share (a step that added work)
-//! is drawn as an empty segment and named in the segment label list rather than hidden.
+//! Owns the drawing only (plotters, SVG backend, no font files). Guarantees: the first two
+//! pairs are the component rows of the report, instruction shares when instructions were
+//! counted and time shares otherwise (the title says which); the third pair is the report's
+//! Figure 8 rows (time without the log flush, always); a negative share (a step that added
+//! work) is drawn as an empty segment and named in the segment label list rather than hidden.
 
 use std::path::Path;
 
@@ -12,9 +14,11 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use engine::procedures::TxnKind;
+
 use super::{Breakdown, Source, MEASURED};
 
-const WIDTH_PX: u32 = 1000;
+const WIDTH_PX: u32 = 1250;
 const HEIGHT_PX: u32 = 600;
 const LEGEND_PX: u32 = 230;
 
@@ -30,6 +34,15 @@ const COLORS: [RGBColor; 6] = [
 
 /// (label, glass share, paper share) per segment, bottom first.
 type Segments = Vec<(&'static str, f64, f64)>;
+
+/// NewOrder's time shares beside Figure 8, in the components' order (same colours).
+fn figure8_segments(b: &Breakdown) -> Segments {
+    b.figure8_time_shares
+        .iter()
+        .filter(|t| t.txn == TxnKind::NewOrder.name())
+        .map(|t| (t.category, t.time_share_pct, t.paper_pct.unwrap_or(0.0)))
+        .collect()
+}
 
 fn segments(b: &Breakdown, txn: &str, use_instructions: bool) -> Segments {
     b.components
@@ -56,32 +69,41 @@ pub fn draw(b: &Breakdown, path: &Path) -> Result<(), DrawError> {
         "time (no instruction counts)".to_string()
     };
     let root = root.titled(
-        &format!("Share of the full stack's {what} removed per component: glass vs the paper"),
-        ("sans-serif", 18),
+        &format!(
+            "Share of the full stack removed per component, glass vs the paper: {what} (Figures 5, 6); \
+             NewOrder time vs cycles (Figure 8)"
+        ),
+        ("sans-serif", 17),
     )?;
     let (charts, legend) = root.split_horizontally(WIDTH_PX - LEGEND_PX);
-    let panels = charts.split_evenly((1, 2));
+    let panels = charts.split_evenly((1, 3));
     let mut negatives = Vec::new();
-    for (panel, kind) in panels.iter().zip(MEASURED) {
-        let segs = segments(b, kind.name(), use_instructions);
-        for (name, glass, _) in &segs {
+    let mut note_negatives = |what: &str, segs: &Segments| {
+        for (name, glass, _) in segs {
             if *glass < 0.0 {
-                negatives.push(format!("{} {name} {glass:.1}%", kind.name()));
+                negatives.push(format!("{what} {name} {glass:.1}%"));
             }
         }
-        draw_panel(panel, kind.name(), &segs)?;
+    };
+    for (panel, kind) in panels.iter().zip(MEASURED) {
+        let segs = segments(b, kind.name(), use_instructions);
+        note_negatives(kind.name(), &segs);
+        let caption = match kind {
+            TxnKind::Payment => "Payment (Figure 5)",
+            _ => "NewOrder (Figure 6)",
+        };
+        draw_panel(panel, caption, &segs)?;
     }
+    let segs = figure8_segments(b);
+    note_negatives("neworder time", &segs);
+    draw_panel(&panels[2], "NewOrder time (Figure 8)", &segs)?;
     draw_legend(&legend, &negatives)?;
     root.present()
 }
 
-fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segments) -> Result<(), DrawError> {
+fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, caption: &str, segs: &Segments) -> Result<(), DrawError> {
     let top = |f: fn(&(&'static str, f64, f64)) -> f64| segs.iter().map(|s| f(s).max(0.0)).sum::<f64>();
     let y_max = top(|s| s.1).max(top(|s| s.2)).max(100.0);
-    let caption = match txn {
-        "payment" => "Payment (Figure 5)",
-        _ => "NewOrder (Figure 6)",
-    };
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 16))
         .margin(10)
@@ -130,7 +152,7 @@ fn draw_panel(area: &DrawingArea<SVGBackend<'_>, Shift>, txn: &str, segs: &Segme
 
 fn draw_legend(area: &DrawingArea<SVGBackend<'_>, Shift>, negatives: &[String]) -> Result<(), DrawError> {
     const NAMES: [&str; 6] =
-        ["B-tree keys", "logging", "locking", "latching", "buffer manager", "remaining (stripped)"];
+        ["B-tree keys", "logging", "locking", "latching", "buffer manager / pool", "remaining / useful work"];
     let style = ("sans-serif", 13).into_font().color(&BLACK);
     let mut y = 60;
     // Top of the stack first, as the bars read.
