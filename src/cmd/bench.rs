@@ -428,7 +428,9 @@ fn run_conventional(
     obs: &mut ConsoleObserver,
 ) -> Result<ExitCode> {
     let durable = config.switches.durable();
-    let wal = WalDir::prepare(a.wal_dir.as_deref(), durable)?;
+    // A bounded buffer pool writes evicted pages to a page file in the directory, log or not.
+    let writes = durable || config.buffer_pool_frames().is_some();
+    let wal = WalDir::prepare(a.wal_dir.as_deref(), writes)?;
     let ack = a.ack_log.as_deref().map(AckLog::create).transpose()?;
     let workers = config.workers;
     let pool = match config.buffer_pool_bytes.filter(|_| config.switches.buffer_pool) {

@@ -342,6 +342,7 @@ impl Backing {
     /// Opens a fresh page file for `store` in `dir`, unlinked at once so that nothing of it
     /// outlives the process.
     fn page_file(dir: &std::path::Path, store: u16) -> std::io::Result<File> {
+        std::fs::create_dir_all(dir)?;
         let n = PAGE_FILES_MADE.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!(".pages-{}-{n}-{store}", std::process::id()));
         let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path)?;
