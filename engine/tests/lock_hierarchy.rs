@@ -224,32 +224,37 @@ fn intentions_are_cached_per_transaction_and_row_and_page_locks_requested_every_
         let mut seen = Vec::new();
         for _ in 0..2 {
             s.begin(1);
-            // IS volume, IS store, S record, IS page.
+            // IS volume, IS store (the primary index), S record (its key), IS heap file, IS
+            // heap page.
             seen.push(granted(&mut s, |s| assert!(s.get::<t::Stocks, _>(stock, |_| ()).unwrap().is_some())));
-            // S record, IS page: the intentions are cached.
+            // S record, IS heap page: the intentions are cached.
             seen.push(granted(&mut s, |s| assert!(s.get::<t::Stocks, _>(stock, |_| ()).unwrap().is_some())));
-            // IX volume, IX store (converted), X record (converted), IX page.
+            // IX volume, IX store (converted), X record (converted), IX heap file (converted),
+            // IX heap page.
             seen.push(granted(&mut s, |s| {
                 assert!(s.update::<t::Stocks, _>(stock, |r| r.s_ytd += 1).unwrap().is_some())
             }));
-            // IX store, X record, IX index store, X name key, IX page, IX index leaf.
+            // IX store, X record, IX index store, X name key, IX heap file, X record id, IX
+            // heap page, IX primary-index leaf, IX secondary-index leaf.
             seen.push(granted(&mut s, |s| s.insert::<t::Customers>(&customer(1, 2, b"BAR")).unwrap()));
             // IX store, IX page, X record id.
             seen.push(granted(&mut s, |s| s.insert::<t::Histories>(&History::zeroed()).unwrap()));
-            // IS store, IS on the leaf, then S on each of the three rows.
+            // IS store, IS heap file, IS on the leaf, then S on each of the three rows and IS
+            // on the heap page holding each (requested every time).
             seen.push(granted(&mut s, |s| {
                 let (lo, hi) = (keys::order_line(1, 1, 1, 0), keys::order_line(1, 1, 1, u8::MAX));
                 s.scan::<t::OrderLines>(lo, hi, ScanDir::Forward, |_| true).unwrap();
             }));
             // IS index leaf, S name key, S row (the stores' IX cover IS).
             seen.push(granted(&mut s, |s| assert_eq!(by_name(s, b"ABLE").unwrap().len(), 1)));
-            // X record, X name key (read under the row's lock), IX page, IX index leaf.
+            // X record, X name key (read under the row's lock), X record id, IX primary-index
+            // leaf, IX heap page, IX secondary-index leaf.
             seen.push(granted(&mut s, |s| {
                 assert!(s.delete::<t::Customers>(keys::customer(1, 1, 1)).unwrap().is_some())
             }));
             s.abort();
         }
-        let want: &[u64] = if step == 0 { &[4, 2, 4, 6, 3, 5, 3, 4] } else { &[0; 8] };
+        let want: &[u64] = if step == 0 { &[5, 2, 5, 9, 3, 9, 3, 6] } else { &[0; 8] };
         assert_eq!(&seen[..8], want, "step {step}: the first transaction");
         assert_eq!(&seen[8..], want, "step {step}: the cache starts empty in each transaction");
         let c: Counters = s.counters();

@@ -1,6 +1,7 @@
 //! Restart recovery of the conventional stack after a crash at random points of a TPC-C
-//! stream (issue #18): with every change logged — rows, and since this issue the
-//! secondary-index entries as records of their own — ARIES restart (Mohan et al., TODS 1992,
+//! stream (issue #18): with every change logged — heap records by record id, primary- and
+//! secondary-index entries as records of their own, and B+tree splits and page allocations
+//! as redo-only page images — ARIES restart (Mohan et al., TODS 1992,
 //! Section 6) rebuilds exactly the acknowledged transactions: the recovered database's digest
 //! equals the lean kernel's after the same acknowledged prefix, and TPC-C's consistency
 //! conditions (clause 3.3.2) hold. The crash points are drawn from a seed; the log device
@@ -51,8 +52,9 @@ fn run_until_crash(db: &Arc<ConventionalDb>, inputs: &[TxnInput]) -> usize {
     inputs.len()
 }
 
-/// Returns how many transactions were acknowledged and the pages the recovery evicted.
-fn crash_and_recover(seed: u64, syncs: u64, pool_frames: Option<u64>) -> (usize, u64) {
+/// Returns how many transactions were acknowledged, the pages the recovery evicted, and the
+/// page images (B+tree splits, page allocations) its redo installed.
+fn crash_and_recover(seed: u64, syncs: u64, pool_frames: Option<u64>) -> (usize, u64, usize) {
     let inputs = stream(seed);
     let medium = MemoryMedium::new();
     let on = Medium::Memory(medium.clone());
@@ -78,23 +80,28 @@ fn crash_and_recover(seed: u64, syncs: u64, pool_frames: Option<u64>) -> (usize,
     assert_eq!(digest(&mut s), digest(&mut lean), "{what}: {report:?}");
     let c = check(&mut s);
     assert!(c.all_passed(), "{what}: {:?}", c.failed().collect::<Vec<_>>());
-    (acknowledged, db.counters().page_evictions)
+    (acknowledged, db.counters().page_evictions, report.page_images)
 }
 
 #[test]
 fn a_crash_at_random_points_recovers_every_acknowledged_transaction_and_nothing_else() {
     let mut rng = Rng::new(0x5EED_0018);
+    let mut images = 0;
     for run in 0..CRASHES {
         // Group commit syncs about once per committing transaction here (one session).
         let syncs = rng.below(TXNS / 2);
-        let (acknowledged, _) = crash_and_recover(run + 1, syncs, None);
+        let (acknowledged, _, redone_images) = crash_and_recover(run + 1, syncs, None);
         assert!(acknowledged < TXNS as usize, "run {run}: the crash came before the stream's end");
+        images += redone_images;
     }
+    // The runs crossed B+tree splits and page allocations, and their redo installed them.
+    assert!(images > 0, "no split or page allocation was redone in {CRASHES} runs");
 }
 
 #[test]
 fn recovery_under_a_bounded_buffer_pool_evicts_and_still_recovers_everything() {
     let frames = BUFFER_POOL_FRAMES_PER_WORKER_MIN;
-    let (acknowledged, evicted) = crash_and_recover(99, 700, Some(frames));
+    let (acknowledged, evicted, images) = crash_and_recover(99, 700, Some(frames));
     assert!(acknowledged < TXNS as usize && evicted > 0, "{acknowledged} acknowledged, {evicted} evicted");
+    assert!(images > 0, "700 syncs of TPC-C split a leaf or allocated a page");
 }

@@ -136,10 +136,12 @@ impl KeyBuf {
         KeyBuf { len: k.len() as u8, bytes }
     }
     /// The smallest key of this length.
+    #[cfg(test)]
     pub fn min(len: usize) -> KeyBuf {
         KeyBuf::new(&[0u8; KEY_BYTES_MAX][..len])
     }
     /// The largest key of this length.
+    #[cfg(test)]
     pub fn max(len: usize) -> KeyBuf {
         KeyBuf::new(&[0xFFu8; KEY_BYTES_MAX][..len])
     }
@@ -321,25 +323,6 @@ impl BTree {
         Some(f(&page[at..at + self.val_len], no))
     }
 
-    /// Calls `f(value, page, page_lsn)` with the value under `k` writable, under the leaf's
-    /// exclusive latch; `f` returns its result and the LSN to stamp on the page, if any.
-    pub fn update<R>(
-        &self,
-        k: &[u8],
-        stats: &Stats,
-        f: impl FnOnce(&mut [u8], PageNo, u64) -> (R, Option<u64>),
-    ) -> Option<R> {
-        let (no, mut page) = self.descend_write(k, stats);
-        let i = self.search(&page, k).ok()?;
-        let at = hdr::slot(&page, i) + self.key_len;
-        let page_lsn = hdr::lsn(&page);
-        let (r, lsn) = f(&mut page[at..at + self.val_len], no, page_lsn);
-        if let Some(lsn) = lsn {
-            hdr::set_lsn(&mut page, lsn);
-        }
-        Some(r)
-    }
-
     /// Removes `k`; `f(before, page)` runs under the leaf's exclusive latch before the entry
     /// goes and returns its result and the LSN to stamp.
     pub fn delete<R>(&self, k: &[u8], stats: &Stats, f: impl FnOnce(&[u8], PageNo) -> (R, Option<u64>)) -> Option<R> {
@@ -347,10 +330,7 @@ impl BTree {
         let i = self.search(&page, k).ok()?;
         let at = hdr::slot(&page, i);
         let (r, lsn) = f(&page[at + self.key_len..at + self.leaf_cell()], no);
-        let n = hdr::count(&page);
-        page.copy_within(HEADER_BYTES + 2 * (i + 1)..HEADER_BYTES + 2 * n, HEADER_BYTES + 2 * i);
-        hdr::set_count(&mut page, n - 1);
-        hdr::free_cell(&mut page, at);
+        self.remove_at(&mut page, i);
         if let Some(lsn) = lsn {
             hdr::set_lsn(&mut page, lsn);
         }
@@ -358,9 +338,20 @@ impl BTree {
     }
 
     /// Inserts `k → v`; `Err(())` when `k` is present. `log(page)` runs under the exclusive
-    /// latch of the leaf that received the entry and returns the LSN to stamp on it.
+    /// latch of the leaf that received the entry and returns the LSN to stamp on it. A split
+    /// (a structure modification) comes first and is logged page by page: `smo(page, bytes)`
+    /// runs under each changed or new page's exclusive latch once its change is complete and
+    /// returns the LSN to stamp (its image: redo-only, kept when the inserting transaction
+    /// rolls back, as ARIES/IM keeps structure modifications); the entry's own record follows.
     #[allow(clippy::result_unit_err)]
-    pub fn insert(&self, k: &[u8], v: &[u8], stats: &Stats, log: impl FnOnce(PageNo) -> Option<u64>) -> Result<(), ()> {
+    pub fn insert(
+        &self,
+        k: &[u8],
+        v: &[u8],
+        stats: &Stats,
+        log: impl FnOnce(PageNo) -> Option<u64>,
+        smo: &mut dyn FnMut(PageNo, &[u8]) -> Option<u64>,
+    ) -> Result<(), ()> {
         debug_assert_eq!((k.len(), v.len()), (self.key_len, self.val_len));
         {
             let (no, mut page) = self.descend_write(k, stats);
@@ -376,7 +367,7 @@ impl BTree {
                 return Ok(());
             }
         }
-        self.insert_pessimistic(k, v, stats, log)
+        self.insert_pessimistic(k, v, stats, log, smo)
     }
 
     fn put_entry(&self, p: &mut [u8], pos: usize, k: &[u8], v: &[u8]) {
@@ -388,6 +379,17 @@ impl BTree {
         p.copy_within(HEADER_BYTES + 2 * pos..HEADER_BYTES + 2 * n, HEADER_BYTES + 2 * (pos + 1));
         hdr::set_slot(p, pos, at);
         hdr::set_count(p, n + 1);
+    }
+
+    /// All cells of `p` in slot order, flat.
+    fn cells(p: &[u8], cell: usize) -> Vec<u8> {
+        let n = hdr::count(p);
+        let mut out = Vec::with_capacity(n * cell);
+        for i in 0..n {
+            let at = hdr::slot(p, i);
+            out.extend_from_slice(&p[at..at + cell]);
+        }
+        out
     }
 
     /// All cells of `p` in slot order with `(k, v)` inserted at `pos`, flat.
@@ -418,12 +420,20 @@ impl BTree {
         hdr::set_count(p, cells.len() / cell);
     }
 
+    /// Logs a page a structure modification changed and stamps the LSN given.
+    fn log_smo(smo: &mut dyn FnMut(PageNo, &[u8]) -> Option<u64>, no: PageNo, page: &mut [u8]) {
+        if let Some(lsn) = smo(no, page) {
+            hdr::set_lsn(page, lsn);
+        }
+    }
+
     fn insert_pessimistic(
         &self,
         k: &[u8],
         v: &[u8],
         stats: &Stats,
         log: impl FnOnce(PageNo) -> Option<u64>,
+        smo: &mut dyn FnMut(PageNo, &[u8]) -> Option<u64>,
     ) -> Result<(), ()> {
         let (lc, ic) = (self.leaf_cell(), self.internal_cell());
         let mut path: Vec<(PageNo, PageWrite<'_>)> = Vec::new();
@@ -453,13 +463,15 @@ impl BTree {
             return Ok(());
         }
 
-        // Split the leaf; the new entry lands in the left or the right half.
-        let cells = self.cells_with(&page, pos, k, v, lc);
-        let total = cells.len() / lc;
-        let mid = total / 2;
+        // The structure modification: split the full leaf in two halves of its own entries
+        // (the new entry is not part of it), each page logged once complete.
+        let cells = Self::cells(&page, lc);
+        let mid = cells.len() / lc / 2;
         let sep = KeyBuf::new(&cells[mid * lc..mid * lc + self.key_len]);
+        let into_right = self.cmp.cmp(k, sep.as_slice()) != Ordering::Less;
         let lsn_before = hdr::lsn(&page);
         let (left_no, mut left, right_no, mut right);
+        let mut root = None;
         if no == ROOT {
             let (l, lp) = self.store.allocate(stats);
             let (r, rp) = self.store.allocate(stats);
@@ -469,7 +481,7 @@ impl BTree {
             let mut child = [0u8; 4];
             put_u32(&mut child, 0, right_no);
             self.put_entry(&mut page, 0, sep.as_slice(), &child);
-            drop(page);
+            root = Some(page);
         } else {
             let (r, rp) = self.store.allocate(stats);
             (left_no, left, right_no, right) = (no, page, r, rp);
@@ -481,24 +493,45 @@ impl BTree {
         hdr::set_next(&mut right, if no == ROOT { 0 } else { old_next });
         Self::fill(&mut left, KIND_LEAF, 0, &cells[..mid * lc], lc);
         hdr::set_next(&mut left, right_no);
-        let (target_no, target) = if pos < mid { (left_no, &mut left) } else { (right_no, &mut right) };
-        if let Some(lsn) = log(target_no) {
-            hdr::set_lsn(target, lsn);
+        Self::log_smo(smo, left_no, &mut left);
+        Self::log_smo(smo, right_no, &mut right);
+        if let Some(mut root) = root {
+            Self::log_smo(smo, ROOT, &mut root);
         }
-        drop((left, right));
-        if no == ROOT {
-            return Ok(());
+        let (target_no, mut target) = if into_right { (right_no, right) } else { (left_no, left) };
+        if no != ROOT {
+            self.push_separator(path, sep, right_no, stats, smo);
         }
 
-        // Push separators up the path of exclusively latched ancestors.
-        let (mut sep, mut child_no) = (sep, right_no);
+        // The entry itself, into the half it belongs to (which has room now).
+        let pos = self.search(&target, k).expect_err("the key was absent before the split");
+        self.put_entry(&mut target, pos, k, v);
+        if let Some(lsn) = log(target_no) {
+            hdr::set_lsn(&mut target, lsn);
+        }
+        Ok(())
+    }
+
+    /// Pushes separator `sep` (its right child `child_no`) up the path of exclusively latched
+    /// ancestors, splitting each full one; every page changed is logged once complete.
+    fn push_separator(
+        &self,
+        mut path: Vec<(PageNo, PageWrite<'_>)>,
+        sep: KeyBuf,
+        child_no: PageNo,
+        stats: &Stats,
+        smo: &mut dyn FnMut(PageNo, &[u8]) -> Option<u64>,
+    ) {
+        let ic = self.internal_cell();
+        let (mut sep, mut child_no) = (sep, child_no);
         while let Some((pno, mut parent)) = path.pop() {
             let mut child = [0u8; 4];
             put_u32(&mut child, 0, child_no);
             let ppos = self.rank(&parent, sep.as_slice(), false);
             if hdr::has_room(&parent, ic) {
                 self.put_entry(&mut parent, ppos, sep.as_slice(), &child);
-                return Ok(());
+                Self::log_smo(smo, pno, &mut parent);
+                return;
             }
             let cells = self.cells_with(&parent, ppos, sep.as_slice(), &child, ic);
             let total = cells.len() / ic;
@@ -521,7 +554,10 @@ impl BTree {
                 let mut rc = [0u8; 4];
                 put_u32(&mut rc, 0, r);
                 self.put_entry(&mut parent, 0, up.as_slice(), &rc);
-                return Ok(());
+                Self::log_smo(smo, l, &mut lp);
+                Self::log_smo(smo, r, &mut rp);
+                Self::log_smo(smo, ROOT, &mut parent);
+                return;
             }
             let (r, mut rp) = self.store.allocate(stats);
             let leftmost = hdr::leftmost(&parent);
@@ -530,9 +566,86 @@ impl BTree {
             Self::fill(&mut rp, KIND_INTERNAL, level, &cells[(mid + 1) * ic..], ic);
             hdr::set_leftmost(&mut rp, mid_child);
             hdr::set_lsn(&mut rp, lsn_before);
+            Self::log_smo(smo, pno, &mut parent);
+            Self::log_smo(smo, r, &mut rp);
             (sep, child_no) = (up, r);
         }
         unreachable!("an unsafe path ends at the root, which splits in place")
+    }
+
+    /// Redo of an entry's insert, physiological: puts `k → v` into leaf `no` itself (not by
+    /// descent), skipped when the page LSN shows it applied. Sound because every structure
+    /// modification is logged before the entries that depend on it, so redo in log order
+    /// finds the page as the insert found it.
+    pub fn redo_put(
+        &self,
+        no: PageNo,
+        k: &[u8],
+        v: &[u8],
+        lsn: Option<u64>,
+        stats: &Stats,
+        stamp: impl FnOnce(PageNo) -> Option<u64>,
+    ) -> Result<(), &'static str> {
+        if (k.len(), v.len()) != (self.key_len, self.val_len) {
+            return Err("index entry width");
+        }
+        if no == 0 || no > self.store.pages() {
+            return Err("index entry on an unallocated page");
+        }
+        let mut page = self.store.write(no, stats);
+        if hdr::kind(&page) != KIND_LEAF {
+            return Err("index entry on a page that is not a leaf");
+        }
+        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
+            return Ok(());
+        }
+        let Err(pos) = self.search(&page, k) else { return Err("index entry already on its page") };
+        if !hdr::has_room(&page, self.leaf_cell()) {
+            return Err("index entry does not fit its page");
+        }
+        self.put_entry(&mut page, pos, k, v);
+        if let Some(l) = stamp(no) {
+            hdr::set_lsn(&mut page, l);
+        }
+        Ok(())
+    }
+
+    /// Redo of an entry's delete, physiological: removes `k` from leaf `no` itself.
+    pub fn redo_cut(
+        &self,
+        no: PageNo,
+        k: &[u8],
+        lsn: Option<u64>,
+        stats: &Stats,
+        stamp: impl FnOnce(PageNo) -> Option<u64>,
+    ) -> Result<(), &'static str> {
+        if k.len() != self.key_len {
+            return Err("index key width");
+        }
+        if no == 0 || no > self.store.pages() {
+            return Err("index entry on an unallocated page");
+        }
+        let mut page = self.store.write(no, stats);
+        if hdr::kind(&page) != KIND_LEAF {
+            return Err("index entry on a page that is not a leaf");
+        }
+        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
+            return Ok(());
+        }
+        let i = self.search(&page, k).map_err(|_| "index entry missing from its page")?;
+        self.remove_at(&mut page, i);
+        if let Some(l) = stamp(no) {
+            hdr::set_lsn(&mut page, l);
+        }
+        Ok(())
+    }
+
+    fn remove_at(&self, page: &mut [u8], i: usize) {
+        let at = hdr::slot(page, i);
+        let n = hdr::count(page);
+        page.copy_within(HEADER_BYTES + 2 * (i + 1)..HEADER_BYTES + 2 * n, HEADER_BYTES + 2 * i);
+        hdr::set_count(page, n - 1);
+        hdr::free_cell(page, at);
     }
 
     /// One step of a range scan over `[lo, hi]`: descends to the leaf for `from`, offers its
@@ -590,7 +703,8 @@ impl BTree {
         }
     }
 
-    /// Visits every entry in key order (for checkpoints' checks, `for_each` and tests).
+    /// Visits every entry in key order (tests).
+    #[cfg(test)]
     pub fn for_each(&self, stats: &Stats, mut f: impl FnMut(&[u8], &[u8])) {
         let (lo, hi) = (KeyBuf::min(self.key_len), KeyBuf::max(self.key_len));
         let mut batch = Vec::new();
@@ -658,10 +772,10 @@ mod tests {
             for i in 0..3000u64 {
                 let k = (i * 7919) % 3000 * 3;
                 let v = [(k % 251) as u8; 300];
-                t.insert(&key(k), &v, &stats, |_| None).unwrap();
+                t.insert(&key(k), &v, &stats, |_| None, &mut |_, _| None).unwrap();
                 model.insert(k, v[0]);
             }
-            assert!(t.insert(&key(3), &[0; 300], &stats, |_| None).is_err());
+            assert!(t.insert(&key(3), &[0; 300], &stats, |_| None, &mut |_, _| None).is_err());
             for k in (0..9000u64).step_by(7) {
                 let gone = t.delete(&key(k), &stats, |v, _| (v[0], None));
                 assert_eq!(gone, model.remove(&k));

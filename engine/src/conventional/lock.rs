@@ -616,7 +616,8 @@ mod tests {
     }
 
     /// Shore's hierarchy through the engine (Gray & Reuter §7.8; wait-die across levels): a
-    /// session's update holds IX on the volume, the store and the leaf page and X on the row;
+    /// session's update holds IX on the volume, the table's stores and the heap page holding the
+    /// row and X on the row;
     /// a younger transaction asking S on the table (store) or the volume dies at once, an
     /// older one waits, blocked, until the session commits, then is granted.
     #[test]
@@ -635,7 +636,9 @@ mod tests {
         assert_eq!(lm.holders(row), vec![(holder, X)]);
         assert_eq!(lm.holders(stock), vec![(holder, IX)]);
         assert_eq!(lm.holders(LockName::Volume), vec![(holder, IX)]);
-        assert_eq!(lm.holders(LockName::Page(TableId::Stock as u16, 1)), vec![(holder, IX)], "the root leaf");
+        let heap = crate::conventional::heap_store(TableId::Stock);
+        assert_eq!(lm.holders(LockName::Store(heap)), vec![(holder, IX)], "the heap file");
+        assert_eq!(lm.holders(LockName::Page(heap, 1)), vec![(holder, IX)], "the heap page holding the row");
         let st = Stats::default();
         let (young, old) = (u64::MAX - 1, u64::MAX - 2);
         assert_eq!(lm.acquire(young, u64::MAX, stock, S, true, &st), Err(Refused::Die));

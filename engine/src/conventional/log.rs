@@ -6,25 +6,34 @@
 //!
 //! ```text
 //! 0..4    length of the whole record, checksum included
-//! 4       kind: 1 update, 2 insert, 3 delete, 4 compensation (CLR), 5 commit,
-//!         6 end of rollback (abort), 7 checkpoint, 8 secondary-index entry inserted,
-//!         9 secondary-index entry deleted
-//! 5       table id (255 = none; for 8 and 9 the table whose secondary index changed)
-//! 6       CLR redo action: 1 restore image, 2 re-insert image, 3 delete key, 4 tombstone rid,
-//!         5 remove a secondary-index entry, 6 re-insert a secondary-index entry
+//! 4       kind: 1 update, 2 insert, 3 delete (of a heap record), 4 compensation (CLR),
+//!         5 commit, 6 end of rollback (abort), 7 checkpoint, 8 secondary-index entry
+//!         inserted, 9 secondary-index entry deleted, 10 primary-index entry inserted,
+//!         11 primary-index entry deleted, 12 page image (a page allocated or changed by a
+//!         B+tree split; redo-only)
+//! 5       table id (255 = none; for 8–11 the table whose index changed; for 12 the table
+//!         owning the store)
+//! 6       CLR redo action: 1 write image over the record at the record id, 2 place image
+//!         at the record id, 4 free the record id, 5 remove a secondary-index entry,
+//!         6 re-insert a secondary-index entry, 7 remove a primary-index entry,
+//!         8 re-insert a primary-index entry
 //! 7       reserved (0)
 //! 8..16   LSN: the record's byte position in the log stream
 //! 16..24  previous LSN of the same transaction (0 = none)
 //! 24..32  transaction id
-//! 32..40  packed primary key, or heap record id (page << 16 | slot)
-//! 40..44  page number the change was applied to
+//! 32..40  heap record id (page << 16 | slot) of the record changed; for an index entry
+//!         (8–11, and CLR actions 5–8) its value: the primary key (secondary index) or the
+//!         record id (primary index); for a page image its store id
+//! 40..44  page number the change was applied to (index entries: the leaf; redo applies
+//!         them to that page)
 //! 44..48  image length (the table's row width)
 //! 48..56  CLR: undo-next LSN; checkpoint: snapshot LSN; commit: the transaction's timestamp
 //! 56..    images: update = before then after; insert = after; delete = before;
-//!         secondary-index insert = the encoded secondary key (after), delete = the same
-//!         (before), the entry's value being the primary key at 32..40;
-//!         CLR = the image its action writes (actions 1 and 2) or the secondary key it
-//!         removes or re-inserts (actions 5 and 6)
+//!         index-entry insert = the entry's key (after: the encoded secondary key, or the
+//!         primary key big-endian), delete = the same (before);
+//!         page image = the page compacted (header and slots, then the cells);
+//!         CLR = the image its action writes (actions 1 and 2) or the key of the entry it
+//!         removes or re-inserts (actions 5–8)
 //! ..      zero padding to a multiple of 8
 //! last 8  xxh3-64 of every preceding byte of the record
 //! ```
@@ -86,6 +95,9 @@ pub(crate) enum Kind {
     Checkpoint = 7,
     IndexInsert = 8,
     IndexDelete = 9,
+    KeyInsert = 10,
+    KeyDelete = 11,
+    PageImage = 12,
 }
 
 impl Kind {
@@ -100,6 +112,9 @@ impl Kind {
             7 => Kind::Checkpoint,
             8 => Kind::IndexInsert,
             9 => Kind::IndexDelete,
+            10 => Kind::KeyInsert,
+            11 => Kind::KeyDelete,
+            12 => Kind::PageImage,
             _ => return None,
         })
     }
@@ -109,14 +124,20 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum ClrAction {
+    /// Write the image over the record at the record id (the undo of an update).
     Restore = 1,
+    /// Place the image at the record id (the undo of a delete).
     Reinsert = 2,
-    Remove = 3,
-    Tombstone = 4,
+    /// Free the record id (the undo of an insert).
+    Free = 4,
     /// Remove a secondary-index entry (the undo of its insert).
     IndexRemove = 5,
     /// Re-insert a secondary-index entry (the undo of its delete).
     IndexReinsert = 6,
+    /// Remove a primary-index entry (the undo of its insert).
+    KeyRemove = 7,
+    /// Re-insert a primary-index entry (the undo of its delete).
+    KeyReinsert = 8,
 }
 
 impl ClrAction {
@@ -124,10 +145,11 @@ impl ClrAction {
         Some(match v {
             1 => ClrAction::Restore,
             2 => ClrAction::Reinsert,
-            3 => ClrAction::Remove,
-            4 => ClrAction::Tombstone,
+            4 => ClrAction::Free,
             5 => ClrAction::IndexRemove,
             6 => ClrAction::IndexReinsert,
+            7 => ClrAction::KeyRemove,
+            8 => ClrAction::KeyReinsert,
             _ => return None,
         })
     }
@@ -235,13 +257,10 @@ pub(crate) fn decode(b: &[u8]) -> Option<Record<'_>> {
     let image_len = u32_at(b, 44) as usize;
     let (nb, na) = match (kind, action) {
         (Kind::Update, _) => (image_len, image_len),
-        (Kind::Insert | Kind::IndexInsert, _) => (0, image_len),
-        (Kind::Delete | Kind::IndexDelete, _) => (image_len, 0),
-        (
-            Kind::Clr,
-            Some(ClrAction::Restore | ClrAction::Reinsert | ClrAction::IndexRemove | ClrAction::IndexReinsert),
-        ) => (0, image_len),
-        (Kind::Clr, Some(_)) => (0, 0),
+        (Kind::Insert | Kind::IndexInsert | Kind::KeyInsert | Kind::PageImage, _) => (0, image_len),
+        (Kind::Delete | Kind::IndexDelete | Kind::KeyDelete, _) => (image_len, 0),
+        (Kind::Clr, Some(ClrAction::Free)) => (0, 0),
+        (Kind::Clr, Some(_)) => (0, image_len),
         (Kind::Clr, None) => return None,
         _ => (0, 0),
     };

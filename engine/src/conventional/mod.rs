@@ -6,9 +6,11 @@
 //! - [`page`]: slotted 8 KiB / 32 KiB pages in a buffer pool (frame control blocks, a sharded
 //!   page table, fix/unfix with pin counts, a clock with reference and dirty bits, eviction
 //!   and write-back when the pool is bounded) or, switched off, in plain heap memory;
-//! - [`btree`]: B+trees over pages for every primary and secondary index, latch coupling,
+//! - [`btree`]: B+trees over pages for every primary index (key → record id) and secondary
+//!   index (secondary key → primary key), latch coupling, splits logged page by page,
 //!   a generic or a specialised key comparator;
-//! - [`heap`]: the heap file holding HISTORY;
+//! - [`heap`]: the heap files holding every table's records, named by record ids, found
+//!   through a free-space map, new pages allocated with a logged format;
 //! - [`lock`]: a hashed lock table, IS/IX/S/X, strict 2PL, wait-die deadlock prevention;
 //! - [`latch`]: reader/writer latches — mutex-style with holder bookkeeping (Shore's), or the
 //!   cheap spin latch — that the latching switch turns into no-ops;
@@ -38,25 +40,32 @@
 //! record followed by valid ones, [`ConventionalError::CorruptLog`]; a missing snapshot the
 //! log says was taken, a missing log beside a snapshot, a damaged snapshot, a log newer than
 //! the snapshot), finds winners and losers (analysis), repeats history from the snapshot's LSN
-//! (redo: logical by key for B+tree records, with the page-LSN test for in-place updates;
-//! physical by record id for the heap), rolls losers back writing CLRs (undo, honouring the
-//! undo-next LSNs of CLRs already written), and takes a checkpoint. A row's primary-index
-//! change and its secondary-index entry are logged as separate records (the entry's record
-//! holds the secondary key and, as its value, the primary key), each redone and undone on
-//! its own index. B+tree splits and page allocations are not logged: redo is logical per
-//! key, which is sound because it starts from a transaction-consistent snapshot and replays
-//! in log order (ARIES/IM would log structure modifications instead). The per-record redo (`ConventionalDb::redo_step` deciding,
-//! `ConventionalDb::redo` doing) is also what a backup applies shipped log records with
+//! (redo: physiological, in log order, each change skipped when its page's LSN shows it
+//! applied — heap records by record id, index entries on the leaf page the record names, page
+//! images over their page), rolls losers back writing CLRs (undo: heap records physically
+//! by record id, index entries logically by key, since a split may have moved them;
+//! honouring the undo-next LSNs of CLRs already written), and takes a checkpoint. A row's
+//! record, its primary-index entry and its secondary-index entry are logged as separate
+//! records, each redone and undone on its own file. Structure modifications are logged as
+//! ARIES/IM does, redo-only and outside the transaction's undo chain (kept when it rolls
+//! back): a B+tree split logs the image of every page it changed or allocated, before the
+//! entry that caused it, and a heap page allocation logs the new page's format; redo
+//! allocates pages up to the one an image names, so that the leaf an entry's record names is
+//! there, as the entry found it, when the entry is redone. The free-space map is rebuilt from
+//! the heap pages once recovery is done. The per-record redo (`ConventionalDb::redo_step`
+//! deciding, `ConventionalDb::redo` doing) is also what a backup applies shipped log records with
 //! ([`ship`]). Bulk-loaded rows (operations outside a transaction) are not logged: they
 //! survive a crash once [`ConventionalDb::checkpoint`] has run after the load.
 //!
 //! Locking is Shore's hierarchy ([`lock`], [`session`]; Gray & Reuter ch. 7, §7.8): IS/IX
 //! intention locks top-down on the volume (the database) and the store (a table's primary
-//! file, or secondary index 9 or 10), cached per transaction; IS/IX on the page holding the
-//! row for point accesses and heap appends (the B+tree leaf, taken conditionally under its
-//! latch; the heap page; scans take none); S/X on the row (its primary key, which is the
-//! key lock on a B+tree table's primary index, or its heap record id); and S/X key locks on
-//! secondary index keys (a scan by secondary key S-locks the keys it returns, an insert or
+//! index — store id = table id —, its heap file, or secondary index 9 or 10), cached per
+//! transaction; IS/IX on the heap page holding the record and on the index leaf an entry
+//! changes or a scan reads (taken conditionally under the page's latch); S/X on the row's
+//! primary key (the key lock on the primary index); X on a record id a transaction creates
+//! or frees (so that a freed slot is not reused before its deleter commits); and S/X key
+//! locks on secondary index keys (a scan by secondary key S-locks the keys it returns, an
+//! insert or
 //! delete X-locks the key it adds or removes). All are held to commit or abort (strict
 //! 2PL), with wait-die at every level. Undo, restart recovery and a backup's redo run
 //! without locks (a rollback under the transaction's own locks; recovery before any
@@ -87,13 +96,13 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-use self::btree::{BTree, Comparator, KeyBuf, KeyField, KEY_BYTES_MAX};
+use self::btree::{BTree, Comparator, KeyField};
 use self::heap::{HeapFile, Rid};
 use self::latch::{Latch, LatchMode};
 use self::lock::LockManager;
 use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
 use self::medium::{CheckpointStore, FileCheckpoint};
-use self::page::{Backing, BufferPool, PageNo, Store};
+use self::page::{hdr, Backing, BufferPool, PageNo, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
 use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
@@ -149,28 +158,41 @@ fn secondary_store(id: TableId) -> (u16, &'static [KeyField]) {
     }
 }
 
-pub(crate) enum Primary {
-    Tree(BTree),
-    Heap(HeapFile),
+/// The first heap file's store id: a table's heap file is `HEAP_STORE_BASE + table id`; its
+/// primary index has the table's id (so its key locks are named by the table), the two
+/// secondary indexes 9 and 10.
+pub(crate) const HEAP_STORE_BASE: u16 = 11;
+/// Stores in all: primary indexes 0–8 (none for HISTORY), secondary indexes 9 and 10, heap
+/// files 11–19.
+pub(crate) const STORES: usize = HEAP_STORE_BASE as usize + TableId::ALL.len();
+
+/// The store id of a table's heap file.
+#[inline]
+pub(crate) fn heap_store(id: TableId) -> u16 {
+    HEAP_STORE_BASE + id as u16
+}
+
+/// Which index of a table an entry record names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Index {
+    /// Primary key (big-endian) → record id.
+    Primary,
+    /// Encoded secondary key → primary key.
+    Secondary,
 }
 
 pub(crate) struct SecondaryIndex {
     pub tree: BTree,
-    encode: fn(&[u8]) -> KeyBuf,
 }
 
-fn encode_secondary<T: Table>(row: &[u8]) -> KeyBuf {
-    let row: T::Row = bytemuck::pod_read_unaligned(row);
-    let mut buf = [0u8; KEY_BYTES_MAX];
-    T::secondary(&row).encode(&mut buf);
-    KeyBuf::new(&buf[..T::Sec::LEN])
-}
-
-/// A catalog entry: a table's primary file (B+tree or heap) and its secondary index.
+/// A catalog entry: a table's heap file holding its records, the primary index mapping its
+/// keys to record ids (every table but HISTORY, which has no key: TPC-C clause 1.3), and its
+/// secondary index mapping secondary keys to primary keys (CUSTOMER and ORDERS).
 pub(crate) struct TableEntry {
     pub id: TableId,
     pub row_len: usize,
-    pub primary: Primary,
+    pub heap: HeapFile,
+    pub primary: Option<BTree>,
     pub secondary: Option<SecondaryIndex>,
 }
 
@@ -179,92 +201,63 @@ impl TableEntry {
         let row_len = std::mem::size_of::<T::Row>();
         let page_bytes = sw.page_bytes();
         let store = |id: u16| Store::new(id, pool, page_bytes, latch);
+        let heap = HeapFile::new(store(heap_store(T::ID)), row_len, latch, stats);
         let primary = match T::ORG {
-            Organisation::Heap => Primary::Heap(HeapFile::new(store(T::ID as u16), row_len, latch, stats)),
+            Organisation::Heap => None,
             Organisation::Hash | Organisation::Ordered => {
                 let cmp = Comparator::new(sw.generic_keys, primary_descriptor(T::ID), 8);
-                Primary::Tree(BTree::new(store(T::ID as u16), 8, row_len, cmp, stats))
+                Some(BTree::new(store(T::ID as u16), 8, 8, cmp, stats))
             }
         };
         let secondary = T::HAS_SECONDARY.then(|| {
             let (id, descriptor) = secondary_store(T::ID);
             let cmp = Comparator::new(sw.generic_keys, descriptor, T::Sec::LEN);
-            SecondaryIndex { tree: BTree::new(store(id), T::Sec::LEN, 8, cmp, stats), encode: encode_secondary::<T> }
+            SecondaryIndex { tree: BTree::new(store(id), T::Sec::LEN, 8, cmp, stats) }
         });
-        TableEntry { id: T::ID, row_len, primary, secondary }
+        TableEntry { id: T::ID, row_len, heap, primary, secondary }
     }
 
-    pub fn tree(&self) -> &BTree {
-        match &self.primary {
-            Primary::Tree(t) => t,
-            Primary::Heap(_) => unreachable!("table {} is a heap", self.id),
-        }
-    }
-
-    pub fn heap(&self) -> &HeapFile {
-        match &self.primary {
-            Primary::Heap(h) => h,
-            Primary::Tree(_) => unreachable!("table {} is a B+tree", self.id),
-        }
-    }
-
-    fn stores(&self) -> Vec<&Store> {
-        let mut v = vec![match &self.primary {
-            Primary::Tree(t) => t.store(),
-            Primary::Heap(h) => h.store(),
-        }];
-        if let Some(s) = &self.secondary {
-            v.push(s.tree.store());
-        }
-        v
-    }
-
-    /// Inserts a row under `key` into the primary index (`log(page)` under the leaf latch)
-    /// and its secondary index entry (`log_index(secondary key, page)` under that leaf's
-    /// latch: the entry has its own log record); `Err(())` on a duplicate primary key.
-    #[allow(clippy::result_unit_err)]
-    pub fn insert_row(
-        &self,
-        key: u64,
-        row: &[u8],
-        stats: &Stats,
-        log: impl FnOnce(PageNo) -> Option<u64>,
-        log_index: impl FnOnce(&[u8], PageNo) -> Option<u64>,
-    ) -> Result<(), ()> {
-        self.tree().insert(&key.to_be_bytes(), row, stats, log)?;
-        if let Some(s) = &self.secondary {
-            let sk = (s.encode)(row);
-            let fresh = s.tree.insert(sk.as_slice(), &key.to_le_bytes(), stats, |page| log_index(sk.as_slice(), page));
-            debug_assert!(fresh.is_ok(), "secondary keys of {} are unique", self.id);
-        }
-        Ok(())
-    }
-
-    /// Deletes the row under `key` (`f(before, page)` under the leaf latch) and its secondary
-    /// index entry (`log_index(secondary key, page)` under that leaf's latch).
-    pub fn delete_row<R>(
-        &self,
-        key: u64,
-        stats: &Stats,
-        f: impl FnOnce(&[u8], PageNo) -> (R, Option<u64>),
-        log_index: impl FnOnce(&[u8], PageNo) -> Option<u64>,
-    ) -> Option<R> {
-        let mut sk = None;
-        let r = self.tree().delete(&key.to_be_bytes(), stats, |before, page| {
-            sk = self.secondary.as_ref().map(|s| (s.encode)(before));
-            f(before, page)
-        })?;
-        if let (Some(s), Some(sk)) = (&self.secondary, sk) {
-            let gone = s.tree.delete(sk.as_slice(), stats, |_, page| ((), log_index(sk.as_slice(), page)));
-            debug_assert!(gone.is_some(), "secondary entry of {} present", self.id);
-        }
-        Some(r)
+    /// The primary index (every table but HISTORY).
+    pub fn primary(&self) -> Result<&BTree, &'static str> {
+        self.primary.as_ref().ok_or("primary-index action on a table without a key")
     }
 
     /// The secondary index, for an action on it (redo, undo) that names this table.
     fn index(&self) -> Result<&SecondaryIndex, &'static str> {
         self.secondary.as_ref().ok_or("secondary-index action on a table without one")
     }
+
+    /// The B+tree an index-entry record names.
+    fn tree_of(&self, which: Index) -> Result<&BTree, &'static str> {
+        match which {
+            Index::Primary => self.primary(),
+            Index::Secondary => Ok(&self.index()?.tree),
+        }
+    }
+
+    /// The record id the primary index maps `key` to.
+    pub fn rid_of(&self, key: u64, stats: &Stats) -> Option<Rid> {
+        self.primary.as_ref()?.get(&key.to_be_bytes(), stats, |v, _| Rid::unpack(rid_value(v)))
+    }
+
+    /// Every store of the table, heap file first (the snapshot's order).
+    fn stores(&self) -> Vec<&Store> {
+        let mut v = vec![self.heap.store()];
+        v.extend(self.primary.as_ref().map(|t| t.store()));
+        v.extend(self.secondary.as_ref().map(|s| s.tree.store()));
+        v
+    }
+
+    /// The store of this table with id `id` (a page image's store).
+    fn store_by_id(&self, id: u64) -> Option<&Store> {
+        self.stores().into_iter().find(|s| u64::from(s.id()) == id)
+    }
+}
+
+/// The record id an index value holds (primary index) or the primary key (secondary).
+#[inline]
+pub(crate) fn rid_value(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v.try_into().expect("8-byte index value"))
 }
 
 /// One change's redo, as [`ConventionalDb::redo_step`] decided it from a log record.
@@ -274,18 +267,27 @@ pub(crate) struct RedoStep<'a> {
     table: TableId,
     action: RedoAction,
     key: u64,
+    page: PageNo,
     image: &'a [u8],
 }
 
-/// How a change is redone.
+/// How a change is redone: physically by record id on the heap, physiologically on the
+/// index leaf the record names, physically for a page image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RedoAction {
-    /// A B+tree action by key: restore an image, re-insert a row, remove a key.
-    Tree(ClrAction),
-    /// Place a heap record at its record id (the redo of an append).
+    /// Place a record at its record id (an insert; a CLR undoing a delete).
     Place,
-    /// Tombstone a heap record (a CLR undoing an append).
-    Tombstone,
+    /// Write a record over the one at its record id (an update; a CLR undoing one).
+    Restore,
+    /// Free a record id (a delete; a CLR undoing an insert).
+    Free,
+    /// Put an entry into the named index leaf.
+    Put(Index),
+    /// Remove an entry from the named index leaf.
+    Cut(Index),
+    /// Install a page image (a page allocated, or changed by a split), allocating the page
+    /// if the store is shorter.
+    Image,
 }
 
 /// What restart recovery found and did.
@@ -304,6 +306,9 @@ pub struct RecoveryReport {
     pub torn_tail: Option<TornTail>,
     /// Changes redone (repeating history, losers included).
     pub redone: usize,
+    /// Of those, page images: pages B+tree splits changed or allocated, and heap pages
+    /// allocated (structure modifications, redo-only).
+    pub page_images: usize,
     /// Transactions with a commit record.
     pub winners: usize,
     /// The timestamps their commit records carry (each commit record holds its
@@ -469,6 +474,10 @@ impl ConventionalDb {
                 db.recovery.torn_tail = Some(t);
             }
         }
+        // Free slots are free for good now: no transaction runs (losers were rolled back).
+        for e in &db.tables {
+            e.heap.rebuild_free_space(&stats);
+        }
         db.counters.merge(&stats.take());
         if durable && db.config.checkpoint_on_open && db.checkpoint_unavailable().is_none() {
             db.checkpoint()?;
@@ -568,9 +577,10 @@ impl ConventionalDb {
         }
     }
 
-    /// Applies an undo or CLR action to a table without locks. `stamp(page)` runs under the
-    /// page's latch and returns the LSN to stamp; `redo_lsn`, for redo, skips a restore the
-    /// page LSN shows applied.
+    /// Applies an undo action (a CLR's) to a table without locks: physically by record id on
+    /// the heap, logically by key on an index (the entry may have moved since, by a split).
+    /// `stamp(page)` runs under the changed page's latch and returns the LSN to stamp;
+    /// `smo(store, page, bytes)` logs a page a B+tree split changed (a re-insert may split).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
@@ -578,102 +588,130 @@ impl ConventionalDb {
         action: ClrAction,
         key: u64,
         image: &[u8],
-        redo_lsn: Option<u64>,
         stats: &Stats,
         stamp: &mut dyn FnMut(PageNo) -> Option<u64>,
+        smo: &mut dyn FnMut(u16, PageNo, &[u8]) -> Option<u64>,
     ) -> Result<(), &'static str> {
+        let rid = Rid::unpack(key);
+        let value = key.to_le_bytes();
         match action {
-            ClrAction::Restore => entry
-                .tree()
-                .update(&key.to_be_bytes(), stats, |val, page, page_lsn| {
-                    if redo_lsn.is_some_and(|l| page_lsn >= l) {
-                        return ((), None);
-                    }
-                    val.copy_from_slice(image);
-                    ((), stamp(page))
-                })
-                .ok_or("restore of a missing row"),
-            // The primary index only: a secondary entry has its own records.
-            ClrAction::Reinsert => entry
-                .tree()
-                .insert(&key.to_be_bytes(), image, stats, &mut *stamp)
-                .map_err(|()| "re-insert of a present key"),
-            ClrAction::Remove => {
-                entry.tree().delete(&key.to_be_bytes(), stats, |_, p| ((), stamp(p))).ok_or("removal of a missing row")
+            ClrAction::Restore => entry.heap.restore(rid, image, None, stats, stamp),
+            ClrAction::Reinsert => entry.heap.place(rid, image, None, stats, stamp),
+            ClrAction::Free => entry.heap.free(rid, None, stats, stamp),
+            ClrAction::KeyRemove | ClrAction::IndexRemove => {
+                let which = if action == ClrAction::KeyRemove { Index::Primary } else { Index::Secondary };
+                let tree = entry.tree_of(which)?;
+                if image.len() != tree.key_len() {
+                    return Err("index key width");
+                }
+                tree.delete(image, stats, |_, p| ((), stamp(p))).ok_or("removal of a missing index entry")
             }
-            ClrAction::IndexReinsert => entry
-                .index()?
-                .tree
-                .insert(image, &key.to_le_bytes(), stats, &mut *stamp)
-                .map_err(|()| "re-insert of a present secondary-index entry"),
-            ClrAction::IndexRemove => entry
-                .index()?
-                .tree
-                .delete(image, stats, |_, p| ((), stamp(p)))
-                .ok_or("removal of a missing secondary-index entry"),
-            ClrAction::Tombstone => {
-                let rid = Rid::unpack(key);
-                let lsn = stamp(rid.page);
-                entry.heap().kill(rid, stats, lsn)
+            ClrAction::KeyReinsert | ClrAction::IndexReinsert => {
+                let which = if action == ClrAction::KeyReinsert { Index::Primary } else { Index::Secondary };
+                let tree = entry.tree_of(which)?;
+                if image.len() != tree.key_len() {
+                    return Err("index key width");
+                }
+                let store = tree.store().id();
+                tree.insert(image, &value, stats, &mut *stamp, &mut |p, b| smo(store, p, b))
+                    .map_err(|()| "re-insert of a present index entry")
             }
         }
     }
 
+    /// Logs a page image (a page a B+tree split changed or allocated, or a heap page
+    /// allocated) as a redo-only record of transaction `txn`, outside its undo chain; returns
+    /// the LSN to stamp on the page. `None` when the log cannot take it (the transaction's
+    /// commit will fail on the same device) or page LSNs are off.
+    pub(crate) fn log_page_image(
+        &self,
+        table: TableId,
+        store: u16,
+        page: PageNo,
+        bytes: &[u8],
+        txn: u64,
+    ) -> Option<u64> {
+        let mut image = Vec::with_capacity(bytes.len());
+        hdr::image(bytes, &mut image);
+        let mut rec = Vec::with_capacity(image.len() + 64);
+        let head =
+            log::Head { table: Some(table), key: u64::from(store), page, ..log::Head::new(Kind::PageImage, txn, 0) };
+        log::encode(&mut rec, &head, &[], &image);
+        let lsn = self.log.append(&mut rec).ok()?;
+        self.switches().page_lsns.then_some(lsn)
+    }
+
     /// What redoing log record `r` does, decided from the record and the catalog alone (no
     /// page is read): `None` for records that change nothing (commit, end of rollback,
-    /// checkpoint). Checks that the record names a table, that its action fits the table's
-    /// organisation (B+tree actions on B+trees, heap placement and tombstones on the heap)
-    /// and that its images have the table's row width.
+    /// checkpoint). Checks that the record names a table, that the table has the index or
+    /// store it names, and that its images have the width they must.
     pub(crate) fn redo_step<'a>(&self, r: &Record<'a>) -> Result<Option<RedoStep<'a>>, &'static str> {
+        use ClrAction as A;
         if matches!(r.head.kind, Kind::Commit | Kind::Abort | Kind::Checkpoint) {
             return Ok(None);
         }
         let table = r.head.table.ok_or("change record names no table")?;
         let entry = self.table(table);
-        let heap = matches!(entry.primary, Primary::Heap(_));
         let (action, image) = match (r.head.kind, r.head.action) {
-            (Kind::Update, _) => (RedoAction::Tree(ClrAction::Restore), r.after),
-            (Kind::Insert, _) if heap => (RedoAction::Place, r.after),
-            (Kind::Insert, _) => (RedoAction::Tree(ClrAction::Reinsert), r.after),
-            (Kind::Delete, _) => (RedoAction::Tree(ClrAction::Remove), r.before),
-            (Kind::IndexInsert, _) => (RedoAction::Tree(ClrAction::IndexReinsert), r.after),
-            (Kind::IndexDelete, _) => (RedoAction::Tree(ClrAction::IndexRemove), r.before),
-            (Kind::Clr, Some(ClrAction::Tombstone)) => (RedoAction::Tombstone, r.after),
-            (Kind::Clr, Some(action)) => (RedoAction::Tree(action), r.after),
+            (Kind::Update, _) | (Kind::Clr, Some(A::Restore)) => (RedoAction::Restore, r.after),
+            (Kind::Insert, _) | (Kind::Clr, Some(A::Reinsert)) => (RedoAction::Place, r.after),
+            (Kind::Delete, _) => (RedoAction::Free, r.before),
+            (Kind::Clr, Some(A::Free)) => (RedoAction::Free, r.after),
+            (Kind::KeyInsert, _) => (RedoAction::Put(Index::Primary), r.after),
+            (Kind::Clr, Some(A::KeyReinsert)) => (RedoAction::Put(Index::Primary), r.after),
+            (Kind::KeyDelete, _) => (RedoAction::Cut(Index::Primary), r.before),
+            (Kind::Clr, Some(A::KeyRemove)) => (RedoAction::Cut(Index::Primary), r.after),
+            (Kind::IndexInsert, _) => (RedoAction::Put(Index::Secondary), r.after),
+            (Kind::Clr, Some(A::IndexReinsert)) => (RedoAction::Put(Index::Secondary), r.after),
+            (Kind::IndexDelete, _) => (RedoAction::Cut(Index::Secondary), r.before),
+            (Kind::Clr, Some(A::IndexRemove)) => (RedoAction::Cut(Index::Secondary), r.after),
+            (Kind::PageImage, _) => (RedoAction::Image, r.after),
             _ => return Err("compensation record without an action"),
         };
-        if matches!(action, RedoAction::Tree(_)) == heap {
-            return Err("action does not fit the table's organisation");
-        }
-        if let RedoAction::Tree(ClrAction::IndexReinsert | ClrAction::IndexRemove) = action {
-            if image.len() != entry.index()?.tree.key_len() {
-                return Err("secondary key width");
+        match action {
+            RedoAction::Place | RedoAction::Restore if image.len() != entry.row_len => return Err("image width"),
+            RedoAction::Free if !image.is_empty() && image.len() != entry.row_len => return Err("image width"),
+            RedoAction::Put(w) | RedoAction::Cut(w) if image.len() != entry.tree_of(w)?.key_len() => {
+                return Err("index key width")
             }
-            return Ok(Some(RedoStep { lsn: r.lsn, table, action, key: r.head.key, image }));
+            RedoAction::Image => {
+                let store = entry.store_by_id(r.head.key).ok_or("page image of a store the table does not have")?;
+                if image.len() < page::HEADER_BYTES || image.len() > store.page_bytes() || r.head.page == 0 {
+                    return Err("page image size");
+                }
+            }
+            _ => {}
         }
-        let needs_image =
-            matches!(action, RedoAction::Place | RedoAction::Tree(ClrAction::Restore | ClrAction::Reinsert));
-        if (needs_image || !image.is_empty()) && image.len() != entry.row_len {
-            return Err("image width");
-        }
-        Ok(Some(RedoStep { lsn: r.lsn, table, action, key: r.head.key, image }))
+        Ok(Some(RedoStep { lsn: r.lsn, table, action, key: r.head.key, page: r.head.page, image }))
     }
 
     /// Redoes one change (restart recovery's redo pass, and a backup applying shipped log
-    /// records): B+tree changes logically by key, an in-place restore skipped when the page
-    /// LSN shows it applied; heap appends physically at their record id (skipped likewise);
-    /// tombstones by record id. Pages are stamped with the record's LSN when LSNs are kept.
+    /// records), each skipped when its page's LSN shows it applied: heap records physically
+    /// at their record id, index entries on the leaf the record names, page images over
+    /// their page. Pages are stamped with the record's LSN when LSNs are kept.
     pub(crate) fn redo(&self, step: &RedoStep<'_>, stats: &Stats) -> Result<(), &'static str> {
         let entry = self.table(step.table);
-        let lsn = self.switches().page_lsns.then_some(step.lsn);
-        let mut stamp = |_page: PageNo| lsn;
+        let keep = self.switches().page_lsns;
+        let stamp = |_page: PageNo| keep.then_some(step.lsn);
+        let lsn = Some(step.lsn);
+        let rid = Rid::unpack(step.key);
         match step.action {
-            RedoAction::Place => entry.heap().place(Rid::unpack(step.key), step.image, step.lsn, stats),
-            RedoAction::Tombstone => {
-                self.apply(entry, ClrAction::Tombstone, step.key, &[], Some(step.lsn), stats, &mut stamp)
+            RedoAction::Place => entry.heap.place(rid, step.image, lsn, stats, stamp),
+            RedoAction::Restore => entry.heap.restore(rid, step.image, lsn, stats, stamp),
+            RedoAction::Free => entry.heap.free(rid, lsn, stats, stamp),
+            RedoAction::Put(w) => {
+                entry.tree_of(w)?.redo_put(step.page, step.image, &step.key.to_le_bytes(), lsn, stats, stamp)
             }
-            RedoAction::Tree(action) => {
-                self.apply(entry, action, step.key, step.image, Some(step.lsn), stats, &mut stamp)
+            RedoAction::Cut(w) => entry.tree_of(w)?.redo_cut(step.page, step.image, lsn, stats, stamp),
+            RedoAction::Image => {
+                let store = entry.store_by_id(step.key).ok_or("page image of a store the table does not have")?;
+                let mut page = store.ensure(step.page, stats);
+                if hdr::lsn(&page) >= step.lsn {
+                    return Ok(());
+                }
+                hdr::install_image(&mut page, step.image)?;
+                hdr::set_lsn(&mut page, if keep { step.lsn } else { 0 });
+                Ok(())
             }
         }
     }
@@ -694,9 +732,18 @@ impl ConventionalDb {
         let mut txns: HashMap<u64, (u64, Fate)> = HashMap::new();
         for r in &records {
             match r.head.kind {
-                Kind::Update | Kind::Insert | Kind::Delete | Kind::IndexInsert | Kind::IndexDelete | Kind::Clr => {
+                Kind::Update
+                | Kind::Insert
+                | Kind::Delete
+                | Kind::IndexInsert
+                | Kind::IndexDelete
+                | Kind::KeyInsert
+                | Kind::KeyDelete
+                | Kind::Clr => {
                     txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
                 }
+                // Redo-only: outside every undo chain.
+                Kind::PageImage => {}
                 Kind::Commit => {
                     txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Committed;
                     report.committed_ts.push(r.head.extra);
@@ -714,6 +761,7 @@ impl ConventionalDb {
             if let Some(step) = self.redo_step(r).map_err(fail)? {
                 self.redo(&step, stats).map_err(fail)?;
                 report.redone += 1;
+                report.page_images += usize::from(step.action == RedoAction::Image);
             }
         }
 
@@ -731,17 +779,16 @@ impl ConventionalDb {
             let r = by_lsn(lsn).ok_or(ConventionalError::Recovery { lsn, what: "undo chain leaves the log" })?;
             let next = match r.head.kind {
                 Kind::Clr => r.head.extra,
-                Kind::Update | Kind::Insert | Kind::Delete | Kind::IndexInsert | Kind::IndexDelete => {
+                Kind::Update
+                | Kind::Insert
+                | Kind::Delete
+                | Kind::IndexInsert
+                | Kind::IndexDelete
+                | Kind::KeyInsert
+                | Kind::KeyDelete => {
                     let table = r.head.table.expect("changes name their table");
                     let entry = self.table(table);
-                    let (action, image) = match r.head.kind {
-                        Kind::Update => (ClrAction::Restore, r.before),
-                        Kind::Delete => (ClrAction::Reinsert, r.before),
-                        Kind::IndexInsert => (ClrAction::IndexRemove, r.after),
-                        Kind::IndexDelete => (ClrAction::IndexReinsert, r.before),
-                        _ if matches!(entry.primary, Primary::Heap(_)) => (ClrAction::Tombstone, r.before),
-                        _ => (ClrAction::Remove, r.before),
-                    };
+                    let (action, image) = undo_of(r);
                     let prev = last_lsn[&txn];
                     let mut written = None;
                     let mut stamp = |page: PageNo| -> Option<u64> {
@@ -759,7 +806,9 @@ impl ConventionalDb {
                         written = Some(lsn);
                         stamp_lsns.then_some(lsn)
                     };
-                    self.apply(entry, action, r.head.key, image, None, stats, &mut stamp)
+                    let mut smo =
+                        |store: u16, page: PageNo, bytes: &[u8]| self.log_page_image(table, store, page, bytes, txn);
+                    self.apply(entry, action, r.head.key, image, stats, &mut stamp, &mut smo)
                         .map_err(|what| ConventionalError::Recovery { lsn, what })?;
                     let clr_lsn = written.ok_or(ConventionalError::Recovery { lsn, what: "log append failed" })?;
                     last_lsn.insert(txn, clr_lsn);
@@ -783,6 +832,26 @@ impl ConventionalDb {
             .flush_to(self.log.end())
             .map_err(|e| ConventionalError::Io { what: "flush recovery log", source: std::io::Error::other(e) })?;
         Ok(report)
+    }
+}
+
+/// The undo of change record `r`: the CLR action and the image it writes (a row for the
+/// heap, an entry's key for an index).
+pub(crate) fn undo_of<'a>(r: &Record<'a>) -> (ClrAction, &'a [u8]) {
+    undo_action(r.head.kind, r.before, r.after)
+}
+
+/// The undo of a change of `kind` with these images (see [`undo_of`]).
+pub(crate) fn undo_action<'a>(kind: Kind, before: &'a [u8], after: &'a [u8]) -> (ClrAction, &'a [u8]) {
+    match kind {
+        Kind::Update => (ClrAction::Restore, before),
+        Kind::Delete => (ClrAction::Reinsert, before),
+        Kind::Insert => (ClrAction::Free, &[]),
+        Kind::KeyInsert => (ClrAction::KeyRemove, after),
+        Kind::KeyDelete => (ClrAction::KeyReinsert, before),
+        Kind::IndexInsert => (ClrAction::IndexRemove, after),
+        Kind::IndexDelete => (ClrAction::IndexReinsert, before),
+        k => unreachable!("{k:?} is not an undoable change"),
     }
 }
 
@@ -901,11 +970,6 @@ fn load_snapshot(
             let mut page = if no <= store.pages() { store.write(no, stats) } else { store.allocate(stats).1 };
             page.copy_from_slice(&body[at..at + page_bytes]);
             at += page_bytes;
-        }
-    }
-    for e in tables {
-        if let Primary::Heap(h) = &e.primary {
-            h.reset_tail(stats);
         }
     }
     Ok(Some(lsn))

@@ -204,6 +204,32 @@ pub(crate) mod hdr {
         }
     }
 
+    /// Appends `p`'s image, compacted: the header and slot array, then the cell area from
+    /// the free-space top on (the unused gap between them is left out; it is zeros or dead
+    /// bytes no slot points into). Self-describing: the header says where the gap was.
+    pub fn image(p: &[u8], out: &mut Vec<u8>) {
+        let slots_end = HEADER_BYTES + 2 * count(p);
+        out.extend_from_slice(&p[..slots_end]);
+        out.extend_from_slice(&p[free_top(p).max(slots_end)..]);
+    }
+
+    /// Installs an image made by [`image`] over `p` (the redo of a page's structure
+    /// modification or allocation); `Err` when the image does not describe a page this size.
+    pub fn install_image(p: &mut [u8], image: &[u8]) -> Result<(), &'static str> {
+        if image.len() < HEADER_BYTES {
+            return Err("page image shorter than a page header");
+        }
+        let slots_end = HEADER_BYTES + 2 * count(image);
+        let top = free_top(image).max(slots_end);
+        if top > p.len() || image.len() != slots_end + (p.len() - top) {
+            return Err("page image does not fit the page size");
+        }
+        p[..slots_end].copy_from_slice(&image[..slots_end]);
+        p[slots_end..top].fill(0);
+        p[top..].copy_from_slice(&image[slots_end..]);
+        Ok(())
+    }
+
     /// Returns a cell to the free list.
     pub fn free_cell(p: &mut [u8], at: usize) {
         let head = free_list(p);
@@ -659,6 +685,11 @@ impl Store {
         self.page_bytes
     }
 
+    /// The store id (its page ids' high half, its lock names').
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
     /// Pages allocated so far (numbered 1..=pages).
     pub fn pages(&self) -> PageNo {
         self.next.load(Ordering::Acquire) - 1
@@ -703,6 +734,17 @@ impl Store {
             fix.frame.dirty.store(true, Ordering::Relaxed);
         }
         PageWrite { guard, _fix: fix }
+    }
+
+    /// Page `no`, allocating zeroed pages up to it first if the store is shorter (redo of a
+    /// page's allocation: allocations of different pages may be logged out of order), fixed
+    /// and latched exclusive.
+    pub fn ensure(&self, no: PageNo, stats: &Stats) -> PageWrite<'_> {
+        assert!(no != NO_PAGE, "page 0 is no page");
+        while self.pages() < no {
+            drop(self.allocate(stats));
+        }
+        self.write(no, stats)
     }
 
     /// Allocates a new zeroed page, fixed and latched exclusive (nobody else can reach it yet).

@@ -59,7 +59,7 @@ use super::lock::{Granted, LockMode, LockName, Refused};
 use super::log::{decode, encode, ClrAction, Head, Kind};
 use super::page::PageNo;
 use super::stats::{bump, Counters, Stats};
-use super::{secondary_store, ConventionalDb, TableEntry};
+use super::{heap_store, rid_value, secondary_store, undo_action, undo_of, ConventionalDb, Index, TableEntry, STORES};
 use crate::error::StorageError;
 use crate::schema::{Organisation, SecondaryKey, Table, TableId};
 use crate::storage::{ScanDir, Storage};
@@ -97,10 +97,6 @@ impl Directory {
         }
     }
 }
-
-/// Stores: the nine tables' primary files (ids 0–8, their table ids) and the two secondary
-/// indexes (9, 10).
-const STORES: usize = 11;
 
 struct Txn {
     id: u64,
@@ -172,6 +168,9 @@ struct Work {
     local_txns: u64,
     /// The running transaction's timestamp, written into its commit record.
     ts: u64,
+    /// Heap pages the running transaction freed records on: offered to the free-space map
+    /// when it commits.
+    freed: Vec<(TableId, PageNo)>,
 }
 
 /// A worker's session on a [`ConventionalDb`]; implements [`Storage`].
@@ -304,6 +303,28 @@ impl Work {
         Err(StorageError::Conflict(CONFLICT_PAGE))
     }
 
+    /// Logs a page a structure modification (a B+tree split) or a heap page allocation
+    /// changed, as a redo-only image outside the transaction's undo chain; returns the LSN to
+    /// stamp. Outside a transaction (a bulk load) nothing is logged.
+    fn smo(
+        &mut self,
+        db: &ConventionalDb,
+        stats: &Stats,
+        table: TableId,
+        store: u16,
+        page: PageNo,
+        bytes: &[u8],
+    ) -> Option<u64> {
+        let txn = self.txn.as_ref()?;
+        match self.undo {
+            Undo::Log { .. } => {
+                bump(&stats.log_records);
+                db.log_page_image(table, store, page, bytes, txn.id)
+            }
+            Undo::Private { .. } => db.switches().page_lsns.then(|| db.log.next_lsn_only()),
+        }
+    }
+
     /// Records a change for undo and redo (inside a transaction) and returns the LSN to stamp
     /// on the page, if LSNs are maintained.
     fn record(
@@ -328,15 +349,7 @@ impl Work {
             }
             Undo::Private { entries, images } => {
                 let table = head.table.expect("changes name their table");
-                let (action, image) = match head.kind {
-                    Kind::Update => (ClrAction::Restore, before),
-                    Kind::Delete => (ClrAction::Reinsert, before),
-                    Kind::Insert if table == TableId::History => (ClrAction::Tombstone, before),
-                    Kind::Insert => (ClrAction::Remove, before),
-                    Kind::IndexInsert => (ClrAction::IndexRemove, after),
-                    Kind::IndexDelete => (ClrAction::IndexReinsert, before),
-                    k => unreachable!("{k:?} is not a change"),
-                };
+                let (action, image) = undo_action(head.kind, before, after);
                 let at = images.len();
                 images.extend_from_slice(image);
                 entries.push(PrivateUndo { table, action, key: head.key, at, len: image.len() });
@@ -354,16 +367,10 @@ impl Work {
                 .map(|&start| {
                     let r = decode(&records[start..]).expect("a transaction's own log record passes its checksum");
                     let table = r.head.table.expect("changes name their table");
-                    let (action, image) = match r.head.kind {
-                        Kind::Update => (ClrAction::Restore, r.before),
-                        Kind::Delete => (ClrAction::Reinsert, r.before),
-                        Kind::Insert if table == TableId::History => (ClrAction::Tombstone, r.before),
-                        Kind::Insert => (ClrAction::Remove, r.before),
-                        Kind::IndexInsert => (ClrAction::IndexRemove, r.after),
-                        Kind::IndexDelete => (ClrAction::IndexReinsert, r.before),
-                        k => unreachable!("{k:?} is not a change"),
-                    };
-                    let image_at = image.as_ptr() as usize - records.as_ptr() as usize;
+                    let (action, image) = undo_of(&r);
+                    // An empty image (a freed record id's) need not point into the records.
+                    let image_at =
+                        if image.is_empty() { 0 } else { image.as_ptr() as usize - records.as_ptr() as usize };
                     UndoStep {
                         table,
                         action,
@@ -410,7 +417,7 @@ impl Work {
         lo: KeyBuf,
         hi: KeyBuf,
         forward: bool,
-        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+        mut visit: impl FnMut(&mut Work, &[u8], &[u8]) -> Result<bool, StorageError>,
     ) -> Result<(), StorageError> {
         let locking = self.locking(db);
         let mut batch = std::mem::take(&mut self.batch);
@@ -451,8 +458,22 @@ impl Work {
                 self.retry_priority = self.txn.as_ref().map(|t| t.priority);
                 break Err(StorageError::Conflict(CONFLICT_PAGE));
             }
-            if cell > 0 && !batch.chunks_exact(cell).all(|c| visit(&c[..key_len], &c[key_len..])) {
-                break Ok(());
+            let mut stopped = Ok(false);
+            if cell > 0 {
+                for c in batch.chunks_exact(cell) {
+                    match visit(self, &c[..key_len], &c[key_len..]) {
+                        Ok(true) => {}
+                        other => {
+                            stopped = other.map(|_| true);
+                            break;
+                        }
+                    }
+                }
+            }
+            match stopped {
+                Ok(false) => {}
+                Ok(true) => break Ok(()),
+                Err(e) => break Err(e),
             }
             match next {
                 ScanNext::Done => break Ok(()),
@@ -471,10 +492,71 @@ impl Work {
     }
 }
 
-/// Logs a secondary-index entry `sk → key` of `table` inserted into (`Kind::IndexInsert`) or
-/// deleted from (`Kind::IndexDelete`) the index leaf `page`, under that leaf's latch, after
-/// the IX lock on the leaf (conditional; a refusal is kept in `failure` and the change is
-/// still logged, so that the abort it causes undoes it). Returns the LSN to stamp.
+/// The session's state shared between the closures of one access (a record's logging, an
+/// index entry's, a split's), and the failure any of them met.
+type Shared<'w, 'f> = RefCell<(&'w mut Work, &'f mut Option<StorageError>)>;
+
+/// Inserts index entry `k → value` into `tree` (`which` index of `table`): the split it may
+/// cause is logged first, page by page, then the entry under its leaf's latch after an IX
+/// lock on the leaf (conditional; a refusal is kept in the failure and the change is still
+/// logged, so that the abort it causes undoes it).
+#[allow(clippy::too_many_arguments)]
+fn index_insert(
+    shared: &Shared<'_, '_>,
+    db: &ConventionalDb,
+    stats: &Stats,
+    table: TableId,
+    tree: &BTree,
+    which: Index,
+    k: &[u8],
+    value: u64,
+) -> Result<(), StorageError> {
+    let store = tree.store().id();
+    let kind = if which == Index::Primary { Kind::KeyInsert } else { Kind::IndexInsert };
+    let inserted = tree.insert(
+        k,
+        &value.to_le_bytes(),
+        stats,
+        |page| {
+            let (work, failure) = &mut *shared.borrow_mut();
+            index_entry(work, failure, db, stats, table, store, kind, k, value, page)
+        },
+        &mut |page, image| {
+            let (work, _) = &mut *shared.borrow_mut();
+            work.smo(db, stats, table, store, page, image)
+        },
+    );
+    // The caller holds X on the key and probed the primary index; secondary keys are unique.
+    debug_assert!(inserted.is_ok(), "index entry of {table} already present");
+    inserted.map_err(|()| StorageError::Duplicate { table, key: value })
+}
+
+/// Deletes index entry `k` (value `value`) from `tree`, logged under its leaf's latch as in
+/// [`index_insert`].
+#[allow(clippy::too_many_arguments)]
+fn index_delete(
+    shared: &Shared<'_, '_>,
+    db: &ConventionalDb,
+    stats: &Stats,
+    table: TableId,
+    tree: &BTree,
+    which: Index,
+    k: &[u8],
+    value: u64,
+) {
+    let store = tree.store().id();
+    let kind = if which == Index::Primary { Kind::KeyDelete } else { Kind::IndexDelete };
+    let gone = tree.delete(k, stats, |_, page| {
+        let (work, failure) = &mut *shared.borrow_mut();
+        ((), index_entry(work, failure, db, stats, table, store, kind, k, value, page))
+    });
+    debug_assert!(gone.is_some(), "index entry of {table} present under its X lock");
+}
+
+/// Logs an index entry `k → value` of `table` inserted into or deleted from the leaf `page`
+/// of `store`, under that leaf's latch, after the IX lock on the leaf (conditional; a refusal
+/// is kept in `failure` and the change is still logged, so that the abort it causes undoes
+/// it). Returns the LSN to stamp.
 #[allow(clippy::too_many_arguments)]
 fn index_entry(
     work: &mut Work,
@@ -482,17 +564,18 @@ fn index_entry(
     db: &ConventionalDb,
     stats: &Stats,
     table: TableId,
-    key: u64,
+    store: u16,
     kind: Kind,
-    sk: &[u8],
+    k: &[u8],
+    value: u64,
     page: PageNo,
 ) -> Option<u64> {
-    let (index, _) = secondary_store(table);
-    if let Err(e) = work.lock_page(db, stats, index, page, LockMode::Exclusive) {
+    if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
         failure.get_or_insert(e);
     }
-    let head = Head { table: Some(table), key, page, ..Head::new(kind, 0, 0) };
-    let (before, after) = if kind == Kind::IndexInsert { (&[][..], sk) } else { (sk, &[][..]) };
+    let head = Head { table: Some(table), key: value, page, ..Head::new(kind, 0, 0) };
+    let insert = matches!(kind, Kind::KeyInsert | Kind::IndexInsert);
+    let (before, after) = if insert { (&[][..], k) } else { (k, &[][..]) };
     work.record(db, stats, head, before, after).unwrap_or_else(|e| {
         failure.get_or_insert(e);
         None
@@ -534,6 +617,7 @@ impl Session {
                 session_id,
                 local_txns: 0,
                 ts: 0,
+                freed: Vec::new(),
             },
             totals: Counters::default(),
         }
@@ -578,6 +662,7 @@ impl Session {
         self.work.spare_locks = std::mem::take(&mut txn.locks);
         self.db.txns.end(txn.id, &self.stats);
         self.work.undo.clear();
+        self.work.freed.clear();
         self.merge();
     }
 }
@@ -626,6 +711,10 @@ impl Storage for Session {
             }
         }
         let txn = self.work.txn.take().expect("transaction present");
+        // The slots its deletes freed are free for good now (heap.rs).
+        for (table, page) in self.work.freed.drain(..) {
+            self.db.table(table).heap.release(page, &self.stats);
+        }
         bump(&self.stats.committed);
         self.work.retry_priority = None;
         self.work.died_on = None;
@@ -640,6 +729,7 @@ impl Storage for Session {
         let Session { db, stats, work, .. } = self;
         let logging = matches!(work.undo, Undo::Log { .. });
         let mut clr = Vec::with_capacity(1024);
+        let txn_id = txn.id;
         for step in work.undo_steps() {
             let image = &work.undo_bytes()[step.image_at..step.image_at + step.image_len];
             let entry = db.table(step.table);
@@ -656,20 +746,21 @@ impl Storage for Session {
                     extra: step.undo_next,
                     ..Head::new(Kind::Clr, txn.id, txn.last_lsn)
                 };
-                let clr_image = match step.action {
-                    ClrAction::Restore | ClrAction::Reinsert | ClrAction::IndexRemove | ClrAction::IndexReinsert => {
-                        image
-                    }
-                    ClrAction::Remove | ClrAction::Tombstone => &[],
-                };
-                encode(&mut clr, &head, &[], clr_image);
+                encode(&mut clr, &head, &[], image);
                 // A failed log device fails every later commit; undo in memory goes on.
                 let lsn = db.log.append(&mut clr).ok()?;
                 bump(&stats.log_records);
                 txn.last_lsn = lsn;
                 db.switches().page_lsns.then_some(lsn)
             };
-            db.apply(entry, step.action, step.key, image, None, stats, &mut stamp)
+            let mut smo = |store: u16, page: u32, bytes: &[u8]| -> Option<u64> {
+                if !logging {
+                    return db.switches().page_lsns.then(|| db.log.next_lsn_only());
+                }
+                bump(&stats.log_records);
+                db.log_page_image(step.table, store, page, bytes, txn_id)
+            };
+            db.apply(entry, step.action, step.key, image, stats, &mut stamp, &mut smo)
                 .expect("undo applies to the transaction's own locked records");
         }
         if logging && txn.last_lsn != 0 {
@@ -697,9 +788,14 @@ impl Storage for Session {
             work.intend(db, stats, store, LockMode::Shared)?;
             work.lock(db, stats, LockName::Record(store, key), LockMode::Shared)?;
         }
-        let r = entry.tree().get(&key.to_be_bytes(), stats, |v, page| {
-            work.lock_page(db, stats, store, page, LockMode::Shared)?;
-            Ok(f(&bytemuck::pod_read_unaligned::<T::Row>(v)))
+        // The index lookup yields the record id; the heap page is fixed, latched and read.
+        let Some(rid) = entry.rid_of(key, stats) else { return Ok(None) };
+        work.intend(db, stats, heap_store(T::ID), LockMode::Shared)?;
+        let r = entry.heap.read(rid, stats, |v, page| {
+            work.lock_page(db, stats, heap_store(T::ID), page, LockMode::Shared)?;
+            let row = bytemuck::pod_read_unaligned::<T::Row>(v);
+            debug_assert_eq!(T::key(&row), key, "the index of {} points at another row", T::ID);
+            Ok(f(&row))
         });
         r.transpose()
     }
@@ -715,10 +811,12 @@ impl Storage for Session {
             work.intend(db, stats, store, LockMode::Exclusive)?;
             work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
         }
+        let Some(rid) = entry.rid_of(key, stats) else { return Ok(None) };
+        work.intend(db, stats, heap_store(T::ID), LockMode::Exclusive)?;
         let mut failure = None;
-        let r = entry.tree().update(&key.to_be_bytes(), stats, |val, page, _| {
-            if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
-                failure = Some(e); // nothing changed: the leaf is left as found
+        let r = entry.heap.update(rid, stats, |val, page| {
+            if let Err(e) = work.lock_page(db, stats, heap_store(T::ID), page, LockMode::Exclusive) {
+                failure = Some(e); // nothing changed: the page is left as found
                 return (None, None);
             }
             let mut row: T::Row = bytemuck::pod_read_unaligned(val);
@@ -732,7 +830,7 @@ impl Storage for Session {
                 }
             }
             let after = bytemuck::bytes_of(&row);
-            let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Update, 0, 0) };
+            let head = Head { table: Some(T::ID), key: rid.pack(), page, ..Head::new(Kind::Update, 0, 0) };
             let lsn = work.record(db, stats, head, val, after).unwrap_or_else(|e| {
                 failure = Some(e);
                 None
@@ -746,41 +844,20 @@ impl Storage for Session {
         }
     }
 
+    /// Record creation (Shore's "create record" then index inserts): X locks on the primary
+    /// and secondary keys first, a probe of the primary index for a duplicate, the record
+    /// through the free-space map (X on its record id and IX on its page, conditionally under
+    /// the page latch), then its primary-index entry and its secondary-index entry, each
+    /// logged under its leaf's latch after any split it caused.
     fn insert<T: Table>(&mut self, row: &T::Row) -> Result<(), StorageError> {
         let Session { db, dir, stats, work, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
         let bytes = bytemuck::bytes_of(row);
-        let mut failure = None;
-        let store = T::ID as u16;
+        let (store, heap) = (T::ID as u16, heap_store(T::ID));
         let locking = work.locking(db);
-        if locking {
+        let key = (T::ORG != Organisation::Heap).then(|| T::key(row));
+        if let (true, Some(key)) = (locking, key) {
             work.intend(db, stats, store, LockMode::Exclusive)?;
-        }
-        if T::ORG == Organisation::Heap {
-            entry.heap().append(bytes, stats, |rid: Rid| {
-                // A fresh record id on the tail page: neither conditional lock can conflict
-                // (a refusal still logs the append, so that the abort it causes undoes it).
-                if locking {
-                    let page = work.lock_page(db, stats, store, rid.page, LockMode::Exclusive);
-                    let record = LockName::Record(store, rid.pack());
-                    let row = if work.try_lock(db, stats, record, LockMode::Exclusive) {
-                        Ok(())
-                    } else {
-                        Err(StorageError::Conflict("a new heap record id was locked"))
-                    };
-                    failure = page.and(row).err();
-                }
-                let head =
-                    Head { table: Some(T::ID), key: rid.pack(), page: rid.page, ..Head::new(Kind::Insert, 0, 0) };
-                work.record(db, stats, head, &[], bytes).unwrap_or_else(|e| {
-                    failure.get_or_insert(e);
-                    None
-                })
-            });
-            return failure.map_or(Ok(()), Err);
-        }
-        let key = T::key(row);
-        if locking {
             work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
             if T::HAS_SECONDARY {
                 let (index, _) = secondary_store(T::ID);
@@ -789,82 +866,122 @@ impl Storage for Session {
                 work.lock(db, stats, key_lock(index, sk.as_slice()), LockMode::Exclusive)?;
             }
         }
-        // The row's and its secondary-index entry's log closures run one after the other.
+        if let Some(key) = key {
+            if entry.rid_of(key, stats).is_some() {
+                return Err(StorageError::Duplicate { table: T::ID, key });
+            }
+        }
+        if locking {
+            work.intend(db, stats, heap, LockMode::Exclusive)?;
+        }
+        let mut failure = None;
         let shared = RefCell::new((work, &mut failure));
-        let inserted = entry.insert_row(
-            key,
+        let rid = entry.heap.insert(
             bytes,
             stats,
-            |page| {
+            |rid, fresh| {
+                let (work, failure) = &mut *shared.borrow_mut();
+                if !locking {
+                    return true;
+                }
+                // A freed slot is taken only with its record-id lock: its deleter holds X on
+                // it until commit (heap.rs). A fresh slot cannot be locked by anyone; a
+                // refusal there still takes the slot and is answered with `Conflict`.
+                let granted = work.try_lock(db, stats, LockName::Record(heap, rid.pack()), LockMode::Exclusive);
+                if fresh && !granted {
+                    failure.get_or_insert(StorageError::Conflict("a fresh record id was locked"));
+                }
+                granted
+            },
+            |rid| {
                 let (work, failure) = &mut *shared.borrow_mut();
                 // A refusal still logs the insert, so that the abort it causes undoes it.
-                if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
-                    **failure = Some(e);
+                if let Err(e) = work.lock_page(db, stats, heap, rid.page, LockMode::Exclusive) {
+                    failure.get_or_insert(e);
                 }
-                let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Insert, 0, 0) };
+                let head =
+                    Head { table: Some(T::ID), key: rid.pack(), page: rid.page, ..Head::new(Kind::Insert, 0, 0) };
                 work.record(db, stats, head, &[], bytes).unwrap_or_else(|e| {
                     failure.get_or_insert(e);
                     None
                 })
             },
-            |sk, page| {
-                let (work, failure) = &mut *shared.borrow_mut();
-                index_entry(work, failure, db, stats, T::ID, key, Kind::IndexInsert, sk, page)
+            |page, image| {
+                let (work, _) = &mut *shared.borrow_mut();
+                work.smo(db, stats, T::ID, heap, page, image)
             },
         );
-        if inserted.is_err() {
-            return Err(StorageError::Duplicate { table: T::ID, key });
+        if let Some(key) = key {
+            let primary = entry.primary.as_ref().expect("keyed tables have a primary index");
+            index_insert(&shared, db, stats, T::ID, primary, Index::Primary, &key.to_be_bytes(), rid.pack())?;
         }
+        if let (Some(s), Some(key)) = (&entry.secondary, key) {
+            let sk = secondary_key::<T>(row);
+            index_insert(&shared, db, stats, T::ID, &s.tree, Index::Secondary, sk.as_slice(), key)?;
+        }
+        drop(shared);
         failure.map_or(Ok(()), Err)
     }
 
+    /// Deletes the row under `key`: X on the key (and on the secondary key it removes), the
+    /// primary-index entry, the record (X on its record id, kept to commit so that no one
+    /// reuses the slot before; the page goes to the free-space map at commit), then the
+    /// secondary-index entry.
     fn delete<T: Table>(&mut self, key: u64) -> Result<Option<T::Row>, StorageError> {
         if T::ORG == Organisation::Heap {
             return Err(StorageError::Unsupported { table: T::ID, op: "delete by key" });
         }
         let Session { db, dir, stats, work, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
-        let store = T::ID as u16;
-        if work.locking(db) {
+        let (store, heap) = (T::ID as u16, heap_store(T::ID));
+        let locking = work.locking(db);
+        if locking {
             work.intend(db, stats, store, LockMode::Exclusive)?;
             work.lock(db, stats, LockName::Record(store, key), LockMode::Exclusive)?;
-            if T::HAS_SECONDARY {
-                // The secondary key the delete removes, read under the row's X lock (the row
-                // cannot change meanwhile; updates never change a secondary key).
-                let sk = entry
-                    .tree()
-                    .get(&key.to_be_bytes(), stats, |v, _| secondary_key::<T>(&bytemuck::pod_read_unaligned(v)));
-                if let Some(sk) = sk {
-                    let (index, _) = secondary_store(T::ID);
-                    work.intend(db, stats, index, LockMode::Exclusive)?;
-                    work.lock(db, stats, key_lock(index, sk.as_slice()), LockMode::Exclusive)?;
-                }
+        }
+        let Some(rid) = entry.rid_of(key, stats) else { return Ok(None) };
+        // The secondary key the delete removes, read under the row's X lock (the row cannot
+        // change meanwhile; updates never change a secondary key).
+        let sk = match &entry.secondary {
+            Some(_) => entry.heap.read(rid, stats, |v, _| secondary_key::<T>(&bytemuck::pod_read_unaligned(v))),
+            None => None,
+        };
+        if locking {
+            if let Some(sk) = &sk {
+                let (index, _) = secondary_store(T::ID);
+                work.intend(db, stats, index, LockMode::Exclusive)?;
+                work.lock(db, stats, key_lock(index, sk.as_slice()), LockMode::Exclusive)?;
             }
+            work.intend(db, stats, heap, LockMode::Exclusive)?;
+            work.lock(db, stats, LockName::Record(heap, rid.pack()), LockMode::Exclusive)?;
         }
         let mut failure = None;
+        let primary = entry.primary.as_ref().expect("keyed tables have a primary index");
         let shared = RefCell::new((work, &mut failure));
-        let row = entry.delete_row(
-            key,
-            stats,
-            |before, page| {
-                let (work, failure) = &mut *shared.borrow_mut();
-                // A refusal still logs the delete, so that the abort it causes undoes it.
-                if let Err(e) = work.lock_page(db, stats, store, page, LockMode::Exclusive) {
-                    **failure = Some(e);
-                }
-                let row: T::Row = bytemuck::pod_read_unaligned(before);
-                let head = Head { table: Some(T::ID), key, page, ..Head::new(Kind::Delete, 0, 0) };
-                let lsn = work.record(db, stats, head, before, &[]).unwrap_or_else(|e| {
-                    failure.get_or_insert(e);
-                    None
-                });
-                (row, lsn)
-            },
-            |sk, page| {
-                let (work, failure) = &mut *shared.borrow_mut();
-                index_entry(work, failure, db, stats, T::ID, key, Kind::IndexDelete, sk, page)
-            },
-        );
+        index_delete(&shared, db, stats, T::ID, primary, Index::Primary, &key.to_be_bytes(), rid.pack());
+        let row = entry.heap.delete(rid, stats, |before, page| {
+            let (work, failure) = &mut *shared.borrow_mut();
+            // A refusal still logs the delete, so that the abort it causes undoes it.
+            if let Err(e) = work.lock_page(db, stats, heap, page, LockMode::Exclusive) {
+                failure.get_or_insert(e);
+            }
+            let row: T::Row = bytemuck::pod_read_unaligned(before);
+            let head = Head { table: Some(T::ID), key: rid.pack(), page, ..Head::new(Kind::Delete, 0, 0) };
+            let lsn = work.record(db, stats, head, before, &[]).unwrap_or_else(|e| {
+                failure.get_or_insert(e);
+                None
+            });
+            (row, lsn)
+        });
+        if let (Some(s), Some(sk)) = (&entry.secondary, sk) {
+            index_delete(&shared, db, stats, T::ID, &s.tree, Index::Secondary, sk.as_slice(), key);
+        }
+        let (work, _) = shared.into_inner();
+        if work.txn.is_some() {
+            work.freed.push((T::ID, rid.page));
+        } else {
+            entry.heap.release(rid.page, stats);
+        }
         failure.map_or(Ok(row), Err)
     }
 
@@ -883,12 +1000,21 @@ impl Storage for Session {
         }
         let Session { db, dir: directory, stats, work, .. } = self;
         let entry = directory.entry(db, T::ID, stats);
-        let store = T::ID as u16;
+        let (store, heap) = (T::ID as u16, heap_store(T::ID));
         work.intend(db, stats, store, LockMode::Shared)?;
+        work.intend(db, stats, heap, LockMode::Shared)?;
         let (lo, hi) = (KeyBuf::new(&lo.to_be_bytes()), KeyBuf::new(&hi.to_be_bytes()));
         let locks = EntryLocks { key_store: None, row_store: store, pk_of: pk_from_key };
-        work.locked_scan(db, stats, entry.tree(), locks, lo, hi, dir == ScanDir::Forward, |_, v| {
-            f(&bytemuck::pod_read_unaligned::<T::Row>(v))
+        let primary = entry.primary.as_ref().expect("ordered tables have a primary index");
+        // Each entry's record is fixed and read after the leaf's latch is gone, under the
+        // row's S lock (so it cannot be deleted meanwhile).
+        work.locked_scan(db, stats, primary, locks, lo, hi, dir == ScanDir::Forward, |work, _, v| {
+            let rid = Rid::unpack(rid_value(v));
+            let r = entry.heap.read(rid, stats, |row, page| {
+                work.lock_page(db, stats, heap, page, LockMode::Shared)?;
+                Ok(f(&bytemuck::pod_read_unaligned::<T::Row>(row)))
+            });
+            r.expect("an index entry under its S lock points at a live record")
         })
     }
 
@@ -917,17 +1043,12 @@ impl Storage for Session {
         work.intend(db, stats, key_store, LockMode::Shared)?;
         work.intend(db, stats, store, LockMode::Shared)?;
         let locks = EntryLocks { key_store: Some(key_store), row_store: store, pk_of: pk_from_value };
-        work.locked_scan(db, stats, index, locks, lo, hi, dir == ScanDir::Forward, |k, v| f(pk_from_value(k, v)))
+        work.locked_scan(db, stats, index, locks, lo, hi, dir == ScanDir::Forward, |_, k, v| Ok(f(pk_from_value(k, v))))
     }
 
     fn for_each<T: Table>(&mut self, mut f: impl FnMut(&T::Row)) {
         let Session { db, dir, stats, .. } = self;
         let entry = dir.entry(db, T::ID, stats);
-        let decode = |v: &[u8]| bytemuck::pod_read_unaligned::<T::Row>(v);
-        if T::ORG == Organisation::Heap {
-            entry.heap().for_each(stats, |v| f(&decode(v)));
-        } else {
-            entry.tree().for_each(stats, |_, v| f(&decode(v)));
-        }
+        entry.heap.for_each(stats, |v| f(&bytemuck::pod_read_unaligned::<T::Row>(v)));
     }
 }
