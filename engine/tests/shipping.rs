@@ -528,8 +528,8 @@ fn damaged_truncated_duplicate_and_gapped_chunks_change_nothing() {
     assert!(matches!(refused(&c2[..c2.len() - 3]), ConventionalError::ShipCorrupt { .. }));
     assert!(matches!(refused(&c2[..20]), ConventionalError::ShipCorrupt { offset: 0, .. }));
 
-    // A change record turned into an update of the HISTORY heap, resealed: its checksum
-    // passes, but heaps have no updates. It sits after valid records.
+    // A change record turned into an update of a HISTORY record, resealed: its checksum
+    // passes, but its images have another table's row width. It sits after valid records.
     let (change_at, change_len) =
         bounds.iter().copied().skip(1).find(|&(at, _)| c2[at + 4] == 1 && c2[at + 5] != 3).expect("an update record");
     let mut unfit = c2.clone();
@@ -563,6 +563,32 @@ fn damaged_truncated_duplicate_and_gapped_chunks_change_nothing() {
     assert_eq!(backup.shipped_log_position(), r3.next_lsn);
     assert_eq!(state(&backup), state(&primary));
     assert_eq!(backup.apply_shipped_log(&[]).unwrap().records, 0, "an empty chunk is a no-op");
+}
+
+/// A page image (kind 12: a split's or a page allocation's, issue #18) forged to name a page
+/// four billion pages past its store's end, resealed so that its checksum passes, is refused
+/// when it is reached — the records before it applied, as for any record that does not fit
+/// the backup's pages — without allocating the pages up to it; every later chunk is refused.
+#[test]
+fn a_forged_page_image_far_past_its_store_is_refused_without_allocating() {
+    let scale = Scale::SMALL;
+    let (pdir, bdir) = (TempDir::new("shipping", "primary"), TempDir::new("shipping", "backup"));
+    let primary = open_loaded(&pdir, 1, scale);
+    let backup = open_loaded(&bdir, 1, scale);
+    primary.set_log_shipping(true).unwrap();
+    let mut rng = Rng::stream(SEED, 300);
+    let mut ts = 0;
+    let chunk = run_and_take(&primary, &mut rng, 200, &mut ts);
+    let (image_at, image_len) = record_bounds(&chunk)
+        .into_iter()
+        .find(|&(at, _)| chunk[at + 4] == 12)
+        .expect("a page image in 200 transactions");
+    let mut forged = chunk.clone();
+    forged[image_at + 40..image_at + 44].copy_from_slice(&(u32::MAX - 1).to_le_bytes());
+    reseal(&mut forged[image_at..image_at + image_len]);
+    let e = backup.apply_shipped_log(&forged).expect_err("a page image far past its store");
+    assert!(matches!(e, ConventionalError::ShipDiverged { what, .. } if what.contains("far past")), "{e}");
+    assert!(matches!(backup.apply_shipped_log(&[]), Err(ConventionalError::ShipDiverged { .. })));
 }
 
 /// A backup that did not start from the primary's state (here: never loaded) cannot apply a

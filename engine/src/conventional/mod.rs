@@ -65,9 +65,8 @@
 //! primary key (the key lock on the primary index); X on a record id a transaction creates
 //! or frees (so that a freed slot is not reused before its deleter commits); and S/X key
 //! locks on secondary index keys (a scan by secondary key S-locks the keys it returns, an
-//! insert or
-//! delete X-locks the key it adds or removes). All are held to commit or abort (strict
-//! 2PL), with wait-die at every level. Undo, restart recovery and a backup's redo run
+//! insert or delete X-locks the key it adds or removes). All are held to commit or abort
+//! (strict 2PL), with wait-die at every level. Undo, restart recovery and a backup's redo run
 //! without locks (a rollback under the transaction's own locks; recovery before any
 //! session; shipped records under the checkpoint gate). There is no key-range locking, so
 //! phantoms are possible as in Shore's default record locking; TPC-C's consistency
@@ -253,6 +252,16 @@ impl TableEntry {
         self.stores().into_iter().find(|s| u64::from(s.id()) == id)
     }
 }
+
+/// Logs a page a structure modification changed (store, page, bytes) and returns the LSN to
+/// stamp on it.
+pub(crate) type SmoLog<'a> = dyn FnMut(u16, PageNo, &[u8]) -> Option<u64> + 'a;
+
+/// How far past a store's last page a page image may lie: concurrent splits allocate pages in
+/// one order and may log them in another, by at most a few pages per worker. A record naming
+/// a page further out (a damaged or hostile shipped log) is refused rather than allocating
+/// every page up to it.
+const PAGE_IMAGE_AHEAD_MAX: PageNo = 4096;
 
 /// The record id an index value holds (primary index) or the primary key (secondary).
 #[inline]
@@ -590,7 +599,7 @@ impl ConventionalDb {
         image: &[u8],
         stats: &Stats,
         stamp: &mut dyn FnMut(PageNo) -> Option<u64>,
-        smo: &mut dyn FnMut(u16, PageNo, &[u8]) -> Option<u64>,
+        smo: &mut SmoLog<'_>,
     ) -> Result<(), &'static str> {
         let rid = Rid::unpack(key);
         let value = key.to_le_bytes();
@@ -705,6 +714,9 @@ impl ConventionalDb {
             RedoAction::Cut(w) => entry.tree_of(w)?.redo_cut(step.page, step.image, lsn, stats, stamp),
             RedoAction::Image => {
                 let store = entry.store_by_id(step.key).ok_or("page image of a store the table does not have")?;
+                if step.page > store.pages().saturating_add(PAGE_IMAGE_AHEAD_MAX) {
+                    return Err("page image far past the end of its store");
+                }
                 let mut page = store.ensure(step.page, stats);
                 if hdr::lsn(&page) >= step.lsn {
                     return Ok(());
