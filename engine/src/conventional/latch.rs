@@ -1,5 +1,5 @@
 //! Latches: short-term reader/writer latches guarding in-memory structures (page-table
-//! shards, frames and B+tree nodes, the catalog, the transaction table, heap tails), distinct
+//! shards, frames and B+tree nodes, the catalog, the transaction table, free-space maps), distinct
 //! from transaction locks (Gray & Reuter, ch. 8).
 //!
 //! Owns: [`Latch`], a reader/writer latch over a value, whose [`LatchMode`] is fixed at

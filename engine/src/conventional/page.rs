@@ -76,7 +76,8 @@ const ARENA_CHUNKS_MAX: usize = 1 << 14;
 /// Page-table shards (each its own latch).
 const PAGE_TABLE_SHARDS: usize = 64;
 /// Fewest frames a bounded pool may have per worker: a B+tree split pins its latched path
-/// and two new pages, a scan one leaf, a heap append two pages; the rest is room to evict.
+/// and two new pages, a scan one leaf and one heap page, a record creation one heap page and
+/// a new one; the rest is room to evict.
 pub const BUFFER_POOL_FRAMES_PER_WORKER_MIN: u64 = 64;
 /// A frame holding no page.
 const NO_PID: u64 = u64::MAX;

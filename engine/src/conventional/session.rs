@@ -5,10 +5,11 @@
 //! its undo information), the directory strategy (catalog lookup per access, or handles
 //! cached at session start), and the worker's component counters.
 //!
-//! Every access goes the conventional way: look the table up in the directory, request the
-//! locks (strict 2PL, below), descend the B+tree with latch coupling, fixing pages, decode the
-//! record into a typed copy, run the procedure's closure, log the before and after images and
-//! stamp the page LSN under the leaf's latch, re-encode, unlatch, unfix. Operations outside
+//! Every access goes the conventional way (Shore's storage manager per call): look the table
+//! up in the directory, request the locks (strict 2PL, below), descend the primary index with
+//! latch coupling to the record id, fix and latch the heap page, decode the record into a
+//! typed copy, run the procedure's closure, log the before and after images and stamp the
+//! page LSN under the page's latch, re-encode, unlatch, unfix. Operations outside
 //! `begin`/`commit` are a bulk load: no locks, no log.
 //!
 //! Locking, as Shore does it (hierarchical locks, Gray & Reuter ch. 7, §7.8; the lock names
@@ -17,20 +18,23 @@
 //! it holds on the volume and on each store, so a repeated intention is not requested again
 //! (a stronger one is: IS then IX converts); page, record and key locks are requested on
 //! every access, held or not, as Shore re-requests them. What each access locks:
-//! - `get`: S on the row's primary key, then IS on the leaf holding it;
-//! - `update`, `delete`: X on the primary key, then IX on the leaf; a delete from a table with
-//!   a secondary index also takes X on the secondary key it removes (IX on the index's store);
-//! - `insert` into a B+tree: X on the primary key, X on the secondary key it adds (if the
-//!   table has a secondary index; IX on its store), then IX on the leaf receiving the row;
-//! - `insert` into the heap (HISTORY): IX on the page and X on the new record id, both under
-//!   the page's latch (a fresh record id: neither can conflict);
-//! - `scan`: S on each row's primary key it returns; `scan_secondary`: S on each secondary key
-//!   it returns and on its row's primary key (IS on both stores). Entries are locked
-//!   conditionally under the leaf's latch; a request that would wait stops the leaf's batch,
-//!   waits with no latch held, and the scan re-descends at that key.
+//! - `get`: S on the row's primary key, then IS on the heap page holding the record;
+//! - `update`: X on the primary key, then IX on the heap page;
+//! - `delete`: X on the primary key, X on the secondary key it removes (if the table has a
+//!   secondary index), X on the record id it frees (held to commit: no one reuses the slot
+//!   before), IX on the primary-index leaf, the heap page and the secondary-index leaf;
+//! - `insert`: X on the primary key and the secondary key it adds, X on the record id it
+//!   takes (conditionally under the heap page's latch: a freed slot whose deleter holds it is
+//!   passed by, a fresh one cannot be held), IX on the heap page and on each index leaf it
+//!   changes (HISTORY: the record id and the page only);
+//! - `scan`: S on each row's primary key it returns, IS on the heap page of each record it
+//!   reads; `scan_secondary`: S on each secondary key it returns and on its row's primary key
+//!   (IS on both stores). Entries are locked conditionally under the leaf's latch; a request
+//!   that would wait stops the leaf's batch, waits with no latch held, and the scan
+//!   re-descends at that key.
 //!
-//! The leaf holding a row is known only under its latch, so a page intention lock is
-//! requested there, conditionally (it never waits under a latch). No one requests S, SIX or
+//! The page holding a record or an entry is known only under its latch, so a page intention
+//! lock is requested there, conditionally (it never waits under a latch). No one requests S, SIX or
 //! X on a page (there is no lock escalation), so it is always granted — which also makes it
 //! sound to request it after the record lock: the point of the top-down order is that no
 //! coarser S or X lock on the page can be granted past a lock below it, and there is none; a
@@ -39,9 +43,9 @@
 //! absent keys too (a `get` of a missing key, an `insert`), and a B+tree change cannot be
 //! taken back inside its latch. Scans take IS on each leaf they read, and a secondary-index
 //! entry's insert or delete IX on the index leaf it changes, the same way. Not locked: key
-//! ranges (no phantom protection, as in Shore's default record locking). Deadlocks are prevented by wait-die in the lock manager; a transaction
-//! that died keeps its priority for its retry and, after its abort, waits for the lock it
-//! died on (the restart delay).
+//! ranges (no phantom protection, as in Shore's default record locking). Deadlocks are
+//! prevented by wait-die in the lock manager; a transaction that died keeps its priority for
+//! its retry and, after its abort, waits for the lock it died on (the restart delay).
 //!
 //! Undo: with log records on, the transaction keeps a copy of the records it appended and
 //! abort walks them backwards, applying each before image and writing a compensation log
@@ -919,7 +923,7 @@ impl Storage for Session {
             let sk = secondary_key::<T>(row);
             index_insert(&shared, db, stats, T::ID, &s.tree, Index::Secondary, sk.as_slice(), key)?;
         }
-        drop(shared);
+        let _ = shared.into_inner();
         failure.map_or(Ok(()), Err)
     }
 

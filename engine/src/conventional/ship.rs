@@ -18,8 +18,9 @@
 //!   ([`ConventionalError::ShipOutOfOrder`]) or a record that does not fit
 //!   ([`ConventionalError::ShipUnfit`]) is refused with nothing applied.
 //! - applying is restart recovery's redo pass, the same code (`ConventionalDb::redo_step`,
-//!   `ConventionalDb::redo`): an update restores its after-image, an insert re-inserts
-//!   (HISTORY: placed at its record id), a delete removes, a CLR does its action, commit,
+//!   `ConventionalDb::redo`), page-oriented: a heap record is placed, overwritten or freed at
+//!   its record id, an index entry put into or removed from the leaf its record names, a page
+//!   image installed over its page, a CLR does its action the same way; commit,
 //!   end-of-rollback and checkpoint records apply nothing; pages are stamped with the
 //!   primary's LSNs. Redo repeats history, rolled-back changes and their CLRs included, in log
 //!   order, so applying chunk after chunk is applying their concatenation wherever the chunks
@@ -37,9 +38,11 @@
 //! the backup is reopened, its first chunk is accepted at any LSN.
 //!
 //! What the records cannot show, and the caller ensures: the backup starts from the primary's
-//! state at the first shipped record (same load, same checkpoint, shipping switched on before
-//! the first transaction after it); both use the same page size (HISTORY records are placed
-//! by record id: page and slot); the backup runs no write transactions of its own. A chunk cut
+//! state at the first shipped record, page for page (the same single-session load and
+//! checkpoint, or the primary's checkpoint image; shipping switched on before the first
+//! transaction after it), since records are placed by record id and entries on the leaves
+//! their records name; both use the same page size; the backup runs no write transactions of
+//! its own. A chunk cut
 //! at a record boundary is itself a valid chunk: what was cut off shows as a gap in the next.
 
 use std::sync::{Mutex, MutexGuard};

@@ -16,7 +16,7 @@ pub struct Counters {
     pub lock_waits: u64,
     /// Lock requests refused by wait-die (the requester aborts).
     pub lock_conflicts: u64,
-    /// Latches acquired (page table shards, pages, catalog, transaction table, heap tails).
+    /// Latches acquired (page table shards, pages, catalog, transaction table, free-space maps).
     pub latches_acquired: u64,
     /// Pages fixed in the buffer pool.
     pub pages_fixed: u64,
