@@ -589,16 +589,7 @@ impl BTree {
         if (k.len(), v.len()) != (self.key_len, self.val_len) {
             return Err("index entry width");
         }
-        if no == 0 || no > self.store.pages() {
-            return Err("index entry on an unallocated page");
-        }
-        let mut page = self.store.write(no, stats);
-        if hdr::kind(&page) != KIND_LEAF {
-            return Err("index entry on a page that is not a leaf");
-        }
-        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
-            return Ok(());
-        }
+        let Some(mut page) = self.store.write_logged(no, KIND_LEAF, lsn, stats)? else { return Ok(()) };
         let Err(pos) = self.search(&page, k) else { return Err("index entry already on its page") };
         if !hdr::has_room(&page, self.leaf_cell()) {
             return Err("index entry does not fit its page");
@@ -622,16 +613,7 @@ impl BTree {
         if k.len() != self.key_len {
             return Err("index key width");
         }
-        if no == 0 || no > self.store.pages() {
-            return Err("index entry on an unallocated page");
-        }
-        let mut page = self.store.write(no, stats);
-        if hdr::kind(&page) != KIND_LEAF {
-            return Err("index entry on a page that is not a leaf");
-        }
-        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
-            return Ok(());
-        }
+        let Some(mut page) = self.store.write_logged(no, KIND_LEAF, lsn, stats)? else { return Ok(()) };
         let i = self.search(&page, k).map_err(|_| "index entry missing from its page")?;
         self.remove_at(&mut page, i);
         if let Some(l) = stamp(no) {

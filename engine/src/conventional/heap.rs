@@ -227,16 +227,7 @@ impl HeapFile {
         if row.len() != self.row_len {
             return Err("heap record width");
         }
-        if rid.page == 0 || rid.page > self.store.pages() {
-            return Err("heap record id on an unallocated page");
-        }
-        let mut page = self.store.write(rid.page, stats);
-        if hdr::kind(&page) != KIND_HEAP {
-            return Err("heap record id on an unformatted page");
-        }
-        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
-            return Ok(());
-        }
+        let Some(mut page) = self.store.write_logged(rid.page, KIND_HEAP, lsn, stats)? else { return Ok(()) };
         let slot = rid.slot as usize;
         let count = hdr::count(&page);
         let at = if slot < count {
@@ -276,13 +267,7 @@ impl HeapFile {
         if row.len() != self.row_len {
             return Err("heap record width");
         }
-        if rid.page == 0 || rid.page > self.store.pages() {
-            return Err("heap record id on an unallocated page");
-        }
-        let mut page = self.store.write(rid.page, stats);
-        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
-            return Ok(());
-        }
+        let Some(mut page) = self.store.write_logged(rid.page, KIND_HEAP, lsn, stats)? else { return Ok(()) };
         let at = Self::live(&page, rid.slot as usize).ok_or("restore of a heap record id that holds no record")?;
         page[at..at + self.row_len].copy_from_slice(row);
         if let Some(l) = stamp(rid.page) {
@@ -300,14 +285,8 @@ impl HeapFile {
         stats: &Stats,
         stamp: impl FnOnce(PageNo) -> Option<u64>,
     ) -> Result<(), HeapError> {
-        if rid.page == 0 || rid.page > self.store.pages() {
-            return Err("heap record id on an unallocated page");
-        }
         {
-            let mut page = self.store.write(rid.page, stats);
-            if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
-                return Ok(());
-            }
+            let Some(mut page) = self.store.write_logged(rid.page, KIND_HEAP, lsn, stats)? else { return Ok(()) };
             let at = Self::live(&page, rid.slot as usize).ok_or("free of a heap record id that holds no record")?;
             hdr::set_slot(&mut page, rid.slot as usize, at | FREE);
             if let Some(l) = stamp(rid.page) {

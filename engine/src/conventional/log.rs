@@ -101,6 +101,20 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// A change a transaction's rollback undoes (its record is in the undo chain).
+    pub fn is_undoable(self) -> bool {
+        matches!(
+            self,
+            Kind::Update
+                | Kind::Insert
+                | Kind::Delete
+                | Kind::IndexInsert
+                | Kind::IndexDelete
+                | Kind::KeyInsert
+                | Kind::KeyDelete
+        )
+    }
+
     fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
             1 => Kind::Update,

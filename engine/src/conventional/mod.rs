@@ -744,16 +744,6 @@ impl ConventionalDb {
         let mut txns: HashMap<u64, (u64, Fate)> = HashMap::new();
         for r in &records {
             match r.head.kind {
-                Kind::Update
-                | Kind::Insert
-                | Kind::Delete
-                | Kind::IndexInsert
-                | Kind::IndexDelete
-                | Kind::KeyInsert
-                | Kind::KeyDelete
-                | Kind::Clr => {
-                    txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
-                }
                 // Redo-only: outside every undo chain.
                 Kind::PageImage => {}
                 Kind::Commit => {
@@ -762,6 +752,11 @@ impl ConventionalDb {
                 }
                 Kind::Abort => txns.entry(r.head.txn).or_insert((0, Fate::Running)).1 = Fate::Ended,
                 Kind::Checkpoint => {}
+                // An undoable change or a CLR: the transaction's last record so far.
+                _ => {
+                    debug_assert!(r.head.kind.is_undoable() || r.head.kind == Kind::Clr);
+                    txns.entry(r.head.txn).or_insert((0, Fate::Running)).0 = r.lsn;
+                }
             }
         }
         report.winners = txns.values().filter(|(_, f)| *f == Fate::Committed).count();
@@ -791,13 +786,7 @@ impl ConventionalDb {
             let r = by_lsn(lsn).ok_or(ConventionalError::Recovery { lsn, what: "undo chain leaves the log" })?;
             let next = match r.head.kind {
                 Kind::Clr => r.head.extra,
-                Kind::Update
-                | Kind::Insert
-                | Kind::Delete
-                | Kind::IndexInsert
-                | Kind::IndexDelete
-                | Kind::KeyInsert
-                | Kind::KeyDelete => {
+                k if k.is_undoable() => {
                     let table = r.head.table.expect("changes name their table");
                     let entry = self.table(table);
                     let (action, image) = undo_of(r);

@@ -737,6 +737,29 @@ impl Store {
         PageWrite { guard, _fix: fix }
     }
 
+    /// Page `no` latched exclusive for a logged change to it by redo or undo: `Err` when the
+    /// store has no such page or it is not of `kind` (a record that does not fit the pages);
+    /// `Ok(None)` when the page LSN shows the change, logged at `lsn` (redo), applied.
+    pub fn write_logged(
+        &self,
+        no: PageNo,
+        kind: u8,
+        lsn: Option<u64>,
+        stats: &Stats,
+    ) -> Result<Option<PageWrite<'_>>, &'static str> {
+        if no == NO_PAGE || no > self.pages() {
+            return Err("the record names a page its store does not have");
+        }
+        let page = self.write(no, stats);
+        if hdr::kind(&page) != kind {
+            return Err("the record names a page of another kind");
+        }
+        if lsn.is_some_and(|lsn| hdr::lsn(&page) >= lsn) {
+            return Ok(None);
+        }
+        Ok(Some(page))
+    }
+
     /// Page `no`, allocating zeroed pages up to it first if the store is shorter (redo of a
     /// page's allocation: allocations of different pages may be logged out of order), fixed
     /// and latched exclusive.
