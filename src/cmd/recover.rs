@@ -76,6 +76,7 @@ pub fn run(a: RecoverArgs) -> Result<ExitCode> {
     }
     println!("  winners (committed)       {}", r.winners);
     println!("  changes redone            {}", r.redone);
+    println!("  of which page images      {} (B+tree splits, page allocations)", r.page_images);
     println!("  losers (rolled back)      {}", r.losers);
     println!("  changes undone            {}", r.undone);
     println!("  took                      {took:.2} s (recovery and the checkpoint after it)");
