@@ -53,6 +53,9 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Copy a running cluster's whole database into one CSV per table.
     Dump(cmd::dump::DumpArgs),
+    /// Rebuild a run record's report.html (`glass report DIR`), or set two compare records
+    /// side by side with the ratio of each figure (`glass report A B`).
+    Report(cmd::report::ReportArgs),
     /// Run the seeded whole-cluster simulator: the real coordinator and replicas in one
     /// thread, faults drawn from each seed, then heal and check; a failing seed replays.
     Sim(cmd::sim::SimArgs),
@@ -60,6 +63,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Ctrl-C and SIGTERM stop every process the command started (harness::interrupt); the
+    // servers keep their own handling, as `cluster up` leaves them running on purpose.
+    if !matches!(cli.command, Command::Node(_) | Command::Coordinator(_)) {
+        if let Err(e) = harness::interrupt::install(cmd::report_interrupt) {
+            eprintln!("glass: error: cannot take Ctrl-C and SIGTERM: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match cli.command {
         Command::Compare(a) => cmd::compare::run(a),
         Command::Failover(a) => cmd::failover::run(a),
@@ -72,6 +83,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd::check::run(a),
         Command::Dump(a) => cmd::dump::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Report(a) => cmd::report::run(a),
     };
     match result {
         Ok(code) => code,

@@ -44,6 +44,9 @@ const READY_SLACK: Duration = Duration::from_secs(30);
 const NODE_GONE_WAIT: Duration = Duration::from_millis(500);
 /// How long `down` waits for a process to go after SIGKILL.
 const KILL_WAIT: Duration = Duration::from_secs(2);
+/// How deep under `run_dir` [`Cluster::derived_running`] looks for derived clusters
+/// (`run/compare/<mode>-r<k>/failover/cluster.toml` is three down).
+pub const DERIVED_DEPTH_MAX: usize = 4;
 /// The client id tools use in their Hello.
 pub const TOOL_CLIENT_ID: u16 = 60_000;
 
@@ -175,6 +178,14 @@ impl Cluster {
     pub fn derived(config: &ClusterConfig, note: &str) -> Result<Cluster> {
         config.validate()?;
         let dir = &config.run_dir;
+        // An earlier run's processes may still run from here (their `glass` was killed):
+        // removing their pid files would leave them beyond `cluster down`'s reach.
+        if let Ok(earlier) = Cluster::open(&dir.join("cluster.toml")) {
+            let running = earlier.running_procs();
+            if !running.is_empty() {
+                return Err(HarnessError::Strays { running: describe(&running), path: earlier.path });
+            }
+        }
         if dir.exists() {
             fs::remove_dir_all(dir).map_err(|e| HarnessError::io(format!("empty {}", dir.display()), e))?;
         }
@@ -183,6 +194,33 @@ impl Cluster {
         let text = format!("# {note}\n{}", toml::to_string(config).map_err(HarnessError::Toml)?);
         fs::write(&path, text).map_err(|e| HarnessError::io(format!("write {}", path.display()), e))?;
         Cluster::open(&path)
+    }
+
+    /// The clusters `compare` and `failover` derived from this one that still have
+    /// processes running here (found by the `cluster.toml` each left under `run_dir`, at most
+    /// [`DERIVED_DEPTH_MAX`] folders down): what a `glass` killed before it could stop them
+    /// leaves behind.
+    pub fn derived_running(&self) -> Vec<(Cluster, Vec<Running>)> {
+        let mut found = Vec::new();
+        let mut stack = vec![(self.config.run_dir.clone(), 0)];
+        while let Some((dir, depth)) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let path = e.path();
+                if path.is_dir() && depth < DERIVED_DEPTH_MAX && path != self.config.cert_dir {
+                    stack.push((path, depth + 1));
+                } else if depth > 0 && path.file_name().is_some_and(|n| n == "cluster.toml") {
+                    if let Ok(c) = Cluster::open(&path) {
+                        let running = c.running_procs();
+                        if !running.is_empty() && c.path != self.path {
+                            found.push((c, running));
+                        }
+                    }
+                }
+            }
+        }
+        found.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+        found
     }
 
     pub fn client(&self) -> ClusterClient {
@@ -327,7 +365,10 @@ impl Cluster {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
-        cmd.spawn().map_err(|e| HarnessError::io(format!("start the {}", p.label()), e))
+        // Registered for Ctrl-C (crate::interrupt); refused once a signal was taken.
+        crate::interrupt::spawn_registered(p, self.path.clone(), self.pid_file(p), || cmd.spawn())
+            .ok_or(HarnessError::Interrupted)?
+            .map_err(|e| HarnessError::io(format!("start the {}", p.label()), e))
     }
 
     /// Stops what `up` started after a failure, and removes their pid files.

@@ -30,6 +30,7 @@ use crate::verdict;
 
 pub mod multi;
 pub mod plan;
+pub mod sweep;
 
 /// Shown for a value the run does not have (`None`).
 const MISSING: &str = "—";
@@ -55,6 +56,9 @@ pub struct CompareRow {
     pub txn_per_sec: f64,
     /// Committed NewOrders per second (measured phase).
     pub neworder_per_sec: f64,
+    /// tpmC: committed NewOrders per minute (measured phase).
+    #[serde(default)]
+    pub tpmc: f64,
     pub p50_us: f64,
     pub p95_us: f64,
     pub p99_us: f64,
@@ -124,9 +128,15 @@ impl CompareRow {
 
     /// The label without the multi-partition share: one line of the multi-partition curve.
     pub fn series(&self) -> String {
-        match &self.shipping {
-            Some(s) => format!("{} ({s}) ×{}", self.mode, self.replicas),
-            None => format!("{} ×{}", self.mode, self.replicas),
+        CompareRow::series_of(self.mode, self.shipping, self.replicas)
+    }
+
+    /// The name of a mode with its shipping and replication factor, e.g.
+    /// "active-passive (sync) ×2": a line of a curve.
+    pub fn series_of(mode: Mode, shipping: Option<Shipping>, replicas: usize) -> String {
+        match shipping {
+            Some(s) => format!("{mode} ({s}) ×{replicas}"),
+            None => format!("{mode} ×{replicas}"),
         }
     }
 
@@ -247,7 +257,7 @@ fn yes_no(b: bool) -> String {
 }
 
 /// Milliseconds from microseconds, with precision that suits the magnitude.
-fn ms(us: f64) -> String {
+pub(crate) fn ms(us: f64) -> String {
     let v = us / 1000.0;
     if v.abs() < 10.0 {
         format!("{v:.3}")
@@ -261,7 +271,7 @@ fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 36] = [
+const METRICS: [Metric; 37] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -270,6 +280,7 @@ const METRICS: [Metric; 36] = [
     ("aborted (txns)", |r| r.aborted.to_string()),
     ("throughput (txn/s)", |r| format!("{:.0}", r.txn_per_sec)),
     ("NewOrder throughput (commits/s)", |r| format!("{:.0}", r.neworder_per_sec)),
+    ("tpmC (NewOrders/min)", |r| format!("{:.0}", r.tpmc)),
     ("forced multi-partition (%)", |r| opt(r.multi_partition_pct.map(|v| v.to_string()))),
     ("single-partition commits", |r| r.committed_single_partition.to_string()),
     ("multi-partition commits", |r| r.committed_multi_partition.to_string()),
@@ -426,14 +437,14 @@ pub fn render_table(rows: &[CompareRow]) -> String {
 
 /// CSV columns: the row's serde field name and the field's text (empty for `None`).
 /// A CSV or table column: its name, and the field of an item it shows.
-type CsvColumn<T> = (&'static str, fn(&T) -> String);
+pub(crate) type CsvColumn<T> = (&'static str, fn(&T) -> String);
 type Column = CsvColumn<CompareRow>;
 
 fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 39] = [
+const CSV_COLUMNS: [Column; 40] = [
     ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -445,6 +456,7 @@ const CSV_COLUMNS: [Column; 39] = [
     ("aborted", |r| r.aborted.to_string()),
     ("txn_per_sec", |r| r.txn_per_sec.to_string()),
     ("neworder_per_sec", |r| r.neworder_per_sec.to_string()),
+    ("tpmc", |r| r.tpmc.to_string()),
     ("p50_us", |r| r.p50_us.to_string()),
     ("p95_us", |r| r.p95_us.to_string()),
     ("p99_us", |r| r.p99_us.to_string()),
@@ -492,7 +504,7 @@ pub fn to_csv(rows: &[CompareRow]) -> String {
 
 /// `items` as CSV through `columns` (name, field of an item): a header of the names, then one
 /// line per item, fields quoted by [`csv_field`], lines ending with `\n`.
-fn csv_table<T>(columns: &[CsvColumn<T>], items: &[T]) -> String {
+pub(crate) fn csv_table<T>(columns: &[CsvColumn<T>], items: &[T]) -> String {
     let mut out = String::new();
     let header: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     out.push_str(&header.join(","));
@@ -551,7 +563,7 @@ const SVG_HEADROOM: f64 = 0.35;
 const MODE_COLORS: [RGBColor; 4] =
     [RGBColor(0x4e, 0x79, 0xa7), RGBColor(0xf2, 0x8e, 0x2b), RGBColor(0xe1, 0x57, 0x59), RGBColor(0x9d, 0x9d, 0x9d)];
 
-fn mode_color(mode: Mode) -> RGBColor {
+pub(crate) fn mode_color(mode: Mode) -> RGBColor {
     Mode::ALL.iter().position(|m| *m == mode).map_or(MODE_COLORS[3], |i| MODE_COLORS[i])
 }
 
@@ -724,6 +736,7 @@ pub(crate) mod tests {
             aborted: 7,
             txn_per_sec,
             neworder_per_sec: txn_per_sec * 0.45,
+            tpmc: txn_per_sec * 0.45 * 60.0,
             multi_partition_pct: None,
             committed_single_partition: (txn_per_sec * 10.0) as u64,
             committed_multi_partition: 0,

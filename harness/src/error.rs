@@ -116,6 +116,13 @@ pub enum HarnessError {
     NotKilled,
     #[error("the run was not sampled")]
     NotSampled,
+    /// A signal was taken (Ctrl-C): nothing more is started ([`crate::interrupt`]).
+    #[error("interrupted: no process is started any more")]
+    Interrupted,
+    /// Processes of clusters derived by an earlier `compare` or `failover` still run here
+    /// (their `glass` was killed before it could stop them).
+    #[error("processes left by an earlier run still run here: {running}; run `glass cluster down --config {}` first", path.display())]
+    Strays { running: String, path: PathBuf },
     /// A line of a record of acknowledged transactions is not one.
     #[error("{}:{line}: {why}, found `{text}`", path.display())]
     AckRecord { path: PathBuf, line: usize, why: &'static str, text: String },

@@ -20,8 +20,11 @@ pub mod cluster;
 pub mod compare;
 pub mod error;
 pub mod failover;
+pub mod html;
+pub mod interrupt;
 pub mod measure;
 pub mod procfs;
+pub mod record;
 pub mod verdict;
 
 pub use cluster::{runtime, Cluster, Proc, Progress, Running, Up};

@@ -157,6 +157,21 @@ pub fn partition_line(c: &driver::ClusterInfo) -> String {
     )
 }
 
+/// What a measured run shows on the console as it goes: nothing but bars (`quiet`), the
+/// once-a-second lines, and with `per_type` a line per transaction type under each.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Echo {
+    pub quiet: bool,
+    pub per_type: bool,
+}
+
+impl From<bool> for Echo {
+    /// `quiet` alone.
+    fn from(quiet: bool) -> Echo {
+        Echo { quiet, per_type: false }
+    }
+}
+
 /// What one measured run of the driver against a serving cluster produced.
 pub struct Measurement {
     /// The bench report, with the node-side figures filled in (executor CPU, memory, batches).
@@ -186,10 +201,12 @@ pub fn measure_with(
     cfg: &DriverConfig,
     shares: &RemoteShares,
     local: &[Running],
-    quiet: bool,
+    echo: impl Into<Echo>,
 ) -> Result<Measurement> {
     let config = &cluster.config;
-    let mut obs = Sampler::new(rt, client, config, local, ConsoleObserver::new(quiet))?;
+    let echo = echo.into();
+    let console = ConsoleObserver::new(echo.quiet).per_type(echo.per_type);
+    let mut obs = Sampler::new(rt, client, config, local, console)?;
     let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
     let mut report = outcome.report;
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);

@@ -4,8 +4,15 @@
 //!
 //! The conventional stack is loaded through one session outside any transaction (a bulk
 //! load, not logged), then checkpointed so the loaded data is durable; the log and the
-//! checkpoint live in `--wal-dir` (default: a fresh temporary directory removed at the end).
+//! checkpoint live in `--wal-dir` (default: the run record's `wal/` folder, removed at the end
+//! unless `--keep-logs`), which must not be on tmpfs unless `--allow-tmpfs`.
+//!
+//! Every bench keeps a run record ([`harness::record`]): `bench.json` headed by the run's
+//! metadata, the table as printed, the checks made, `report.html`, `command.txt`, `run.json`
+//! (and `cluster.toml` for a cluster bench). With `--txns` the warm-up is counted in
+//! transactions (`--warmup-txns`), so the same seed gives byte-identical dumps.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -17,11 +24,15 @@ use engine::conventional::{Config, ConventionalDb, LatchKind, Step, LOG_FILE, SN
 use engine::procedures::{TxnInput, TxnOutput};
 use engine::{LeanDb, Storage};
 use workload::bench::{self, BenchConfig, BenchReport, StopAfter};
-use workload::gen::{Mix, Profile};
+use workload::gen::Mix;
 use workload::report::{self, ConsoleObserver};
 use workload::workers;
 
 use harness::acks::AckLog;
+use harness::html::Check;
+use harness::record::Record;
+
+use super::{close_record, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -33,16 +44,17 @@ pub struct BenchArgs {
     /// running, and stopped afterwards); its warehouses are cluster.toml's.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Cluster bench: client connections, each bound to one home warehouse [default: 2 per
+    /// Cluster bench: client connections, each bound to one home warehouse [default: one per
     /// warehouse].
     #[arg(long)]
     clients: Option<usize>,
     /// Cluster bench: requests each connection keeps in flight [default: 128].
     #[arg(long)]
     inflight: Option<usize>,
-    /// Cluster bench: open loop at this many transactions per second over all connections
-    /// (default: closed loop).
-    #[arg(long)]
+    /// Cluster bench: open loop at this many transactions per second over all connections;
+    /// latency is counted from each request's scheduled time, so queueing shows [default:
+    /// closed loop].
+    #[arg(long, value_name = "TXN_PER_S")]
     rate: Option<f64>,
     /// Cluster bench: percent of order lines supplied by a remote warehouse (TPC-C clause
     /// 2.4.1.5), drawn from all of the cluster's warehouses but the home one, so a remote line
@@ -59,11 +71,9 @@ pub struct BenchArgs {
     /// partitions). Commits are reported as single- or multi-partition either way.
     #[arg(long, value_name = "PCT", default_value_t = 0)]
     multi_partition: u32,
-    /// Workload profile: `paper` (50% NewOrder / 50% Payment, 10 local items, payment by id:
-    /// the paper's Section 4 setting) or `standard` (TPC-C's 45/43/4/4/4 mix with remote
-    /// items, remote payments, last-name selection and 1% rollbacks).
-    #[arg(long, default_value = "paper")]
-    profile: String,
+    /// Workload profile.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Paper)]
+    profile: ProfileArg,
     /// Override the profile's mix with weights, e.g. `neworder=50,payment=50` (names:
     /// neworder, payment, orderstatus, delivery, stocklevel; omitted ones get 0).
     #[arg(long)]
@@ -77,9 +87,15 @@ pub struct BenchArgs {
     /// Measure exactly this many transactions instead of running for --duration.
     #[arg(long)]
     txns: Option<u64>,
-    /// Seconds of unmeasured warm-up before the measured phase.
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
+    /// Seconds of unmeasured warm-up before the measured phase [default: 2; with --txns
+    /// the warm-up is counted in transactions instead: --warmup-txns].
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Embedded bench with --txns: transactions of unmeasured warm-up, so that the whole run
+    /// is a pure function of the seed (the same seed gives byte-identical dumps) [default:
+    /// 1000].
+    #[arg(long, requires = "txns")]
+    warmup_txns: Option<u64>,
     /// Seed for the loader and the input generator (printed first; the same seed gives the
     /// same database and the same transaction stream).
     #[arg(long, default_value_t = 1)]
@@ -94,6 +110,10 @@ pub struct BenchArgs {
     /// violation.
     #[arg(long)]
     check: bool,
+    /// Under each once-a-second line, one line per transaction type (ops/s, p50, p95, p99,
+    /// max).
+    #[arg(long)]
+    per_type: bool,
     /// Do not print the once-a-second lines.
     #[arg(long)]
     quiet: bool,
@@ -102,10 +122,9 @@ pub struct BenchArgs {
     /// per transaction of executing and of replaying are reported (lean kernel only).
     #[arg(long)]
     replay: bool,
-    /// Storage engine: `lean` (the lean single-threaded kernel) or `conventional` (the
-    /// conventional stack: buffer pool, B+trees, 2PL, latches, write-ahead log).
-    #[arg(long, default_value = "lean")]
-    engine: String,
+    /// Storage engine.
+    #[arg(long, value_enum, default_value_t = EngineArg::Lean)]
+    engine: EngineArg,
     /// The paper's switch step for the conventional stack: 0 = full stack, each step removes
     /// one more component (1 B-tree keys, 2 log flush, 3 log records, 4 LSNs, 5 locking,
     /// 6 latching, 7 page size, 8 directory, 9 transactions, 10 buffer pool), 11 = the lean
@@ -132,15 +151,44 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     workers: usize,
     /// Where the conventional stack keeps its log (wal.log) and checkpoint (checkpoint.db);
-    /// must not already hold a database. Default: a fresh temporary directory, removed at
-    /// the end.
+    /// must not already hold a database, nor be on tmpfs (unless --allow-tmpfs). Default:
+    /// the run record's wal/ folder, removed at the end unless --keep-logs.
     #[arg(long)]
     wal_dir: Option<PathBuf>,
     /// Testing aid: after each commit returns, append a line naming the transaction (NewOrder
     /// and Payment) to this file, for `glass recover --ack-log`.
     #[arg(long, hide = true)]
     ack_log: Option<PathBuf>,
+    #[command(flatten)]
+    record: RecordArgs,
 }
+
+/// `--engine` values.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineArg {
+    /// The lean single-threaded main-memory kernel.
+    Lean,
+    /// The conventional stack: buffer pool, B+trees, two-phase locking, latches, write-ahead
+    /// log (the paper's Shore), at any --step of the staircase.
+    Conventional,
+}
+
+/// The warm-up of an embedded bench: seconds, or — with `--txns` — transactions.
+fn warmup(a: &BenchArgs) -> Result<(f64, Option<u64>)> {
+    match (a.txns, a.warmup, a.warmup_txns) {
+        (Some(_), Some(s), None) => bail!(
+            "with --txns the warm-up is counted in transactions, so the run depends only on the seed: use \
+             --warmup-txns instead of --warmup {s}"
+        ),
+        (Some(_), _, n) => Ok((0.0, Some(n.unwrap_or(WARMUP_TXNS_DEFAULT)))),
+        (None, s, _) => Ok((s.unwrap_or(WARMUP_SECONDS_DEFAULT), None)),
+    }
+}
+
+/// `--warmup`'s default.
+const WARMUP_SECONDS_DEFAULT: f64 = 2.0;
+/// `--warmup-txns`' default.
+const WARMUP_TXNS_DEFAULT: u64 = 1000;
 
 /// `--latch` values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,14 +217,14 @@ fn target(a: &BenchArgs) -> Result<Target> {
     if a.workers > workers::WORKERS_MAX {
         bail!("--workers must be at most {}, not {}", workers::WORKERS_MAX, a.workers);
     }
-    let target = match a.engine.as_str() {
-        "lean" => {
+    let target = match a.engine {
+        EngineArg::Lean => {
             if let Some(n) = a.step {
                 bail!("--step {n} applies only to --engine conventional");
             }
             Target::Lean { step: None }
         }
-        "conventional" => {
+        EngineArg::Conventional => {
             let n = a.step.unwrap_or(0);
             let step =
                 Step::new(n).with_context(|| format!("--step must be 0 to 11 (11 = the lean kernel), not {n}"))?;
@@ -205,7 +253,6 @@ fn target(a: &BenchArgs) -> Result<Target> {
                 Target::Conventional { step, config }
             }
         }
-        other => bail!("unknown --engine `{other}`; valid engines: lean, conventional"),
     };
     match &target {
         Target::Lean { step } => {
@@ -267,29 +314,20 @@ impl WalDir {
         Ok(())
     }
 
-    /// `--wal-dir` (checked again), else a fresh temporary directory (created only when the
-    /// configuration writes to it).
-    fn prepare(given: Option<&Path>, durable: bool) -> Result<WalDir> {
+    /// `--wal-dir` (checked again), else `default` (the run record's `wal/`), created only
+    /// when the configuration writes to it and removed at the end unless `keep`.
+    fn prepare(given: Option<&Path>, durable: bool, default: PathBuf, keep: bool) -> Result<WalDir> {
         if let Some(dir) = given {
             WalDir::check(dir)?;
             return Ok(WalDir { path: dir.to_path_buf(), temporary: false });
         }
-        let base = std::env::temp_dir();
-        for n in 0u32..10_000 {
-            let path = base.join(format!("glass-wal-{}-{n}", std::process::id()));
-            if !durable {
-                if !path.exists() {
-                    return Ok(WalDir { path, temporary: false });
-                }
-                continue;
-            }
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(WalDir { path, temporary: true }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e).with_context(|| format!("create a temporary --wal-dir in {}", base.display())),
+        if durable {
+            std::fs::create_dir_all(&default).with_context(|| format!("create {}", default.display()))?;
+            if !keep {
+                harness::interrupt::register_temporary(default.clone());
             }
         }
-        bail!("cannot find a free temporary --wal-dir name in {}", base.display())
+        Ok(WalDir { path: default, temporary: durable && !keep })
     }
 }
 
@@ -297,6 +335,7 @@ impl Drop for WalDir {
     fn drop(&mut self) {
         if self.temporary {
             let _ = std::fs::remove_dir_all(&self.path);
+            harness::interrupt::unregister_temporary(&self.path);
         }
     }
 }
@@ -332,17 +371,18 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             bail!("{flag} applies to cluster benches (--config) only");
         }
     }
-    let profile: Profile = a.profile.parse()?;
     let mix = a.mix.as_deref().map(Mix::parse).transpose()?;
+    let (warmup_s, warmup_txns) = warmup(&a)?;
     let cfg = BenchConfig {
-        profile,
+        profile: a.profile.into(),
         mix,
         warehouses: a.warehouses,
         stop: match a.txns {
             Some(n) => StopAfter::Transactions(n),
             None => StopAfter::Seconds(a.duration),
         },
-        warmup_s: a.warmup,
+        warmup_s,
+        warmup_txns,
         seed: a.seed,
     };
     cfg.validate()?;
@@ -353,17 +393,36 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         check_dump_dir(d)?;
     }
     let target = target(&a)?;
+    if a.replay && (!matches!(target, Target::Lean { .. }) || a.dump.is_some() || a.check) {
+        bail!("--replay runs on the lean kernel and takes neither --dump nor --check");
+    }
+    if let (Some(dir), Target::Conventional { config, .. }) = (&a.wal_dir, &target) {
+        if config.switches.durable() {
+            a.record.check_durable(dir, &format!("--wal-dir {}", dir.display()))?;
+        }
+    }
+    let run_dir = a.wal_dir.clone().or_else(|| a.record.out.clone()).unwrap_or_else(harness::record::default_base);
+    let mut record = a.record.open("bench", &run_dir)?;
+    let outcome = embedded(&a, &cfg, target, &record);
+    close_record(&mut record, outcome)
+}
+
+/// The embedded bench proper, its record kept in `record`.
+fn embedded(a: &BenchArgs, cfg: &BenchConfig, target: Target, record: &Record) -> Result<ExitCode> {
     println!("seed: {}", a.seed);
-    let mut obs = ConsoleObserver::new(a.quiet);
+    let mut obs = ConsoleObserver::new(a.quiet).per_type(a.per_type);
     if a.replay {
-        if !matches!(target, Target::Lean { .. }) || a.dump.is_some() || a.check {
-            bail!("--replay runs on the lean kernel and takes neither --dump nor --check");
-        }
-        let r = workload::replay::execute_vs_replay(&cfg, &mut obs)?;
-        print!("{}", workload::replay::render(&r));
+        let r = workload::replay::execute_vs_replay(cfg, &mut obs)?;
+        let summary = workload::replay::render(&r);
+        print!("{summary}");
+        record.write_headed(&record.path("replay.json"), "replay", &r)?;
         if let Some(p) = &a.json {
-            super::write_json(p, &r)?;
+            record.write_headed(p, "replay", &r)?;
+            println!("wrote {}", p.display());
         }
+        let checks =
+            [Check { what: "the replayed copy's digest equals the primary's".into(), passed: r.digests_equal }];
+        super::compare::finish_record(record, &summary, &checks)?;
         return Ok(if r.digests_equal { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     match target {
@@ -372,21 +431,23 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
             let t0 = Instant::now();
             bench::load(&mut db, cfg.warehouses, cfg.seed, &mut obs)?;
             let load_s = t0.elapsed().as_secs_f64();
-            let mut report = bench::run(&mut db, &cfg, bench::RunKind::Embedded, load_s, &mut obs)?;
+            let mut report = bench::run(&mut db, cfg, bench::RunKind::Embedded, load_s, &mut obs)?;
             report.engine = Some("lean".into());
             report.step = step.map(Step::number);
             report.workers = Some(1);
-            print!("{}", report::render(&report));
-            finish(&mut db, &report, &a)
+            let summary = report::render(&report);
+            print!("{summary}");
+            finish(&mut db, &report, a, record, summary)
         }
-        Target::Conventional { step, config } => run_conventional(&a, &cfg, step, config, &mut obs),
+        Target::Conventional { step, config } => run_conventional(a, cfg, step, config, &mut obs, record),
     }
 }
 
 /// The flags a cluster bench uses; those of the embedded bench alone are named for refusal.
 fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::ClusterBench {
     let embedded_only = [
-        (a.engine != "lean", "--engine"),
+        (a.engine != EngineArg::Lean, "--engine"),
+        (a.warmup_txns.is_some(), "--warmup-txns"),
         (a.step.is_some(), "--step"),
         (a.workers != 1, "--workers"),
         (a.wal_dir.is_some(), "--wal-dir"),
@@ -409,13 +470,15 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
         mix: a.mix,
         duration: a.duration,
         txns: a.txns,
-        warmup: a.warmup,
+        warmup: a.warmup.unwrap_or(WARMUP_SECONDS_DEFAULT),
         seed: a.seed,
         json: a.json,
         dump: a.dump,
         check: a.check,
+        per_type: a.per_type,
         quiet: a.quiet,
         ack_log: a.ack_log,
+        record: a.record,
         embedded_only,
     }
 }
@@ -426,11 +489,15 @@ fn run_conventional(
     step: Step,
     config: Config,
     obs: &mut ConsoleObserver,
+    record: &Record,
 ) -> Result<ExitCode> {
     let durable = config.switches.durable();
     // A bounded buffer pool writes evicted pages to a page file in the directory, log or not.
     let writes = durable || config.buffer_pool_frames().is_some();
-    let wal = WalDir::prepare(a.wal_dir.as_deref(), writes)?;
+    let wal = WalDir::prepare(a.wal_dir.as_deref(), writes, record.path("wal"), a.record.keep_logs)?;
+    if durable && a.wal_dir.is_none() {
+        a.record.check_durable(&wal.path, &format!("the write-ahead log's folder {}", wal.path.display()))?;
+    }
     let ack = a.ack_log.as_deref().map(AckLog::create).transpose()?;
     let workers = config.workers;
     let pool = match config.buffer_pool_bytes.filter(|_| config.switches.buffer_pool) {
@@ -485,43 +552,63 @@ fn run_conventional(
     report.step = Some(step.number());
     report.log_bytes = Some(c.log_bytes_written);
     report.fsyncs = Some(c.fsyncs);
-    print!("{}", report::render(&report));
-    println!(
+    let mut summary = report::render(&report);
+    let _ = writeln!(
+        summary,
         "engine       conventional, step {step}, {workers} worker{}, {} retries after concurrency-control aborts",
         if workers == 1 { "" } else { "s" },
         report.retries.unwrap_or(0)
     );
-    println!(
+    let _ = writeln!(
+        summary,
         "components   {} locks granted ({} waits, {} wait-die deaths), {} latches, {} page fixes, {} log records",
         c.lock_requests_granted, c.lock_waits, c.lock_conflicts, c.latches_acquired, c.pages_fixed, c.log_records
     );
     if c.page_evictions > 0 {
-        println!(
+        let _ = writeln!(
+            summary,
             "buffer pool  {} evictions, {} pages read back, {} written back, warm-up included",
             c.page_evictions, c.page_reads, c.page_writes
         );
     }
     if c.fsyncs > 0 {
-        println!(
+        let _ = writeln!(
+            summary,
             "log          {:.1} MiB written, {} fsyncs ({:.2} commits per fsync), warm-up included",
             c.log_bytes_written as f64 / (1 << 20) as f64,
             c.fsyncs,
             c.committed as f64 / c.fsyncs as f64
         );
     }
+    print!("{summary}");
     let mut session = db.session()?;
-    finish(&mut session, &report, a)
+    finish(&mut session, &report, a, record, summary)
 }
 
-/// JSON, the consistency check and the dump, after a run.
-fn finish<S: Storage>(db: &mut S, report: &BenchReport, a: &BenchArgs) -> Result<ExitCode> {
+/// JSON, the consistency check and the dump, after a run; the record's files.
+fn finish<S: Storage>(
+    db: &mut S,
+    report: &BenchReport,
+    a: &BenchArgs,
+    record: &Record,
+    mut summary: String,
+) -> Result<ExitCode> {
+    record.write_headed(&record.path("bench.json"), "bench", report)?;
     if let Some(p) = &a.json {
-        super::write_json(p, report)?;
+        record.write_headed(p, "bench", report)?;
+        println!("wrote {}", p.display());
     }
     let mut code = ExitCode::SUCCESS;
+    let mut checks = Vec::new();
     if a.check {
         let r = engine::check::check(db);
-        println!("\nTPC-C consistency (clause 3.3.2):\n{r}");
+        let text = format!("\nTPC-C consistency (clause 3.3.2):\n{r}");
+        println!("{text}");
+        summary.push_str(&text);
+        checks.push(Check {
+            what: "TPC-C consistency conditions 1–10 and 12 (clause 3.3.2)".into(),
+            passed: r.all_passed(),
+        });
         if !r.all_passed() {
             eprintln!("glass: error: consistency check failed");
             code = ExitCode::from(1);
@@ -531,5 +618,6 @@ fn finish<S: Storage>(db: &mut S, report: &BenchReport, a: &BenchArgs) -> Result
         let summary = workload::dump::dump(db, d)?;
         println!("dumped {summary} into {}", d.display());
     }
+    super::compare::finish_record(record, &summary, &checks)?;
     Ok(code)
 }

@@ -19,18 +19,21 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use engine::LeanDb;
 use harness::acks::write_acks;
+use harness::html::Check;
 use harness::measure::{
     attach_or_start, check_partitions, measure_with, partition_line, Measurement, CLIENTS_PER_WAREHOUSE_DEFAULT,
     INFLIGHT_DEFAULT,
 };
+use harness::record::Record;
 use harness::{runtime, Cluster};
 use workload::bench::{self, BenchReport, StopAfter};
 use workload::client;
 use workload::client::driver::{DriverConfig, RemoteShares};
-use workload::gen::{Mix, Profile};
+use workload::gen::Mix;
 use workload::report;
 
 use super::progress::{glass_exe, Console};
+use super::{close_record, ProfileArg, RecordArgs};
 
 /// The flags of `glass bench` a cluster bench uses.
 #[derive(Debug)]
@@ -43,7 +46,7 @@ pub struct ClusterBench {
     pub remote_items: Option<u32>,
     pub remote_payments: Option<u32>,
     pub multi_partition: u32,
-    pub profile: String,
+    pub profile: ProfileArg,
     pub mix: Option<String>,
     pub duration: f64,
     pub txns: Option<u64>,
@@ -52,8 +55,11 @@ pub struct ClusterBench {
     pub json: Option<PathBuf>,
     pub dump: Option<PathBuf>,
     pub check: bool,
+    pub per_type: bool,
     pub quiet: bool,
     pub ack_log: Option<PathBuf>,
+    /// The run record (`--keep-logs` does not apply: the cluster's run_dir is its own).
+    pub record: RecordArgs,
     /// Flags of the embedded bench only, refused here when given.
     pub embedded_only: Vec<&'static str>,
 }
@@ -64,11 +70,10 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     }
     let cluster = Cluster::open(&b.config)?;
     let config = &cluster.config;
-    let profile: Profile = b.profile.parse()?;
     let mix = b.mix.as_deref().map(Mix::parse).transpose()?;
     let warehouses = usize::from(config.warehouses_total());
     let cfg = DriverConfig {
-        profile,
+        profile: b.profile.into(),
         mix,
         clients: b.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
         inflight: b.inflight.unwrap_or(INFLIGHT_DEFAULT),
@@ -95,13 +100,31 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     if let Some(p) = &b.ack_log {
         bench::check_writable_file(p).context("--ack-log")?;
     }
+    if config.mode() == wire::config::Mode::FullStack {
+        let what = format!("run_dir {} (where the full stack writes its log)", config.run_dir.display());
+        b.record.check_durable(&config.run_dir, &what)?;
+    }
+    let mut record = b.record.open("bench", &config.run_dir)?;
+    record.copy_config(&cluster.path, "cluster.toml")?;
+    let outcome = bench(&b, &cluster, cfg, shares, &record);
+    close_record(&mut record, outcome)
+}
+
+/// The cluster bench proper, its record kept in `record`.
+fn bench(
+    b: &ClusterBench,
+    cluster: &Cluster,
+    cfg: DriverConfig,
+    shares: RemoteShares,
+    record: &Record,
+) -> Result<ExitCode> {
     println!("seed: {}", b.seed);
     let rt = runtime()?;
     let client = cluster.client();
 
     // A running cluster, or one started here.
     let path = cluster.path.display().to_string();
-    let mut attached = attach_or_start(&rt, &cluster, &glass_exe()?, &mut Console::new(!b.quiet), &mut |start| {
+    let mut attached = attach_or_start(&rt, cluster, &glass_exe()?, &mut Console::new(!b.quiet), &mut |start| {
         if start {
             println!("cluster: none running; starting one from {path}");
         } else {
@@ -110,13 +133,18 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     })?;
     let local = cluster.running_procs();
 
+    let echo = harness::measure::Echo { quiet: b.quiet, per_type: b.per_type };
     let Measurement { mut report, acks, payments, time_lines, .. } =
-        measure_with(&rt, &cluster, &client, &cfg, &shares, &local, b.quiet)?;
+        measure_with(&rt, cluster, &client, &cfg, &shares, &local, echo)?;
     report.load_seconds = attached.load_seconds;
-    print_report(&report, &time_lines);
+    let mut summary = render_report(&report, &time_lines);
+    print!("{summary}");
+    record.write_headed(&record.path("bench.json"), "bench", &report)?;
     if let Some(p) = &b.json {
-        super::write_json(p, &report)?;
+        record.write_headed(p, "bench", &report)?;
+        println!("wrote {}", p.display());
     }
+    let mut checks = Vec::new();
     if let Some(p) = &b.ack_log {
         write_acks(p, &acks)?;
         println!("wrote {} acknowledged NewOrders to {}", acks.len(), p.display());
@@ -126,6 +154,12 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
         println!();
         print!("{verdict}");
+        summary.push_str(&format!("\n{verdict}"));
+        checks.push(Check {
+            what: "replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and Payment present"
+                .into(),
+            passed: verdict.passed(),
+        });
         if !verdict.passed() {
             eprintln!("glass: error: the cluster check failed");
             code = ExitCode::from(1);
@@ -139,34 +173,43 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     }
     if attached.guard.armed {
         attached.guard.armed = false;
-        super::cluster::print_down(&cluster, &cluster.down()?);
+        super::cluster::print_down(cluster, &cluster.down()?);
     }
+    super::compare::finish_record(record, &summary, &checks)?;
     Ok(code)
 }
 
 /// The report, the cluster's lines and where the time went.
-fn print_report(report: &BenchReport, time_lines: &[String]) {
-    print!("{}", report::render(report));
+fn render_report(report: &BenchReport, time_lines: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut s = report::render(report);
     if let Some(c) = &report.cluster {
-        println!(
+        let _ = writeln!(
+            s,
             "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
             c.nodes,
             c.partitions,
             c.replicas,
             c.clients,
             c.inflight,
-            c.rate.map_or(" (closed loop)".to_string(), |r| format!(", open loop at {r:.0} txn/s")),
+            c.rate.map_or(" (closed loop)".to_string(), |r| format!(
+                ", open loop at {r:.0} txn/s offered, {:.0} achieved ({:.1}%)",
+                report.txn_per_sec,
+                100.0 * report.txn_per_sec / r
+            )),
             c.busy
         );
         if let Some(per_cpu) = report.txn_per_cpu_sec {
-            println!(
+            let _ = writeln!(
+                s,
                 "             the executor figures above count every replica's thread: {per_cpu:.0} executions per \
                  executor CPU second"
             );
         }
-        println!("{}", partition_line(c));
+        let _ = writeln!(s, "{}", partition_line(c));
     }
     for l in time_lines {
-        println!("{l}");
+        let _ = writeln!(s, "{l}");
     }
+    s
 }

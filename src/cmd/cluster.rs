@@ -67,6 +67,12 @@ pub fn run(a: ClusterArgs) -> Result<ExitCode> {
         ClusterCommand::Status { config } => status(&Cluster::open(&config)?),
         ClusterCommand::Down { config } => {
             let c = Cluster::open(&config)?;
+            // First what a killed `compare` or `failover` left running from the clusters it
+            // derived (they share this cluster's addresses), by their pid files.
+            for (derived, running) in c.derived_running() {
+                println!("found {} left by an earlier run, from {}", describe(&running), derived.path.display());
+                print_down(&derived, &derived.down()?);
+            }
             print_down(&c, &c.down()?);
             Ok(ExitCode::SUCCESS)
         }

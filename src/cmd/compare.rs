@@ -1,19 +1,26 @@
 //! `glass compare`: the project's main job — Section 5.3 end to end. For each replication
 //! factor and each mode (active-active, active-passive, full-stack), [`harness::compare::plan`]
 //! derives a cluster description from `cluster.toml`, starts that cluster, runs the same TPC-C
-//! workload (same seed, clients, duration, warm-up), checks it (replica digests, consistency,
-//! acknowledged NewOrders, replica reads) and stops it; this module turns the flags into those
-//! plans, prints each run and one side-by-side table ([`harness::compare`]); `--json`, `--csv`
-//! and `--svg` keep the record.
+//! workload (same seed, clients, duration, warm-up; closed loop, or open loop at `--rate`),
+//! checks it (replica digests, consistency, acknowledged NewOrders, replica reads) and stops
+//! it; this module turns the flags into those plans, prints each run and one side-by-side
+//! table ([`harness::compare`]).
+//!
+//! Every run keeps a run record ([`harness::record`], `results/<UTC time>-compare/` or
+//! `--out`): `compare.json` (headed by the run's metadata), `compare.csv`, `compare.svg`, the
+//! table as printed (`summary.txt`), the checks (`checks.json`), `cluster.toml` and each
+//! derived one as used, `command.txt`, `run.json` and `report.html` ([`harness::html`]);
+//! `--json`, `--csv` and `--svg` write further copies where they point.
 //!
 //! `--multi-partition 0,10,20,50` runs each mode once per share of NewOrders forced
 //! multi-partition and draws H-Store's curve instead of the side-by-side table: NewOrder
 //! throughput against the share, one line per mode ([`harness::compare::multi`]), written to
-//! `compare-multi-partition.{json,csv,svg}` beside the other outputs. `--failover` adds a
-//! failover run per mode ([`harness::failover::experiment`]).
+//! `compare-multi-partition.{json,csv,svg}` in the record (and beside `--json`/`--csv`/`--svg`
+//! when given). `--sweep` runs each mode at increasing offered loads on one cluster start and
+//! draws latency against achieved throughput ([`harness::compare::sweep`]). `--failover` adds
+//! a failover run per mode ([`harness::failover::experiment`]).
 //!
-//! A failed check ([`harness::verdict`]) makes the command exit non-zero after the table is
-//! printed.
+//! A failed check ([`harness::verdict`]) makes the command exit 1 after the table is printed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,16 +29,20 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use harness::compare::multi::{self as curve, CurvePoint};
 use harness::compare::plan::{self, Plan, Runs};
+use harness::compare::sweep::{self, SweepPoint};
 use harness::compare::{self as report, CompareRow};
 use harness::failover::experiment::{self as failover, Experiment};
+use harness::html::{Check, CHECKS_JSON, SUMMARY_TXT};
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use harness::record::Record;
 use harness::{Cluster, HarnessError};
 use wire::config::{Mode, Shipping};
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
-use workload::gen::{Mix, Profile};
+use workload::gen::Mix;
 
 use super::progress::{glass_exe, Console};
+use super::{close_record, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
@@ -57,10 +68,21 @@ pub struct CompareArgs {
     /// Requests each connection keeps in flight [default: 128].
     #[arg(long)]
     pub inflight: Option<usize>,
-    /// Workload profile: `paper` (50% NewOrder / 50% Payment, the paper's Section 4) or
-    /// `standard` (TPC-C's mix).
-    #[arg(long, default_value = "paper")]
-    pub profile: String,
+    /// Open loop: offer this many transactions per second over all connections (latency
+    /// is counted from each request's scheduled time, so queueing shows), the same load for
+    /// every mode [default: closed loop, each connection keeping --inflight requests out].
+    #[arg(long, value_name = "TXN_PER_S", conflicts_with = "sweep")]
+    pub rate: Option<f64>,
+    /// Latency at equal load: run each mode at increasing offered loads on one cluster
+    /// start — by default a closed-loop run to find its saturation, then 10, 25, 40, 55, 70,
+    /// 80, 90, 100 and 110% of it; or the rates given (`--sweep 500,1000,2000`) — and draw
+    /// p50 and p99 latency against achieved throughput, one line per mode (sweep.svg), naming
+    /// where each mode breaks. Each point lasts --warmup + --duration.
+    #[arg(long, value_name = "TXN_PER_S,…", num_args = 0..=1, require_equals = false, value_delimiter = ',')]
+    pub sweep: Option<Vec<f64>>,
+    /// Workload profile.
+    #[arg(long, value_enum, default_value_t = ProfileArg::Paper)]
+    pub profile: ProfileArg,
     /// Override the profile's mix with weights, e.g. `neworder=50,payment=50`.
     #[arg(long)]
     pub mix: Option<String>,
@@ -109,9 +131,15 @@ pub struct CompareArgs {
     /// columns (`glass failover --restart-after` measures rejoin).
     #[arg(long)]
     pub failover: bool,
+    /// Under each once-a-second line, one line per transaction type (ops/s, p50, p95, p99,
+    /// max).
+    #[arg(long)]
+    pub per_type: bool,
     /// Do not print the once-a-second lines of each run.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub record: RecordArgs,
 }
 
 pub fn run(a: CompareArgs) -> Result<ExitCode> {
@@ -124,10 +152,14 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         }
         .into());
     }
+    let strays = base.derived_running();
+    if !strays.is_empty() {
+        let running: Vec<String> = strays.iter().map(|(_, r)| harness::cluster::describe(r)).collect();
+        return Err(HarnessError::Strays { running: running.join(", "), path: base.path.clone() }.into());
+    }
     if a.modes.is_empty() {
         bail!("--modes names no mode; valid: active-active, active-passive, full-stack");
     }
-    let profile: Profile = a.profile.parse()?;
     let mix = a.mix.as_deref().map(Mix::parse).transpose()?;
     for p in [&a.json, &a.csv, &a.svg].into_iter().flatten() {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
@@ -147,47 +179,96 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     if a.failover && !a.multi_partition.is_empty() {
         bail!("--failover and --multi-partition cannot be combined: run them as two comparisons");
     }
+    if let Some(rates) = &a.sweep {
+        sweep::check_rates(rates)?;
+        if a.failover || !a.multi_partition.is_empty() {
+            bail!("--sweep runs alone: leave out --failover and --multi-partition (run them as other comparisons)");
+        }
+    }
     let outputs = [("--json", a.json.as_deref()), ("--csv", a.csv.as_deref()), ("--svg", a.svg.as_deref())];
     let (curve_dir, curve_files) = plan::curve_files(&base.config, outputs, !a.multi_partition.is_empty())?;
     // Every plan first, so an impossible flag fails before anything runs.
     let plans = plan::plans(&base, &runs)?;
     let warehouses = usize::from(base.config.warehouses_total());
     let cfg = DriverConfig {
-        profile,
+        profile: a.profile.into(),
         mix,
         clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
         inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
-        rate: None,
+        rate: a.rate,
         warmup_s: a.warmup,
         stop: StopAfter::Seconds(a.duration),
         seed: a.seed,
         outages: false,
     };
     cfg.validate()?;
+    if a.modes.contains(&Mode::FullStack) {
+        let what = format!("run_dir {} (where the full stack writes its log)", base.config.run_dir.display());
+        a.record.check_durable(&base.config.run_dir, &what)?;
+    }
+    let mut record = a.record.open("compare", &base.config.run_dir)?;
+    record.copy_config(&base.path, "cluster.toml")?;
+    let outcome = compare(&a, &base, &plans, &cfg, &runs, (&curve_dir, &curve_files), &mut record);
+    close_record(&mut record, outcome)
+}
 
+/// The runs, their table and every file of the record.
+fn compare(
+    a: &CompareArgs,
+    base: &Cluster,
+    plans: &[Plan],
+    cfg: &DriverConfig,
+    runs: &Runs<'_>,
+    (curve_dir, curve_files): (&Path, &[PathBuf; 3]),
+    record: &mut Record,
+) -> Result<ExitCode> {
+    let warehouses = usize::from(base.config.warehouses_total());
     println!(
-        "compare: {} run{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), seed {}",
+        "compare: {} {}{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), {}, seed {}",
         plans.len(),
+        if a.sweep.is_some() { "sweep" } else { "run" },
         if plans.len() == 1 { "" } else { "s" },
         a.duration,
         a.warmup,
         base.path.display(),
         warehouses,
         base.config.nodes.len(),
+        a.rate.map_or("closed loop".to_string(), |r| format!("open loop at {r:.0} txn/s")),
         a.seed
     );
     let exe = glass_exe()?;
+    if let Some(rates) = &a.sweep {
+        return run_sweeps(a, plans, &exe, cfg, runs, rates, record);
+    }
     let mut rows = Vec::new();
     let mut failed = Vec::new();
+    let mut checks = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         print_plan(i, plans.len(), plan);
         let shares = RemoteShares { multi_partition_pct: plan.multi_partition.unwrap_or(0), ..runs.shares };
         let mut progress = Console::new(!a.quiet);
-        let mut row = plan::run_one(plan, &exe, &cfg, &shares, a.quiet, &mut progress)
+        let echo = harness::measure::Echo { quiet: a.quiet, per_type: a.per_type };
+        let mut row = plan::run_one(plan, &exe, cfg, &shares, echo, a.record.keep_logs, &mut progress)
             .with_context(|| format!("the {} run", plan.mode))?;
-        if a.failover && !failover_run(&a, plan, &exe, &cfg, shares, &mut row)? {
+        copy_plan_config(record, plan)?;
+        if a.failover && !failover_run(a, plan, &exe, cfg, shares, &mut row)? {
             failed.push(format!("{} failover", row.label()));
+            checks.push(Check {
+                what: format!("{}: the failover lost nothing acknowledged", row.label()),
+                passed: false,
+            });
+        } else if a.failover {
+            checks
+                .push(Check { what: format!("{}: the failover lost nothing acknowledged", row.label()), passed: true });
         }
+        checks.push(Check {
+            what: format!(
+                "{}: replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and Payment \
+                 present, replica reads agree",
+                row.label()
+            ),
+            passed: row.checks_passed(),
+        });
         if !row.checks_passed() {
             failed.push(row.label());
         }
@@ -195,17 +276,101 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         rows.push(row);
     }
     println!();
-    if a.multi_partition.is_empty() {
-        print!("{}", report::render_table(&rows));
+    let summary = if a.multi_partition.is_empty() {
+        report::render_table(&rows)
     } else {
-        write_curve(&rows, &curve_dir, &curve_files)?;
+        let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
+        curve::render_table(&points)
+    };
+    print!("{summary}");
+    if !a.multi_partition.is_empty() {
+        write_curve(&rows, &record.dir, &curve::FILE_STEM_FILES.map(|x| record.path(x)))?;
+        if a.json.is_some() || a.csv.is_some() || a.svg.is_some() {
+            write_curve(&rows, curve_dir, curve_files)?;
+        }
     }
-    write_outputs(&a, &rows)?;
+    record.write_headed(&record.path("compare.json"), "runs", &report::to_json(&rows))?;
+    bench::write_atomic(&record.path("compare.csv"), report::to_csv(&rows).as_bytes())?;
+    if a.multi_partition.is_empty() {
+        report::write_svg(&rows, &record.path("compare.svg"))?;
+    }
+    write_outputs(a, record, &rows)?;
+    finish_record(record, &summary, &checks)?;
     if !failed.is_empty() {
         eprintln!("glass: error: checks failed for {}", failed.join(", "));
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--sweep`: each plan's sweep on one cluster start, then the table, the files and where
+/// each mode breaks.
+fn run_sweeps(
+    a: &CompareArgs,
+    plans: &[Plan],
+    exe: &Path,
+    cfg: &DriverConfig,
+    runs: &Runs<'_>,
+    rates: &[f64],
+    record: &mut Record,
+) -> Result<ExitCode> {
+    let mut points: Vec<SweepPoint> = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        print_plan(i, plans.len(), plan);
+        let mut progress = Console::new(!a.quiet);
+        let mut each = |p: &SweepPoint| println!("  {}", sweep::render_point(p));
+        let echo = harness::measure::Echo { quiet: true, per_type: false };
+        let mine =
+            sweep::run_sweep(plan, exe, cfg, &runs.shares, rates, echo, a.record.keep_logs, &mut progress, &mut each)
+                .with_context(|| format!("the {} sweep", plan.mode))?;
+        copy_plan_config(record, plan)?;
+        points.extend(mine);
+    }
+    println!();
+    let summary = sweep::render_table(&points);
+    print!("{summary}");
+    record.write_headed(&record.path("sweep.json"), "points", &sweep::to_json(&points))?;
+    bench::write_atomic(&record.path("sweep.csv"), sweep::to_csv(&points).as_bytes())?;
+    sweep::write_svg(&points, &record.path("sweep.svg"))?;
+    let mut checks = Vec::new();
+    let mut failed = Vec::new();
+    for p in &points {
+        if !checks.iter().any(|c: &Check| c.what.starts_with(&p.series)) {
+            checks.push(Check {
+                what: format!(
+                    "{}: after the sweep, replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged \
+                     NewOrder and Payment present",
+                    p.series
+                ),
+                passed: p.checks_passed,
+            });
+            if !p.checks_passed {
+                failed.push(p.series.clone());
+            }
+        }
+    }
+    finish_record(record, &summary, &checks)?;
+    if !failed.is_empty() {
+        eprintln!("glass: error: checks failed for {}", failed.join(", "));
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The derived `cluster.toml` a plan ran, copied into the record as `cluster-<plan>.toml`.
+fn copy_plan_config(record: &Record, plan: &Plan) -> Result<()> {
+    let name = plan.dir.file_name().map_or("plan".into(), |n| n.to_string_lossy().into_owned());
+    record.copy_config(&plan.dir.join("cluster.toml"), &format!("cluster-{name}.toml"))?;
+    Ok(())
+}
+
+/// The table as printed, the checks, and the page that shows them with every chart.
+pub fn finish_record(record: &Record, summary: &str, checks: &[Check]) -> Result<()> {
+    bench::write_atomic(&record.path(SUMMARY_TXT), summary.as_bytes())?;
+    harness::record::write_json(&record.path(CHECKS_JSON), &checks)?;
+    let page = harness::html::write_record_page(&record.dir)?;
+    println!("wrote {} (the run record: {})", page.display(), record.dir.display());
+    Ok(())
 }
 
 /// The heading of one run.
@@ -266,6 +431,7 @@ fn failover_run(
     let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
         .with_context(|| format!("the {} failover run", plan.mode))?;
     print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
+    remove_failover_data(a, &config)?;
     row.set_failover(&f);
     let mut passed = failover::passed(&plan.config, &f);
     if config.coordinators.len() > 1 {
@@ -276,16 +442,23 @@ fn failover_run(
         let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
             .with_context(|| format!("the {} coordinator failover run", plan.mode))?;
         print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
+        remove_failover_data(a, &config)?;
         row.set_coordinator_failover(&f);
         passed &= failover::passed(&plan.config, &f);
     }
     Ok(passed)
 }
 
-/// The multi-partition curve: its table, and its JSON, CSV and SVG files.
+/// A failover run's databases and logs, removed unless `--keep-logs`.
+fn remove_failover_data(a: &CompareArgs, config: &wire::config::ClusterConfig) -> Result<()> {
+    let derived = Cluster::open(&config.run_dir.join("cluster.toml"))?;
+    plan::remove_data(&config.run_dir, &derived, a.record.keep_logs)?;
+    Ok(())
+}
+
+/// The multi-partition curve: its JSON, CSV and SVG files.
 fn write_curve(rows: &[CompareRow], dir: &Path, files: &[PathBuf; 3]) -> Result<()> {
     let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
-    print!("{}", curve::render_table(&points));
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     let [json, csv, svg] = files;
     super::write_json(json, &curve::to_json(&points))?;
@@ -296,10 +469,11 @@ fn write_curve(rows: &[CompareRow], dir: &Path, files: &[PathBuf; 3]) -> Result<
     Ok(())
 }
 
-/// `--json`, `--csv`, `--svg`.
-fn write_outputs(a: &CompareArgs, rows: &[CompareRow]) -> Result<()> {
+/// `--json`, `--csv`, `--svg`: further copies where they point.
+fn write_outputs(a: &CompareArgs, record: &Record, rows: &[CompareRow]) -> Result<()> {
     if let Some(p) = &a.json {
-        super::write_json(p, &report::to_json(rows))?;
+        record.write_headed(p, "runs", &report::to_json(rows))?;
+        println!("wrote {}", p.display());
     }
     if let Some(p) = &a.csv {
         bench::write_atomic(p, report::to_csv(rows).as_bytes())?;

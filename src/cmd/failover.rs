@@ -6,7 +6,12 @@
 //! anything acknowledged was lost ([`harness::failover::experiment`] runs it; this module
 //! turns the flags into it and prints the record).
 //!
-//! The run's cluster lives in `<run_dir>/failover/<mode>/`; the command exits non-zero when
+//! Every run keeps a run record ([`harness::record`]): `failover.json` headed by the run's
+//! metadata, `failover.svg`, the report as printed, the checks, `cluster.toml` and the derived
+//! one, `command.txt`, `run.json` and `report.html`. `--rate` drives it open loop.
+//!
+//! The run's cluster lives in `<run_dir>/failover/<mode>/` (its databases and logs removed
+//! afterwards unless `--keep-logs`); the command exits non-zero when
 //! the record fails [`harness::verdict`]: a mode that promises no loss (active-active,
 //! synchronous active-passive, full-stack) lost an acknowledged transaction, or replicas
 //! differ, or consistency fails (and, for a kill loop, when a restarted node did not rejoin).
@@ -18,15 +23,17 @@ use anyhow::{Context, Result};
 use clap::Args;
 use harness::failover::experiment::{self as failover, Experiment, KillLoop};
 use harness::failover::{self as report};
+use harness::html::Check;
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use harness::record::Record;
 use harness::{Cluster, HarnessError};
 use wire::config::{ClusterConfig, Mode, Shipping};
 use wire::messages::NodeId;
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
-use workload::gen::Profile;
 
 use super::progress::{glass_exe, Console};
+use super::{close_record, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct FailoverArgs {
@@ -86,14 +93,17 @@ pub struct FailoverArgs {
     /// Requests each connection keeps in flight [default: 128].
     #[arg(long)]
     pub inflight: Option<usize>,
+    /// Open loop: offer this many transactions per second over all connections, so the
+    /// outage is seen at a known load rather than at saturation [default: closed loop].
+    #[arg(long, value_name = "TXN_PER_S")]
+    pub rate: Option<f64>,
     /// Seed of the input generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Workload profile: `paper` (50% NewOrder / 50% Payment, local warehouses only) or
-    /// `standard` (TPC-C's mix, with remote items and payments drawn from every warehouse of
-    /// the cluster — multi-partition transactions).
-    #[arg(long, default_value = "paper")]
-    pub profile: String,
+    /// Workload profile (`standard` draws remote items and payments from every warehouse of
+    /// the cluster: multi-partition transactions).
+    #[arg(long, value_enum, default_value_t = ProfileArg::Paper)]
+    pub profile: ProfileArg,
     /// Percent of order lines supplied by a remote warehouse (clause 2.4.1.5) [default: the
     /// profile's, standard 1, paper 0].
     #[arg(long, value_name = "PCT")]
@@ -115,6 +125,8 @@ pub struct FailoverArgs {
     /// Do not print the once-a-second lines.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub record: RecordArgs,
 }
 
 pub fn run(a: FailoverArgs) -> Result<ExitCode> {
@@ -134,7 +146,6 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
     }
     let warehouses = usize::from(config.warehouses_total());
-    let profile: Profile = a.profile.parse()?;
     let shares = RemoteShares {
         remote_item_pct: a.remote_items,
         remote_payment_pct: a.remote_payments,
@@ -142,32 +153,59 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     };
     shares.validate()?;
     let cfg = DriverConfig {
-        profile,
+        profile: a.profile.into(),
         mix: None,
         clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
         inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
-        rate: None,
+        rate: a.rate,
         warmup_s: a.warmup,
         stop: StopAfter::Seconds(a.duration),
         seed: a.seed,
         outages: true,
     };
     cfg.validate()?;
+    if config.mode() == Mode::FullStack {
+        let what = format!("run_dir {} (where the full stack writes its log)", config.run_dir.display());
+        a.record.check_durable(&config.run_dir, &what)?;
+    }
+    let mut record = a.record.open("failover", &config.run_dir)?;
+    record.copy_config(&base.path, "cluster.toml")?;
+    let outcome = failover(&a, &config, victim, signal, cfg, shares, &record);
+    let outcome = outcome.and_then(|code| {
+        record.copy_config(&config.run_dir.join("cluster.toml"), "cluster-failover.toml")?;
+        let derived = Cluster::open(&config.run_dir.join("cluster.toml"))?;
+        harness::compare::plan::remove_data(&config.run_dir, &derived, a.record.keep_logs)?;
+        Ok(code)
+    });
+    close_record(&mut record, outcome)
+}
+
+/// The failover run (or kill loop) proper, its record kept in `record`.
+fn failover(
+    a: &FailoverArgs,
+    config: &ClusterConfig,
+    victim: failover::Kill,
+    signal: libc::c_int,
+    cfg: DriverConfig,
+    shares: RemoteShares,
+    record: &Record,
+) -> Result<ExitCode> {
+    let warehouses = usize::from(config.warehouses_total());
     if let Some(cycles) = a.kill_loop {
         println!(
             "failover: {} on {} ({} warehouses); a kill loop of {cycles} cycles from {:.1} s, one every {:.1} s",
             config.mode(),
-            base.path.display(),
+            a.config.display(),
             warehouses,
             a.at,
             a.every
         );
-        return run_loop(&a, &config, cycles, cfg, shares);
+        return run_loop(a, config, cycles, cfg, shares, record);
     }
     println!(
         "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase{}",
         config.mode(),
-        base.path.display(),
+        a.config.display(),
         warehouses,
         victim,
         if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" },
@@ -184,17 +222,27 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         shares,
         quiet: a.quiet,
     };
-    let r = failover::experiment(&config, &x, &mut Console::new(!a.quiet))?;
+    let r = failover::experiment(config, &x, &mut Console::new(!a.quiet))?;
     println!();
-    print!("{r}");
+    let summary = r.to_string();
+    print!("{summary}");
+    record.write_headed(&record.path("failover.json"), "failover", &r)?;
+    report::write_svg(&r, &record.path("failover.svg"))?;
     if let Some(p) = &a.json {
-        super::write_json(p, &r)?;
+        record.write_headed(p, "failover", &r)?;
+        println!("wrote {}", p.display());
     }
     if let Some(p) = &a.svg {
         report::write_svg(&r, p)?;
         println!("wrote {}", p.display());
     }
-    if !failover::passed(&config, &r) {
+    let passed = failover::passed(config, &r);
+    let checks = [Check {
+        what: "nothing acknowledged lost where the mode promises it, replica digests equal, TPC-C consistent".into(),
+        passed,
+    }];
+    super::compare::finish_record(record, &summary, &checks)?;
+    if !passed {
         eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
         return Ok(ExitCode::from(1));
     }
@@ -208,6 +256,7 @@ fn run_loop(
     cycles: u32,
     cfg: DriverConfig,
     shares: RemoteShares,
+    record: &Record,
 ) -> Result<ExitCode> {
     let x = KillLoop {
         exe: glass_exe()?,
@@ -222,14 +271,27 @@ fn run_loop(
     };
     let r = failover::kill_loop(config, &x, &mut Console::new(!a.quiet))?;
     println!();
-    print!("{r}");
+    let summary = r.to_string();
+    print!("{summary}");
+    record.write_headed(&record.path("failover.json"), "failover", &r)?;
     if let Some(p) = &a.json {
-        super::write_json(p, &r)?;
+        record.write_headed(p, "failover", &r)?;
+        println!("wrote {}", p.display());
     }
     if a.svg.is_some() {
         println!("(no SVG for a kill loop: the per-100 ms timeline is in --json)");
     }
-    if !failover::loop_passed(config, &r) {
+    let passed = failover::loop_passed(config, &r);
+    let checks = [
+        Check {
+            what: "nothing acknowledged lost where the mode promises it, replica digests equal, TPC-C consistent"
+                .into(),
+            passed,
+        },
+        Check { what: "every restarted node rejoined".into(), passed: r.rejoins_completed >= r.cycles },
+    ];
+    super::compare::finish_record(record, &summary, &checks)?;
+    if !passed {
         eprintln!("glass: error: the kill loop lost acknowledged transactions or left replicas inconsistent");
         return Ok(ExitCode::from(1));
     }

@@ -50,7 +50,12 @@ pub struct BenchConfig {
     pub mix: Option<Mix>,
     pub warehouses: u16,
     pub stop: StopAfter,
+    /// Seconds of unmeasured warm-up (ignored when `warmup_txns` is given).
     pub warmup_s: f64,
+    /// A warm-up of exactly this many transactions instead of `warmup_s` seconds: with a
+    /// transaction limit (`--txns`) the run is then a pure function of the seed, and the same
+    /// seed gives byte-identical dumps (the guarantee above).
+    pub warmup_txns: Option<u64>,
     pub seed: u64,
 }
 
@@ -73,6 +78,13 @@ impl BenchConfig {
             }
             StopAfter::Transactions(0) => return Err(BenchError::Invalid("--txns must be at least 1".into())),
             _ => {}
+        }
+        if self.warmup_txns.is_some() && !matches!(self.stop, StopAfter::Transactions(_)) {
+            return Err(BenchError::Invalid(
+                "--warmup-txns counts the warm-up of a run that stops after --txns; a timed run warms up for \
+                 --warmup seconds"
+                    .into(),
+            ));
         }
         if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
             return Err(BenchError::Invalid(format!("--warmup must be zero or more seconds, not {}", self.warmup_s)));
@@ -108,6 +120,53 @@ pub struct IntervalLine {
     pub p50_us: f64,
     pub p99_us: f64,
     pub aborts: u64,
+    /// The same second per transaction type that ran in it (`--per-type` prints them).
+    pub per_txn: Vec<IntervalKind>,
+}
+
+/// One transaction type's figures within one interval: what `--per-type` prints each second,
+/// as cockroach `workload` and go-tpc do.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalKind {
+    #[serde(serialize_with = "crate::metrics::kind_name")]
+    pub txn: TxnKind,
+    /// Committed per second.
+    pub per_sec: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl IntervalLine {
+    /// The line of an interval ending `elapsed_s` into the measured phase and lasting `span_s`,
+    /// from the figures gathered in it. The one place every driver builds its lines.
+    pub fn of(elapsed_s: f64, span_s: f64, interval: &Stats) -> IntervalLine {
+        let span = span_s.max(1e-9);
+        let h = interval.all_latencies();
+        let us = |h: &hdrhistogram::Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        let per_txn = TxnKind::ALL
+            .iter()
+            .zip(&interval.per_kind)
+            .filter(|(_, k)| k.committed + k.aborted > 0)
+            .map(|(txn, k)| IntervalKind {
+                txn: *txn,
+                per_sec: k.committed as f64 / span,
+                p50_us: us(&k.latency_ns, 0.50),
+                p95_us: us(&k.latency_ns, 0.95),
+                p99_us: us(&k.latency_ns, 0.99),
+                max_us: k.latency_ns.max() as f64 / 1000.0,
+            })
+            .collect();
+        IntervalLine {
+            elapsed_s,
+            txn_per_sec: interval.committed() as f64 / span,
+            p50_us: us(&h, 0.5),
+            p99_us: us(&h, 0.99),
+            aborts: interval.aborted(),
+            per_txn,
+        }
+    }
 }
 
 /// Where a bench ran: on a database in this process, or on a cluster in one of its modes.
@@ -154,6 +213,9 @@ pub struct BenchReport {
     pub committed: u64,
     pub aborted: u64,
     pub txn_per_sec: f64,
+    /// tpmC: committed NewOrders per minute of the measured phase (TPC-C clause 5.4.1; glass
+    /// runs without keying and think times, so this is not a conforming TPC-C result).
+    pub tpmc: f64,
     /// CPU seconds the executor thread(s) used during the measured phase (less than
     /// `seconds` × threads when the machine's other work descheduled them); `None` when it
     /// could not be measured ([`BenchReport::cpu_not_measured`] says why).
@@ -235,6 +297,7 @@ impl BenchReport {
             committed,
             aborted: m.stats.aborted(),
             txn_per_sec: committed as f64 / m.seconds.max(1e-9),
+            tpmc: 60.0 * m.stats.per_kind[TxnKind::NewOrder as usize].committed as f64 / m.seconds.max(1e-9),
             executor_cpu_seconds: cpu,
             txn_per_cpu_sec: cpu.map(|c| committed as f64 / c),
             cpu_not_measured: cpu.is_none().then(|| "the executor thread's CPU time could not be read".to_string()),
@@ -288,11 +351,12 @@ pub fn run<S: Storage>(
     let mut ts: u64 = 0;
     let mut neworders: u64 = 0;
 
-    // Warm-up: same stream, not measured.
+    // Warm-up: same stream, not measured; a number of transactions or of seconds.
     let warmup = Duration::from_secs_f64(cfg.warmup_s);
-    if !warmup.is_zero() {
-        obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
-        let start = Instant::now();
+    let warmup_start = Instant::now();
+    let warmup_txns = cfg.warmup_txns.unwrap_or(u64::MAX);
+    if cfg.warmup_txns.map_or(!warmup.is_zero(), |n| n > 0) {
+        obs.phase("warmup", cfg.warmup_txns.map_or(StopAfter::Seconds(cfg.warmup_s), StopAfter::Transactions));
         let mut n = 0u64;
         loop {
             ts += 1;
@@ -301,15 +365,19 @@ pub fn run<S: Storage>(
             neworders += (r.is_ok() && input.kind() == TxnKind::NewOrder) as u64;
             check_outcome(&r)?;
             n += 1;
+            if n >= warmup_txns {
+                break;
+            }
             if n % 1024 == 0 {
-                let e = start.elapsed();
+                let e = warmup_start.elapsed();
                 obs.progress(e.as_secs_f64(), n);
-                if e >= warmup {
+                if cfg.warmup_txns.is_none() && e >= warmup {
                     break;
                 }
             }
         }
     }
+    let warmup_seconds = if cfg.warmup_txns.is_some() { warmup_start.elapsed().as_secs_f64() } else { cfg.warmup_s };
 
     obs.phase("run", cfg.stop);
     let cpu_start = thread_cpu_seconds();
@@ -343,15 +411,7 @@ pub fn run<S: Storage>(
         done += 1;
         let e = b - start;
         if e >= next_tick || done >= limit_txns || e >= limit_time {
-            let span = (e - last_tick).as_secs_f64();
-            let h = interval.all_latencies();
-            let line = IntervalLine {
-                elapsed_s: e.as_secs_f64(),
-                txn_per_sec: interval.committed() as f64 / span.max(1e-9),
-                p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
-                aborts: interval.aborted(),
-            };
+            let line = IntervalLine::of(e.as_secs_f64(), (e - last_tick).as_secs_f64(), &interval);
             obs.interval(&line);
             obs.progress(e.as_secs_f64(), done);
             timeline.push(line);
@@ -375,7 +435,7 @@ pub fn run<S: Storage>(
         warehouses: cfg.warehouses,
         seed: cfg.seed,
         load_seconds,
-        warmup_seconds: cfg.warmup_s,
+        warmup_seconds,
         seconds: elapsed.as_secs_f64(),
         cpu_seconds: Some(cpu_seconds),
         stats: &stats,

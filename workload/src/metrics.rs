@@ -102,7 +102,7 @@ pub struct KindSummary {
 }
 
 /// A transaction type as reports name it.
-fn kind_name<S: serde::Serializer>(kind: &TxnKind, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn kind_name<S: serde::Serializer>(kind: &TxnKind, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(kind.name())
 }
 

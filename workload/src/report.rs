@@ -12,6 +12,8 @@ use crate::bench::{BenchReport, IntervalLine, Observer, StopAfter};
 pub struct ConsoleObserver {
     bar: Option<ProgressBar>,
     quiet: bool,
+    /// `--per-type`: under each per-second line, one line per transaction type.
+    per_type: bool,
     header_done: bool,
     bar_unit_is_ms: bool,
 }
@@ -19,7 +21,14 @@ pub struct ConsoleObserver {
 impl ConsoleObserver {
     /// `quiet` suppresses the per-second lines (bars still show on a terminal).
     pub fn new(quiet: bool) -> Self {
-        ConsoleObserver { bar: None, quiet, header_done: false, bar_unit_is_ms: false }
+        ConsoleObserver { bar: None, quiet, per_type: false, header_done: false, bar_unit_is_ms: false }
+    }
+
+    /// `--per-type`: each per-second line is followed by one line per transaction type
+    /// (committed per second, p50, p95, p99, max), as cockroach `workload` and go-tpc print.
+    pub fn per_type(mut self, on: bool) -> Self {
+        self.per_type = on;
+        self
     }
 
     fn new_bar(&mut self, len: u64, template: &str) -> ProgressBar {
@@ -76,6 +85,20 @@ impl Observer for ConsoleObserver {
                 "{:>7.1}s {:>12.0} {:>10.1} {:>10.1} {:>8}",
                 l.elapsed_s, l.txn_per_sec, l.p50_us, l.p99_us, l.aborts
             ));
+            if self.per_type {
+                for k in &l.per_txn {
+                    self.say(&format!(
+                        "{:>8} {:>12} {:>10.0} ops/s  p50 {:>9.1}  p95 {:>9.1}  p99 {:>9.1}  max {:>9.1} us",
+                        "",
+                        k.txn.name(),
+                        k.per_sec,
+                        k.p50_us,
+                        k.p95_us,
+                        k.p99_us,
+                        k.max_us
+                    ));
+                }
+            }
         }
     }
 
@@ -96,15 +119,16 @@ pub fn render(r: &BenchReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<12} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "txn", "count", "aborts", "mean_us", "p50_us", "p95_us", "p99_us", "max_us"
+        "{:<12} {:>10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "txn", "count", "ops/s", "aborts", "mean_us", "p50_us", "p95_us", "p99_us", "max_us"
     );
     for k in &r.per_txn {
         let _ = writeln!(
             s,
-            "{:<12} {:>10} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+            "{:<12} {:>10} {:>10.0} {:>8} {:>10.2} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
             k.txn.name(),
             k.count,
+            k.count as f64 / r.seconds.max(1e-9),
             k.aborts,
             k.mean_us,
             k.p50_us,
@@ -115,8 +139,8 @@ pub fn render(r: &BenchReport) -> String {
     }
     let _ = writeln!(
         s,
-        "{:<12} {:>10} {:>8} {:>10} {:>10.1} {:>10.1} {:>10.1}",
-        "all", r.committed, r.aborted, "", r.p50_us, r.p95_us, r.p99_us
+        "{:<12} {:>10} {:>10.0} {:>8} {:>10} {:>10.1} {:>10.1} {:>10.1}",
+        "all", r.committed, r.txn_per_sec, r.aborted, "", r.p50_us, r.p95_us, r.p99_us
     );
     let _ = match (r.txn_per_cpu_sec, r.executor_cpu_seconds) {
         (Some(per_cpu), Some(cpu)) => writeln!(
@@ -133,6 +157,7 @@ pub fn render(r: &BenchReport) -> String {
             r.cpu_not_measured.as_deref().unwrap_or("no figure")
         ),
     };
+    let _ = writeln!(s, "tpmC         {:.0} NewOrders per minute (measured phase)", r.tpmc);
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     let _ = writeln!(
         s,

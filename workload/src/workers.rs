@@ -85,6 +85,12 @@ struct Shared {
     /// Measured transactions claimed (only with a transaction limit).
     tickets: AtomicU64,
     limit_txns: Option<u64>,
+    /// A warm-up of this many transactions (`--warmup-txns`) rather than of seconds.
+    warmup_txns: Option<u64>,
+    /// Warm-up transactions claimed (only with `warmup_txns`).
+    warmup_tickets: AtomicU64,
+    /// When a worker that found the warm-up count spent started the measured phase.
+    measure_started: Mutex<Option<Instant>>,
 }
 
 #[derive(Default)]
@@ -108,6 +114,21 @@ fn worker<S: Storage>(
     loop {
         let measured = match shared.phase.load(Ordering::Acquire) {
             PHASE_STOP => break,
+            PHASE_WARMUP => match shared.warmup_txns {
+                // The warm-up's count is spent: this worker starts the measured phase.
+                Some(n) if shared.warmup_tickets.fetch_add(1, Ordering::Relaxed) >= n => {
+                    let now = Instant::now();
+                    if shared
+                        .phase
+                        .compare_exchange(PHASE_WARMUP, PHASE_MEASURE, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        *shared.measure_started.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+                    }
+                    shared.phase.load(Ordering::Acquire) == PHASE_MEASURE
+                }
+                _ => false,
+            },
             phase => phase == PHASE_MEASURE,
         };
         if let (true, Some(limit)) = (measured, shared.limit_txns) {
@@ -161,14 +182,7 @@ fn take_interval(slots: &[Slot]) -> Stats {
 }
 
 fn interval_line(interval: &Stats, elapsed: Duration, span: Duration) -> IntervalLine {
-    let h = interval.all_latencies();
-    IntervalLine {
-        elapsed_s: elapsed.as_secs_f64(),
-        txn_per_sec: interval.committed() as f64 / span.as_secs_f64().max(1e-9),
-        p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
-        p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
-        aborts: interval.aborted(),
-    }
+    IntervalLine::of(elapsed.as_secs_f64(), span.as_secs_f64(), interval)
 }
 
 /// Runs the warm-up and the measured phase on an already-loaded database with one worker
@@ -193,10 +207,14 @@ pub fn run<S: Storage + Send>(
     let mix = gens[0].mix().weights;
     let rss_after_load = rss_bytes().unwrap_or(0);
     let warmup = Duration::from_secs_f64(cfg.warmup_s);
+    let warming = cfg.warmup_txns.map_or(!warmup.is_zero(), |n| n > 0);
     // Without a warm-up every transaction is measured (so a transaction limit covers the
     // whole stream, as in the single-thread bench).
     let shared = Shared {
-        phase: AtomicU8::new(if warmup.is_zero() { PHASE_MEASURE } else { PHASE_WARMUP }),
+        phase: AtomicU8::new(if warming { PHASE_WARMUP } else { PHASE_MEASURE }),
+        warmup_txns: cfg.warmup_txns,
+        warmup_tickets: AtomicU64::new(0),
+        measure_started: Mutex::new(None),
         clock: AtomicU64::new(0),
         tickets: AtomicU64::new(0),
         limit_txns: match cfg.stop {
@@ -213,6 +231,7 @@ pub fn run<S: Storage + Send>(
     let mut last_tick = Duration::ZERO;
     let mut start = Instant::now();
     let mut cpu_start = crate::metrics::cpu_seconds();
+    let mut warmup_seconds = 0.0;
 
     let outcomes: Vec<Result<Outcome, BenchError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = sessions
@@ -232,18 +251,35 @@ pub fn run<S: Storage + Send>(
             .collect();
         let over = || handles.iter().all(|h| h.is_finished()) || shared.phase.load(Ordering::Acquire) == PHASE_STOP;
 
-        if !warmup.is_zero() {
-            obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
-            warm_up(obs, warmup, &slots, &over);
+        let warmup_start = Instant::now();
+        if warming {
+            match cfg.warmup_txns {
+                Some(n) => {
+                    obs.phase("warmup", StopAfter::Transactions(n));
+                    // The workers end the warm-up themselves once its count is spent.
+                    while shared.phase.load(Ordering::Acquire) == PHASE_WARMUP && !over() {
+                        std::thread::sleep(POLL_INTERVAL.min(Duration::from_millis(2)));
+                        obs.progress(warmup_start.elapsed().as_secs_f64(), total_done(&slots));
+                    }
+                }
+                None => {
+                    obs.phase("warmup", StopAfter::Seconds(cfg.warmup_s));
+                    warm_up(obs, warmup, &slots, &over);
+                }
+            }
         }
+        warmup_seconds = warmup_start.elapsed().as_secs_f64();
 
         obs.phase("run", cfg.stop);
         cpu_start = crate::metrics::cpu_seconds();
         let done_before = total_done(&slots);
-        if !warmup.is_zero() {
+        if warming {
             start = Instant::now();
             // Unless a failed worker already stopped the run.
             let _ = shared.phase.compare_exchange(PHASE_WARMUP, PHASE_MEASURE, Ordering::AcqRel, Ordering::Acquire);
+            if let Some(t) = *shared.measure_started.lock().unwrap_or_else(|e| e.into_inner()) {
+                start = t;
+            }
         }
         let clock = MeasureClock { start, limit_time, done_before };
         last_tick = measure(obs, &clock, &slots, &shared, &over, &mut timeline);
@@ -267,7 +303,7 @@ pub fn run<S: Storage + Send>(
         warehouses: cfg.warehouses,
         seed: cfg.seed,
         load_seconds,
-        warmup_seconds: cfg.warmup_s,
+        warmup_seconds,
         seconds: elapsed.as_secs_f64(),
         cpu_seconds: Some(cpu_seconds),
         stats: &all.stats,

@@ -24,6 +24,9 @@ use super::{csv_table, mode_color, ms, CompareRow, CsvColumn, SvgError, MISSING}
 
 /// The stem of the curve's files (`.json`, `.csv`, `.svg`), written next to the comparison's.
 pub const FILE_STEM: &str = "compare-multi-partition";
+/// The curve's three files (`FILE_STEM` with `.json`, `.csv`, `.svg`).
+pub const FILE_STEM_FILES: [&str; 3] =
+    ["compare-multi-partition.json", "compare-multi-partition.csv", "compare-multi-partition.svg"];
 
 /// The x axis' label.
 pub const X_LABEL: &str = "multi-partition NewOrders (%)";

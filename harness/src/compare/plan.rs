@@ -136,7 +136,8 @@ pub fn run_one(
     exe: &Path,
     cfg: &DriverConfig,
     shares: &RemoteShares,
-    quiet: bool,
+    echo: crate::measure::Echo,
+    keep_logs: bool,
     progress: &mut dyn Progress,
 ) -> Result<CompareRow> {
     let note = format!(
@@ -152,16 +153,10 @@ pub fn run_one(
     let client = cluster.client();
     let local = cluster.running_procs();
     let Measurement { mut report, acks, payments, start, end, .. } =
-        measure_with(&rt, &cluster, &client, cfg, shares, &local, quiet)?;
+        measure_with(&rt, &cluster, &client, cfg, shares, &local, echo)?;
     report.load_seconds = load_seconds;
     let verdict = check_and_down(&rt, guard, &client, &acks, &payments, progress)?;
-    let disk_bytes = disk_bytes(&plan.dir, &cluster)?;
-    if disk_bytes > 0 {
-        // The full stack leaves gigabytes of log and checkpoint in the page cache; write them
-        // back now, between runs, rather than during the next run's measured phase.
-        // SAFETY: sync(2) takes no arguments and cannot fail.
-        unsafe { libc::sync() };
-    }
+    let disk_bytes = remove_data(&plan.dir, &cluster, keep_logs)?;
 
     let (Some(s), Some(e)) = (start, end) else { return Err(HarnessError::NotSampled) };
     let committed = report.committed.max(1) as f64;
@@ -214,6 +209,7 @@ pub fn run_one(
         aborted: report.aborted,
         txn_per_sec: report.txn_per_sec,
         neworder_per_sec: neworders as f64 / report.seconds.max(1e-9),
+        tpmc: report.tpmc,
         multi_partition_pct: plan.multi_partition,
         committed_single_partition: single,
         committed_multi_partition: multi,
@@ -262,10 +258,30 @@ fn same_file_name(a: &Path, b: &Path) -> bool {
     norm(a) == norm(b)
 }
 
-/// Bytes of the files a run left in its directory besides what the launcher writes (process
-/// logs, pid files, the derived cluster.toml) and the coordinators' raft state (decisions
-/// about membership, not data): the nodes' databases, logs and checkpoints.
-fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
+/// Measures what the stopped cluster left on disk ([`data_files`]), then — unless
+/// `keep_logs` — removes it: a full-stack comparison leaves gigabytes of log and checkpoint.
+/// Kept files are written back now, between runs, rather than during the next run's measured
+/// phase. Returns the bytes measured.
+pub fn remove_data(dir: &Path, cluster: &Cluster, keep_logs: bool) -> Result<u64> {
+    let files = data_files(dir, cluster)?;
+    let bytes = files.iter().map(|(_, n)| n).sum();
+    if keep_logs {
+        if bytes > 0 {
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
+        }
+    } else {
+        for (f, _) in &files {
+            std::fs::remove_file(f).map_err(|e| HarnessError::io(format!("remove {}", f.display()), e))?;
+        }
+    }
+    Ok(bytes)
+}
+
+/// The files a run left in its directory besides what the launcher writes (process logs, pid
+/// files, the derived cluster.toml) and the coordinators' raft state (decisions about
+/// membership, not data): the nodes' databases, logs and checkpoints, with their sizes.
+fn data_files(dir: &Path, cluster: &Cluster) -> Result<Vec<(PathBuf, u64)>> {
     let run_dir = &cluster.config.run_dir;
     let launcher: Vec<PathBuf> = cluster
         .coordinator_procs()
@@ -274,7 +290,7 @@ fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
         .map(|p| cluster.log_file(&p))
         .chain(cluster.config.coordinator_ids().into_iter().map(|c| wire::config::coordinator_state_file(run_dir, c)))
         .collect();
-    let mut total = 0u64;
+    let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let read = |e| HarnessError::io(format!("read {}", d.display()), e);
@@ -288,9 +304,9 @@ fn disk_bytes(dir: &Path, cluster: &Cluster) -> Result<u64> {
                 || path.extension().is_some_and(|x| x == "pid")
                 || path == dir.join("cluster.toml"))
             {
-                total += meta.len();
+                found.push((path, meta.len()));
             }
         }
     }
-    Ok(total)
+    Ok(found)
 }

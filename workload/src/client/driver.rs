@@ -528,15 +528,7 @@ fn measure(
         }
         let done = total.committed() + total.aborted();
         if e >= next_tick || e >= limit_time || done >= limit_txns || dead {
-            let span = (e - last_tick).as_secs_f64().max(1e-9);
-            let h = interval.all_latencies();
-            let line = IntervalLine {
-                elapsed_s: e.as_secs_f64(),
-                txn_per_sec: interval.committed() as f64 / span,
-                p50_us: h.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_us: h.value_at_quantile(0.99) as f64 / 1000.0,
-                aborts: interval.aborted(),
-            };
+            let line = IntervalLine::of(e.as_secs_f64(), (e - last_tick).as_secs_f64(), &interval);
             if limit_txns == u64::MAX || e >= next_tick || done >= limit_txns || dead {
                 obs.interval(&line);
                 timeline.push(line);

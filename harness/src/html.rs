@@ -1,0 +1,330 @@
+//! `report.html`: one self-contained page per run record — the run's metadata, its checks,
+//! its tables and every chart inline — that opens in a browser without a network
+//! ([`record_page`]), and the page that sets two records side by side with the ratio of each
+//! figure ([`side_by_side`]).
+//!
+//! The page is built from the record's own files, so `glass report DIR` rebuilds exactly what
+//! the run wrote: `run.json` ([`RunMeta`]), `summary.txt` (the table the run printed),
+//! `checks.json` ([`Check`]s) and every `*.svg` in the folder, inlined.
+//!
+//! Guarantees: the page is well-formed XML as well as HTML (every element closed, every
+//! text escaped, each SVG inlined without its XML prolog), references nothing outside itself
+//! (no script, stylesheet, font or image by URL), and names every chart by its file.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::HarnessError;
+use crate::record::{RunMeta, RUN_JSON};
+use crate::Result;
+
+/// The page's file in a record.
+pub const REPORT_HTML: &str = "report.html";
+/// The table the run printed, kept for the page.
+pub const SUMMARY_TXT: &str = "summary.txt";
+/// The run's checks, kept for the page.
+pub const CHECKS_JSON: &str = "checks.json";
+
+/// One check a run made and whether it passed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Check {
+    pub what: String,
+    pub passed: bool,
+}
+
+/// What a record holds for its page.
+#[derive(Debug, Clone)]
+pub struct RecordFiles {
+    pub dir: PathBuf,
+    pub meta: RunMeta,
+    pub summary: String,
+    pub checks: Vec<Check>,
+    /// (file name, SVG text), by file name.
+    pub charts: Vec<(String, String)>,
+}
+
+impl RecordFiles {
+    /// Reads a record folder: `run.json` is required, the rest is shown if present.
+    pub fn read(dir: &Path) -> Result<RecordFiles> {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name));
+        let meta_text = read(RUN_JSON).map_err(|e| {
+            HarnessError::io(format!("{} is not a run record: cannot read its {RUN_JSON}", dir.display()), e)
+        })?;
+        let meta: RunMeta = serde_json::from_str(&meta_text).map_err(|e| {
+            HarnessError::Invalid(format!("{}: not a run record's metadata: {e}", dir.join(RUN_JSON).display()))
+        })?;
+        let summary = read(SUMMARY_TXT).unwrap_or_default();
+        let checks = match read(CHECKS_JSON) {
+            Ok(t) => serde_json::from_str(&t)
+                .map_err(|e| HarnessError::Invalid(format!("{}: {e}", dir.join(CHECKS_JSON).display())))?,
+            Err(_) => Vec::new(),
+        };
+        let mut charts = Vec::new();
+        let entries = std::fs::read_dir(dir).map_err(|e| HarnessError::io(format!("read {}", dir.display()), e))?;
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "svg") {
+                let svg = std::fs::read_to_string(&path)
+                    .map_err(|e| HarnessError::io(format!("read {}", path.display()), e))?;
+                charts.push((e.file_name().to_string_lossy().into_owned(), svg));
+            }
+        }
+        charts.sort();
+        Ok(RecordFiles { dir: dir.to_path_buf(), meta, summary, checks, charts })
+    }
+}
+
+/// Escapes text for HTML and XML.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An SVG document as an element to inline: from its `<svg` on (no XML prolog or doctype).
+fn inline_svg(svg: &str) -> &str {
+    svg.find("<svg").map_or("", |i| svg[i..].trim_end())
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:80em;color:#222}\
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:0.2em 0.6em;text-align:left}\
+td.n{text-align:right;font-family:monospace}\
+pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:0.85em}\
+.pass{color:#070}.fail{color:#b00;font-weight:bold}\
+figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-size:0.85em;color:#555}";
+
+fn head(out: &mut String, title: &str) {
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\" xmlns=\"http://www.w3.org/1999/xhtml\">\n<head>\n\
+         <meta charset=\"utf-8\"/>\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
+        escape(title),
+        escape(title)
+    );
+}
+
+fn meta_table(out: &mut String, metas: &[&RunMeta]) {
+    let row = |out: &mut String, name: &str, cell: &dyn Fn(&RunMeta) -> String| {
+        let _ = write!(out, "<tr><th>{}</th>", escape(name));
+        for m in metas {
+            let _ = write!(out, "<td>{}</td>", escape(&cell(m)));
+        }
+        out.push_str("</tr>\n");
+    };
+    out.push_str("<table>\n");
+    row(out, "command", &|m| crate::record::shell_line(&m.command_line));
+    row(out, "status", &|m| m.status.clone());
+    row(out, "glass", &|m| format!("{} (commit {})", m.glass_version, m.git_commit));
+    row(out, "host", &|m| m.host.clone());
+    row(out, "CPU", &|m| format!("{} ({} cores)", m.cpu_model, m.cores));
+    row(out, "memory", &|m| format!("{:.1} GiB", m.memory_bytes as f64 / (1u64 << 30) as f64));
+    row(out, "kernel", &|m| m.kernel.clone());
+    row(out, "run directory", &|m| format!("{} ({})", m.run_dir.display(), m.run_dir_fs));
+    row(out, "started", &|m| m.started_utc.clone());
+    row(out, "ended", &|m| m.ended_utc.clone().unwrap_or_else(|| "—".into()));
+    out.push_str("</table>\n");
+}
+
+fn checks_list(out: &mut String, checks: &[Check]) {
+    if checks.is_empty() {
+        out.push_str("<p>No checks were recorded.</p>\n");
+        return;
+    }
+    out.push_str("<ul>\n");
+    for c in checks {
+        let (class, word) = if c.passed { ("pass", "passed") } else { ("fail", "FAILED") };
+        let _ = writeln!(out, "<li><span class=\"{class}\">{word}</span> {}</li>", escape(&c.what));
+    }
+    out.push_str("</ul>\n");
+}
+
+fn charts(out: &mut String, charts: &[(String, String)], prefix: &str) {
+    for (name, svg) in charts {
+        let _ = writeln!(
+            out,
+            "<figure>\n{}\n<figcaption>{}{}</figcaption>\n</figure>",
+            inline_svg(svg),
+            escape(prefix),
+            escape(name)
+        );
+    }
+}
+
+/// The page of one record.
+pub fn record_page(r: &RecordFiles) -> String {
+    let mut out = String::new();
+    head(&mut out, &format!("glass {} — {}", r.meta.command, r.meta.started_utc));
+    out.push_str("<h2>Run</h2>\n");
+    meta_table(&mut out, &[&r.meta]);
+    out.push_str("<h2>Checks</h2>\n");
+    checks_list(&mut out, &r.checks);
+    if !r.summary.trim().is_empty() {
+        out.push_str("<h2>Results</h2>\n");
+        let _ = writeln!(out, "<pre>{}</pre>", escape(r.summary.trim_end()));
+    }
+    if !r.charts.is_empty() {
+        out.push_str("<h2>Charts</h2>\n");
+        charts(&mut out, &r.charts, "");
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// Writes `report.html` into the record folder; returns its path.
+pub fn write_record_page(dir: &Path) -> Result<PathBuf> {
+    let page = record_page(&RecordFiles::read(dir)?);
+    let path = dir.join(REPORT_HTML);
+    workload::bench::write_atomic(&path, page.as_bytes()).map_err(|e| HarnessError::Invalid(e.to_string()))?;
+    Ok(path)
+}
+
+/// The figures of one run inside a result, by name, for [`side_by_side`].
+pub type Figures = Vec<(String, Vec<(String, f64)>)>;
+
+/// The figures compared between records: the numeric fields of each run of `compare.json`
+/// (one entry per run label), `sweep.json` (one per point) or `bench.json` (one entry).
+pub fn figures(dir: &Path) -> Result<Figures> {
+    const FIELDS: [&str; 14] = [
+        "txn_per_sec",
+        "tpmc",
+        "neworder_per_sec",
+        "offered_per_sec",
+        "p50_us",
+        "p95_us",
+        "p99_us",
+        "primary_cpu_s_per_1000",
+        "backup_cpu_s_per_1000",
+        "node_cpu_s_per_1000",
+        "net_bytes_per_txn",
+        "log_bytes_per_txn",
+        "fsyncs",
+        "disk_bytes",
+    ];
+    let pick = |v: &serde_json::Value| -> Vec<(String, f64)> {
+        FIELDS
+            .iter()
+            .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
+            .collect()
+    };
+    let read = |name: &str| -> Result<Option<serde_json::Value>> {
+        let path = dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => serde_json::from_str(&t)
+                .map(Some)
+                .map_err(|e| HarnessError::Invalid(format!("{}: {e}", path.display()))),
+            Err(_) => Ok(None),
+        }
+    };
+    if let Some(v) = read("compare.json")? {
+        let runs = v.get("runs").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+        let label = |r: &serde_json::Value| -> String {
+            let s = |k: &str| r.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+            let mut l =
+                format!("{} ×{}", s("mode"), r.get("replicas").and_then(serde_json::Value::as_u64).unwrap_or(0));
+            if !s("shipping").is_empty() {
+                l = format!("{} ({}) ×{}", s("mode"), s("shipping"), r["replicas"]);
+            }
+            if let Some(p) = r.get("multi_partition_pct").and_then(serde_json::Value::as_u64) {
+                l.push_str(&format!(", {p}% multi-partition"));
+            }
+            l
+        };
+        return Ok(runs.iter().map(|r| (label(r), pick(r))).collect());
+    }
+    if let Some(v) = read("sweep.json")? {
+        let points = v.get("points").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+        return Ok(points
+            .iter()
+            .map(|p| {
+                let series = p.get("series").and_then(serde_json::Value::as_str).unwrap_or("");
+                let offered = p.get("offered_per_sec").and_then(serde_json::Value::as_f64);
+                let at = offered.map_or("closed loop".to_string(), |o| format!("{o:.0} txn/s offered"));
+                (format!("{series} @ {at}"), pick(p))
+            })
+            .collect());
+    }
+    if let Some(v) = read("bench.json")? {
+        return Ok(vec![("bench".to_string(), pick(&v))]);
+    }
+    Err(HarnessError::Invalid(format!("{} holds no compare.json, sweep.json or bench.json to compare", dir.display())))
+}
+
+/// The page setting record `b` beside record `a`: both runs' metadata, every figure of every
+/// run the two share (by label) with the ratio b/a, then each record's charts.
+pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures) -> String {
+    let name = |r: &RecordFiles| r.dir.file_name().map_or(r.dir.display().to_string(), |n| n.to_string_lossy().into());
+    let (na, nb) = (name(a), name(b));
+    let mut out = String::new();
+    head(&mut out, &format!("glass: {nb} against {na}"));
+    let _ = writeln!(out, "<p>A = {}, B = {}; ratios are B / A.</p>", escape(&na), escape(&nb));
+    out.push_str("<h2>Runs</h2>\n");
+    meta_table(&mut out, &[&a.meta, &b.meta]);
+    out.push_str("<h2>Figures</h2>\n");
+    let mut shared = 0;
+    for (label, figs_a) in fa {
+        let Some((_, figs_b)) = fb.iter().find(|(l, _)| l == label) else { continue };
+        shared += 1;
+        let _ = writeln!(
+            out,
+            "<h3>{}</h3>\n<table>\n<tr><th>figure</th><th>A</th><th>B</th><th>B / A</th></tr>",
+            escape(label)
+        );
+        for (field, va) in figs_a {
+            let Some((_, vb)) = figs_b.iter().find(|(f, _)| f == field) else { continue };
+            let ratio = if va.abs() > 0.0 && va.is_finite() { format!("{:.3}", vb / va) } else { "—".into() };
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{ratio}</td></tr>",
+                escape(field),
+                fmt_num(*va),
+                fmt_num(*vb)
+            );
+        }
+        out.push_str("</table>\n");
+    }
+    if shared == 0 {
+        out.push_str("<p>The two records share no run (by mode, shipping and replication factor).</p>\n");
+    }
+    for (r, n) in [(a, &na), (b, &nb)] {
+        if !r.charts.is_empty() {
+            let _ = writeln!(out, "<h2>Charts of {}</h2>", escape(n));
+            charts(&mut out, &r.charts, &format!("{n}: "));
+        }
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+fn fmt_num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.4}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped_and_svgs_lose_their_prolog() {
+        assert_eq!(escape(r#"<a href="x">&'</a>"#), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(inline_svg("<?xml version=\"1.0\"?>\n<svg x=\"1\"/>\n"), "<svg x=\"1\"/>");
+        assert_eq!(inline_svg("not a picture"), "");
+    }
+}

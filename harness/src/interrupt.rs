@@ -1,0 +1,226 @@
+//! Ctrl-C and SIGTERM for commands that start processes (`compare`, `failover`, `bench
+//! --config`, `cluster up`). The cluster's processes run in their own process groups (so a
+//! terminal's Ctrl-C reaches only `glass`), which makes stopping them `glass`'s job:
+//! [`install`] blocks SIGINT, SIGTERM and SIGHUP in the calling thread — before any other
+//! thread exists, so every thread inherits the mask — and waits for them on a thread of its
+//! own. When one arrives it stops every process this `glass` started that still runs (SIGTERM,
+//! then SIGKILL after [`TERM_GRACE`]), removes their pid files and the temporary folders
+//! registered, marks the run record `interrupted`, reports what it stopped and exits with
+//! 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+//!
+//! Guarantees: every process [`crate::cluster`] spawns is registered under the registry's
+//! lock, and once a signal is taken no process is spawned any more (the spawn checks under the
+//! same lock), so none can start after the sweep; a registered pid is signalled only while
+//! `/proc` shows it running the subcommand and configuration it was started with (a recycled
+//! pid is never signalled). A process whose `glass` was itself SIGKILLed is left to `glass
+//! cluster down`, which finds it by its pid file.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::cluster::{is_ours, signal, wait_gone, Proc, Running};
+use crate::record::RunMeta;
+
+/// How long stopped processes get between SIGTERM and SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_secs(3);
+/// How long to wait for them after SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(2);
+
+/// A process this `glass` started.
+#[derive(Debug, Clone)]
+struct Started {
+    proc: Proc,
+    pid: u32,
+    /// Its `cluster.toml` (what `/proc/PID/cmdline` must show) and pid file.
+    config: PathBuf,
+    pid_file: PathBuf,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// A signal was taken: spawn nothing more.
+    interrupted: bool,
+    started: Vec<Started>,
+    /// Folders to remove on interrupt (temporary WAL directories).
+    temporary: Vec<PathBuf>,
+    /// The run record's metadata and `run.json`, marked `interrupted`.
+    record: Option<(RunMeta, PathBuf)>,
+}
+
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { interrupted: false, started: Vec::new(), temporary: Vec::new(), record: None });
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What an interrupt did, for the caller's report.
+#[derive(Debug)]
+pub struct Interrupted {
+    pub signal: libc::c_int,
+    /// "node 1 pid 4242 (SIGTERM)", …
+    pub stopped: Vec<String>,
+    /// Processes that outlived SIGKILL (should never happen; named so the user can act).
+    pub left: Vec<String>,
+    pub removed: Vec<PathBuf>,
+}
+
+impl Interrupted {
+    /// The signal's name.
+    pub fn signal_name(&self) -> &'static str {
+        match self.signal {
+            libc::SIGINT => "SIGINT",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGHUP => "SIGHUP",
+            _ => "a signal",
+        }
+    }
+
+    /// The exit code: 128 + the signal's number, as a shell reports a death by it.
+    pub fn exit_code(&self) -> i32 {
+        128 + self.signal
+    }
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (call it first thing, before any thread
+/// is spawned) and starts the thread that takes them: it stops what was started, calls
+/// `report`, and exits the process.
+pub fn install(report: fn(&Interrupted)) -> std::io::Result<()> {
+    let set = signal_set();
+    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    std::thread::Builder::new().name("signals".into()).spawn(move || loop {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: `set` is initialised and `sig` is ours to write.
+        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+            continue;
+        }
+        let done = stop_everything(sig);
+        report(&done);
+        std::process::exit(done.exit_code());
+    })?;
+    Ok(())
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill the set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Spawns through `spawn` and registers what it started, unless a signal was taken (then
+/// `None`). Holding the registry's lock across the spawn closes the window in which a process
+/// could start unseen by the sweep.
+pub fn spawn_registered<E>(
+    proc: &Proc,
+    config: PathBuf,
+    pid_file: PathBuf,
+    spawn: impl FnOnce() -> Result<std::process::Child, E>,
+) -> Option<Result<std::process::Child, E>> {
+    let mut r = registry();
+    if r.interrupted {
+        return None;
+    }
+    let child = spawn();
+    if let Ok(c) = &child {
+        r.started.push(Started { proc: proc.clone(), pid: c.id(), config, pid_file });
+    }
+    Some(child)
+}
+
+/// Whether a signal was taken (the run is being stopped).
+pub fn interrupted() -> bool {
+    registry().interrupted
+}
+
+/// Removes `dir` if the run is interrupted (a temporary WAL folder).
+pub fn register_temporary(dir: PathBuf) {
+    registry().temporary.push(dir);
+}
+
+/// `dir` no longer needs removing on interrupt.
+pub fn unregister_temporary(dir: &std::path::Path) {
+    registry().temporary.retain(|d| d != dir);
+}
+
+/// The run record to mark `interrupted` (its metadata as last written, and `run.json`).
+pub fn set_record(meta: &RunMeta, run_json: PathBuf) {
+    registry().record = Some((meta.clone(), run_json));
+}
+
+/// The run ended on its own: no record to mark any more.
+pub fn clear_record() {
+    registry().record = None;
+}
+
+/// Stops every registered process still running, removes their pid files and the temporary
+/// folders, marks the record. Runs on the signal thread.
+fn stop_everything(sig: libc::c_int) -> Interrupted {
+    let (started, temporary, record) = {
+        let mut r = registry();
+        r.interrupted = true;
+        (r.started.clone(), std::mem::take(&mut r.temporary), r.record.take())
+    };
+    let alive: Vec<&Started> = started.iter().filter(|s| is_ours(s.pid, &s.proc, &s.config)).collect();
+    for s in &alive {
+        signal(s.pid, libc::SIGTERM);
+    }
+    let running = |list: &[&Started]| -> Vec<Running> {
+        list.iter().map(|s| Running { proc: s.proc.clone(), pid: s.pid }).collect()
+    };
+    // All at once: one grace period, not one per process.
+    let mut killed = Vec::new();
+    let mut left = Vec::new();
+    let configs: std::collections::BTreeSet<&PathBuf> = alive.iter().map(|s| &s.config).collect();
+    for config in configs {
+        let mine: Vec<&Started> = alive.iter().copied().filter(|s| &s.config == config).collect();
+        let after_term = wait_gone(&running(&mine), TERM_GRACE, config);
+        for r in &after_term {
+            signal(r.pid, libc::SIGKILL);
+            killed.push(r.pid);
+        }
+        left.extend(
+            wait_gone(&after_term, KILL_WAIT, config).iter().map(|r| format!("{} pid {}", r.proc.label(), r.pid)),
+        );
+    }
+    let mut stopped = Vec::new();
+    for s in &alive {
+        if left.iter().any(|l| l.ends_with(&format!(" pid {}", s.pid))) {
+            continue;
+        }
+        let how = if killed.contains(&s.pid) { "SIGKILL" } else { "SIGTERM" };
+        stopped.push(format!("{} pid {} ({how})", s.proc.label(), s.pid));
+        let _ = std::fs::remove_file(&s.pid_file);
+    }
+    // Reap what we can: the children are ours, and zombies keep nothing bound, but a tidy
+    // exit leaves none.
+    loop {
+        // SAFETY: waitpid with WNOHANG on any child; status is ours to write.
+        let mut status = 0;
+        if unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } <= 0 {
+            break;
+        }
+    }
+    let mut removed = Vec::new();
+    for dir in temporary {
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    if let Some((mut meta, path)) = record {
+        meta.status = "interrupted".into();
+        meta.ended_utc = Some(crate::record::rfc3339(crate::record::wall_clock()));
+        let _ = crate::record::write_json(&path, &meta);
+    }
+    Interrupted { signal: sig, stopped, left, removed }
+}
