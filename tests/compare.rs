@@ -21,7 +21,8 @@ fn compare(config: &Path, extra: &[&str]) -> std::process::Output {
 
 fn rows(json: &Path) -> Vec<Value> {
     let v: Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
-    v.as_array().expect("a JSON array, one object per run").clone()
+    assert!(v["run"]["git_commit"].is_string(), "headed by the run's metadata: {v}");
+    v["runs"].as_array().expect("a JSON array, one object per run").clone()
 }
 
 fn num(row: &Value, field: &str) -> f64 {
@@ -69,6 +70,12 @@ fn compare_runs_every_mode_and_each_run_passes_its_checks() {
     assert_eq!(ap["shipping"], "sync");
     assert!(num(fs, "log_bytes_per_txn") > 0.0 && num(fs, "fsyncs") > 0.0, "{fs}");
     assert!(num(fs, "disk_bytes") > 0.0 && num(fs, "net_bytes_per_txn") > 0.0, "{fs}");
+    // Measured, then removed (no --keep-logs): only the launcher's files are left.
+    let left: Vec<_> = files_under(&dir.join("run/compare/full-stack-r2"))
+        .into_iter()
+        .filter(|p| !p.extension().is_some_and(|x| x == "log" || x == "raft" || x == "toml" || x == "pid"))
+        .collect();
+    assert!(left.is_empty(), "the full stack's data outlived the run: {left:?}");
 
     let csv = std::fs::read_to_string(&csv).unwrap();
     assert_eq!(csv.lines().count(), 4, "{csv}");

@@ -101,6 +101,7 @@ fn wait_for_log(path: &Path, needle: &str, times: usize, limit: Duration) {
 fn rejoining_node(config: &Path, log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
     Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
         .args(["node", "--config", config.to_str().unwrap(), "--id", "1", "--rejoin"])
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -115,6 +116,7 @@ fn rejoining_node(config: &Path, log: &Path) -> Child {
 fn up_and_kill_node_1(dir: &Path, config: &Path, env: &[(&str, &str)], bench: bool) -> PathBuf {
     let cfg = config.to_str().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
         .args(["cluster", "up", "--config", cfg])
         .envs(env.iter().copied())
         .output()
@@ -347,6 +349,7 @@ fn a_spare_node_joins_a_running_partition_as_a_new_replica() {
     let log = dir.join("join.log");
     let out = std::fs::File::create(&log).unwrap();
     let joiner = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
         .args(["node", "--config", cfg, "--id", "3", "--join", "1"])
         .stdout(out.try_clone().unwrap())
         .stderr(out)

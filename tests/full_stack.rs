@@ -19,7 +19,11 @@ use workload::gen::Profile;
 use workload::workers;
 
 fn glass(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_glass")).args(args).output().expect("run glass")
+    Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
+        .args(args)
+        .output()
+        .expect("run glass")
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -123,6 +127,7 @@ fn a_killed_full_stack_recovers_exactly_its_acknowledged_commits() {
     let wal = dir.path("wal");
     let acks = dir.path("acks.log");
     let mut child = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
         .args([
             "bench",
             "--embedded",
@@ -281,6 +286,7 @@ fn the_worker_runner_counts_exactly_and_one_worker_replays_the_single_thread_str
         warehouses: 1,
         stop: StopAfter::Transactions(TXNS),
         warmup_s: 0.0,
+        warmup_txns: None,
         seed: 7,
     };
     let dir = Scratch::new("runner");

@@ -192,7 +192,11 @@ fn cluster_toml(dir: &Path) -> PathBuf {
 }
 
 fn run_glass(args: &[&str]) -> Output {
-    Command::new(glass()).args(args).output().expect("run glass")
+    Command::new(glass())
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
+        .args(args)
+        .output()
+        .expect("run glass")
 }
 
 #[test]

@@ -371,7 +371,7 @@ mod tests {
         // 2000-02-29 (a leap day of a century leap year) 12:34:56.
         let t = UNIX_EPOCH + Duration::from_secs(951_827_696);
         assert_eq!(rfc3339(t), "2000-02-29T12:34:56Z");
-        let t = UNIX_EPOCH + Duration::from_secs(1_796_212_800); // 2026-12-02T12:40:00Z
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_215_200); // 2026-12-02T12:40:00Z
         assert_eq!(rfc3339(t), "2026-12-02T12:40:00Z");
         assert_eq!(file_stamp(t), "2026-12-02T12-40-00Z");
     }

@@ -176,10 +176,12 @@ enum EngineArg {
 /// The warm-up of an embedded bench: seconds, or — with `--txns` — transactions.
 fn warmup(a: &BenchArgs) -> Result<(f64, Option<u64>)> {
     match (a.txns, a.warmup, a.warmup_txns) {
-        (Some(_), Some(s), None) => bail!(
+        (Some(_), Some(s), None) if s != 0.0 => bail!(
             "with --txns the warm-up is counted in transactions, so the run depends only on the seed: use \
              --warmup-txns instead of --warmup {s}"
         ),
+        // `--warmup 0`: no warm-up at all, which is deterministic too.
+        (Some(_), Some(_), None) => Ok((0.0, Some(0))),
         (Some(_), _, n) => Ok((0.0, Some(n.unwrap_or(WARMUP_TXNS_DEFAULT)))),
         (None, s, _) => Ok((s.unwrap_or(WARMUP_SECONDS_DEFAULT), None)),
     }

@@ -52,11 +52,10 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
-    /// Creates the run record of `command` (its run writing into `run_dir`) and says where.
+    /// Creates the run record of `command` (its run writing into `run_dir`); the run says
+    /// where it is when it ends ([`compare::finish_record`]).
     pub fn open(&self, command: &str, run_dir: &std::path::Path) -> anyhow::Result<harness::record::Record> {
-        let r = harness::record::Record::create(self.out.as_deref(), command, BUILD, run_dir)?;
-        println!("run record: {}", r.dir.display());
-        Ok(r)
+        Ok(harness::record::Record::create(self.out.as_deref(), command, BUILD, run_dir)?)
     }
 
     /// Refuses (or, with --allow-tmpfs, warns about) a log fsynced on a file system in

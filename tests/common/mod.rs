@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn glass(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_glass")).args(args).output().expect("run glass")
+    Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
+        .args(args)
+        .output()
+        .expect("run glass")
 }
 
 pub fn text(o: &Output) -> String {
