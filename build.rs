@@ -1,4 +1,4 @@
-//! Build facts a run record needs (docs/design.md, "Run records"): the git commit glass was
+//! Build facts a run record needs (docs/design.md §12): the git commit glass was
 //! built from, `-dirty` when tracked files had changes, `unknown` outside a git checkout or
 //! without git. Exposed to the binary as `GLASS_GIT_COMMIT`.
 

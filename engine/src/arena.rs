@@ -2,7 +2,7 @@
 //! for transparent huge pages, and chunked pools of plain-old-data elements built on them.
 //!
 //! Why: at TPC-C's working set (hundreds of MB) dependent loads cost 150–250 ns and TLB misses
-//! add to them; huge pages cut that (measured on this VM: README, "Design"), and on this VM
+//! add to them; huge pages cut that (measured on this VM: docs/usage.md, "Design notes"), and on this VM
 //! every newly touched 4 KiB page costs a fault and a zeroing, so a pool grows in whole 2 MiB
 //! pages and never copies: a chunk, once allocated, never moves.
 //!

@@ -29,8 +29,8 @@ use crate::Result;
 
 /// Requests each connection keeps outstanding by default: with one connection per warehouse,
 /// the deepest pipeline at which the default cluster on a 2-core machine keeps p99 latency
-/// under 10 ms (64 leaves a fifth of the CPU idle between batches; README, "The active-active
-/// cluster").
+/// under 10 ms (64 leaves a fifth of the CPU idle between batches; docs/results.md, "The
+/// active-active cluster").
 pub const INFLIGHT_DEFAULT: usize = 128;
 /// Connections per warehouse by default.
 pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 1;

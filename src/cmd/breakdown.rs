@@ -13,7 +13,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use engine::conventional::Step;
+use harness::record::Record;
 use workload::breakdown::{self, callgrind, BreakdownConfig, ConsoleProgress, HwInstructions, InstrPlan};
+
+use super::{close_record, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct BreakdownArgs {
@@ -60,6 +63,15 @@ pub struct BreakdownArgs {
     /// beside the paper) into this SVG file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// The run record's folder (breakdown.json headed by the run's metadata, breakdown.svg,
+    /// the table as printed, report.html, command.txt, run.json) [default:
+    /// results/<UTC time>-breakdown/, or under $GLASS_RESULTS_DIR].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Run even when the working directory (the durable steps' write-ahead log) is on tmpfs
+    /// or ramfs, where fsync costs nothing, with a loud warning.
+    #[arg(long)]
+    allow_tmpfs: bool,
     /// Internal: run as a callgrind child counting this step (0–11); `--wal-dir` is then the
     /// working directory itself.
     #[arg(long, hide = true)]
@@ -178,11 +190,20 @@ pub fn run(a: BreakdownArgs) -> Result<ExitCode> {
     if let Some(p) = &a.svg {
         breakdown::check_writable_file(p).context("--svg")?;
     }
-    let work = WorkDir::create(&parent)?;
-    let cfg = config(&a, work.0.clone());
+    let record_args = RecordArgs { out: a.out.clone(), keep_logs: false, allow_tmpfs: a.allow_tmpfs };
+    record_args.check_durable(&parent, &format!("the working directory under {}", parent.display()))?;
+    let mut record = record_args.open("breakdown", &parent)?;
+    let outcome = breakdown_run(&a, &parent, &record);
+    close_record(&mut record, outcome)
+}
+
+/// The staircase proper, its record kept in `record`.
+fn breakdown_run(a: &BreakdownArgs, parent: &Path, record: &Record) -> Result<ExitCode> {
+    let work = WorkDir::create(parent)?;
+    let cfg = config(a, work.0.clone());
 
     println!("seed: {}", a.seed);
-    let plan = choose_plan(&a)?;
+    let plan = choose_plan(a)?;
     match &plan {
         InstrPlan::Perf(_) => println!("instructions: hardware counter (perf_event_open)"),
         InstrPlan::Callgrind { valgrind, perf_error, .. } => println!(
@@ -196,15 +217,19 @@ pub fn run(a: BreakdownArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let mut progress = ConsoleProgress::new();
     let b = breakdown::run(&cfg, plan, &mut progress)?;
-    print!("{}", breakdown::render(&b));
+    let summary = breakdown::render(&b);
+    print!("{summary}");
     println!("\nglass breakdown took {:.0}s", started.elapsed().as_secs_f64());
+    record.write_headed(&record.path("breakdown.json"), "breakdown", &b)?;
+    breakdown::write_svg(&b, &record.path("breakdown.svg"))?;
     if let Some(p) = &a.json {
-        breakdown::write_json(&b, p)?;
+        record.write_headed(p, "breakdown", &b)?;
         println!("wrote {}", p.display());
     }
     if let Some(p) = &a.svg {
         breakdown::write_svg(&b, p)?;
         println!("wrote {}", p.display());
     }
+    super::compare::finish_record(record, &summary, &[])?;
     Ok(ExitCode::SUCCESS)
 }
