@@ -82,6 +82,8 @@ fn assert_stopped_cleanly(dir: &Path, config: &Path, code: Option<i32>, err: &Pa
     assert_eq!(code, Some(130), "128 + SIGINT; stderr:\n{stderr}");
     assert!(stderr.contains("interrupted by SIGINT; stopped "), "{stderr}");
     assert!(stderr.contains("node 1 pid"), "the nodes are named: {stderr}");
+    // The nodes answer SIGTERM: glass's own handling of the signal is not inherited by them.
+    assert!(stderr.contains("(SIGTERM)"), "stopped cleanly, not only killed: {stderr}");
     assert!(processes_of(dir).is_empty(), "processes left: {:?}\n{stderr}", processes_of(dir));
     for port in ports_of(config) {
         assert!(UdpSocket::bind(("127.0.0.1", port)).is_ok(), "port {port} still bound after the interrupt");

@@ -1,9 +1,9 @@
 //! Ctrl-C and SIGTERM for commands that start processes (`compare`, `failover`, `bench
 //! --config`, `cluster up`). The cluster's processes run in their own process groups (so a
 //! terminal's Ctrl-C reaches only `glass`), which makes stopping them `glass`'s job:
-//! [`install`] blocks SIGINT, SIGTERM and SIGHUP in the calling thread — before any other
-//! thread exists, so every thread inherits the mask — and waits for them on a thread of its
-//! own. When one arrives it stops every process this `glass` started that still runs (SIGTERM,
+//! [`install`] catches SIGINT, SIGTERM and SIGHUP with a handler that only writes the
+//! signal's number to a pipe, and a thread of its own acts on what the pipe delivers. When one
+//! arrives it stops every process this `glass` started that still runs (SIGTERM,
 //! then SIGKILL after [`TERM_GRACE`]), removes their pid files and the temporary folders
 //! registered, marks the run record `interrupted`, reports what it stopped and exits with
 //! 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
@@ -16,6 +16,7 @@
 //! cluster down`, which finds it by its pid file.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -83,39 +84,65 @@ impl Interrupted {
     }
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (call it first thing, before any thread
-/// is spawned) and starts the thread that takes them: it stops what was started, calls
-/// `report`, and exits the process.
+/// The write end of the pipe the signal handler writes the signal's number to.
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// The signal handler: writes the signal's number to the pipe, nothing else (write(2) is
+/// async-signal-safe).
+extern "C" fn on_signal(sig: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = sig as u8;
+        // SAFETY: writes one byte from a live stack variable to a pipe we own.
+        unsafe {
+            libc::write(fd, (&byte as *const u8).cast(), 1);
+        }
+    }
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP and starts the thread that acts on them: it stops what
+/// was started, calls `report`, and exits the process.
+///
+/// A handler, not a blocked mask and `sigwait`: a blocked mask is inherited by every process
+/// this one starts (the nodes would no longer stop on SIGTERM), while a caught signal's
+/// disposition is reset to the default by `exec`.
 pub fn install(report: fn(&Interrupted)) -> std::io::Result<()> {
-    let set = signal_set();
-    // SAFETY: `set` is an initialised sigset_t; a null old-set pointer is allowed.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(std::io::Error::from_raw_os_error(rc));
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let [read_end, write_end] = fds;
+    SIGNAL_PIPE.store(write_end, Ordering::Relaxed);
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with our handler, an empty mask and SA_RESTART (so the
+        // other threads' system calls resume) is a valid argument to sigaction(2).
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
     }
     std::thread::Builder::new().name("signals".into()).spawn(move || loop {
-        let mut sig: libc::c_int = 0;
-        // SAFETY: `set` is initialised and `sig` is ours to write.
-        if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
-            continue;
+        let mut byte = 0u8;
+        // SAFETY: reads one byte into a live stack variable from the pipe we own.
+        let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+        if n != 1 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
         }
-        let done = stop_everything(sig);
+        let done = stop_everything(libc::c_int::from(byte));
         report(&done);
         std::process::exit(done.exit_code());
     })?;
     Ok(())
-}
-
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill the set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
 }
 
 /// Spawns through `spawn` and registers what it started, unless a signal was taken (then
