@@ -8,8 +8,12 @@
 //! throughput, one line per mode ([`write_svg`]) — and [`breaking_points`].
 //!
 //! Guarantees: every point comes from its own measured phase on the mode's one cluster; a
-//! point *sustains* its offered load when it achieves at least [`SUSTAINED_SHARE`] of it; a
-//! series *breaks* at its first offered load (ascending) it does not sustain; the cluster is
+//! point *sustains* its offered load when it achieves at least [`SUSTAINED_SHARE`] of it and
+//! its p99 stays within [`P99_GROWTH_MAX`] times the lowest p99 of the mode's open-loop
+//! points (latency bounded by service, not by a queue that grows through the run: an open
+//! loop can finish a phase at the offered rate while its queue, and so its latency, grows
+//! without bound); a series *breaks* at its first offered load (ascending) it does not
+//! sustain ([`judge`]); the cluster is
 //! checked once after all its points (replica digests, TPC-C consistency, every acknowledged
 //! NewOrder and Payment present), and the points say whether that passed.
 
@@ -32,6 +36,8 @@ use crate::Result;
 pub const SATURATION_FRACTIONS: [f64; 9] = [0.10, 0.25, 0.40, 0.55, 0.70, 0.80, 0.90, 1.00, 1.10];
 /// A point sustains its offered load when it achieves at least this share of it.
 pub const SUSTAINED_SHARE: f64 = 0.95;
+/// ... and its p99 is at most this many times the mode's lowest open-loop p99.
+pub const P99_GROWTH_MAX: f64 = 10.0;
 /// The stem of the sweep's files (`.json`, `.csv`, `.svg`).
 pub const FILE_STEM: &str = "sweep";
 
@@ -64,7 +70,8 @@ pub struct SweepPoint {
     pub max_us: f64,
     /// Achieved ÷ offered (`None` for closed loop).
     pub achieved_share: Option<f64>,
-    /// Achieved at least [`SUSTAINED_SHARE`] of the offered load (`None` for closed loop).
+    /// Achieved at least [`SUSTAINED_SHARE`] of the offered load with p99 within
+    /// [`P99_GROWTH_MAX`] times the mode's lowest ([`judge`]; `None` for closed loop).
     pub sustained: Option<bool>,
     /// The mode's cluster passed its checks after the sweep.
     pub checks_passed: bool,
@@ -124,7 +131,7 @@ pub fn run_sweep(
             p99_us: report.p99_us,
             max_us,
             achieved_share,
-            sustained: achieved_share.map(|s| s >= SUSTAINED_SHARE),
+            sustained: None,
             checks_passed: false,
         })
     };
@@ -142,6 +149,7 @@ pub fn run_sweep(
         each(&p);
         points.push(p);
     }
+    judge(&mut points);
     let verdict = check_and_down(&rt, guard, &client, &acks, &payments, progress)?;
     remove_data(&plan.dir, &cluster, keep_logs)?;
     let passed = verdict.passed();
@@ -149,6 +157,22 @@ pub fn run_sweep(
         p.checks_passed = passed;
     }
     Ok(points)
+}
+
+/// Decides which open-loop points sustained their offered load (see the module's
+/// guarantees), per series.
+pub fn judge(points: &mut [SweepPoint]) {
+    let names: Vec<String> = points.iter().map(|p| p.series.clone()).collect();
+    for name in names {
+        let floor = points
+            .iter()
+            .filter(|p| p.series == name && p.offered_per_sec.is_some())
+            .map(|p| p.p99_us)
+            .fold(f64::INFINITY, f64::min);
+        for p in points.iter_mut().filter(|p| p.series == name) {
+            p.sustained = p.achieved_share.map(|share| share >= SUSTAINED_SHARE && p.p99_us <= P99_GROWTH_MAX * floor);
+        }
+    }
 }
 
 /// Refuses offered loads that are not positive finite rates.
@@ -274,8 +298,13 @@ pub fn render_table(points: &[SweepPoint]) -> String {
 /// Where each series breaks, the first to break first.
 pub fn render_breaking(points: &[SweepPoint]) -> String {
     let mut out = String::new();
-    let _ =
-        writeln!(out, "where each mode breaks (first offered load achieved below {:.0}%):", 100.0 * SUSTAINED_SHARE);
+    let _ = writeln!(
+        out,
+        "where each mode breaks (first offered load achieved below {:.0}%, or with p99 above {:.0}× the mode's \
+             lowest):",
+        100.0 * SUSTAINED_SHARE,
+        P99_GROWTH_MAX
+    );
     for b in breaking_points(points) {
         let before = b.last_sustained.map_or("no offered load sustained".to_string(), |p| {
             format!(
@@ -410,13 +439,13 @@ mod tests {
             p99_us: p99_ms * 1000.0,
             max_us: p99_ms * 1500.0,
             achieved_share: share,
-            sustained: share.map(|s| s >= SUSTAINED_SHARE),
+            sustained: None,
             checks_passed: true,
         }
     }
 
     fn example() -> Vec<SweepPoint> {
-        vec![
+        let mut points = vec![
             point(Mode::ActiveActive, None, 9_000.0, 20.0),
             point(Mode::ActiveActive, Some(4_000.0), 4_000.0, 1.0),
             point(Mode::ActiveActive, Some(8_000.0), 7_990.0, 3.0),
@@ -424,7 +453,9 @@ mod tests {
             point(Mode::FullStack, None, 2_000.0, 50.0),
             point(Mode::FullStack, Some(1_000.0), 1_000.0, 4.0),
             point(Mode::FullStack, Some(2_200.0), 1_900.0, 900.0),
-        ]
+        ];
+        judge(&mut points);
+        points
     }
 
     #[test]
@@ -440,8 +471,19 @@ mod tests {
         assert!(text.contains("full-stack ×2: sustains 1000 txn/s offered"), "{text}");
         assert!(text.contains("breaks at 2200 txn/s offered (1900 achieved, p99 900.0 ms)"), "{text}");
         assert!(text.contains("closed loop"), "{text}");
-        let unbroken = [point(Mode::ActiveActive, Some(100.0), 100.0, 1.0)];
+        let mut unbroken = [point(Mode::ActiveActive, Some(100.0), 100.0, 1.0)];
+        judge(&mut unbroken);
         assert!(render_breaking(&unbroken).contains("does not break within the sweep"));
+        // Every offered load achieved, but the queue grew: p99 from 10 ms to 150 ms.
+        let mut queued = vec![
+            point(Mode::FullStack, Some(1_000.0), 1_000.0, 10.0),
+            point(Mode::FullStack, Some(1_500.0), 1_500.0, 90.0),
+            point(Mode::FullStack, Some(2_000.0), 1_990.0, 150.0),
+        ];
+        judge(&mut queued);
+        let b = breaking_points(&queued);
+        assert_eq!(b[0].broke_at.unwrap().offered_per_sec, Some(2_000.0), "p99 beyond 10× the lowest");
+        assert_eq!(b[0].last_sustained.unwrap().offered_per_sec, Some(1_500.0));
     }
 
     #[test]
