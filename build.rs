@@ -29,5 +29,9 @@ fn main() {
             println!("cargo:rerun-if-changed={}", git_dir.join(head_ref).display());
         }
     }
+    // And when any source changes, so that `-dirty` is true of the tree that was built.
+    for dir in ["src", "engine", "workload", "wire", "coordinator", "node", "sim", "harness", "Cargo.toml"] {
+        println!("cargo:rerun-if-changed={dir}");
+    }
     println!("cargo:rerun-if-changed=build.rs");
 }

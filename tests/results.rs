@@ -93,33 +93,19 @@ fn assert_stopped_cleanly(dir: &Path, config: &Path, code: Option<i32>, err: &Pa
     assert!(run["ended_utc"].is_string(), "{run}");
 }
 
-/// The case: SIGINT to `glass compare` while its cluster serves the workload.
-#[test]
-fn sigint_to_compare_mid_run_leaves_no_process_and_no_bound_port() {
+/// Starts `glass` with `args` (a cluster command on a fresh scratch cluster, its record in
+/// `<dir>/record`), waits until its cluster serves and two seconds more (mid-run), sends
+/// SIGINT, and checks that everything stopped cleanly.
+fn interrupt_mid_run(name: &str, args: &[&str]) {
     let _machine = one_cluster_at_a_time();
-    let dir = scratch("results-sigint-compare");
+    let dir = scratch(name);
     let config = cluster_toml(&dir, "run/certs");
     let _guard = Teardown(config.clone());
     let record = dir.join("record");
-    let (mut child, out, err) = spawn(
-        &dir,
-        "compare",
-        &[
-            "compare",
-            "--config",
-            config.to_str().unwrap(),
-            "--duration",
-            "30",
-            "--warmup",
-            "0.5",
-            "--inflight",
-            "16",
-            "--modes",
-            "active-active,full-stack",
-            "--out",
-            record.to_str().unwrap(),
-        ],
-    );
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--config", config.to_str().unwrap(), "--duration", "30", "--warmup", "0.5"]);
+    all.extend_from_slice(&["--inflight", "16", "--out", record.to_str().unwrap()]);
+    let (mut child, out, err) = spawn(&dir, name, &all);
     wait_for(&out, "cluster up in", &mut child);
     std::thread::sleep(Duration::from_secs(2)); // mid-run: measuring
     assert!(!processes_of(&dir).is_empty(), "the cluster runs before the interrupt");
@@ -128,36 +114,16 @@ fn sigint_to_compare_mid_run_leaves_no_process_and_no_bound_port() {
     assert_stopped_cleanly(&dir, &config, code, &err, &record);
 }
 
+/// The case: SIGINT to `glass compare` while its cluster serves the workload.
+#[test]
+fn sigint_to_compare_mid_run_leaves_no_process_and_no_bound_port() {
+    interrupt_mid_run("results-sigint-compare", &["compare", "--modes", "active-active,full-stack"]);
+}
+
 /// The case: SIGINT to `glass bench --config` that started its own cluster.
 #[test]
 fn sigint_to_a_cluster_bench_mid_run_leaves_no_process_and_no_bound_port() {
-    let _machine = one_cluster_at_a_time();
-    let dir = scratch("results-sigint-bench");
-    let config = cluster_toml(&dir, "run/certs");
-    let _guard = Teardown(config.clone());
-    let record = dir.join("record");
-    let (mut child, out, err) = spawn(
-        &dir,
-        "bench",
-        &[
-            "bench",
-            "--config",
-            config.to_str().unwrap(),
-            "--duration",
-            "30",
-            "--warmup",
-            "0.5",
-            "--inflight",
-            "16",
-            "--out",
-            record.to_str().unwrap(),
-        ],
-    );
-    wait_for(&out, "cluster up in", &mut child);
-    std::thread::sleep(Duration::from_secs(2));
-    sigint(&child);
-    let code = wait_exit(&mut child);
-    assert_stopped_cleanly(&dir, &config, code, &err, &record);
+    interrupt_mid_run("results-sigint-bench", &["bench"]);
 }
 
 /// A `glass` killed with SIGKILL cannot clean up: its cluster's processes keep running. The

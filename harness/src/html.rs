@@ -182,8 +182,23 @@ pub fn record_page(r: &RecordFiles) -> String {
     out
 }
 
-/// Writes `report.html` into the record folder; returns its path.
+/// Writes `report.html` into the record folder; returns its path. A sweep's table and chart
+/// are first drawn again from its `sweep.json` (judged by the current rule), so a record kept
+/// from an older glass shows today's reading of its points.
 pub fn write_record_page(dir: &Path) -> Result<PathBuf> {
+    let sweep = dir.join("sweep.json");
+    if let Ok(text) = std::fs::read_to_string(&sweep) {
+        use crate::compare::sweep as s;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| HarnessError::Invalid(format!("{}: {e}", sweep.display())))?;
+        let mut points: Vec<s::SweepPoint> = serde_json::from_value(v["points"].clone())
+            .map_err(|e| HarnessError::Invalid(format!("{}: {e}", sweep.display())))?;
+        s::judge(&mut points);
+        let summary = s::render_table(&points);
+        workload::bench::write_atomic(&dir.join(SUMMARY_TXT), summary.as_bytes())
+            .map_err(|e| HarnessError::Invalid(e.to_string()))?;
+        s::write_svg(&points, &dir.join(format!("{}.svg", s::FILE_STEM)))?;
+    }
     let page = record_page(&RecordFiles::read(dir)?);
     let path = dir.join(REPORT_HTML);
     workload::bench::write_atomic(&path, page.as_bytes()).map_err(|e| HarnessError::Invalid(e.to_string()))?;
