@@ -140,7 +140,16 @@ fn bad_input_is_refused_with_a_clear_error_and_writes_nothing() {
     let json = dir.join("out.json");
     let j = json.to_str().unwrap();
     refused(&["bench", "--embedded", "--warehouses", "0", "--json", j], "warehouses");
-    refused(&["bench", "--embedded", "--profile", "tpch", "--json", j], "tpch");
+    // A value enum: the error names the flag and lists the values it takes.
+    let o = glass(&["bench", "--embedded", "--profile", "tpch", "--json", j]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("invalid value 'tpch' for '--profile") && e.contains("[possible values: paper, standard]"),
+        "{e}"
+    );
+    let o = glass(&["bench", "--embedded", "--engine", "shore", "--json", j]);
+    assert!(stderr(&o).contains("'--engine") && stderr(&o).contains("[possible values: lean, conventional]"));
     refused(&["bench", "--embedded", "--mix", "neworder=50,bogus=3", "--json", j], "bogus");
     refused(&["bench", "--embedded", "--mix", "neworder=0", "--json", j], "mix");
     refused(&["bench", "--embedded", "--json", "/nonexistent-glass-dir/r.json"], "nonexistent-glass-dir");

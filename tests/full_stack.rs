@@ -224,7 +224,10 @@ fn unsound_or_meaningless_flags_are_refused_with_one_line_errors() {
     assert_refused(&with(&["--workers", "2"]), "--engine conventional");
     assert_refused(&with(&["--engine", "conventional", "--step", "12"]), "--step must be 0 to 11");
     assert_refused(&with(&["--engine", "conventional", "--step", "11", "--workers", "2"]), "one thread");
-    assert_refused(&with(&["--engine", "btree"]), "unknown --engine");
+    // A value enum: clap names the flag and lists its values.
+    let o = glass(&with(&["--engine", "btree"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("[possible values: lean, conventional]"), "{}", text(&o.stderr));
     assert_refused(&with(&["--engine", "conventional", "--step", "2", "--ack-log", "x"]), "durable step");
     // Issue #18: a bounded buffer pool needs the pool (steps 0-9) and enough frames.
     assert_refused(
