@@ -1,13 +1,22 @@
 //! Result agreement for one partition: every live replica executes every batch, and a
-//! transaction is answered only when all live replicas have reported its result and the
+//! transaction is answered only when enough live replicas have reported its result and the
 //! results agree — VoltDB's check, a 64-bit result digest per transaction (and the full
 //! outcome, which replicas send anyway). Section 5.3 of the paper makes this the safety net of
 //! log-free replication: a replica that diverged must not serve.
 //!
+//! How many is enough is the [`Quorum`] (docs/cluster.md, "Agreement"): every live replica
+//! the batch was sent to (`all`), or a majority of the partition's configured replicas, or
+//! every live one if fewer are left (`majority`). Under `majority` a batch answered is kept
+//! until the remaining replicas report it, and their results are still compared: a
+//! disagreement after the answer stops the partition as one before it does. A replica more
+//! than the lag limit of answered batches behind is reported ([`Verdict::Lagging`]) for the
+//! caller to fail, so a slow replica cannot make the kept batches grow without bound.
+//!
 //! Guarantees:
-//! - a batch is decided only when every live replica has reported it, and batches are decided
-//!   in sequence order (a [`Verdict::Unknown`], for a batch no one is left to answer, may come
-//!   before an earlier batch's decision);
+//! - a batch is answered only when its quorum has reported it and every report so far agrees,
+//!   and batches are answered in sequence order (a [`Verdict::Unknown`], for a batch no one is
+//!   left to answer, may come before an earlier batch's decision); a batch asking for state
+//!   digests waits for every live replica, whatever the quorum;
 //! - a disagreement — different result digests or outcomes for a transaction, different state
 //!   digests after a batch, results that do not match the batch (count, timestamps), or (under
 //!   `debug_assertions`) a digest that does not match its outcome — yields
@@ -27,14 +36,39 @@ use std::fmt;
 
 use wire::messages::{NodeId, PartitionId, Results, Seq, StateDigest, Timestamp, TxnOutcome};
 
+/// How many replicas' agreeing results answer a batch (docs/cluster.md, "Agreement").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quorum {
+    /// Every live replica the batch was sent to.
+    All,
+    /// A majority of the partition's `replicas` configured replicas, or every live one the
+    /// batch was sent to if fewer are left. With two replicas this is `All`.
+    Majority { replicas: usize },
+}
+
+impl Quorum {
+    /// Reports that answer a batch sent to `expected` live replicas.
+    pub fn needed(self, expected: usize) -> usize {
+        match self {
+            Quorum::All => expected,
+            Quorum::Majority { replicas } => expected.min(replicas / 2 + 1),
+        }
+    }
+}
+
 /// What a batch's results showed, once decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict<T> {
-    /// Every live replica reported batch `seq` and agreed: answer each transaction.
+    /// Batch `seq`'s quorum reported it and agreed: answer each transaction.
     Agreed(AgreedBatch<T>),
     /// The replicas disagreed: stop the partition; `unanswered` holds the tags of every
-    /// transaction sent and not answered (this batch's and all later ones').
+    /// transaction sent and not answered (this batch's, unless a majority answered it already,
+    /// and all later unanswered ones').
     Diverged { divergence: Divergence, unanswered: Vec<T> },
+    /// Replica `node` has not reported `behind` batches a majority answered, more than the
+    /// lag limit: the caller fails it (it rejoins by copying state). Never reported of more
+    /// replicas than the partition can lose and keep a majority live.
+    Lagging { node: NodeId, behind: usize },
     /// No live replica remains; `unanswered` as above.
     NoLiveReplica { unanswered: Vec<T> },
     /// Every replica batch `seq` was sent to failed before answering, but live replicas remain
@@ -50,6 +84,7 @@ pub struct AgreedBatch<T> {
     /// Each transaction's tag, timestamp and agreed outcome, in timestamp order.
     pub answers: Vec<(T, Timestamp, TxnOutcome)>,
     /// Each live replica's state digest after the batch (all equal), when the batch asked.
+    /// (Such a batch waits for every live replica, whatever the quorum.)
     pub state_digests: Option<Vec<(NodeId, StateDigest)>>,
 }
 
@@ -60,6 +95,9 @@ pub struct Divergence {
     /// The batch it showed in (0 for the load).
     pub seq: Seq,
     pub kind: DivergenceKind,
+    /// A majority had agreed and the batch was answered before a later replica's results
+    /// disagreed.
+    pub after_answer: bool,
 }
 
 /// How the replicas disagreed.
@@ -79,7 +117,11 @@ pub enum DivergenceKind {
 
 impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "REPLICAS DIVERGED on partition {} at batch {}: ", self.partition, self.seq)?;
+        write!(f, "REPLICAS DIVERGED on partition {} at batch {}", self.partition, self.seq)?;
+        if self.after_answer {
+            write!(f, " (after a majority agreed and it was answered)")?;
+        }
+        write!(f, ": ")?;
         match &self.kind {
             DivergenceKind::Outcome { ts, digests } => {
                 write!(f, "transaction {ts} has different results:")?;
@@ -132,8 +174,14 @@ pub type TakenBatch<T> = (Seq, Vec<(Timestamp, T)>, bool);
 #[derive(Debug)]
 struct PendingBatch<T> {
     seq: Seq,
+    /// Its transactions with their tags; emptied when it is answered.
     txns: Vec<(Timestamp, T)>,
+    /// Its transactions' timestamps, in batch order: what every report must match.
+    stamps: Vec<Timestamp>,
     digest_after: bool,
+    /// The results it was answered with (a majority's), once answered: later reports are
+    /// compared with them.
+    answered: Option<Results>,
     /// The live replicas when it was sent (minus those failed since): whose results decide it.
     expected: Vec<NodeId>,
     /// Results from live replicas, in arrival order.
@@ -153,7 +201,13 @@ pub struct Agreement<T> {
     /// The sequence number the next batch sent must carry.
     next_seq: Seq,
     stopped: bool,
+    quorum: Quorum,
+    /// Answered batches a replica may leave unreported before it is [`Verdict::Lagging`].
+    lag_batches_max: usize,
 }
+
+/// The default lag limit (`limits.replica_lag_batches_max`'s default).
+pub const LAG_BATCHES_DEFAULT: usize = 1024;
 
 impl<T> Agreement<T> {
     /// A tracker for `partition` whose live replicas are `replicas`; batches start at 1.
@@ -161,7 +215,28 @@ impl<T> Agreement<T> {
         let mut live: Vec<NodeId> = replicas.into_iter().collect();
         live.sort_unstable();
         live.dedup();
-        Agreement { partition, live, pending: VecDeque::new(), next_seq: 1, stopped: false }
+        Agreement {
+            partition,
+            live,
+            pending: VecDeque::new(),
+            next_seq: 1,
+            stopped: false,
+            quorum: Quorum::All,
+            lag_batches_max: LAG_BATCHES_DEFAULT,
+        }
+    }
+
+    /// The tracker answering on `quorum`, failing a replica more than `lag_batches_max`
+    /// answered batches behind.
+    pub fn with_quorum(mut self, quorum: Quorum, lag_batches_max: usize) -> Agreement<T> {
+        self.quorum = quorum;
+        self.lag_batches_max = lag_batches_max.max(1);
+        self
+    }
+
+    /// The quorum that answers a batch.
+    pub fn quorum(&self) -> Quorum {
+        self.quorum
     }
 
     /// A tracker for `partition` over `replicas` whose next batch is `next_seq` (a promoted
@@ -176,10 +251,11 @@ impl<T> Agreement<T> {
         a
     }
 
-    /// Takes every batch sent and not decided, in order: (sequence number, transactions with
-    /// their tags, whether it asked for a digest). The tracker keeps its numbering.
+    /// Takes every batch sent and not answered, in order: (sequence number, transactions with
+    /// their tags, whether it asked for a digest); answered batches still waiting for the
+    /// remaining replicas' reports are dropped. The tracker keeps its numbering.
     pub fn take_pending(&mut self) -> Vec<TakenBatch<T>> {
-        self.pending.drain(..).map(|b| (b.seq, b.txns, b.digest_after)).collect()
+        self.pending.drain(..).filter(|b| b.answered.is_none()).map(|b| (b.seq, b.txns, b.digest_after)).collect()
     }
 
     /// The sequence number the next batch sent must carry.
@@ -187,9 +263,10 @@ impl<T> Agreement<T> {
         self.next_seq
     }
 
-    /// The last batch decided (every batch up to it was answered one way or another).
+    /// The last batch decided (every batch up to it was answered one way or another; under
+    /// `majority`, some replicas may not have reported it yet).
     pub fn decided_through(&self) -> Seq {
-        self.pending.front().map_or(self.next_seq, |b| b.seq).saturating_sub(1)
+        self.pending.get(self.answered_unconfirmed()).map_or(self.next_seq, |b| b.seq).saturating_sub(1)
     }
 
     /// The live replicas, sorted: those a batch is sent to.
@@ -204,7 +281,13 @@ impl<T> Agreement<T> {
 
     /// Batches sent and not yet decided.
     pub fn pending_batches(&self) -> usize {
-        self.pending.len()
+        self.pending.len() - self.answered_unconfirmed()
+    }
+
+    /// Batches answered by a majority whose remaining replicas have not all reported yet.
+    pub fn answered_unconfirmed(&self) -> usize {
+        // Batches are answered in order: the answered ones are the front of `pending`.
+        self.pending.partition_point(|b| b.answered.is_some())
     }
 
     /// Records that batch `seq` with these transactions (timestamp and tag, in batch order)
@@ -218,8 +301,10 @@ impl<T> Agreement<T> {
         let expected = self.live.clone();
         self.pending.push_back(PendingBatch {
             seq,
+            stamps: txns.iter().map(|(ts, _)| *ts).collect(),
             txns,
             digest_after,
+            answered: None,
             replies: Vec::with_capacity(expected.len()),
             expected,
             joiners: Vec::new(),
@@ -246,7 +331,7 @@ impl<T> Agreement<T> {
         let (unknown, kept): (VecDeque<_>, VecDeque<_>) =
             std::mem::take(&mut self.pending).into_iter().partition(|b| b.expected.is_empty());
         self.pending = kept;
-        for b in unknown {
+        for b in unknown.into_iter().filter(|b| b.answered.is_none()) {
             verdicts.push(Verdict::Unknown { seq: b.seq, unanswered: b.txns });
         }
         verdicts.extend(self.decide());
@@ -297,12 +382,26 @@ impl<T> Agreement<T> {
         if batch.replies.iter().any(|(n, _)| *n == from) {
             return Err(Ignored::Duplicate { node: from, seq });
         }
+        let after_answer = batch.answered.is_some();
         if let Some(problem) = shape_problem(batch, &results) {
-            let divergence =
-                Divergence { partition: self.partition, seq, kind: DivergenceKind::Shape { node: from, problem } };
+            let kind = DivergenceKind::Shape { node: from, problem };
+            let divergence = Divergence { partition: self.partition, seq, kind, after_answer };
             return Ok(vec![self.stop_diverged(divergence)]);
         }
-        batch.replies.push((from, results));
+        if let Some(reference) = &batch.answered {
+            // Answered by a majority: this replica's results must still agree.
+            let first = batch.replies.first().map_or(from, |(n, _)| *n);
+            let mut both = [(first, reference.clone()), (from, results)];
+            if let Err(kind) = compare(&mut both) {
+                let divergence = Divergence { partition: self.partition, seq, kind, after_answer };
+                return Ok(vec![self.stop_diverged(divergence)]);
+            }
+            let [_, (_, results)] = both;
+            // Only who reported is needed now: the results agreed.
+            batch.replies.push((from, Results { results: Vec::new(), state_digest: None, ..results }));
+        } else {
+            batch.replies.push((from, results));
+        }
         Ok(self.decide())
     }
 
@@ -321,6 +420,10 @@ impl<T> Agreement<T> {
         let Some(batch) = self.pending.iter_mut().find(|b| b.seq == seq) else {
             return Err(Ignored::AlreadyDecided { seq });
         };
+        if batch.answered.is_some() {
+            // Answered already: a joiner's results would never decide it.
+            return Err(Ignored::AlreadyDecided { seq });
+        }
         if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, &results).is_some() {
             return Err(Ignored::Duplicate { node: from, seq });
         }
@@ -340,7 +443,7 @@ impl<T> Agreement<T> {
             b.replies.retain(|(n, _)| *n != node);
             b.expected.retain(|n| *n != node);
             b.joiners.retain(|(n, _)| *n != node);
-            if b.expected.is_empty() {
+            if b.expected.is_empty() && b.answered.is_none() {
                 // Everyone it was sent to failed: a rejoined replica that executed it answers.
                 let joined: Vec<(NodeId, Results)> =
                     std::mem::take(&mut b.joiners).into_iter().filter(|(n, _)| live.contains(n)).collect();
@@ -366,6 +469,7 @@ impl<T> Agreement<T> {
     }
 
     fn drain_unanswered(&mut self) -> Vec<T> {
+        // An answered batch's `txns` is empty.
         self.pending.drain(..).flat_map(|b| b.txns.into_iter().map(|(_, t)| t)).collect()
     }
 
@@ -374,75 +478,132 @@ impl<T> Agreement<T> {
         Verdict::Diverged { divergence, unanswered: self.drain_unanswered() }
     }
 
-    /// Decides every leading batch that all live replicas reported.
+    /// Answers every leading batch whose quorum reported and agreed, forgets answered batches
+    /// every expected replica reported, and reports replicas lagging past the limit.
     fn decide(&mut self) -> Vec<Verdict<T>> {
         let mut verdicts = Vec::new();
-        while self.pending.front().is_some_and(|b| b.replies.len() == b.expected.len()) {
-            let batch = self.pending.pop_front().expect("checked above");
-            match self.judge(batch) {
+        for i in 0..self.pending.len() {
+            let b = &mut self.pending[i];
+            if b.answered.is_some() {
+                continue;
+            }
+            let needed = if b.digest_after { b.expected.len() } else { self.quorum.needed(b.expected.len()) };
+            if b.replies.len() < needed {
+                break;
+            }
+            let complete = b.replies.len() == b.expected.len();
+            match judge(self.partition, b) {
                 Ok(agreed) => verdicts.push(Verdict::Agreed(agreed)),
-                Err((divergence, mut unanswered)) => {
-                    self.stopped = true;
-                    unanswered.extend(self.drain_unanswered());
-                    verdicts.push(Verdict::Diverged { divergence, unanswered });
-                    break;
+                Err(divergence) => {
+                    verdicts.push(self.stop_diverged(divergence));
+                    return verdicts;
+                }
+            }
+            if !complete {
+                // Kept for the remaining replicas' reports: only who reported counts now.
+                for (_, r) in &mut b.replies {
+                    r.results = Vec::new();
                 }
             }
         }
+        while self.pending.front().is_some_and(|b| b.answered.is_some() && b.replies.len() == b.expected.len()) {
+            self.pending.pop_front();
+        }
+        verdicts.extend(self.lagging());
         verdicts
     }
 
-    /// Compares a fully reported batch's results.
-    #[allow(clippy::type_complexity)]
-    fn judge(&self, batch: PendingBatch<T>) -> Result<AgreedBatch<T>, (Divergence, Vec<T>)> {
-        let PendingBatch { seq, txns, replies, .. } = batch;
-        let diverged = |kind, txns: Vec<(Timestamp, T)>| {
-            Err((Divergence { partition: self.partition, seq, kind }, txns.into_iter().map(|(_, t)| t).collect()))
-        };
-        let (_, first) = &replies[0];
-        for (i, reference) in first.results.iter().enumerate() {
-            if cfg!(debug_assertions) {
-                for (node, r) in &replies {
-                    if r.results[i].digest != r.results[i].outcome.digest() {
-                        return diverged(DivergenceKind::DigestMismatch { node: *node, ts: reference.ts }, txns);
-                    }
+    /// The replicas more than the lag limit of answered batches behind, the furthest behind
+    /// first, as many as the partition can lose and keep a majority of its replicas live (a
+    /// partition left with just a majority needs every one of them to answer, so nothing more
+    /// is kept for a laggard).
+    fn lagging(&self) -> Vec<Verdict<T>> {
+        let Quorum::Majority { replicas } = self.quorum else { return Vec::new() };
+        let spare = self.live.len().saturating_sub(replicas / 2 + 1);
+        if spare == 0 || self.answered_unconfirmed() <= self.lag_batches_max {
+            return Vec::new();
+        }
+        let mut behind: Vec<(usize, NodeId)> = self
+            .live
+            .iter()
+            .map(|&n| {
+                let missing = self
+                    .pending
+                    .iter()
+                    .filter(|b| {
+                        b.answered.is_some() && b.expected.contains(&n) && !b.replies.iter().any(|(m, _)| *m == n)
+                    })
+                    .count();
+                (missing, n)
+            })
+            .filter(|&(missing, _)| missing > self.lag_batches_max)
+            .collect();
+        behind.sort_unstable_by(|a, b| b.cmp(a));
+        behind.into_iter().take(spare).map(|(behind, node)| Verdict::Lagging { node, behind }).collect()
+    }
+}
+
+/// Compares a batch's reports so far; on agreement marks it answered (keeping the reference
+/// results) and returns the answers.
+fn judge<T>(partition: PartitionId, batch: &mut PendingBatch<T>) -> Result<AgreedBatch<T>, Divergence> {
+    let seq = batch.seq;
+    compare(&mut batch.replies).map_err(|kind| Divergence { partition, seq, kind, after_answer: false })?;
+    let first = &batch.replies[0].1;
+    let state_digests = first.state_digest.map(|_| {
+        let mut digests: Vec<(NodeId, StateDigest)> =
+            batch.replies.iter().map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
+        digests.sort_unstable_by_key(|(n, _)| *n);
+        digests
+    });
+    let answers = std::mem::take(&mut batch.txns)
+        .into_iter()
+        .zip(&first.results)
+        .map(|((ts, tag), r)| (tag, ts, r.outcome.clone()))
+        .collect();
+    batch.answered = Some(Results { state_digest: None, ..first.clone() });
+    Ok(AgreedBatch { seq, answers, state_digests })
+}
+
+/// Whether `replies` (each already fits the batch) agree: every transaction's digest and
+/// outcome, and the state digests; the first disagreement found otherwise.
+fn compare(replies: &mut [(NodeId, Results)]) -> Result<(), DivergenceKind> {
+    let (first, rest) = replies.split_first().expect("at least one report");
+    for (i, reference) in first.1.results.iter().enumerate() {
+        if cfg!(debug_assertions) {
+            for (node, r) in std::iter::once(first).chain(rest) {
+                if r.results[i].digest != r.results[i].outcome.digest() {
+                    return Err(DivergenceKind::DigestMismatch { node: *node, ts: reference.ts });
                 }
-            }
-            let agree = replies[1..]
-                .iter()
-                .all(|(_, r)| r.results[i].digest == reference.digest && r.results[i].outcome == reference.outcome);
-            if !agree {
-                let mut digests: Vec<(NodeId, u64)> = replies.iter().map(|(n, r)| (*n, r.results[i].digest)).collect();
-                digests.sort_unstable_by_key(|(n, _)| *n);
-                return diverged(DivergenceKind::Outcome { ts: reference.ts, digests }, txns);
             }
         }
-        let state_digests = match first.state_digest {
-            None => None,
-            Some(reference) => {
-                let mut digests: Vec<(NodeId, StateDigest)> =
-                    replies.iter().map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
-                digests.sort_unstable_by_key(|(n, _)| *n);
-                if digests.iter().any(|(_, d)| *d != reference) {
-                    return diverged(DivergenceKind::State { digests }, txns);
-                }
-                Some(digests)
-            }
-        };
-        let mut replies = replies;
-        let (_, first) = replies.swap_remove(0);
-        let answers = txns.into_iter().zip(first.results).map(|((ts, tag), r)| (tag, ts, r.outcome)).collect();
-        Ok(AgreedBatch { seq, answers, state_digests })
+        let agree = rest
+            .iter()
+            .all(|(_, r)| r.results[i].digest == reference.digest && r.results[i].outcome == reference.outcome);
+        if !agree {
+            let mut digests: Vec<(NodeId, u64)> =
+                std::iter::once(first).chain(rest).map(|(n, r)| (*n, r.results[i].digest)).collect();
+            digests.sort_unstable_by_key(|(n, _)| *n);
+            return Err(DivergenceKind::Outcome { ts: reference.ts, digests });
+        }
     }
+    if let Some(reference) = first.1.state_digest {
+        if rest.iter().any(|(_, r)| r.state_digest != Some(reference)) {
+            let mut digests: Vec<(NodeId, StateDigest)> =
+                std::iter::once(first).chain(rest).map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
+            digests.sort_unstable_by_key(|(n, _)| *n);
+            return Err(DivergenceKind::State { digests });
+        }
+    }
+    Ok(())
 }
 
 /// What is wrong with `results` as an answer to `batch`, if anything.
 fn shape_problem<T>(batch: &PendingBatch<T>, results: &Results) -> Option<String> {
-    if results.results.len() != batch.txns.len() {
-        return Some(format!("{} results for {} transactions", results.results.len(), batch.txns.len()));
+    if results.results.len() != batch.stamps.len() {
+        return Some(format!("{} results for {} transactions", results.results.len(), batch.stamps.len()));
     }
-    if let Some((i, r)) = results.results.iter().enumerate().find(|(i, r)| r.ts != batch.txns[*i].0) {
-        return Some(format!("result {i} is for transaction {}, not {}", r.ts, batch.txns[i].0));
+    if let Some((i, r)) = results.results.iter().enumerate().find(|(i, r)| r.ts != batch.stamps[*i]) {
+        return Some(format!("result {i} is for transaction {}, not {}", r.ts, batch.stamps[i]));
     }
     if results.state_digest.is_some() != batch.digest_after {
         return Some(format!(
@@ -662,5 +823,160 @@ mod tests {
         let v = a.replica_down(1);
         assert_eq!(v, vec![Verdict::NoLiveReplica { unanswered: vec![20, 21, 30, 31] }]);
         assert!(a.is_stopped());
+    }
+
+    fn majority(replicas: &[NodeId], lag: usize) -> Agreement<u32> {
+        let mut a = three_batches(replicas);
+        a.quorum = Quorum::Majority { replicas: replicas.len() };
+        a.lag_batches_max = lag;
+        a
+    }
+
+    /// Section 5.3's near-instant failover: with three replicas two agreeing answer, so a
+    /// replica that died without a word holds nothing up; the third's late results are
+    /// still compared, then the batch is forgotten.
+    #[test]
+    fn under_majority_two_of_three_agreeing_answer_and_the_third_is_compared_later() {
+        let mut a = majority(&[1, 2, 3], 16);
+        assert_eq!(a.on_results(3, good(1)).unwrap(), vec![]);
+        assert_eq!(agreed_seqs(&a.on_results(1, good(1)).unwrap()), vec![1]);
+        assert_eq!(a.decided_through(), 1);
+        assert_eq!(a.answered_unconfirmed(), 1, "kept for node 2");
+        assert_eq!(a.on_results(2, good(1)).unwrap(), vec![]);
+        assert_eq!(a.answered_unconfirmed(), 0, "all three reported: nothing kept");
+        assert_eq!(agreed_seqs(&a.on_results(1, good(2)).unwrap()), vec![]);
+        assert_eq!(agreed_seqs(&a.on_results(2, good(2)).unwrap()), vec![2]);
+        assert_eq!(a.answered_unconfirmed(), 1, "kept for node 3");
+        assert_eq!(a.pending_batches(), 1, "batch 3 is the only one not answered");
+        assert_eq!(a.on_results(2, good(2)), Err(Ignored::Duplicate { node: 2, seq: 2 }));
+        assert_eq!(a.on_results(3, good(2)).unwrap(), vec![], "agrees: nothing more to say");
+        assert_eq!(a.answered_unconfirmed(), 0);
+        assert_eq!(a.on_results(3, good(2)), Err(Ignored::AlreadyDecided { seq: 2 }));
+        // Answers stay in order: batch 3's majority waits for nothing earlier.
+        a.sent(4, vec![(Timestamp(400), 40)], false);
+        let four = results(4, &[(400, committed(4))], None);
+        a.on_results(1, four.clone()).unwrap();
+        assert_eq!(a.on_results(2, four).unwrap(), vec![], "batch 3 first");
+        a.on_results(3, good(3)).unwrap();
+        assert_eq!(agreed_seqs(&a.on_results(1, good(3)).unwrap()), vec![3, 4]);
+    }
+
+    /// The safety net stays: a replica whose results differ after a majority answered stops
+    /// the partition with the alarm; only the transactions not yet answered are handed back.
+    #[test]
+    fn a_replica_disagreeing_after_the_majority_answered_stops_the_partition() {
+        let mut a = majority(&[1, 2, 3], 16);
+        a.on_results(1, good(1)).unwrap();
+        assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
+        let bad = results(1, &[(100, committed(1)), (101, committed(999))], None);
+        let v = a.on_results(3, bad).unwrap();
+        let [Verdict::Diverged { divergence, unanswered }] = &v[..] else { panic!("{v:?}") };
+        assert!(divergence.after_answer);
+        assert_eq!(divergence.seq, 1);
+        let DivergenceKind::Outcome { ts, digests } = &divergence.kind else { panic!("{divergence:?}") };
+        assert_eq!(*ts, Timestamp(101));
+        assert_eq!(digests.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(unanswered, &vec![20, 21, 30, 31], "batch 1 was answered: not handed back");
+        assert!(divergence.to_string().contains("after a majority agreed"), "{divergence}");
+        assert!(a.is_stopped());
+
+        // Results that do not fit, after the answer, too.
+        let mut a = majority(&[1, 2, 3], 16);
+        a.on_results(1, good(1)).unwrap();
+        a.on_results(2, good(1)).unwrap();
+        let v = a.on_results(3, results(1, &[(100, committed(1))], None)).unwrap();
+        assert!(matches!(&v[..], [Verdict::Diverged { divergence: Divergence { after_answer: true, .. }, .. }]));
+
+        // Two reports that already disagree answer nothing.
+        let mut a = majority(&[1, 2, 3], 16);
+        a.on_results(1, good(1)).unwrap();
+        let v = a.on_results(2, results(1, &[(100, committed(7)), (101, committed(51))], None)).unwrap();
+        assert!(
+            matches!(&v[..], [Verdict::Diverged { divergence: Divergence { after_answer: false, .. }, unanswered }] if unanswered.len() == 6)
+        );
+    }
+
+    /// A slow replica cannot make the kept batches grow without bound: past the lag limit it
+    /// is reported, and once failed, what it held up is forgotten.
+    #[test]
+    fn a_replica_lagging_past_the_limit_is_reported_and_once_failed_forgotten() {
+        let mut a = majority(&[1, 2, 3], 2);
+        for seq in 1..=2 {
+            a.on_results(1, good(seq)).unwrap();
+            assert_eq!(agreed_seqs(&a.on_results(2, good(seq)).unwrap()), vec![seq]);
+        }
+        a.on_results(1, good(3)).unwrap();
+        let v = a.on_results(2, good(3)).unwrap();
+        assert_eq!(agreed_seqs(&v[..1]), vec![3]);
+        assert_eq!(v[1], Verdict::Lagging { node: 3, behind: 3 });
+        assert_eq!(a.replica_down(3), vec![]);
+        assert_eq!(a.answered_unconfirmed(), 0);
+        assert_eq!(a.live(), &[1, 2]);
+    }
+
+    /// Different majorities answer different batches when results arrive out of order: each
+    /// replica is charged only the answered batches it did not report, and a partition is
+    /// never talked out of its majority — with one of three failed, the two left are not
+    /// reported, however far behind one of them is.
+    #[test]
+    fn lag_is_counted_per_replica_and_never_costs_the_majority() {
+        let mut a = majority(&[1, 2, 3], 1);
+        for seq in 4..=6 {
+            a.sent(seq, vec![], false);
+        }
+        let empty = |seq| results(seq, &[], None);
+        // Batch 1 answered by 2 and 3, batches 2 and 3 by 1 and 2: node 1 misses one, node 3
+        // two.
+        a.on_results(2, good(1)).unwrap();
+        a.on_results(3, good(1)).unwrap();
+        for seq in 2..=3 {
+            a.on_results(1, good(seq)).unwrap();
+            a.on_results(2, good(seq)).unwrap();
+        }
+        a.on_results(1, empty(4)).unwrap();
+        let v = a.on_results(2, empty(4)).unwrap();
+        assert_eq!(v.last(), Some(&Verdict::Lagging { node: 3, behind: 3 }), "{v:?}");
+        assert!(a.replica_down(3).is_empty());
+        // Two left of three: no more lag reports, whatever node 1 left unreported.
+        a.on_results(2, empty(5)).unwrap();
+        let v = a.on_results(1, empty(5)).unwrap();
+        assert!(!v.iter().any(|v| matches!(v, Verdict::Lagging { .. })), "{v:?}");
+    }
+
+    /// With one of three replicas failed, the two left are the majority: both must agree.
+    /// With one left it answers alone, as under `all` (the partition stays available).
+    #[test]
+    fn under_majority_a_degraded_partition_needs_every_live_replica() {
+        let mut a = majority(&[1, 2, 3], 16);
+        assert_eq!(a.replica_down(3), vec![]);
+        a.sent(4, vec![], false);
+        assert_eq!(a.on_results(1, good(1)).unwrap(), vec![]);
+        assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
+        a.on_results(2, good(2)).unwrap();
+        assert_eq!(agreed_seqs(&a.replica_down(1)), vec![2], "node 2 alone answers");
+        assert_eq!(agreed_seqs(&a.on_results(2, good(3)).unwrap()), vec![3]);
+    }
+
+    /// A state-digest batch compares every live replica's digest, whatever the quorum.
+    #[test]
+    fn a_digest_batch_waits_for_every_live_replica_under_majority() {
+        let mut a: Agreement<u32> = Agreement::new(1, [1, 2, 3]).with_quorum(Quorum::Majority { replicas: 3 }, 16);
+        a.sent(1, vec![], true);
+        a.on_results(1, results(1, &[], Some(7))).unwrap();
+        assert_eq!(a.on_results(2, results(1, &[], Some(7))).unwrap(), vec![]);
+        let v = a.on_results(3, results(1, &[], Some(7))).unwrap();
+        let [Verdict::Agreed(b)] = &v[..] else { panic!("{v:?}") };
+        assert_eq!(b.state_digests.as_ref().map(Vec::len), Some(3));
+    }
+
+    /// Majority of two is two: `majority` and `all` are the same with two replicas.
+    #[test]
+    fn the_quorum_sizes() {
+        assert_eq!(Quorum::Majority { replicas: 2 }.needed(2), 2);
+        assert_eq!(Quorum::Majority { replicas: 3 }.needed(3), 2);
+        assert_eq!(Quorum::Majority { replicas: 3 }.needed(2), 2);
+        assert_eq!(Quorum::Majority { replicas: 3 }.needed(1), 1);
+        assert_eq!(Quorum::Majority { replicas: 5 }.needed(5), 3);
+        assert_eq!(Quorum::All.needed(3), 3);
     }
 }

@@ -34,7 +34,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use wire::channel::{ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
-use wire::config::{ClusterConfig, Mode};
+use wire::config::{AgreementRule, ClusterConfig, Mode};
 use wire::messages::{
     ClientReply, ClientRequest, ClientResult, CoordinatorId, DigestOutcome, LoadState, NodeId, Part, PartitionId,
     PieceOutcome, PieceReads, Rejection, Results, Seq, StateDigest, Timestamp, TxnOutcome,
@@ -44,7 +44,7 @@ mod resume;
 
 pub use resume::{PartitionResume, Resumed};
 
-use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Verdict};
+use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Quorum, Verdict};
 use crate::error::{CoordinatorError, ResumeRefused};
 use crate::group::{PartitionView, ViewState};
 use crate::router::{Route, Router};
@@ -110,10 +110,12 @@ pub enum Event {
         partition: PartitionId,
         reason: String,
     },
-    /// A node was silent for `silent_ms` (or its connection was lost) and counts as failed.
+    /// A node counts as failed: `detection` says what told (its silence, its connection
+    /// closing, its own notice, its lag); it was last heard from `silent_ms` before.
     NodeDown {
         node: NodeId,
         silent_ms: u64,
+        detection: Detection,
     },
     /// No live replica of the partition remains.
     PartitionUnavailable {
@@ -196,6 +198,60 @@ pub enum Event {
     },
 }
 
+/// What told the coordinator that a node failed (docs/cluster.md, "Failure detection").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Detection {
+    /// Silent for `timeouts.failure_timeout_ms`: the only signal when a machine or the network
+    /// dies.
+    HeartbeatTimeout,
+    /// The node said it was leaving: it closed its connection with the shutdown code (a clean
+    /// stop).
+    DeathNotice,
+    /// Its process is gone: the kernel closed or reset its liveness link, or the transport
+    /// lost the connection (`how` says which).
+    ConnectionLost { how: String },
+    /// It did not read what it was sent (its queue at the coordinator filled up).
+    NotReading,
+    /// A newer connection of the node replaced this one.
+    Replaced,
+    /// It did not answer a new leader's take-over (docs/design.md §11).
+    TakeOverSilence,
+    /// One of its replicas had not reported `behind` batches a majority answered, past the
+    /// lag limit (docs/cluster.md, "Agreement").
+    Lagging { partition: PartitionId, behind: usize },
+}
+
+impl Detection {
+    /// A short name for tables and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Detection::HeartbeatTimeout => "heartbeat-timeout",
+            Detection::DeathNotice => "death-notice",
+            Detection::ConnectionLost { .. } => "connection-lost",
+            Detection::NotReading => "not-reading",
+            Detection::Replaced => "replaced",
+            Detection::TakeOverSilence => "take-over-silence",
+            Detection::Lagging { .. } => "lagging",
+        }
+    }
+}
+
+impl fmt::Display for Detection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Detection::HeartbeatTimeout => write!(f, "heartbeat timeout"),
+            Detection::DeathNotice => write!(f, "its death notice"),
+            Detection::ConnectionLost { how } => write!(f, "connection lost: {how}"),
+            Detection::NotReading => write!(f, "not reading what it is sent"),
+            Detection::Replaced => write!(f, "a newer connection"),
+            Detection::TakeOverSilence => write!(f, "no answer to the take-over"),
+            Detection::Lagging { partition, behind } => {
+                write!(f, "lag: {behind} answered batches of partition {partition} not reported")
+            }
+        }
+    }
+}
+
 impl Event {
     /// Whether the operator must see this at once (a divergence, a stop, a failure).
     pub fn is_alarm(&self) -> bool {
@@ -226,7 +282,9 @@ impl fmt::Display for Event {
             }
             Event::Diverged(d) => write!(f, "{d}; partition stopped"),
             Event::PartitionStopped { partition, reason } => write!(f, "partition {partition} stopped: {reason}"),
-            Event::NodeDown { node, silent_ms } => write!(f, "node {node} failed (silent for {silent_ms} ms)"),
+            Event::NodeDown { node, silent_ms, detection } => {
+                write!(f, "node {node} failed (detected by {detection}; silent for {silent_ms} ms)")
+            }
             Event::PartitionUnavailable { partition } => write!(f, "partition {partition} has no live replica"),
             Event::Rejoining { partition, node, source, from_seq } => write!(
                 f,
@@ -316,6 +374,12 @@ struct Partition {
     /// Tags of the open batch's transactions, in its order.
     open_tags: Vec<ClientRef>,
     agreement: Agreement<ClientRef>,
+    /// How many agreeing replicas answer a batch (`agreement` in cluster.toml).
+    quorum: Quorum,
+    /// Answered batches a replica may leave unreported before it is failed.
+    lag_batches_max: usize,
+    /// Replicas the agreement found lagging past the limit, for the coordinator to fail.
+    lagging: Vec<(NodeId, usize)>,
     /// How the partition replicates, with the state only that way needs.
     replication: Replication,
     /// Nodes rejoining, from the batch `Seq` on: they count once they report `Rejoined`.
@@ -494,12 +558,20 @@ impl Coordinator {
             .iter()
             .map(|p| {
                 let executing = if passive { &p.replicas[..1] } else { &p.replicas[..] };
+                let quorum = match config.agreement {
+                    AgreementRule::All => Quorum::All,
+                    AgreementRule::Majority => Quorum::Majority { replicas: p.replicas.len() },
+                };
+                let lag_batches_max = config.limits.replica_lag_batches_max as usize;
                 let partition = Partition {
                     id: p.id,
                     phase: Phase::Loading,
                     sequencer: Sequencer::new(p.id, limits),
                     open_tags: Vec::with_capacity(limits.batch_txns_max),
-                    agreement: Agreement::new(p.id, executing.iter().copied()),
+                    agreement: Agreement::new(p.id, executing.iter().copied()).with_quorum(quorum, lag_batches_max),
+                    quorum,
+                    lag_batches_max,
+                    lagging: Vec::new(),
                     replication: match passive {
                         true => Replication::Passive(Passive {
                             log,
@@ -755,19 +827,26 @@ impl Coordinator {
         out
     }
 
-    /// The connection to node `node` was lost: it counts as failed at once.
-    pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<Output> {
-        let out = self.on_node_lost_unsettled(node, now_us);
+    /// Node `node` is gone before its silence timed out (`detection` says how the network
+    /// code knows: a connection closed, reset or replaced, a death notice): it counts as
+    /// failed at once.
+    pub fn on_node_lost(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<Output> {
+        let out = self.on_node_lost_unsettled(node, detection, now_us);
         self.settle(out)
     }
 
-    fn on_node_lost_unsettled(&mut self, node: NodeId, now_us: u64) -> Vec<Output> {
+    fn on_node_lost_unsettled(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
+        self.node_failed(node, detection, now_us, &mut out);
+        out
+    }
+
+    /// Declares node `node` failed, if it still counts as live.
+    fn node_failed(&mut self, node: NodeId, detection: Detection, now_us: u64, out: &mut Vec<Output>) {
         if let Some(n) = self.nodes.get(&node).filter(|n| n.live) {
             let silent_ms = now_us.saturating_sub(n.last_heard_us) / 1_000;
-            self.node_down(node, silent_ms, &mut out);
+            self.node_down(node, silent_ms, detection, out);
         }
-        out
     }
 
     /// Time passed: closes batches whose wait is over, sends heartbeats, declares silent nodes
@@ -800,7 +879,7 @@ impl Coordinator {
             .map(|(&id, n)| (id, (now_us - n.last_heard_us) / 1_000))
             .collect();
         for (node, silent_ms) in silent {
-            self.node_down(node, silent_ms, &mut out);
+            self.node_down(node, silent_ms, Detection::HeartbeatTimeout, &mut out);
         }
         if now_us >= self.load_deadline_us {
             for p in self.partitions.values_mut().filter(|p| p.phase == Phase::Loading) {
@@ -1131,6 +1210,7 @@ impl Coordinator {
     /// answered, then the client gets one answer ([`combine`]). A partition lost for good
     /// aborts the home pieces still waiting for its piece.
     fn settle(&mut self, mut out: Vec<Output>) -> Vec<Output> {
+        self.fail_lagging(&mut out);
         self.answer_deferred_rejoins(&mut out);
         if self.multi.is_empty() {
             for p in self.partitions.values_mut() {
@@ -1291,10 +1371,32 @@ impl Coordinator {
         }
     }
 
-    fn node_down(&mut self, node: NodeId, silent_ms: u64, out: &mut Vec<Output>) {
+    /// Fails the replicas' nodes an agreement found lagging past the limit (docs/cluster.md,
+    /// "Agreement"): reported with the lag, then failed as a silent node is; the node drops
+    /// its replicas and rejoins by copying state.
+    fn fail_lagging(&mut self, out: &mut Vec<Output>) {
+        loop {
+            let lagging: Vec<(PartitionId, NodeId, usize)> = self
+                .partitions
+                .values_mut()
+                .flat_map(|p| std::mem::take(&mut p.lagging).into_iter().map(|(n, behind)| (p.id, n, behind)))
+                .collect();
+            if lagging.is_empty() {
+                return;
+            }
+            for (partition, node, behind) in lagging {
+                if self.is_node_live(node) {
+                    // Not silent: it is heard from, only behind.
+                    self.node_down(node, 0, Detection::Lagging { partition, behind }, out);
+                }
+            }
+        }
+    }
+
+    fn node_down(&mut self, node: NodeId, silent_ms: u64, detection: Detection, out: &mut Vec<Output>) {
         let Some(n) = self.nodes.get_mut(&node) else { return };
         n.live = false;
-        out.push(Output::Event(Event::NodeDown { node, silent_ms }));
+        out.push(Output::Event(Event::NodeDown { node, silent_ms, detection }));
         for p in self.partitions.values_mut() {
             p.joining.retain(|(n, _)| *n != node);
             if let Some(catching_up) = p.catching_up_mut() {
@@ -1446,7 +1548,8 @@ impl Partition {
         let pending = self.agreement.take_pending();
         let mut tags: BTreeMap<Seq, Vec<(Timestamp, ClientRef)>> =
             pending.into_iter().map(|(seq, txns, _)| (seq, txns)).collect();
-        self.agreement = Agreement::starting_at(self.id, [from], next_seq);
+        self.agreement =
+            Agreement::starting_at(self.id, [from], next_seq).with_quorum(self.quorum, self.lag_batches_max);
         // The new primary may have applied batches a previous leader sent and this one never
         // saw (docs/design.md §11): its numbering is the partition's.
         self.sequencer.skip_to(next_seq);
@@ -1561,7 +1664,8 @@ impl Partition {
             (Phase::Stopped { reason }, _) => return Err(ResumeRefused::Stopped { partition, reason: reason.clone() }),
         }
         let from_seq = self.sequencer.next_seq();
-        self.agreement = Agreement::starting_at(partition, [from], from_seq);
+        self.agreement =
+            Agreement::starting_at(partition, [from], from_seq).with_quorum(self.quorum, self.lag_batches_max);
         // The batches the failure lost are executed first (replayed below), then every batch
         // from `from_seq` on.
         let replay: Vec<wire::messages::Batch> =
@@ -1651,7 +1755,8 @@ impl Partition {
             self.phase = Phase::Serving;
             out.push(Output::Event(Event::PartitionReady { partition: self.id, replicas: live, digest: digests[0].1 }));
         } else {
-            let divergence = Divergence { partition: self.id, seq: 0, kind: DivergenceKind::Load { digests } };
+            let divergence =
+                Divergence { partition: self.id, seq: 0, kind: DivergenceKind::Load { digests }, after_answer: false };
             let reason = divergence.to_string();
             self.stop(reason, out);
             out.push(Output::Event(Event::Diverged(divergence)));
@@ -1798,6 +1903,7 @@ impl Partition {
                     self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
                 }
             }
+            Verdict::Lagging { node, behind } => self.lagging.push((node, behind)),
             Verdict::NoLiveReplica { unanswered } => {
                 let rejection = Rejection::NoLiveReplica { partition: self.id };
                 self.reject_all(unanswered, rejection, out);

@@ -19,5 +19,5 @@ pub mod sequencer;
 pub mod store;
 pub mod timestamp;
 
-pub use coordinator::{ClientId, ClientRef, Coordinator, Event, Output, PartitionStatus, Phase};
+pub use coordinator::{ClientId, ClientRef, Coordinator, Detection, Event, Output, PartitionStatus, Phase};
 pub use error::{CoordinatorError, RouteError};

@@ -29,7 +29,7 @@ use wire::messages::{
     ReplicaStanding, ReplicationRole, Seq,
 };
 
-use crate::coordinator::{ClientId, Coordinator, Event, Output, PartitionResume, Resumed, NOBODY};
+use crate::coordinator::{ClientId, Coordinator, Detection, Event, Output, PartitionResume, Resumed, NOBODY};
 use crate::error::CoordinatorError;
 use crate::group::{
     Decision, Group, GroupReady, GroupState, GroupTiming, Leadership, Membership, PartitionView, ViewState,
@@ -319,12 +319,13 @@ impl Member {
         out
     }
 
-    /// The connection to node `node` was lost.
-    pub fn on_node_lost(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
+    /// Node `node` is gone before its silence timed out (`detection` says how the network
+    /// code knows).
+    pub fn on_node_lost(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<MemberOutput> {
         *self.connections.entry(node).or_default() += 1;
         let mut out = Vec::new();
         if let Role::Leading(l) = &mut self.role {
-            let o = l.coordinator.on_node_lost(node, now_us);
+            let o = l.coordinator.on_node_lost(node, detection, now_us);
             self.gate(o, &mut out);
         }
         self.after(&mut out, now_us);

@@ -11,7 +11,7 @@ use engine::rng::Rng;
 use std::collections::BTreeMap;
 
 use coordinator::agreement::DivergenceKind;
-use coordinator::{Coordinator, Event, Output, Phase};
+use coordinator::{Coordinator, Detection, Event, Output, Phase};
 use engine::input::InputError;
 use engine::procedures::*;
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
@@ -317,7 +317,7 @@ fn losing_the_remote_partition_aborts_the_waiting_home_piece() {
     }
     let out = c.on_client_request(1, request(1, new_order(1, &[3, 1, 1, 1, 1])), START_US);
     let home = batches(&out).into_iter().find(|(_, b)| b.partition == 1).unwrap().1;
-    let out = c.on_node_lost(2, START_US);
+    let out = c.on_node_lost(2, link_lost(), START_US);
     let aborts: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
@@ -409,7 +409,11 @@ fn a_silent_node_fails_and_the_survivor_answers_alone() {
         out = c.tick(now);
     }
     assert_eq!(now, START_US + 1_000 * MS);
-    assert!(events(&out).contains(&Event::NodeDown { node: 2, silent_ms: 1_000 }));
+    assert!(events(&out).contains(&Event::NodeDown {
+        node: 2,
+        silent_ms: 1_000,
+        detection: Detection::HeartbeatTimeout
+    }));
     assert!(!c.is_node_live(2) && c.is_node_live(1));
     let r = replies(&out);
     assert_eq!(r.len(), 1);
@@ -424,7 +428,7 @@ fn a_silent_node_fails_and_the_survivor_answers_alone() {
     ));
     // Losing node 1 too leaves the partitions without replicas. The batch it was sent may
     // have executed before it failed: its client hears "outcome unknown", not "rejected".
-    let out = c.on_node_lost(1, now);
+    let out = c.on_node_lost(1, link_lost(), now);
     assert!(replies(&out).iter().all(|(_, r)| matches!(r.result, ClientResult::OutcomeUnknown { .. })));
     assert_eq!(replies(&out).len(), 1);
     assert!(c.status().iter().all(|p| p.phase == Phase::Unavailable));
@@ -593,7 +597,7 @@ fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
     for node in [1, 2] {
         c.on_node_message(node, results_with(&remote, TxnOutcome::PieceDone { reads_digest: 1 }), START_US);
     }
-    let out = c.on_node_lost(1, START_US);
+    let out = c.on_node_lost(1, link_lost(), START_US);
     let asks: Vec<_> = out
         .iter()
         .filter_map(|o| match o {
@@ -610,4 +614,66 @@ fn a_remote_outcome_lost_in_a_failure_is_asked_for_again() {
     assert!(out
         .iter()
         .any(|o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::PieceReads(_) } if nodes == &vec![2])));
+}
+
+/// A lost connection, as the network code reports it.
+fn link_lost() -> Detection {
+    Detection::ConnectionLost { how: "the test closed it".into() }
+}
+
+/// A coordinator of cluster-rf3.toml (every partition on nodes 1, 2 and 3; one batch per
+/// request) whose partitions are loaded, under `agreement`.
+fn serving_rf3(agreement: wire::config::AgreementRule, lag: u32) -> Coordinator {
+    let mut config = ClusterConfig::parse(include_str!("../../cluster-rf3.toml")).unwrap();
+    config.agreement = agreement;
+    config.limits.batch_txns_max = 1;
+    config.limits.replica_lag_batches_max = lag;
+    let mut c = Coordinator::new(&config, START_US).unwrap();
+    for node in [1, 2, 3] {
+        for partition in [1, 2] {
+            let ready =
+                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
+            c.on_node_message(node, ready, START_US);
+        }
+    }
+    assert!(c.status().iter().all(|p| p.phase == Phase::Serving));
+    c
+}
+
+/// Issue 20 (Section 5.3's near-instant failover): with three replicas, two agreeing answer
+/// under `majority` while the third says nothing; under `all` the client waits for it. Past
+/// the lag limit the silent-but-connected third replica is failed, reported as lagging.
+#[test]
+fn three_replicas_answer_on_two_under_majority_and_a_lagging_third_is_failed() {
+    for agreement in [wire::config::AgreementRule::Majority, wire::config::AgreementRule::All] {
+        let mut c = serving_rf3(agreement, 3);
+        let mut answered = 0;
+        let mut failed = Vec::new();
+        for i in 0..6u64 {
+            let now = START_US + i * MS;
+            let out = c.on_client_request(1, request(i, payment(1, 1, 1 + i as u32)), now);
+            let [(nodes, batch)] = &batches(&out)[..] else { panic!("{out:?}") };
+            assert!(nodes.contains(&1) && nodes.contains(&2));
+            for node in [1, 2] {
+                let out = c.on_node_message(node, NodeToCoordinator::Results(execute(batch, 0)), now);
+                answered += replies(&out).len();
+                failed.extend(events(&out).into_iter().filter(|e| matches!(e, Event::NodeDown { .. })));
+            }
+        }
+        match agreement {
+            wire::config::AgreementRule::Majority => {
+                assert_eq!(answered, 6, "two of three answer every request");
+                let [Event::NodeDown { node: 3, detection: Detection::Lagging { partition: 1, behind: 4 }, .. }] =
+                    &failed[..]
+                else {
+                    panic!("{failed:?}")
+                };
+                assert!(!c.status()[0].live_replicas.contains(&3));
+            }
+            wire::config::AgreementRule::All => {
+                assert_eq!(answered, 0, "every live replica must answer");
+                assert!(failed.is_empty());
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@ mod common;
 use common::{batches, events, replies};
 
 use coordinator::agreement::DivergenceKind;
-use coordinator::{Coordinator, Event, Output, Phase};
+use coordinator::{Coordinator, Detection, Event, Output, Phase};
 use engine::procedures::*;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, Mode};
@@ -208,8 +208,8 @@ fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
 
     // Node 2 (partition 1's backup) is lost.
     let now = START_US + 50 * MS;
-    let out = c.on_node_lost(2, now);
-    assert!(events(&out).contains(&Event::NodeDown { node: 2, silent_ms: 50 }));
+    let out = c.on_node_lost(2, link_lost(), now);
+    assert!(events(&out).contains(&Event::NodeDown { node: 2, silent_ms: 50, detection: link_lost() }));
     let memberships: Vec<(Vec<NodeId>, Vec<NodeId>)> = out
         .iter()
         .filter_map(|o| match o {
@@ -259,7 +259,7 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     let mut c = serving(Mode::FullStack);
     // Partition 1's backup (node 2) fails first; then its primary (node 1) with a batch in flight.
     let now = START_US + 50 * MS;
-    c.on_node_lost(2, now);
+    c.on_node_lost(2, link_lost(), now);
     assert_eq!(c.status()[0].live_replicas, vec![1]);
     c.on_client_request(1, request(1, payment(1, 1)), now);
     let out = c.on_client_request(1, request(2, payment(2, 2)), now);
@@ -267,7 +267,7 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
     assert_eq!((nodes, in_flight.seq), (&vec![1], 1));
     c.on_client_request(1, request(3, payment(1, 3)), now); // open, not sent yet
 
-    let out = c.on_node_lost(1, now + 10 * MS);
+    let out = c.on_node_lost(1, link_lost(), now + 10 * MS);
     let mut answers: Vec<(u64, ClientResult)> =
         replies(&out).into_iter().map(|(_, r)| (r.request_id, r.result)).collect();
     answers.sort_by_key(|(id, _)| *id);
@@ -364,7 +364,7 @@ fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
     co.on_node_message(3, NodeToCoordinator::BackupApplied { partition: 1, seq: 6 }, START_US + MS);
     co.on_node_message(2, NodeToCoordinator::BackupApplied { partition: 1, seq: 5 }, START_US + 2 * MS);
 
-    let out = co.on_node_lost(1, START_US + 3 * MS);
+    let out = co.on_node_lost(1, link_lost(), START_US + 3 * MS);
     let promote: Vec<NodeId> = out
         .iter()
         .filter_map(|o| match o {
@@ -416,7 +416,7 @@ fn a_home_piece_waits_for_a_full_stack_partition_that_may_come_back_from_its_log
     let home = sent.iter().find(|(_, b)| b.partition == 1).expect("the home piece's batch").1.clone();
     let ts = remote.txns[0].ts;
 
-    let out = c.on_node_lost(2, START_US + 2 * MS);
+    let out = c.on_node_lost(2, link_lost(), START_US + 2 * MS);
     let aborted_reads = out.iter().any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::PieceReads(_), .. }));
     assert!(!aborted_reads, "the home piece is not told to abort: {out:?}");
     assert!(replies(&out).iter().all(|(_, r)| r.request_id != 1), "not answered yet: {out:?}");
@@ -461,7 +461,7 @@ fn a_rejoin_asked_during_a_promotion_is_planned_when_it_ends() {
     for mode in [Mode::ActivePassive, Mode::FullStack] {
         let mut c = serving(mode);
         // Partition 2's primary (node 2) fails: node 1 is asked to take over.
-        let out = c.on_node_lost(2, START_US + MS);
+        let out = c.on_node_lost(2, link_lost(), START_US + MS);
         assert!(out
             .iter()
             .any(|o| matches!(o, Output::ToNodes { msg: CoordinatorToNode::Promote { partition: 2, .. }, .. })));
@@ -510,11 +510,11 @@ fn a_rejoin_asked_during_a_promotion_is_planned_when_it_ends() {
 fn a_node_failing_during_its_restart_recovery_may_recover_again() {
     let mut c = serving(Mode::FullStack);
     let now = START_US + 50 * MS;
-    c.on_node_lost(2, now);
+    c.on_node_lost(2, link_lost(), now);
     c.on_client_request(1, request(1, payment(1, 1)), now);
     let out = c.on_client_request(1, request(2, payment(2, 2)), now);
     let [(_, lost)] = &batches(&out)[..] else { panic!("{out:?}") };
-    c.on_node_lost(1, now + MS);
+    c.on_node_lost(1, link_lost(), now + MS);
     assert_eq!(phase(&c, 1), Phase::Unavailable);
     let resumed = |out: &[Output]| {
         out.iter()
@@ -530,9 +530,14 @@ fn a_node_failing_during_its_restart_recovery_may_recover_again() {
     assert_eq!(resumed(&out), vec![lost.seq]);
     assert_eq!(phase(&c, 1), Phase::Recovering { node: 1 });
     // It fails before reporting `Rejoined`.
-    c.on_node_lost(1, now + 3 * MS);
+    c.on_node_lost(1, link_lost(), now + 3 * MS);
     assert_eq!(phase(&c, 1), Phase::Unavailable);
     let out = c.on_node_message(1, NodeToCoordinator::RejoinRequest { partition: 1 }, now + 4 * MS);
     assert_eq!(resumed(&out), vec![lost.seq], "the lost batch is replayed again: {out:?}");
     assert!(batches(&out).iter().any(|(_, b)| b == lost));
+}
+
+/// A lost connection, as the network code reports it.
+fn link_lost() -> Detection {
+    Detection::ConnectionLost { how: "the test closed it".into() }
 }

@@ -195,6 +195,9 @@ pub struct SimStats {
     pub rejoins_given_up: u64,
     /// `NodeDown` events.
     pub nodes_down: u64,
+    /// Of them, replicas failed for lagging past `limits.replica_lag_batches_max` behind a
+    /// majority's answers (docs/cluster.md, "Agreement").
+    pub lagging: u64,
     /// Messages lost with broken links and crashed processes.
     pub messages_lost: u64,
     /// Promotions of a backup (`Event::Promoting`).
@@ -232,6 +235,7 @@ impl SimStats {
         self.crashes_of_rejoin_source += other.crashes_of_rejoin_source;
         self.rejoins_given_up += other.rejoins_given_up;
         self.nodes_down += other.nodes_down;
+        self.lagging += other.lagging;
         self.messages_lost += other.messages_lost;
         self.promotions += other.promotions;
         self.reconnects += other.reconnects;
@@ -337,6 +341,9 @@ pub struct Sim {
     generator: Generator,
     /// Whether [`Sim::run`] submits new requests.
     pub submitting: bool,
+    /// Live node processes a coordinator failed for lagging, whose link it ends (as its
+    /// process does on every `NodeDown`): the node's machine dials again and rejoins.
+    disconnects: Vec<(NodeId, CoordinatorId)>,
     /// Print every event and fault to stderr as it happens (`glass sim --trace`).
     pub trace: bool,
     /// Every request's input, by request id.
@@ -476,6 +483,7 @@ impl Sim {
             pending_max,
             generator: Generator::new(gen, seed, config.seed).expect("a valid generator configuration"),
             submitting: true,
+            disconnects: Vec::new(),
             trace: false,
             inputs: Vec::new(),
             answers: BTreeMap::new(),
@@ -738,6 +746,22 @@ impl Sim {
 
     /// Carries out coordinator `c`'s outputs, as its process does.
     fn route(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
+        self.route_outputs(c, out);
+        for (node, c) in std::mem::take(&mut self.disconnects) {
+            let now = self.now_us;
+            let n = self.node_mut(node);
+            let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { continue };
+            if !n.up {
+                continue;
+            }
+            l.alive = false;
+            let link = l.id;
+            n.machine.on_link_lost(c, now);
+            self.net.cut(node, link, None);
+        }
+    }
+
+    fn route_outputs(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
         for o in out {
             match o {
                 MemberOutput::Persist(state) => {
@@ -787,7 +811,13 @@ impl Sim {
                         self.promotions.push((epoch, *partition, *applied_seq, *next_seq));
                     }
                     match &e {
-                        Event::NodeDown { .. } => self.stats.nodes_down += 1,
+                        Event::NodeDown { node, detection, .. } => {
+                            self.stats.nodes_down += 1;
+                            if matches!(detection, coordinator::Detection::Lagging { .. }) {
+                                self.stats.lagging += 1;
+                                self.disconnects.push((*node, c));
+                            }
+                        }
                         Event::Rejoined { .. } => self.stats.rejoins += 1,
                         Event::Promoting { .. } => self.stats.promotions += 1,
                         Event::TookOver { .. } => self.stats.take_overs += 1,
@@ -1273,7 +1303,8 @@ impl Sim {
         self.net.cut(node, link, None);
         self.stats.drops += 1;
         let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
-        let out = m.on_node_lost(node, now);
+        let how = "the simulated link broke".to_string();
+        let out = m.on_node_lost(node, coordinator::Detection::ConnectionLost { how }, now);
         self.route(c, out);
     }
     /// The node's machine dials the coordinator again: a new link (the coordinator's process
@@ -1305,7 +1336,7 @@ impl Sim {
         let now = self.now_us;
         let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
         if m.coordinator().is_some_and(|co| co.is_node_live(node)) {
-            let out = m.on_node_lost(node, now);
+            let out = m.on_node_lost(node, coordinator::Detection::Replaced, now);
             self.route(c, out);
         }
         let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };

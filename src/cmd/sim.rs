@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sim::cluster::{Faults, SimStats};
 use sim::run::replay_command;
 use sim::{run_seed, SeedFailure, SeedReport, SimOptions};
-use wire::config::{Mode, Shipping};
+use wire::config::{AgreementRule, Mode, Shipping};
 
 thread_local! {
     /// The seed this thread is running, for the panic hook.
@@ -48,6 +48,15 @@ pub struct SimArgs {
     /// more, coordinators crash and restart and are cut off from one another too.
     #[arg(long, default_value_t = SimOptions::default().coordinators, value_parser = clap::value_parser!(u8).range(1..=7))]
     pub coordinators: u8,
+    /// When an active-active client is answered: `majority` (of a partition's replicas; the
+    /// others are compared when they report) or `all` (every live replica). They differ with
+    /// three nodes or more (docs/cluster.md, "Agreement").
+    #[arg(long, default_value_t = SimOptions::default().agreement, value_name = "all|majority")]
+    pub agreement: AgreementRule,
+    /// `limits.replica_lag_batches_max`: answered batches a replica may leave unreported
+    /// before it is failed as lagging (a small value exercises that path).
+    #[arg(long, default_value_t = SimOptions::default().lag_batches, value_parser = clap::value_parser!(u32).range(1..))]
+    pub lag_batches: u32,
     /// Which faults to draw: `all` (reordering, duplicates, delays, broken links, lost
     /// heartbeats, crashes and restarts), `network` (reordering, duplicates and delays
     /// only) or `none`.
@@ -147,6 +156,8 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         faults: args.faults.faults(),
         load_seed: args.load_seed,
         trace: args.trace,
+        agreement: args.agreement,
+        lag_batches: args.lag_batches,
         ..SimOptions::default()
     };
     let variants = variants(args.mode, args.shipping);
@@ -297,8 +308,8 @@ fn summarise(
         totals.crashes, totals.crashes_while_rejoining, totals.crashes_of_rejoin_source, totals.drops, totals.mutes
     );
     println!(
-        "recovery         {} nodes declared down, {} restarts, {} rejoins ({} given up and restarted), {} reconnections after a broken link",
-        totals.nodes_down, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects
+        "recovery         {} nodes declared down ({} lagging), {} restarts, {} rejoins ({} given up and restarted), {} reconnections after a broken link",
+        totals.nodes_down, totals.lagging, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects
     );
     println!(
         "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up)",

@@ -65,6 +65,9 @@ pub struct ClusterConfig {
     pub nodes: Vec<NodeConfig>,
     /// The partitions: disjoint warehouse ranges, each replicated on some nodes.
     pub partitions: Vec<PartitionConfig>,
+    /// How many replicas' agreeing results answer a client in active-active (`agreement`;
+    /// default `majority`, the same as `all` with two replicas or fewer).
+    pub agreement: AgreementRule,
     /// Batching and resource limits (defaults apply to omitted keys).
     pub limits: Limits,
     /// Timeouts and periods (defaults apply to omitted keys).
@@ -97,6 +100,12 @@ struct RawClusterConfig {
     /// Not read in `active-active` (see [`ClusterConfig`]).
     #[serde(default)]
     shipping: Shipping,
+    /// Active-active: `"majority"` answers a client once a majority of the partition's
+    /// replicas returned the same result (the rest are still compared when they arrive);
+    /// `"all"` once every live replica did (default `"majority"`; with two replicas the two
+    /// are the same). Not read in the passive modes, whose primary alone executes.
+    #[serde(default)]
+    agreement: AgreementRule,
     seed: u64,
     run_dir: PathBuf,
     cert_dir: PathBuf,
@@ -123,6 +132,7 @@ impl From<RawClusterConfig> for ClusterConfig {
         let file = ModeSettings { shipping: raw.shipping, full_stack: raw.full_stack };
         ClusterConfig {
             replication: Replication::of(raw.mode, file.shipping, file.full_stack.clone()),
+            agreement: raw.agreement,
             seed: raw.seed,
             run_dir: raw.run_dir,
             cert_dir: raw.cert_dir,
@@ -142,6 +152,7 @@ impl From<ClusterConfig> for RawClusterConfig {
         RawClusterConfig {
             mode: c.mode(),
             shipping: settings.shipping,
+            agreement: c.agreement,
             seed: c.seed,
             run_dir: c.run_dir,
             cert_dir: c.cert_dir,
@@ -247,6 +258,49 @@ impl std::str::FromStr for Shipping {
             "sync" => Ok(Shipping::Sync),
             "async" => Ok(Shipping::Async),
             other => Err(crate::error::UnknownName { what: "shipping", name: other.to_string(), valid: "sync, async" }),
+        }
+    }
+}
+
+/// How many replicas' agreeing results answer a client in active-active (docs/cluster.md,
+/// "Agreement").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgreementRule {
+    /// Every live replica the batch was sent to: a failed replica holds its partition's
+    /// answers up until it is declared failed.
+    All,
+    /// A majority of the partition's replicas (every live one, if fewer are left); the rest
+    /// are compared when they report, and a replica too far behind is failed.
+    #[default]
+    Majority,
+}
+
+impl AgreementRule {
+    /// The name `cluster.toml` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgreementRule::All => "all",
+            AgreementRule::Majority => "majority",
+        }
+    }
+}
+
+impl std::fmt::Display for AgreementRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AgreementRule {
+    type Err = crate::error::UnknownName;
+    fn from_str(s: &str) -> Result<AgreementRule, crate::error::UnknownName> {
+        match s {
+            "all" => Ok(AgreementRule::All),
+            "majority" => Ok(AgreementRule::Majority),
+            other => {
+                Err(crate::error::UnknownName { what: "agreement", name: other.to_string(), valid: "all, majority" })
+            }
         }
     }
 }
@@ -401,6 +455,10 @@ pub struct Limits {
     /// Batches a replica holds that arrived ahead of a missing earlier one; past it the
     /// replica refuses the batch as a protocol violation.
     pub replica_pending_batches_max: u32,
+    /// Under `agreement = "majority"`: batches a majority answered that one replica may leave
+    /// unreported; past it the coordinator fails the replica as lagging, which bounds what it
+    /// keeps for the comparison (docs/cluster.md, "Agreement").
+    pub replica_lag_batches_max: u32,
     /// Client connections the coordinator accepts at once.
     pub client_connections_max: u32,
     /// QUIC receive window of one connection, in bytes: what a peer may have sent that this
@@ -430,6 +488,7 @@ impl Default for Limits {
             inflight_txns_max: 8_192,
             frame_bytes_max: FRAME_BYTES_MAX_DEFAULT as u32,
             replica_pending_batches_max: 1_024,
+            replica_lag_batches_max: 1_024,
             client_connections_max: 256,
             receive_window_bytes: 2 << 20,
             send_window_bytes: 2 << 20,
@@ -688,6 +747,7 @@ impl ClusterConfig {
             ("limits.batch_txns_max", u64::from(l.batch_txns_max)),
             ("limits.inflight_txns_max", u64::from(l.inflight_txns_max)),
             ("limits.replica_pending_batches_max", u64::from(l.replica_pending_batches_max)),
+            ("limits.replica_lag_batches_max", u64::from(l.replica_lag_batches_max)),
             ("limits.client_connections_max", u64::from(l.client_connections_max)),
             ("timeouts.heartbeat_ms", self.timeouts.heartbeat_ms),
             ("timeouts.load_timeout_s", self.timeouts.load_timeout_s),
@@ -910,14 +970,16 @@ pub fn check_ports_free(config: &ClusterConfig) -> Result<(), ConfigError> {
 /// [`check_ports_free`] for chosen `(field, address)` pairs (the processes one host starts).
 pub fn check_addresses_free<'a>(addresses: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<(), ConfigError> {
     let mut held = Vec::new();
+    let mut held_tcp = Vec::new();
     for (field, address) in addresses {
         let addr = resolve(field, address)?;
-        let socket = UdpSocket::bind(addr).map_err(|source| ConfigError::PortInUse {
-            field: field.to_string(),
-            address: addr,
-            source,
-        })?;
-        held.push(socket);
+        let in_use = |source| ConfigError::PortInUse { field: field.to_string(), address: addr, source };
+        held.push(UdpSocket::bind(addr).map_err(in_use)?);
+        // A coordinator also listens on its port over TCP, for the nodes' liveness tethers
+        // (docs/cluster.md, "Failure detection").
+        if field.starts_with("coordinator") {
+            held_tcp.push(std::net::TcpListener::bind(addr).map_err(in_use)?);
+        }
     }
     Ok(())
 }
@@ -962,6 +1024,26 @@ mod tests {
         assert_eq!(c.partition_of_warehouse(3), Some(c.partitions[1].id));
         assert_eq!(c.partition_of_warehouse(5), None);
         assert_eq!(c.partitions_on_node(c.nodes[0].id).count(), 2);
+    }
+
+    /// The three-replica file beside the default (docs/cluster.md, "Agreement").
+    #[test]
+    fn the_committed_rf3_file_parses_with_majority_agreement() {
+        let c = ClusterConfig::parse(include_str!("../../cluster-rf3.toml")).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.replication_factor(), 3);
+        assert_eq!(c.nodes.len(), 3);
+        assert_eq!(c.agreement, AgreementRule::Majority);
+        assert_eq!(base().agreement, AgreementRule::Majority, "the default when the key is left out");
+        let all = COMMITTED.replace("mode = \"active-active\"", "mode = \"active-active\"\nagreement = \"all\"");
+        assert_eq!(ClusterConfig::parse(&all).unwrap().agreement, AgreementRule::All);
+        let bad = COMMITTED.replace("mode = \"active-active\"", "mode = \"active-active\"\nagreement = \"some\"");
+        let (field, message) = parse_error(&bad);
+        assert_eq!(field, "agreement", "{message}");
+        assert!(message.contains("majority"), "{message}");
+        // Written back with the key.
+        let again = ClusterConfig::parse(&toml::to_string(&ClusterConfig::parse(&all).unwrap()).unwrap()).unwrap();
+        assert_eq!(again.agreement, AgreementRule::All);
     }
 
     #[test]
@@ -1315,7 +1397,8 @@ mod tests {
                 let text = COMMITTED
                     .replace("mode = \"active-active\"", &format!("mode = \"{mode}\""))
                     .replace("shipping = \"sync\"", &format!("shipping = \"{shipping}\""))
-                    .replace("workers = 4", "workers = 8");
+                    .replace("workers = 4", "workers = 8")
+                    .replace("seed = 42", "agreement = \"majority\"\nseed = 42");
                 let c = ClusterConfig::parse(&text).unwrap();
                 assert_eq!(c.mode(), mode);
                 let written = toml::to_string(&c).unwrap();

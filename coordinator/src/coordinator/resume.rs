@@ -21,7 +21,7 @@ use wire::messages::{
     Timestamp,
 };
 
-use super::{ClientRef, Coordinator, HeldReads, Output, Phase, Replication, NOBODY};
+use super::{ClientRef, Coordinator, Detection, HeldReads, Output, Phase, Replication, NOBODY};
 use crate::agreement::Agreement;
 use crate::error::CoordinatorError;
 use crate::group::{PartitionView, ViewState};
@@ -166,7 +166,8 @@ impl Coordinator {
                     }
                 }
                 ViewState::Loading => {
-                    p.agreement = Agreement::new(*pid, executors.iter().copied());
+                    p.agreement =
+                        Agreement::new(*pid, executors.iter().copied()).with_quorum(p.quorum, p.lag_batches_max);
                     if let Some(s) = p.passive_mut() {
                         s.backups = backups;
                     }
@@ -175,7 +176,8 @@ impl Coordinator {
                     let (lo, adopted) = r.resumed_from(passive, &resumed.live_nodes);
                     let sent: Vec<&Batch> = adopted.iter().chain(recreated.get(pid)).collect();
                     let hi = lo + sent.len() as Seq;
-                    p.agreement = Agreement::starting_at(*pid, executors.iter().copied(), lo + 1);
+                    p.agreement = Agreement::starting_at(*pid, executors.iter().copied(), lo + 1)
+                        .with_quorum(p.quorum, p.lag_batches_max);
                     let txns: usize = sent.iter().map(|b| b.txns.len()).sum();
                     p.sequencer.adopt(hi + 1, txns);
                     for &b in &sent {
@@ -268,7 +270,7 @@ impl Coordinator {
             if let Some(l) = c.nodes.get_mut(&n) {
                 l.live = true;
             }
-            c.node_down(n, 0, &mut downs);
+            c.node_down(n, 0, Detection::TakeOverSilence, &mut downs);
         }
         // One failure after another, a partition's membership may name a node whose own
         // failure comes next: never sent — a backup would take it for its primary's
