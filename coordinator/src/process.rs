@@ -31,8 +31,17 @@
 //!   is dead, hung, or hostile), so it is declared failed and its link closed. A client that
 //!   lets its queue ([`CLIENT_OUTBOX_MAX`] frames) fill is disconnected. Backpressure on
 //!   healthy peers comes from the partitions' bound on transactions in flight;
-//! - a node declared failed (silent past `failure_timeout_ms`, its link lost, or its queue
-//!   full) is disconnected at once; a node that connects again (a restarted process) replaces
+//! - each node also holds a liveness tether ([`wire::tether`]): a TCP connection to this
+//!   coordinator's address (the TCP port of the QUIC socket's number), keyed to its QUIC link,
+//!   which the kernel closes the moment the node's process ends — SIGKILL included — where a
+//!   dead process's UDP socket says nothing. A second listener takes them: at most
+//!   [`TETHERS_READING_MAX`] headers are read at once, each within [`TETHER_HEADER_TIMEOUT`];
+//!   a header whose key is not that of the node's current link is refused. An accepted tether
+//!   is watched until it ends (the node is then lost: `Detection::ConnectionLost`, its link
+//!   closed at once) or its link is forgotten. Without the listener (its port taken) nodes
+//!   are still detected by their heartbeats;
+//! - a node declared failed (silent past `failure_timeout_ms`, its link or tether lost, or
+//!   its queue full) is disconnected at once; a node that connects again (a restarted process) replaces
 //!   its old connection, and a node still counted live then is first declared failed: its
 //!   new connection holds none of the old one's state (a node whose link broke rejoins);
 //! - on a first start the state machine is built once every node of `cluster.toml` has
@@ -58,7 +67,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tracing::{debug, error, info, warn};
 use wire::channel::{
     ChannelMessage, ClientToCoordinator, CoordinatorToClient, CoordinatorToCoordinator, CoordinatorToNode, Epoched,
@@ -70,8 +79,9 @@ use wire::messages::{
     ClientReply, ClientRequest, ClientResult, CoordinatorId, Epoch, Hello, LoadState, NodeId, PartitionId,
     PartitionPhase, PartitionReport, ProcessStatus, Rejection, ReplicationRole, Role, PROTOCOL_VERSION,
 };
+use wire::tether::{self, TetherKey};
 
-use crate::coordinator::{ClientId, Coordinator, Event, Output, Phase};
+use crate::coordinator::{ClientId, Coordinator, Detection, Event, Output, Phase};
 use crate::error::CoordinatorError;
 use crate::member::{Member, MemberOutput};
 use crate::store::{GroupStore, StoreError};
@@ -97,6 +107,14 @@ pub const CLIENT_REPLIES_PER_FRAME_MAX: usize = 4_096;
 pub const PEER_OUTBOX_MAX: usize = 1_024;
 /// How long a coordinator waits before dialling another coordinator again.
 pub const PEER_REDIAL: Duration = Duration::from_millis(200);
+/// Liveness tethers whose header is being read at once; further ones wait in the kernel's
+/// backlog.
+pub const TETHERS_READING_MAX: usize = 64;
+/// How long a liveness tether may take to send its header and be matched to its node's link
+/// (which may be registered a moment after the node opened the tether).
+pub const TETHER_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a tether whose link is not registered yet waits before it is offered again.
+const TETHER_RETRY: Duration = Duration::from_millis(20);
 /// The resolution of tokio's timer; nearer deadlines go to [`PreciseTimer`].
 const TOKIO_TIMER_RESOLUTION: Duration = Duration::from_millis(2);
 /// How often the core says which nodes it still waits for.
@@ -190,6 +208,11 @@ struct NodeOutbox {
     /// and this reason.
     close: Arc<std::sync::OnceLock<String>>,
     closed: Arc<tokio::sync::Notify>,
+    /// The key a liveness tether of this link must present (`None`: the link has none).
+    tether_key: Option<TetherKey>,
+    /// Held while this link's tether is watched: dropped with the outbox (the link lost,
+    /// replaced or closed), it ends the watcher.
+    tether: Option<oneshot::Sender<()>>,
 }
 
 impl NodeOutbox {
@@ -234,6 +257,8 @@ enum CoreEvent {
     NodeLost {
         node: NodeId,
         conn: ConnId,
+        /// What ended the link (docs/cluster.md, "Failure detection").
+        detection: Detection,
     },
     ClientUp {
         client: ClientId,
@@ -260,6 +285,20 @@ enum CoreEvent {
     PeerLost {
         peer: CoordinatorId,
         conn: ConnId,
+    },
+    /// A liveness tether naming `node` with `key`: the core answers with the connection it
+    /// stands for, and a receiver that ends once the core forgets that connection — or
+    /// `None` (not the key of the node's current link, or that link has a tether already).
+    Tether {
+        node: NodeId,
+        key: TetherKey,
+        reply: oneshot::Sender<Option<(ConnId, oneshot::Receiver<()>)>>,
+    },
+    /// Node `node`'s tether for connection `conn` ended: its process is gone.
+    TetherCut {
+        node: NodeId,
+        conn: ConnId,
+        how: String,
     },
 }
 
@@ -356,8 +395,8 @@ impl Machine {
         forward!(self, m => m.on_node_message(node, msg, now))
     }
 
-    fn on_node_lost(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
-        forward!(self, m => m.on_node_lost(node, now))
+    fn on_node_lost(&mut self, node: NodeId, detection: Detection, now: u64) -> Vec<MemberOutput> {
+        forward!(self, m => m.on_node_lost(node, detection, now))
     }
 
     fn on_node_connected(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
@@ -439,6 +478,16 @@ pub async fn run(
     for peer in config.coordinators.iter().filter(|c| c.id > me) {
         let dial = dial_peer_loop(config.clone(), me, peer.id, core_tx.clone(), stopping.subscribe(), done.clone());
         tokio::spawn(dial);
+    }
+    match tokio::net::TcpListener::bind(listener.local_addr()).await {
+        Ok(tethers) => {
+            tokio::spawn(tether_accept_loop(tethers, core_tx.clone(), stopping.subscribe()));
+        }
+        Err(e) => warn!(
+            address = %listener.local_addr(),
+            error = %e,
+            "cannot listen for the nodes' liveness tethers (TCP); a killed node is noticed by its silence only"
+        ),
     }
     let accept = tokio::spawn(accept_loop(config.clone(), me, listener, core_tx, stopping.subscribe(), done));
     tokio::pin!(shutdown);
@@ -565,7 +614,7 @@ impl Core {
                     // a node still counted live is declared failed first.
                     info!(node, "node connected again; its new connection replaces the old one");
                     if self.machine.is_node_live(node) {
-                        let out = self.machine.on_node_lost(node, now);
+                        let out = self.machine.on_node_lost(node, Detection::Replaced, now);
                         if let Some(why) = self.dispatch(out) {
                             return Some(why);
                         }
@@ -598,20 +647,35 @@ impl Core {
                     self.early_load.insert((node, *partition), msg);
                 }
             }
-            CoreEvent::NodeLost { node, conn } => {
+            CoreEvent::NodeLost { node, conn, detection } => {
                 if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
                 self.nodes.remove(&node);
-                if *self.stopping.borrow() {
+                return self.node_lost(node, detection, now);
+            }
+            CoreEvent::Tether { node, key, reply } => {
+                let accepted = match self.nodes.get_mut(&node) {
+                    Some(o) if o.tether.is_none() && o.tether_key.is_some_and(|k| k.matches(&key)) => {
+                        let (held, gone) = oneshot::channel();
+                        o.tether = Some(held);
+                        debug!(node, conn = o.conn, "the node's liveness tether is up");
+                        Some((o.conn, gone))
+                    }
+                    _ => None,
+                };
+                let _ = reply.send(accepted);
+            }
+            CoreEvent::TetherCut { node, conn, how } => {
+                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
-                if !self.machine.built() {
-                    warn!(node, "node left before the cluster started; waiting for it again");
-                    return None;
+                if !*self.stopping.borrow() {
+                    warn!(node, how = %how, "the node's liveness tether ended");
                 }
-                let out = self.machine.on_node_lost(node, now);
-                return self.dispatch(out);
+                // Its QUIC connection would only end at the idle timeout.
+                self.disconnect(node, "the node's liveness tether ended: its process is gone");
+                return self.node_lost(node, Detection::ConnectionLost { how }, now);
             }
             CoreEvent::ClientUp { client, out } => {
                 debug!(client, "client connected");
@@ -663,6 +727,21 @@ impl Core {
             }
         }
         None
+    }
+
+    /// Node `node`, whose link the core just forgot, is lost (`detection` says how it was
+    /// noticed): the machine declares it failed, unless this coordinator is stopping or the
+    /// cluster has not started.
+    fn node_lost(&mut self, node: NodeId, detection: Detection, now: u64) -> Option<String> {
+        if *self.stopping.borrow() {
+            return None;
+        }
+        if !self.machine.built() {
+            warn!(node, "node left before the cluster started; waiting for it again");
+            return None;
+        }
+        let out = self.machine.on_node_lost(node, detection, now);
+        self.dispatch(out)
     }
 
     /// Builds the state machine once every node joined, and replays the load reports kept.
@@ -808,7 +887,7 @@ impl Core {
                 "the node does not read what it is sent (its queue is full); declaring it failed"
             );
             self.disconnect(node, "the node did not read what it was sent");
-            let out = self.machine.on_node_lost(node, now);
+            let out = self.machine.on_node_lost(node, Detection::NotReading, now);
             if let Some(why) = self.dispatch(out) {
                 return Some(why);
             }
@@ -1166,6 +1245,10 @@ async fn node_connection(
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    let tether_key = link.tether_key();
+    if tether_key.is_none() {
+        debug!(node, "the link's TLS session exports no key; the node cannot hold a liveness tether");
+    }
     let (mut sender, mut receiver) = link.split();
     let (frames, mut out_rx) = mpsc::unbounded_channel::<Arc<Vec<u8>>>();
     let outbox = NodeOutbox {
@@ -1174,6 +1257,8 @@ async fn node_connection(
         queued: Arc::new(AtomicUsize::new(0)),
         close: Arc::new(std::sync::OnceLock::new()),
         closed: Arc::new(tokio::sync::Notify::new()),
+        tether_key,
+        tether: None,
     };
     let (queued, close, closed) = (outbox.queued.clone(), outbox.close.clone(), outbox.closed.clone());
     if core.send(CoreEvent::NodeUp { node, out: outbox }).await.is_err() {
@@ -1207,16 +1292,110 @@ async fn node_connection(
         }
         sender.finish(Duration::from_secs(1)).await;
     });
-    match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromNode { node, conn, msg }).await {
-        LinkEnd::ClosedByPeer => info!(node, "node closed its link"),
-        LinkEnd::Failed(e) if e.is_protocol_violation() => {
-            warn!(node, error = %e, "the node broke the protocol; its link is closed")
-        }
-        LinkEnd::Failed(e) => warn!(node, error = %e, "node link failed"),
-        LinkEnd::Stopping | LinkEnd::CoreGone => {}
-    }
-    let _ = core.send(CoreEvent::NodeLost { node, conn }).await;
+    let detection =
+        match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromNode { node, conn, msg }).await {
+            LinkEnd::ClosedByPeer => {
+                info!(node, "node closed its link");
+                Detection::DeathNotice
+            }
+            LinkEnd::Failed(e) if e.is_protocol_violation() => {
+                warn!(node, error = %e, "the node broke the protocol; its link is closed");
+                Detection::ConnectionLost { how: format!("protocol violation: {e}") }
+            }
+            LinkEnd::Failed(e) => {
+                warn!(node, error = %e, "node link failed");
+                Detection::ConnectionLost { how: e.to_string() }
+            }
+            LinkEnd::Stopping | LinkEnd::CoreGone => {
+                Detection::ConnectionLost { how: "this coordinator is stopping".into() }
+            }
+        };
+    let _ = core.send(CoreEvent::NodeLost { node, conn, detection }).await;
     let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+}
+
+/// Accepts the nodes' liveness tethers ([`wire::tether`]) until the coordinator stops; at
+/// most [`TETHERS_READING_MAX`] are read at once.
+async fn tether_accept_loop(
+    listener: tokio::net::TcpListener,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let reading = Arc::new(Semaphore::new(TETHERS_READING_MAX));
+    loop {
+        let permit = tokio::select! {
+            p = reading.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        match accepted {
+            Ok((stream, from)) => {
+                tokio::spawn(tether_connection(stream, from, permit, core.clone(), stopping.clone()));
+            }
+            Err(e) => {
+                debug!(error = %e, "cannot accept a liveness tether");
+                // (Out of file descriptors, say: do not spin.)
+                tokio::time::sleep(TETHER_RETRY).await;
+            }
+        }
+    }
+}
+
+/// One liveness tether: its header read (holding `permit`) and matched to its node's current
+/// link, then watched until it ends — the node is lost — or the core forgets that link, or
+/// the coordinator stops.
+async fn tether_connection(
+    mut stream: tokio::net::TcpStream,
+    from: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let deadline = tokio::time::Instant::now() + TETHER_HEADER_TIMEOUT;
+    let header = match tether::read_header(&mut stream, TETHER_HEADER_TIMEOUT).await {
+        Ok(h) => h,
+        Err(e) => {
+            debug!(%from, error = %e, "a TCP connection that is no liveness tether; dropped");
+            return;
+        }
+    };
+    let node = header.node;
+    // The node opens its tether once its link is up, which the core may learn a moment later.
+    let (conn, mut forgotten) = loop {
+        let (reply, answer) = oneshot::channel();
+        if core.send(CoreEvent::Tether { node, key: header.key, reply }).await.is_err() {
+            return;
+        }
+        if let Ok(Some(accepted)) = answer.await {
+            break accepted;
+        }
+        if tokio::time::Instant::now() + TETHER_RETRY > deadline {
+            debug!(node, %from, "a liveness tether matching no current link of the node; dropped");
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(TETHER_RETRY) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    };
+    drop(permit);
+    let cut = tokio::select! {
+        cut = tether::cut(&mut stream) => cut,
+        _ = &mut forgotten => return,
+        _ = stopping.wait_for(|s| *s) => return,
+    };
+    match cut.how() {
+        Some(how) => {
+            let _ = core.send(CoreEvent::TetherCut { node, conn, how }).await;
+        }
+        None => warn!(node, "the node wrote on its liveness tether, which it must not; no longer watched"),
+    }
 }
 
 /// One client's link: a writer of reply frames, and a reader feeding the core.

@@ -16,6 +16,13 @@
 //!   (a restarted coordinator would restart the batch numbering): the node stops executing and
 //!   keeps serving tools; it comes back as a new process started with `--rejoin`, which copies
 //!   its partitions from live replicas (docs/design.md, "Failure and recovery");
+//! - beside each coordinator link the node holds a liveness tether ([`wire::tether`]): a TCP
+//!   connection to that coordinator's address, keyed to the link, which it never writes to
+//!   after its header and drops when the link ends — and which the kernel closes the moment
+//!   this process ends, SIGKILL included, so the coordinator learns of a death within a round
+//!   trip rather than after `failure_timeout_ms` of silence. Opening it is a spawned task
+//!   that never holds up the link; a coordinator that does not take it (an older build, its
+//!   port taken) still has the heartbeats;
 //! - the node listens on its own address for tools (`glass cluster status`, `check`, `dump`,
 //!   `down`) on the tool channel (`wire::channel::ToolRequest`): status, replica digests,
 //!   snapshots, replica reads, shutdown; and for other nodes on the peer channel
@@ -33,7 +40,10 @@
 //!   [`PEER_OUTBOX_MAX`] more shipments is dropped from shipping (logged) rather than let the
 //!   writer — and the node's heartbeats — wait for it;
 //! - shutdown (the future passed in, a `Shutdown` message from the coordinator or a tool)
-//!   stops accepting, closes the links, asks the executors to stop and waits for them at most
+//!   stops accepting, closes the coordinator links with `CLOSE_NORMAL` — the coordinator
+//!   reads a death notice, not a failure — waiting at most [`LINKS_CLOSE_WAIT`] for that,
+//!   and keeps the tethers until the process ends (so the notice is read first), closes the
+//!   other links, asks the executors to stop and waits for them at most
 //!   `timeouts.shutdown_timeout_ms` (a replica still loading is not waited for).
 //!
 //! Every event is logged through `tracing`, one line each.
@@ -85,6 +95,14 @@ pub const LINK_OUTBOX_MAX: usize = 1_024;
 pub const PEER_OUTBOX_MAX: usize = 4_096;
 /// Acknowledgements and membership changes queued for the writer task.
 const OUTBOX_EVENTS_MAX: usize = 4_096;
+/// How long a tether may take to connect and send its header.
+const TETHER_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a stopping node keeps its tethers after closing its coordinator links, so that
+/// each coordinator reads the clean close (a death notice) before the tether's end (the
+/// process ends sooner, and the tethers with it).
+const TETHER_STOP_LINGER: Duration = Duration::from_secs(2);
+/// How long a stopping node waits for its coordinator links to be closed.
+pub const LINKS_CLOSE_WAIT: Duration = Duration::from_millis(500);
 /// Attempts to reach the coordinator between two log lines about it.
 const CONNECT_RETRIES_PER_LOG: u32 = 25;
 
@@ -381,12 +399,16 @@ pub async fn run(
     for backup in backups {
         open_peer(&node, backup);
     }
-    let link_task = tokio::spawn(coordinator_links(node.clone(), from_executors, events_rx));
+    let mut link_task = tokio::spawn(coordinator_links(node.clone(), from_executors, events_rx));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
 
     tokio::select! {
         () = shutdown => node.stop("signal"),
         () = node.stopped() => {}
+    }
+    // Each coordinator link is closed with CLOSE_NORMAL: a death notice, not a lost link.
+    if tokio::time::timeout(LINKS_CLOSE_WAIT, &mut link_task).await.is_err() {
+        debug!(wait_ms = LINKS_CLOSE_WAIT.as_millis() as u64, "coordinator links still open at shutdown");
     }
     stop_executors(&node, exits).await;
     link_task.abort();
@@ -1233,11 +1255,20 @@ async fn coordinator_links(
         links.spawn(coordinator_link(node.clone(), c));
     }
     let mut first = node.first_link.subscribe();
-    tokio::select! {
-        _ = first.wait_for(|up| *up) => {}
-        () = node.stopped() => return,
+    let mut stopped = tokio::select! {
+        up = first.wait_for(|up| *up) => up.is_err(),
+        () = node.stopped() => true,
+    };
+    if !stopped {
+        stopped = tokio::select! {
+            () = write_to_coordinators(&node, &mut from_executors, &mut events) => false,
+            () = node.stopped() => true,
+        };
     }
-    write_to_coordinators(&node, &mut from_executors, &mut events).await;
+    if stopped {
+        // Each link task closes its link (CLOSE_NORMAL) and ends.
+        while links.join_next().await.is_some() {}
+    }
 }
 
 /// Dials coordinator `c` (retrying until it answers or the node stops), then carries the
@@ -1258,7 +1289,16 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         };
         conn += 1;
         info!(coordinator = c, %address, "joined coordinator {c}");
-        let (sender, receiver) = link.split();
+        // Dropped when this link ends, and the tether with it.
+        let (tether_held, link_ended) = tokio::sync::oneshot::channel::<()>();
+        match link.tether_key() {
+            Some(key) => {
+                let tether = hold_tether(node.id, c, link.remote_address(), key, link_ended, node.stopping.subscribe());
+                tokio::spawn(tether);
+            }
+            None => debug!(coordinator = c, "the link's TLS session exports no key; no liveness tether"),
+        }
+        let (mut sender, mut receiver) = link.split();
         let (out, out_rx) = mpsc::channel(LINK_OUTBOX_MAX);
         node.links.lock().unwrap_or_else(|e| e.into_inner()).insert(c, LinkOutbox { conn, out });
         let effects = node.machine().on_link_up(c, micros(&node));
@@ -1268,11 +1308,19 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
             warn!(epoch, "the coordinator link is back; every partition rejoins");
         }
         node.first_link.send_replace(true);
-        tokio::select! {
-            () = read_from_coordinator(&node, c, receiver, rejoin) => {}
-            () = send_queued(&node, c, sender, out_rx) => {}
-            () = node.stopped() => return,
+        let stopped = tokio::select! {
+            () = read_from_coordinator(&node, c, &mut receiver, rejoin) => false,
+            () = send_queued(&node, c, &mut sender, out_rx) => false,
+            () = node.stopped() => true,
+        };
+        if stopped {
+            // A clean stop: the coordinator reads a death notice (`LinkEnd::ClosedByPeer`),
+            // not a lost link. The tether outlives the close (see `hold_tether`).
+            sender.close(endpoint::CLOSE_NORMAL, "the node is shutting down");
+            drop(tether_held);
+            return;
         }
+        drop(tether_held);
         {
             let mut links = node.links.lock().unwrap_or_else(|e| e.into_inner());
             if links.get(&c).is_some_and(|l| l.conn == conn) {
@@ -1297,11 +1345,50 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
     }
 }
 
+/// Node `me`'s liveness tether to coordinator `c` at `addr` ([`wire::tether`]), keyed to
+/// the link that just came up: opened, then held — never written to again — until
+/// `link_ended` fires (the link ended) or the coordinator ends it (it refused the tether, or
+/// stopped). A node that is stopping keeps it [`TETHER_STOP_LINGER`] longer: its link's
+/// clean close must reach the coordinator first. Failing to open it costs nothing but the
+/// faster detection (logged at debug).
+async fn hold_tether(
+    me: NodeId,
+    c: CoordinatorId,
+    addr: SocketAddr,
+    key: wire::tether::TetherKey,
+    mut link_ended: tokio::sync::oneshot::Receiver<()>,
+    stopping: watch::Receiver<bool>,
+) {
+    let header = wire::tether::Header { node: me, key };
+    let mut stream = tokio::select! {
+        opened = wire::tether::open(addr, &header, TETHER_OPEN_TIMEOUT) => match opened {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(coordinator = c, error = %e, "no liveness tether; the coordinator relies on heartbeats");
+                return;
+            }
+        },
+        _ = &mut link_ended => return,
+    };
+    debug!(coordinator = c, %addr, "liveness tether up");
+    tokio::select! {
+        cut = wire::tether::cut(&mut stream) => {
+            debug!(coordinator = c, end = ?cut, "the coordinator ended the liveness tether");
+            return;
+        }
+        _ = &mut link_ended => {}
+    }
+    if *stopping.borrow() {
+        // (Dropped sooner if the runtime ends first: the process is ending then.)
+        tokio::time::sleep(TETHER_STOP_LINGER).await;
+    }
+}
+
 /// Sends what the writer task queued for coordinator `c`, until the link breaks.
 async fn send_queued(
     node: &Node,
     c: CoordinatorId,
-    mut sender: wire::endpoint::LinkSender,
+    sender: &mut wire::endpoint::LinkSender,
     mut queued: mpsc::Receiver<NodeToCoordinator>,
 ) {
     while let Some(msg) = queued.recv().await {
@@ -1317,7 +1404,7 @@ async fn send_queued(
 /// The receiving side of coordinator `c`'s link, until it breaks: each message through the
 /// node machine, to its partition's executor (after, when the only coordinator's link came
 /// back, every executor was told to rejoin).
-async fn read_from_coordinator(node: &Node, c: CoordinatorId, mut receiver: endpoint::LinkReceiver, rejoin: bool) {
+async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut endpoint::LinkReceiver, rejoin: bool) {
     if rejoin {
         let epoch = node.epoch.load(Ordering::SeqCst);
         for r in node.replicas.values() {

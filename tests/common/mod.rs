@@ -51,11 +51,32 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
     while sockets.len() < N {
         let port = (first + at) as u16;
         at = (at + 1) % span;
-        if let Ok(s) = UdpSocket::bind(("127.0.0.1", port)) {
-            sockets.push(s);
+        // A coordinator's liveness-tether listener takes the same port over TCP.
+        if let (Ok(s), Ok(t)) = (UdpSocket::bind(("127.0.0.1", port)), std::net::TcpListener::bind(("127.0.0.1", port)))
+        {
+            sockets.push((s, t));
         }
     }
-    std::array::from_fn(|i| sockets[i].local_addr().unwrap().port())
+    std::array::from_fn(|i| sockets[i].0.local_addr().unwrap().port())
+}
+
+/// The committed cluster-rf3.toml — three nodes, every partition on all three — with one
+/// coordinator, free ports and one warehouse per partition.
+pub fn rf3_single_coordinator_toml(dir: &Path) -> PathBuf {
+    let [c0, n1, n2, n3] = free_ports();
+    let text = include_str!("../../cluster-rf3.toml");
+    let first = text.find("[[coordinators]]").expect("the group");
+    let nodes = text.find("[[nodes]]").expect("the nodes");
+    let text = format!("{}[coordinator]\nid = 0\naddress = \"127.0.0.1:{c0}\"\n\n{}", &text[..first], &text[nodes..])
+        .replace("127.0.0.1:7411", &format!("127.0.0.1:{n1}"))
+        .replace("127.0.0.1:7412", &format!("127.0.0.1:{n2}"))
+        .replace("127.0.0.1:7415", &format!("127.0.0.1:{n3}"))
+        .replace("warehouses = { first = 1, last = 2 }", "warehouses = { first = 1, last = 1 }")
+        .replace("warehouses = { first = 3, last = 4 }", "warehouses = { first = 2, last = 2 }");
+    assert!(text.contains("first = 2, last = 2") && text.contains(&format!(":{n3}\"")), "{text}");
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// The committed cluster.toml — three coordinators, two nodes — with free ports and one

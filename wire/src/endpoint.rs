@@ -95,6 +95,7 @@ use crate::codec::{self, FRAME_BYTES_MAX_DEFAULT, LENGTH_PREFIX_BYTES};
 use crate::config::{ClusterConfig, Limits};
 use crate::error::{CodecError, HelloMismatch};
 use crate::messages::{bounded_reason, Hello, Role, PROTOCOL_VERSION};
+use crate::tether::{self, TetherKey};
 use crate::tls::{self, IdentityProblem, Role as Identity};
 
 /// Application close code: the link is done (not an error).
@@ -440,6 +441,16 @@ fn close(conn: &quinn::Connection, code: u32, reason: &str) {
     conn.close(VarInt::from_u32(code), bounded_reason(reason.to_string()).as_bytes());
 }
 
+/// The key of the liveness tether standing for `conn` ([`crate::tether`]): exported from
+/// the connection's TLS session under [`tether::KEY_LABEL`], the same at both ends of one
+/// connection and different for every other. `None` if the session cannot export (then the
+/// link has no tether; heartbeats still detect a dead peer).
+fn tether_key(conn: &quinn::Connection) -> Option<TetherKey> {
+    let mut key = [0u8; tether::KEY_BYTES];
+    conn.export_keying_material(&mut key, tether::KEY_LABEL, b"").ok()?;
+    Some(TetherKey(key))
+}
+
 /// quinn's Cubic congestion controller, whose window opens once its connection is closing.
 ///
 /// quinn-proto 0.11.19 (quinn issue #2785, fixed upstream by PR #2787 but not released)
@@ -768,6 +779,11 @@ impl LinkSender {
     pub fn frame_bytes_max(&self) -> usize {
         self.frame_bytes_max
     }
+
+    /// The key of this link's liveness tether; see [`Link::tether_key`].
+    pub fn tether_key(&self) -> Option<TetherKey> {
+        tether_key(&self.conn)
+    }
 }
 
 impl Drop for LinkSender {
@@ -820,6 +836,11 @@ impl LinkReceiver {
     pub fn remote_address(&self) -> SocketAddr {
         self.shared.remote
     }
+
+    /// The key of this link's liveness tether; see [`Link::tether_key`].
+    pub fn tether_key(&self) -> Option<TetherKey> {
+        tether_key(&self.conn)
+    }
 }
 
 impl Link {
@@ -862,6 +883,13 @@ impl Link {
     /// The frame limit of this link.
     pub fn frame_bytes_max(&self) -> usize {
         self.sender.frame_bytes_max
+    }
+
+    /// The key of this link's liveness tether ([`crate::tether`]): both ends of one
+    /// connection get the same key (exported from its TLS session), any other connection
+    /// another. `None` if the TLS session cannot export keying material: no tether then.
+    pub fn tether_key(&self) -> Option<TetherKey> {
+        self.sender.tether_key()
     }
 
     /// The two halves, for a sending task and a receiving task.

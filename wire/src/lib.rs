@@ -2,7 +2,8 @@
 //! enum per direction of each channel ([`channel`]), the payloads they carry ([`messages`])
 //! and their framing ([`codec`]), all synchronous; and the
 //! transport carrying them: the cluster's CA and TLS configurations ([`tls`]) and the QUIC
-//! endpoints on tokio and quinn ([`endpoint`]).
+//! endpoints on tokio and quinn ([`endpoint`]), with the TCP liveness tether that lets a
+//! coordinator see a node's process end at once ([`tether`]).
 
 pub mod channel;
 pub mod codec;
@@ -10,6 +11,7 @@ pub mod config;
 pub mod endpoint;
 pub mod error;
 pub mod messages;
+pub mod tether;
 pub mod tls;
 
 pub use channel::ChannelMessage;

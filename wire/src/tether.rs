@@ -1,0 +1,366 @@
+//! The liveness tether: a TCP connection from a node to a coordinator whose only job is to
+//! close when the node's process ends (docs/cluster.md, "Failure detection").
+//!
+//! QUIC runs over UDP, and a process killed with SIGKILL leaves no trace on UDP: its socket
+//! just disappears, and the coordinator learns of it only when heartbeats stop
+//! (`timeouts.failure_timeout_ms`). The kernel closes a dead process's TCP sockets at once,
+//! whatever killed it — a FIN, or a reset — so a TCP connection held by the node for as long
+//! as its link to a coordinator lives tells that coordinator, within a round trip, that the
+//! process is gone.
+//!
+//! Protocol: the node connects over TCP to the coordinator's address (the IP and port number
+//! of the coordinator's QUIC socket: TCP and UDP ports are separate spaces) and writes one
+//! [`HEADER_BYTES`]-byte [`Header`] — [`MAGIC`], its node id (u64, little-endian) and a
+//! [`TetherKey`] — then never writes again, and closes the stream when its link to that
+//! coordinator ends. The coordinator never writes either.
+//!
+//! Guarantees:
+//! - the key binds the tether to one authenticated QUIC connection: both ends derive it from
+//!   that connection's TLS session with the keying-material exporter (RFC 5705 / RFC 8446
+//!   §7.5, label [`KEY_LABEL`]; `endpoint::Link::tether_key`), so a TCP peer without that
+//!   session cannot make the coordinator fail a node, and a tether cannot outlive its link's
+//!   meaning (a newer link has another key). Keys are compared in constant time and never
+//!   printed;
+//! - [`read_header`] reads at most [`HEADER_BYTES`] bytes and gives up after its timeout: a
+//!   wrong magic, a short header or silence is refused ([`TetherError`]) and costs the
+//!   coordinator one bounded read;
+//! - [`cut`] ends only when the connection does, and says how ([`Cut`]); a byte sent after
+//!   the header is a broken protocol, not a death ([`Cut::Spoke`]).
+//!
+//! The tether is an optimisation of failure detection, never a requirement: a node that
+//! cannot open one (a coordinator of an older build, a port taken on the coordinator's host)
+//! is still detected by its heartbeats.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::messages::NodeId;
+
+/// The first bytes of every tether.
+pub const MAGIC: [u8; 8] = *b"glasstth";
+/// Bytes of a tether's key.
+pub const KEY_BYTES: usize = 32;
+/// Bytes of a tether's header: magic, node id (u64 LE), key.
+pub const HEADER_BYTES: usize = MAGIC.len() + 8 + KEY_BYTES;
+/// The label under which both ends export a tether's key from their QUIC connection's TLS
+/// session (with an empty context).
+pub const KEY_LABEL: &[u8] = b"glass tether v1";
+
+/// The secret that binds a tether to one QUIC connection (its `Debug` does not show it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TetherKey(pub [u8; KEY_BYTES]);
+
+impl TetherKey {
+    /// Whether `self` and `other` are the same key, in time independent of where they differ.
+    pub fn matches(&self, other: &TetherKey) -> bool {
+        let diff = self.0.iter().zip(other.0.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
+
+impl std::fmt::Debug for TetherKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TetherKey(..)")
+    }
+}
+
+/// The one message of a tether: who holds it, and the key of its link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub node: NodeId,
+    pub key: TetherKey,
+}
+
+/// Why a tether's header was refused, or a tether could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TetherError {
+    #[error("not a liveness tether: it starts with {found:02x?}, not {MAGIC:02x?}")]
+    WrongMagic { found: [u8; 8] },
+    #[error("the tether's header ended after {got} of {HEADER_BYTES} bytes")]
+    Short { got: usize },
+    #[error("the tether names node {node}, which no node id can be")]
+    NodeOutOfRange { node: u64 },
+    #[error("no complete tether header within {ms} ms")]
+    Timeout { ms: u64 },
+    #[error("cannot read the tether's header: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("cannot open a liveness tether to {addr}: {source}")]
+    Open {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open a liveness tether to {addr}: no connection within {ms} ms")]
+    OpenTimeout { addr: SocketAddr, ms: u64 },
+}
+
+impl Header {
+    /// The header's bytes: magic, node id (u64 little-endian), key.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[..8].copy_from_slice(&MAGIC);
+        out[8..16].copy_from_slice(&u64::from(self.node).to_le_bytes());
+        out[16..].copy_from_slice(&self.key.0);
+        out
+    }
+
+    /// Decodes exactly one header; fewer bytes are [`TetherError::Short`] (a wrong magic is
+    /// reported as soon as its 8 bytes are there).
+    pub fn decode(bytes: &[u8]) -> Result<Header, TetherError> {
+        if let Some(found) = bytes.first_chunk::<8>() {
+            if *found != MAGIC {
+                return Err(TetherError::WrongMagic { found: *found });
+            }
+        }
+        let Some(bytes) = bytes.first_chunk::<HEADER_BYTES>() else {
+            return Err(TetherError::Short { got: bytes.len() });
+        };
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&bytes[8..16]);
+        let id = u64::from_le_bytes(id);
+        let node = NodeId::try_from(id).map_err(|_| TetherError::NodeOutOfRange { node: id })?;
+        let mut key = [0u8; KEY_BYTES];
+        key.copy_from_slice(&bytes[16..]);
+        Ok(Header { node, key: TetherKey(key) })
+    }
+}
+
+/// Opens a tether to `addr` (within `timeout`) and sends `header`; the caller keeps the
+/// stream for as long as the link it stands for lives.
+pub async fn open(addr: SocketAddr, header: &Header, timeout: Duration) -> Result<TcpStream, TetherError> {
+    let ms = timeout.as_millis() as u64;
+    let opening = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        stream.write_all(&header.encode()).await?;
+        Ok(stream)
+    };
+    match tokio::time::timeout(timeout, opening).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(source)) => Err(TetherError::Open { addr, source }),
+        Err(_) => Err(TetherError::OpenTimeout { addr, ms }),
+    }
+}
+
+/// Reads a tether's header from `stream`: at most [`HEADER_BYTES`] bytes, within `timeout`.
+pub async fn read_header(stream: &mut TcpStream, timeout: Duration) -> Result<Header, TetherError> {
+    let mut buf = [0u8; HEADER_BYTES];
+    let mut got = 0;
+    let reading = async {
+        while got < HEADER_BYTES {
+            match stream.read(&mut buf[got..]).await {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(TetherError::Read(e)),
+            }
+            // A wrong magic is refused without waiting for the rest.
+            if let Some(found) = buf[..got].first_chunk::<8>() {
+                if *found != MAGIC {
+                    return Err(TetherError::WrongMagic { found: *found });
+                }
+            }
+        }
+        Header::decode(&buf[..got])
+    };
+    match tokio::time::timeout(timeout, reading).await {
+        Ok(r) => r,
+        Err(_) => Err(TetherError::Timeout { ms: timeout.as_millis() as u64 }),
+    }
+}
+
+/// How a tether ended.
+#[derive(Debug)]
+pub enum Cut {
+    /// The peer's end was closed: FIN (the kernel closes a dead process's sockets).
+    Closed,
+    /// The peer's end was reset (a process that died with unread data, or a host that forgot
+    /// the connection).
+    Reset,
+    /// Another error of the connection.
+    Failed(std::io::Error),
+    /// The peer sent bytes after the header: not a tether any more (its end says nothing
+    /// about the process).
+    Spoke,
+}
+
+impl Cut {
+    /// How a node was lost, for `Detection::ConnectionLost` — `None` when the tether's end
+    /// says nothing about the process ([`Cut::Spoke`]).
+    pub fn how(&self) -> Option<String> {
+        match self {
+            Cut::Closed => Some("its process ended: the kernel closed its liveness tether (EOF)".to_string()),
+            Cut::Reset => {
+                Some("its process ended: the kernel reset its liveness tether (connection reset)".to_string())
+            }
+            Cut::Failed(e) => Some(format!("its liveness tether failed: {e}")),
+            Cut::Spoke => None,
+        }
+    }
+}
+
+/// Waits until the tether on `stream` ends, and says how. Reads nothing but the end (a byte
+/// is [`Cut::Spoke`]); cancel-safe.
+pub async fn cut(stream: &mut TcpStream) -> Cut {
+    let mut byte = [0u8; 1];
+    loop {
+        return match stream.read(&mut byte).await {
+            Ok(0) => Cut::Closed,
+            Ok(_) => Cut::Spoke,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Cut::Reset,
+            Err(e) => Cut::Failed(e),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        let mut key = [0u8; KEY_BYTES];
+        for (i, b) in key.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        Header { node: 7, key: TetherKey(key) }
+    }
+
+    #[test]
+    fn a_header_decodes_to_itself() {
+        let bytes = header().encode();
+        assert_eq!(bytes.len(), HEADER_BYTES);
+        assert_eq!(&bytes[..8], b"glasstth");
+        assert_eq!(&bytes[8..16], &7u64.to_le_bytes());
+        assert_eq!(Header::decode(&bytes).unwrap(), header());
+    }
+
+    #[test]
+    fn a_wrong_magic_is_refused_at_once() {
+        let mut bytes = header().encode();
+        bytes[0] = b'G';
+        assert!(matches!(Header::decode(&bytes), Err(TetherError::WrongMagic { .. })));
+        // Before the rest of the header is there.
+        assert!(matches!(Header::decode(&bytes[..9]), Err(TetherError::WrongMagic { .. })));
+        assert!(matches!(Header::decode(b"GET / HTTP/1.1\r\n"), Err(TetherError::WrongMagic { .. })));
+    }
+
+    #[test]
+    fn a_short_header_is_refused() {
+        let bytes = header().encode();
+        for len in [0, 5, 8, 16, HEADER_BYTES - 1] {
+            assert!(
+                matches!(Header::decode(&bytes[..len]), Err(TetherError::Short { got }) if got == len),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn a_node_id_out_of_range_is_refused() {
+        let mut bytes = header().encode();
+        bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(matches!(Header::decode(&bytes), Err(TetherError::NodeOutOfRange { .. })));
+    }
+
+    #[test]
+    fn keys_match_only_themselves_and_are_not_printed() {
+        let a = header().key;
+        let mut other = a;
+        other.0[31] ^= 1;
+        assert!(a.matches(&a));
+        assert!(!a.matches(&other));
+        assert_eq!(format!("{a:?}"), "TetherKey(..)");
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (dialled, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (dialled.unwrap(), accepted.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn read_header_takes_an_opened_tether_and_refuses_others() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = header();
+        let (opened, accepted) = tokio::join!(open(addr, &sent, Duration::from_secs(5)), listener.accept());
+        let mut opened = opened.unwrap();
+        let mut accepted = accepted.unwrap().0;
+        assert_eq!(read_header(&mut accepted, Duration::from_secs(5)).await.unwrap(), header());
+
+        // Its end is seen as a close.
+        opened.shutdown().await.unwrap();
+        drop(opened);
+        assert!(matches!(cut(&mut accepted).await, Cut::Closed));
+
+        // A short header, then the end: refused.
+        let (mut a, mut b) = pair().await;
+        a.write_all(&header().encode()[..20]).await.unwrap();
+        drop(a);
+        assert!(matches!(read_header(&mut b, Duration::from_secs(5)).await, Err(TetherError::Short { got: 20 })));
+
+        // Silence: refused after the timeout.
+        let (_a, mut b) = pair().await;
+        let silent = read_header(&mut b, Duration::from_millis(50)).await;
+        assert!(matches!(silent, Err(TetherError::Timeout { ms: 50 })));
+
+        // A wrong magic: refused without waiting for the rest.
+        let (mut a, mut b) = pair().await;
+        a.write_all(b"GET / HT").await.unwrap();
+        let wrong = read_header(&mut b, Duration::from_secs(5)).await;
+        assert!(matches!(wrong, Err(TetherError::WrongMagic { .. })));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn both_ends_of_a_link_derive_its_key_and_no_other_link_has_it() {
+        use crate::endpoint::{connect, listen, EndpointLimits};
+        use crate::messages::{Hello, Role};
+        use crate::tls::{self, Role as Identity};
+
+        let dir = std::env::temp_dir().join(format!("glass-tether-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut cfg = crate::ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
+        cfg.cert_dir = dir.clone();
+        tls::init_cluster(&cfg, false).unwrap();
+        let hello = |role, id| Hello {
+            protocol_version: crate::PROTOCOL_VERSION,
+            role,
+            id,
+            config_fingerprint: cfg.fingerprint(),
+        };
+        let limits = EndpointLimits { handshake_timeout: Duration::from_secs(5), ..EndpointLimits::default() };
+        let server = tls::server_config(&cfg.cert_dir, Identity::Coordinator(0)).unwrap();
+        let mut listener =
+            listen("127.0.0.1:0".parse().unwrap(), server, hello(Role::Coordinator, 0), limits.clone()).await.unwrap();
+        let mut keys = Vec::new();
+        for _ in 0..2 {
+            let client = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+            let dialled = connect(listener.local_addr(), "localhost", client, hello(Role::Client, 7), limits.clone());
+            let (dialled, accepted) = tokio::join!(dialled, listener.accept());
+            let (dialled, accepted) = (dialled.unwrap(), accepted.unwrap());
+            let key = dialled.tether_key().expect("TLS 1.3 exports keying material");
+            assert!(key.matches(&accepted.tether_key().unwrap()), "both ends of one link derive one key");
+            let (sender, receiver) = accepted.split();
+            assert!(key.matches(&sender.tether_key().unwrap()) && key.matches(&receiver.tether_key().unwrap()));
+            keys.push(key);
+        }
+        assert!(!keys[0].matches(&keys[1]), "two links, two keys");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn bytes_after_the_header_are_not_a_death() {
+        let (mut a, mut b) = pair().await;
+        a.write_all(&header().encode()).await.unwrap();
+        a.write_all(b"x").await.unwrap();
+        read_header(&mut b, Duration::from_secs(5)).await.unwrap();
+        let c = cut(&mut b).await;
+        assert!(matches!(c, Cut::Spoke));
+        assert!(c.how().is_none());
+    }
+}
