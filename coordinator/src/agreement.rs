@@ -8,9 +8,13 @@
 //! the batch was sent to (`all`), or a majority of the partition's configured replicas, or
 //! every live one if fewer are left (`majority`). Under `majority` a batch answered is kept
 //! until the remaining replicas report it, and their results are still compared: a
-//! disagreement after the answer stops the partition as one before it does. A replica more
-//! than the lag limit of answered batches behind is reported ([`Verdict::Lagging`]) for the
-//! caller to fail, so a slow replica cannot make the kept batches grow without bound.
+//! disagreement after the answer stops the partition as one before it does. While a replica
+//! is more than the lag limit of answered batches behind ([`Agreement::laggards`]), every
+//! batch sent waits for all live replicas again — backpressure, so a slow replica cannot make
+//! the kept batches grow without bound — and the caller decides whether to fail it (the
+//! coordinator does once the lag has lasted a failure timeout while the others are heard
+//! from: a laggard may be the only replica left alive, and failing it then would lose the
+//! partition).
 //!
 //! Guarantees:
 //! - a batch is answered only when its quorum has reported it and every report so far agrees,
@@ -65,10 +69,6 @@ pub enum Verdict<T> {
     /// transaction sent and not answered (this batch's, unless a majority answered it already,
     /// and all later unanswered ones').
     Diverged { divergence: Divergence, unanswered: Vec<T> },
-    /// Replica `node` has not reported `behind` batches a majority answered, more than the
-    /// lag limit: the caller fails it (it rejoins by copying state). Never reported of more
-    /// replicas than the partition can lose and keep a majority live.
-    Lagging { node: NodeId, behind: usize },
     /// No live replica remains; `unanswered` as above.
     NoLiveReplica { unanswered: Vec<T> },
     /// Every replica batch `seq` was sent to failed before answering, but live replicas remain
@@ -179,6 +179,8 @@ struct PendingBatch<T> {
     /// Its transactions' timestamps, in batch order: what every report must match.
     stamps: Vec<Timestamp>,
     digest_after: bool,
+    /// Sent while a replica lagged past the limit: waits for every live replica.
+    wait_all: bool,
     /// The results it was answered with (a majority's), once answered: later reports are
     /// compared with them.
     answered: Option<Results>,
@@ -202,7 +204,7 @@ pub struct Agreement<T> {
     next_seq: Seq,
     stopped: bool,
     quorum: Quorum,
-    /// Answered batches a replica may leave unreported before it is [`Verdict::Lagging`].
+    /// Answered batches a replica may leave unreported before it is a laggard.
     lag_batches_max: usize,
 }
 
@@ -299,11 +301,13 @@ impl<T> Agreement<T> {
         assert_eq!(seq, self.next_seq, "partition {}: batches must be sent in order", self.partition);
         self.next_seq += 1;
         let expected = self.live.clone();
+        let wait_all = self.answered_unconfirmed() > self.lag_batches_max;
         self.pending.push_back(PendingBatch {
             seq,
             stamps: txns.iter().map(|(ts, _)| *ts).collect(),
             txns,
             digest_after,
+            wait_all,
             answered: None,
             replies: Vec::with_capacity(expected.len()),
             expected,
@@ -478,8 +482,8 @@ impl<T> Agreement<T> {
         Verdict::Diverged { divergence, unanswered: self.drain_unanswered() }
     }
 
-    /// Answers every leading batch whose quorum reported and agreed, forgets answered batches
-    /// every expected replica reported, and reports replicas lagging past the limit.
+    /// Answers every leading batch whose quorum reported and agreed, and forgets answered
+    /// batches every expected replica reported.
     fn decide(&mut self) -> Vec<Verdict<T>> {
         let mut verdicts = Vec::new();
         for i in 0..self.pending.len() {
@@ -487,7 +491,8 @@ impl<T> Agreement<T> {
             if b.answered.is_some() {
                 continue;
             }
-            let needed = if b.digest_after { b.expected.len() } else { self.quorum.needed(b.expected.len()) };
+            let needed =
+                if b.digest_after || b.wait_all { b.expected.len() } else { self.quorum.needed(b.expected.len()) };
             if b.replies.len() < needed {
                 break;
             }
@@ -509,37 +514,33 @@ impl<T> Agreement<T> {
         while self.pending.front().is_some_and(|b| b.answered.is_some() && b.replies.len() == b.expected.len()) {
             self.pending.pop_front();
         }
-        verdicts.extend(self.lagging());
         verdicts
     }
 
-    /// The replicas more than the lag limit of answered batches behind, the furthest behind
-    /// first, as many as the partition can lose and keep a majority of its replicas live (a
-    /// partition left with just a majority needs every one of them to answer, so nothing more
-    /// is kept for a laggard).
-    fn lagging(&self) -> Vec<Verdict<T>> {
-        let Quorum::Majority { replicas } = self.quorum else { return Vec::new() };
-        let spare = self.live.len().saturating_sub(replicas / 2 + 1);
-        if spare == 0 || self.answered_unconfirmed() <= self.lag_batches_max {
+    /// The live replicas more than the lag limit of answered batches behind, with how many
+    /// they have not reported, the furthest behind first. While there are any, batches sent
+    /// wait for every live replica.
+    pub fn laggards(&self) -> Vec<(NodeId, usize)> {
+        let answered = self.answered_unconfirmed();
+        if answered <= self.lag_batches_max {
             return Vec::new();
         }
-        let mut behind: Vec<(usize, NodeId)> = self
+        let mut behind: Vec<(NodeId, usize)> = self
             .live
             .iter()
             .map(|&n| {
                 let missing = self
                     .pending
                     .iter()
-                    .filter(|b| {
-                        b.answered.is_some() && b.expected.contains(&n) && !b.replies.iter().any(|(m, _)| *m == n)
-                    })
+                    .take(answered)
+                    .filter(|b| b.expected.contains(&n) && !b.replies.iter().any(|(m, _)| *m == n))
                     .count();
-                (missing, n)
+                (n, missing)
             })
-            .filter(|&(missing, _)| missing > self.lag_batches_max)
+            .filter(|&(_, missing)| missing > self.lag_batches_max)
             .collect();
-        behind.sort_unstable_by(|a, b| b.cmp(a));
-        behind.into_iter().take(spare).map(|(behind, node)| Verdict::Lagging { node, behind }).collect()
+        behind.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        behind
     }
 }
 
@@ -897,34 +898,48 @@ mod tests {
     }
 
     /// A slow replica cannot make the kept batches grow without bound: past the lag limit it
-    /// is reported, and once failed, what it held up is forgotten.
+    /// is a laggard, and every batch sent from then on waits for every live replica
+    /// (backpressure); once it catches up, majorities answer again; once failed, what it held
+    /// up is forgotten.
     #[test]
-    fn a_replica_lagging_past_the_limit_is_reported_and_once_failed_forgotten() {
+    fn past_the_lag_limit_batches_wait_for_every_replica_until_the_laggard_catches_up() {
         let mut a = majority(&[1, 2, 3], 2);
-        for seq in 1..=2 {
+        for seq in 1..=3 {
             a.on_results(1, good(seq)).unwrap();
             assert_eq!(agreed_seqs(&a.on_results(2, good(seq)).unwrap()), vec![seq]);
         }
-        a.on_results(1, good(3)).unwrap();
-        let v = a.on_results(2, good(3)).unwrap();
-        assert_eq!(agreed_seqs(&v[..1]), vec![3]);
-        assert_eq!(v[1], Verdict::Lagging { node: 3, behind: 3 });
+        assert_eq!(a.laggards(), vec![(3, 3)]);
+        a.sent(4, vec![(Timestamp(400), 40)], false);
+        let four = results(4, &[(400, committed(4))], None);
+        a.on_results(1, four.clone()).unwrap();
+        assert_eq!(a.on_results(2, four.clone()).unwrap(), vec![], "batch 4 waits for node 3");
+        // Node 3 catches up: batch 4 is answered with it, and majorities answer again.
+        for seq in 1..=3 {
+            a.on_results(3, good(seq)).unwrap();
+        }
+        assert_eq!(a.laggards(), vec![]);
+        assert_eq!(agreed_seqs(&a.on_results(3, four).unwrap()), vec![4]);
+        a.sent(5, vec![], false);
+        a.on_results(1, results(5, &[], None)).unwrap();
+        assert_eq!(agreed_seqs(&a.on_results(2, results(5, &[], None)).unwrap()), vec![5]);
+
+        // Failed instead, the laggard's unreported batches are forgotten.
+        let mut a = majority(&[1, 2, 3], 2);
+        for seq in 1..=3 {
+            a.on_results(1, good(seq)).unwrap();
+            a.on_results(2, good(seq)).unwrap();
+        }
+        assert_eq!(a.answered_unconfirmed(), 3);
         assert_eq!(a.replica_down(3), vec![]);
         assert_eq!(a.answered_unconfirmed(), 0);
-        assert_eq!(a.live(), &[1, 2]);
+        assert_eq!(a.laggards(), vec![]);
     }
 
     /// Different majorities answer different batches when results arrive out of order: each
-    /// replica is charged only the answered batches it did not report, and a partition is
-    /// never talked out of its majority — with one of three failed, the two left are not
-    /// reported, however far behind one of them is.
+    /// replica is charged only the answered batches it did not report.
     #[test]
-    fn lag_is_counted_per_replica_and_never_costs_the_majority() {
+    fn lag_is_counted_per_replica() {
         let mut a = majority(&[1, 2, 3], 1);
-        for seq in 4..=6 {
-            a.sent(seq, vec![], false);
-        }
-        let empty = |seq| results(seq, &[], None);
         // Batch 1 answered by 2 and 3, batches 2 and 3 by 1 and 2: node 1 misses one, node 3
         // two.
         a.on_results(2, good(1)).unwrap();
@@ -933,14 +948,7 @@ mod tests {
             a.on_results(1, good(seq)).unwrap();
             a.on_results(2, good(seq)).unwrap();
         }
-        a.on_results(1, empty(4)).unwrap();
-        let v = a.on_results(2, empty(4)).unwrap();
-        assert_eq!(v.last(), Some(&Verdict::Lagging { node: 3, behind: 3 }), "{v:?}");
-        assert!(a.replica_down(3).is_empty());
-        // Two left of three: no more lag reports, whatever node 1 left unreported.
-        a.on_results(2, empty(5)).unwrap();
-        let v = a.on_results(1, empty(5)).unwrap();
-        assert!(!v.iter().any(|v| matches!(v, Verdict::Lagging { .. })), "{v:?}");
+        assert_eq!(a.laggards(), vec![(3, 2)]);
     }
 
     /// With one of three replicas failed, the two left are the majority: both must agree.

@@ -117,6 +117,14 @@ pub enum Event {
         silent_ms: u64,
         detection: Detection,
     },
+    /// A replica of `partition` has not reported `behind` batches a majority answered, more
+    /// than `limits.replica_lag_batches_max`: batches wait for every live replica until it
+    /// catches up, and it is failed if the lag lasts (docs/cluster.md, "Agreement").
+    ReplicaLagging {
+        partition: PartitionId,
+        node: NodeId,
+        behind: usize,
+    },
     /// No live replica of the partition remains.
     PartitionUnavailable {
         partition: PartitionId,
@@ -286,6 +294,11 @@ impl fmt::Display for Event {
                 write!(f, "node {node} failed (detected by {detection}; silent for {silent_ms} ms)")
             }
             Event::PartitionUnavailable { partition } => write!(f, "partition {partition} has no live replica"),
+            Event::ReplicaLagging { partition, node, behind } => write!(
+                f,
+                "node {node} lags on partition {partition}: {behind} batches a majority answered not reported; \
+                 batches wait for every replica until it catches up"
+            ),
             Event::Rejoining { partition, node, source, from_seq } => write!(
                 f,
                 "node {node} rejoins partition {partition}: copying it from node {source}, batches from {from_seq} on"
@@ -378,8 +391,9 @@ struct Partition {
     quorum: Quorum,
     /// Answered batches a replica may leave unreported before it is failed.
     lag_batches_max: usize,
-    /// Replicas the agreement found lagging past the limit, for the coordinator to fail.
-    lagging: Vec<(NodeId, usize)>,
+    /// Replicas lagging past `replica_lag_batches_max` behind a majority's answers, since
+    /// when (docs/cluster.md, "Agreement").
+    lagging_since: BTreeMap<NodeId, u64>,
     /// How the partition replicates, with the state only that way needs.
     replication: Replication,
     /// Nodes rejoining, from the batch `Seq` on: they count once they report `Rejoined`.
@@ -571,7 +585,7 @@ impl Coordinator {
                     agreement: Agreement::new(p.id, executing.iter().copied()).with_quorum(quorum, lag_batches_max),
                     quorum,
                     lag_batches_max,
-                    lagging: Vec::new(),
+                    lagging_since: BTreeMap::new(),
                     replication: match passive {
                         true => Replication::Passive(Passive {
                             log,
@@ -881,6 +895,7 @@ impl Coordinator {
         for (node, silent_ms) in silent {
             self.node_down(node, silent_ms, Detection::HeartbeatTimeout, &mut out);
         }
+        self.watch_lagging(now_us, &mut out);
         if now_us >= self.load_deadline_us {
             for p in self.partitions.values_mut().filter(|p| p.phase == Phase::Loading) {
                 let waiting: Vec<NodeId> = p.members().filter(|n| !p.loaded.contains_key(n)).collect();
@@ -898,7 +913,9 @@ impl Coordinator {
             self.partitions.values().filter(|p| p.phase == Phase::Serving).filter_map(|p| p.sequencer.deadline_us());
         let failures = self.nodes.values().filter(|n| n.live).map(|n| n.last_heard_us + self.failure_timeout_us);
         let load = self.partitions.values().any(|p| p.phase == Phase::Loading).then_some(self.load_deadline_us);
-        batches.chain(failures).chain(load).chain([self.next_heartbeat_us]).min()
+        let lagging =
+            self.partitions.values().flat_map(|p| p.lagging_since.values().map(|&t| t + self.failure_timeout_us));
+        batches.chain(failures).chain(load).chain(lagging).chain([self.next_heartbeat_us]).min()
     }
 
     /// Every partition's membership as the coordinator group records it (docs/design.md §11):
@@ -1210,7 +1227,6 @@ impl Coordinator {
     /// answered, then the client gets one answer ([`combine`]). A partition lost for good
     /// aborts the home pieces still waiting for its piece.
     fn settle(&mut self, mut out: Vec<Output>) -> Vec<Output> {
-        self.fail_lagging(&mut out);
         self.answer_deferred_rejoins(&mut out);
         if self.multi.is_empty() {
             for p in self.partitions.values_mut() {
@@ -1371,24 +1387,46 @@ impl Coordinator {
         }
     }
 
-    /// Fails the replicas' nodes an agreement found lagging past the limit (docs/cluster.md,
-    /// "Agreement"): reported with the lag, then failed as a silent node is; the node drops
-    /// its replicas and rejoins by copying state.
-    fn fail_lagging(&mut self, out: &mut Vec<Output>) {
-        loop {
-            let lagging: Vec<(PartitionId, NodeId, usize)> = self
-                .partitions
-                .values_mut()
-                .flat_map(|p| std::mem::take(&mut p.lagging).into_iter().map(|(n, behind)| (p.id, n, behind)))
-                .collect();
-            if lagging.is_empty() {
-                return;
-            }
-            for (partition, node, behind) in lagging {
-                if self.is_node_live(node) {
-                    // Not silent: it is heard from, only behind.
-                    self.node_down(node, 0, Detection::Lagging { partition, behind }, out);
+    /// Watches the replicas lagging past `replica_lag_batches_max` behind a majority's
+    /// answers (docs/cluster.md, "Agreement"): each is reported when it starts, and failed
+    /// once it has lagged for `failure_timeout_ms` — unless that would leave its partition
+    /// without a majority of its replicas live, or another live replica of it has not been
+    /// heard from for two heartbeats (the replicas ahead may be dead and not yet detected:
+    /// the laggard may then be the only state left, and failing it would lose the partition;
+    /// found by `glass sim --lag-batches 3 --seed 457`). Meanwhile the partition's batches
+    /// wait for every live replica, so nothing more is kept for the laggard.
+    fn watch_lagging(&mut self, now_us: u64, out: &mut Vec<Output>) {
+        let mut failing = Vec::new();
+        for p in self.partitions.values_mut() {
+            let laggards = p.agreement.laggards();
+            p.lagging_since.retain(|n, _| laggards.iter().any(|(m, _)| m == n));
+            for &(node, behind) in &laggards {
+                if let std::collections::btree_map::Entry::Vacant(e) = p.lagging_since.entry(node) {
+                    e.insert(now_us);
+                    out.push(Output::Event(Event::ReplicaLagging { partition: p.id, node, behind }));
                 }
+            }
+            let Quorum::Majority { replicas } = p.quorum else { continue };
+            let live = p.agreement.live();
+            if live.len() <= replicas / 2 + 1 {
+                continue;
+            }
+            let others_heard = |node: NodeId| {
+                live.iter().filter(|&&m| m != node).all(|m| {
+                    self.nodes.get(m).is_some_and(|l| now_us.saturating_sub(l.last_heard_us) <= 2 * self.heartbeat_us)
+                })
+            };
+            if let Some(&(node, behind)) = laggards.iter().find(|(n, _)| {
+                p.lagging_since.get(n).is_some_and(|&since| now_us.saturating_sub(since) >= self.failure_timeout_us)
+                    && others_heard(*n)
+            }) {
+                failing.push((p.id, node, behind));
+            }
+        }
+        for (partition, node, behind) in failing {
+            if self.is_node_live(node) {
+                // Not silent: it is heard from, only behind.
+                self.node_down(node, 0, Detection::Lagging { partition, behind }, out);
             }
         }
     }
@@ -1903,7 +1941,6 @@ impl Partition {
                     self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
                 }
             }
-            Verdict::Lagging { node, behind } => self.lagging.push((node, behind)),
             Verdict::NoLiveReplica { unanswered } => {
                 let rejection = Rejection::NoLiveReplica { partition: self.id };
                 self.reject_all(unanswered, rejection, out);

@@ -18,7 +18,9 @@ fn majority_answers_with_a_low_lag_limit_lose_nothing_under_every_fault() {
     let opts = SimOptions { agreement: AgreementRule::Majority, lag_batches: 3, ..SimOptions::default() };
     assert_eq!(opts.nodes, 3, "three replicas per partition");
     let (mut acks, mut lagging, mut nodes_down, mut crashes) = (0, 0, 0, 0);
-    for seed in 1..=n {
+    // 457 and 888 found the lag rule failing the one replica left alive: the two ahead of it
+    // had crashed and were not yet detected (the partition was lost).
+    for seed in (1..=n).chain([457, 888]) {
         let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         acks += report.acks_checked;
         lagging += report.stats.lagging;
@@ -28,7 +30,7 @@ fn majority_answers_with_a_low_lag_limit_lose_nothing_under_every_fault() {
     eprintln!(
         "{n} seeds: {acks} acknowledgements found, {nodes_down} nodes down ({lagging} lagging), {crashes} crashes"
     );
-    assert!(lagging > 0, "the lag path ran");
+    assert!(lagging > 0, "the lag path ran: laggards were failed");
     assert!(crashes > n / 2, "the faults happened");
     assert!(acks > 50 * n);
 }
