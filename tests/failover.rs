@@ -80,6 +80,40 @@ fn killing_a_replica_loses_nothing_and_the_restarted_node_rejoins() {
     assert!(processes_of(&dir).is_empty(), "failover left processes behind");
 }
 
+/// Issue 20, Section 5.3's near-instant failover: SIGKILL one of three active-active
+/// replicas under load with `agreement = "majority"`: the two left are a majority and go on
+/// answering; the gap each partition shows in the per-100 ms timeline is measured and
+/// reported (not bounded here: the machine is shared), with what detected the failure. Zero
+/// acknowledged transactions lost; the restarted node rejoins and every replica's digest is
+/// equal; consistency holds.
+#[test]
+fn killing_one_of_three_active_active_replicas_loses_nothing_and_holds_nothing_up() {
+    let _machine = one_cluster_at_a_time();
+    let dir = scratch("failover-aa-rf3");
+    let config = rf3_single_coordinator_toml(&dir);
+    let _guard = Teardown(config.clone());
+    let r = failover_json(&config, &dir, "rf3", "14", &["--restart-after", "1.5"]);
+    assert_eq!(r["mode"], "active-active");
+    assert_eq!(r["lost_acknowledged"], 0, "{r}");
+    assert!(r["acknowledged_checked"].as_u64().unwrap() > 0);
+    let detected_by = r["detected_by"].as_str().unwrap_or_else(|| panic!("what detected it is reported: {r}"));
+    let gaps: Vec<String> = r["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| match p["unavailability_ms"].as_f64() {
+            Some(v) => format!("partition {}: {v:.0} ms", p["partition"]),
+            None => format!("partition {}: < {} ms", p["partition"], p["unavailability_at_most_ms"]),
+        })
+        .collect();
+    eprintln!("rf 3 majority, SIGKILL node 1: detected by {detected_by} after {} ms; gaps {gaps:?}", r["detection_ms"]);
+    assert_eq!(r["recovery"], "rejoin");
+    assert!(r["recovery_ms"].as_f64().is_some(), "the node rejoined within the run: {r}");
+    assert_eq!(r["digests_equal"], true, "the rejoined replica has its peers' state: {r}");
+    assert_eq!(r["consistent"], true);
+    assert!(processes_of(&dir).is_empty(), "failover left processes behind");
+}
+
 /// Waits until `path` (a log) contains `needle` `times` times; panics after `limit`.
 fn wait_for_log(path: &Path, needle: &str, times: usize, limit: Duration) {
     let t0 = Instant::now();

@@ -92,8 +92,13 @@ fn request(request_id: u64, input: TxnInput) -> ClientRequest {
 
 /// A coordinator whose two partitions are loaded on both nodes.
 fn serving(batch_txns_max: u32, inflight_txns_max: u32) -> Coordinator {
-    let mut c = Coordinator::new(&config(batch_txns_max, inflight_txns_max), START_US).unwrap();
-    for node in [1, 2] {
+    loaded(&config(batch_txns_max, inflight_txns_max), &[1, 2])
+}
+
+/// A coordinator of `config` whose two partitions are loaded on `nodes`.
+fn loaded(config: &ClusterConfig, nodes: &[NodeId]) -> Coordinator {
+    let mut c = Coordinator::new(config, START_US).unwrap();
+    for &node in nodes {
         for partition in [1, 2] {
             let ready =
                 NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
@@ -628,16 +633,7 @@ fn serving_rf3(agreement: wire::config::AgreementRule, lag: u32) -> Coordinator 
     config.agreement = agreement;
     config.limits.batch_txns_max = 1;
     config.limits.replica_lag_batches_max = lag;
-    let mut c = Coordinator::new(&config, START_US).unwrap();
-    for node in [1, 2, 3] {
-        for partition in [1, 2] {
-            let ready =
-                NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest: StateDigest(99) } };
-            c.on_node_message(node, ready, START_US);
-        }
-    }
-    assert!(c.status().iter().all(|p| p.phase == Phase::Serving));
-    c
+    loaded(&config, &[1, 2, 3])
 }
 
 /// Issue 20 (Section 5.3's near-instant failover): with three replicas, two agreeing answer

@@ -99,6 +99,9 @@ pub struct CompareRow {
     /// passive modes): detection, the longest partition unavailability, promotion time,
     /// acknowledged transactions lost and outcomes unknown. `None` without `--failover`.
     pub failover_detection_ms: Option<f64>,
+    /// What told the coordinator (docs/cluster.md, "Failure detection"), its short name:
+    /// `connection-lost`, `heartbeat-timeout`, ….
+    pub failover_detected_by: Option<String>,
     pub failover_unavailability_ms: Option<f64>,
     pub failover_recovery_ms: Option<f64>,
     pub failover_lost: Option<u64>,
@@ -148,6 +151,7 @@ impl CompareRow {
     /// Fills the `failover_*` fields from the failover run of the same mode (`--failover`).
     pub fn set_failover(&mut self, f: &FailoverReport) {
         self.failover_detection_ms = f.detection_ms;
+        self.failover_detected_by = f.detected_by.as_deref().map(detection_name);
         self.failover_unavailability_ms =
             f.unavailability_ms.or(f.partitions.iter().filter_map(|p| p.unavailability_at_most_ms).reduce(f64::max));
         self.failover_recovery_ms = f.recovery_ms;
@@ -271,7 +275,7 @@ pub(crate) fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 37] = [
+const METRICS: [Metric; 38] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -300,6 +304,7 @@ const METRICS: [Metric; 37] = [
     ("replica digests equal", |r| yes_no(r.digests_equal)),
     ("TPC-C consistent", |r| yes_no(r.consistent)),
     ("failover: detection (ms)", |r| opt(r.failover_detection_ms.map(|v| format!("{v:.0}")))),
+    ("failover: detected by", |r| opt(r.failover_detected_by.clone())),
     ("failover: unavailable (ms)", |r| opt(r.failover_unavailability_ms.map(|v| format!("{v:.0}")))),
     ("failover: promotion (ms)", |r| opt(r.failover_recovery_ms.map(|v| format!("{v:.0}")))),
     ("failover: acknowledged lost", |r| opt(r.failover_lost.map(|v| v.to_string()))),
@@ -444,7 +449,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 40] = [
+const CSV_COLUMNS: [Column; 41] = [
     ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -476,6 +481,7 @@ const CSV_COLUMNS: [Column; 40] = [
     ("digests_equal", |r| r.digests_equal.to_string()),
     ("consistent", |r| r.consistent.to_string()),
     ("failover_detection_ms", |r| csv_opt(&r.failover_detection_ms)),
+    ("failover_detected_by", |r| csv_opt(&r.failover_detected_by)),
     ("failover_unavailability_ms", |r| csv_opt(&r.failover_unavailability_ms)),
     ("failover_recovery_ms", |r| csv_opt(&r.failover_recovery_ms)),
     ("failover_lost", |r| csv_opt(&r.failover_lost)),
@@ -486,6 +492,22 @@ const CSV_COLUMNS: [Column; 40] = [
     ("coordinator_failover_lost", |r| csv_opt(&r.coordinator_failover_lost)),
     ("coordinator_failover_outcome_unknown", |r| csv_opt(&r.coordinator_failover_outcome_unknown)),
 ];
+
+/// The short name of a detection as the coordinator's alarm words it ("connection lost: …"
+/// → `connection-lost`).
+pub fn detection_name(by: &str) -> String {
+    let head = by.split(':').next().unwrap_or(by).trim();
+    match head {
+        "heartbeat timeout" => "heartbeat-timeout".into(),
+        "its death notice" => "death-notice".into(),
+        "connection lost" => "connection-lost".into(),
+        "not reading what it is sent" => "not-reading".into(),
+        "a newer connection" => "replaced".into(),
+        "no answer to the take-over" => "take-over-silence".into(),
+        "lag" => "lagging".into(),
+        other => other.replace(' ', "-"),
+    }
+}
 
 /// A CSV field, quoted (RFC 4180, section 2) when it holds a comma, a quote or a line break.
 fn csv_field(s: &str) -> String {
@@ -750,6 +772,7 @@ pub(crate) mod tests {
             batch_bytes_per_txn: 300.0,
             disk_bytes: 0,
             failover_detection_ms: None,
+            failover_detected_by: None,
             failover_unavailability_ms: None,
             failover_recovery_ms: None,
             failover_lost: None,

@@ -123,6 +123,10 @@ impl std::fmt::Display for Recovery {
 pub struct FailoverReport {
     pub mode: Mode,
     pub shipping: Option<Shipping>,
+    /// Replicas per partition, and (active-active) when a client is answered: `majority` or
+    /// `all` (docs/cluster.md, "Agreement").
+    pub replicas: usize,
+    pub agreement: Option<String>,
     /// The process killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's
     /// start).
     pub killed: Victim,
@@ -133,6 +137,9 @@ pub struct FailoverReport {
     /// From the kill until the coordinator excluded the node, or (a coordinator killed)
     /// until another coordinator no longer counted the killed one its leader (ms).
     pub detection_ms: Option<f64>,
+    /// A node killed: what told the coordinator (docs/cluster.md, "Failure detection"):
+    /// `heartbeat timeout`, `connection lost: …`, `its death notice`, …
+    pub detected_by: Option<String>,
     /// A coordinator killed: from the kill until a newly elected leader had taken over and
     /// every partition served (ms).
     pub election_ms: Option<f64>,
@@ -324,15 +331,20 @@ impl std::fmt::Display for FailoverReport {
         let ms = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0} ms"));
         writeln!(
             f,
-            "failover: {}{}, {} {} at {:.1} s{}",
+            "failover: {} ×{}{}{}, {} {} at {:.1} s{}",
             self.mode,
+            self.replicas,
             self.shipping.as_ref().map_or(String::new(), |s| format!(" ({s} shipping)")),
+            self.agreement.as_ref().map_or(String::new(), |a| format!(" ({a} agreement)")),
             self.killed,
             self.signal,
             self.killed_at_s,
             self.restarted_at_s.map_or(String::new(), |t| format!(", restarted at {t:.1} s"))
         )?;
-        writeln!(f, "  detection            {}", ms(self.detection_ms))?;
+        match &self.detected_by {
+            Some(by) => writeln!(f, "  detection            {} (by {by})", ms(self.detection_ms))?,
+            None => writeln!(f, "  detection            {}", ms(self.detection_ms))?,
+        }
         if let Victim::Coordinator(_) = self.killed {
             writeln!(f, "  election             {}", ms(self.election_ms))?;
         }

@@ -748,17 +748,24 @@ impl Sim {
     fn route(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
         self.route_outputs(c, out);
         for (node, c) in std::mem::take(&mut self.disconnects) {
-            let now = self.now_us;
-            let n = self.node_mut(node);
-            let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { continue };
-            if !n.up {
-                continue;
-            }
-            l.alive = false;
-            let link = l.id;
-            n.machine.on_link_lost(c, now);
-            self.net.cut(node, link, None);
+            self.end_link(node, c);
         }
+    }
+
+    /// Ends `node`'s live link to coordinator `c`, if its process runs: what was in flight on
+    /// it is lost and the node's machine learns it (it dials again). Whether it did.
+    fn end_link(&mut self, node: NodeId, c: CoordinatorId) -> bool {
+        let now = self.now_us;
+        let n = self.node_mut(node);
+        let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { return false };
+        if !n.up {
+            return false;
+        }
+        l.alive = false;
+        let link = l.id;
+        n.machine.on_link_lost(c, now);
+        self.net.cut(node, link, None);
+        true
     }
 
     fn route_outputs(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
@@ -1292,15 +1299,9 @@ impl Sim {
         self.trace_fault("drop the leader link of", node);
         let now = self.now_us;
         let Some((c, _)) = self.leader() else { return };
-        let n = self.node_mut(node);
-        let Some(l) = n.links.get_mut(&c).filter(|l| l.alive) else { return };
-        if !n.up {
+        if !self.end_link(node, c) {
             return;
         }
-        l.alive = false;
-        let link = l.id;
-        n.machine.on_link_lost(c, now);
-        self.net.cut(node, link, None);
         self.stats.drops += 1;
         let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
         let how = "the simulated link broke".to_string();

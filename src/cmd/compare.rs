@@ -36,7 +36,7 @@ use harness::html::{Check, CHECKS_JSON, SUMMARY_TXT};
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
 use harness::{Cluster, HarnessError};
-use wire::config::{Mode, Shipping};
+use wire::config::{AgreementRule, Mode, Shipping};
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
 use workload::gen::Mix;
@@ -62,6 +62,12 @@ pub struct CompareArgs {
     /// (once the primary committed). Default: cluster.toml's `shipping`.
     #[arg(long)]
     pub shipping: Option<Shipping>,
+    /// Active-active: `majority` answers a client once a majority of a partition's replicas
+    /// agreed (the rest are compared when they report), `all` once every live replica did;
+    /// the two differ only with three replicas or more (docs/cluster.md, "Agreement").
+    /// Default: cluster.toml's `agreement`.
+    #[arg(long, value_name = "all|majority")]
+    pub agreement: Option<AgreementRule>,
     /// Client connections, each bound to one home warehouse [default: one per warehouse].
     #[arg(long)]
     pub clients: Option<usize>,
@@ -168,6 +174,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         modes: &a.modes,
         replicas: &a.replicas,
         shipping: a.shipping,
+        agreement: a.agreement,
         multi_partition: &a.multi_partition,
         shares: RemoteShares {
             remote_item_pct: a.remote_items,
@@ -377,13 +384,18 @@ pub fn finish_record(record: &Record, summary: &str, checks: &[Check]) -> Result
 fn print_plan(i: usize, n: usize, plan: &Plan) {
     let k = plan.config.replication_factor();
     println!(
-        "\n[{}/{}] {} — {} replica{} per partition{}{}",
+        "\n[{}/{}] {} — {} replica{} per partition{}{}{}",
         i + 1,
         n,
         plan.mode,
         k,
         if k == 1 { "" } else { "s" },
         plan.config.shipping().map_or(String::new(), |s| format!(", {s} shipping")),
+        if plan.mode == Mode::ActiveActive && k >= 3 {
+            format!(", agreement {}", plan.config.agreement)
+        } else {
+            String::new()
+        },
         plan.multi_partition.map_or(String::new(), |p| format!(", {p}% multi-partition NewOrders"))
     );
 }

@@ -27,7 +27,7 @@ use harness::html::Check;
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
 use harness::{Cluster, HarnessError};
-use wire::config::{ClusterConfig, Mode, Shipping};
+use wire::config::{AgreementRule, ClusterConfig, Mode, Shipping};
 use wire::messages::NodeId;
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
@@ -51,6 +51,12 @@ pub struct FailoverArgs {
     /// a killed node comes back only by restart recovery from its write-ahead log.
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// Active-active: `majority` answers a client once a majority of a partition's replicas
+    /// agreed (the rest are compared when they report), `all` once every live replica did;
+    /// the two differ only with three replicas or more (docs/cluster.md, "Agreement").
+    /// Default: cluster.toml's `agreement`.
+    #[arg(long, value_name = "all|majority")]
+    pub agreement: Option<AgreementRule>,
     /// Kill this with SIGKILL: a node id [default: the first replica of partition 1 — its
     /// primary in the passive modes], `coordinator` (the coordinator leading at the moment of
     /// the kill; needs several [[coordinators]]), or `any` (a node or the leading
@@ -139,7 +145,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         }
         .into());
     }
-    let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas)?;
+    let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas, a.agreement)?;
     let (victim, signal) = failover::victim(&config, a.kill, a.stop, a.seed, &base.path)?;
     failover::check_times(a.at, a.duration, a.restart_after, a.kill_loop.map(|c| (c, a.every)))?;
     for p in [&a.json, &a.svg].into_iter().flatten() {

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use wire::config::{ClusterConfig, Mode, Shipping};
+use wire::config::{AgreementRule, ClusterConfig, Mode, Shipping};
 use workload::client::driver::{DriverConfig, RemoteShares};
 
 use super::multi as curve;
@@ -43,6 +43,8 @@ pub struct Runs<'a> {
     pub modes: &'a [Mode],
     pub replicas: &'a [usize],
     pub shipping: Option<Shipping>,
+    /// Overrides the file's `agreement` (docs/cluster.md, "Agreement").
+    pub agreement: Option<AgreementRule>,
     pub multi_partition: &'a [u32],
     /// The remote shares every run uses (`multi_partition_pct` is each plan's).
     pub shares: RemoteShares,
@@ -79,7 +81,10 @@ pub fn plans(base: &Cluster, runs: &Runs<'_>) -> Result<Vec<Plan>> {
             None => base.config.clone(),
         };
         for &mode in runs.modes {
-            let config = placed.with_mode(mode, runs.shipping);
+            let mut config = placed.with_mode(mode, runs.shipping);
+            if let Some(a) = runs.agreement {
+                config.agreement = a;
+            }
             config.validate().map_err(|e| {
                 HarnessError::config(format!("the {mode} cluster derived from {}", base.path.display()), e)
             })?;
@@ -229,6 +234,7 @@ pub fn run_one(
             .then(|| verdict.partitions.iter().all(|p| p.reads_differing == 0)),
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
         failover_detection_ms: None,
+        failover_detected_by: None,
         failover_unavailability_ms: None,
         failover_recovery_ms: None,
         failover_lost: None,

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use wire::config::{ClusterConfig, Mode, Shipping};
+use wire::config::{AgreementRule, ClusterConfig, Mode, Shipping};
 use wire::messages::{NodeId, PartitionPhase};
 use workload::bench::StopAfter;
 use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
@@ -45,8 +45,12 @@ pub fn derive(
     mode: Option<Mode>,
     shipping: Option<Shipping>,
     replicas: Option<usize>,
+    agreement: Option<AgreementRule>,
 ) -> Result<ClusterConfig> {
     let mut config = base.with_mode(mode.unwrap_or(base.mode()), shipping);
+    if let Some(a) = agreement {
+        config.agreement = a;
+    }
     if let Some(k) = replicas {
         config = config.with_replication(k).map_err(|e| HarnessError::config("--replicas", e))?;
     }
@@ -430,8 +434,36 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     if let Some(e) = ev.error {
         return Err(HarnessError::Killer(e));
     }
+    let detected_by = match x.victim {
+        Kill::Node(n) => detected_by(&cluster.config.run_dir, n),
+        Kill::Leader => None,
+    };
     let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
-    failover_report(config, x, &ev, promotes, &m, &verdict)
+    let mut report = failover_report(config, x, &ev, promotes, &m, &verdict)?;
+    report.detected_by = detected_by;
+    Ok(report)
+}
+
+/// What told the coordinator that node `node` failed, from the first such alarm in the
+/// coordinators' logs in `run_dir` (`node N failed (detected by …; silent for …)`,
+/// docs/cluster.md, "Failure detection").
+pub fn detected_by(run_dir: &Path, node: NodeId) -> Option<String> {
+    let needle = format!("node {node} failed (detected by ");
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(run_dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("coordinator") && n.ends_with(".log"))
+        })
+        .collect();
+    logs.sort();
+    logs.iter().find_map(|log| {
+        let text = std::fs::read_to_string(log).ok()?;
+        let at = text.find(&needle)? + needle.len();
+        let rest = &text[at..];
+        let end = rest.find("; silent for").or_else(|| rest.find('\n'))?;
+        Some(rest[..end].to_string())
+    })
 }
 
 /// What the check after a run found, for its record.
@@ -476,11 +508,14 @@ fn failover_report(
     Ok(FailoverReport {
         mode: config.mode(),
         shipping: config.shipping(),
+        replicas: config.replication_factor(),
+        agreement: (config.mode() == Mode::ActiveActive).then(|| config.agreement.name().to_string()),
         killed: victim,
         signal: if x.signal == libc::SIGKILL { KillSignal::Kill } else { KillSignal::Term },
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
+        detected_by: None,
         election_ms: since(ev.elected, killed),
         recovery_ms: match (ev.restarted, promotes) {
             (Some(r), _) => since(ev.recovered, r),
