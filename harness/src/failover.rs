@@ -52,6 +52,21 @@ pub enum KillSignal {
     /// SIGTERM: the process shuts down cleanly.
     #[serde(rename = "SIGTERM")]
     Term,
+    /// SIGSTOP: the process freezes; its kernel closes nothing (a hung machine, a cut
+    /// network).
+    #[serde(rename = "SIGSTOP")]
+    Stop,
+}
+
+impl KillSignal {
+    /// The signal `signal` (SIGKILL, SIGTERM or SIGSTOP; anything else reads as SIGKILL).
+    pub fn of(signal: libc::c_int) -> KillSignal {
+        match signal {
+            libc::SIGTERM => KillSignal::Term,
+            libc::SIGSTOP => KillSignal::Stop,
+            _ => KillSignal::Kill,
+        }
+    }
 }
 
 impl std::fmt::Display for KillSignal {
@@ -59,6 +74,7 @@ impl std::fmt::Display for KillSignal {
         f.pad(match self {
             KillSignal::Kill => "SIGKILL",
             KillSignal::Term => "SIGTERM",
+            KillSignal::Stop => "SIGSTOP",
         })
     }
 }

@@ -62,11 +62,17 @@ pub struct FailoverArgs {
     /// the kill; needs several [[coordinators]]), or `any` (a node or the leading
     /// coordinator, drawn from --seed). A killed coordinator restarted with
     /// --restart-after comes back as a standby.
-    #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with = "stop", value_name = "NODE|coordinator|any")]
+    #[arg(long, num_args = 0..=1, default_missing_value = "0", conflicts_with_all = ["stop", "freeze"], value_name = "NODE|coordinator|any")]
     pub kill: Option<failover::Target>,
     /// Stop this node with SIGTERM (a clean shutdown) instead of killing it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "freeze")]
     pub stop: Option<NodeId>,
+    /// Freeze this node with SIGSTOP instead of killing it: its process stops and its kernel
+    /// closes nothing — how a hung machine or a cut network looks to the others — so only
+    /// the heartbeat timeout detects it (docs/cluster.md, "Failure detection"). Killed with
+    /// SIGKILL when the run ends; cannot be restarted within the run.
+    #[arg(long, conflicts_with_all = ["restart_after", "kill_loop"])]
+    pub freeze: Option<NodeId>,
     /// A kill loop instead of one kill: CYCLES cycles, the first at `--at`, one every
     /// `--every` seconds. Each SIGKILLs a node drawn from `--seed`, restarts it after
     /// `--restart-after` seconds (it rejoins), SIGKILLs it again 50–500 ms into its rejoin,
@@ -146,7 +152,13 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         .into());
     }
     let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas, a.agreement)?;
-    let (victim, signal) = failover::victim(&config, a.kill, a.stop, a.seed, &base.path)?;
+    let (victim, signal) = failover::victim(
+        &config,
+        a.kill,
+        a.stop.map(|n| (n, libc::SIGTERM)).or(a.freeze.map(|n| (n, libc::SIGSTOP))),
+        a.seed,
+        &base.path,
+    )?;
     failover::check_times(a.at, a.duration, a.restart_after, a.kill_loop.map(|c| (c, a.every)))?;
     for p in [&a.json, &a.svg].into_iter().flatten() {
         bench::check_writable_file(p).with_context(|| format!("{}", p.display()))?;
@@ -214,7 +226,7 @@ fn failover(
         a.config.display(),
         warehouses,
         victim,
-        if signal == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" },
+        report::KillSignal::of(signal),
         a.at,
         a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
     );

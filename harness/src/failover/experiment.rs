@@ -98,7 +98,8 @@ impl std::fmt::Display for Kill {
     }
 }
 
-/// The process to fail and the signal: `stop` gets SIGTERM; else `kill` (0 or none: partition
+/// The process to fail and the signal: `stop` gets its signal (SIGTERM, or SIGSTOP to freeze
+/// it); else `kill` (0 or none: partition
 /// 1's first replica, its primary in the passive modes; `coordinator`: the leading
 /// coordinator; `any`: a placed node or the leading coordinator, drawn from `seed`) gets
 /// SIGKILL. Refuses a node the file does not list, and a coordinator kill without a group
@@ -106,13 +107,13 @@ impl std::fmt::Display for Kill {
 pub fn victim(
     config: &ClusterConfig,
     kill: Option<Target>,
-    stop: Option<NodeId>,
+    stop: Option<(NodeId, libc::c_int)>,
     seed: u64,
     path: &Path,
 ) -> Result<(Kill, libc::c_int)> {
     let group = config.coordinators.len() > 1;
     let (victim, signal) = match (kill, stop) {
-        (_, Some(n)) => (Kill::Node(n), libc::SIGTERM),
+        (_, Some((n, signal))) => (Kill::Node(n), signal),
         (Some(Target::Node(0)) | None, None) => (Kill::Node(config.partitions[0].replicas[0]), libc::SIGKILL),
         (Some(Target::Node(n)), None) => (Kill::Node(n), libc::SIGKILL),
         (Some(Target::Coordinator), None) => (Kill::Leader, libc::SIGKILL),
@@ -430,6 +431,12 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     };
     let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
+    if let (libc::SIGSTOP, Some(pid)) = (x.signal, victim_pid) {
+        // The frozen node never comes back within the run: it ends here, before the checks
+        // (which read the live replicas) and the cluster's stop.
+        // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    }
     let m = measured?;
     if let Some(e) = ev.error {
         return Err(HarnessError::Killer(e));
@@ -511,7 +518,7 @@ fn failover_report(
         replicas: config.replication_factor(),
         agreement: (config.mode() == Mode::ActiveActive).then(|| config.agreement.name().to_string()),
         killed: victim,
-        signal: if x.signal == libc::SIGKILL { KillSignal::Kill } else { KillSignal::Term },
+        signal: KillSignal::of(x.signal),
         killed_at_s: kill_offset.as_secs_f64(),
         restarted_at_s: ev.restarted.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
         detection_ms: since(ev.detected, killed),
