@@ -1,0 +1,72 @@
+//! Replays, without a fuzzer, what each fuzz target was given that mattered: its seed corpus
+//! (real encodings of every kind of message and file) and every minimised crasher kept in
+//! `fuzzing/regressions/<target>/` (docs/design.md §13). A crasher that fails here again is a
+//! regression of the defect it was kept for.
+
+use std::path::{Path, PathBuf};
+
+fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions").join(target);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut files: Vec<PathBuf> = entries.map(|e| e.expect("readable regressions folder").path()).collect();
+    files.sort();
+    files.into_iter().map(|p| (p.clone(), std::fs::read(&p).expect("readable crasher"))).collect()
+}
+
+fn replay(name: &str) {
+    let target = fuzzing::target(name).expect("a target of fuzzing::TARGETS");
+    let seeds = (target.seeds)();
+    assert!(!seeds.is_empty(), "{name} has no seeds");
+    for seed in &seeds {
+        assert!(
+            seed.len() <= target.max_len,
+            "{name}: a seed of {} bytes is over -max_len {}",
+            seed.len(),
+            target.max_len
+        );
+        (target.check)(seed);
+    }
+    for (path, bytes) in regressions(name) {
+        eprintln!("{name}: replaying {}", path.display());
+        (target.check)(&bytes);
+    }
+}
+
+macro_rules! replay_tests {
+    ($($name:ident),* $(,)?) => {
+        $( #[test] fn $name() { replay(stringify!($name)); } )*
+
+        /// Every target has a test here, a libFuzzer binary and nothing else is fuzzed.
+        #[test]
+        fn every_target_is_replayed_and_has_a_fuzz_binary() {
+            let here: Vec<&str> = vec![$(stringify!($name)),*];
+            let listed: Vec<&str> = fuzzing::TARGETS.iter().map(|t| t.name).collect();
+            assert_eq!(here, listed);
+            let bins = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/fuzz_targets");
+            let mut found: Vec<String> = std::fs::read_dir(&bins)
+                .expect("fuzz/fuzz_targets")
+                .map(|e| e.unwrap().path().file_stem().unwrap().to_string_lossy().into_owned())
+                .collect();
+            found.sort();
+            let mut listed: Vec<String> = listed.iter().map(|s| s.to_string()).collect();
+            listed.sort();
+            assert_eq!(found, listed, "fuzz/fuzz_targets/*.rs and fuzzing::TARGETS differ");
+        }
+    };
+}
+
+replay_tests!(
+    frame_handshake,
+    frame_client,
+    frame_control,
+    frame_group,
+    frame_peer,
+    frame_tool,
+    hello,
+    snapshot_install,
+    log_base_install,
+    redo_apply,
+    wal_recovery,
+    cluster_toml,
+    tpcc_engines,
+);
