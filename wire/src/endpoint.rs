@@ -573,8 +573,9 @@ fn endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> std::io::R
     quinn::Endpoint::new(config, server, std::net::UdpSocket::bind(addr)?, runtime)
 }
 
-/// Checks a peer's Hello against ours: same protocol version, same cluster.
-fn check_hello(ours: &Hello, theirs: &Hello) -> Result<(), HelloMismatch> {
+/// Checks a peer's Hello against ours: same protocol version, same cluster. (Public for the
+/// `hello` fuzz target, which runs a listener's checks on arbitrary Hellos and certificates.)
+pub fn check_hello(ours: &Hello, theirs: &Hello) -> Result<(), HelloMismatch> {
     if theirs.protocol_version != PROTOCOL_VERSION {
         return Err(HelloMismatch::Version { theirs: theirs.protocol_version, ours: PROTOCOL_VERSION });
     }
