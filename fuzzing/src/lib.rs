@@ -155,3 +155,29 @@ pub const TARGETS: &[Target] = &[
 pub fn target(name: &str) -> Option<&'static Target> {
     TARGETS.iter().find(|t| t.name == name)
 }
+
+/// Run once by a libFuzzer binary before fuzzing (`scripts/fuzz` uses both): with
+/// `GLASS_FUZZ_INFO` set, prints the target's `-max_len` and `-rss_limit_mb` and exits; with
+/// `GLASS_FUZZ_SEEDS` naming a folder, writes the target's seeds there as `seed-<n>` and
+/// exits. Otherwise does nothing.
+pub fn init(name: &str) {
+    let target = target(name).unwrap_or_else(|| panic!("{name} is not in fuzzing::TARGETS"));
+    if std::env::var_os("GLASS_FUZZ_INFO").is_some() {
+        println!("{} {}", target.max_len, target.rss_limit_mb);
+        std::process::exit(0);
+    }
+    if let Some(dir) = std::env::var_os("GLASS_FUZZ_SEEDS") {
+        let dir = std::path::PathBuf::from(dir);
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            (target.seeds)()
+                .iter()
+                .enumerate()
+                .try_for_each(|(i, seed)| std::fs::write(dir.join(format!("seed-{i:03}")), seed))
+        });
+        if let Err(e) = written {
+            eprintln!("{name}: cannot write seeds to {}: {e}", dir.display());
+            std::process::exit(2);
+        }
+        std::process::exit(0);
+    }
+}

@@ -5,12 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions").join(target);
+/// The files of `folder/<target>` (relative to this crate), sorted.
+fn files(folder: &str, target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder).join(target);
     let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
-    let mut files: Vec<PathBuf> = entries.map(|e| e.expect("readable regressions folder").path()).collect();
+    let mut files: Vec<PathBuf> = entries.map(|e| e.expect("a readable folder").path()).collect();
     files.sort();
-    files.into_iter().map(|p| (p.clone(), std::fs::read(&p).expect("readable crasher"))).collect()
+    files.into_iter().map(|p| (p.clone(), std::fs::read(&p).expect("a readable file"))).collect()
 }
 
 fn replay(name: &str) {
@@ -26,7 +27,8 @@ fn replay(name: &str) {
         );
         (target.check)(seed);
     }
-    for (path, bytes) in regressions(name) {
+    // Committed seeds (frames recorded from a real cluster), then the kept crashers.
+    for (path, bytes) in files("../fuzz/seeds", name).into_iter().chain(files("regressions", name)) {
         eprintln!("{name}: replaying {}", path.display());
         (target.check)(&bytes);
     }

@@ -634,6 +634,7 @@ impl FrameReader {
                 if pending.len() >= needed {
                     let msg = codec::decode_body(&pending[LENGTH_PREFIX_BYTES..needed])
                         .map_err(|source| EndpointError::Frame { addr, source })?;
+                    crate::record::frame(&msg, &pending[..needed]);
                     self.start += needed;
                     return Ok(Some(msg));
                 }

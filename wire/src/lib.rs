@@ -11,6 +11,7 @@ pub mod config;
 pub mod endpoint;
 pub mod error;
 pub mod messages;
+pub mod record;
 pub mod samples;
 pub mod tether;
 pub mod tls;
