@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use engine::schema::TableId;
 use engine::StorageError;
 use wire::endpoint::{EndpointError, RecvError};
-use wire::messages::{PartitionId, Seq, Timestamp};
+use wire::messages::{PartitionId, Seq, StateDigest, Timestamp};
 
 /// Why a replica refused a message or stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -152,6 +152,9 @@ pub enum SnapshotProblem {
     /// The end's totals differ from what arrived.
     #[error("the end announces {chunks} chunks and {rows} rows; {got_chunks} chunks and {got_rows} rows arrived")]
     Totals { chunks: u32, rows: u64, got_chunks: u32, got_rows: u64 },
+    /// The rows that arrived are not the state the end's digest names.
+    #[error("the end claims state digest {claimed}; the rows that arrived have digest {got}")]
+    Digest { claimed: StateDigest, got: StateDigest },
     /// A chunk arrived after the end.
     #[error("chunk {index} arrived after the end")]
     AfterEnd { index: u32 },

@@ -17,7 +17,8 @@
 //!   and the state digest of the streamed state, so the receiver can prove it rebuilt the same
 //!   state; a stream whose receiver went away stops at once;
 //! - a snapshot is accepted only whole: chunks numbered without gaps, every checksum and row
-//!   size right, the totals of its end matching what arrived; a log base only in order (pieces
+//!   size right, the totals of its end matching what arrived, and (no table skipped) the
+//!   state digest of what was installed equal to the end's; a log base only in order (pieces
 //!   numbered without gaps, one batch and fork point throughout). Anything else is a
 //!   [`TransferError`].
 //!
@@ -265,7 +266,8 @@ fn insert_rows<T: Table>(db: &mut LeanDb, bytes: &[u8]) -> Result<(), InsertErro
     Ok(())
 }
 
-fn row_size(table: TableId) -> usize {
+/// Bytes of one row of `table` (its fixed-width Pod encoding).
+pub fn row_size(table: TableId) -> usize {
     match table {
         TableId::Warehouse => std::mem::size_of::<<t::Warehouses as Table>::Row>(),
         TableId::District => std::mem::size_of::<<t::Districts as Table>::Row>(),
@@ -419,11 +421,16 @@ pub async fn log_base(
 /// I/O: the caller receives the chunks, [`snapshot_after`] over a link, and hands them to
 /// [`SnapshotReceiver::accept`]): chunks of the partition asked for, numbered from 0 without
 /// gaps, one batch throughout, every checksum and row size right, the totals of the end
-/// matching what arrived. The rows of the tables it skips are checked, not inserted.
+/// matching what arrived, and — with no table skipped — the state digest recomputed over the
+/// database at the end equal to the one the end carries (the database must have been empty
+/// before: a copy installed is the state its source vouched for). The rows of the tables it
+/// skips are checked, not inserted.
 #[derive(Debug)]
 pub struct SnapshotReceiver {
     peer: String,
     skip: Vec<TableId>,
+    /// Whether the end's digest is checked against the database (no table skipped).
+    verify_digest: bool,
     next_index: u32,
     info: SnapshotInfo,
     done: bool,
@@ -441,12 +448,21 @@ impl SnapshotReceiver {
             digest: StateDigest(0),
             table_rows: [0; 9],
         };
-        SnapshotReceiver { peer, skip: Vec::new(), next_index: 0, info, done: false }
+        SnapshotReceiver { peer, skip: Vec::new(), verify_digest: true, next_index: 0, info, done: false }
     }
 
     /// This receiver, leaving out the rows of the tables in `skip`.
+    /// (the end's digest then cannot be checked).
     pub fn skipping(mut self, skip: &[TableId]) -> SnapshotReceiver {
         self.skip = skip.to_vec();
+        self.verify_digest &= skip.is_empty();
+        self
+    }
+
+    /// This receiver, trusting the end's digest instead of recomputing it (the simulator's
+    /// release builds, whose sources send no digest: their copies are compared at the end).
+    pub fn trusting_digest(mut self) -> SnapshotReceiver {
+        self.verify_digest = false;
         self
     }
 
@@ -499,6 +515,12 @@ impl SnapshotReceiver {
             let problem =
                 SnapshotProblem::Totals { chunks, rows, got_chunks: self.next_index, got_rows: self.info.rows };
             return Err(self.bad(problem));
+        }
+        if self.verify_digest {
+            let got = StateDigest::from(engine::digest::digest(db));
+            if got != digest {
+                return Err(self.bad(SnapshotProblem::Digest { claimed: digest, got }));
+            }
         }
         self.done = true;
         self.info.chunks = chunks;

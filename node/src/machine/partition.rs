@@ -659,7 +659,7 @@ impl<R> PartitionMachine<R> {
 /// How a fetched log base is started from: the primary's checkpoint image when it came
 /// with one (checked to start where the log generation does), else this node's own log cut
 /// at the fork point (or after its checkpoint) to reach the generation's start.
-fn base_restart(base: &LogBaseReceived) -> Result<Restart, RejoinError> {
+pub fn base_restart(base: &LogBaseReceived) -> Result<Restart, RejoinError> {
     let bad = |problem: String| RejoinError::BadBase { problem };
     let start = generation_start(&base.records).map_err(|e| bad(e.to_string()))?;
     match &base.checkpoint {
