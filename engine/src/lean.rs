@@ -271,8 +271,10 @@ impl<T: Table> Default for HeapStore<T> {
 enum UndoOp {
     /// Undo by deleting the key (or popping the heap).
     Inserted,
-    /// Undo by restoring the before-image.
+    /// Undo by restoring the before-image (of the updatable prefix).
     Updated,
+    /// Undo by restoring the whole before-image (a redo upsert over a present row).
+    Overwritten,
     /// Undo by re-inserting the before-image.
     Deleted,
 }
@@ -368,65 +370,149 @@ impl LeanDb {
         batch
     }
 
-    /// Rolls a backup forward: applies a primary's redo batch, outside any transaction. A
-    /// batch that fails its checksum or names an unknown table is refused before anything is
-    /// applied.
+    /// Rolls a backup forward: applies a primary's redo batch, outside any transaction, all
+    /// or nothing. A batch that fails its checksum, names an unknown table, holds a record out
+    /// of bounds, an operation the table's organisation does not have, an image of the wrong
+    /// width or an upsert whose image is not of the row it names is refused before anything is
+    /// applied; one that fails against the rows (a patch of a missing row, or one that would
+    /// change a key) is rolled back through the undo buffer, as an aborted transaction is, so
+    /// a refused batch changes nothing (docs/design.md §13: fuzz target `redo_apply`).
     pub fn apply_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
         if !batch.verify() {
             return Err(StorageError::BadRedo("checksum mismatch"));
         }
         for r in &batch.records {
             let fits = (r.at as usize).checked_add(r.len as usize).is_some_and(|end| end <= batch.bytes.len());
-            if r.table().is_none() || !fits {
+            let Some(table) = r.table().filter(|_| fits) else {
                 return Err(StorageError::BadRedo("record out of bounds or of an unknown table"));
+            };
+            let image = &batch.bytes[r.at as usize..r.at as usize + r.len as usize];
+            match table {
+                TableId::Warehouse => Self::check_redo::<t::Warehouses>(r.op, r.key, image)?,
+                TableId::District => Self::check_redo::<t::Districts>(r.op, r.key, image)?,
+                TableId::Customer => Self::check_redo::<t::Customers>(r.op, r.key, image)?,
+                TableId::History => Self::check_redo::<t::Histories>(r.op, r.key, image)?,
+                TableId::Orders => Self::check_redo::<t::Orders>(r.op, r.key, image)?,
+                TableId::NewOrder => Self::check_redo::<t::NewOrders>(r.op, r.key, image)?,
+                TableId::OrderLine => Self::check_redo::<t::OrderLines>(r.op, r.key, image)?,
+                TableId::Item => Self::check_redo::<t::Items>(r.op, r.key, image)?,
+                TableId::Stock => Self::check_redo::<t::Stocks>(r.op, r.key, image)?,
             }
         }
         debug_assert!(!self.in_txn, "redo applied inside a transaction");
-        for r in &batch.records {
-            let image = &batch.bytes[r.at as usize..(r.at + r.len) as usize];
+        self.undo.clear();
+        let applied = batch.records.iter().try_for_each(|r| {
+            let image = &batch.bytes[r.at as usize..r.at as usize + r.len as usize];
             match r.table().expect("checked above") {
-                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image)?,
-                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image)?,
-                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image)?,
-                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image)?,
-                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image)?,
-                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image)?,
-                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image)?,
-                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image)?,
-                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image)?,
+                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image),
+                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image),
+                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image),
+                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image),
+                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image),
+                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image),
+                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image),
+                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image),
+                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image),
+            }
+        });
+        if applied.is_err() {
+            self.roll_back();
+        }
+        self.undo.clear();
+        applied
+    }
+
+    /// What a redo record must be, whatever the rows: an operation of the table's
+    /// organisation (heap tables only append, keyed tables never do), an image of the width
+    /// the operation writes, and an upsert's image the row of the key it names.
+    fn check_redo<T: Table>(op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
+        let heap = T::ORG == Organisation::Heap;
+        let row_len = std::mem::size_of::<T::Row>();
+        match op {
+            RedoOp::Append if !heap => Err(StorageError::BadRedo("append to a keyed table")),
+            RedoOp::Upsert | RedoOp::Patch | RedoOp::Delete if heap => {
+                Err(StorageError::BadRedo("keyed change of a heap table"))
+            }
+            RedoOp::Upsert | RedoOp::Append if image.len() != row_len => {
+                Err(StorageError::BadRedo("image size does not match the table's row"))
+            }
+            RedoOp::Patch if image.len() != T::UPDATABLE_PREFIX => {
+                Err(StorageError::BadRedo("patch size does not match the table's updatable prefix"))
+            }
+            RedoOp::Upsert if T::key(&bytemuck::pod_read_unaligned::<T::Row>(image)) != key => {
+                Err(StorageError::BadRedo("upsert image of another row than its key names"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Applies one redo record checked by [`LeanDb::check_redo`], recording in the undo
+    /// buffer how to take it back.
+    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
+        match op {
+            RedoOp::Upsert => {
+                let after: T::Row = bytemuck::pod_read_unaligned(image);
+                let before = self.raw_row_mut::<T>(key).map(|r| *r);
+                match before {
+                    Some(before) if !T::HAS_SECONDARY || T::secondary(&before) == T::secondary(&after) => {
+                        self.undo.push::<T>(UndoOp::Overwritten, key, bytemuck::bytes_of(&before));
+                        *self.raw_row_mut::<T>(key).expect("present above") = after;
+                    }
+                    Some(before) => {
+                        // The secondary key changes: re-index the row.
+                        self.raw_delete::<T>(key);
+                        self.undo.push::<T>(UndoOp::Deleted, key, bytemuck::bytes_of(&before));
+                        self.raw_insert::<T>(&after)?;
+                        self.undo.push::<T>(UndoOp::Inserted, key, &[]);
+                    }
+                    None => {
+                        self.raw_insert::<T>(&after)?;
+                        self.undo.push::<T>(UndoOp::Inserted, key, &[]);
+                    }
+                }
+            }
+            RedoOp::Patch => {
+                let before = *self.raw_row_mut::<T>(key).ok_or(StorageError::BadRedo("patch of a missing row"))?;
+                let mut after = before;
+                bytemuck::bytes_of_mut(&mut after)[..image.len()].copy_from_slice(image);
+                if T::key(&after) != key || (T::HAS_SECONDARY && T::secondary(&after) != T::secondary(&before)) {
+                    return Err(StorageError::BadRedo("patch changes the row's primary or secondary key"));
+                }
+                self.undo.push::<T>(UndoOp::Updated, key, &bytemuck::bytes_of(&before)[..T::UPDATABLE_PREFIX]);
+                *self.raw_row_mut::<T>(key).expect("present above") = after;
+            }
+            RedoOp::Delete => {
+                if let Some(before) = self.raw_delete::<T>(key) {
+                    self.undo.push::<T>(UndoOp::Deleted, key, bytemuck::bytes_of(&before));
+                }
+            }
+            RedoOp::Append => {
+                self.raw_insert::<T>(&bytemuck::pod_read_unaligned::<T::Row>(image))?;
+                self.undo.push::<T>(UndoOp::Inserted, key, &[]);
             }
         }
         Ok(())
     }
 
-    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
-        let row = || -> Result<T::Row, StorageError> {
-            if image.len() != std::mem::size_of::<T::Row>() {
-                return Err(StorageError::BadRedo("image size does not match the table's row"));
+    /// Undoes, newest first, every change the undo buffer records (an abort, or a refused
+    /// redo batch).
+    fn roll_back(&mut self) {
+        let records = std::mem::take(&mut self.undo.records);
+        for rec in records.iter().rev() {
+            match rec.table {
+                TableId::Warehouse => self.undo_one::<t::Warehouses>(*rec),
+                TableId::District => self.undo_one::<t::Districts>(*rec),
+                TableId::Customer => self.undo_one::<t::Customers>(*rec),
+                TableId::History => self.undo_one::<t::Histories>(*rec),
+                TableId::Orders => self.undo_one::<t::Orders>(*rec),
+                TableId::NewOrder => self.undo_one::<t::NewOrders>(*rec),
+                TableId::OrderLine => self.undo_one::<t::OrderLines>(*rec),
+                TableId::Item => self.undo_one::<t::Items>(*rec),
+                TableId::Stock => self.undo_one::<t::Stocks>(*rec),
             }
-            Ok(bytemuck::pod_read_unaligned(image))
-        };
-        match op {
-            RedoOp::Upsert => {
-                let after = row()?;
-                match self.raw_row_mut::<T>(key) {
-                    Some(r) => *r = after,
-                    None => self.raw_insert::<T>(&after)?,
-                }
-            }
-            RedoOp::Patch => {
-                if image.len() != T::UPDATABLE_PREFIX {
-                    return Err(StorageError::BadRedo("patch size does not match the table's updatable prefix"));
-                }
-                let row = self.raw_row_mut::<T>(key).ok_or(StorageError::BadRedo("patch of a missing row"))?;
-                bytemuck::bytes_of_mut(row)[..image.len()].copy_from_slice(image);
-            }
-            RedoOp::Delete => {
-                self.raw_delete::<T>(key);
-            }
-            RedoOp::Append => self.raw_insert::<T>(&row()?)?,
         }
-        Ok(())
+        self.undo.records = records;
+        self.undo.clear();
     }
 
     /// Turns the committing transaction's undo records into redo records: each changed row
@@ -572,6 +658,11 @@ impl LeanDb {
                 bytemuck::bytes_of_mut(row)[..n].copy_from_slice(&images[at..at + n]);
                 self.undo.images = images;
             }
+            UndoOp::Overwritten => {
+                let before: T::Row =
+                    bytemuck::pod_read_unaligned(&self.undo.images[at..at + std::mem::size_of::<T::Row>()]);
+                *self.raw_row_mut::<T>(rec.key).expect("undo: overwritten row present") = before;
+            }
             UndoOp::Deleted => {
                 let before: T::Row =
                     bytemuck::pod_read_unaligned(&self.undo.images[at..at + std::mem::size_of::<T::Row>()]);
@@ -601,22 +692,7 @@ impl Storage for LeanDb {
 
     fn abort(&mut self) {
         debug_assert!(self.in_txn, "abort outside a transaction");
-        let records = std::mem::take(&mut self.undo.records);
-        for rec in records.iter().rev() {
-            match rec.table {
-                TableId::Warehouse => self.undo_one::<t::Warehouses>(*rec),
-                TableId::District => self.undo_one::<t::Districts>(*rec),
-                TableId::Customer => self.undo_one::<t::Customers>(*rec),
-                TableId::History => self.undo_one::<t::Histories>(*rec),
-                TableId::Orders => self.undo_one::<t::Orders>(*rec),
-                TableId::NewOrder => self.undo_one::<t::NewOrders>(*rec),
-                TableId::OrderLine => self.undo_one::<t::OrderLines>(*rec),
-                TableId::Item => self.undo_one::<t::Items>(*rec),
-                TableId::Stock => self.undo_one::<t::Stocks>(*rec),
-            }
-        }
-        self.undo.records = records;
-        self.undo.clear();
+        self.roll_back();
         self.in_txn = false;
         self.counters.aborted += 1;
     }

@@ -211,6 +211,13 @@ impl MemoryMedium {
         self.checkpoint_state().replaced
     }
 
+    /// Puts `bytes` on the medium as its checkpoint (`None`: no checkpoint), whatever they
+    /// hold, as a damaged or foreign disk would: for tests and for fuzzing restart recovery
+    /// (docs/design.md §13, target `wal_recovery`). Database handles stay attached.
+    pub fn put_checkpoint(&self, bytes: Option<Vec<u8>>) {
+        self.checkpoint_state().current = bytes.map(Arc::new);
+    }
+
     /// The log device, for inspection and fault injection (its bytes on the medium, syncs,
     /// flipping a byte).
     pub fn log_device(&self) -> &CrashingLogDevice {
