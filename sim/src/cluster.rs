@@ -633,7 +633,7 @@ impl Sim {
     /// it serves. A test keeps one to check a partition about to be lost for good.
     pub fn copy_db(&mut self, node: NodeId, partition: PartitionId) -> Option<engine::LeanDb> {
         let r = self.replica_mut(node, partition)?;
-        snapshot_copy(node, r, wire::messages::StateDigest(0)).ok().map(|(db, _)| db)
+        snapshot_copy(node, r, None).ok().map(|(db, _)| db)
     }
 
     /// Whether the transaction at `ts` rode, in `partition`, in a batch a promotion lost: one
@@ -1132,7 +1132,7 @@ impl Sim {
                 // are the simulator's largest cost, so that check runs under
                 // `debug_assertions` only; the final convergence check compares every
                 // replica's digest in every build.
-                let digest = if cfg!(debug_assertions) { r.state_digest() } else { wire::messages::StateDigest(0) };
+                let digest = cfg!(debug_assertions).then(|| r.state_digest());
                 match snapshot_copy(f.source, r, digest) {
                     Ok((db, info)) => Some(Ok(Fetched::Copy { db: Box::new(db), info })),
                     Err(e) => {
@@ -1750,13 +1750,16 @@ impl Sim {
 /// A copy of replica `r`'s partition (on node `source`) as a rejoin takes it: streamed as
 /// snapshot chunks (`node::snapshot::stream`, closing with `digest`) and received by
 /// `node::snapshot::SnapshotReceiver` into a fresh database, every chunk checked as a
-/// rejoining node checks it.
+/// rejoining node checks it — and, given the source's `digest`, the copy's digest against it;
+/// without one the stream closes with a zero digest the receiver is told to trust.
 fn snapshot_copy(
     source: NodeId,
     r: &mut Replica,
-    digest: wire::messages::StateDigest,
+    digest: Option<wire::messages::StateDigest>,
 ) -> Result<(engine::LeanDb, SnapshotInfo), SimError> {
     let (partition, seq) = (r.partition(), r.applied_seq());
+    let trust = digest.is_none();
+    let digest = digest.unwrap_or(wire::messages::StateDigest(0));
     let mut chunks = Vec::new();
     let mut keep = |m| {
         chunks.push(m);
@@ -1768,7 +1771,7 @@ fn snapshot_copy(
     };
     let mut copy = engine::LeanDb::new();
     let mut receiver = node::snapshot::SnapshotReceiver::new(partition, format!("node {source}"));
-    if !cfg!(debug_assertions) {
+    if trust {
         receiver = receiver.trusting_digest();
     }
     for c in chunks {
