@@ -115,6 +115,12 @@ pub mod packed_lines {
         if bytes.len() % LINE_BYTES != 0 || bytes.len() > ORDER_LINES_MAX * LINE_BYTES {
             return Err(E::invalid_length(bytes.len(), &Packed));
         }
+        // The encoding is canonical: `serialize` stops at the last line that is not the
+        // default, so trailing default lines would be a second encoding of the same lines
+        // (found by the `frame_control` fuzz target, docs/design.md §13).
+        if bytes.len() >= LINE_BYTES && bytes[bytes.len() - LINE_BYTES..].iter().all(|&b| b == 0) {
+            return Err(E::invalid_value(serde::de::Unexpected::Bytes(bytes), &"no trailing empty order line"));
+        }
         let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
         for (l, b) in lines.iter_mut().zip(bytes.chunks_exact(LINE_BYTES)) {
             *l = OrderLineInput {
