@@ -677,9 +677,19 @@ pub(crate) fn scan_expecting(device: &mut dyn LogDevice, first_lsn: Option<u64>)
     // Records of the live generation after the prefix (chains of them are walked whole).
     let mut after: Option<LogCorruption> = None;
     if let Some(g) = base.or(first_lsn) {
-        let mut p = end + 8;
+        // From `end` itself: a record there that verifies but failed the prefix carries the
+        // wrong LSN for its place.
+        let mut p = end;
         while p + HEADER_BYTES + CHECKSUM_BYTES <= bytes.len() {
-            let r = (u64_at(&bytes, p + 8) == g.wrapping_add(p as u64)).then(|| decode(&bytes[p..])).flatten();
+            // A record of the live generation: at its place (LSN = base + offset), or out of
+            // place — an LSN of this generation (every stale record's is below its base: a
+            // generation starts at or past the previous one's end) at another offset, as a
+            // record duplicated, dropped or shifted mid-log leaves it (found by the
+            // `wal_recovery` fuzz target, docs/design.md §13). Either means the log went on
+            // after the damage: corruption, never a torn tail to truncate silently.
+            let lsn = u64_at(&bytes, p + 8);
+            let live = lsn == g.wrapping_add(p as u64) || (lsn >= g && lsn - g < bytes.len() as u64);
+            let r = live.then(|| decode(&bytes[p..])).flatten();
             let Some(r) = r else {
                 p += 8;
                 continue;
@@ -1108,5 +1118,29 @@ mod tests {
         assert_eq!((s.base, s.newest_base_after), (None, Some(1 << 20)));
         let s = scan_expecting(&mut device_with(&bad), Some(1 << 30)).unwrap();
         assert!(matches!(s.tail, Tail::Torn(t) if t.offset == 0), "{:?}", s.tail);
+    }
+
+    /// A record of the live generation duplicated, or dropped, mid-log shifts every record
+    /// after it off its place: corruption, not a clean end or a torn tail (which recovery
+    /// would truncate, losing the commits after it without a word).
+    #[test]
+    fn records_shifted_mid_log_are_corruption() {
+        let mut log = generation(LSN_FIRST, 20, 100);
+        let live = generation(1 << 20, 10, 0);
+        log[..live.len()].copy_from_slice(&live);
+        let mut duplicated = live[..5 * 64].to_vec();
+        duplicated.extend_from_slice(&live[4 * 64..]);
+        let mut dropped = live[..4 * 64].to_vec();
+        dropped.extend_from_slice(&live[5 * 64..]);
+        for (what, shifted) in [("duplicated", duplicated), ("dropped", dropped)] {
+            let mut bad = log.clone();
+            bad[..shifted.len()].copy_from_slice(&shifted);
+            let s = scan(&mut device_with(&bad)).unwrap();
+            assert!(
+                matches!(s.tail, Tail::Corrupt(c) if c.offset == (if what == "dropped" { 4 } else { 5 }) * 64),
+                "{what}: {:?}",
+                s.tail
+            );
+        }
     }
 }
