@@ -61,7 +61,7 @@ fn identities() -> &'static [(Role, CertificateDer<'static>)] {
 
 /// The certificate chain an input presents, and the identity it was issued to when it is an
 /// unmodified real one.
-fn presented<'a>(which: u8, rest: &'a [u8]) -> (Vec<CertificateDer<'static>>, Option<Role>, &'a [u8]) {
+fn presented(which: u8, rest: &[u8]) -> (Vec<CertificateDer<'static>>, Option<Role>, &[u8]) {
     let ids = identities();
     let n = ids.len();
     let which = usize::from(which) % (2 * n + 2);
@@ -213,7 +213,7 @@ mod tests {
             Hello { protocol_version: PROTOCOL_VERSION, role: HelloRole::Node, id: 1, config_fingerprint: OURS[0] };
         let (_, cert) = identities().iter().find(|(r, _)| *r == Role::Node(1)).unwrap().clone();
         let frame = hello_frame(HelloRole::Node, 2, OURS[0]);
-        match vet(&ours, &frame, &[cert.clone()]) {
+        match vet(&ours, &frame, std::slice::from_ref(&cert)) {
             Verdict::Identity(IdentityProblem::Other { holder }) => assert_eq!(holder, "node 1"),
             v => panic!("{v:?}"),
         }

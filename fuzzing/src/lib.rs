@@ -181,3 +181,29 @@ pub fn init(name: &str) {
         std::process::exit(0);
     }
 }
+
+/// The input format of the transfer targets (`snapshot_install`, `log_base_install`): a flags
+/// byte, then peer replies framed as the peer channel carries them.
+pub mod peer_input {
+    use wire::channel::PeerReply;
+    use wire::codec::{self, FRAME_BYTES_MAX_DEFAULT};
+
+    /// `flags`, then the frames of `replies`.
+    pub fn encode(flags: u8, replies: impl IntoIterator<Item = PeerReply>) -> Vec<u8> {
+        let mut out = vec![flags];
+        for reply in replies {
+            codec::encode_into(&reply, &mut out, FRAME_BYTES_MAX_DEFAULT).expect("a reply fits its frame");
+        }
+        out
+    }
+
+    /// The replies `frames` holds, up to the first frame that does not decode (where a
+    /// receiver would close the connection).
+    pub fn replies(mut frames: &[u8]) -> impl Iterator<Item = PeerReply> + '_ {
+        std::iter::from_fn(move || {
+            let (reply, used) = codec::decode::<PeerReply>(frames, FRAME_BYTES_MAX_DEFAULT).ok()?;
+            frames = &frames[used..];
+            Some(reply)
+        })
+    }
+}

@@ -234,23 +234,15 @@ mod tests {
     use node::error::SnapshotProblem;
 
     fn pieces_of(seed: &[u8]) -> Vec<LogBaseChunk> {
-        let mut rest = &seed[1..];
-        let mut out = Vec::new();
-        while !rest.is_empty() {
-            let (reply, used) = codec::decode::<PeerReply>(rest, FRAME_BYTES_MAX).unwrap();
-            rest = &rest[used..];
-            let PeerReply::LogBaseChunk(c) = reply else { panic!("a seed holds pieces only") };
-            out.push(c);
-        }
-        out
+        let piece = |r| match r {
+            PeerReply::LogBaseChunk(c) => c,
+            other => panic!("a seed holds pieces only, not {other:?}"),
+        };
+        crate::peer_input::replies(&seed[1..]).map(piece).collect()
     }
 
     fn encode(flags: u8, pieces: &[LogBaseChunk]) -> Vec<u8> {
-        let mut out = vec![flags];
-        for c in pieces {
-            codec::encode_into(&PeerReply::LogBaseChunk(c.clone()), &mut out, FRAME_BYTES_MAX).unwrap();
-        }
-        out
+        crate::peer_input::encode(flags, pieces.iter().cloned().map(PeerReply::LogBaseChunk))
     }
 
     fn receive(asked: bool, pieces: &[LogBaseChunk]) -> Result<Option<LogBaseReceived>, TransferError> {
@@ -368,36 +360,6 @@ mod tests {
                 }
             }
             check(&s);
-        }
-    }
-
-    /// Not a test: measures executions per second of both targets on their seeds. Run with `--ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn exec_per_second() {
-        for (name, check, seeds) in [
-            ("snapshot_install", crate::snapshot::check as fn(&[u8]), crate::snapshot::seeds()),
-            ("log_base_install", check as fn(&[u8]), seeds()),
-        ] {
-            for s in &seeds {
-                let t0 = std::time::Instant::now();
-                let mut n = 0u64;
-                while t0.elapsed().as_secs_f64() < 1.0 {
-                    check(s);
-                    n += 1;
-                }
-                eprintln!("{name}: {:.0} exec/s on a seed of {} bytes", n as f64 / t0.elapsed().as_secs_f64(), s.len());
-            }
-            let t0 = std::time::Instant::now();
-            let mut n = 0u64;
-            while t0.elapsed().as_secs_f64() < 3.0 {
-                for s in &seeds {
-                    check(s);
-                    n += 1;
-                }
-            }
-            let sizes: Vec<usize> = seeds.iter().map(Vec::len).collect();
-            eprintln!("{name}: {:.0} exec/s over seeds of {sizes:?} bytes", n as f64 / t0.elapsed().as_secs_f64());
         }
     }
 }

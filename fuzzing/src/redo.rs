@@ -774,19 +774,4 @@ mod tests {
             std::fs::write(dir.join(name), input).unwrap();
         }
     }
-
-    #[test]
-    #[ignore = "a measurement: cargo test -p fuzzing --lib redo::tests::speed -- --ignored --nocapture"]
-    fn speed() {
-        let seeds = seeds();
-        let start = std::time::Instant::now();
-        let mut runs = 0;
-        while start.elapsed().as_secs() < 10 {
-            for s in &seeds {
-                check(s);
-                runs += 1;
-            }
-        }
-        eprintln!("redo_apply: {:.1} exec/s", runs as f64 / start.elapsed().as_secs_f64());
-    }
 }

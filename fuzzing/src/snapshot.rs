@@ -213,23 +213,15 @@ mod tests {
 
     /// Decodes a seed's frames back into chunks.
     fn chunks_of(seed: &[u8]) -> Vec<SnapshotChunk> {
-        let mut rest = &seed[1..];
-        let mut out = Vec::new();
-        while !rest.is_empty() {
-            let (reply, used) = codec::decode::<PeerReply>(rest, FRAME_BYTES_MAX).unwrap();
-            rest = &rest[used..];
-            let PeerReply::SnapshotChunk(c) = reply else { panic!("a seed holds chunks only") };
-            out.push(c);
-        }
-        out
+        let chunk = |r| match r {
+            PeerReply::SnapshotChunk(c) => c,
+            other => panic!("a seed holds chunks only, not {other:?}"),
+        };
+        crate::peer_input::replies(&seed[1..]).map(chunk).collect()
     }
 
     fn encode(flags: u8, chunks: &[SnapshotChunk]) -> Vec<u8> {
-        let mut out = vec![flags];
-        for c in chunks {
-            codec::encode_into(&PeerReply::SnapshotChunk(c.clone()), &mut out, FRAME_BYTES_MAX).unwrap();
-        }
-        out
+        crate::peer_input::encode(flags, chunks.iter().cloned().map(PeerReply::SnapshotChunk))
     }
 
     /// Receives `chunks` as `check` does, returning the outcome and the database.

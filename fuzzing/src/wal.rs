@@ -506,19 +506,4 @@ mod tests {
         check(&raw_input(3, Some(&[0xAB; 4000]), &[0x5A; 4000]));
         check(&raw_input(0, None, &[]));
     }
-
-    #[test]
-    #[ignore = "a measurement: cargo test -p fuzzing --lib wal::tests::speed -- --ignored --nocapture"]
-    fn speed() {
-        let seeds = seeds();
-        let start = std::time::Instant::now();
-        let mut runs = 0;
-        while start.elapsed().as_secs() < 10 {
-            for s in &seeds {
-                check(s);
-                runs += 1;
-            }
-        }
-        eprintln!("wal_recovery: {:.1} exec/s", runs as f64 / start.elapsed().as_secs_f64());
-    }
 }

@@ -72,3 +72,28 @@ replay_tests!(
     cluster_toml,
     tpcc_engines,
 );
+
+/// Not a check: each target's executions per second over its seeds, without instrumentation
+/// (`cargo test -p fuzzing --release --test replay seed_speed -- --ignored --nocapture`);
+/// `scripts/fuzz` reports the rates under libFuzzer.
+#[test]
+#[ignore = "a measurement"]
+fn seed_speed() {
+    for target in fuzzing::TARGETS {
+        let seeds = (target.seeds)();
+        let start = std::time::Instant::now();
+        let mut runs = 0u64;
+        while start.elapsed().as_secs_f64() < 2.0 {
+            for seed in &seeds {
+                (target.check)(seed);
+                runs += 1;
+            }
+        }
+        eprintln!(
+            "{:<18} {:>10.0} exec/s over its {} seeds",
+            target.name,
+            runs as f64 / start.elapsed().as_secs_f64(),
+            seeds.len()
+        );
+    }
+}
