@@ -41,7 +41,6 @@ use std::sync::{Arc, OnceLock};
 
 use engine::conventional::{install_image_on, Medium, MemoryMedium};
 use engine::loader::Scale;
-use engine::procedures::{CustomerSelector, NewOrderInput, OrderLineInput, PaymentInput, TxnInput, ORDER_LINES_MAX};
 use node::fullstack::{FullStack, Restart};
 use node::replica::LogBase;
 use node::snapshot::{LogBaseReceived, LogBaseReceiver};
@@ -89,35 +88,11 @@ pub fn primary() -> &'static Primary {
         let mut f = FullStack::load_scaled_on(medium, 1..=1, LOAD_SEED, SCALE, 0, true, &mut |_| {})
             .expect("the primary loads");
         let load_image = f.checkpoint_image().expect("the load's checkpoint image");
-        let mut rng = engine::rng::Rng::stream(LOAD_SEED, 99);
-        let mut ts = 1_000;
-        for _ in 0..SEED_SEQ {
-            let mut txns = Vec::new();
-            for _ in 0..2 {
-                ts += 1;
-                let d_id = rng.uniform(1, 10) as u8;
-                let c_id = rng.uniform_u32(1, SCALE.customers_per_district);
-                let input = if rng.uniform(0, 1) == 0 {
-                    let ol_cnt = rng.uniform(5, 8) as u8;
-                    let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
-                    for l in lines.iter_mut().take(usize::from(ol_cnt)) {
-                        let i_id = rng.uniform_u32(1, SCALE.items);
-                        *l = OrderLineInput { i_id, supply_w_id: 1, quantity: rng.uniform(1, 10) as u8 };
-                    }
-                    TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id, c_id, ol_cnt, lines, entry_d: ts })
-                } else {
-                    TxnInput::Payment(PaymentInput {
-                        w_id: 1,
-                        d_id,
-                        c_w_id: 1,
-                        c_d_id: d_id,
-                        customer: CustomerSelector::ById(c_id),
-                        h_amount: rng.uniform(100, 500_000) as i64,
-                        date: ts,
-                    })
-                };
-                txns.push(BatchTxn::whole(Timestamp(ts as u64), input));
-            }
+        // One transaction a batch: the log base with the checkpoint image must fit -max_len.
+        let inputs = crate::redo::tpcc_inputs(LOAD_SEED ^ 99, SEED_SEQ as usize, SCALE);
+        for pair in inputs.chunks(1) {
+            let txns: Vec<BatchTxn> =
+                pair.iter().map(|(ts, input)| BatchTxn::whole(Timestamp(1_000 + ts), *input)).collect();
             f.execute(&txns);
             f.take_log().expect("the shipped log, taken between batches as a primary does");
         }
