@@ -204,6 +204,16 @@ impl BTree {
         self.key_len
     }
 
+    /// What this tree's pages hold, with `pages` pages in its store.
+    pub fn page_shape(&self, pages: super::page::PageNo) -> super::page::PageShape {
+        super::page::PageShape::Tree {
+            key_len: self.key_len,
+            leaf_cell: self.leaf_cell(),
+            internal_cell: self.internal_cell(),
+            pages,
+        }
+    }
+
     #[inline]
     fn leaf_cell(&self) -> usize {
         self.key_len + self.val_len

@@ -101,7 +101,7 @@ use self::latch::{Latch, LatchMode};
 use self::lock::LockManager;
 use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
 use self::medium::{CheckpointStore, FileCheckpoint};
-use self::page::{hdr, Backing, BufferPool, PageNo, Store};
+use self::page::{hdr, Backing, BufferPool, PageNo, PageShape, Store};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
 use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
@@ -245,6 +245,19 @@ impl TableEntry {
         v.extend(self.primary.as_ref().map(|t| t.store()));
         v.extend(self.secondary.as_ref().map(|s| s.tree.store()));
         v
+    }
+
+    /// What the pages of `store` (one of [`TableEntry::stores`]) hold, the store having
+    /// `pages` pages.
+    fn page_shape(&self, store: &Store, pages: PageNo) -> PageShape {
+        let tree = [self.primary.as_ref(), self.secondary.as_ref().map(|s| &s.tree)]
+            .into_iter()
+            .flatten()
+            .find(|t| t.store().id() == store.id());
+        match tree {
+            Some(t) => t.page_shape(pages),
+            None => PageShape::Heap { row_len: self.row_len },
+        }
     }
 
     /// The store of this table with id `id` (a page image's store).
@@ -717,10 +730,14 @@ impl ConventionalDb {
                 if step.page > store.pages().saturating_add(PAGE_IMAGE_AHEAD_MAX) {
                     return Err("page image far past the end of its store");
                 }
+                let shape = entry.page_shape(store, store.pages().max(step.page).saturating_add(PAGE_IMAGE_AHEAD_MAX));
                 let mut page = store.ensure(step.page, stats);
                 if hdr::lsn(&page) >= step.lsn {
                     return Ok(());
                 }
+                let mut installed = vec![0u8; page.len()];
+                hdr::install_image(&mut installed, step.image)?;
+                hdr::verify(&installed, &shape)?;
                 hdr::install_image(&mut page, step.image)?;
                 hdr::set_lsn(&mut page, if keep { step.lsn } else { 0 });
                 Ok(())
@@ -952,13 +969,14 @@ fn load_snapshot(
     if found != page_bytes {
         return Err(ConventionalError::PageSizeMismatch { found, configured: page_bytes });
     }
-    let stores: Vec<&Store> = tables.iter().flat_map(|e| e.stores()).collect();
+    let stores: Vec<(&TableEntry, &Store)> =
+        tables.iter().flat_map(|e| e.stores().into_iter().map(move |s| (&**e, s))).collect();
     if u32_at(12) as usize != stores.len() {
         return Err(bad("store count differs"));
     }
     let lsn = u64::from_le_bytes(body[16..24].try_into().expect("8 bytes"));
     let mut at = 24;
-    for (i, store) in stores.iter().enumerate() {
+    for (i, (entry, store)) in stores.iter().enumerate() {
         if at + 8 > body.len() || u32_at(at) as usize != i {
             return Err(bad("store directory damaged"));
         }
@@ -967,9 +985,12 @@ fn load_snapshot(
         if at + pages as usize * page_bytes > body.len() {
             return Err(bad("truncated"));
         }
+        let shape = entry.page_shape(store, pages);
         for no in 1..=pages {
+            let image = &body[at..at + page_bytes];
+            hdr::verify(image, &shape).map_err(bad)?;
             let mut page = if no <= store.pages() { store.write(no, stats) } else { store.allocate(stats).1 };
-            page.copy_from_slice(&body[at..at + page_bytes]);
+            page.copy_from_slice(image);
             at += page_bytes;
         }
     }

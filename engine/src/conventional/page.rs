@@ -99,6 +99,16 @@ pub(crate) fn put_u32(p: &mut [u8], at: usize, v: u32) {
     p[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
+/// What the pages of a store hold, for [`hdr::verify`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PageShape {
+    /// Heap pages of fixed-width records.
+    Heap { row_len: usize },
+    /// B+tree pages: leaf cells (key and value) and internal cells (key and child page
+    /// number); `pages` is the store's page count (children and siblings lie within it).
+    Tree { key_len: usize, leaf_cell: usize, internal_cell: usize, pages: PageNo },
+}
+
 /// Header field accessors.
 pub(crate) mod hdr {
     use super::*;
@@ -228,6 +238,61 @@ pub(crate) mod hdr {
         p[..slots_end].copy_from_slice(&image[..slots_end]);
         p[slots_end..top].fill(0);
         p[top..].copy_from_slice(&image[slots_end..]);
+        Ok(())
+    }
+
+    /// Checks that `p` is a well-formed page of `shape` before it is trusted: a page read
+    /// from a checkpoint or installed from a logged image passed its checksum, but a
+    /// checksum says only that the bytes are the ones written (or forged whole), not that
+    /// they describe a page the code can walk. Refuses a kind the store does not hold, a slot
+    /// array past the free-space top, a cell or free-list entry outside the page, and (B+tree
+    /// internal pages) a child that is not a page of the store (found by the `wal_recovery`
+    /// fuzz target, docs/design.md §13). An all-zero page (allocated, never formatted) passes.
+    pub fn verify(p: &[u8], shape: &PageShape) -> Result<(), &'static str> {
+        if p.len() < HEADER_BYTES {
+            return Err("page shorter than its header");
+        }
+        if p[..HEADER_BYTES].iter().all(|&b| b == 0) {
+            return Ok(());
+        }
+        let (cell, heap) = match (kind(p), shape) {
+            (KIND_HEAP, PageShape::Heap { row_len }) => (*row_len, true),
+            (KIND_LEAF, PageShape::Tree { leaf_cell, .. }) => (*leaf_cell, false),
+            (KIND_INTERNAL, PageShape::Tree { internal_cell, .. }) => (*internal_cell, false),
+            _ => return Err("page of a kind its store does not hold"),
+        };
+        let slots_end = HEADER_BYTES + 2 * count(p);
+        let top = free_top(p);
+        if slots_end > top || top > p.len() {
+            return Err("slot array past the free-space top, or the top past the page");
+        }
+        let in_cells = |at: usize| at >= top && at + cell <= p.len();
+        for i in 0..count(p) {
+            let at = if heap { slot(p, i) & !0x8000 } else { slot(p, i) };
+            if !(in_cells(at) || heap && at == 0) {
+                return Err("a slot names a cell outside the page's cell area");
+            }
+        }
+        let head = free_list(p);
+        if head != 0 && !(in_cells(head) && head + 2 <= p.len()) {
+            return Err("the free list starts outside the page's cell area");
+        }
+        if let PageShape::Tree { key_len, pages, .. } = shape {
+            if kind(p) == KIND_INTERNAL {
+                let child_ok = |c: PageNo| c != NO_PAGE && c <= *pages;
+                if !child_ok(leftmost(p)) {
+                    return Err("an internal page's leftmost child is not a page of its store");
+                }
+                for i in 0..count(p) {
+                    if !child_ok(get_u32(p, slot(p, i) + key_len)) {
+                        return Err("an internal page's child is not a page of its store");
+                    }
+                }
+            }
+            if next(p) > *pages {
+                return Err("a page's right sibling is not a page of its store");
+            }
+        }
         Ok(())
     }
 
