@@ -2,7 +2,8 @@
 //! against `cargo metadata`: each workspace crate may depend only on the workspace crates its
 //! arrows name — `engine` on none; `wire` on `engine`; `node` and `coordinator` on `engine` and
 //! `wire` (so never on each other nor on the driver, `workload`); the driver on `engine`,
-//! `wire` and `node`; `harness` on `engine`, `wire` and `workload`. Every dependency kind counts
+//! `wire` and `node`; `harness` on `engine`, `wire` and `workload`; `fuzzing` on `engine`, `wire`
+//! and `node`. Every dependency kind counts
 //! (normal, build and dev): a test that needs another crate belongs to a crate allowed to have
 //! it. A new workspace crate fails the check until it is given its arrows here and in the
 //! design.
@@ -19,6 +20,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("workload", &["engine", "wire", "node"]),
     ("sim", &["engine", "wire", "coordinator", "node", "workload"]),
     ("harness", &["engine", "wire", "workload"]),
+    ("fuzzing", &["engine", "wire", "node"]),
     ("glass", &["engine", "wire", "coordinator", "node", "workload", "sim", "harness"]),
 ];
 

@@ -653,7 +653,7 @@ mod tests {
     /// Sequences far longer than a fuzz input's (every district drained by Delivery, then
     /// ordered from again), at every step; `cargo test --release -- --ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "a long hunt (minutes), run by hand"]
     fn long_sequences_at_every_step() {
         let mut state = 0x9E37_79B9_7F4A_7C15;
         for round in 0..22u8 {
@@ -678,7 +678,7 @@ mod tests {
     /// Random and mutated seed inputs through [`check`], with the rate;
     /// `TPCC_RUNS=n cargo test --release -- --ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "a hunt with a rate, run by hand"]
     fn random_inputs() {
         let runs: usize = std::env::var("TPCC_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
         let seeds = seeds();
