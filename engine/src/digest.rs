@@ -27,16 +27,40 @@ pub struct TableDigest {
     pub sum: u128,
 }
 
+/// One row's share of its table's sum: XXH3-128 of the table id and the row's Pod bytes.
+pub fn row_hash<T: Table>(row: &T::Row) -> u128 {
+    const STACK_BYTES: usize = 1024;
+    let bytes = bytemuck::bytes_of(row);
+    if bytes.len() < STACK_BYTES {
+        let mut buf = [0u8; STACK_BYTES];
+        buf[0] = T::ID as u8;
+        buf[1..=bytes.len()].copy_from_slice(bytes);
+        xxhash_rust::xxh3::xxh3_128(&buf[..=bytes.len()])
+    } else {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&[T::ID as u8]);
+        h.update(bytes);
+        h.digest128()
+    }
+}
+
+impl TableDigest {
+    /// Counts `row` in.
+    pub fn add<T: Table>(&mut self, row: &T::Row) {
+        self.sum = self.sum.wrapping_add(row_hash::<T>(row));
+        self.rows = self.rows.wrapping_add(1);
+    }
+
+    /// Counts `row` out (it was counted in before).
+    pub fn remove<T: Table>(&mut self, row: &T::Row) {
+        self.sum = self.sum.wrapping_sub(row_hash::<T>(row));
+        self.rows = self.rows.wrapping_sub(1);
+    }
+}
+
 fn table_digest<S: Storage, T: Table>(db: &mut S) -> TableDigest {
     let mut acc = TableDigest::default();
-    let mut buf = Vec::with_capacity(1 + std::mem::size_of::<T::Row>());
-    db.for_each::<T>(|row| {
-        buf.clear();
-        buf.push(T::ID as u8);
-        buf.extend_from_slice(bytemuck::bytes_of(row));
-        acc.sum = acc.sum.wrapping_add(xxhash_rust::xxh3::xxh3_128(&buf));
-        acc.rows += 1;
-    });
+    db.for_each::<T>(|row| acc.add::<T>(row));
     acc
 }
 
@@ -61,8 +85,15 @@ pub fn table_digests<S: Storage>(db: &mut S) -> [TableDigest; 9] {
 
 /// The digest of a whole storage.
 pub fn digest<S: Storage>(db: &mut S) -> Digest {
+    digest_of(&table_digests(db))
+}
+
+/// The digest of the nine tables' accumulators (in [`TableId::ALL`] order), however they
+/// were summed: a scan, or a copy's scan corrected by the changes made during it
+/// (docs/design.md §10, "Copying without stopping").
+pub fn digest_of(tables: &[TableDigest; 9]) -> Digest {
     let mut bytes = Vec::with_capacity(9 * 24);
-    for td in table_digests(db) {
+    for td in tables {
         bytes.extend_from_slice(&td.rows.to_le_bytes());
         bytes.extend_from_slice(&td.sum.to_le_bytes());
     }

@@ -12,6 +12,9 @@
 
 use std::any::Any;
 
+mod copy;
+pub use copy::{CopyProgress, CopyStep, COPY_HASH_RESCANS_MAX};
+
 use crate::arena::{advise_vec, Pool};
 use crate::btree::BTree;
 use crate::error::StorageError;
@@ -73,6 +76,9 @@ pub struct HashStore<T: Table> {
     len: usize,
     rows: Pool<T::Row>,
     secondary: BTree<T::Sec, u64>,
+    /// Bumped by every insert, delete and resize: any change of which key sits in which slot
+    /// (a copy scanning the slots restarts the table when it changed under it: [`copy`]).
+    layout: u64,
 }
 
 impl<T: Table> Default for HashStore<T> {
@@ -83,6 +89,7 @@ impl<T: Table> Default for HashStore<T> {
             len: 0,
             rows: Pool::new(),
             secondary: BTree::new(),
+            layout: 0,
         }
     }
 }
@@ -121,6 +128,7 @@ impl<T: Table> HashStore<T> {
 
     fn resize(&mut self, capacity: usize) {
         let capacity = capacity.next_power_of_two().max(HASH_CAPACITY_MIN);
+        self.layout = self.layout.wrapping_add(1);
         let old = std::mem::replace(&mut self.slots, Vec::with_capacity(capacity));
         advise_vec(&self.slots);
         self.slots.resize(capacity, EMPTY_SLOT);
@@ -149,6 +157,7 @@ impl<T: Table> HashStore<T> {
         let idx = self.rows.alloc(*row);
         self.slots[i] = Slot { key, row: idx, _pad: 0 };
         self.len += 1;
+        self.layout = self.layout.wrapping_add(1);
         if T::HAS_SECONDARY {
             self.secondary.insert(T::secondary(row), key);
         }
@@ -161,6 +170,7 @@ impl<T: Table> HashStore<T> {
         let row = *self.rows.get(idx);
         self.rows.release(idx);
         self.len -= 1;
+        self.layout = self.layout.wrapping_add(1);
         // Backward-shift deletion keeps probe sequences unbroken without tombstones.
         let mask = self.mask();
         let mut j = i;
@@ -335,6 +345,8 @@ pub struct LeanDb {
     in_txn: bool,
     /// Redo records of committed transactions, when capture is on.
     redo: Option<RedoBatch>,
+    /// The copy being taken while the partition executes on, if any ([`copy`]).
+    copy: Option<Box<copy::CopyState>>,
     /// Commit and abort counts.
     pub counters: Counters,
 }
@@ -378,6 +390,19 @@ impl LeanDb {
     /// change a key) is rolled back through the undo buffer, as an aborted transaction is, so
     /// a refused batch changes nothing (docs/design.md §13: fuzz target `redo_apply`).
     pub fn apply_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
+        self.apply_redo_as(batch, false)
+    }
+
+    /// Applies the changes a copy's source made while the copy was taken, on top of the
+    /// copied rows (docs/design.md §10, "Copying without stopping"): as [`LeanDb::apply_redo`],
+    /// except that a patch or a deletion of a row the copy does not hold is skipped — the
+    /// copy caught that row after a later change, which a later record in the same changes
+    /// settles.
+    pub fn apply_copy_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
+        self.apply_redo_as(batch, true)
+    }
+
+    fn apply_redo_as(&mut self, batch: &RedoBatch, tolerant: bool) -> Result<(), StorageError> {
         if !batch.verify() {
             return Err(StorageError::BadRedo("checksum mismatch"));
         }
@@ -404,19 +429,22 @@ impl LeanDb {
         let applied = batch.records.iter().try_for_each(|r| {
             let image = &batch.bytes[r.at as usize..r.at as usize + r.len as usize];
             match r.table().expect("checked above") {
-                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image),
-                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image),
-                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image),
-                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image),
-                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image),
-                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image),
-                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image),
-                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image),
-                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image),
+                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image, tolerant),
+                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image, tolerant),
+                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image, tolerant),
+                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image, tolerant),
+                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image, tolerant),
+                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image, tolerant),
+                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image, tolerant),
+                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image, tolerant),
+                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image, tolerant),
             }
         });
         if applied.is_err() {
             self.roll_back();
+        } else if self.copy.is_some() {
+            // A backup serving a copy: what it applied counts as what it committed.
+            self.copy_capture();
         }
         self.undo.clear();
         applied
@@ -448,7 +476,7 @@ impl LeanDb {
 
     /// Applies one redo record checked by [`LeanDb::check_redo`], recording in the undo
     /// buffer how to take it back.
-    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
+    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8], tolerant: bool) -> Result<(), StorageError> {
         match op {
             RedoOp::Upsert => {
                 let after: T::Row = bytemuck::pod_read_unaligned(image);
@@ -472,7 +500,9 @@ impl LeanDb {
                 }
             }
             RedoOp::Patch => {
-                let before = *self.raw_row_mut::<T>(key).ok_or(StorageError::BadRedo("patch of a missing row"))?;
+                let Some(&mut before) = self.raw_row_mut::<T>(key) else {
+                    return if tolerant { Ok(()) } else { Err(StorageError::BadRedo("patch of a missing row")) };
+                };
                 let mut after = before;
                 bytemuck::bytes_of_mut(&mut after)[..image.len()].copy_from_slice(image);
                 if T::key(&after) != key || (T::HAS_SECONDARY && T::secondary(&after) != T::secondary(&before)) {
@@ -518,6 +548,13 @@ impl LeanDb {
     /// Turns the committing transaction's undo records into redo records: each changed row
     /// once, with its final state, then the HISTORY rows it appended.
     fn capture_redo(&mut self) {
+        let mut batch = self.redo.take().expect("capture is on");
+        self.redo_of_txn(&mut batch);
+        self.redo = Some(batch);
+    }
+
+    /// Appends the redo records of the transaction the undo buffer holds to `batch`.
+    fn redo_of_txn(&mut self, batch: &mut RedoBatch) {
         // (table, key, whether the transaction only updated the row).
         let mut rows: Vec<(TableId, u64, bool)> = Vec::with_capacity(self.undo.records.len());
         let mut appended = 0u32;
@@ -531,18 +568,17 @@ impl LeanDb {
                 rows.push((rec.table, rec.key, updated));
             }
         }
-        let mut batch = self.redo.take().expect("capture is on");
         for (table, key, patch) in rows {
             match table {
-                TableId::Warehouse => self.emit_redo::<t::Warehouses>(&mut batch, key, patch),
-                TableId::District => self.emit_redo::<t::Districts>(&mut batch, key, patch),
-                TableId::Customer => self.emit_redo::<t::Customers>(&mut batch, key, patch),
+                TableId::Warehouse => self.emit_redo::<t::Warehouses>(batch, key, patch),
+                TableId::District => self.emit_redo::<t::Districts>(batch, key, patch),
+                TableId::Customer => self.emit_redo::<t::Customers>(batch, key, patch),
                 TableId::History => unreachable!("heap rows are appended, not keyed"),
-                TableId::Orders => self.emit_redo::<t::Orders>(&mut batch, key, patch),
-                TableId::NewOrder => self.emit_redo::<t::NewOrders>(&mut batch, key, patch),
-                TableId::OrderLine => self.emit_redo::<t::OrderLines>(&mut batch, key, patch),
-                TableId::Item => self.emit_redo::<t::Items>(&mut batch, key, patch),
-                TableId::Stock => self.emit_redo::<t::Stocks>(&mut batch, key, patch),
+                TableId::Orders => self.emit_redo::<t::Orders>(batch, key, patch),
+                TableId::NewOrder => self.emit_redo::<t::NewOrders>(batch, key, patch),
+                TableId::OrderLine => self.emit_redo::<t::OrderLines>(batch, key, patch),
+                TableId::Item => self.emit_redo::<t::Items>(batch, key, patch),
+                TableId::Stock => self.emit_redo::<t::Stocks>(batch, key, patch),
             }
         }
         let heap = &self.history.rows;
@@ -550,7 +586,6 @@ impl LeanDb {
             batch.push(TableId::History, RedoOp::Append, 0, bytemuck::bytes_of(heap.get(id)));
         }
         batch.txns += 1;
-        self.redo = Some(batch);
     }
 
     /// `patch`: the transaction only updated the row, so its updatable prefix is enough.
@@ -684,6 +719,9 @@ impl Storage for LeanDb {
         self.in_txn = false;
         if self.redo.is_some() {
             self.capture_redo();
+        }
+        if self.copy.is_some() {
+            self.copy_capture();
         }
         self.undo.clear();
         self.counters.committed += 1;

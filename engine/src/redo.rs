@@ -91,3 +91,98 @@ impl RedoBatch {
         self.records.push(RedoRecord { table: table as u8, op, key, at, len: image.len() as u32 });
     }
 }
+
+/// Bytes of one record in [`RedoBatch::to_bytes`]: table, op, key, at, len.
+const RECORD_BYTES: usize = 1 + 1 + 8 + 4 + 4;
+/// Bytes of the header in [`RedoBatch::to_bytes`]: txns, records, bytes, checksum.
+const HEADER_BYTES: usize = 8 + 4 + 4 + 8;
+
+impl RedoOp {
+    fn from_u8(b: u8) -> Option<RedoOp> {
+        Some(match b {
+            0 => RedoOp::Upsert,
+            1 => RedoOp::Patch,
+            2 => RedoOp::Delete,
+            3 => RedoOp::Append,
+            _ => return None,
+        })
+    }
+}
+
+impl RedoBatch {
+    /// The batch as bytes (little-endian): `txns: u64 | records: u32 | bytes: u32 |
+    /// checksum: u64`, then each record as `table: u8 | op: u8 | key: u64 | at: u32 | len: u32`,
+    /// then the image bytes. A copy carries the changes made while it was taken this way
+    /// (docs/design.md §10, "Copying without stopping").
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_BYTES + self.records.len() * RECORD_BYTES + self.bytes.len());
+        out.extend_from_slice(&self.txns.to_le_bytes());
+        out.extend_from_slice(&(self.records.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.checksum.to_le_bytes());
+        for r in &self.records {
+            out.push(r.table);
+            out.push(r.op as u8);
+            out.extend_from_slice(&r.key.to_le_bytes());
+            out.extend_from_slice(&r.at.to_le_bytes());
+            out.extend_from_slice(&r.len.to_le_bytes());
+        }
+        out.extend_from_slice(&self.bytes);
+        out
+    }
+
+    /// Reads what [`RedoBatch::to_bytes`] wrote: `None` for anything else (a length that
+    /// does not add up, an unknown operation, trailing bytes). The contents are not checked
+    /// against the checksum here: applying them does that ([`RedoBatch::verify`]).
+    pub fn from_bytes(b: &[u8]) -> Option<RedoBatch> {
+        let u32_at = |i: usize| b.get(i..i + 4).map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")));
+        let u64_at = |i: usize| b.get(i..i + 8).map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")));
+        let txns = u64_at(0)?;
+        let n = u32_at(8)? as usize;
+        let nbytes = u32_at(12)? as usize;
+        let checksum = u64_at(16)?;
+        let end = n.checked_mul(RECORD_BYTES)?.checked_add(HEADER_BYTES)?.checked_add(nbytes)?;
+        if end != b.len() {
+            return None;
+        }
+        let mut records = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = HEADER_BYTES + i * RECORD_BYTES;
+            records.push(RedoRecord {
+                table: b[at],
+                op: RedoOp::from_u8(b[at + 1])?,
+                key: u64_at(at + 2)?,
+                at: u32_at(at + 10)?,
+                len: u32_at(at + 14)?,
+            });
+        }
+        let bytes = b[HEADER_BYTES + n * RECORD_BYTES..].to_vec();
+        Some(RedoBatch { txns, records, bytes, checksum })
+    }
+}
+
+#[cfg(test)]
+mod bytes_tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_survives_its_bytes_and_nothing_else_reads_as_one() {
+        let mut b = RedoBatch::default();
+        b.push(TableId::Stock, RedoOp::Patch, 7, &[1, 2, 3]);
+        b.push(TableId::History, RedoOp::Append, 0, &[9; 5]);
+        b.push(TableId::Orders, RedoOp::Delete, 9, &[]);
+        b.txns = 2;
+        b.seal();
+        let bytes = b.to_bytes();
+        assert_eq!(RedoBatch::from_bytes(&bytes), Some(b.clone()));
+        for cut in 0..bytes.len() {
+            assert_eq!(RedoBatch::from_bytes(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(RedoBatch::from_bytes(&longer), None);
+        let mut bad_op = bytes;
+        bad_op[HEADER_BYTES + 1] = 9;
+        assert_eq!(RedoBatch::from_bytes(&bad_op), None);
+    }
+}

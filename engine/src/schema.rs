@@ -63,6 +63,39 @@ impl TableId {
     pub fn from_u8(v: u8) -> Option<TableId> {
         TableId::ALL.get(v as usize).copied()
     }
+
+    /// Bytes of one row (its fixed-width Pod encoding).
+    pub fn row_size(self) -> usize {
+        fn of<T: Table>() -> usize {
+            std::mem::size_of::<T::Row>()
+        }
+        match self {
+            TableId::Warehouse => of::<t::Warehouses>(),
+            TableId::District => of::<t::Districts>(),
+            TableId::Customer => of::<t::Customers>(),
+            TableId::History => of::<t::Histories>(),
+            TableId::Orders => of::<t::Orders>(),
+            TableId::NewOrder => of::<t::NewOrders>(),
+            TableId::OrderLine => of::<t::OrderLines>(),
+            TableId::Item => of::<t::Items>(),
+            TableId::Stock => of::<t::Stocks>(),
+        }
+    }
+
+    /// How the table is organised.
+    pub fn organisation(self) -> Organisation {
+        match self {
+            TableId::Warehouse => t::Warehouses::ORG,
+            TableId::District => t::Districts::ORG,
+            TableId::Customer => t::Customers::ORG,
+            TableId::History => t::Histories::ORG,
+            TableId::Orders => t::Orders::ORG,
+            TableId::NewOrder => t::NewOrders::ORG,
+            TableId::OrderLine => t::OrderLines::ORG,
+            TableId::Item => t::Items::ORG,
+            TableId::Stock => t::Stocks::ORG,
+        }
+    }
 }
 
 impl fmt::Display for TableId {
