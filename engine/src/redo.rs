@@ -131,6 +131,35 @@ impl RedoBatch {
         out
     }
 
+    /// Bytes of [`RedoBatch::to_bytes`]'s output.
+    pub fn encoded_len(&self) -> usize {
+        HEADER_BYTES + self.records.len() * RECORD_BYTES + self.bytes.len()
+    }
+
+    /// The batch cut, in order, into sealed batches that encode in at most `bytes_max` bytes
+    /// each (one record alone may be larger); applied one after another they are the batch.
+    /// The transactions are counted on the first.
+    pub fn split(self, bytes_max: usize) -> Vec<RedoBatch> {
+        if self.encoded_len() <= bytes_max {
+            return vec![self];
+        }
+        let mut out: Vec<RedoBatch> = Vec::new();
+        let mut cur = RedoBatch { txns: self.txns, ..RedoBatch::default() };
+        for r in &self.records {
+            let image = &self.bytes[r.at as usize..r.at as usize + r.len as usize];
+            if !cur.records.is_empty() && cur.encoded_len() + RECORD_BYTES + image.len() > bytes_max {
+                cur.seal();
+                out.push(std::mem::take(&mut cur));
+            }
+            let at = cur.bytes.len() as u32;
+            cur.bytes.extend_from_slice(image);
+            cur.records.push(RedoRecord { at, ..*r });
+        }
+        cur.seal();
+        out.push(cur);
+        out
+    }
+
     /// Reads what [`RedoBatch::to_bytes`] wrote: `None` for anything else (a length that
     /// does not add up, an unknown operation, trailing bytes). The contents are not checked
     /// against the checksum here: applying them does that ([`RedoBatch::verify`]).
@@ -184,5 +213,27 @@ mod bytes_tests {
         let mut bad_op = bytes;
         bad_op[HEADER_BYTES + 1] = 9;
         assert_eq!(RedoBatch::from_bytes(&bad_op), None);
+    }
+
+    #[test]
+    fn a_split_batch_keeps_every_record_in_order_within_the_bound() {
+        let mut b = RedoBatch::default();
+        for k in 0..100u64 {
+            b.push(TableId::Stock, RedoOp::Patch, k, &[k as u8; 40]);
+        }
+        b.txns = 7;
+        b.seal();
+        let parts = b.clone().split(1_000);
+        assert!(parts.len() > 5);
+        assert!(parts.iter().all(|p| p.encoded_len() <= 1_000 && p.verify()));
+        assert_eq!(parts.iter().map(|p| p.txns).sum::<u64>(), 7);
+        let keys: Vec<u64> = parts.iter().flat_map(|p| p.records.iter().map(|r| r.key)).collect();
+        assert_eq!(keys, (0..100).collect::<Vec<_>>());
+        for p in &parts {
+            for r in &p.records {
+                assert_eq!(&p.bytes[r.at as usize..(r.at + r.len) as usize], &[r.key as u8; 40][..]);
+            }
+        }
+        assert_eq!(b.clone().split(usize::MAX), vec![b]);
     }
 }

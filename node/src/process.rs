@@ -75,6 +75,8 @@ use crate::machine::{Asked, Began, Effect, FetchKind, Fetched, NodeEffect, NodeM
 use crate::replica::{Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
 
+mod copy;
+
 /// Work items one replica's inbox holds (batches and tool requests); past it the link reader
 /// waits, and the coordinator with it.
 pub const REPLICA_INBOX_MAX: usize = 1_024;
@@ -154,6 +156,9 @@ enum Work {
     /// (`only_if_serving`) the leader's membership left this replica out: a replica already
     /// rejoining goes on.
     Rejoin { epoch: u64, only_if_serving: bool },
+    /// Room was made for a copy's chunks, or its forwarder ended (`copy::CopyTask`): the
+    /// executor looks at its copy again.
+    CopyRoom,
     /// Finish: the node is shutting down.
     Stop,
 }
@@ -162,6 +167,7 @@ enum Work {
 /// connection's queue.
 type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
 
+use crate::machine::{CATCH_UP_SLICE_BUSY, CATCH_UP_SLICE_IDLE};
 pub use crate::machine::{CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX};
 
 /// What the writer task (the coordinator link's sending side) is told besides the
@@ -500,6 +506,9 @@ fn start_replica(
         epoch: std::cell::Cell::new(0),
         deaf_tools: Default::default(),
         deaf_peers: Default::default(),
+        copy: Default::default(),
+        copy_share_pct: config.limits.copy_share_pct,
+        runtime: tokio::runtime::Handle::current(),
     };
     std::thread::Builder::new()
         .name(format!("replica-p{}", p.id))
@@ -596,21 +605,32 @@ struct Executor {
     /// [`DEAF_TOOLS_MAX`] of each remembered).
     deaf_tools: std::cell::RefCell<Vec<mpsc::Sender<ToolReply>>>,
     deaf_peers: std::cell::RefCell<Vec<mpsc::Sender<PeerReply>>>,
+    /// The copy of this replica under way, taken while it executes (docs/design.md §10,
+    /// "Copying without stopping").
+    copy: std::cell::RefCell<Option<copy::CopyTask>>,
+    /// `limits.copy_share_pct`.
+    copy_share_pct: u32,
+    /// The node's runtime, where a copy's forwarder runs.
+    runtime: tokio::runtime::Handle,
 }
 
 /// The replies of a channel an executor answers on (a tool's or a peer's), with the list of
 /// its connections that stopped reading.
 trait Reply: ChannelMessage {
+    /// Whether the channel is a peer node's (else a tool's).
+    const IS_PEER: bool;
     fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<Self>>>;
 }
 
 impl Reply for ToolReply {
+    const IS_PEER: bool = false;
     fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<ToolReply>>> {
         &executor.deaf_tools
     }
 }
 
 impl Reply for PeerReply {
+    const IS_PEER: bool = true;
     fn deaf(executor: &Executor) -> &std::cell::RefCell<Vec<mpsc::Sender<PeerReply>>> {
         &executor.deaf_peers
     }
@@ -733,21 +753,47 @@ impl Executor {
         Ok(replica)
     }
 
-    /// Carries out the inbox in order until stopped: the machine decides, this performs.
+    /// Carries out the inbox in order until stopped: the machine decides, this performs. A
+    /// copy under way moves on between two pieces of work (its share of the executor's time)
+    /// and whenever the inbox is empty.
     fn serve(&self, mut machine: Machine, mut inbox: mpsc::Receiver<Work>) {
         let pid = self.partition.id;
         // Snapshot, digest and log base requests waiting for the replica to reach their batch.
         let mut deferred: Vec<Work> = Vec::new();
-        while let Some(work) = inbox.blocking_recv() {
+        loop {
+            let work = if self.copy_can_move() || machine.catching_up() {
+                match inbox.try_recv() {
+                    Ok(w) => w,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        // Nothing waits: catch up, or copy, at full speed.
+                        if machine.catching_up() {
+                            let effects = machine.catch_up(CATCH_UP_SLICE_IDLE);
+                            self.carry(&mut machine, effects);
+                        }
+                        self.copy_step(&mut machine, false, &mut deferred);
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match inbox.blocking_recv() {
+                    Some(w) => w,
+                    None => break,
+                }
+            };
             if let Work::Stop = work {
                 break;
             }
-            self.on_work(&mut machine, work, &mut deferred);
-            let (ready, waiting): (Vec<_>, Vec<_>) = deferred.drain(..).partition(|w| machine.can_answer(asked(w)));
-            deferred = waiting;
-            for w in ready {
-                self.on_work(&mut machine, w, &mut deferred);
+            let woken = matches!(work, Work::CopyRoom);
+            if !woken {
+                self.on_work(&mut machine, work, &mut deferred);
+                if machine.catching_up() {
+                    let effects = machine.catch_up(CATCH_UP_SLICE_BUSY);
+                    self.carry(&mut machine, effects);
+                }
+                self.retry_deferred(&mut machine, &mut deferred);
             }
+            self.copy_step(&mut machine, !woken, &mut deferred);
             self.publish(&mut machine);
         }
         if let Some(replica) = machine.replica() {
@@ -763,11 +809,46 @@ impl Executor {
         }
     }
 
+    /// Whether a copy under way can move now (not waiting for room or for a batch to end).
+    fn copy_can_move(&self) -> bool {
+        self.copy.borrow().as_ref().is_some_and(|c| c.can_move())
+    }
+
+    /// Moves the copy under way on by a step (`under_load`: keeping to its share); once it is
+    /// over, the requests deferred behind it are looked at again.
+    fn copy_step(&self, machine: &mut Machine, under_load: bool, deferred: &mut Vec<Work>) {
+        let over = match self.copy.borrow_mut().as_mut() {
+            Some(task) => task.step(machine.replica_mut(), under_load) == copy::Step::Over,
+            None => return,
+        };
+        if over {
+            self.copy.borrow_mut().take();
+            self.retry_deferred(machine, deferred);
+        }
+    }
+
+    /// Carries out the deferred requests that can be answered now.
+    fn retry_deferred(&self, machine: &mut Machine, deferred: &mut Vec<Work>) {
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(deferred).into_iter().partition(|w| self.can_answer(machine, w));
+        *deferred = waiting;
+        for w in ready {
+            self.on_work(machine, w, deferred);
+        }
+    }
+
+    /// Whether `w` can be answered now: as the machine says, and a copy only once the copy
+    /// under way (one at a time) is over.
+    fn can_answer(&self, machine: &Machine, w: &Work) -> bool {
+        let copying = matches!(asked(w), Asked::Snapshot { .. }) && self.copy.borrow().is_some();
+        !copying && machine.can_answer(asked(w))
+    }
+
     /// One piece of work: to the machine, or (a tool's or a peer's request) answered from the
     /// replica now, deferred until it can be, or refused.
     fn on_work(&self, machine: &mut Machine, work: Work, deferred: &mut Vec<Work>) {
         let effects = match work {
-            Work::Stop => return,
+            Work::Stop | Work::CopyRoom => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
             Work::Fetched { source, fetched } => machine.on_fetched(source, *fetched),
             Work::Rejoin { only_if_serving: true, .. } if machine.standing() != crate::machine::Standing::Serving => {
@@ -786,7 +867,7 @@ impl Executor {
                 effects
             }
             Work::Peer { req: PeerRequest::Ship(shipment), reply } => machine.on_shipment(shipment, reply),
-            w if !machine.can_answer(asked(&w)) => {
+            w if !self.can_answer(machine, &w) => {
                 deferred.push(w);
                 return;
             }
@@ -843,9 +924,12 @@ impl Executor {
                 Effect::Ready { digest, start } => {
                     engine::arena::set_prefault(true);
                     match start {
-                        Began::Copy { seq, held } => {
-                            info!(partition = pid, seq, held, "copy installed; the batches held executed")
-                        }
+                        Began::Copy { seq, held } => info!(
+                            partition = pid,
+                            seq,
+                            replayed = held,
+                            "copy installed; caught up on the batches sent meanwhile"
+                        ),
                         Began::LogBase { seq, bytes, image_bytes, held } => info!(
                             partition = pid,
                             seq,
@@ -858,7 +942,7 @@ impl Executor {
                             info!(partition = pid, from_seq, "serving the recovered partition")
                         }
                     }
-                    info!(partition = pid, digest = %digest, "rejoined");
+                    info!(partition = pid, start_digest = %digest, "rejoined");
                     self.shared.load.send_replace(LoadState::Ready { digest });
                     self.publish(machine);
                 }
@@ -1056,11 +1140,11 @@ impl Executor {
         send_from_thread(format!("log-base-p{partition}"), pieces, reply.clone());
     }
 
-    /// Takes a copy of the replica here, between two batches (a transaction boundary), into
-    /// memory — as large as the partition, for as long as it takes to send — and sends it
-    /// (each chunk wrapped by `wrap` for the requester's channel) from a thread of its own, so
-    /// the partition executes on meanwhile; a stopped replica refuses.
-    fn send_snapshot<R: Reply>(
+    /// Copies the replica for a requester, each chunk wrapped by `wrap` for its channel: a
+    /// lean replica while it executes on ([`copy::CopyTask`], docs/design.md §10, "Copying
+    /// without stopping"); a full-stack one here, between two batches, into memory — as large
+    /// as the partition — sent from a thread of its own. A stopped replica refuses.
+    fn send_snapshot<R: Reply + Send + 'static>(
         &self,
         replica: &mut Replica,
         request_id: u64,
@@ -1071,6 +1155,31 @@ impl Executor {
         if let Some(reason) = replica.stopped() {
             let refusal = snapshot::refusal(request_id, partition, format!("stopped: {reason}"));
             self.reply_to(reply, wrap(refusal));
+            return;
+        }
+        if let Store::Lean(_) = replica.store_mut() {
+            let inbox = self.self_inbox.clone();
+            let requester = if R::IS_PEER { "a rejoining node" } else { "a tool" };
+            let task = copy::CopyTask::begin(
+                replica,
+                request_id,
+                requester.to_string(),
+                self.frame_bytes_max,
+                self.copy_share_pct,
+                reply.clone(),
+                wrap,
+                &self.runtime,
+                move || {
+                    let _ = inbox.try_send(Work::CopyRoom);
+                },
+            );
+            match task {
+                Some(task) => *self.copy.borrow_mut() = Some(task),
+                None => {
+                    let refusal = snapshot::refusal(request_id, partition, "a copy is under way".into());
+                    self.reply_to(reply, wrap(refusal));
+                }
+            }
             return;
         }
         let t0 = Instant::now();
@@ -1171,6 +1280,7 @@ fn asked(work: &Work) -> Asked {
         | Work::Coordinator(_)
         | Work::Fetched { .. }
         | Work::Rejoin { .. }
+        | Work::CopyRoom
         | Work::Stop => Asked::Other,
     }
 }

@@ -26,8 +26,12 @@
 //!   failed (its process refuses a second connection from a live node): the node comes back
 //!   on a new link, empty, and asks to rejoin each partition; a rejoining replica holds the
 //!   batches the coordinator sends it, copies the named source's state once the source
-//!   executed up to the plan's point (the snapshot stream, sent and received, every chunk
-//!   checked, by `node::snapshot`), executes what it held and reports `Rejoined`; if the
+//!   executed up to the plan's point — a lean source copies while it executes on, a seeded
+//!   number of chunks at each step of time (`node::snapshot::CopySender`, sent and received,
+//!   every chunk checked and the end's digest verified, by `node::snapshot`), so the copy
+//!   races the batches the source executes meanwhile — then catches up on what it held and
+//!   keeps receiving, a seeded slice at each step of time (`PartitionMachine::catch_up`), and
+//!   reports `Rejoined`; if the
 //!   source cannot serve the copy for `REJOIN_FETCH_ATTEMPTS × CONNECT_RETRY_MS`, or the
 //!   coordinator refuses, it gives up and waits for an operator's restart, as the real
 //!   executor does.
@@ -263,6 +267,8 @@ type Partition = PartitionMachine<PeerAddr>;
 /// A fetch a rejoining replica started (`node::machine::Effect::Fetch`), not yet completed.
 #[derive(Debug, Clone, Copy)]
 struct PendingFetch {
+    /// The simulator's name for the fetch (its copy under way, if any, is filed under it).
+    id: u64,
     node: NodeId,
     /// The fetching process: a fetch dies with it.
     process: u64,
@@ -275,6 +281,26 @@ struct PendingFetch {
     /// The source is waited for until then, as the fetching thread waits for the first
     /// chunk (`node::snapshot::SNAPSHOT_CHUNK_TIMEOUT`).
     patience_until_us: u64,
+}
+
+/// Bytes of a frame as the simulator's copies see it: small chunks, so that a copy spans many
+/// steps of time and races the batches its source executes.
+const SIM_COPY_FRAME_BYTES: usize = 16 << 10;
+
+/// A copy under way for a fetch (docs/design.md §10, "Copying without stopping"): the
+/// source's sending side, and the joiner's receiving side with the database it fills.
+struct InCopy {
+    source: NodeId,
+    source_process: u64,
+    sender: node::snapshot::CopySender,
+    receiver: node::snapshot::SnapshotReceiver,
+    db: engine::LeanDb,
+}
+
+impl std::fmt::Debug for InCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InCopy").field("source", &self.source).finish_non_exhaustive()
+    }
 }
 
 /// One simulated node process: the node's real machines, and what its process carries.
@@ -334,6 +360,8 @@ pub struct Sim {
     /// process.
     disks: Disks,
     fetches: Vec<PendingFetch>,
+    /// Copies under way, by fetch.
+    copies: BTreeMap<u64, InCopy>,
     net: Network,
     faults: Faults,
     next_id: u64,
@@ -477,6 +505,7 @@ impl Sim {
             nodes,
             disks,
             fetches: Vec::new(),
+            copies: BTreeMap::new(),
             net: Network::default(),
             faults,
             next_id,
@@ -1030,8 +1059,19 @@ impl Sim {
                     let process = self.nodes[&node].process;
                     let at_us = self.now_us + delay_ms * 1_000;
                     let patience_until_us = at_us + node::snapshot::SNAPSHOT_CHUNK_TIMEOUT.as_micros() as u64;
-                    let f =
-                        PendingFetch { node, process, partition, source, after_seq, kind, at_us, patience_until_us };
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let f = PendingFetch {
+                        id,
+                        node,
+                        process,
+                        partition,
+                        source,
+                        after_seq,
+                        kind,
+                        at_us,
+                        patience_until_us,
+                    };
                     self.fetches.push(f);
                     self.stats.fetches += 1;
                 }
@@ -1071,6 +1111,7 @@ impl Sim {
     /// log base once its primary took one that far; a fetch from a source that is gone, or
     /// cannot serve, fails (and the rejoining machine retries or gives up).
     fn progress_fetches(&mut self) {
+        self.drop_orphan_copies();
         let mut i = 0;
         while i < self.fetches.len() {
             let f = self.fetches[i];
@@ -1123,6 +1164,7 @@ impl Sim {
             return refused("stopped");
         }
         match f.kind {
+            FetchKind::Copy if matches!(r.store_mut(), Store::Lean(_)) => self.step_copy(f),
             FetchKind::Copy => {
                 if r.parked_at().is_some() || r.applied_seq() < f.after_seq {
                     return None;
@@ -1157,6 +1199,103 @@ impl Sim {
                 let copy = log_base_copy(f.source, f.partition, &base, image.as_deref());
                 Some(copy.map(Fetched::LogBase).map_err(RejoinError::Transfer))
             }
+        }
+    }
+
+    /// Copies under way whose fetch is gone (the joiner crashed, gave up, or started over):
+    /// dropped, and their source's copy with them.
+    fn drop_orphan_copies(&mut self) {
+        let live: std::collections::BTreeSet<u64> = self.fetches.iter().map(|f| f.id).collect();
+        let orphans: Vec<u64> = self.copies.keys().filter(|id| !live.contains(id)).copied().collect();
+        for id in orphans {
+            let c = self.copies.remove(&id).expect("listed above");
+            let Some(src) = self.nodes.get_mut(&c.source).filter(|s| s.up && s.process == c.source_process) else {
+                continue;
+            };
+            for m in src.partitions.values_mut() {
+                if let Some(Store::Lean(db)) = m.replica_mut().map(Replica::store_mut) {
+                    if c.sender.is_copying(db) {
+                        db.abort_copy();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves fetch `f`'s copy from a lean source on by a seeded number of chunks, beginning it
+    /// once the source executed up to the plan's point (and is not parked at a home piece):
+    /// the fetched copy once its end arrived, `None` while it goes on.
+    fn step_copy(&mut self, f: PendingFetch) -> Option<Result<Fetched, RejoinError>> {
+        let refused = |reason: &str| {
+            Some(Err(RejoinError::Transfer(node::TransferError::Refused {
+                peer: format!("node {}", f.source),
+                reason: reason.to_string(),
+            })))
+        };
+        let steps = 1 + self.rng.below(8);
+        let Sim { nodes, copies, next_id, violations, .. } = self;
+        let src = nodes.get_mut(&f.source).filter(|s| s.up)?;
+        let source_process = src.process;
+        let r = src.partitions.get_mut(&f.partition).and_then(Partition::replica_mut)?;
+        let (seq, at_boundary) = (r.applied_seq(), r.parked_at().is_none());
+        let Store::Lean(db) = r.store_mut() else { return refused("not a lean replica") };
+        let Some(c) = copies.get_mut(&f.id) else {
+            if !at_boundary || seq < f.after_seq {
+                return None;
+            }
+            *next_id += 1;
+            // `None`: the source is being copied for another joiner; this one waits.
+            let sender = node::snapshot::CopySender::begin(db, *next_id, 1, f.partition, SIM_COPY_FRAME_BYTES)?;
+            let receiver = node::snapshot::SnapshotReceiver::new(f.partition, format!("node {}", f.source));
+            let c = InCopy { source: f.source, source_process, sender, receiver, db: engine::LeanDb::new() };
+            copies.insert(f.id, c);
+            return None;
+        };
+        if c.source_process != source_process || !c.sender.is_copying(db) {
+            copies.remove(&f.id);
+            return refused("the source's state was replaced");
+        }
+        for _ in 0..steps {
+            let chunk = match c.sender.absorb(db, seq) {
+                Err(refusal) => refusal,
+                Ok(()) => match c.sender.next(db, seq, at_boundary) {
+                    node::snapshot::CopyNext::Chunk(chunk) => chunk,
+                    node::snapshot::CopyNext::Wait | node::snapshot::CopyNext::Over => return None,
+                },
+            };
+            match c.receiver.accept(chunk, &mut c.db) {
+                Ok(None) => {}
+                Ok(Some(info)) => {
+                    let c = copies.remove(&f.id).expect("under way");
+                    return Some(Ok(Fetched::Copy { db: Box::new(c.db), info }));
+                }
+                Err(e) => {
+                    copies.remove(&f.id);
+                    if matches!(e, TransferError::Refused { .. }) {
+                        return Some(Err(RejoinError::Transfer(e)));
+                    }
+                    let error = std::sync::Arc::new(SimError::Transfer(e));
+                    violations.push(Violation::BadSnapshot { node: f.node, partition: f.partition, error });
+                    return refused("the copy did not arrive whole");
+                }
+            }
+        }
+        None
+    }
+
+    /// Every replica catching up after its copy executes a seeded slice of what it holds.
+    fn progress_catch_ups(&mut self) {
+        let catching: Vec<(NodeId, PartitionId)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.up)
+            .flat_map(|(&id, n)| n.partitions.iter().filter(|(_, m)| m.catching_up()).map(move |(&p, _)| (id, p)))
+            .collect();
+        for (node, partition) in catching {
+            let slice = 1 + self.rng.below(node::machine::CATCH_UP_SLICE_IDLE as u64) as usize;
+            let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
+            let effects = m.catch_up(slice);
+            self.perform_partition(node, partition, effects);
         }
     }
 
@@ -1195,6 +1334,7 @@ impl Sim {
             self.end_coordinator_fault();
         }
         self.progress_fetches();
+        self.progress_catch_ups();
     }
 
     /// Coordinator `c`'s clock ticks (it runs).

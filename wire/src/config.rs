@@ -473,6 +473,22 @@ pub struct Limits {
     /// `receive_window_bytes + send_window_bytes + frame_bytes_max`; the coordinator has
     /// `client_connections_max` + one per node of them, a node 16 (docs/cluster.md, "Limits").
     pub send_window_bytes: u32,
+    /// Percent of a partition executor's time that a copy for a rejoining replica or a tool
+    /// (`glass check`, `dump`) may take while batches wait (docs/design.md §10, "Copying
+    /// without stopping"); an idle executor copies at full speed. 1 to 100.
+    pub copy_share_pct: u32,
+    /// Active-active catch-up policy (docs/design.md §10, "Catching up under load"): while a
+    /// rejoining replica catches up, the coordinator admits at most `100 − catch_up_share_pct`
+    /// percent of the transactions per second the partition committed before the rejoin
+    /// began, so the joiner gains on it. 0 turns the policy off: at saturation a joiner that
+    /// executes no faster than the survivors then never catches up. 0 to 90.
+    pub catch_up_share_pct: u32,
+    /// Milliseconds after a rejoin's plan past which, still catching up, the coordinator
+    /// gives up `catch_up_share_after_deadline_pct` percent instead.
+    pub catch_up_deadline_ms: u64,
+    /// The share of throughput given up past `catch_up_deadline_ms`. 0 to 95, at least
+    /// `catch_up_share_pct`.
+    pub catch_up_share_after_deadline_pct: u32,
 }
 
 /// Smallest `limits.receive_window_bytes` and `limits.send_window_bytes`.
@@ -492,6 +508,10 @@ impl Default for Limits {
             client_connections_max: 256,
             receive_window_bytes: 2 << 20,
             send_window_bytes: 2 << 20,
+            copy_share_pct: 25,
+            catch_up_share_pct: 25,
+            catch_up_deadline_ms: 20_000,
+            catch_up_share_after_deadline_pct: 60,
         }
     }
 }
@@ -798,6 +818,16 @@ impl ClusterConfig {
                         max: u64::from(WINDOW_BYTES_MAX),
                     },
                 );
+            }
+        }
+        for (field, value, min, max) in [
+            ("limits.copy_share_pct", l.copy_share_pct, 1, 100),
+            ("limits.catch_up_share_pct", l.catch_up_share_pct, 0, 90),
+            ("limits.catch_up_share_after_deadline_pct", l.catch_up_share_after_deadline_pct, l.catch_up_share_pct, 95),
+        ] {
+            if !(min..=max).contains(&value) {
+                let (value, min, max) = (u64::from(value), u64::from(min), u64::from(max));
+                return invalid(field, Problem::OutOfRange { value, min, max });
             }
         }
         // Checked in every mode: the file's `[full_stack]` is what a derived full-stack run takes.

@@ -638,6 +638,12 @@ pub const SNAPSHOT_CHUNK_BYTES_MAX: usize = 1 << 20;
 /// Upper bound on the encoded size of a snapshot chunk message without its row bytes.
 pub const SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX: usize = 128 + REASON_BYTES_MAX;
 
+/// [`SnapshotChunk::table`] of a chunk carrying changes instead of rows: the redo records
+/// (`engine::redo::RedoBatch::to_bytes`) of transactions the source committed while its copy
+/// was taken, applied by the receiver after every row (docs/design.md §10, "Copying without
+/// stopping").
+pub const SNAPSHOT_CHANGES_TABLE: u8 = 0xFF;
+
 /// One piece of a partition snapshot: rows of one table, as their fixed-width Pod bytes
 /// (`engine::schema`), concatenated. Chunks are numbered from 0 without gaps; a table's rows
 /// may span several chunks; the last chunk carries [`SnapshotEnd`].
@@ -645,11 +651,13 @@ pub const SNAPSHOT_CHUNK_OVERHEAD_BYTES_MAX: usize = 128 + REASON_BYTES_MAX;
 pub struct SnapshotChunk {
     pub request_id: u64,
     pub partition: PartitionId,
-    /// The snapshot shows the state after batch `seq`.
+    /// The source had executed batch `seq` when it sent the chunk; the end's `seq` is the
+    /// batch whose state the whole stream gives.
     pub seq: Seq,
     /// Position of the chunk in the stream, from 0.
     pub index: u32,
-    /// `engine::schema::TableId` of the rows, as its number.
+    /// `engine::schema::TableId` of the rows, as its number; [`SNAPSHOT_CHANGES_TABLE`] for
+    /// a chunk of changes.
     pub table: u8,
     /// Rows in `rows_bytes` (its length is `rows` times the table's row size).
     pub rows: u32,

@@ -35,7 +35,6 @@ use crate::digest::{digest_of, Digest, TableDigest};
 use crate::lean::{LeanDb, UndoOp, UndoRecord, EMPTY};
 use crate::redo::RedoBatch;
 use crate::schema::{t, Organisation, Table, TableId};
-use crate::storage::Storage;
 use crate::StorageError;
 
 /// Rescans of one hash table a copy makes before it copies the rest of that table at once.
@@ -79,6 +78,8 @@ enum Position {
 /// A copy in progress (held by the [`LeanDb`] it copies).
 #[derive(Debug)]
 pub(crate) struct CopyState {
+    /// The copier's name for this copy ([`LeanDb::begin_copy`]).
+    id: u64,
     /// Index in [`TableId::ALL`] of the table being scanned (9: all done).
     table: usize,
     pos: Position,
@@ -90,15 +91,17 @@ pub(crate) struct CopyState {
 }
 
 impl LeanDb {
-    /// Begins a copy of this database as it executes on; `false` (and nothing changes) when
-    /// one is already being taken. Call between transactions.
-    pub fn begin_copy(&mut self) -> bool {
+    /// Begins a copy of this database as it executes on, named `id` by the copier
+    /// ([`LeanDb::copy_id`]); `false` (and nothing changes) when one is already being taken.
+    /// Call between transactions.
+    pub fn begin_copy(&mut self, id: u64) -> bool {
         if self.copy.is_some() {
             return false;
         }
         debug_assert!(!self.in_txn, "a copy begins between transactions");
         let heap_end = self.history.rows.allocated();
         let mut state = CopyState {
+            id,
             table: 0,
             pos: Position::Heap { id: 0, end: 0 },
             heap_end,
@@ -114,6 +117,11 @@ impl LeanDb {
     /// Whether a copy is being taken.
     pub fn copy_active(&self) -> bool {
         self.copy.is_some()
+    }
+
+    /// The name of the copy being taken, if any.
+    pub fn copy_id(&self) -> Option<u64> {
+        self.copy.as_ref().map(|c| c.id)
     }
 
     /// Where the copy being taken stands.

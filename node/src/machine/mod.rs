@@ -31,8 +31,8 @@
 mod partition;
 
 pub use partition::{
-    base_restart, Asked, Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS,
-    REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX,
+    base_restart, Asked, Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CATCH_UP_SLICE_BUSY,
+    CATCH_UP_SLICE_IDLE, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX,
 };
 
 use std::collections::BTreeMap;

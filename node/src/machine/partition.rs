@@ -79,7 +79,9 @@ pub enum Effect<R> {
     /// cut first to follow a primary's log base, or over the primary's checkpoint image:
     /// [`FullStack::restart_on`]); hand the outcome to [`PartitionMachine::on_recovered`].
     Recover { restart: Restart },
-    /// The replica serves, with this state digest (a rejoin finished, from `start`).
+    /// The replica serves (a rejoin finished, from `start`); `digest` is its starting
+    /// state's, as of `start`'s batch (no scan of the caught-up state, which would hold the
+    /// replica up just as it starts to count).
     Ready { digest: StateDigest, start: Began },
     /// The partition cannot rejoin: why. Tools and peers are refused from now on.
     Failed { reason: String },
@@ -94,7 +96,8 @@ pub enum Effect<R> {
 /// What a finished rejoin started from (for the node's log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Began {
-    /// A copy of a live replica as of batch `seq`; `held` batches and shipments applied on top.
+    /// A copy of a live replica as of batch `seq`; `held` batches and shipments executed or
+    /// applied on top while it caught up.
     Copy { seq: Seq, held: usize },
     /// This node's own log, recovered (or, `image_bytes > 0`, the primary's checkpoint image
     /// installed instead), with its primary's log base (`bytes`) as of batch `seq` applied on
@@ -164,10 +167,41 @@ impl<R> Default for Rejoin<R> {
     }
 }
 
+/// Batches and shipments a catching-up replica executes or applies in one
+/// [`PartitionMachine::catch_up`] call while its inbox is empty: between two looks at the
+/// inbox, a few milliseconds of work.
+pub const CATCH_UP_SLICE_IDLE: usize = 32;
+/// The same after each message it received: more than one, so that it gains on the stream.
+pub const CATCH_UP_SLICE_BUSY: usize = 4;
+
+/// A rejoin whose starting state is installed, executing (or applying) what it held and what
+/// keeps arriving, a slice at a time ([`PartitionMachine::catch_up`]), until nothing waits
+/// (docs/design.md §10, "Catching up under load").
+#[derive(Debug)]
+struct CatchingUp<R> {
+    replica: Box<Replica>,
+    /// Coordinator messages not yet served, in arrival order.
+    stream: std::collections::VecDeque<CoordinatorToNode>,
+    /// Batches in `stream`.
+    batches: usize,
+    /// Shipments not yet applied, in arrival order.
+    shipments: std::collections::VecDeque<(Shipment, R)>,
+    /// The last acknowledgement of the shipments applied, sent at the end (they are
+    /// cumulative).
+    last_ack: Option<Effect<R>>,
+    snapshot_seq: Seq,
+    start: Began,
+    /// The starting state's digest.
+    start_digest: StateDigest,
+    /// Batches and shipments executed or applied so far.
+    replayed: usize,
+}
+
 #[derive(Debug)]
 enum State<R> {
     Serving(Box<Replica>),
     Rejoining(Rejoin<R>),
+    CatchingUp(Box<CatchingUp<R>>),
     /// A rejoin that failed: refuses everything until the node restarts.
     Failed(String),
 }
@@ -272,7 +306,7 @@ impl<R> PartitionMachine<R> {
     pub fn replica(&self) -> Option<&Replica> {
         match &self.state {
             State::Serving(r) => Some(r),
-            State::Rejoining(_) | State::Failed(_) => None,
+            State::Rejoining(_) | State::CatchingUp(_) | State::Failed(_) => None,
         }
     }
 
@@ -280,8 +314,14 @@ impl<R> PartitionMachine<R> {
     pub fn replica_mut(&mut self) -> Option<&mut Replica> {
         match &mut self.state {
             State::Serving(r) => Some(r),
-            State::Rejoining(_) | State::Failed(_) => None,
+            State::Rejoining(_) | State::CatchingUp(_) | State::Failed(_) => None,
         }
+    }
+
+    /// Whether the rejoin's starting state is installed and the replica is catching up: the
+    /// carrier calls [`PartitionMachine::catch_up`] until it is not.
+    pub fn catching_up(&self) -> bool {
+        matches!(self.state, State::CatchingUp(_))
     }
 
     /// Takes the replica out (the node drops its state to rejoin afresh); the machine is
@@ -304,6 +344,9 @@ impl<R> PartitionMachine<R> {
                 held: j.held.stream.len() + j.held.shipments.len(),
                 recovering: j.recovering.is_some(),
             },
+            State::CatchingUp(c) => {
+                Standing::Rejoining { plan: None, held: c.stream.len() + c.shipments.len(), recovering: false }
+            }
             State::Failed(reason) => Standing::Failed { reason: reason.clone() },
         }
     }
@@ -312,7 +355,7 @@ impl<R> PartitionMachine<R> {
     pub fn plan(&self) -> Option<(NodeId, Seq)> {
         match &self.state {
             State::Rejoining(j) => j.plan,
-            State::Serving(_) | State::Failed(_) => None,
+            State::Serving(_) | State::CatchingUp(_) | State::Failed(_) => None,
         }
     }
 
@@ -321,7 +364,7 @@ impl<R> PartitionMachine<R> {
     pub fn refusal(&self) -> Option<String> {
         match &self.state {
             State::Serving(_) => None,
-            State::Rejoining(_) => Some("rejoining".to_string()),
+            State::Rejoining(_) | State::CatchingUp(_) => Some("rejoining".to_string()),
             State::Failed(reason) => Some(format!("partition {}: {reason}", self.partition)),
         }
     }
@@ -400,6 +443,33 @@ impl<R> PartitionMachine<R> {
                 serve(replica, msg)
             }
             State::Rejoining(_) => self.rejoin_step(msg),
+            State::CatchingUp(c) => match msg {
+                // A new leader knows nothing of the plan this replica rejoined under; a new
+                // plan replaces it: the rejoin starts over (docs/design.md §11).
+                CoordinatorToNode::TakeOver { .. } | CoordinatorToNode::RejoinPlan { .. } => {
+                    self.state = State::Rejoining(Rejoin::default());
+                    match msg {
+                        CoordinatorToNode::TakeOver { .. } => {
+                            let partition = self.partition;
+                            vec![Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition }))]
+                        }
+                        plan => self.rejoin_step(plan),
+                    }
+                }
+                CoordinatorToNode::RejoinRefused { reason, .. } => {
+                    self.give_up(format!("the coordinator refused the rejoin: {reason}"))
+                }
+                msg => {
+                    let batch = matches!(msg, CoordinatorToNode::Batch(_));
+                    if batch && c.batches >= REJOIN_HELD_BATCHES_MAX {
+                        return self
+                            .give_up(format!("more than {REJOIN_HELD_BATCHES_MAX} batches waiting while catching up"));
+                    }
+                    c.batches += batch as usize;
+                    c.stream.push_back(msg);
+                    Vec::new()
+                }
+            },
             State::Failed(_) => Vec::new(),
         }
     }
@@ -429,6 +499,10 @@ impl<R> PartitionMachine<R> {
             },
             State::Rejoining(j) => {
                 j.held.shipments.push((shipment, reply));
+                Vec::new()
+            }
+            State::CatchingUp(c) => {
+                c.shipments.push_back((shipment, reply));
                 Vec::new()
             }
             State::Failed(_) => Vec::new(),
@@ -516,8 +590,8 @@ impl<R> PartitionMachine<R> {
                     false => Replica::restored(node, partition, *db, info.seq, pending),
                 };
                 let held = std::mem::take(&mut j.held);
-                let start = Began::Copy { seq: info.seq, held: held.stream.len() + held.shipments.len() };
-                return self.finish(replica, held, info.seq, start);
+                let start = Began::Copy { seq: info.seq, held: 0 };
+                return self.finish(replica, held, info.seq, start, Some(info.digest));
             }
             Ok(Fetched::LogBase(base)) => match base_restart(&base) {
                 Ok(restart) => {
@@ -587,7 +661,7 @@ impl<R> PartitionMachine<R> {
                 let image_bytes = base.checkpoint.as_ref().map_or(0, Vec::len);
                 let bytes = base.records.len();
                 let start = Began::LogBase { seq: base.seq, bytes, image_bytes, held: held.shipments.len() };
-                self.finish(replica, held, base.seq, start)
+                self.finish(replica, held, base.seq, start, None)
             }
             Recovering::Resume { from_seq } => {
                 let mut replica = Replica::recovered(node, partition, f, pending);
@@ -595,15 +669,24 @@ impl<R> PartitionMachine<R> {
                     return self.give_up(format!("cannot resume: {e}"));
                 }
                 let held = std::mem::take(&mut j.held);
-                self.finish(replica, held, from_seq.saturating_sub(1), Began::OwnLog { from_seq })
+                self.finish(replica, held, from_seq.saturating_sub(1), Began::OwnLog { from_seq }, None)
             }
         }
     }
 
-    /// The end of a rejoin, the starting state installed as of batch `snapshot_seq`: executes
-    /// the batches and applies the shipments held meanwhile, in arrival order, and tells the
-    /// coordinator the replica counts from the next batch on.
-    fn finish(&mut self, replica: Replica, held: Held<R>, snapshot_seq: Seq, start: Began) -> Vec<Effect<R>>
+    /// The starting state installed as of batch `snapshot_seq`: the replica catches up on the
+    /// batches and shipments held meanwhile (and those still arriving), a slice at a time
+    /// ([`PartitionMachine::catch_up`]), and then tells the coordinator it counts from the
+    /// next batch on.
+    /// `digest`: the starting state's, when the fetch verified one (else computed here).
+    fn finish(
+        &mut self,
+        replica: Replica,
+        held: Held<R>,
+        snapshot_seq: Seq,
+        start: Began,
+        digest: Option<StateDigest>,
+    ) -> Vec<Effect<R>>
     where
         R: Clone,
     {
@@ -612,6 +695,7 @@ impl<R> PartitionMachine<R> {
         assert_eq!((replica.node(), replica.partition()), (self.node, self.partition), "the partition's own replica");
         assert_eq!(replica.applied_seq(), snapshot_seq, "installed as of the starting state's batch");
         let mut replica = Box::new(replica);
+        let start_digest = digest.unwrap_or_else(|| replica.state_digest());
         // A passive backup takes shipments only from the primary it copied (a held shipment of
         // a deposed primary is dropped: docs/design.md §11).
         if let State::Rejoining(Rejoin { plan: Some((source, _)), .. }) = &self.state {
@@ -621,28 +705,72 @@ impl<R> PartitionMachine<R> {
         }
         // A fence of the replica this rejoin replaced holds nothing for this one.
         self.fence = None;
+        self.state = State::CatchingUp(Box::new(CatchingUp {
+            replica,
+            batches: held.batches,
+            stream: held.stream.into(),
+            shipments: held.shipments.into(),
+            last_ack: None,
+            snapshot_seq,
+            start,
+            start_digest,
+            replayed: 0,
+        }));
+        self.catch_up(CATCH_UP_SLICE_BUSY)
+    }
+
+    /// Executes or applies at most `max` of what a catching-up replica holds, in arrival
+    /// order (the coordinator's messages, then the shipments); once nothing is left, the
+    /// replica serves and `Rejoined` goes to the coordinator. Nothing to do when not catching
+    /// up.
+    pub fn catch_up(&mut self, max: usize) -> Vec<Effect<R>>
+    where
+        R: Clone,
+    {
+        let State::CatchingUp(c) = &mut self.state else { return Vec::new() };
         let mut out = Vec::new();
-        for msg in held.stream {
-            out.extend(serve(&mut replica, msg).into_iter().map(|e| match e {
-                Effect::Refused { error, .. } => Effect::Refused { error, rejoining: true },
-                other => other,
-            }));
-        }
-        // Acknowledgements are cumulative: of the held shipments' (all but those past the copy
-        // are duplicates of it), only the last is sent. One each made a rejoin that held
-        // thousands of shipments wait on the peer link's reply queue for seconds.
-        let mut last_ack = None;
-        for (shipment, reply) in held.shipments {
-            for e in ship(&mut replica, shipment, &reply) {
-                match e {
-                    ack @ Effect::Reply { .. } => last_ack = Some(ack),
-                    other => out.push(other),
+        for _ in 0..max {
+            if let Some(msg) = c.stream.pop_front() {
+                if matches!(msg, CoordinatorToNode::Batch(_)) {
+                    c.batches -= 1;
+                    c.replayed += 1;
                 }
+                out.extend(serve(&mut c.replica, msg).into_iter().map(|e| match e {
+                    Effect::Refused { error, .. } => Effect::Refused { error, rejoining: true },
+                    other => other,
+                }));
+            } else if let Some((shipment, reply)) = c.shipments.pop_front() {
+                // Acknowledgements are cumulative: only the last is sent. One each made a
+                // rejoin that held thousands of shipments wait on the peer link's reply queue
+                // for seconds.
+                c.replayed += 1;
+                for e in ship(&mut c.replica, shipment, &reply) {
+                    match e {
+                        ack @ Effect::Reply { .. } => c.last_ack = Some(ack),
+                        other => out.push(other),
+                    }
+                }
+            } else {
+                break;
             }
         }
+        if !c.stream.is_empty() || !c.shipments.is_empty() {
+            return out;
+        }
+        let State::CatchingUp(c) = std::mem::replace(&mut self.state, State::Failed("caught up".into())) else {
+            unreachable!("matched above")
+        };
+        let CatchingUp { replica, last_ack, snapshot_seq, start, start_digest, replayed, .. } = *c;
         out.extend(last_ack);
         assert!(replica.applied_seq() >= snapshot_seq, "what was held only moves the replica on");
-        out.push(Effect::Ready { digest: replica.state_digest(), start });
+        let start = match start {
+            Began::Copy { seq, .. } => Began::Copy { seq, held: replayed },
+            Began::LogBase { seq, bytes, image_bytes, .. } => {
+                Began::LogBase { seq, bytes, image_bytes, held: replayed }
+            }
+            own @ Began::OwnLog { .. } => own,
+        };
+        out.push(Effect::Ready { digest: start_digest, start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
         self.state = State::Serving(replica);

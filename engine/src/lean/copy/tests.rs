@@ -10,6 +10,7 @@ use crate::procedures::{
 };
 use crate::rng::Rng;
 use crate::schema::Item;
+use crate::storage::Storage;
 use bytemuck::Zeroable;
 
 const SCALE: Scale = Scale::tiny();
@@ -79,8 +80,9 @@ fn copy_under_load(
     let mut rng = Rng::new(seed);
     let mut ts = 1_000;
     let mut stream = Vec::new();
-    assert!(db.begin_copy());
-    assert!(!db.begin_copy(), "one copy at a time");
+    assert!(db.begin_copy(1));
+    assert!(!db.begin_copy(2), "one copy at a time");
+    assert_eq!(db.copy_id(), Some(1));
     loop {
         for _ in 0..txns_per_step {
             ts += 1;
@@ -197,14 +199,14 @@ fn a_copy_of_an_idle_partition_is_its_state_and_records_nothing() {
 #[test]
 fn aborted_transactions_record_nothing_and_a_dropped_copy_can_begin_again() {
     let mut db = loaded();
-    assert!(db.begin_copy());
+    assert!(db.begin_copy(3));
     db.begin(5);
     db.update::<t::Items, _>(1, |r| r.i_price += 1).expect("updates");
     db.abort();
     assert!(db.take_copy_redo().is_empty());
     db.abort_copy();
     assert!(!db.copy_active());
-    assert!(db.begin_copy());
+    assert!(db.begin_copy(3));
 }
 
 #[test]

@@ -1,0 +1,249 @@
+//! The executor's side of a copy of its lean replica taken while the partition executes on
+//! (docs/design.md §10, "Copying without stopping"): for a rejoining node or a tool (`glass
+//! check`, `dump`). The executor owns the [`CopyTask`] and calls [`CopyTask::step`] between
+//! work items: after each one (under load), at most `limits.copy_share_pct` percent of its
+//! time since the copy began; and, while its inbox is empty, as fast as the receiver takes
+//! the chunks. A task on the runtime forwards the chunks to the requester's connection.
+//!
+//! Guarantees:
+//! - the executor never blocks on the receiver: at most [`COPY_CHUNKS_AHEAD`] chunks wait for
+//!   the forwarder, past that the copy pauses until the forwarder makes room (it wakes the
+//!   executor) — and the changes committed meanwhile wait in the [`CopySender`], bounded by
+//!   `snapshot::COPY_PENDING_BYTES_MAX`, past which the copy is refused;
+//! - a receiver that reads nothing for [`COPY_RECEIVER_PATIENCE`] ends the copy (the forwarder
+//!   stops, the executor drops the copy at its next step);
+//! - a replica replaced (a rejoin), stopped or gone ends the copy with a refusal, never a
+//!   stream that mixes two states.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+use wire::messages::{PartitionId, Seq, SnapshotChunk};
+
+use crate::replica::{Replica, Store};
+use crate::snapshot::{self, CopyNext, CopySender};
+
+/// Chunks a copy keeps queued for its forwarder.
+pub const COPY_CHUNKS_AHEAD: usize = 4;
+/// How long the forwarder waits for the requester to take one chunk before it ends the copy.
+pub const COPY_RECEIVER_PATIENCE: Duration = snapshot::SNAPSHOT_CHUNK_TIMEOUT;
+
+/// What one [`CopyTask::step`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A chunk went out (or the copy's share of the executor is used up for now).
+    Stepped,
+    /// Nothing can move until the forwarder makes room or the batch under way ends: the
+    /// executor may block on its inbox (it is woken).
+    Blocked,
+    /// The copy is over: sent whole, refused, or its receiver is gone.
+    Over,
+}
+
+/// A copy under way on an executor.
+pub struct CopyTask {
+    sender: CopySender,
+    out: mpsc::Sender<SnapshotChunk>,
+    /// Set while the executor waits for room; the forwarder then wakes it.
+    room: Arc<AtomicBool>,
+    /// A chunk that found no room yet.
+    blocked: Option<SnapshotChunk>,
+    partition: PartitionId,
+    requester: String,
+    begun_seq: Seq,
+    started: Instant,
+    /// Executor time spent building chunks.
+    busy: Duration,
+    share: f64,
+    /// The last step found nothing to do until woken.
+    stalled: bool,
+}
+
+impl std::fmt::Debug for CopyTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyTask").field("partition", &self.partition).field("requester", &self.requester).finish()
+    }
+}
+
+impl CopyTask {
+    /// Begins a copy of `replica` (a lean one) for `requester`, its chunks wrapped by `wrap`
+    /// and sent to `reply` by a task on `runtime`, which calls `wake` when it made room or
+    /// ended; `None` when the replica is being copied already.
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin<R: Send + 'static>(
+        replica: &mut Replica,
+        request_id: u64,
+        requester: String,
+        frame_bytes_max: usize,
+        share_pct: u32,
+        reply: mpsc::Sender<R>,
+        wrap: fn(SnapshotChunk) -> R,
+        runtime: &tokio::runtime::Handle,
+        wake: impl Fn() + Send + 'static,
+    ) -> Option<CopyTask> {
+        let partition = replica.partition();
+        let begun_seq = replica.applied_seq();
+        let Store::Lean(db) = replica.store_mut() else { return None };
+        static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let copy_id = COPIES.fetch_add(1, Ordering::Relaxed);
+        let sender = CopySender::begin(db, copy_id, request_id, partition, frame_bytes_max)?;
+        let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
+        let room = Arc::new(AtomicBool::new(false));
+        let forwarder_room = room.clone();
+        runtime.spawn(async move {
+            while let Some(chunk) = rx.recv().await {
+                let sent = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.send(wrap(chunk))).await;
+                if forwarder_room.swap(false, Ordering::SeqCst) {
+                    wake();
+                }
+                if !matches!(sent, Ok(Ok(()))) {
+                    if sent.is_err() {
+                        warn!(partition, "a copy's receiver took nothing for {COPY_RECEIVER_PATIENCE:?}; copy ended");
+                    }
+                    break;
+                }
+            }
+            drop(rx);
+            wake();
+        });
+        info!(partition, seq = begun_seq, requester = %requester, "copying the partition while it executes");
+        Some(CopyTask {
+            sender,
+            out,
+            room,
+            blocked: None,
+            partition,
+            requester,
+            begun_seq,
+            started: Instant::now(),
+            busy: Duration::ZERO,
+            share: f64::from(share_pct.clamp(1, 100)) / 100.0,
+            stalled: false,
+        })
+    }
+
+    /// Moves the copy on by at most one chunk. `under_load`: batches wait, so the copy keeps
+    /// to its share of the executor's time. `replica` is the executor's replica now (`None`
+    /// when it does not serve).
+    pub fn step(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
+        let step = self.step_once(replica, under_load);
+        self.stalled = step == Step::Blocked;
+        step
+    }
+
+    /// Whether a step can move the copy now (it is not waiting to be woken).
+    pub fn can_move(&self) -> bool {
+        !self.stalled
+    }
+
+    fn step_once(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
+        let Some(replica) = replica else { return self.refuse(None, "the replica is rejoining") };
+        if let Some(reason) = replica.stopped() {
+            let why = format!("stopped: {reason}");
+            return self.refuse(None, &why);
+        }
+        let seq = replica.applied_seq();
+        let at_boundary = replica.parked_at().is_none();
+        let Store::Lean(db) = replica.store_mut() else { return self.refuse(None, "the replica changed") };
+        if !self.sender.is_copying(db) {
+            return self.refuse(None, "the replica's state was replaced");
+        }
+        if let Err(refusal) = self.sender.absorb(db, seq) {
+            self.blocked = None;
+            warn!(partition = self.partition, requester = %self.requester, "copy refused: its receiver does not keep up");
+            let _ = self.out.try_send(refusal);
+            return Step::Over;
+        }
+        if let Some(chunk) = self.blocked.take() {
+            match self.send(chunk, db) {
+                Step::Stepped => {}
+                other => return other,
+            }
+        }
+        if under_load && self.busy.as_secs_f64() > self.share * self.started.elapsed().as_secs_f64() {
+            return Step::Stepped;
+        }
+        loop {
+            let t0 = Instant::now();
+            let next = self.sender.next(db, seq, at_boundary);
+            self.busy += t0.elapsed();
+            let step = match next {
+                CopyNext::Chunk(chunk) => self.send(chunk, db),
+                CopyNext::Wait => Step::Blocked,
+                CopyNext::Over => Step::Over,
+            };
+            // Once the scan is done, what is left (the changes queued, then the end) goes out
+            // at once, before another batch makes more changes.
+            if step != Step::Stepped || !self.sender.scan_done() {
+                return step;
+            }
+        }
+    }
+
+    /// Hands `chunk` to the forwarder: `Over` once the end went out or the receiver is gone.
+    fn send(&mut self, chunk: SnapshotChunk, db: &mut engine::LeanDb) -> Step {
+        let end = chunk.end.is_some();
+        let seq = chunk.seq;
+        let mut chunk = chunk;
+        for attempt in 0..2 {
+            match self.out.try_send(chunk) {
+                Ok(()) if end => {
+                    self.finished(seq);
+                    return Step::Over;
+                }
+                Ok(()) => return Step::Stepped,
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    db.abort_copy();
+                    info!(partition = self.partition, requester = %self.requester, "copy ended: its receiver went away");
+                    return Step::Over;
+                }
+                Err(mpsc::error::TrySendError::Full(c)) => {
+                    chunk = c;
+                    if attempt == 0 {
+                        // Ask to be woken, then look once more: the forwarder may have made
+                        // room before it could see the request.
+                        self.room.store(true, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        self.blocked = Some(chunk);
+        Step::Blocked
+    }
+
+    /// Ends the copy with a refusal (the database's copy, if any, was dropped with it).
+    fn refuse(&mut self, db: Option<&mut engine::LeanDb>, why: &str) -> Step {
+        if let Some(db) = db {
+            db.abort_copy();
+        }
+        self.blocked = None;
+        warn!(partition = self.partition, requester = %self.requester, reason = why, "copy refused");
+        let request_id = self.sender.request_id();
+        let _ = self.out.try_send(snapshot::refusal(request_id, self.partition, why.to_string()));
+        Step::Over
+    }
+
+    fn finished(&self, seq: Seq) {
+        let (rows, bytes, changes) = self.sender.sent();
+        let mib = bytes as f64 / (1 << 20) as f64;
+        let seconds = self.started.elapsed().as_secs_f64();
+        let busy = self.busy.as_secs_f64();
+        info!(
+            partition = self.partition,
+            requester = %self.requester,
+            from_seq = self.begun_seq,
+            seq,
+            rows,
+            mib,
+            changes_mib = changes as f64 / (1 << 20) as f64,
+            seconds,
+            mib_per_s = if seconds > 0.0 { mib / seconds } else { 0.0 },
+            executor_seconds = busy,
+            executor_ms_per_mib = if mib > 0.0 { busy * 1e3 / mib } else { 0.0 },
+            "copy sent while executing"
+        );
+    }
+}
