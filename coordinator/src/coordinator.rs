@@ -18,6 +18,9 @@
 //!   [`Event::Diverged`];
 //! - each partition has at most `inflight_txns_max` transactions in flight; beyond, requests
 //!   are answered `Busy` at once and nothing is kept;
+//! - while a replica of a partition rejoins, the partition admits only part of what it did
+//!   before ([`crate::catch_up`], `limits.catch_up_share_pct`); past it, requests are
+//!   answered `Busy` at once and nothing is kept;
 //! - reads (OrderStatus, StockLevel) and state digests go through the same ordered path;
 //! - a transaction spanning partitions (`engine::distributed`, Calvin style) gets one
 //!   timestamp and is admitted on every partition it touches or on none (a refusal or `Busy`
@@ -45,6 +48,7 @@ mod resume;
 pub use resume::{PartitionResume, Resumed};
 
 use crate::agreement::{Agreement, Divergence, DivergenceKind, Ignored, Quorum, Verdict};
+use crate::catch_up::{CatchUp, CatchUpPolicy};
 use crate::error::{CoordinatorError, ResumeRefused};
 use crate::group::{PartitionView, ViewState};
 use crate::router::{Route, Router};
@@ -149,11 +153,36 @@ pub enum Event {
         applied_seq: Seq,
         next_seq: Seq,
     },
-    /// A rejoining node is a live replica again.
+    /// A rejoining node is a live replica again: its copy held the batches through
+    /// `snapshot_seq`, and `replayed_batches` were sent to the partition after it.
     Rejoined {
         partition: PartitionId,
         node: NodeId,
         snapshot_seq: Seq,
+        replayed_batches: u64,
+    },
+    /// A replica of `partition` (`node`, the first) rejoins: until it caught up the
+    /// partition admits `100 − share_pct` percent of the `base_txn_per_s` it admitted in the
+    /// second before (docs/design.md §10, "Catching up under load").
+    CatchUpBegan {
+        partition: PartitionId,
+        node: NodeId,
+        base_txn_per_s: u64,
+        share_pct: u32,
+    },
+    /// Still catching up `limits.catch_up_deadline_ms` after the plan: the partition gives
+    /// up `share_pct` percent of its throughput from now on.
+    CatchUpHarder {
+        partition: PartitionId,
+        share_pct: u32,
+    },
+    /// No replica of `partition` is rejoining any more (they rejoined, failed, or the
+    /// partition stopped): admission is unthrottled again, after `elapsed_ms` in which
+    /// `refused_txns` transactions were answered `Busy` by the catch-up policy.
+    CatchUpEnded {
+        partition: PartitionId,
+        elapsed_ms: u64,
+        refused_txns: u64,
     },
     /// Full stack: the partition's last primary, restarted, may serve it again from its own
     /// write-ahead log: it recovers, then executes from batch `from_seq`.
@@ -303,12 +332,27 @@ impl fmt::Display for Event {
                 f,
                 "node {node} rejoins partition {partition}: copying it from node {source}, batches from {from_seq} on"
             ),
-            Event::Rejoined { partition, node, snapshot_seq } => {
-                write!(
-                    f,
-                    "node {node} is a live replica of partition {partition} again (copy as of batch {snapshot_seq})"
-                )
-            }
+            Event::Rejoined { partition, node, snapshot_seq, replayed_batches } => write!(
+                f,
+                "node {node} is a live replica of partition {partition} again (copy as of batch {snapshot_seq}, \
+                 then {replayed_batches} batches sent after it)"
+            ),
+            Event::CatchUpBegan { partition, node, base_txn_per_s, share_pct } => write!(
+                f,
+                "partition {partition} admits {}% of its {base_txn_per_s} txn/s while node {node} catches up",
+                100u32.saturating_sub(*share_pct)
+            ),
+            Event::CatchUpHarder { partition, share_pct } => write!(
+                f,
+                "partition {partition} is still catching up past limits.catch_up_deadline_ms: it admits {}% of its \
+                 rate before the rejoin",
+                100u32.saturating_sub(*share_pct)
+            ),
+            Event::CatchUpEnded { partition, elapsed_ms, refused_txns } => write!(
+                f,
+                "partition {partition} admits unthrottled again after {elapsed_ms} ms of catch-up \
+                 ({refused_txns} transactions answered busy meanwhile)"
+            ),
             Event::Promoting { partition, backup, first_unanswered } => write!(
                 f,
                 "partition {partition}'s primary failed: promoting node {backup} (first unanswered batch {first_unanswered})"
@@ -406,6 +450,8 @@ struct Partition {
     /// replica elsewhere nothing could heal it: found by `glass sim --mode full-stack --seed
     /// 5639`.)
     deferred_rejoins: Vec<NodeId>,
+    /// Its admitted rate, and the throttle while a replica of it catches up.
+    catch_up: CatchUp,
     /// Load digests of replicas that reported `Ready`.
     loaded: BTreeMap<NodeId, StateDigest>,
     /// Digest requests waiting for batch `seq`.
@@ -565,6 +611,7 @@ impl Coordinator {
     pub fn new_as(config: &ClusterConfig, me: CoordinatorId, now_us: u64) -> Result<Coordinator, CoordinatorError> {
         config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
+        let catch_up = CatchUpPolicy::from_config(&config.limits);
         let passive = config.mode().is_passive();
         let log = if config.mode() == Mode::FullStack { ShippedLogKind::Wal } else { ShippedLogKind::Redo };
         let partitions = config
@@ -600,6 +647,7 @@ impl Coordinator {
                     },
                     joining: Vec::new(),
                     deferred_rejoins: Vec::new(),
+                    catch_up: CatchUp::new(catch_up),
                     loaded: BTreeMap::new(),
                     digest_waiters: BTreeMap::new(),
                     piece_reads: BTreeMap::new(),
@@ -653,10 +701,14 @@ impl Coordinator {
         if let Some(rejection) = p.refusal() {
             return vec![reply(ClientResult::Rejected(rejection))];
         }
+        if !p.catch_up.allows(now_us) {
+            return vec![reply(ClientResult::Busy { partition: pid })];
+        }
         let ts = self.clock.next(now_us / 1_000);
         match p.sequencer.admit(ts, request.input, now_us) {
             Err(Busy) => return vec![reply(ClientResult::Busy { partition: pid })],
             Ok(closed) => {
+                p.catch_up.admitted(now_us);
                 self.last_ts = Some(ts);
                 p.open_tags.push(tag);
                 if let Some(batch) = closed {
@@ -687,11 +739,11 @@ impl Coordinator {
             return vec![reply(ClientResult::Rejected(Rejection::InvalidInput { problem }))];
         };
         for pid in std::iter::once(route.home).chain(route.remotes.iter().copied()) {
-            let p = &self.partitions[&pid];
+            let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
             if let Some(rejection) = p.refusal() {
                 return vec![reply(ClientResult::Rejected(rejection))];
             }
-            if !p.sequencer.has_room() {
+            if !p.sequencer.has_room() || !p.catch_up.allows(now_us) {
                 return vec![reply(ClientResult::Busy { partition: pid })];
             }
         }
@@ -710,6 +762,7 @@ impl Coordinator {
                 p.piece_reads.insert(ts, HeldReads { seq, tag, input, remotes, outcomes: Vec::new() });
             }
             let closed = p.sequencer.admit_part(ts, input, part, now_us).expect("room checked above");
+            p.catch_up.admitted(now_us);
             p.open_tags.push(tag);
             if let Some(batch) = closed {
                 p.send(batch, &mut out);
@@ -780,7 +833,7 @@ impl Coordinator {
     /// heartbeats, rejoin and promotion progress, piece outcomes.
     pub fn on_node_message(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
         let out = self.on_node_message_unsettled(from, msg, now_us);
-        self.settle(out)
+        self.settle_watching(out, now_us)
     }
 
     fn on_node_message_unsettled(&mut self, from: NodeId, msg: NodeToCoordinator, now_us: u64) -> Vec<Output> {
@@ -846,7 +899,7 @@ impl Coordinator {
     /// failed at once.
     pub fn on_node_lost(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<Output> {
         let out = self.on_node_lost_unsettled(node, detection, now_us);
-        self.settle(out)
+        self.settle_watching(out, now_us)
     }
 
     fn on_node_lost_unsettled(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<Output> {
@@ -867,7 +920,7 @@ impl Coordinator {
     /// failed and stops partitions that did not load in time.
     pub fn tick(&mut self, now_us: u64) -> Vec<Output> {
         let out = self.tick_unsettled(now_us);
-        self.settle(out)
+        self.settle_watching(out, now_us)
     }
 
     fn tick_unsettled(&mut self, now_us: u64) -> Vec<Output> {
@@ -915,7 +968,8 @@ impl Coordinator {
         let load = self.partitions.values().any(|p| p.phase == Phase::Loading).then_some(self.load_deadline_us);
         let lagging =
             self.partitions.values().flat_map(|p| p.lagging_since.values().map(|&t| t + self.failure_timeout_us));
-        batches.chain(failures).chain(load).chain(lagging).chain([self.next_heartbeat_us]).min()
+        let catch_ups = self.partitions.values().filter_map(|p| p.catch_up.deadline_us());
+        batches.chain(failures).chain(load).chain(lagging).chain(catch_ups).chain([self.next_heartbeat_us]).min()
     }
 
     /// Every partition's membership as the coordinator group records it (docs/design.md §11):
@@ -1098,6 +1152,7 @@ impl Coordinator {
             });
         }
         out.push(Output::Event(Event::Rejoining { partition, node: from, source, from_seq }));
+        // The partition's catch-up throttle begins with the plan ([`Coordinator::settle_watching`]).
         out.push(Output::ToNodes {
             nodes: vec![from],
             msg: CoordinatorToNode::RejoinPlan { partition, source, from_seq },
@@ -1166,7 +1221,8 @@ impl Coordinator {
             nodes: live.clone(),
             msg: CoordinatorToNode::Membership { partition, epoch: self.membership_epoch, live },
         });
-        out.push(Output::Event(Event::Rejoined { partition, node: from, snapshot_seq }));
+        let replayed_batches = sent.saturating_sub(snapshot_seq);
+        out.push(Output::Event(Event::Rejoined { partition, node: from, snapshot_seq, replayed_batches }));
     }
 
     fn on_load_status(&mut self, from: NodeId, partition: PartitionId, state: LoadState, out: &mut Vec<Output>) {
@@ -1307,6 +1363,22 @@ impl Coordinator {
             }
         }
         kept
+    }
+
+    /// [`Coordinator::settle`], then each partition's catch-up throttle brought in line with
+    /// its rejoins ([`CatchUp::watch`]): one begins when a rejoin plan went out (here or in
+    /// `settle`, which answers deferred rejoin requests), and ends once no replica is
+    /// rejoining any more — wherever `joining` was cleared or shrunk (`Rejoined`, a joiner
+    /// failing, a promotion re-planning without the promoted node, a restart recovery) — or
+    /// the partition stopped or lost its replicas. Client requests change neither.
+    fn settle_watching(&mut self, out: Vec<Output>, now_us: u64) -> Vec<Output> {
+        let mut out = self.settle(out);
+        for p in self.partitions.values_mut() {
+            let ended = matches!(p.phase, Phase::Stopped { .. } | Phase::Unavailable | Phase::Recovering { .. });
+            let joiner = p.joining.first().map(|j| j.0).filter(|_| !ended);
+            out.extend(p.catch_up.watch(p.id, joiner, now_us).map(Output::Event));
+        }
+        out
     }
 
     /// Rejoin requests deferred during a promotion or a restart recovery, once it ended: each

@@ -9,6 +9,7 @@
 //! keeps a member's raft state on disk.
 
 pub mod agreement;
+pub mod catch_up;
 pub mod coordinator;
 pub mod error;
 pub mod group;
