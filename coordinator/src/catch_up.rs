@@ -138,6 +138,11 @@ impl Meter {
         self.bucket = bucket;
     }
 
+    /// [`Meter::txn_per_s`] as of the last admission's bucket.
+    pub fn latest_txn_per_s(&self) -> u64 {
+        self.txn_per_s((self.bucket + 1) * BUCKET_US)
+    }
+
     /// Transactions per second admitted over the second before `now_us` — over the time since
     /// the first admission when that is shorter (at least one bucket's time); 0 if nothing
     /// was ever admitted.
@@ -286,12 +291,18 @@ pub struct CatchUp {
     /// second later takes at least that base, not the rate its predecessor throttled (a
     /// joiner failing and asking again would otherwise compound the shares).
     last: Option<(u64, u64)>,
+    /// The admitted rate over the second before a replica of the partition failed: the rate
+    /// the partition sustains with every replica, which the next catch-up takes as its base.
+    /// (Measured after the failure instead, the base would include what the failed replica's
+    /// share of shared cores gave the survivors: on one machine, 1.3–2× the rate with every
+    /// replica, and a throttle at 75% of it throttles nothing.)
+    before_failure: Option<u64>,
 }
 
 impl CatchUp {
     /// A partition's, under `policy`: no throttle yet.
     pub fn new(policy: CatchUpPolicy) -> CatchUp {
-        CatchUp { policy, meter: Meter::new(), throttle: None, last: None }
+        CatchUp { policy, meter: Meter::new(), throttle: None, last: None, before_failure: None }
     }
 
     /// Whether a transaction may be admitted at `now_us`: always, unless a throttle runs and
@@ -320,7 +331,8 @@ impl CatchUp {
         match (&mut self.throttle, joiner) {
             (None, Some(node)) if !self.policy.is_off() => {
                 let recent = self.last.filter(|&(_, ended_us)| now_us.saturating_sub(ended_us) < US_PER_S);
-                let base_txn_per_s = self.meter.txn_per_s(now_us).max(recent.map_or(0, |(base, _)| base));
+                let measured = self.before_failure.take().unwrap_or_else(|| self.meter.txn_per_s(now_us));
+                let base_txn_per_s = measured.max(recent.map_or(0, |(base, _)| base));
                 let t = Throttle::new(&self.policy, node, base_txn_per_s, now_us);
                 let share_pct = t.share_pct;
                 self.throttle = Some(t);
@@ -338,6 +350,15 @@ impl CatchUp {
                 Some(Event::CatchUpHarder { partition, share_pct: t.share_after_deadline_pct })
             }
             _ => None,
+        }
+    }
+
+    /// A replica of the partition failed: the rate admitted over the second before (as of the
+    /// last admission) is the next catch-up's base. A later failure before that catch-up
+    /// keeps the first one's.
+    pub fn note_failure(&mut self) {
+        if self.before_failure.is_none() && self.throttle.is_none() {
+            self.before_failure = Some(self.meter.latest_txn_per_s()).filter(|&r| r > 0);
         }
     }
 

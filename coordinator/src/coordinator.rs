@@ -1513,6 +1513,7 @@ impl Coordinator {
                 catching_up.remove(&node);
             }
             if p.members().any(|n| n == node) {
+                p.catch_up.note_failure();
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
         }

@@ -13,7 +13,7 @@
 use std::any::Any;
 
 mod copy;
-pub use copy::{CopyProgress, CopyStep, COPY_HASH_RESCANS_MAX};
+pub use copy::{CopyProgress, CopyStep, COPY_HASH_RESCANS_MAX, COPY_KEPT_BYTES_MAX};
 
 use crate::arena::{advise_vec, Pool};
 use crate::btree::BTree;
@@ -390,19 +390,6 @@ impl LeanDb {
     /// change a key) is rolled back through the undo buffer, as an aborted transaction is, so
     /// a refused batch changes nothing (docs/design.md §13: fuzz target `redo_apply`).
     pub fn apply_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
-        self.apply_redo_as(batch, false)
-    }
-
-    /// Applies the changes a copy's source made while the copy was taken, on top of the
-    /// copied rows (docs/design.md §10, "Copying without stopping"): as [`LeanDb::apply_redo`],
-    /// except that a patch or a deletion of a row the copy does not hold is skipped — the
-    /// copy caught that row after a later change, which a later record in the same changes
-    /// settles.
-    pub fn apply_copy_redo(&mut self, batch: &RedoBatch) -> Result<(), StorageError> {
-        self.apply_redo_as(batch, true)
-    }
-
-    fn apply_redo_as(&mut self, batch: &RedoBatch, tolerant: bool) -> Result<(), StorageError> {
         if !batch.verify() {
             return Err(StorageError::BadRedo("checksum mismatch"));
         }
@@ -429,21 +416,21 @@ impl LeanDb {
         let applied = batch.records.iter().try_for_each(|r| {
             let image = &batch.bytes[r.at as usize..r.at as usize + r.len as usize];
             match r.table().expect("checked above") {
-                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image, tolerant),
-                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image, tolerant),
-                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image, tolerant),
-                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image, tolerant),
-                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image, tolerant),
-                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image, tolerant),
-                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image, tolerant),
-                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image, tolerant),
-                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image, tolerant),
+                TableId::Warehouse => self.apply_one::<t::Warehouses>(r.op, r.key, image),
+                TableId::District => self.apply_one::<t::Districts>(r.op, r.key, image),
+                TableId::Customer => self.apply_one::<t::Customers>(r.op, r.key, image),
+                TableId::History => self.apply_one::<t::Histories>(r.op, r.key, image),
+                TableId::Orders => self.apply_one::<t::Orders>(r.op, r.key, image),
+                TableId::NewOrder => self.apply_one::<t::NewOrders>(r.op, r.key, image),
+                TableId::OrderLine => self.apply_one::<t::OrderLines>(r.op, r.key, image),
+                TableId::Item => self.apply_one::<t::Items>(r.op, r.key, image),
+                TableId::Stock => self.apply_one::<t::Stocks>(r.op, r.key, image),
             }
         });
         if applied.is_err() {
             self.roll_back();
         } else if self.copy.is_some() {
-            // A backup serving a copy: what it applied counts as what it committed.
+            // A backup serving a copy: what it applied changes rows as a commit does.
             self.copy_capture();
         }
         self.undo.clear();
@@ -476,7 +463,7 @@ impl LeanDb {
 
     /// Applies one redo record checked by [`LeanDb::check_redo`], recording in the undo
     /// buffer how to take it back.
-    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8], tolerant: bool) -> Result<(), StorageError> {
+    fn apply_one<T: Table>(&mut self, op: RedoOp, key: u64, image: &[u8]) -> Result<(), StorageError> {
         match op {
             RedoOp::Upsert => {
                 let after: T::Row = bytemuck::pod_read_unaligned(image);
@@ -500,9 +487,7 @@ impl LeanDb {
                 }
             }
             RedoOp::Patch => {
-                let Some(&mut before) = self.raw_row_mut::<T>(key) else {
-                    return if tolerant { Ok(()) } else { Err(StorageError::BadRedo("patch of a missing row")) };
-                };
+                let before = *self.raw_row_mut::<T>(key).ok_or(StorageError::BadRedo("patch of a missing row"))?;
                 let mut after = before;
                 bytemuck::bytes_of_mut(&mut after)[..image.len()].copy_from_slice(image);
                 if T::key(&after) != key || (T::HAS_SECONDARY && T::secondary(&after) != T::secondary(&before)) {

@@ -134,17 +134,9 @@ pub enum SnapshotProblem {
     /// Chunks are numbered from 0 without gaps.
     #[error("chunk {got} arrived where chunk {expected} was due")]
     ChunkGap { expected: u32, got: u32 },
-    /// A chunk shows an earlier batch than the chunk before it (a copy taken while its source
-    /// executes moves forward only).
-    #[error("chunk {index} shows batch {got}, after a chunk of batch {stream}")]
+    /// Every chunk shows the batch of the first.
+    #[error("chunk {index} shows batch {got}, the stream batch {stream}")]
     BatchChanged { index: u32, got: Seq, stream: Seq },
-    /// A chunk of changes whose bytes are not a redo batch, or that does not apply to the rows
-    /// copied.
-    #[error("chunk {index}: the changes made during the copy {problem}")]
-    Changes { index: u32, problem: String },
-    /// The changes made during the copy exceed what a receiver holds.
-    #[error("the changes made during the copy exceed {bytes_max} bytes")]
-    ChangesTooLarge { bytes_max: u64 },
     /// A chunk's rows do not match its checksum.
     #[error("chunk {index}: checksum mismatch")]
     Checksum { index: u32 },

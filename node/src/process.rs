@@ -167,7 +167,7 @@ enum Work {
 /// connection's queue.
 type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
 
-use crate::machine::{CATCH_UP_SLICE_BUSY, CATCH_UP_SLICE_IDLE};
+use crate::machine::CATCH_UP_SLICE_IDLE;
 pub use crate::machine::{CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX};
 
 /// What the writer task (the coordinator link's sending side) is told besides the
@@ -767,7 +767,8 @@ impl Executor {
                     Err(mpsc::error::TryRecvError::Empty) => {
                         // Nothing waits: catch up, or copy, at full speed.
                         if machine.catching_up() {
-                            let effects = machine.catch_up(CATCH_UP_SLICE_IDLE);
+                            // The inbox is empty: once nothing is held either, it is caught up.
+                            let effects = machine.catch_up(CATCH_UP_SLICE_IDLE, true);
                             self.carry(&mut machine, effects);
                         }
                         self.copy_step(&mut machine, false, &mut deferred);
@@ -786,11 +787,10 @@ impl Executor {
             }
             let woken = matches!(work, Work::CopyRoom);
             if !woken {
+                // A catching-up replica takes what waits in its inbox first (held, cheaply)
+                // and catches up once it is empty: a full inbox would hold up the node's
+                // reader, and with it the node's other partitions.
                 self.on_work(&mut machine, work, &mut deferred);
-                if machine.catching_up() {
-                    let effects = machine.catch_up(CATCH_UP_SLICE_BUSY);
-                    self.carry(&mut machine, effects);
-                }
                 self.retry_deferred(&mut machine, &mut deferred);
             }
             self.copy_step(&mut machine, !woken, &mut deferred);

@@ -10,7 +10,9 @@
 use engine::loader::{load_database_scaled, Scale};
 use engine::LeanDb;
 use node::error::RejoinError;
-use node::machine::{Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS};
+use node::machine::{
+    Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS,
+};
 use node::replica::{Emit, ReplicaRole, Store};
 use node::snapshot::{SnapshotInfo, SnapshotReceiver};
 use node::{Replica, TransferError};
@@ -106,7 +108,8 @@ fn a_rejoin_holds_batches_installs_the_copy_and_executes_them() {
     assert_eq!(m.refusal().as_deref(), Some("rejoining"), "tools are refused meanwhile");
 
     let mut src = source(4);
-    let done = m.on_fetched(2, fetched(&mut src));
+    let mut done = m.on_fetched(2, fetched(&mut src));
+    done.extend(m.catch_up(usize::MAX, true));
     let msgs = emitted(&done);
     let results: Vec<Seq> = msgs
         .iter()
@@ -164,9 +167,50 @@ fn a_damaged_copy_is_rejected_and_fetched_again() {
     assert!(damaged.to_string().contains("checksum"), "{damaged}");
     let retry = m.on_fetched(2, Err(RejoinError::Transfer(damaged)));
     assert!(matches!(&retry[..], [Effect::Fetch { retrying: Some(why), .. }] if why.contains("checksum")), "{retry:?}");
-    let done = m.on_fetched(2, fetched(&mut src));
+    let mut done = m.on_fetched(2, fetched(&mut src));
+    done.extend(m.catch_up(usize::MAX, true));
     assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 2, .. })));
     assert_eq!(m.replica_mut().unwrap().state_digest(), src.state_digest(), "the copy is the source's state");
+}
+
+/// docs/design.md §10, "Catching up under load": a replica whose copy is installed catches
+/// up a slice at a time, holding what keeps arriving, and reports `Rejoined` only once nothing
+/// is held and its carrier has nothing more for it.
+#[test]
+fn a_joiner_catches_up_in_slices_and_rejoins_only_when_nothing_waits() {
+    let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    for seq in 5..=12 {
+        m.on_coordinator(batch(seq));
+    }
+    let mut src = source(4);
+    let mut out = m.on_fetched(2, fetched(&mut src));
+    assert!(m.catching_up(), "eight batches held: more than the first slice");
+    assert_eq!(m.refusal().as_deref(), Some("rejoining"), "not serving while it catches up");
+    assert!(m.on_coordinator(batch(13)).is_empty(), "a batch arriving meanwhile is held");
+    out.extend(m.catch_up(3, true));
+    assert!(m.catching_up());
+    out.extend(m.catch_up(usize::MAX, false));
+    assert!(m.catching_up(), "the carrier still has messages for it");
+    assert!(!emitted(&out).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { .. })));
+    out.extend(m.catch_up(usize::MAX, true));
+    assert!(!m.catching_up());
+    let msgs = emitted(&out);
+    let results: Vec<Seq> = msgs
+        .iter()
+        .filter_map(|m| match m {
+            NodeToCoordinator::Results(r) => Some(r.seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, (5..=13).collect::<Vec<_>>(), "every batch once, in order");
+    assert!(matches!(msgs.last(), Some(NodeToCoordinator::Rejoined { partition: P, snapshot_seq: 4 })));
+    let ready = out.iter().find_map(|e| match e {
+        Effect::Ready { start: Began::Copy { held, .. }, .. } => Some(*held),
+        _ => None,
+    });
+    assert_eq!(ready, Some(9), "nine batches replayed");
+    assert_eq!(m.standing(), Standing::Serving);
 }
 
 /// A copy older than the plan's batch is not installed (it would miss batches sent to no one
@@ -197,7 +241,8 @@ fn a_copy_from_a_replaced_source_is_dropped() {
     assert!(m.on_fetched(1, fetched(&mut deposed)).is_empty(), "the old source's copy is not used");
     assert!(m.replica().is_none());
     let mut new_primary = source(4);
-    let done = m.on_fetched(2, fetched(&mut new_primary));
+    let mut done = m.on_fetched(2, fetched(&mut new_primary));
+    done.extend(m.catch_up(usize::MAX, true));
     assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 4, .. })));
     assert_eq!(m.replica().unwrap().role(), ReplicaRole::Backup, "a passive mode's rejoiner is a backup");
 }
@@ -256,6 +301,7 @@ fn a_newer_plan_than_the_installed_copy_starts_the_rejoin_over() {
     m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 3 });
     let mut old = source(2);
     m.on_fetched(1, fetched(&mut old));
+    m.catch_up(usize::MAX, true);
     assert_eq!(m.standing(), Standing::Serving);
     let over = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
     assert!(matches!(over[..], [Effect::Fetch { source: 2, after_seq: 8, .. }]), "{over:?}");
@@ -343,7 +389,8 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
         other => panic!("{other:?}"),
     };
     let (f, _) = FullStack::restart_on(Medium::Memory(backup_medium.clone()), 0, &restart).unwrap();
-    let done = m.on_recovered(Ok(f));
+    let mut done = m.on_recovered(Ok(f));
+    done.extend(m.catch_up(usize::MAX, true));
     assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 0, .. })));
     assert!(done.iter().any(|e| matches!(e, Effect::Ready { .. })));
     let backup = m.replica_mut().unwrap();

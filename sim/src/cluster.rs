@@ -26,10 +26,11 @@
 //!   failed (its process refuses a second connection from a live node): the node comes back
 //!   on a new link, empty, and asks to rejoin each partition; a rejoining replica holds the
 //!   batches the coordinator sends it, copies the named source's state once the source
-//!   executed up to the plan's point — a lean source copies while it executes on, a seeded
-//!   number of chunks at each step of time (`node::snapshot::CopySender`, sent and received,
-//!   every chunk checked and the end's digest verified, by `node::snapshot`), so the copy
-//!   races the batches the source executes meanwhile — then catches up on what it held and
+//!   executed up to the plan's point — a lean source copies its state at that moment while it
+//!   executes on, a seeded number of chunks at each step of time (`node::snapshot::CopySender`,
+//!   sent and received, every chunk checked and the end's digest verified, by
+//!   `node::snapshot`), so the copy races the batches the source executes meanwhile — then
+//!   catches up on what it held and
 //!   keeps receiving, a seeded slice at each step of time (`PartitionMachine::catch_up`), and
 //!   reports `Rejoined`; if the
 //!   source cannot serve the copy for `REJOIN_FETCH_ATTEMPTS × CONNECT_RETRY_MS`, or the
@@ -1245,7 +1246,7 @@ impl Sim {
             }
             *next_id += 1;
             // `None`: the source is being copied for another joiner; this one waits.
-            let sender = node::snapshot::CopySender::begin(db, *next_id, 1, f.partition, SIM_COPY_FRAME_BYTES)?;
+            let sender = node::snapshot::CopySender::begin(db, *next_id, 1, f.partition, seq, SIM_COPY_FRAME_BYTES)?;
             let receiver = node::snapshot::SnapshotReceiver::new(f.partition, format!("node {}", f.source));
             let c = InCopy { source: f.source, source_process, sender, receiver, db: engine::LeanDb::new() };
             copies.insert(f.id, c);
@@ -1256,13 +1257,7 @@ impl Sim {
             return refused("the source's state was replaced");
         }
         for _ in 0..steps {
-            let chunk = match c.sender.absorb(db, seq) {
-                Err(refusal) => refusal,
-                Ok(()) => match c.sender.next(db, seq, at_boundary) {
-                    node::snapshot::CopyNext::Chunk(chunk) => chunk,
-                    node::snapshot::CopyNext::Wait | node::snapshot::CopyNext::Over => return None,
-                },
-            };
+            let node::snapshot::CopyNext::Chunk(chunk) = c.sender.next(db) else { return None };
             match c.receiver.accept(chunk, &mut c.db) {
                 Ok(None) => {}
                 Ok(Some(info)) => {
@@ -1294,7 +1289,7 @@ impl Sim {
         for (node, partition) in catching {
             let slice = 1 + self.rng.below(node::machine::CATCH_UP_SLICE_IDLE as u64) as usize;
             let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
-            let effects = m.catch_up(slice);
+            let effects = m.catch_up(slice, true);
             self.perform_partition(node, partition, effects);
         }
     }

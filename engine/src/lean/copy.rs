@@ -1,79 +1,122 @@
 //! A copy of a partition taken while it executes on (docs/design.md §10, "Copying without
-//! stopping"): the executor calls [`LeanDb::copy_step`] between batches, each call copying at
-//! most a slice of rows, and runs its batches as usual in between. The copy is *fuzzy* — each
-//! row as it was when the scan reached it — and the changes committed since the copy began
-//! are recorded beside it as redo records ([`LeanDb::take_copy_redo`]). Installing the rows
-//! and then applying those changes ([`LeanDb::install_copy_rows`],
-//! [`LeanDb::apply_copy_redo`]) gives exactly the source's state at the batch where the copy
-//! ended.
+//! stopping"): a *copy-on-write snapshot* of the state at the moment the copy began (a batch
+//! boundary), streamed a slice at a time. The executor calls [`LeanDb::copy_step`] between
+//! batches, each call copying at most a slice of rows, and runs its batches as usual in
+//! between; the receiver installs the rows ([`LeanDb::install_copy_rows`]) and has the
+//! source's state at that batch, from which it executes the batches that followed.
 //!
-//! Why that holds, per row: a key's copied image is its state at some moment after the copy
-//! began; the changes recorded from the beginning, applied in order on top, end in its final
-//! state, because a whole-row change (insert, overwrite, delete) sets the row whatever came
-//! before, and a patch (an update of the row's updatable prefix) of a row the copy lacks can
-//! only come before a whole-row change of it (a row present at the patch and never deleted
-//! after is present in every later state, so the copy holds it). HISTORY, the one heap table,
-//! is copied only up to the rows it held when the copy began; every row appended after is a
-//! recorded change, so the receiver appends the same rows in the same order.
+//! How the copy stays at its moment: the first time a transaction commits a change to a row
+//! the scan has not passed yet (or, in a hash table, to any row of a table whose scan is not
+//! finished), the row's image from before that transaction — or the fact that it did not
+//! exist — is kept aside; the scan sends the kept image instead of the row's current one (or
+//! nothing, for a row that did not exist), and at the end of each table's pass it sends the
+//! kept images of rows deleted since (those it did not already send). HISTORY, the one heap
+//! table, only grows: its rows up to the copy's beginning are copied, the later ones are not.
+//! Unlike a fuzzy copy, nothing of what happened after the beginning is sent: the joiner gets
+//! those transactions as the batches it holds, about a tenth of the bytes of their changes.
 //!
 //! The scan visits tables in [`TableId::ALL`] order: an ordered table by key (resuming after
-//! the last key copied), a hash table by slot. An insert or a delete moves keys between slots,
-//! so a hash table whose slots changed under its scan is scanned again from the start (its
-//! rows sent again replace the ones sent before); past [`COPY_HASH_RESCANS_MAX`] rescans the
-//! rest of that table is copied in one step. TPC-C's hash tables never change size after the
-//! load, so under TPC-C no rescan ever happens.
+//! the last key copied), a hash table by row id in its pool (allocation order, the order a
+//! load inserts rows in: copied in slot order, they would cluster in the receiver's smaller,
+//! growing table). An insert or a delete can reuse a released id, so a hash table whose rows
+//! came or went under its scan is scanned again from the start (the receiver lets the rows
+//! sent again replace the ones sent before); past [`COPY_HASH_RESCANS_MAX`] rescans the rest
+//! of that table is copied in one step. TPC-C's hash tables never change size after the load,
+//! so under TPC-C no rescan ever happens.
 //!
-//! The digest: the copy also computes the source's state digest at its end without a second
-//! scan. Each table's accumulator ([`TableDigest`], a sum of row hashes) sums the rows as
-//! copied, and every change committed to a row the scan already passed corrects it (the row's
-//! hash before the transaction out, after it in). Rows the scan has not reached need no
-//! correction: the scan reads them as they are. The receiver recomputes the digest of what it
-//! installed and refuses a copy whose digest differs: that checks the transfer and this
-//! construction together, on every copy.
+//! The digest: each table's accumulator ([`TableDigest`], a sum of row hashes) sums the rows
+//! as sent, so the end carries the digest of the state at the beginning without a second
+//! scan; the receiver recomputes the digest of what it installed and refuses a copy whose
+//! digest differs — a check of the transfer and of this construction, on every copy.
+//!
+//! Cost to the source while a copy runs: one lookup in the kept rows for each row a
+//! transaction changes, and the kept images (bounded: past [`COPY_KEPT_BYTES_MAX`] the copy
+//! gives up, [`LeanDb::copy_over_budget`]).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::digest::{digest_of, Digest, TableDigest};
-use crate::lean::{LeanDb, UndoOp, UndoRecord, EMPTY};
-use crate::redo::RedoBatch;
+use crate::lean::{LeanDb, UndoOp, UndoRecord};
 use crate::schema::{t, Organisation, Table, TableId};
 use crate::StorageError;
 
 /// Rescans of one hash table a copy makes before it copies the rest of that table at once.
 pub const COPY_HASH_RESCANS_MAX: u32 = 3;
+/// Bytes of row images a copy keeps aside before it gives up.
+pub const COPY_KEPT_BYTES_MAX: usize = 1 << 30;
 
 /// What one [`LeanDb::copy_step`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyStep {
     /// `rows` rows of `table` were appended to the output.
     Rows { table: TableId, rows: u32 },
-    /// Every table has been scanned: the copy can end ([`LeanDb::finish_copy`]).
+    /// Every table has been sent: the copy can end ([`LeanDb::finish_copy`]).
     Done,
 }
 
 /// Where a copy stands, for progress reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CopyProgress {
-    /// Tables fully scanned, of nine.
+    /// Tables fully sent, of nine.
     pub tables_done: usize,
     /// Rows copied so far (rescans included).
     pub rows: u64,
     /// Bytes of rows copied so far.
     pub bytes: u64,
-    /// Hash tables scanned again because their slots changed under the scan.
+    /// Hash tables scanned again because rows came or went under the scan.
     pub rescans: u32,
-    /// Transactions whose changes were recorded for the copy.
-    pub txns_recorded: u64,
+    /// Rows whose image at the beginning was kept aside, and the bytes kept.
+    pub kept_rows: u64,
+    pub kept_bytes: u64,
 }
 
 /// The scan's position in the table it is at.
 #[derive(Debug, Clone, Copy)]
 enum Position {
-    /// Hash table: the next slot; `layout` is the table's layout counter when its scan began.
-    Hash { slot: usize, layout: u64, rescans: u32 },
+    /// Hash table: the next row id of its pool; `layout` is the table's layout counter when
+    /// its pass began.
+    Hash { id: u32, layout: u64, rescans: u32 },
     /// Ordered table: the next key to copy (`None`: past the largest key).
     Ordered { next: Option<u64> },
     /// Heap table: the next row id, and the rows it held when the copy began.
     Heap { id: u32, end: u32 },
+    /// The table's pass is over: the kept images of rows deleted since go out.
+    Flush,
 }
+
+/// A row's image at the copy's beginning, kept aside: where in [`CopyState::kept_bytes`]
+/// (`None`: the row did not exist), and whether the current pass sent it.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    at: Option<u32>,
+    sent: bool,
+}
+
+/// A multiplicative hasher for the kept rows' (table, key) pairs: keys are packed integers,
+/// and SipHash would cost more than the lookup (no iteration order of this map reaches the
+/// stream: the flush sorts).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, b: u8) {
+        self.write_u64(u64::from(b));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type KeptMap = HashMap<(u8, u64), Kept, BuildHasherDefault<KeyHasher>>;
 
 /// A copy in progress (held by the [`LeanDb`] it copies).
 #[derive(Debug)]
@@ -83,17 +126,24 @@ pub(crate) struct CopyState {
     /// Index in [`TableId::ALL`] of the table being scanned (9: all done).
     table: usize,
     pos: Position,
-    /// HISTORY's rows when the copy began: the scan copies those, the changes the rest.
+    /// HISTORY's rows when the copy began.
     heap_end: u32,
     sums: [TableDigest; 9],
-    redo: RedoBatch,
+    kept: KeptMap,
+    kept_bytes: Vec<u8>,
     progress: CopyProgress,
 }
 
+impl std::fmt::Debug for KeyHasher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyHasher")
+    }
+}
+
 impl LeanDb {
-    /// Begins a copy of this database as it executes on, named `id` by the copier
+    /// Begins a copy of this database's state now, named `id` by the copier
     /// ([`LeanDb::copy_id`]); `false` (and nothing changes) when one is already being taken.
-    /// Call between transactions.
+    /// Call between transactions (the copy is of the state between them).
     pub fn begin_copy(&mut self, id: u64) -> bool {
         if self.copy.is_some() {
             return false;
@@ -103,10 +153,11 @@ impl LeanDb {
         let mut state = CopyState {
             id,
             table: 0,
-            pos: Position::Heap { id: 0, end: 0 },
+            pos: Position::Flush,
             heap_end,
             sums: [TableDigest::default(); 9],
-            redo: RedoBatch::default(),
+            kept: KeptMap::default(),
+            kept_bytes: Vec::new(),
             progress: CopyProgress::default(),
         };
         state.pos = self.start_position(0, heap_end);
@@ -129,8 +180,15 @@ impl LeanDb {
         self.copy.as_ref().map(|c| c.progress)
     }
 
+    /// Whether the copy under way keeps more than [`COPY_KEPT_BYTES_MAX`] bytes of images
+    /// aside (its copier should give it up: [`LeanDb::abort_copy`]).
+    pub fn copy_over_budget(&self) -> bool {
+        self.copy.as_ref().is_some_and(|c| c.kept_bytes.len() > COPY_KEPT_BYTES_MAX)
+    }
+
     /// Copies the next rows — at most `bytes_max` bytes of them, at least one row — of one
-    /// table into `out` (their Pod bytes, back to back). Call between transactions.
+    /// table into `out` (their Pod bytes, back to back), as they were when the copy began.
+    /// Call between transactions.
     ///
     /// # Panics
     /// Without a copy under way.
@@ -163,20 +221,8 @@ impl LeanDb {
         }
     }
 
-    /// The changes committed since the last call (since the copy began, the first time),
-    /// sealed; empty when none or no copy is under way.
-    pub fn take_copy_redo(&mut self) -> RedoBatch {
-        let mut batch = match &mut self.copy {
-            Some(c) => std::mem::take(&mut c.redo),
-            None => RedoBatch::default(),
-        };
-        batch.seal();
-        batch
-    }
-
-    /// Ends the copy once every table is scanned: the state digest of this database now,
-    /// computed from the copy's sums (no scan). The changes not yet taken are dropped: take
-    /// them first ([`LeanDb::take_copy_redo`]).
+    /// Ends the copy once every table is sent: the state digest of this database when the
+    /// copy began, from the sums of what was sent (no scan).
     ///
     /// # Panics
     /// Without a copy under way, or before [`CopyStep::Done`].
@@ -226,12 +272,13 @@ impl LeanDb {
         Ok(())
     }
 
-    /// Where the scan of table `table` (index in [`TableId::ALL`]) starts.
+    /// Where the pass over table `table` (index in [`TableId::ALL`]) starts.
     fn start_position(&mut self, table: usize, heap_end: u32) -> Position {
         match TableId::ALL.get(table).map(|id| (*id, id.organisation())) {
-            Some((id, Organisation::Hash)) => Position::Hash { slot: 0, layout: self.hash_layout(id), rescans: 0 },
+            Some((id, Organisation::Hash)) => Position::Hash { id: 0, layout: self.hash_layout(id), rescans: 0 },
             Some((_, Organisation::Ordered)) => Position::Ordered { next: Some(0) },
-            Some((_, Organisation::Heap)) | None => Position::Heap { id: 0, end: heap_end },
+            Some((_, Organisation::Heap)) => Position::Heap { id: 0, end: heap_end },
+            None => Position::Flush,
         }
     }
 
@@ -246,37 +293,37 @@ impl LeanDb {
         }
     }
 
-    /// One step of the scan of `T`: (rows copied, whether the table is done).
+    /// One step of the pass over `T`: (rows copied, whether the table is done).
     fn scan_step<T: Table>(&mut self, bytes_max: usize, out: &mut Vec<u8>) -> (u32, bool) {
         let size = std::mem::size_of::<T::Row>();
-        let room = |out: &Vec<u8>, rows: u32| rows == 0 || out.len() + size <= bytes_max;
         let mut c = self.copy.take().expect("a copy is under way");
-        let mut sum = c.sums[T::ID as usize];
-        let mut rows = 0u32;
+        let mut emit = Emitter { out, bytes_max, size, rows: 0, sum: c.sums[T::ID as usize] };
         let finished = match c.pos {
-            Position::Hash { mut slot, layout, mut rescans } => {
+            Position::Hash { mut id, layout, mut rescans } => {
                 let store = self.hash::<T>();
                 if store.layout != layout {
-                    // Keys moved between slots under the scan: start the table again.
+                    // Rows came or went under the scan (a released id may now hold another
+                    // key): the pass starts again.
                     rescans += 1;
                     c.progress.rescans += 1;
-                    slot = 0;
-                    sum = TableDigest::default();
+                    id = 0;
+                    emit.sum = TableDigest::default();
+                    c.kept.iter_mut().filter(|(k, _)| k.0 == T::ID as u8).for_each(|(_, v)| v.sent = false);
                 }
                 let unbounded = rescans > COPY_HASH_RESCANS_MAX;
-                while slot < store.slots.len() && (unbounded || room(out, rows)) {
-                    let s = store.slots[slot];
-                    slot += 1;
-                    if s.row == EMPTY {
-                        continue;
+                let end = store.rows.allocated();
+                while id < end && (unbounded || emit.room()) {
+                    let row = store.rows.get(id);
+                    let key = T::key(row);
+                    // A released id holds garbage: live rows are those their key finds.
+                    if store.find(key) == Some(id) {
+                        emit.row_as_it_was::<T>(&mut c, key, row);
                     }
-                    let row = store.rows.get(s.row);
-                    out.extend_from_slice(bytemuck::bytes_of(row));
-                    sum.add::<T>(row);
-                    rows += 1;
+                    id += 1;
                 }
-                c.pos = Position::Hash { slot, layout: store.layout, rescans };
-                slot >= store.slots.len()
+                let done = id >= end;
+                c.pos = if done { Position::Flush } else { Position::Hash { id, layout: store.layout, rescans } };
+                false
             }
             Position::Ordered { next } => {
                 let store = self.ordered::<T>();
@@ -285,14 +332,11 @@ impl LeanDb {
                 if let Some(from) = next {
                     let pool = &store.rows;
                     store.index.range(&from, &u64::MAX, true, &mut |&k, &i| {
-                        if !room(out, rows) {
+                        if !emit.room() {
                             stopped = true;
                             return false;
                         }
-                        let row = pool.get(i);
-                        out.extend_from_slice(bytemuck::bytes_of(row));
-                        sum.add::<T>(row);
-                        rows += 1;
+                        emit.row_as_it_was::<T>(&mut c, k, pool.get(i));
                         last = Some(k);
                         true
                     });
@@ -301,107 +345,104 @@ impl LeanDb {
                     Some(k) => k.checked_add(1),
                     None => next,
                 };
-                c.pos = Position::Ordered { next: if stopped { next } else { None } };
-                !stopped
+                c.pos = if stopped { Position::Ordered { next } } else { Position::Flush };
+                false
             }
             Position::Heap { mut id, end } => {
                 let pool = &self.heap::<T>().rows;
-                while id < end && room(out, rows) {
-                    let row = pool.get(id);
-                    out.extend_from_slice(bytemuck::bytes_of(row));
-                    sum.add::<T>(row);
-                    rows += 1;
+                while id < end && emit.room() {
+                    emit.row::<T>(pool.get(id));
                     id += 1;
                 }
                 c.pos = Position::Heap { id, end };
                 id >= end
             }
+            Position::Flush => self.flush_kept::<T>(&mut c, &mut emit),
         };
-        c.sums[T::ID as usize] = sum;
-        c.progress.rows += u64::from(rows);
-        c.progress.bytes += u64::from(rows) * size as u64;
+        c.sums[T::ID as usize] = emit.sum;
+        c.progress.rows += u64::from(emit.rows);
+        c.progress.bytes += u64::from(emit.rows) * size as u64;
+        let rows = emit.rows;
         self.copy = Some(c);
         (rows, finished)
     }
 
-    /// Records, for the copy under way, the transaction the undo buffer holds (it committed):
-    /// its redo records, and the digest corrections of the rows the scan already passed.
+    /// The end of a keyed table's pass: the kept images of its rows not sent by the pass (rows
+    /// deleted since the copy began), in key order, as room allows; `true` once all are out.
+    fn flush_kept<T: Table>(&mut self, c: &mut CopyState, emit: &mut Emitter<'_>) -> bool {
+        let mut due: Vec<(u64, u32)> = c
+            .kept
+            .iter()
+            .filter(|(k, v)| k.0 == T::ID as u8 && !v.sent && v.at.is_some())
+            .map(|(k, v)| (k.1, v.at.expect("filtered")))
+            .collect();
+        due.sort_unstable();
+        let size = std::mem::size_of::<T::Row>();
+        for (key, at) in due {
+            if !emit.room() {
+                return false;
+            }
+            let row: T::Row = bytemuck::pod_read_unaligned(&c.kept_bytes[at as usize..at as usize + size]);
+            emit.row::<T>(&row);
+            c.kept.get_mut(&(T::ID as u8, key)).expect("listed above").sent = true;
+        }
+        true
+    }
+
+    /// Keeps aside, for the copy under way, the image from before the committing transaction
+    /// (the undo buffer holds it) of every row it changed that the copy has yet to send.
     pub(crate) fn copy_capture(&mut self) {
         let mut c = self.copy.take().expect("a copy is under way");
-        self.redo_of_txn(&mut c.redo);
-        c.progress.txns_recorded += 1;
         let records = std::mem::take(&mut self.undo.records);
-        let mut seen: Vec<(TableId, u64)> = Vec::with_capacity(records.len());
-        let mut appended = 0u32;
         for rec in &records {
             if rec.table == TableId::History {
-                appended += (rec.op == UndoOp::Inserted) as u32;
                 continue;
             }
-            if seen.contains(&(rec.table, rec.key)) {
+            let k = (rec.table as u8, rec.key);
+            if c.kept.contains_key(&k) || !self.unsent(&c, rec.table, rec.key) {
                 continue;
             }
-            seen.push((rec.table, rec.key));
             let of_key = || records.iter().filter(|r| (r.table, r.key) == (rec.table, rec.key));
             match rec.table {
-                TableId::Warehouse => self.correct::<t::Warehouses>(&mut c, rec.key, of_key()),
-                TableId::District => self.correct::<t::Districts>(&mut c, rec.key, of_key()),
-                TableId::Customer => self.correct::<t::Customers>(&mut c, rec.key, of_key()),
-                TableId::History => unreachable!("heap rows are counted as appended"),
-                TableId::Orders => self.correct::<t::Orders>(&mut c, rec.key, of_key()),
-                TableId::NewOrder => self.correct::<t::NewOrders>(&mut c, rec.key, of_key()),
-                TableId::OrderLine => self.correct::<t::OrderLines>(&mut c, rec.key, of_key()),
-                TableId::Item => self.correct::<t::Items>(&mut c, rec.key, of_key()),
-                TableId::Stock => self.correct::<t::Stocks>(&mut c, rec.key, of_key()),
+                TableId::Warehouse => self.keep::<t::Warehouses>(&mut c, rec.key, of_key()),
+                TableId::District => self.keep::<t::Districts>(&mut c, rec.key, of_key()),
+                TableId::Customer => self.keep::<t::Customers>(&mut c, rec.key, of_key()),
+                TableId::History => unreachable!("skipped above"),
+                TableId::Orders => self.keep::<t::Orders>(&mut c, rec.key, of_key()),
+                TableId::NewOrder => self.keep::<t::NewOrders>(&mut c, rec.key, of_key()),
+                TableId::OrderLine => self.keep::<t::OrderLines>(&mut c, rec.key, of_key()),
+                TableId::Item => self.keep::<t::Items>(&mut c, rec.key, of_key()),
+                TableId::Stock => self.keep::<t::Stocks>(&mut c, rec.key, of_key()),
             }
-        }
-        // HISTORY rows appended after the copy began are never scanned: always counted here.
-        let heap = &self.history.rows;
-        let sum = &mut c.sums[TableId::History as usize];
-        for id in heap.allocated() - appended..heap.allocated() {
-            sum.add::<t::Histories>(heap.get(id));
         }
         self.undo.records = records;
         self.copy = Some(c);
     }
 
-    /// Whether the scan already passed key `key` of `T` (so a change to it must correct the
-    /// sums); `None` when the table's slots changed under its scan (it will be rescanned).
-    fn scanned<T: Table>(&mut self, c: &CopyState, key: u64) -> Option<bool> {
-        let at = T::ID as usize;
-        if at < c.table {
-            return Some(true);
-        }
-        if at > c.table {
-            return Some(false);
+    /// Whether the copy has yet to send `key` of `table`: its table's pass is not over and,
+    /// in an ordered table, the scan has not passed the key (a hash table's rows may be sent
+    /// again by a rescan: every row of one whose pass is not over counts).
+    fn unsent(&self, c: &CopyState, table: TableId, key: u64) -> bool {
+        let at = table as usize;
+        if at != c.table {
+            return at > c.table;
         }
         match c.pos {
-            Position::Hash { slot, layout, .. } => {
-                let store = self.hash::<T>();
-                if store.layout != layout {
-                    return None;
-                }
-                Some(store.find_slot(key).is_ok_and(|i| i < slot))
-            }
-            Position::Ordered { next } => Some(next.is_none_or(|n| key < n)),
-            Position::Heap { .. } => Some(false),
+            Position::Ordered { next } => next.is_some_and(|n| key >= n),
+            Position::Hash { .. } => true,
+            Position::Heap { .. } | Position::Flush => false,
         }
     }
 
-    /// Corrects `T`'s sum for one key the transaction changed, if the scan passed it: the
-    /// row before the transaction (rebuilt from the undo records `of_key`, newest undone
-    /// first) out, the row now in.
-    fn correct<'r, T: Table>(
+    /// Keeps `key`'s image from before the transaction (rebuilt from its undo records
+    /// `of_key`, newest undone first; `None` if it did not exist).
+    fn keep<'r, T: Table>(
         &mut self,
         c: &mut CopyState,
         key: u64,
         of_key: impl DoubleEndedIterator<Item = &'r UndoRecord>,
     ) {
-        if self.scanned::<T>(c, key) != Some(true) {
-            return;
-        }
-        let after: Option<T::Row> = self.raw_row_mut::<T>(key).map(|r| *r);
-        let mut before = after;
+        let mut before: Option<T::Row> = self.raw_row_mut::<T>(key).map(|r| *r);
         let images = &self.undo.images;
         let size = std::mem::size_of::<T::Row>();
         for rec in of_key.rev() {
@@ -418,12 +459,59 @@ impl LeanDb {
                 }
             }
         }
-        let sum = &mut c.sums[T::ID as usize];
-        if let Some(b) = &before {
-            sum.remove::<T>(b);
-        }
-        if let Some(a) = &after {
-            sum.add::<T>(a);
+        let at = before.map(|row| {
+            let at = u32::try_from(c.kept_bytes.len()).unwrap_or(u32::MAX);
+            c.kept_bytes.extend_from_slice(bytemuck::bytes_of(&row));
+            at
+        });
+        // A hash table's pass may have sent the row already, as it was then (its first change
+        // is this one): the pass must not send it again. (A rescan starts every row over.)
+        let sent = match c.pos {
+            Position::Hash { id: cursor, .. } if T::ID as usize == c.table => {
+                self.hash::<T>().find(key).is_some_and(|id| id < cursor)
+            }
+            _ => false,
+        };
+        c.progress.kept_rows += 1;
+        c.progress.kept_bytes = c.kept_bytes.len() as u64;
+        c.kept.insert((T::ID as u8, key), Kept { at, sent });
+    }
+}
+
+/// Appends rows to a step's output, within its budget, summing their hashes.
+struct Emitter<'a> {
+    out: &'a mut Vec<u8>,
+    bytes_max: usize,
+    size: usize,
+    rows: u32,
+    sum: TableDigest,
+}
+
+impl Emitter<'_> {
+    /// Whether another row fits (the first always does).
+    fn room(&self) -> bool {
+        self.rows == 0 || self.out.len() + self.size <= self.bytes_max
+    }
+
+    fn row<T: Table>(&mut self, row: &T::Row) {
+        self.out.extend_from_slice(bytemuck::bytes_of(row));
+        self.sum.add::<T>(row);
+        self.rows += 1;
+    }
+
+    /// `row` (of `key`), or its image kept from the copy's beginning, or nothing if it did
+    /// not exist then.
+    fn row_as_it_was<T: Table>(&mut self, c: &mut CopyState, key: u64, row: &T::Row) {
+        match c.kept.get_mut(&(T::ID as u8, key)) {
+            None => self.row::<T>(row),
+            Some(kept) => {
+                kept.sent = true;
+                if let Some(at) = kept.at {
+                    let size = self.size;
+                    let old: T::Row = bytemuck::pod_read_unaligned(&c.kept_bytes[at as usize..at as usize + size]);
+                    self.row::<T>(&old);
+                }
+            }
         }
     }
 }

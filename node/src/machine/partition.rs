@@ -171,7 +171,8 @@ impl<R> Default for Rejoin<R> {
 /// [`PartitionMachine::catch_up`] call while its inbox is empty: between two looks at the
 /// inbox, a few milliseconds of work.
 pub const CATCH_UP_SLICE_IDLE: usize = 32;
-/// The same after each message it received: more than one, so that it gains on the stream.
+/// What a replica catches up on at once when its starting state is installed (the rest, a
+/// slice at a time while its inbox is empty).
 pub const CATCH_UP_SLICE_BUSY: usize = 4;
 
 /// A rejoin whose starting state is installed, executing (or applying) what it held and what
@@ -716,14 +717,16 @@ impl<R> PartitionMachine<R> {
             start_digest,
             replayed: 0,
         }));
-        self.catch_up(CATCH_UP_SLICE_BUSY)
+        self.catch_up(CATCH_UP_SLICE_BUSY, false)
     }
 
     /// Executes or applies at most `max` of what a catching-up replica holds, in arrival
-    /// order (the coordinator's messages, then the shipments); once nothing is left, the
-    /// replica serves and `Rejoined` goes to the coordinator. Nothing to do when not catching
-    /// up.
-    pub fn catch_up(&mut self, max: usize) -> Vec<Effect<R>>
+    /// order (the coordinator's messages, then the shipments); once nothing is left and
+    /// `caught_up` — the carrier has nothing more for it either (its inbox is empty: batches
+    /// still queued there would make the coordinator wait for this replica the moment it
+    /// counts) — the replica serves and `Rejoined` goes to the coordinator. Nothing to do when
+    /// not catching up.
+    pub fn catch_up(&mut self, max: usize, caught_up: bool) -> Vec<Effect<R>>
     where
         R: Clone,
     {
@@ -754,7 +757,7 @@ impl<R> PartitionMachine<R> {
                 break;
             }
         }
-        if !c.stream.is_empty() || !c.shipments.is_empty() {
+        if !c.stream.is_empty() || !c.shipments.is_empty() || !caught_up {
             return out;
         }
         let State::CatchingUp(c) = std::mem::replace(&mut self.state, State::Failed("caught up".into())) else {

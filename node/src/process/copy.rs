@@ -8,8 +8,8 @@
 //! Guarantees:
 //! - the executor never blocks on the receiver: at most [`COPY_CHUNKS_AHEAD`] chunks wait for
 //!   the forwarder, past that the copy pauses until the forwarder makes room (it wakes the
-//!   executor) — and the changes committed meanwhile wait in the [`CopySender`], bounded by
-//!   `snapshot::COPY_PENDING_BYTES_MAX`, past which the copy is refused;
+//!   executor) — and the images the copy keeps of rows changed under it grow meanwhile,
+//!   bounded by `engine::lean::COPY_KEPT_BYTES_MAX`, past which the copy is refused;
 //! - a receiver that reads nothing for [`COPY_RECEIVER_PATIENCE`] ends the copy (the forwarder
 //!   stops, the executor drops the copy at its next step);
 //! - a replica replaced (a rejoin), stopped or gone ends the copy with a refusal, never a
@@ -36,8 +36,8 @@ pub const COPY_RECEIVER_PATIENCE: Duration = snapshot::SNAPSHOT_CHUNK_TIMEOUT;
 pub enum Step {
     /// A chunk went out (or the copy's share of the executor is used up for now).
     Stepped,
-    /// Nothing can move until the forwarder makes room or the batch under way ends: the
-    /// executor may block on its inbox (it is woken).
+    /// Nothing can move until the forwarder makes room: the executor may block on its inbox
+    /// (it is woken).
     Blocked,
     /// The copy is over: sent whole, refused, or its receiver is gone.
     Over,
@@ -89,7 +89,7 @@ impl CopyTask {
         let Store::Lean(db) = replica.store_mut() else { return None };
         static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let copy_id = COPIES.fetch_add(1, Ordering::Relaxed);
-        let sender = CopySender::begin(db, copy_id, request_id, partition, frame_bytes_max)?;
+        let sender = CopySender::begin(db, copy_id, request_id, partition, begun_seq, frame_bytes_max)?;
         let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
         let room = Arc::new(AtomicBool::new(false));
         let forwarder_room = room.clone();
@@ -145,17 +145,9 @@ impl CopyTask {
             let why = format!("stopped: {reason}");
             return self.refuse(None, &why);
         }
-        let seq = replica.applied_seq();
-        let at_boundary = replica.parked_at().is_none();
         let Store::Lean(db) = replica.store_mut() else { return self.refuse(None, "the replica changed") };
         if !self.sender.is_copying(db) {
             return self.refuse(None, "the replica's state was replaced");
-        }
-        if let Err(refusal) = self.sender.absorb(db, seq) {
-            self.blocked = None;
-            warn!(partition = self.partition, requester = %self.requester, "copy refused: its receiver does not keep up");
-            let _ = self.out.try_send(refusal);
-            return Step::Over;
         }
         if let Some(chunk) = self.blocked.take() {
             match self.send(chunk, db) {
@@ -166,32 +158,23 @@ impl CopyTask {
         if under_load && self.busy.as_secs_f64() > self.share * self.started.elapsed().as_secs_f64() {
             return Step::Stepped;
         }
-        loop {
-            let t0 = Instant::now();
-            let next = self.sender.next(db, seq, at_boundary);
-            self.busy += t0.elapsed();
-            let step = match next {
-                CopyNext::Chunk(chunk) => self.send(chunk, db),
-                CopyNext::Wait => Step::Blocked,
-                CopyNext::Over => Step::Over,
-            };
-            // Once the scan is done, what is left (the changes queued, then the end) goes out
-            // at once, before another batch makes more changes.
-            if step != Step::Stepped || !self.sender.scan_done() {
-                return step;
-            }
+        let t0 = Instant::now();
+        let next = self.sender.next(db);
+        self.busy += t0.elapsed();
+        match next {
+            CopyNext::Chunk(chunk) => self.send(chunk, db),
+            CopyNext::Over => Step::Over,
         }
     }
 
     /// Hands `chunk` to the forwarder: `Over` once the end went out or the receiver is gone.
     fn send(&mut self, chunk: SnapshotChunk, db: &mut engine::LeanDb) -> Step {
         let end = chunk.end.is_some();
-        let seq = chunk.seq;
         let mut chunk = chunk;
         for attempt in 0..2 {
             match self.out.try_send(chunk) {
                 Ok(()) if end => {
-                    self.finished(seq);
+                    self.finished();
                     return Step::Over;
                 }
                 Ok(()) => return Step::Stepped,
@@ -226,19 +209,17 @@ impl CopyTask {
         Step::Over
     }
 
-    fn finished(&self, seq: Seq) {
-        let (rows, bytes, changes) = self.sender.sent();
+    fn finished(&self) {
+        let (rows, bytes) = self.sender.sent();
         let mib = bytes as f64 / (1 << 20) as f64;
         let seconds = self.started.elapsed().as_secs_f64();
         let busy = self.busy.as_secs_f64();
         info!(
             partition = self.partition,
             requester = %self.requester,
-            from_seq = self.begun_seq,
-            seq,
+            seq = self.begun_seq,
             rows,
             mib,
-            changes_mib = changes as f64 / (1 << 20) as f64,
             seconds,
             mib_per_s = if seconds > 0.0 { mib / seconds } else { 0.0 },
             executor_seconds = busy,
