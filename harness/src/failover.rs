@@ -179,10 +179,32 @@ pub struct FailoverReport {
     /// Of `committed`, transactions that spanned partitions (issue 7).
     pub committed_multi_partition: u64,
     pub seconds: f64,
+    /// `--then-kill`: when the second node was killed (seconds from the run's start), once
+    /// the first was live again.
+    pub then_killed_at_s: Option<f64>,
+    /// A node restarted that rejoined by copying: what its rejoin cost the survivors
+    /// (docs/design.md §10, "Copying without stopping" and "Catching up under load").
+    pub rejoin: Option<RejoinFigures>,
     pub timeline: Vec<TimelinePoint>,
 }
 
-/// One kill of a kill loop.
+/// What a rejoin under load cost, from the per-commit measurement and the coordinators' log.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RejoinFigures {
+    /// Whether the node was live again before the measured phase ended (the load still ran).
+    pub live_under_load: bool,
+    /// Per partition (cluster.toml order): the longest stretch with no commit from the restart
+    /// until the node was live again (or the measured phase's end), ms; 0 when none reached
+    /// the measurement's smallest gap.
+    pub longest_gap_ms: Vec<f64>,
+    /// Per partition: the batches the joiner executed after its copy (`then N batches sent
+    /// after it`, from the coordinators' log), if it rejoined.
+    pub replayed_batches: Vec<Option<u64>>,
+    /// Mean commits per second from the restart until live (or the end), and the share of the
+    /// rate before the kill given up meanwhile, percent.
+    pub txn_per_sec_during: f64,
+    pub given_up_pct: f64,
+}
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LoopKill {
     pub node: u16,
@@ -378,6 +400,34 @@ impl std::fmt::Display for FailoverReport {
             "  throughput           {:.0} txn/s before, {:.0} txn/s in the worst 100 ms after",
             self.txn_per_sec_before, self.txn_per_sec_lowest_after
         )?;
+        if let Some(t) = self.then_killed_at_s {
+            writeln!(
+                f,
+                "  then                 the other replica's node SIGKILL at {t:.1} s, once the first was live again"
+            )?;
+        }
+        if let Some(r) = &self.rejoin {
+            let gaps: Vec<String> = r.longest_gap_ms.iter().map(|g| format!("{g:.0} ms")).collect();
+            let replayed: Vec<String> =
+                r.replayed_batches.iter().map(|b| b.map_or("—".to_string(), |b| b.to_string())).collect();
+            writeln!(
+                f,
+                "  rejoin               {}; longest stretch without a commit per partition [{}]",
+                if r.live_under_load {
+                    "live again while the load ran"
+                } else {
+                    "NOT live again before the load ended"
+                },
+                gaps.join(", ")
+            )?;
+            writeln!(
+                f,
+                "                       {:.0} txn/s meanwhile ({:.0}% given up); batches replayed per partition [{}]",
+                r.txn_per_sec_during,
+                r.given_up_pct,
+                replayed.join(", ")
+            )?;
+        }
         writeln!(f, "  committed            {} ({} multi-partition)", self.committed, self.committed_multi_partition)?;
         write!(f, "{}", self.checks)
     }

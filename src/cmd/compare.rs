@@ -435,6 +435,7 @@ fn failover_run(
         signal: libc::SIGKILL,
         at: a.duration / 3.0,
         restart_after: None,
+        then_kill: None,
         cfg: DriverConfig { outages: true, ..cfg.clone() },
         shares,
         quiet: a.quiet,

@@ -93,6 +93,11 @@ pub struct FailoverArgs {
     /// recovers, and catches up from the primary's log as its backup.
     #[arg(long)]
     pub restart_after: Option<f64>,
+    /// Once the restarted node is live again (it rejoined), SIGKILL this node too — the other
+    /// replica of its partitions — and run on: everything acknowledged must be in what the
+    /// rejoined node copied and caught up on (docs/design.md §10). Needs --restart-after.
+    #[arg(long, value_name = "NODE", requires = "restart_after")]
+    pub then_kill: Option<u16>,
     /// Length of the measured phase in seconds (the kill and the recovery happen inside it).
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -236,6 +241,7 @@ fn failover(
         signal,
         at: a.at,
         restart_after: a.restart_after,
+        then_kill: a.then_kill,
         cfg,
         shares,
         quiet: a.quiet,

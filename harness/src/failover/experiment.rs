@@ -195,6 +195,9 @@ pub struct Experiment {
     /// Seconds into the measured phase.
     pub at: f64,
     pub restart_after: Option<f64>,
+    /// Once the restarted node is live again, SIGKILL this node too (`--then-kill`): what the
+    /// rejoined node copied and caught up must hold everything acknowledged.
+    pub then_kill: Option<NodeId>,
     pub cfg: DriverConfig,
     /// Remote and multi-partition shares of the workload.
     pub shares: RemoteShares,
@@ -212,6 +215,8 @@ struct Events {
     elected: Option<Instant>,
     restarted: Option<Instant>,
     recovered: Option<Instant>,
+    /// The second kill (`Experiment::then_kill`), once the first victim was live again.
+    then_killed: Option<Instant>,
     error: Option<String>,
 }
 
@@ -223,6 +228,7 @@ struct Killer {
     path: PathBuf,
     exe: PathBuf,
     victim: NodeId,
+    then_kill: Option<NodeId>,
     run_end: Instant,
 }
 
@@ -386,7 +392,22 @@ impl Killer {
                 Err(e) => ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e))),
             }
         }
+        if let (Some(second), Some(_)) = (self.then_kill, ev.recovered) {
+            match self.pid_of(second) {
+                Some(pid) => {
+                    crate::cluster::signal(pid, libc::SIGKILL);
+                    ev.then_killed = Some(Instant::now());
+                }
+                None => ev.error = Some(format!("node {second} runs no process here to kill")),
+            }
+        }
         ev
+    }
+
+    /// The pid node `node`'s process wrote.
+    fn pid_of(&self, node: NodeId) -> Option<u32> {
+        let c = Cluster::open(&self.path).ok()?;
+        std::fs::read_to_string(c.pid_file(&Proc::Node(node))).ok()?.trim().parse().ok()
     }
 }
 
@@ -421,7 +442,8 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let (handle, path, exe) = (rt.handle().clone(), cluster.path.clone(), x.exe.clone());
     let killer = match (x.victim, victim_pid) {
         (Kill::Node(victim), Some(pid)) => {
-            let killer = Killer { handle, client: client.clone(), path, exe, victim, run_end };
+            let then_kill = x.then_kill;
+            let killer = Killer { handle, client: client.clone(), path, exe, victim, then_kill, run_end };
             std::thread::spawn(move || killer.kill_once(pid, signal, kill_at, promotes, restart_after))
         }
         _ => {
@@ -448,7 +470,66 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
     let mut report = failover_report(config, x, &ev, promotes, &m, &verdict)?;
     report.detected_by = detected_by;
+    if report.recovery == Recovery::Rejoin {
+        report.rejoin = Some(rejoin_figures(&report, &m, &cluster.config.run_dir, config.partitions.len()));
+    }
     Ok(report)
+}
+
+/// What a rejoin cost (`FailoverReport::rejoin`): the window from the restart until the node
+/// was live again, or the measured phase's end.
+fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partitions: usize) -> report::RejoinFigures {
+    let from = Duration::from_secs_f64(r.restarted_at_s.unwrap_or(r.killed_at_s));
+    let end = Duration::from_secs_f64(r.seconds);
+    let live = r.recovery_ms.map(|ms| from + Duration::from_secs_f64(ms / 1e3)).filter(|&t| t <= end);
+    let until = live.unwrap_or(end);
+    let longest_gap_ms = m
+        .gaps
+        .iter()
+        .map(|g| {
+            g.iter()
+                .map(|&(s, e)| (s.max(from), e.min(until)))
+                .filter(|(s, e)| e > s)
+                .map(|(s, e)| (e - s).as_secs_f64() * 1e3)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let bucket_s = BUCKET.as_secs_f64();
+    let window: Vec<f64> = r
+        .timeline
+        .iter()
+        .filter(|p| p.t_s >= from.as_secs_f64() && p.t_s + bucket_s <= until.as_secs_f64())
+        .map(|p| p.txn_per_sec)
+        .collect();
+    let during = window.iter().sum::<f64>() / window.len().max(1) as f64;
+    let given_up_pct =
+        if r.txn_per_sec_before > 0.0 { (100.0 * (1.0 - during / r.txn_per_sec_before)).max(0.0) } else { 0.0 };
+    report::RejoinFigures {
+        live_under_load: live.is_some(),
+        longest_gap_ms,
+        replayed_batches: (1..=partitions).map(|p| replayed_batches(run_dir, r.killed, p as u16)).collect(),
+        txn_per_sec_during: during,
+        given_up_pct,
+    }
+}
+
+/// The batches node `victim` executed after its copy of `partition`, from the coordinators'
+/// log (`node N is a live replica of partition P again (copy as of batch S, then K batches
+/// sent after it)`), the last time it rejoined.
+fn replayed_batches(run_dir: &Path, victim: report::Victim, partition: u16) -> Option<u64> {
+    let report::Victim::Node(node) = victim else { return None };
+    let needle = format!("node {node} is a live replica of partition {partition} again (copy as of batch ");
+    let logs = std::fs::read_dir(run_dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| {
+        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("coordinator") && n.ends_with(".log"))
+    });
+    logs.filter_map(|log| {
+        let text = std::fs::read_to_string(log).ok()?;
+        let at = text.rfind(&needle)? + needle.len();
+        let rest = &text[at..];
+        let from = rest.find(", then ")? + ", then ".len();
+        rest[from..].split(' ').next()?.parse().ok()
+    })
+    .max()
 }
 
 /// What told the coordinator that node `node` failed, from the first such alarm in the
@@ -546,6 +627,8 @@ fn failover_report(
         committed: bench_report.committed,
         committed_multi_partition: bench_report.cluster.as_ref().map_or(0, |c| c.committed_multi_partition),
         seconds: bench_report.seconds,
+        then_killed_at_s: ev.then_killed.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
+        rejoin: None,
         timeline,
     })
 }
@@ -610,6 +693,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
         path: cluster.path.clone(),
         exe: x.exe.clone(),
         victim: 0,
+        then_kill: None,
         run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
     };
     let cycles = Cycles {

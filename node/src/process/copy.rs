@@ -162,7 +162,11 @@ impl CopyTask {
         let next = self.sender.next(db);
         self.busy += t0.elapsed();
         match next {
-            CopyNext::Chunk(chunk) => self.send(chunk, db),
+            CopyNext::Chunk(mut chunk) => {
+                // `GLASS_FAULTS=corrupt-snapshot`: the first rows this process sends are damaged.
+                crate::faults::corrupt_snapshot(std::slice::from_mut(&mut chunk));
+                self.send(chunk, db)
+            }
             CopyNext::Over => Step::Over,
         }
     }
