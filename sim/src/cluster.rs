@@ -218,6 +218,12 @@ pub struct SimStats {
     /// Starting-state fetches begun by rejoining replicas, and those that failed.
     pub fetches: u64,
     pub fetches_failed: u64,
+    /// Copies of a lean replica taken while it executed (docs/design.md §10): installed, of
+    /// them those during which the source executed batches (the copy raced them), and those
+    /// cut mid-copy (the joiner or the source crashed, restarted or rejoined).
+    pub copies: u64,
+    pub copies_raced: u64,
+    pub copies_cut: u64,
     /// Coordinator processes crashed, and coordinators cut off from the others.
     pub coordinator_crashes: u64,
     pub coordinator_cuts: u64,
@@ -248,6 +254,9 @@ impl SimStats {
         self.base_backups += other.base_backups;
         self.fetches += other.fetches;
         self.fetches_failed += other.fetches_failed;
+        self.copies += other.copies;
+        self.copies_raced += other.copies_raced;
+        self.copies_cut += other.copies_cut;
         self.coordinator_crashes += other.coordinator_crashes;
         self.coordinator_cuts += other.coordinator_cuts;
         self.take_overs += other.take_overs;
@@ -293,6 +302,8 @@ const SIM_COPY_FRAME_BYTES: usize = 16 << 10;
 struct InCopy {
     source: NodeId,
     source_process: u64,
+    /// The batch the copy shows the state after.
+    begun_seq: Seq,
     sender: node::snapshot::CopySender,
     receiver: node::snapshot::SnapshotReceiver,
     db: engine::LeanDb,
@@ -1210,6 +1221,7 @@ impl Sim {
         let orphans: Vec<u64> = self.copies.keys().filter(|id| !live.contains(id)).copied().collect();
         for id in orphans {
             let c = self.copies.remove(&id).expect("listed above");
+            self.stats.copies_cut += 1;
             let Some(src) = self.nodes.get_mut(&c.source).filter(|s| s.up && s.process == c.source_process) else {
                 continue;
             };
@@ -1234,7 +1246,7 @@ impl Sim {
             })))
         };
         let steps = 1 + self.rng.below(8);
-        let Sim { nodes, copies, next_id, violations, .. } = self;
+        let Sim { nodes, copies, next_id, violations, stats, .. } = self;
         let src = nodes.get_mut(&f.source).filter(|s| s.up)?;
         let source_process = src.process;
         let r = src.partitions.get_mut(&f.partition).and_then(Partition::replica_mut)?;
@@ -1248,12 +1260,14 @@ impl Sim {
             // `None`: the source is being copied for another joiner; this one waits.
             let sender = node::snapshot::CopySender::begin(db, *next_id, 1, f.partition, seq, SIM_COPY_FRAME_BYTES)?;
             let receiver = node::snapshot::SnapshotReceiver::new(f.partition, format!("node {}", f.source));
-            let c = InCopy { source: f.source, source_process, sender, receiver, db: engine::LeanDb::new() };
+            let db = engine::LeanDb::new();
+            let c = InCopy { source: f.source, source_process, begun_seq: seq, sender, receiver, db };
             copies.insert(f.id, c);
             return None;
         };
         if c.source_process != source_process || !c.sender.is_copying(db) {
             copies.remove(&f.id);
+            stats.copies_cut += 1;
             return refused("the source's state was replaced");
         }
         for _ in 0..steps {
@@ -1262,6 +1276,8 @@ impl Sim {
                 Ok(None) => {}
                 Ok(Some(info)) => {
                     let c = copies.remove(&f.id).expect("under way");
+                    stats.copies += 1;
+                    stats.copies_raced += u64::from(seq > c.begun_seq);
                     return Some(Ok(Fetched::Copy { db: Box::new(c.db), info }));
                 }
                 Err(e) => {

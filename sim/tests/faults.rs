@@ -41,6 +41,9 @@ fn a_fixed_set_of_seeds_survives_every_fault() {
     assert!(totals.coordinator_crashes > 0 && totals.coordinator_cuts > 0 && totals.take_overs > seeds, "{totals:?}");
     assert!(totals.rejoins > 2 * seeds && totals.messages_lost > seeds, "{totals:?}");
     assert!(totals.crashes_while_rejoining > 0 && totals.crashes_of_rejoin_source > 0, "{totals:?}");
+    // Issue 35: copies taken while their source executed, racing its batches, and copies cut
+    // mid-copy by a crash of the joiner or of the source (docs/design.md §10).
+    assert!(totals.copies > seeds && totals.copies_raced > seeds / 2 && totals.copies_cut > 0, "{totals:?}");
     assert!(committed > 100 * seeds && acks > 50 * seeds);
 }
 

@@ -53,6 +53,9 @@ fn active_passive_sync_loses_nothing_under_every_fault() {
     // The faults happened, and the failover paths ran.
     assert!(totals.promotions > n / 2 && totals.rejoins > n && totals.crashes > n, "{totals:?}");
     assert!(totals.reconnects > 0 && totals.drops > 0 && totals.fetches > n, "{totals:?}");
+    // Issue 35: backups copy their primary while it executes and ships, racing its batches,
+    // and some copies are cut by a crash mid-copy (docs/design.md §10).
+    assert!(totals.copies > n / 2 && totals.copies_raced > 0 && totals.copies_cut > 0, "{totals:?}");
     assert!(acks > 50 * n);
 }
 

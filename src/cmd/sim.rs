@@ -316,6 +316,10 @@ fn summarise(
         totals.promotions, totals.recoveries, totals.base_backups, totals.fetches, totals.fetches_failed
     );
     println!(
+        "copies           {} taken while their source executed ({} raced its batches), {} cut mid-copy by a crash, restart or rejoin",
+        totals.copies, totals.copies_raced, totals.copies_cut
+    );
+    println!(
         "coordinators     {} crashes, {} cut off from the others, {} take-overs, {} leaders deposed",
         totals.coordinator_crashes, totals.coordinator_cuts, totals.take_overs, totals.deposed
     );
