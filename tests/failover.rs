@@ -210,11 +210,19 @@ fn check_equal_and_down(cfg: &str, nodes: &[&str], mut node: Child) {
 }
 
 fn failover_json(config: &Path, dir: &Path, name: &str, duration: &str, extra: &[&str]) -> Value {
-    let json = dir.join(format!("{name}.json"));
-    let mut args = vec!["failover", "--config", config.to_str().unwrap(), "--duration", duration, "--at", "2"];
-    args.extend_from_slice(&["--inflight", "8", "--quiet", "--json", json.to_str().unwrap()]);
+    let mut args = vec!["--duration", duration, "--at", "2", "--inflight", "8"];
     args.extend_from_slice(extra);
-    let o = glass(&args);
+    failover_record(config, dir, name, &args)
+}
+
+/// `glass failover --config CONFIG ARGS --quiet --json DIR/NAME.json`, which must pass; its
+/// record.
+fn failover_record(config: &Path, dir: &Path, name: &str, args: &[&str]) -> Value {
+    let json = dir.join(format!("{name}.json"));
+    let mut all = vec!["failover", "--config", config.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--quiet", "--json", json.to_str().unwrap()]);
+    let o = glass(&all);
     assert!(o.status.success(), "{}", text(&o));
     serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
 }
@@ -498,13 +506,9 @@ fn zero_buckets(r: &Value, p: usize, from_s: f64, until_s: f64) -> usize {
 /// `glass failover` under closed-loop saturating load (128 requests in flight per
 /// connection, for the whole run) on the quick cluster, `extra` flags added; its record.
 fn saturated_failover(config: &Path, dir: &Path, name: &str, extra: &[&str]) -> Value {
-    let json = dir.join(format!("{name}.json"));
-    let mut args = vec!["failover", "--config", config.to_str().unwrap(), "--duration", "20", "--at", "2"];
-    args.extend_from_slice(&["--restart-after", "1", "--quiet", "--json", json.to_str().unwrap()]);
+    let mut args = vec!["--duration", "20", "--at", "2", "--restart-after", "1"];
     args.extend_from_slice(extra);
-    let o = glass(&args);
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap()
+    failover_record(config, dir, name, &args)
 }
 
 /// Issue 35 (docs/design.md §10, "Copying without stopping", "Catching up under load"):

@@ -111,13 +111,7 @@ fn a_rejoin_holds_batches_installs_the_copy_and_executes_them() {
     let mut done = m.on_fetched(2, fetched(&mut src));
     done.extend(m.catch_up(usize::MAX, true));
     let msgs = emitted(&done);
-    let results: Vec<Seq> = msgs
-        .iter()
-        .filter_map(|m| match m {
-            NodeToCoordinator::Results(r) => Some(r.seq),
-            _ => None,
-        })
-        .collect();
+    let results = result_seqs(&msgs);
     assert_eq!(results, vec![5, 6], "the held batches ran, in order");
     assert!(matches!(msgs.last(), Some(NodeToCoordinator::Rejoined { partition: P, snapshot_seq: 4 })));
     assert!(done.iter().any(|e| matches!(e, Effect::Ready { .. })));
@@ -196,13 +190,7 @@ fn a_joiner_catches_up_in_slices_and_rejoins_only_when_nothing_waits() {
     out.extend(m.catch_up(usize::MAX, true));
     assert!(!m.catching_up());
     let msgs = emitted(&out);
-    let results: Vec<Seq> = msgs
-        .iter()
-        .filter_map(|m| match m {
-            NodeToCoordinator::Results(r) => Some(r.seq),
-            _ => None,
-        })
-        .collect();
+    let results = result_seqs(&msgs);
     assert_eq!(results, (5..=13).collect::<Vec<_>>(), "every batch once, in order");
     assert!(matches!(msgs.last(), Some(NodeToCoordinator::Rejoined { partition: P, snapshot_seq: 4 })));
     let ready = out.iter().find_map(|e| match e {
@@ -211,6 +199,16 @@ fn a_joiner_catches_up_in_slices_and_rejoins_only_when_nothing_waits() {
     });
     assert_eq!(ready, Some(9), "nine batches replayed");
     assert_eq!(m.standing(), Standing::Serving);
+}
+
+/// The batches whose results `msgs` carry, in order.
+fn result_seqs(msgs: &[&NodeToCoordinator]) -> Vec<Seq> {
+    msgs.iter()
+        .filter_map(|m| match m {
+            NodeToCoordinator::Results(r) => Some(r.seq),
+            _ => None,
+        })
+        .collect()
 }
 
 /// A copy older than the plan's batch is not installed (it would miss batches sent to no one
