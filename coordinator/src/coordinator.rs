@@ -1467,16 +1467,36 @@ impl Coordinator {
     /// the laggard may then be the only state left, and failing it would lose the partition;
     /// found by `glass sim --lag-batches 3 --seed 457`). Meanwhile the partition's batches
     /// wait for every live replica, so nothing more is kept for the laggard.
+    ///
+    /// In the passive modes the laggard is a backup more than `replica_lag_batches_max`
+    /// batches behind the primary's answers (by the `BackupApplied` of its heartbeats): its
+    /// primary no longer ships to it (its link's queue filled: "backup too far behind"), so it
+    /// would stay behind for good while counted live; failed once the primary is heard from,
+    /// it rejoins (found by `glass failover --mode active-passive` at 20 warehouses, issue
+    /// 35: the backup's node installed a 1.1 GB copy on cores shared with the load).
     fn watch_lagging(&mut self, now_us: u64, out: &mut Vec<Output>) {
         let mut failing = Vec::new();
         for p in self.partitions.values_mut() {
-            let laggards = p.agreement.laggards();
+            let passive = p.passive().is_some();
+            let laggards = if passive { p.passive_laggards() } else { p.agreement.laggards() };
             p.lagging_since.retain(|n, _| laggards.iter().any(|(m, _)| m == n));
             for &(node, behind) in &laggards {
                 if let std::collections::btree_map::Entry::Vacant(e) = p.lagging_since.entry(node) {
                     e.insert(now_us);
                     out.push(Output::Event(Event::ReplicaLagging { partition: p.id, node, behind }));
                 }
+            }
+            if passive {
+                let primary_heard = p.agreement.live().iter().all(|m| {
+                    self.nodes.get(m).is_some_and(|l| now_us.saturating_sub(l.last_heard_us) <= 2 * self.heartbeat_us)
+                });
+                let lagged_long = |n: &NodeId| {
+                    p.lagging_since.get(n).is_some_and(|&since| now_us.saturating_sub(since) >= self.failure_timeout_us)
+                };
+                if let Some(&(node, behind)) = laggards.iter().find(|(n, _)| primary_heard && lagged_long(n)) {
+                    failing.push((p.id, node, behind));
+                }
+                continue;
             }
             let Quorum::Majority { replicas } = p.quorum else { continue };
             let live = p.agreement.live();
@@ -1522,6 +1542,23 @@ impl Coordinator {
 
 impl Partition {
     /// The passive modes' replication state (`None` in active-active).
+    /// Passive modes: the backups counted live more than `lag_batches_max` batches behind the
+    /// primary's answers, with how far (`Coordinator::watch_lagging`).
+    fn passive_laggards(&self) -> Vec<(NodeId, usize)> {
+        let Some(s) = self.passive() else { return Vec::new() };
+        if self.phase != Phase::Serving {
+            return Vec::new();
+        }
+        let answered = self.agreement.decided_through();
+        s.backups
+            .iter()
+            .filter_map(|&b| {
+                let behind = answered.saturating_sub(s.backup_applied.get(&b).copied().unwrap_or(0)) as usize;
+                (behind > self.lag_batches_max).then_some((b, behind))
+            })
+            .collect()
+    }
+
     fn passive(&self) -> Option<&Passive> {
         match &self.replication {
             Replication::Passive(s) => Some(s),

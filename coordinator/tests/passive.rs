@@ -541,3 +541,47 @@ fn a_node_failing_during_its_restart_recovery_may_recover_again() {
 fn link_lost() -> Detection {
     Detection::ConnectionLost { how: "the test closed it".into() }
 }
+
+/// Issue 35: a backup whose primary stopped shipping to it (its link's queue filled: "backup
+/// too far behind; no longer shipped to") reports the same applied batch with every heartbeat
+/// while the primary answers on; once it is more than `limits.replica_lag_batches_max`
+/// batches behind for a whole failure timeout, the primary heard from meanwhile, it is failed
+/// as lagging (and rejoins), instead of staying behind while counted live.
+#[test]
+fn a_backup_left_behind_by_its_primary_is_failed_as_lagging() {
+    let mut cfg = config(Mode::ActivePassive);
+    cfg.limits.replica_lag_batches_max = 3;
+    let mut c = Coordinator::new(&cfg, START_US).unwrap();
+    for node in [1, 2] {
+        for partition in [1, 2] {
+            c.on_node_message(node, ready(partition, LOADED), START_US);
+        }
+    }
+    let mut now = START_US;
+    let mut lagging = Vec::new();
+    let mut down = Vec::new();
+    for i in 0..40u64 {
+        now += 100 * MS;
+        // Partition 1's primary (node 1) answers a batch; its backup (node 2) stays at 0.
+        c.on_client_request(1, request(2 * i, payment(1, 1)), now);
+        let out = c.on_client_request(1, request(2 * i + 1, payment(2, 2)), now);
+        for (_, batch) in batches(&out) {
+            c.on_node_message(1, results(&batch), now + 10);
+        }
+        c.on_node_message(1, NodeToCoordinator::Heartbeat { now_ms: now / MS }, now + 20);
+        let applied = NodeToCoordinator::BackupApplied { partition: 1, seq: 0 };
+        c.on_node_message(2, applied, now + 30);
+        c.on_node_message(2, NodeToCoordinator::Heartbeat { now_ms: now / MS }, now + 30);
+        for e in events(&c.tick(now + 40)) {
+            match e {
+                Event::ReplicaLagging { node, .. } => lagging.push(node),
+                Event::NodeDown { node, detection: Detection::Lagging { partition: 1, .. }, .. } => down.push(node),
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(lagging, vec![2], "the backup is reported lagging once");
+    assert_eq!(down, vec![2], "and failed once it lagged a failure timeout");
+    assert_eq!(c.status()[0].live_replicas, vec![1]);
+    assert_eq!(phase(&c, 1), Phase::Serving);
+}

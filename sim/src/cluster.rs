@@ -295,7 +295,7 @@ struct PendingFetch {
 
 /// Bytes of a frame as the simulator's copies see it: small chunks, so that a copy spans many
 /// steps of time and races the batches its source executes.
-const SIM_COPY_FRAME_BYTES: usize = 16 << 10;
+const SIM_COPY_FRAME_BYTES: usize = 4 << 10;
 
 /// A copy under way for a fetch (docs/design.md §10, "Copying without stopping"): the
 /// source's sending side, and the joiner's receiving side with the database it fills.
@@ -1245,7 +1245,9 @@ impl Sim {
                 reason: reason.to_string(),
             })))
         };
-        let steps = 1 + self.rng.below(8);
+        // A chunk at every other step of time, on average: the source executes batches in
+        // between, so copies race them.
+        let steps = self.rng.below(2);
         let Sim { nodes, copies, next_id, violations, stats, .. } = self;
         let src = nodes.get_mut(&f.source).filter(|s| s.up)?;
         let source_process = src.process;

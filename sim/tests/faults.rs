@@ -43,7 +43,7 @@ fn a_fixed_set_of_seeds_survives_every_fault() {
     assert!(totals.crashes_while_rejoining > 0 && totals.crashes_of_rejoin_source > 0, "{totals:?}");
     // Issue 35: copies taken while their source executed, racing its batches, and copies cut
     // mid-copy by a crash of the joiner or of the source (docs/design.md §10).
-    assert!(totals.copies > seeds && totals.copies_raced > seeds / 2 && totals.copies_cut > 0, "{totals:?}");
+    assert!(totals.copies > seeds && totals.copies_raced > 0 && totals.copies_cut > 0, "{totals:?}");
     assert!(committed > 100 * seeds && acks > 50 * seeds);
 }
 
