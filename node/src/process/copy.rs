@@ -140,14 +140,14 @@ impl CopyTask {
     }
 
     fn step_once(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
-        let Some(replica) = replica else { return self.refuse(None, "the replica is rejoining") };
+        let Some(replica) = replica else { return self.refuse("the replica is rejoining") };
         if let Some(reason) = replica.stopped() {
             let why = format!("stopped: {reason}");
-            return self.refuse(None, &why);
+            return self.refuse(&why);
         }
-        let Store::Lean(db) = replica.store_mut() else { return self.refuse(None, "the replica changed") };
+        let Store::Lean(db) = replica.store_mut() else { return self.refuse("the replica changed") };
         if !self.sender.is_copying(db) {
-            return self.refuse(None, "the replica's state was replaced");
+            return self.refuse("the replica's state was replaced");
         }
         if let Some(chunk) = self.blocked.take() {
             match self.send(chunk, db) {
@@ -201,11 +201,8 @@ impl CopyTask {
         Step::Blocked
     }
 
-    /// Ends the copy with a refusal (the database's copy, if any, was dropped with it).
-    fn refuse(&mut self, db: Option<&mut engine::LeanDb>, why: &str) -> Step {
-        if let Some(db) = db {
-            db.abort_copy();
-        }
+    /// Ends the copy with a refusal (its database is gone or no longer this copy's).
+    fn refuse(&mut self, why: &str) -> Step {
         self.blocked = None;
         warn!(partition = self.partition, requester = %self.requester, reason = why, "copy refused");
         let request_id = self.sender.request_id();
