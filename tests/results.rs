@@ -403,3 +403,37 @@ fn a_wal_on_tmpfs_is_refused_unless_allowed() {
     assert!(String::from_utf8_lossy(&allowed.stderr).contains("WARNING"), "{}", text(&allowed));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Nothing committed holds a private key or a path of the machine that built it: run folders
+/// (certificates, logs, raft state) are ignored, and records keep paths relative (issue 35's
+/// gate; issue 37 asks the same of the per-host bundles).
+#[test]
+fn no_tracked_file_holds_a_private_key_or_a_build_machines_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let Ok(o) = Command::new("git").arg("-C").arg(root).args(["ls-files", "-z"]).output() else {
+        eprintln!("skipped: git is not installed");
+        return;
+    };
+    if !o.status.success() {
+        eprintln!("skipped: {} is not a git checkout", root.display());
+        return;
+    }
+    let mut bad = Vec::new();
+    for name in String::from_utf8_lossy(&o.stdout).split('\0').filter(|n| !n.is_empty()) {
+        if name.ends_with(".key") {
+            bad.push(format!("{name}: a key file"));
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(root.join(name)) else { continue };
+        // Split so that this file does not match itself.
+        if text.contains(concat!("PRIVATE", " KEY-----")) {
+            bad.push(format!("{name}: a PEM private key"));
+        }
+        for needle in [concat!("/work", "/mine/"), concat!("/work", "/rel-target/"), concat!("\"/tmp", "/")] {
+            if text.contains(needle) {
+                bad.push(format!("{name}: the path {needle}"));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "tracked files that must not be: {bad:#?}");
+}
