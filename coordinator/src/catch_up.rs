@@ -48,6 +48,13 @@ pub const BUCKETS: usize = 10;
 /// a refill is `elapsed_us × txn_per_s` with no division).
 const TOKEN: u64 = 1_000_000;
 const US_PER_S: u64 = 1_000_000;
+/// Halvings of the throttle's rate that shipping pressure may stack
+/// ([`CatchUp::slow_down`]): at most down to 1/32 of the policy's rate.
+pub const SLOWDOWN_HALVINGS_MAX: u32 = 5;
+/// Shipping pressure halves the rate at most this often, and with none for this long one
+/// halving is taken back.
+pub const SLOWDOWN_STEP_US: u64 = 250_000;
+pub const SLOWDOWN_EASE_US: u64 = 1_000_000;
 
 /// The policy of `cluster.toml`'s `[limits]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +189,10 @@ pub struct Throttle {
     refilled_us: u64,
     /// Admissions refused.
     refused_txns: u64,
+    /// Halvings of the refill rate for shipping pressure, and when the last was taken or
+    /// eased ([`CatchUp::slow_down`]).
+    halvings: u32,
+    halved_us: u64,
 }
 
 impl Throttle {
@@ -206,6 +217,8 @@ impl Throttle {
             capacity_after_deadline: policy.capacity(txn_per_s_after_deadline),
             refilled_us: now_us,
             refused_txns: 0,
+            halvings: 0,
+            halved_us: now_us,
         }
     }
 
@@ -216,10 +229,15 @@ impl Throttle {
         if now_us <= self.refilled_us {
             return;
         }
+        if self.halvings > 0 && now_us.saturating_sub(self.halved_us) >= SLOWDOWN_EASE_US {
+            self.halvings -= 1;
+            self.halved_us = now_us;
+        }
         let before = now_us.min(self.deadline_us).saturating_sub(self.refilled_us);
         let after = now_us.saturating_sub(self.refilled_us.max(self.deadline_us));
         let earned =
-            before.saturating_mul(self.txn_per_s).saturating_add(after.saturating_mul(self.txn_per_s_after_deadline));
+            before.saturating_mul(self.txn_per_s).saturating_add(after.saturating_mul(self.txn_per_s_after_deadline))
+                >> self.halvings;
         let capacity = if now_us >= self.deadline_us { self.capacity_after_deadline } else { self.capacity };
         self.tokens = self.tokens.saturating_add(earned).min(capacity);
         self.refilled_us = now_us;
@@ -251,13 +269,16 @@ impl Throttle {
         }
     }
 
-    /// Transactions per second admitted at `now_us` (tokens aside).
+    /// Transactions per second admitted at `now_us` (tokens aside), shipping pressure
+    /// included.
     pub fn txn_per_s(&self, now_us: u64) -> u64 {
-        if now_us >= self.deadline_us {
-            self.txn_per_s_after_deadline
-        } else {
-            self.txn_per_s
-        }
+        let rate = if now_us >= self.deadline_us { self.txn_per_s_after_deadline } else { self.txn_per_s };
+        (rate >> self.halvings).max(1)
+    }
+
+    /// Halvings of the rate shipping pressure has stacked now.
+    pub fn halvings(&self) -> u32 {
+        self.halvings
     }
 
     /// The first joiner of the catch-up.
@@ -362,6 +383,29 @@ impl CatchUp {
         }
     }
 
+    /// A primary's queue of shipments to `backup` is long ([`NodeToCoordinator::ShippingBehind`]
+    /// at `now_us`): if `backup` is the joiner this partition's throttle runs for, its rate is
+    /// halved (at most every [`SLOWDOWN_STEP_US`], down to 1/2^[`SLOWDOWN_HALVINGS_MAX`]) and
+    /// the tokens it holds are spent. Each [`SLOWDOWN_EASE_US`] with no further pressure gives
+    /// one halving back. A joiner installing a copy on a node short of CPU reads its
+    /// shipments more slowly than the partition commits even at the policy's rate: without
+    /// this, the primary's queue fills and the joiner is dropped from shipping and fails
+    /// (docs/design.md §10, "Catching up under load"). Returns the event to report.
+    ///
+    /// [`NodeToCoordinator::ShippingBehind`]: wire::channel::control::NodeToCoordinator::ShippingBehind
+    pub fn slow_down(&mut self, partition: PartitionId, backup: NodeId, queued: u32, now_us: u64) -> Option<Event> {
+        let t = self.throttle.as_mut().filter(|t| t.node == backup)?;
+        t.refill(now_us);
+        if t.halvings > 0 && now_us.saturating_sub(t.halved_us) < SLOWDOWN_STEP_US {
+            return None;
+        }
+        t.halvings = (t.halvings + 1).min(SLOWDOWN_HALVINGS_MAX);
+        t.halved_us = now_us;
+        t.tokens = 0;
+        let txn_per_s = t.txn_per_s(now_us);
+        Some(Event::CatchUpSlowed { partition, backup, queued, txn_per_s })
+    }
+
     /// When [`CatchUp::watch`] must next be called: the running throttle's deadline.
     pub fn deadline_us(&self) -> Option<u64> {
         self.throttle.as_ref().filter(|t| !t.harder).map(|t| t.deadline_us)
@@ -455,6 +499,40 @@ mod tests {
             Some(Event::CatchUpEnded { partition: 1, elapsed_ms: 3_000, refused_txns: refused })
         );
         assert_eq!(offer(&mut c, T0 + 4 * S, T0 + 5 * S, 50), 20_000, "unthrottled again");
+    }
+
+    /// Shipping pressure from the joiner's primary halves the catch-up's rate, at most every
+    /// `SLOWDOWN_STEP_US`; a second with none gives one halving back; pressure about another
+    /// node, or with no catch-up running, changes nothing (docs/design.md §10).
+    #[test]
+    fn shipping_pressure_halves_the_rate_until_it_eases() {
+        let mut c = CatchUp::new(policy(25, 10_000, 60));
+        assert_eq!(c.slow_down(1, 4, 2_000, T0), None, "no catch-up runs");
+        assert_eq!(offer(&mut c, T0, T0 + S, 50), 20_000);
+        c.watch(1, Some(4), T0 + S);
+        assert_eq!(c.slow_down(1, 5, 2_000, T0 + S), None, "another node is not the joiner");
+        let slowed = |txn_per_s| Some(Event::CatchUpSlowed { partition: 1, backup: 4, queued: 2_000, txn_per_s });
+        assert_eq!(c.slow_down(1, 4, 2_000, T0 + S), slowed(7_500));
+        assert_eq!(c.slow_down(1, 4, 2_000, T0 + S + 100_000), None, "within one step");
+        let t1 = T0 + S + SLOWDOWN_STEP_US;
+        assert_eq!(c.slow_down(1, 4, 2_000, t1), slowed(3_750));
+        // The tokens were spent: a second at a quarter of the policy's rate.
+        let admitted = offer(&mut c, t1, t1 + S, 50);
+        assert!((3_700..=3_750).contains(&admitted), "{admitted}");
+        // No pressure for a second: one halving back, then the other.
+        let admitted = offer(&mut c, t1 + S, t1 + 2 * S, 50);
+        assert!((7_450..=7_650).contains(&admitted), "{admitted}");
+        assert_eq!(c.throttle().map(Throttle::halvings), Some(1));
+        offer(&mut c, t1 + 2 * S, t1 + 3 * S, 50);
+        assert_eq!(c.throttle().map(Throttle::halvings), Some(0));
+        let admitted = offer(&mut c, t1 + 3 * S, t1 + 4 * S, 50);
+        assert!((14_900..=15_000).contains(&admitted), "{admitted}");
+        // Never below 1/2^SLOWDOWN_HALVINGS_MAX of the policy's rate.
+        for i in 0..10 {
+            c.slow_down(1, 4, 4_000, t1 + 4 * S + i * SLOWDOWN_STEP_US);
+        }
+        assert_eq!(c.throttle().map(Throttle::halvings), Some(SLOWDOWN_HALVINGS_MAX));
+        assert_eq!(c.throttle().map(|t| t.txn_per_s(t1 + 4 * S)), Some(15_000 >> SLOWDOWN_HALVINGS_MAX));
     }
 
     #[test]

@@ -107,6 +107,13 @@ pub enum Event {
         node: NodeId,
         reason: String,
     },
+    /// A replica of `partition` on `node` gave its rejoin up (`reason`) while its node stays
+    /// connected: it no longer counts as rejoining.
+    RejoinGivenUp {
+        partition: PartitionId,
+        node: NodeId,
+        reason: String,
+    },
     /// The replicas of a partition disagreed; it is stopped.
     Diverged(Divergence),
     /// A partition stopped for another reason (its replicas did not load in time).
@@ -175,6 +182,15 @@ pub enum Event {
     CatchUpHarder {
         partition: PartitionId,
         share_pct: u32,
+    },
+    /// The primary's queue of shipments to `backup`, which rejoins `partition`, held `queued`
+    /// shipments: the catch-up admits `txn_per_s` from now on, until the pressure eases
+    /// (docs/design.md §10, "Catching up under load").
+    CatchUpSlowed {
+        partition: PartitionId,
+        backup: NodeId,
+        queued: u32,
+        txn_per_s: u64,
     },
     /// No replica of `partition` is rejoining any more (they rejoined, failed, or the
     /// partition stopped): admission is unthrottled again, after `elapsed_ms` in which
@@ -300,6 +316,7 @@ impl Event {
                 | Event::PartitionUnavailable { .. }
                 | Event::Promoting { .. }
                 | Event::LoadFailed { .. }
+                | Event::RejoinGivenUp { .. }
                 | Event::BackupDropped { .. }
         )
     }
@@ -316,6 +333,9 @@ impl fmt::Display for Event {
             }
             Event::LoadFailed { partition, node, reason } => {
                 write!(f, "partition {partition} failed to load on node {node}: {reason}")
+            }
+            Event::RejoinGivenUp { partition, node, reason } => {
+                write!(f, "node {node} gave up rejoining partition {partition}: {reason}")
             }
             Event::Diverged(d) => write!(f, "{d}; partition stopped"),
             Event::PartitionStopped { partition, reason } => write!(f, "partition {partition} stopped: {reason}"),
@@ -347,6 +367,11 @@ impl fmt::Display for Event {
                 "partition {partition} is still catching up past limits.catch_up_deadline_ms: it admits {}% of its \
                  rate before the rejoin",
                 100u32.saturating_sub(*share_pct)
+            ),
+            Event::CatchUpSlowed { partition, backup, queued, txn_per_s } => write!(
+                f,
+                "partition {partition} admits {txn_per_s} txn/s for now: its primary has {queued} shipments queued \
+                 for node {backup}, which catches up"
             ),
             Event::CatchUpEnded { partition, elapsed_ms, refused_txns } => write!(
                 f,
@@ -881,6 +906,16 @@ impl Coordinator {
                 node: from,
                 what: format!("a {} outside a take-over", m.name()),
             })),
+            NodeToCoordinator::ShippingBehind { partition, backup, queued } => {
+                // Only the partition's primary (in a passive mode, its first live replica) ships.
+                let p = self
+                    .partitions
+                    .get_mut(&partition)
+                    .filter(|p| p.passive().is_some() && p.agreement.live().first() == Some(&from));
+                if let Some(event) = p.and_then(|p| p.catch_up.slow_down(partition, backup, queued, now_us)) {
+                    out.push(Output::Event(event));
+                }
+            }
             NodeToCoordinator::BackupApplied { partition, seq } => {
                 let passive = self.partitions.get_mut(&partition).and_then(Partition::passive_mut);
                 if let Some(s) =
@@ -1233,6 +1268,17 @@ impl Coordinator {
             }));
             return;
         };
+        if let (LoadState::Failed { reason }, true) = (&state, p.joining.iter().any(|(n, _)| *n == from)) {
+            // A joiner gave up its rejoin while still connected: it no longer rejoins, so the
+            // partition's catch-up throttle ends ([`Coordinator::settle_watching`]) and the
+            // remote pieces' outcomes kept for it may go.
+            p.joining.retain(|(n, _)| *n != from);
+            if let Some(catching_up) = p.catching_up_mut() {
+                catching_up.remove(&from);
+            }
+            out.push(Output::Event(Event::RejoinGivenUp { partition, node: from, reason: reason.clone() }));
+            return;
+        }
         if !p.members().any(|n| n == from) {
             out.push(Output::Event(Event::Ignored {
                 node: from,

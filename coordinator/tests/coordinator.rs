@@ -916,3 +916,29 @@ fn a_catch_up_ends_when_the_joiner_fails_again() {
     let (_, seen) = fail_and_rejoin(&mut c, START_US + 3 * s);
     assert!(matches!(catch_up_events(&seen)[..], [Event::CatchUpBegan { base_txn_per_s: 10_000, .. }]), "{seen:?}");
 }
+
+/// docs/design.md §10, "Catching up under load": a joiner that gives its rejoin up while
+/// its node stays connected says so (a failed load); it no longer counts as rejoining, and
+/// the partition's catch-up throttle ends at once instead of holding admission back until
+/// the node is declared failed.
+#[test]
+fn a_rejoin_given_up_ends_the_catch_up() {
+    const R: u64 = 20_000;
+    let every = 1_000_000 / R;
+    let s = 1_000 * MS;
+    let mut c = catch_up_cluster(25, 2_000, 60);
+    let mut id = 0;
+    let t0 = START_US;
+    offer(&mut c, &mut id, (t0, t0 + s, every), payment_on_1);
+    let (_, seen) = fail_and_rejoin(&mut c, t0 + s);
+    assert!(matches!(catch_up_events(&seen)[..], [Event::CatchUpBegan { .. }]), "{seen:?}");
+    let gave_up = NodeToCoordinator::LoadStatus {
+        partition: 1,
+        state: LoadState::Failed { reason: "more than 65536 batches held while rejoining".into() },
+    };
+    let seen = events(&c.on_node_message(2, gave_up, t0 + 2 * s));
+    assert!(seen.iter().any(|e| matches!(e, Event::RejoinGivenUp { partition: 1, node: 2, .. })), "{seen:?}");
+    assert!(matches!(catch_up_events(&seen)[..], [Event::CatchUpEnded { partition: 1, .. }]), "{seen:?}");
+    let after = offer(&mut c, &mut id, (t0 + 2 * s, t0 + 3 * s, every), payment_on_1);
+    assert_eq!((after.admitted, after.busy), (R, 0), "unthrottled again");
+}

@@ -585,3 +585,38 @@ fn a_backup_left_behind_by_its_primary_is_failed_as_lagging() {
     assert_eq!(c.status()[0].live_replicas, vec![1]);
     assert_eq!(phase(&c, 1), Phase::Serving);
 }
+
+/// docs/design.md §10, "Catching up under load": a primary whose queue of shipments to a
+/// rejoining backup grows long says so, and the partition's catch-up admits less until the
+/// pressure eases; the same report from another node, or about a node that is not the
+/// joiner, changes nothing.
+#[test]
+fn a_long_shipping_queue_to_a_joiner_slows_its_catch_up() {
+    let mut c = Coordinator::new(&config(Mode::ActivePassive), START_US).unwrap();
+    for node in [1, 2] {
+        for partition in [1, 2] {
+            c.on_node_message(node, ready(partition, LOADED), START_US);
+        }
+    }
+    let mut now = START_US;
+    for i in 0..20u64 {
+        now += 10 * MS;
+        let out = c.on_client_request(1, request(i, payment(1, 1)), now);
+        for (_, batch) in batches(&out) {
+            c.on_node_message(1, results(&batch), now + 10);
+        }
+    }
+    c.on_node_lost(2, link_lost(), now);
+    let out = c.on_node_message(2, NodeToCoordinator::RejoinRequest { partition: 1 }, now + MS);
+    assert!(events(&out).iter().any(|e| matches!(e, Event::CatchUpBegan { partition: 1, node: 2, .. })), "{out:?}");
+    let behind = |backup| NodeToCoordinator::ShippingBehind { partition: 1, backup, queued: 2_000 };
+    let slowed = |out: &[Output]| events(out).into_iter().filter(|e| matches!(e, Event::CatchUpSlowed { .. })).count();
+    assert_eq!(slowed(&c.on_node_message(2, behind(2), now + 2 * MS)), 0, "the joiner is not the primary");
+    assert_eq!(slowed(&c.on_node_message(1, behind(3), now + 2 * MS)), 0, "node 3 is not the joiner");
+    let out = c.on_node_message(1, behind(2), now + 3 * MS);
+    let [Event::CatchUpSlowed { partition: 1, backup: 2, queued: 2_000, txn_per_s }] = events(&out)[..] else {
+        panic!("{out:?}")
+    };
+    assert!(txn_per_s >= 1, "never stalls the partition");
+    assert_eq!(slowed(&c.on_node_message(1, behind(2), now + 4 * MS)), 0, "at most one halving a step");
+}

@@ -1638,7 +1638,11 @@ async fn perform(node: &Node, effects: Vec<NodeEffect>) {
                 }
             }
             NodeEffect::Ship { backups, shipment } => {
-                let lost = ship(node, &backups, shipment);
+                let partition = shipment.partition;
+                let (lost, queued) = ship(node, &backups, shipment);
+                for (backup, n) in queued {
+                    queue.extend(node.machine().on_peer_queue(backup, partition, n, PEER_OUTBOX_MAX, micros(node)));
+                }
                 for backup in lost {
                     queue.extend(node.machine().on_backup_lost(backup));
                 }
@@ -1668,22 +1672,27 @@ fn micros(node: &Node) -> u64 {
 }
 
 /// Queues an encoded shipment for each of `backups`; returns those whose queue is full or
-/// whose link task ended (the machine drops them from shipping).
-fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> Vec<NodeId> {
+/// whose link task ended (the machine drops them from shipping), and how many shipments
+/// each of the others' queue holds now.
+fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> (Vec<NodeId>, Vec<(NodeId, usize)>) {
     let (partition, seq) = (shipment.partition, shipment.seq);
     let frame = match wire::codec::encode(&PeerRequest::Ship(shipment), node.config.limits.frame_bytes_max as usize) {
         Ok(frame) => Arc::new(frame),
         Err(e) => {
             error!(partition, seq, error = %e, "cannot encode a shipment; backups dropped");
-            return backups.to_vec();
+            return (backups.to_vec(), Vec::new());
         }
     };
     let peers = node.peers.lock().unwrap_or_else(|e| e.into_inner());
-    let mut lost = Vec::new();
+    let (mut lost, mut queued) = (Vec::new(), Vec::new());
     let mut sent = 0u64;
     for &backup in backups {
-        match peers.get(&backup).map(|p| p.try_send(frame.clone())) {
-            Some(Ok(())) => sent += 1,
+        let peer = peers.get(&backup);
+        match peer.map(|p| p.try_send(frame.clone())) {
+            Some(Ok(())) => {
+                sent += 1;
+                queued.extend(peer.map(|p| (backup, p.max_capacity() - p.capacity())));
+            }
             Some(Err(mpsc::error::TrySendError::Full(_))) => {
                 error!(partition, backup, limit = PEER_OUTBOX_MAX, "backup too far behind; no longer shipped to");
                 lost.push(backup);
@@ -1697,7 +1706,7 @@ fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> Vec<NodeId> {
     if let Some(r) = node.replicas.get(&partition) {
         r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
     }
-    lost
+    (lost, queued)
 }
 
 /// A new link to backup node `backup` (replacing any older one).

@@ -259,3 +259,23 @@ fn a_rejoin_under_way_asks_the_new_leader_again() {
     let late = m.on_fetched(2, Err(node::error::RejoinError::Stale { got: 0, wanted: 3 }));
     assert!(late.is_empty(), "{late:?}");
 }
+
+/// docs/design.md §10, "Catching up under load": a primary's node tells the leader when its
+/// shipping queue to a backup passes a quarter of its bound, at most every
+/// `BEHIND_REPORT_US` per backup; a short queue, or no known leader, sends nothing.
+#[test]
+fn a_long_shipping_queue_is_reported_to_the_leader_at_a_bounded_rate() {
+    use node::machine::BEHIND_REPORT_US;
+    let mut m = machine(&three_coordinators());
+    assert!(m.on_peer_queue(2, P, 4_000, 4_096, 10).is_empty(), "no leader known yet");
+    m.on_coordinator(0, 1, CoordinatorToNode::TakeOver { epoch: 1 });
+    let behind = |effects: &[NodeEffect]| {
+        sent_to(effects).iter().filter(|(_, m)| matches!(m, NodeToCoordinator::ShippingBehind { .. })).count()
+    };
+    assert_eq!(behind(&m.on_peer_queue(2, P, 1_024, 4_096, 10)), 0, "a quarter full is not long");
+    let out = m.on_peer_queue(2, P, 1_025, 4_096, 20);
+    assert_eq!(sent_to(&out), vec![(0, &NodeToCoordinator::ShippingBehind { partition: P, backup: 2, queued: 1_025 })]);
+    assert_eq!(behind(&m.on_peer_queue(2, P, 2_000, 4_096, 20 + BEHIND_REPORT_US - 1)), 0, "too soon");
+    assert_eq!(behind(&m.on_peer_queue(3, P, 2_000, 4_096, 30)), 1, "each backup on its own");
+    assert_eq!(behind(&m.on_peer_queue(2, P, 2_000, 4_096, 20 + BEHIND_REPORT_US)), 1);
+}

@@ -144,7 +144,23 @@ fn a_source_that_dies_mid_copy_is_retried_then_given_up() {
         }
     }
     let gave_up = m.on_fetched(2, died());
-    assert!(matches!(&gave_up[..], [Effect::Failed { reason }] if reason.contains("after 10 attempts")), "{gave_up:?}");
+    let told = |out: &[Effect<_>]| {
+        matches!(
+            out,
+            [
+                _,
+                Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::LoadStatus {
+                    partition: P,
+                    state: wire::messages::LoadState::Failed { .. },
+                }))
+            ]
+        )
+    };
+    assert!(
+        matches!(&gave_up[..], [Effect::Failed { reason }, _] if reason.contains("after 10 attempts")),
+        "{gave_up:?}"
+    );
+    assert!(told(&gave_up), "the coordinator is told the rejoin was given up: {gave_up:?}");
     assert!(matches!(m.standing(), Standing::Failed { .. }));
     assert!(m.refusal().unwrap().contains("no usable starting state"));
     assert!(m.on_coordinator(batch(5)).is_empty(), "a failed partition takes nothing more");
@@ -250,7 +266,7 @@ fn a_copy_from_a_replaced_source_is_dropped() {
 fn a_refused_rejoin_gives_up_with_the_reason() {
     let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
     let out = m.on_coordinator(CoordinatorToNode::RejoinRefused { partition: P, reason: "not serving".into() });
-    assert!(matches!(&out[..], [Effect::Failed { reason }] if reason.contains("not serving")));
+    assert!(matches!(&out[..], [Effect::Failed { reason }, Effect::Emit(_)] if reason.contains("not serving")));
 }
 
 /// The passive modes' promotion, message by message: a backup applies shipments and

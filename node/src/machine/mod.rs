@@ -112,6 +112,9 @@ pub struct NodeMachine {
     next_heartbeat_us: u64,
     /// Times a link to the leader came back after breaking.
     reconnects: u64,
+    /// When each backup's long shipping queue was last reported to the leader
+    /// ([`NodeMachine::on_peer_queue`]).
+    behind_reported_us: BTreeMap<NodeId, u64>,
 }
 
 /// One coordinator link: its state, and the epoch when it broke (if the same coordinator
@@ -121,6 +124,10 @@ struct Link {
     state: LinkState,
     broke_leading: Option<Epoch>,
 }
+
+/// How often a primary's node tells the leader, at most, that its shipping queue to one
+/// backup is long ([`NodeMachine::on_peer_queue`]).
+pub const BEHIND_REPORT_US: u64 = 100_000;
 
 /// Messages a node keeps for a leader while none is known; past it the oldest are dropped
 /// (heartbeats and progress reports are never kept).
@@ -162,6 +169,7 @@ impl NodeMachine {
             unsent: Vec::new(),
             next_heartbeat_us: now_us,
             reconnects: 0,
+            behind_reported_us: BTreeMap::new(),
         }
     }
 
@@ -345,6 +353,32 @@ impl NodeMachine {
             }
             None => Vec::new(),
         }
+    }
+
+    /// A shipment of `partition` was queued for backup `backup`, whose queue now holds
+    /// `queued` of at most `bound`: past a quarter of the bound, the leader hears of it
+    /// (at most every [`BEHIND_REPORT_US`] per backup), so it admits less while a rejoining
+    /// backup catches up, before the queue fills and the backup is dropped (docs/design.md
+    /// §10, "Catching up under load"). Heartbeats and progress reports are not kept while no
+    /// leader is known; nor is this.
+    pub fn on_peer_queue(
+        &mut self,
+        backup: NodeId,
+        partition: PartitionId,
+        queued: usize,
+        bound: usize,
+        now_us: u64,
+    ) -> Vec<NodeEffect> {
+        if queued * 4 <= bound || self.leader.is_none() {
+            return Vec::new();
+        }
+        let last = self.behind_reported_us.entry(backup).or_insert(0);
+        if *last != 0 && now_us.saturating_sub(*last) < BEHIND_REPORT_US {
+            return Vec::new();
+        }
+        *last = now_us.max(1);
+        let queued = u32::try_from(queued).unwrap_or(u32::MAX);
+        self.send_to_leader([NodeToCoordinator::ShippingBehind { partition, backup, queued }])
     }
 
     /// The link to backup `backup` failed or fell too far behind: it is no longer shipped to

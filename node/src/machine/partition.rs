@@ -29,7 +29,7 @@ use engine::conventional::{generation_start, image_lsn, CutAt};
 use engine::LeanDb;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply};
 use wire::config::Mode;
-use wire::messages::{NodeId, PartitionId, Seq, Shipment, StateDigest};
+use wire::messages::{LoadState, NodeId, PartitionId, Seq, Shipment, StateDigest};
 
 use crate::error::{RejoinError, ReplicaError};
 use crate::fullstack::{FullStack, Restart};
@@ -781,9 +781,14 @@ impl<R> PartitionMachine<R> {
     }
 
     /// A rejoin that cannot go on.
+    /// The rejoin cannot go on: the replica fails, and the coordinator is told (a load that
+    /// failed), so it stops counting this replica as rejoining — and stops holding the
+    /// partition's admission back for it — while the node stays connected.
     fn give_up(&mut self, reason: String) -> Vec<Effect<R>> {
         self.state = State::Failed(reason.clone());
-        vec![Effect::Failed { reason }]
+        let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason.clone()) };
+        let told = NodeToCoordinator::LoadStatus { partition: self.partition, state };
+        vec![Effect::Failed { reason }, Effect::Emit(Emit::ToCoordinator(told))]
     }
 }
 

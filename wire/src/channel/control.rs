@@ -124,6 +124,13 @@ channel_enum! {
         /// shipment up to batch `seq`. The coordinator promotes the most up-to-date backup
         /// when the primary fails.
         BackupApplied { partition: PartitionId, seq: Seq },
+        /// A primary (passive modes): its queue of shipments to backup node `backup` holds
+        /// `queued` of them, more than a quarter of its bound. A backup that rejoins reads
+        /// them more slowly than the partition commits (it installs a copy meanwhile); the
+        /// coordinator admits less on `partition` while it catches up, before the queue fills
+        /// and the backup is dropped from shipping (docs/design.md §10, "Catching up under
+        /// load"). Sent at most every 100 ms per backup.
+        ShippingBehind { partition: PartitionId, backup: NodeId, queued: u32 },
         /// A rejoining node: the copy (as of batch `snapshot_seq`) is installed and every batch
         /// held since has executed: count me as live.
         Rejoined { partition: PartitionId, snapshot_seq: Seq },
