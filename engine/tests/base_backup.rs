@@ -43,7 +43,7 @@ fn a_backup_at_the_load_checkpoint_follows_a_generation_starting_there() {
     drop(b);
     let mut s = p.session().unwrap();
     commit_stock(&mut s, 1, 1);
-    let generation = p.log_base_for_backup().unwrap();
+    let generation = whole(p.log_base_for_backup().unwrap());
     let start = generation_start(&generation).unwrap();
     assert!(follows_generation_on(&backup, CutAt::Checkpoint, start).unwrap());
     drop((s, p));
@@ -69,7 +69,7 @@ fn a_generation_after_a_newer_checkpoint_needs_the_image_and_the_image_gives_the
     let mut s = p.session().unwrap();
     commit_stock(&mut s, 5, 5);
     drop(s);
-    let generation = p.log_base_for_backup().unwrap();
+    let generation = whole(p.log_base_for_backup().unwrap());
     let start = generation_start(&generation).unwrap();
     assert!(!follows_generation_on(&backup, CutAt::Checkpoint, start).unwrap());
 
@@ -114,7 +114,7 @@ fn a_failed_primary_cut_at_the_fork_follows_its_successor_and_a_lagging_log_does
     drop((s, p));
     // The backup is promoted: its checkpoint lies at the fork point.
     b.checkpoint().unwrap();
-    let generation = b.log_base_for_backup().unwrap();
+    let generation = whole(b.log_base_for_backup().unwrap());
     let start = generation_start(&generation).unwrap();
     assert_eq!(start, fork);
     assert!(follows_generation_on(&primary, CutAt::Lsn(fork), start).unwrap());
@@ -122,4 +122,37 @@ fn a_failed_primary_cut_at_the_fork_follows_its_successor_and_a_lagging_log_does
     assert!(!follows_generation_on(&primary, CutAt::Lsn(fork + 8), start).unwrap());
     assert!(!follows_generation_on(&lagging, CutAt::Lsn(fork), start).unwrap(), "its log ends before the fork");
     assert!(generation_start(&generation[8..]).is_err(), "a damaged generation has no start");
+}
+
+/// A log base's bytes, read whole right away (the node reads them later, off its executor).
+fn whole(mut base: engine::conventional::log::GenerationRead) -> Vec<u8> {
+    let n = base.len();
+    base.read(n).unwrap()
+}
+
+/// docs/design.md §10, "Copying without stopping": a log base is taken between two batches
+/// and read later, off the executor; transactions committed in between are shipped, not
+/// part of it, and the bytes read are those of the generation when it was taken.
+#[test]
+fn a_log_base_read_later_holds_the_generation_as_it_was_taken() {
+    let (_primary, p) = loaded();
+    let mut s = p.session().unwrap();
+    commit_stock(&mut s, 1, 1);
+    let mut later = p.log_base_for_backup().unwrap();
+    let taken = later.len();
+    let now = later.read(taken).unwrap();
+    for i in 2..=6 {
+        commit_stock(&mut s, u64::from(i), i);
+    }
+    let shipped = p.take_shipped_log();
+    assert!(!shipped.is_empty(), "the base switched shipping on");
+    assert_eq!(later.len(), taken);
+    assert_eq!(later.read(taken).unwrap(), now, "read later, the same bytes");
+    assert_eq!(generation_start(&now).unwrap(), later.base());
+    // The base and what was shipped after it are contiguous.
+    let (_backup, b) = loaded();
+    b.apply_shipped_log(&now).unwrap();
+    b.apply_shipped_log(&shipped).unwrap();
+    drop(s);
+    assert_eq!(state(&b), state(&p));
 }

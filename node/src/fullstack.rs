@@ -29,6 +29,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use engine::conventional::base::ImageRead;
+use engine::conventional::log::GenerationRead;
 use engine::conventional::{
     cut_log_on, follows_generation_on, install_image_on, Config, ConventionalDb, CutAt, LogCut, Medium, MemoryMedium,
     RecoveryReport, Session, Step,
@@ -384,9 +386,22 @@ impl FullStack {
 
     /// The base a new backup starts from (between batches): this node's log from its last
     /// checkpoint on, with shipping switched on from its end
-    /// ([`ConventionalDb::log_base_for_backup`]).
+    /// ([`ConventionalDb::log_base_for_backup`]), read here whole.
     pub fn log_base(&self) -> Result<Vec<u8>, ReplicaError> {
+        let mut later = self.log_base_later()?;
+        let n = later.len();
+        later.read(n).map_err(fail(FullStackStep::LogBase))
+    }
+
+    /// The same base, to be read later off the executor: costs a log sync here, whatever
+    /// the generation's length (docs/design.md §10, "Copying without stopping").
+    pub fn log_base_later(&self) -> Result<GenerationRead, ReplicaError> {
         self.db.log_base_for_backup().map_err(fail(FullStackStep::LogBase))
+    }
+
+    /// The checkpoint snapshot, to be read later off the executor.
+    pub fn checkpoint_image_later(&self) -> ImageRead {
+        self.db.checkpoint_image_later()
     }
 
     /// A backup: the LSN where the records it applied from its primary's log end (`None`:

@@ -1121,23 +1121,44 @@ impl Executor {
                 "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup",
             );
         };
-        let image = match checkpoint.then(|| replica.log_base_image()).transpose() {
-            Ok(image) => image,
-            Err(e) => return refuse(&format!("no checkpoint image: {e}")),
-        };
+        // The log generation and the checkpoint are read on the sending thread, not here:
+        // the executor goes on with its batches (docs/design.md §10, "Copying without
+        // stopping").
         let piece_max = snapshot::chunk_bytes_max(self.frame_bytes_max);
-        let pieces = snapshot::log_base_pieces(&base, image.as_deref(), request_id, partition, piece_max);
-        info!(
-            partition,
-            seq = base.seq,
-            fork_lsn = ?base.fork_lsn,
-            mib = base.records.len() as f64 / (1 << 20) as f64,
-            image_mib = image.as_ref().map_or(0, Vec::len) as f64 / (1 << 20) as f64,
-            pieces = pieces.len(),
-            "sending the log base to a rejoining backup"
-        );
-        let pieces = pieces.into_iter().map(PeerReply::LogBaseChunk).collect();
-        send_from_thread(format!("log-base-p{partition}"), pieces, reply.clone());
+        let reply = reply.clone();
+        let name = format!("log-base-p{partition}");
+        let sender = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            let t0 = Instant::now();
+            let (base, image) = match base.read(checkpoint) {
+                Ok(read) => read,
+                Err(e) => {
+                    let why = format!("cannot read the log base: {e}");
+                    let _ = reply.blocking_send(PeerReply::LogBaseChunk(snapshot::log_base_refusal(
+                        request_id, partition, &why,
+                    )));
+                    return;
+                }
+            };
+            let pieces = snapshot::log_base_pieces(&base, image.as_deref(), request_id, partition, piece_max);
+            info!(
+                partition,
+                seq = base.seq,
+                fork_lsn = ?base.fork_lsn,
+                mib = base.records.len() as f64 / (1 << 20) as f64,
+                image_mib = image.as_ref().map_or(0, Vec::len) as f64 / (1 << 20) as f64,
+                pieces = pieces.len(),
+                read_seconds = t0.elapsed().as_secs_f64(),
+                "sending the log base to a rejoining backup (read off the executor)"
+            );
+            for piece in pieces {
+                if reply.blocking_send(PeerReply::LogBaseChunk(piece)).is_err() {
+                    return;
+                }
+            }
+        });
+        if let Err(e) = sender {
+            error!(thread = name, error = %e, "cannot start the thread sending a transfer");
+        }
     }
 
     /// Copies the replica for a requester, each chunk wrapped by `wrap` for its channel: a

@@ -186,6 +186,62 @@ pub struct LogBase {
     pub records: std::sync::Arc<Vec<u8>>,
 }
 
+/// A full-stack primary's [`LogBase`] as taken between two batches: where its bytes are —
+/// the first `len` bytes of the primary's log generation, and the checkpoint that generation
+/// starts from — read later, on the thread that sends them, not on the executor: taking it
+/// costs the primary a log sync whatever the generation's length (docs/design.md §10,
+/// "Copying without stopping").
+#[derive(Debug, Clone)]
+pub struct LogBaseSource {
+    pub seq: Seq,
+    pub fork_lsn: Option<u64>,
+    len: u64,
+    records: std::sync::Arc<std::sync::Mutex<engine::conventional::log::GenerationRead>>,
+    image: std::sync::Arc<engine::conventional::base::ImageRead>,
+}
+
+impl LogBaseSource {
+    /// Bytes of log records the base holds.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The base's log records and, with `with_image`, the checkpoint image their generation
+    /// starts from (a base backup, for a backup whose own log cannot follow): read now from
+    /// the primary's medium. Refused when a read fails, or the checkpoint on the medium is
+    /// no longer the one the records start from.
+    pub fn read(&self, with_image: bool) -> Result<(LogBase, Option<Vec<u8>>), ReplicaError> {
+        use crate::error::FullStackStep;
+        let log = |e: &dyn std::fmt::Display| ReplicaError::FullStack {
+            step: FullStackStep::LogBase,
+            problem: e.to_string(),
+        };
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner()).read(self.len).map_err(|e| log(&e))?;
+        let base = LogBase { seq: self.seq, fork_lsn: self.fork_lsn, records: std::sync::Arc::new(records) };
+        if !with_image {
+            return Ok((base, None));
+        }
+        let problem = |e: &dyn std::fmt::Display| ReplicaError::FullStack {
+            step: FullStackStep::CheckpointImage,
+            problem: e.to_string(),
+        };
+        let image = self.image.read().map_err(|e| problem(&e))?;
+        let (at, start) = (
+            engine::conventional::image_lsn(&image).map_err(|e| problem(&e))?,
+            engine::conventional::generation_start(&base.records).map_err(|e| problem(&e))?,
+        );
+        if at != start {
+            let why = format!("the checkpoint (LSN {at}) is no longer the one the log base starts from (LSN {start})");
+            return Err(problem(&why));
+        }
+        Ok((base, Some(image)))
+    }
+}
+
 /// What a replica that executes (not a backup) holds besides its storage.
 #[derive(Debug, Default)]
 struct Executing {
@@ -206,7 +262,7 @@ enum Role {
     Primary {
         executing: Executing,
         /// Full stack, with a rejoining backup: the base that backup starts from.
-        log_base: Option<LogBase>,
+        log_base: Option<LogBaseSource>,
     },
     Backup {
         /// Shipments ahead of `next_seq`.
@@ -982,10 +1038,15 @@ impl Replica {
                 // for the new backup as for the others (found by `glass sim --mode full-stack
                 // --seed 14`: a second `ShipTo` after a remote piece derived again found those
                 // records in the shipping buffer, and the log base was refused).
-                let mut records = f.log_base()?;
-                records.truncate(records.len().saturating_sub(self.unshipped_log.len()));
-                let seq = self.next_seq - 1;
-                Some(LogBase { seq, fork_lsn: log_fork, records: std::sync::Arc::new(records) })
+                let later = f.log_base_later()?;
+                let len = later.len().saturating_sub(self.unshipped_log.len() as u64);
+                Some(LogBaseSource {
+                    seq: self.next_seq - 1,
+                    fork_lsn: log_fork,
+                    len,
+                    records: std::sync::Arc::new(std::sync::Mutex::new(later)),
+                    image: std::sync::Arc::new(f.checkpoint_image_later()),
+                })
             }
         };
         // The executing state moves into the primary's role.
@@ -998,37 +1059,11 @@ impl Replica {
     }
 
     /// A full-stack primary's [`LogBase`] for a rejoining backup, once it has one.
-    pub fn log_base(&self) -> Option<&LogBase> {
+    pub fn log_base(&self) -> Option<&LogBaseSource> {
         match &self.role {
             Role::Primary { log_base, .. } => log_base.as_ref(),
             Role::Replica(_) | Role::Backup { .. } => None,
         }
-    }
-
-    /// A full-stack primary's checkpoint image, for a rejoining backup whose own log cannot
-    /// follow its [`LogBase`] (a base backup, docs/design.md §10): the snapshot the base's log
-    /// generation starts from. Refused when there is no base, or the checkpoint on the medium
-    /// is no longer the one the base starts from.
-    pub fn log_base_image(&self) -> Result<Vec<u8>, ReplicaError> {
-        let (Some(base), Store::Full(f)) = (self.log_base(), &self.db) else {
-            return Err(ReplicaError::Unexpected { what: "a checkpoint image request (no log base here)" });
-        };
-        let image = f.checkpoint_image()?;
-        let step = crate::error::FullStackStep::CheckpointImage;
-        let problem = |e: engine::conventional::ConventionalError| ReplicaError::FullStack {
-            step: step.clone(),
-            problem: e.to_string(),
-        };
-        let (at, start) = (
-            engine::conventional::image_lsn(&image).map_err(problem)?,
-            engine::conventional::generation_start(&base.records).map_err(problem)?,
-        );
-        if at != start {
-            let problem =
-                format!("the checkpoint (LSN {at}) is no longer the one the log base starts from (LSN {start})");
-            return Err(ReplicaError::FullStack { step, problem });
-        }
-        Ok(image)
     }
 
     /// A backup over a copy of its primary's state as of batch `seq` (a rejoin in a passive

@@ -359,7 +359,8 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
     let mut primary = Replica::recovered(2, P, f, PENDING);
     primary.resume_at(1).unwrap();
     primary.ship_from_now_on().unwrap();
-    let base = primary.log_base().unwrap().clone();
+    // Taken between batches; its bytes read later, as the sending thread does.
+    let (base, _) = primary.log_base().unwrap().read(false).unwrap();
     let receive = |image: Option<&[u8]>| {
         let mut r = LogBaseReceiver::new(P, "node 2".into(), 0, image.is_some());
         let pieces = log_base_pieces(&base, image, 1, P, 4096);
@@ -388,7 +389,7 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
     );
 
     // A base whose image is damaged does not hold together: fetched again.
-    let image = primary.log_base_image().unwrap();
+    let image = primary.log_base().unwrap().read(true).unwrap().1.expect("the checkpoint image");
     let mut damaged = image.clone();
     damaged[64] ^= 1;
     let retry = m.on_fetched(2, Ok(Fetched::LogBase(receive(Some(&damaged)))));

@@ -1201,12 +1201,9 @@ impl Sim {
                     return refused("a backup has no log base");
                 }
                 let base = r.log_base().filter(|b| b.seq >= f.after_seq)?.clone();
-                let image = match f.kind == FetchKind::BaseBackup {
-                    true => match r.log_base_image() {
-                        Ok(image) => Some(image),
-                        Err(e) => return refused(&format!("no checkpoint image: {e}")),
-                    },
-                    false => None,
+                let (base, image) = match base.read(f.kind == FetchKind::BaseBackup) {
+                    Ok(read) => read,
+                    Err(e) => return refused(&format!("cannot read the log base: {e}")),
                 };
                 let copy = log_base_copy(f.source, f.partition, &base, image.as_deref());
                 Some(copy.map(Fetched::LogBase).map_err(RejoinError::Transfer))

@@ -37,7 +37,7 @@ use std::io::Write;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::log::{checkpoint_record, decode, scan, Kind};
-use super::medium::Medium;
+use super::medium::{CheckpointStore, Medium};
 use super::ship::CutAt;
 use super::{ConventionalDb, ConventionalError, SNAPSHOT_MAGIC};
 
@@ -79,8 +79,31 @@ impl ConventionalDb {
     /// The current checkpoint snapshot's bytes (the image a rejoining backup installs),
     /// checked whole; refused when there is none.
     pub fn checkpoint_image(&self) -> Result<Vec<u8>, ConventionalError> {
-        let path = self.checkpoint_store.path();
-        let image = self.checkpoint_store.read()?.ok_or(ConventionalError::BadSnapshot { path, what: "missing" })?;
+        self.checkpoint_image_later().read()
+    }
+
+    /// The checkpoint snapshot, to be read later on another thread ([`ImageRead`]): costs
+    /// the caller nothing, whatever the image's size.
+    pub fn checkpoint_image_later(&self) -> ImageRead {
+        ImageRead { store: self.checkpoint_store.reopen() }
+    }
+}
+
+/// A database's checkpoint snapshot, read when asked through a handle of its own — off the
+/// executor, for a rejoining backup's base (docs/design.md §10, "Copying without
+/// stopping"). A primary replaces its checkpoint only when promoted, never while it serves a
+/// base; the image read is checked whole, and the backup checks it starts where the log
+/// generation it goes with does.
+#[derive(Debug)]
+pub struct ImageRead {
+    store: Box<dyn CheckpointStore>,
+}
+
+impl ImageRead {
+    /// The checkpoint's bytes, checked whole; refused when there is none.
+    pub fn read(&self) -> Result<Vec<u8>, ConventionalError> {
+        let path = self.store.path();
+        let image = self.store.read()?.ok_or(ConventionalError::BadSnapshot { path, what: "missing" })?;
         image_lsn(&image)?;
         Ok(image)
     }

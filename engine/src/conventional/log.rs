@@ -315,6 +315,55 @@ pub trait LogDevice: Send {
     fn preallocate(&mut self, size: u64) -> io::Result<()>;
     /// Makes every completed write durable (`fdatasync`).
     fn sync_data(&mut self) -> io::Result<()>;
+    /// Another handle on the same device, for reading a range that no longer changes later
+    /// and on another thread ([`GenerationRead`]).
+    fn reopen(&self) -> io::Result<Box<dyn LogDevice>>;
+}
+
+/// The bytes of one log generation, from its first record to an end fixed when it was taken
+/// ([`LogManager::generation_then_ship`]), read later through a handle of its own — on a
+/// thread other than the executor's, so a primary keeps committing while a rejoining
+/// backup's log base is read (docs/design.md §10, "Copying without stopping"). Those bytes
+/// are durable and only appended after, so they read the same until a new generation
+/// starts over them: a checkpoint, which a primary takes only when promoted, never while it
+/// serves a base. Should one still overwrite them, the reader gets records of another
+/// generation or none, which the backup refuses (every record carries its LSN and
+/// checksum, and a base must start with the generation's checkpoint record).
+pub struct GenerationRead {
+    device: Box<dyn LogDevice>,
+    /// The generation's first LSN and the bytes fixed when it was taken.
+    base: u64,
+    len: u64,
+}
+
+impl std::fmt::Debug for GenerationRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GenerationRead").field("base", &self.base).field("len", &self.len).finish()
+    }
+}
+
+impl GenerationRead {
+    /// The generation's bytes taken: its first record's LSN is [`GenerationRead::base`].
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The LSN of the generation's first record.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// The generation's first `n` bytes (at most [`GenerationRead::len`]).
+    pub fn read(&mut self, n: u64) -> io::Result<Vec<u8>> {
+        let n = n.min(self.len);
+        let mut bytes = vec![0u8; n as usize];
+        self.device.read_at(0, &mut bytes)?;
+        Ok(bytes)
+    }
 }
 
 /// The log in a file.
@@ -353,6 +402,9 @@ impl LogDevice for FileLogDevice {
     }
     fn sync_data(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+    fn reopen(&self) -> io::Result<Box<dyn LogDevice>> {
+        Ok(Box::new(FileLogDevice { file: self.file.try_clone()? }))
     }
 }
 
@@ -554,6 +606,10 @@ impl LogDevice for CrashingLogDevice {
         }
         s.syncs += 1;
         Ok(())
+    }
+    fn reopen(&self) -> io::Result<Box<dyn LogDevice>> {
+        drop(self.live()?);
+        Ok(Box::new(CrashingLogDevice { state: Arc::clone(&self.state), epoch: self.epoch }))
     }
 }
 
@@ -984,11 +1040,13 @@ impl LogManager {
 
 impl LogManager {
     /// A base for a new backup (see [`super::ship`]): writes out and syncs every record
-    /// appended, reads the current log generation — from its first record (the last
-    /// checkpoint's) to its end — and switches the shipping tap on, all while holding the
-    /// device and buffer locks, so the bytes returned and the records shipped from now on
-    /// are contiguous. Refused when records wait in the shipping buffer (take them first).
-    pub fn generation_then_ship(&self) -> Result<Vec<u8>, StorageError> {
+    /// appended, takes the current log generation — from its first record (the last
+    /// checkpoint's) to its end, to be read later ([`GenerationRead`]) — and switches the
+    /// shipping tap on, all while holding the device and buffer locks, so the bytes taken
+    /// and the records shipped from now on are contiguous. Reads nothing: the cost here is
+    /// the sync alone, whatever the generation's length. Refused when records wait in the
+    /// shipping buffer (take them first).
+    pub fn generation_then_ship(&self) -> Result<GenerationRead, StorageError> {
         self.flush_to(self.end())?;
         let mut guard = self.device();
         let Some(d) = guard.as_mut() else { return Err(StorageError::Io(LogUnavailable::NoDevice.into())) };
@@ -999,10 +1057,10 @@ impl LogManager {
         if !b.bytes.is_empty() || d.written != b.next {
             return Err(StorageError::Io(LogUnavailable::AppendedWhileRead.into()));
         }
-        let mut bytes = vec![0u8; (d.written - d.base) as usize];
-        d.device.read_at(0, &mut bytes).map_err(io_error)?;
+        let read =
+            GenerationRead { device: d.device.reopen().map_err(io_error)?, base: d.base, len: d.written - d.base };
         self.shipping.store(true, Ordering::Relaxed);
-        Ok(bytes)
+        Ok(read)
     }
 }
 

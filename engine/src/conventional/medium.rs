@@ -47,6 +47,9 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
     fn exists(&self) -> bool;
     /// What errors call the checkpoint (the file's path; an in-memory medium's name).
     fn path(&self) -> PathBuf;
+    /// Another handle on the same store, to read the checkpoint later on another thread
+    /// ([`super::base::ImageRead`]).
+    fn reopen(&self) -> Box<dyn CheckpointStore>;
 }
 
 /// The checkpoint as the file `checkpoint.db` in a database directory: written to
@@ -96,6 +99,10 @@ impl CheckpointStore for FileCheckpoint {
 
     fn path(&self) -> PathBuf {
         self.dir.join(SNAPSHOT_FILE)
+    }
+
+    fn reopen(&self) -> Box<dyn CheckpointStore> {
+        Box::new(self.clone())
     }
 }
 
@@ -294,6 +301,10 @@ impl CheckpointStore for MemoryCheckpoint {
 
     fn path(&self) -> PathBuf {
         Path::new(MEMORY_NAME).join(SNAPSHOT_FILE)
+    }
+
+    fn reopen(&self) -> Box<dyn CheckpointStore> {
+        Box::new(MemoryCheckpoint { medium: self.medium.clone(), epoch: self.epoch })
     }
 }
 

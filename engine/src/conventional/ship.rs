@@ -47,7 +47,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use super::log::{decode, Kind, Record, CHECKSUM_BYTES, HEADER_BYTES};
+use super::log::{decode, GenerationRead, Kind, Record, CHECKSUM_BYTES, HEADER_BYTES};
 use super::medium::Medium;
 use super::stats::Stats;
 use super::{ConventionalDb, ConventionalError};
@@ -160,11 +160,11 @@ impl ConventionalDb {
 
     /// On a primary, between transactions: the base a new backup starts from — this log
     /// generation from its first record (the last checkpoint's, whose snapshot the backup's
-    /// state must equal) to its end — with the shipping tap switched on in the same critical
-    /// section, so the next [`ConventionalDb::take_shipped_log`] continues where the base
-    /// ends. A promoted backup's generation starts at its promotion checkpoint; a primary
+    /// state must equal) to its end, read later off the executor ([`GenerationRead`]) — with
+    /// the shipping tap switched on in the same critical section, so the next
+    /// [`ConventionalDb::take_shipped_log`] continues where the base ends. A promoted backup's generation starts at its promotion checkpoint; a primary
     /// that never was a backup's, at its load checkpoint.
-    pub fn log_base_for_backup(&self) -> Result<Vec<u8>, ConventionalError> {
+    pub fn log_base_for_backup(&self) -> Result<GenerationRead, ConventionalError> {
         if !self.switches().log_records {
             return Err(ConventionalError::ShippingUnavailable { reason: "log records are switched off" });
         }
