@@ -31,7 +31,14 @@
 //!
 //! Cost to the source while a copy runs: one lookup in the kept rows for each row a
 //! transaction changes, and the kept images (bounded: past [`COPY_KEPT_BYTES_MAX`] the copy
-//! gives up, [`LeanDb::copy_over_budget`]).
+//! gives up, [`LeanDb::copy_over_budget`]). No single call costs time in proportion to what
+//! is kept — under saturation a copy of a 20-warehouse partition keeps millions of rows, and
+//! a map or buffer of that size growing in one piece stalled the executor for hundreds of
+//! milliseconds: the kept rows are spread over [`KEPT_SHARDS`] maps per table (a map doubling
+//! moves a 1/256th of them), their images over fixed [`KEPT_SEGMENT_BYTES`] segments (never
+//! moved), a rescan forgets what its table's pass sent by starting a new pass number, the
+//! flush at a pass's end lists one shard a step, and a table's kept rows are dropped once
+//! its pass is over.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -41,6 +48,15 @@ use crate::lean::{LeanDb, UndoOp, UndoRecord};
 use crate::schema::{t, Organisation, Table, TableId};
 use crate::StorageError;
 
+/// Maps the kept rows of one table are spread over.
+pub const KEPT_SHARDS: usize = 256;
+/// Bytes of one segment of kept images (no image straddles two).
+pub const KEPT_SEGMENT_BYTES: usize = 4 << 20;
+
+/// Kept rows a [`LeanDb::copy_step`] looks through at most when it lists a pass's end (a
+/// step that lists this many and finds nothing due returns with no rows).
+pub const KEPT_LISTED_PER_STEP_MAX: usize = 1 << 16;
+
 /// Rescans of one hash table a copy makes before it copies the rest of that table at once.
 pub const COPY_HASH_RESCANS_MAX: u32 = 3;
 /// Bytes of row images a copy keeps aside before it gives up.
@@ -49,7 +65,9 @@ pub const COPY_KEPT_BYTES_MAX: usize = 1 << 30;
 /// What one [`LeanDb::copy_step`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyStep {
-    /// `rows` rows of `table` were appended to the output.
+    /// `rows` rows of `table` were appended to the output (none, now and then, at a pass's
+    /// end: the step looked through [`KEPT_LISTED_PER_STEP_MAX`] kept rows and found none
+    /// due).
     Rows { table: TableId, rows: u32 },
     /// Every table has been sent: the copy can end ([`LeanDb::finish_copy`]).
     Done,
@@ -72,7 +90,7 @@ pub struct CopyProgress {
 }
 
 /// The scan's position in the table it is at.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Position {
     /// Hash table: the next row id of its pool; `layout` is the table's layout counter when
     /// its pass began.
@@ -81,16 +99,88 @@ enum Position {
     Ordered { next: Option<u64> },
     /// Heap table: the next row id, and the rows it held when the copy began.
     Heap { id: u32, end: u32 },
-    /// The table's pass is over: the kept images of rows deleted since go out.
-    Flush,
+    /// The table's pass is over: the kept images of rows deleted since go out, shard by
+    /// shard (`due`: the current shard's, in key order, from `next`).
+    Flush { shard: usize, due: Option<Box<[(u64, u32)]>>, next: usize },
+}
+
+impl Position {
+    const FLUSH: Position = Position::Flush { shard: 0, due: None, next: 0 };
 }
 
 /// A row's image at the copy's beginning, kept aside: where in [`CopyState::kept_bytes`]
-/// (`None`: the row did not exist), and whether the current pass sent it.
+/// (`None`: the row did not exist), and the pass of its table that sent it (0: none; see
+/// [`CopyState::passes`]).
 #[derive(Debug, Clone, Copy)]
 struct Kept {
     at: Option<u32>,
-    sent: bool,
+    sent_pass: u32,
+}
+
+/// One table's kept rows, spread over [`KEPT_SHARDS`] maps by key.
+#[derive(Debug, Default)]
+struct KeptRows {
+    shards: Vec<KeptMap>,
+}
+
+impl KeptRows {
+    fn shard_of(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % KEPT_SHARDS
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut Kept> {
+        self.shards.get_mut(Self::shard_of(key))?.get_mut(&key)
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.shards.get(Self::shard_of(key)).is_some_and(|m| m.contains_key(&key))
+    }
+
+    fn insert(&mut self, key: u64, kept: Kept) {
+        if self.shards.is_empty() {
+            self.shards.resize_with(KEPT_SHARDS, KeptMap::default);
+        }
+        self.shards[Self::shard_of(key)].insert(key, kept);
+    }
+
+    /// Shard `shard`'s rows not sent by pass `pass` that existed at the beginning, in key
+    /// order.
+    fn due(&self, shard: usize, pass: u32) -> Box<[(u64, u32)]> {
+        let Some(map) = self.shards.get(shard) else { return Box::default() };
+        let mut due: Vec<(u64, u32)> =
+            map.iter().filter(|(_, v)| v.sent_pass != pass).filter_map(|(&k, v)| v.at.map(|at| (k, at))).collect();
+        due.sort_unstable();
+        due.into_boxed_slice()
+    }
+}
+
+/// Kept row images in fixed segments of [`KEPT_SEGMENT_BYTES`]: appending never moves what
+/// is there (a buffer doubling would copy every image kept). An image's place is its offset
+/// as if the segments were back to back.
+#[derive(Debug, Default)]
+struct KeptBytes {
+    segments: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl KeptBytes {
+    fn push(&mut self, image: &[u8]) -> u32 {
+        let fits = self.segments.last().is_some_and(|s| s.len() + image.len() <= KEPT_SEGMENT_BYTES);
+        if !fits {
+            self.segments.push(Vec::with_capacity(KEPT_SEGMENT_BYTES));
+        }
+        let index = self.segments.len() - 1;
+        let segment = &mut self.segments[index];
+        let at = index * KEPT_SEGMENT_BYTES + segment.len();
+        segment.extend_from_slice(image);
+        self.bytes += image.len();
+        u32::try_from(at).unwrap_or(u32::MAX)
+    }
+
+    fn get(&self, at: u32, size: usize) -> &[u8] {
+        let (index, offset) = (at as usize / KEPT_SEGMENT_BYTES, at as usize % KEPT_SEGMENT_BYTES);
+        &self.segments[index][offset..offset + size]
+    }
 }
 
 /// A multiplicative hasher for the kept rows' (table, key) pairs: keys are packed integers,
@@ -116,7 +206,7 @@ impl Hasher for KeyHasher {
     }
 }
 
-type KeptMap = HashMap<(u8, u64), Kept, BuildHasherDefault<KeyHasher>>;
+type KeptMap = HashMap<u64, Kept, BuildHasherDefault<KeyHasher>>;
 
 /// A copy in progress (held by the [`LeanDb`] it copies).
 #[derive(Debug)]
@@ -129,8 +219,15 @@ pub(crate) struct CopyState {
     /// HISTORY's rows when the copy began.
     heap_end: u32,
     sums: [TableDigest; 9],
-    kept: KeptMap,
-    kept_bytes: Vec<u8>,
+    /// Per table (by index in [`TableId::ALL`]): its kept rows, and the number of its
+    /// current pass (a rescan starts a new one: what earlier passes sent is not sent).
+    kept: [KeptRows; 9],
+    passes: [u32; 9],
+    kept_bytes: KeptBytes,
+    /// Kept rows looked through by the current step's listings, and the bound on them
+    /// ([`KEPT_LISTED_PER_STEP_MAX`]; lower in tests).
+    listed: usize,
+    listed_max: usize,
     progress: CopyProgress,
 }
 
@@ -153,16 +250,27 @@ impl LeanDb {
         let mut state = CopyState {
             id,
             table: 0,
-            pos: Position::Flush,
+            pos: Position::FLUSH,
             heap_end,
             sums: [TableDigest::default(); 9],
-            kept: KeptMap::default(),
-            kept_bytes: Vec::new(),
+            kept: Default::default(),
+            passes: [1; 9],
+            kept_bytes: KeptBytes::default(),
+            listed: 0,
+            listed_max: KEPT_LISTED_PER_STEP_MAX,
             progress: CopyProgress::default(),
         };
         state.pos = self.start_position(0, heap_end);
         self.copy = Some(Box::new(state));
         true
+    }
+
+    /// Lowers the kept rows a step's listing looks through, for the copy under way.
+    #[cfg(test)]
+    pub(crate) fn set_copy_listed_max(&mut self, n: usize) {
+        if let Some(c) = self.copy.as_mut() {
+            c.listed_max = n.max(1);
+        }
     }
 
     /// Whether a copy is being taken.
@@ -183,7 +291,7 @@ impl LeanDb {
     /// Whether the copy under way keeps more than [`COPY_KEPT_BYTES_MAX`] bytes of images
     /// aside (its copier should give it up: [`LeanDb::abort_copy`]).
     pub fn copy_over_budget(&self) -> bool {
-        self.copy.as_ref().is_some_and(|c| c.kept_bytes.len() > COPY_KEPT_BYTES_MAX)
+        self.copy.as_ref().is_some_and(|c| c.kept_bytes.bytes > COPY_KEPT_BYTES_MAX)
     }
 
     /// Copies the next rows — at most `bytes_max` bytes of them, at least one row — of one
@@ -193,6 +301,7 @@ impl LeanDb {
     /// # Panics
     /// Without a copy under way.
     pub fn copy_step(&mut self, bytes_max: usize, out: &mut Vec<u8>) -> CopyStep {
+        self.copy.as_mut().expect("a copy is under way").listed = 0;
         loop {
             let table = self.copy.as_ref().expect("a copy is under way").table;
             let Some(&id) = TableId::ALL.get(table) else { return CopyStep::Done };
@@ -211,11 +320,14 @@ impl LeanDb {
                 let heap_end = self.copy.as_ref().expect("under way").heap_end;
                 let next = self.start_position(table + 1, heap_end);
                 let c = self.copy.as_mut().expect("under way");
+                // Nothing of this table is sent any more: its kept rows go.
+                c.kept[table] = KeptRows::default();
                 c.table += 1;
                 c.pos = next;
                 c.progress.tables_done = c.table;
             }
-            if rows > 0 {
+            let c = self.copy.as_ref().expect("under way");
+            if rows > 0 || c.listed >= c.listed_max {
                 return CopyStep::Rows { table: id, rows };
             }
         }
@@ -278,7 +390,7 @@ impl LeanDb {
             Some((id, Organisation::Hash)) => Position::Hash { id: 0, layout: self.hash_layout(id), rescans: 0 },
             Some((_, Organisation::Ordered)) => Position::Ordered { next: Some(0) },
             Some((_, Organisation::Heap)) => Position::Heap { id: 0, end: heap_end },
-            None => Position::Flush,
+            None => Position::FLUSH,
         }
     }
 
@@ -298,7 +410,8 @@ impl LeanDb {
         let size = std::mem::size_of::<T::Row>();
         let mut c = self.copy.take().expect("a copy is under way");
         let mut emit = Emitter { out, bytes_max, size, rows: 0, sum: c.sums[T::ID as usize] };
-        let finished = match c.pos {
+        let pos = std::mem::replace(&mut c.pos, Position::FLUSH);
+        let finished = match pos {
             Position::Hash { mut id, layout, mut rescans } => {
                 let store = self.hash::<T>();
                 if store.layout != layout {
@@ -308,7 +421,7 @@ impl LeanDb {
                     c.progress.rescans += 1;
                     id = 0;
                     emit.sum = TableDigest::default();
-                    c.kept.iter_mut().filter(|(k, _)| k.0 == T::ID as u8).for_each(|(_, v)| v.sent = false);
+                    c.passes[T::ID as usize] += 1;
                 }
                 let unbounded = rescans > COPY_HASH_RESCANS_MAX;
                 let end = store.rows.allocated();
@@ -322,7 +435,7 @@ impl LeanDb {
                     id += 1;
                 }
                 let done = id >= end;
-                c.pos = if done { Position::Flush } else { Position::Hash { id, layout: store.layout, rescans } };
+                c.pos = if done { Position::FLUSH } else { Position::Hash { id, layout: store.layout, rescans } };
                 false
             }
             Position::Ordered { next } => {
@@ -345,7 +458,7 @@ impl LeanDb {
                     Some(k) => k.checked_add(1),
                     None => next,
                 };
-                c.pos = if stopped { Position::Ordered { next } } else { Position::Flush };
+                c.pos = if stopped { Position::Ordered { next } } else { Position::FLUSH };
                 false
             }
             Position::Heap { mut id, end } => {
@@ -357,7 +470,7 @@ impl LeanDb {
                 c.pos = Position::Heap { id, end };
                 id >= end
             }
-            Position::Flush => self.flush_kept::<T>(&mut c, &mut emit),
+            Position::Flush { shard, due, next } => Self::flush_kept::<T>(&mut c, &mut emit, shard, due, next),
         };
         c.sums[T::ID as usize] = emit.sum;
         c.progress.rows += u64::from(emit.rows);
@@ -368,25 +481,45 @@ impl LeanDb {
     }
 
     /// The end of a keyed table's pass: the kept images of its rows not sent by the pass (rows
-    /// deleted since the copy began), in key order, as room allows; `true` once all are out.
-    fn flush_kept<T: Table>(&mut self, c: &mut CopyState, emit: &mut Emitter<'_>) -> bool {
-        let mut due: Vec<(u64, u32)> = c
-            .kept
-            .iter()
-            .filter(|(k, v)| k.0 == T::ID as u8 && !v.sent && v.at.is_some())
-            .map(|(k, v)| (k.1, v.at.expect("filtered")))
-            .collect();
-        due.sort_unstable();
+    /// deleted since the copy began), shard by shard and in key order within a shard, as
+    /// room allows; `true` once all are out. A step lists shards until it has looked through
+    /// [`KEPT_LISTED_PER_STEP_MAX`] kept rows.
+    fn flush_kept<T: Table>(
+        c: &mut CopyState,
+        emit: &mut Emitter<'_>,
+        mut shard: usize,
+        mut due: Option<Box<[(u64, u32)]>>,
+        mut next: usize,
+    ) -> bool {
+        let (table, pass) = (T::ID as usize, c.passes[T::ID as usize]);
         let size = std::mem::size_of::<T::Row>();
-        for (key, at) in due {
-            if !emit.room() {
-                return false;
+        loop {
+            let rows = match &due {
+                Some(rows) => rows,
+                None if shard >= KEPT_SHARDS => return true,
+                None if c.listed >= c.listed_max => {
+                    c.pos = Position::Flush { shard, due, next };
+                    return false;
+                }
+                None => {
+                    next = 0;
+                    c.listed += c.kept[table].shards.get(shard).map_or(1, |m| m.len().max(1));
+                    due.insert(c.kept[table].due(shard, pass))
+                }
+            };
+            while let Some(&(key, at)) = rows.get(next) {
+                if !emit.room() {
+                    c.pos = Position::Flush { shard, due, next };
+                    return false;
+                }
+                let row: T::Row = bytemuck::pod_read_unaligned(c.kept_bytes.get(at, size));
+                emit.row::<T>(&row);
+                c.kept[table].get_mut(key).expect("listed").sent_pass = pass;
+                next += 1;
             }
-            let row: T::Row = bytemuck::pod_read_unaligned(&c.kept_bytes[at as usize..at as usize + size]);
-            emit.row::<T>(&row);
-            c.kept.get_mut(&(T::ID as u8, key)).expect("listed above").sent = true;
+            due = None;
+            shard += 1;
         }
-        true
     }
 
     /// Keeps aside, for the copy under way, the image from before the committing transaction
@@ -398,8 +531,7 @@ impl LeanDb {
             if rec.table == TableId::History {
                 continue;
             }
-            let k = (rec.table as u8, rec.key);
-            if c.kept.contains_key(&k) || !self.unsent(&c, rec.table, rec.key) {
+            if c.kept[rec.table as usize].contains(rec.key) || !self.unsent(&c, rec.table, rec.key) {
                 continue;
             }
             let of_key = || records.iter().filter(|r| (r.table, r.key) == (rec.table, rec.key));
@@ -430,7 +562,7 @@ impl LeanDb {
         match c.pos {
             Position::Ordered { next } => next.is_some_and(|n| key >= n),
             Position::Hash { .. } => true,
-            Position::Heap { .. } | Position::Flush => false,
+            Position::Heap { .. } | Position::Flush { .. } => false,
         }
     }
 
@@ -459,11 +591,7 @@ impl LeanDb {
                 }
             }
         }
-        let at = before.map(|row| {
-            let at = u32::try_from(c.kept_bytes.len()).unwrap_or(u32::MAX);
-            c.kept_bytes.extend_from_slice(bytemuck::bytes_of(&row));
-            at
-        });
+        let at = before.map(|row| c.kept_bytes.push(bytemuck::bytes_of(&row)));
         // A hash table's pass may have sent the row already, as it was then (its first change
         // is this one): the pass must not send it again. (A rescan starts every row over.)
         let sent = match c.pos {
@@ -472,9 +600,10 @@ impl LeanDb {
             }
             _ => false,
         };
+        let sent_pass = if sent { c.passes[T::ID as usize] } else { 0 };
         c.progress.kept_rows += 1;
-        c.progress.kept_bytes = c.kept_bytes.len() as u64;
-        c.kept.insert((T::ID as u8, key), Kept { at, sent });
+        c.progress.kept_bytes = c.kept_bytes.bytes as u64;
+        c.kept[T::ID as usize].insert(key, Kept { at, sent_pass });
     }
 }
 
@@ -502,13 +631,13 @@ impl Emitter<'_> {
     /// `row` (of `key`), or its image kept from the copy's beginning, or nothing if it did
     /// not exist then.
     fn row_as_it_was<T: Table>(&mut self, c: &mut CopyState, key: u64, row: &T::Row) {
-        match c.kept.get_mut(&(T::ID as u8, key)) {
+        let pass = c.passes[T::ID as usize];
+        match c.kept[T::ID as usize].get_mut(key) {
             None => self.row::<T>(row),
             Some(kept) => {
-                kept.sent = true;
+                kept.sent_pass = pass;
                 if let Some(at) = kept.at {
-                    let size = self.size;
-                    let old: T::Row = bytemuck::pod_read_unaligned(&c.kept_bytes[at as usize..at as usize + size]);
+                    let old: T::Row = bytemuck::pod_read_unaligned(c.kept_bytes.get(at, self.size));
                     self.row::<T>(&old);
                 }
             }
