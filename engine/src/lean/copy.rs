@@ -124,8 +124,11 @@ struct KeptRows {
 }
 
 impl KeptRows {
+    /// The shard of `key`: by another multiplier than [`KeyHasher`]'s, whose top bits the
+    /// map's probe uses as its tag (the same bits would give every key of a shard the same
+    /// tag, and a lookup would compare keys all along its probe).
     fn shard_of(key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % KEPT_SHARDS
+        (key.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 56) as usize % KEPT_SHARDS
     }
 
     fn get_mut(&mut self, key: u64) -> Option<&mut Kept> {
@@ -320,8 +323,8 @@ impl LeanDb {
                 let heap_end = self.copy.as_ref().expect("under way").heap_end;
                 let next = self.start_position(table + 1, heap_end);
                 let c = self.copy.as_mut().expect("under way");
-                // Nothing of this table is sent any more: its kept rows go.
-                c.kept[table] = KeptRows::default();
+                // Nothing of this table is sent any more: its kept rows go (freed aside).
+                drop_aside(std::mem::take(&mut c.kept[table]));
                 c.table += 1;
                 c.pos = next;
                 c.progress.tables_done = c.table;
@@ -341,12 +344,16 @@ impl LeanDb {
     pub fn finish_copy(&mut self) -> Digest {
         let c = self.copy.take().expect("a copy is under way");
         assert_eq!(c.table, TableId::ALL.len(), "the copy's scan is not done");
-        digest_of(&c.sums)
+        let digest = digest_of(&c.sums);
+        drop_aside(c);
+        digest
     }
 
     /// Drops the copy under way (its receiver went away), if any.
     pub fn abort_copy(&mut self) {
-        self.copy = None;
+        if let Some(c) = self.copy.take() {
+            drop_aside(c);
+        }
     }
 
     /// Inserts a copy's rows of `table` (Pod rows back to back, as [`LeanDb::copy_step`]
@@ -605,6 +612,14 @@ impl LeanDb {
         c.progress.kept_bytes = c.kept_bytes.bytes as u64;
         c.kept[T::ID as usize].insert(key, Kept { at, sent_pass });
     }
+}
+
+/// Frees `what` on a thread of its own: a copy's kept rows and images run to hundreds of
+/// megabytes, and returning them to the system took the executor 15 ms for one table of a
+/// 10-warehouse partition (`examples/copy_cost.rs`). Freed here when no thread can start.
+fn drop_aside<T: Send + 'static>(what: T) {
+    // When the thread cannot start, the closure, and `what` with it, is dropped right here.
+    let _ = std::thread::Builder::new().name("copy-free".into()).spawn(move || drop(what));
 }
 
 /// Appends rows to a step's output, within its budget, summing their hashes.
