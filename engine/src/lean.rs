@@ -347,6 +347,8 @@ pub struct LeanDb {
     redo: Option<RedoBatch>,
     /// The copy being taken while the partition executes on, if any ([`copy`]).
     copy: Option<Box<copy::CopyState>>,
+    /// What the last copy kept, freed a little at a time ([`LeanDb::free_copy_leftovers`]).
+    copy_leftovers: copy::CopyLeftovers,
     /// Commit and abort counts.
     pub counters: Counters,
 }

@@ -794,6 +794,7 @@ impl Executor {
                 self.retry_deferred(&mut machine, &mut deferred);
             }
             self.copy_step(&mut machine, !woken, &mut deferred);
+            self.free_copy_leftovers(&mut machine);
             self.publish(&mut machine);
         }
         if let Some(replica) = machine.replica() {
@@ -806,6 +807,20 @@ impl Executor {
                 failed = stats.txns_failed,
                 "executor finished"
             );
+        }
+    }
+
+    /// Once a copy is over, frees a little of what it kept (a few maps and segments a piece of
+    /// work: freed at once, or on a thread of their own, they stalled the node's partitions;
+    /// docs/design.md §10, "Copying without stopping").
+    fn free_copy_leftovers(&self, machine: &mut Machine) {
+        if self.copy.borrow().is_some() {
+            return;
+        }
+        if let Some(Store::Lean(db)) = machine.replica_mut().map(Replica::store_mut) {
+            if db.has_copy_leftovers() {
+                db.free_copy_leftovers();
+            }
         }
     }
 

@@ -37,10 +37,12 @@
 //! milliseconds: the kept rows are spread over [`KEPT_SHARDS`] maps per table (a map doubling
 //! moves a 1/256th of them), their images over fixed [`KEPT_SEGMENT_BYTES`] segments (never
 //! moved), a rescan forgets what its table's pass sent by starting a new pass number, the
-//! flush at a pass's end lists one shard a step, and what the copy kept is freed on a thread
-//! of its own once the copy is over. (Freeing a table's kept rows as soon as its pass was
-//! over, on such a thread, stalled both partitions of a node for 400-600 ms at a time while
-//! their executors went on keeping rows: measured with `glass failover` at 4 warehouses.)
+//! flush at a pass's end lists one shard a step, and what the copy kept is freed a few maps
+//! and segments at a time by the executor: a table's kept rows once its pass is over, by the
+//! steps that follow, and the rest once the copy is over ([`LeanDb::free_copy_leftovers`]).
+//! (Freed in one piece, a table's took the executor 15 ms at 10 warehouses; freed on a thread
+//! of their own, the frees — page unmapping — stalled both partitions of a node for
+//! 400–600 ms at a time: measured with `glass failover` at 4 and 20 warehouses.)
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -58,6 +60,10 @@ pub const KEPT_SEGMENT_BYTES: usize = 4 << 20;
 /// Kept rows a [`LeanDb::copy_step`] looks through at most when it lists a pass's end (a
 /// step that lists this many and finds nothing due returns with no rows).
 pub const KEPT_LISTED_PER_STEP_MAX: usize = 1 << 16;
+
+/// Kept maps, and kept image segments, freed at most in one [`LeanDb::copy_step`] or
+/// [`LeanDb::free_copy_leftovers`].
+pub const COPY_FREED_PER_STEP: usize = 8;
 
 /// Rescans of one hash table a copy makes before it copies the rest of that table at once.
 pub const COPY_HASH_RESCANS_MAX: u32 = 3;
@@ -159,6 +165,30 @@ impl KeptRows {
     }
 }
 
+/// What a copy kept and no longer needs, waiting to be freed a little at a time.
+#[derive(Debug, Default)]
+pub(crate) struct CopyLeftovers {
+    maps: Vec<KeptMap>,
+    segments: Vec<Vec<u8>>,
+}
+
+impl CopyLeftovers {
+    /// Frees at most [`COPY_FREED_PER_STEP`] maps and as many segments; whether any is left.
+    fn free_some(&mut self) -> bool {
+        let maps = self.maps.len().saturating_sub(COPY_FREED_PER_STEP);
+        self.maps.truncate(maps);
+        let segments = self.segments.len().saturating_sub(COPY_FREED_PER_STEP);
+        self.segments.truncate(segments);
+        !self.maps.is_empty() || !self.segments.is_empty()
+    }
+
+    fn take(&mut self, c: Box<CopyState>) {
+        let c = *c;
+        self.maps.extend(c.kept.into_iter().flat_map(|k| k.shards));
+        self.segments.extend(c.kept_bytes.segments);
+    }
+}
+
 /// Kept row images in fixed segments of [`KEPT_SEGMENT_BYTES`]: appending never moves what
 /// is there (a buffer doubling would copy every image kept). An image's place is its offset
 /// as if the segments were back to back.
@@ -250,6 +280,7 @@ impl LeanDb {
         if self.copy.is_some() {
             return false;
         }
+        self.copy_leftovers = CopyLeftovers::default();
         debug_assert!(!self.in_txn, "a copy begins between transactions");
         let heap_end = self.history.rows.allocated();
         let mut state = CopyState {
@@ -307,6 +338,7 @@ impl LeanDb {
     /// Without a copy under way.
     pub fn copy_step(&mut self, bytes_max: usize, out: &mut Vec<u8>) -> CopyStep {
         self.copy.as_mut().expect("a copy is under way").listed = 0;
+        self.copy_leftovers.free_some();
         loop {
             let table = self.copy.as_ref().expect("a copy is under way").table;
             let Some(&id) = TableId::ALL.get(table) else { return CopyStep::Done };
@@ -325,6 +357,8 @@ impl LeanDb {
                 let heap_end = self.copy.as_ref().expect("under way").heap_end;
                 let next = self.start_position(table + 1, heap_end);
                 let c = self.copy.as_mut().expect("under way");
+                // Nothing of this table is sent any more: its kept rows go, a few a step.
+                self.copy_leftovers.maps.extend(std::mem::take(&mut c.kept[table]).shards);
                 c.table += 1;
                 c.pos = next;
                 c.progress.tables_done = c.table;
@@ -345,15 +379,29 @@ impl LeanDb {
         let c = self.copy.take().expect("a copy is under way");
         assert_eq!(c.table, TableId::ALL.len(), "the copy's scan is not done");
         let digest = digest_of(&c.sums);
-        drop_aside(c);
+        self.copy_leftovers.take(c);
         digest
     }
 
-    /// Drops the copy under way (its receiver went away), if any.
+    /// Drops the copy under way (its receiver went away), if any; what it kept is freed a
+    /// little at a time ([`LeanDb::free_copy_leftovers`]).
     pub fn abort_copy(&mut self) {
         if let Some(c) = self.copy.take() {
-            drop_aside(c);
+            self.copy_leftovers.take(c);
         }
+    }
+
+    /// Frees a little of what the last copy kept — at most [`COPY_FREED_PER_STEP`] maps and
+    /// image segments, each a few MiB at most — and says whether any is left. The executor
+    /// calls it between batches once a copy is over, until nothing is left (the next copy
+    /// frees what is left at once, when it begins).
+    pub fn free_copy_leftovers(&mut self) -> bool {
+        self.copy_leftovers.free_some()
+    }
+
+    /// Whether the last copy left anything to free ([`LeanDb::free_copy_leftovers`]).
+    pub fn has_copy_leftovers(&self) -> bool {
+        !self.copy_leftovers.maps.is_empty() || !self.copy_leftovers.segments.is_empty()
     }
 
     /// Inserts a copy's rows of `table` (Pod rows back to back, as [`LeanDb::copy_step`]
@@ -612,15 +660,6 @@ impl LeanDb {
         c.progress.kept_bytes = c.kept_bytes.bytes as u64;
         c.kept[T::ID as usize].insert(key, Kept { at, sent_pass });
     }
-}
-
-/// Frees `what` on a thread of its own: a copy's kept rows and images run to hundreds of
-/// megabytes, and returning them to the system took the executor 15 ms for one table of a
-/// 10-warehouse partition (`examples/copy_cost.rs`). Freed here when no thread can start.
-/// Only once a copy is over: freed while the executor still keeps rows, they stalled it.
-fn drop_aside<T: Send + 'static>(what: T) {
-    // When the thread cannot start, the closure, and `what` with it, is dropped right here.
-    let _ = std::thread::Builder::new().name("copy-free".into()).spawn(move || drop(what));
 }
 
 /// Appends rows to a step's output, within its budget, summing their hashes.

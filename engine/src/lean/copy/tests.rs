@@ -243,3 +243,23 @@ fn kept_images_stay_where_they_were_put() {
         assert_eq!(kept.get(at, image(i).len()), &image(i)[..], "image {i}");
     }
 }
+
+/// What a copy kept is freed a few maps and segments at a time once it is over (or at once
+/// by the next copy's beginning), never in one piece by the step that ends it.
+#[test]
+fn what_a_copy_kept_is_freed_a_little_at_a_time() {
+    let mut source = loaded();
+    let (_, claimed, at_beginning, _) = copy_under_load(&mut source, 7, 4 << 10, 8, false);
+    assert_eq!(claimed, at_beginning);
+    assert!(source.has_copy_leftovers(), "the copy kept rows");
+    let mut calls = 0;
+    while source.free_copy_leftovers() {
+        calls += 1;
+    }
+    assert!(calls > 0, "more than one piece");
+    assert!(!source.has_copy_leftovers());
+    let (_, claimed, at_beginning, _) = copy_under_load(&mut source, 8, 4 << 10, 8, false);
+    assert_eq!(claimed, at_beginning);
+    assert!(source.begin_copy(3), "a new copy begins over the leftovers");
+    assert!(!source.has_copy_leftovers(), "freed at once");
+}
