@@ -775,6 +775,15 @@ fn catch_up_events(events: &[Event]) -> Vec<Event> {
         .collect()
 }
 
+/// The catch-up cluster (share 25, then 60 past 2 s) offered `r` Payments a second on
+/// partition 1 for its first second: the cluster, the next request id, what was offered.
+fn a_second_at(r: u64) -> (Coordinator, u64, Offered) {
+    let mut c = catch_up_cluster(25, 2_000, 60);
+    let mut id = 0;
+    let before = offer(&mut c, &mut id, (START_US, START_US + 1_000 * MS, 1_000_000 / r), payment_on_1);
+    (c, id, before)
+}
+
 fn payment_on_1(id: u64) -> TxnInput {
     payment(1, 1, 1 + (id % 3_000) as u32)
 }
@@ -787,12 +796,8 @@ fn payment_on_1(id: u64) -> TxnInput {
 #[test]
 fn a_rejoin_throttles_admission_to_the_kept_share_until_the_joiner_rejoined() {
     const R: u64 = 20_000;
-    let every = 1_000_000 / R;
-    let s = 1_000 * MS;
-    let mut c = catch_up_cluster(25, 2_000, 60);
-    let mut id = 0;
-    let t0 = START_US;
-    let before = offer(&mut c, &mut id, (t0, t0 + s, every), payment_on_1);
+    let (every, s, t0) = (1_000_000 / R, 1_000 * MS, START_US);
+    let (mut c, mut id, before) = a_second_at(R);
     assert_eq!((before.admitted, before.busy), (R, 0));
 
     let (from_seq, seen) = fail_and_rejoin(&mut c, t0 + s);
@@ -924,12 +929,8 @@ fn a_catch_up_ends_when_the_joiner_fails_again() {
 #[test]
 fn a_rejoin_given_up_ends_the_catch_up() {
     const R: u64 = 20_000;
-    let every = 1_000_000 / R;
-    let s = 1_000 * MS;
-    let mut c = catch_up_cluster(25, 2_000, 60);
-    let mut id = 0;
-    let t0 = START_US;
-    offer(&mut c, &mut id, (t0, t0 + s, every), payment_on_1);
+    let (every, s, t0) = (1_000_000 / R, 1_000 * MS, START_US);
+    let (mut c, mut id, _) = a_second_at(R);
     let (_, seen) = fail_and_rejoin(&mut c, t0 + s);
     assert!(matches!(catch_up_events(&seen)[..], [Event::CatchUpBegan { .. }]), "{seen:?}");
     let gave_up = NodeToCoordinator::LoadStatus {

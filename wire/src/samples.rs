@@ -171,7 +171,6 @@ pub fn from_nodes() -> Vec<NodeToCoordinator> {
         NodeToCoordinator::Heartbeat { now_ms: 1 },
         NodeToCoordinator::RejoinRequest { partition: 1 },
         NodeToCoordinator::BackupApplied { partition: 1, seq: 3 },
-        NodeToCoordinator::ShippingBehind { partition: 1, backup: 2, queued: u32::MAX },
         NodeToCoordinator::Rejoined { partition: 1, snapshot_seq: 3 },
         NodeToCoordinator::Promoted { partition: 1, applied_seq: 3, next_seq: 4 },
         NodeToCoordinator::PieceReads(PieceReads {
@@ -205,6 +204,7 @@ pub fn from_nodes() -> Vec<NodeToCoordinator> {
             }],
         },
         NodeToCoordinator::Fenced { epoch: 8 },
+        NodeToCoordinator::ShippingBehind { partition: 1, backup: 2, queued: u32::MAX },
     ]
 }
 

@@ -124,13 +124,6 @@ channel_enum! {
         /// shipment up to batch `seq`. The coordinator promotes the most up-to-date backup
         /// when the primary fails.
         BackupApplied { partition: PartitionId, seq: Seq },
-        /// A primary (passive modes): its queue of shipments to backup node `backup` holds
-        /// `queued` of them, more than a quarter of its bound. A backup that rejoins reads
-        /// them more slowly than the partition commits (it installs a copy meanwhile); the
-        /// coordinator admits less on `partition` while it catches up, before the queue fills
-        /// and the backup is dropped from shipping (docs/design.md §10, "Catching up under
-        /// load"). Sent at most every 100 ms per backup.
-        ShippingBehind { partition: PartitionId, backup: NodeId, queued: u32 },
         /// A rejoining node: the copy (as of batch `snapshot_seq`) is installed and every batch
         /// held since has executed: count me as live.
         Rejoined { partition: PartitionId, snapshot_seq: Seq },
@@ -149,5 +142,13 @@ channel_enum! {
         /// To a coordinator whose message came from an older epoch than `epoch`: it was
         /// refused; a newer leader exists (docs/design.md §11).
         Fenced { epoch: Epoch },
+        /// A primary (passive modes): its queue of shipments to backup node `backup` holds
+        /// `queued` of them, more than a quarter of its bound. A backup that rejoins reads
+        /// them more slowly than the partition commits (it installs a copy meanwhile); the
+        /// coordinator admits less on `partition` while it catches up, before the queue fills
+        /// and the backup is dropped from shipping (docs/design.md §10, "Catching up under
+        /// load"). Sent at most every 100 ms per backup; last of the channel, so frames recorded
+        /// before it keep their meaning.
+        ShippingBehind { partition: PartitionId, backup: NodeId, queued: u32 },
     }
 }
