@@ -30,6 +30,15 @@ pub enum ConventionalError {
     /// A checkpoint needs the components it relies on (see `ConventionalDb::checkpoint`).
     #[error("checkpoint unavailable: {reason}")]
     CheckpointUnavailable { reason: &'static str },
+    /// An image copy (`ConventionalDb::begin_image_copy`) cannot begin or go on: one is
+    /// already under way, none is, or it was dropped while a step ran.
+    #[error("image copy refused: {what}")]
+    ImageCopy { what: &'static str },
+    /// The image copy under way would have kept more than `kept_bytes_max` bytes of page
+    /// before-images (pages changed before it sent them) and was given up; what it kept is
+    /// dropped, and a new copy may begin.
+    #[error("image copy given up: it would have kept more than {kept_bytes_max} bytes of page before-images")]
+    ImageCopyOverBudget { kept_bytes_max: usize },
     /// The checkpoint snapshot is damaged or not a snapshot.
     #[error("checkpoint snapshot {path}: {what}")]
     BadSnapshot { path: PathBuf, what: &'static str },

@@ -75,6 +75,7 @@
 pub mod base;
 pub mod btree;
 pub mod config;
+mod copy;
 pub mod error;
 pub mod heap;
 pub mod latch;
@@ -108,6 +109,7 @@ use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
 
 pub use self::base::{follows_generation_on, generation_start, image_lsn, install_image_on};
 pub use self::config::{Config, LatchKind, Step, Switches, PAGE_BYTES_LARGE, PAGE_BYTES_SMALL};
+pub use self::copy::{ImageCopyProgress, ImageCopyStep, IMAGE_COPY_KEPT_BYTES_MAX};
 pub use self::error::ConventionalError;
 pub use self::log::{CrashingLogDevice, FileLogDevice, LogCorruption, LogDevice, TornTail};
 pub use self::medium::{CheckpointCrash, Medium, MemoryMedium};

@@ -57,6 +57,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::copy::StoreCopy;
 use super::latch::{Latch, LatchMode, ReadGuard, WriteGuard};
 use super::stats::{bump, Stats};
 
@@ -730,6 +731,9 @@ pub(crate) struct Store {
     next: AtomicU32,
     access: Access,
     page_bytes: usize,
+    /// The copy-on-write hook of an image copy under way ([`super::copy`]): disarmed (one
+    /// relaxed load in [`Store::write`]) when none is.
+    copy: StoreCopy,
 }
 
 impl Store {
@@ -739,7 +743,7 @@ impl Store {
             Some(p) => Access::Pool(Arc::clone(p)),
             None => Access::Direct(Arena::new(page_bytes, latch)),
         };
-        Store { id, next: AtomicU32::new(1), access, page_bytes }
+        Store { id, next: AtomicU32::new(1), access, page_bytes, copy: StoreCopy::default() }
     }
 
     #[inline]
@@ -759,6 +763,11 @@ impl Store {
     /// Pages allocated so far (numbered 1..=pages).
     pub fn pages(&self) -> PageNo {
         self.next.load(Ordering::Acquire) - 1
+    }
+
+    /// The store's copy-on-write hook for image copies ([`super::copy`]).
+    pub(crate) fn copy(&self) -> &StoreCopy {
+        &self.copy
     }
 
     #[inline]
@@ -790,7 +799,12 @@ impl Store {
         PageRead { guard, _fix: fix }
     }
 
-    /// Fixes page `no`, latches it exclusive and marks it dirty.
+    /// Fixes page `no`, latches it exclusive and marks it dirty. Every change to an existing
+    /// page goes through here (redo and undo too, by [`Store::write_logged`] and
+    /// [`Store::ensure`]; [`Store::allocate`] only makes new pages), so this is where an image
+    /// copy under way keeps the page's before-image, under the exclusive latch and before the
+    /// caller can change a byte ([`StoreCopy::before_write`]). With no copy under way that
+    /// costs one relaxed atomic load.
     #[inline]
     pub fn write(&self, no: PageNo, stats: &Stats) -> PageWrite<'_> {
         let fix = self.fix(no, stats);
@@ -798,6 +812,9 @@ impl Store {
         self.check(&fix, no);
         if fix.pinned {
             fix.frame.dirty.store(true, Ordering::Relaxed);
+        }
+        if self.copy.armed() {
+            self.copy.before_write(no, guard.bytes());
         }
         PageWrite { guard, _fix: fix }
     }
