@@ -12,7 +12,7 @@
 
 use std::any::Any;
 
-mod copy;
+pub(crate) mod copy;
 pub use copy::{CopyProgress, CopyStep, COPY_HASH_RESCANS_MAX, COPY_KEPT_BYTES_MAX};
 
 use crate::arena::{advise_vec, Pool};

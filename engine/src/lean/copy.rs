@@ -701,4 +701,4 @@ impl Emitter<'_> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

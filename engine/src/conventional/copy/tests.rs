@@ -10,10 +10,9 @@ use std::sync::Arc;
 use super::*;
 use crate::conventional::{image_lsn, Session, Step};
 use crate::digest::{digest, Digest};
+use crate::lean::copy::tests::input;
 use crate::loader::{load_database_scaled, Scale};
-use crate::procedures::{
-    execute, CustomerSelector, DeliveryInput, NewOrderInput, OrderLineInput, PaymentInput, TxnInput, ORDER_LINES_MAX,
-};
+use crate::procedures::execute;
 use crate::rng::Rng;
 
 const SCALE: Scale = Scale::tiny();
@@ -35,37 +34,6 @@ fn loaded(config: Config) -> Arc<ConventionalDb> {
 /// The state digest, on a session of its own.
 fn state(db: &Arc<ConventionalDb>) -> Digest {
     digest(&mut db.session().unwrap())
-}
-
-/// A NewOrder (1 in 20 rolled back by an unused item, clause 2.4.1.4), a Payment by id or a
-/// Delivery: inserts that split B+tree leaves and allocate heap pages, updates, deletes,
-/// rollbacks.
-fn input(rng: &mut Rng, ts: u64) -> TxnInput {
-    let d_id = rng.uniform(1, 10) as u8;
-    match rng.uniform(1, 10) {
-        1..=5 => {
-            let ol_cnt = rng.uniform(5, ORDER_LINES_MAX as u64) as u8;
-            let mut lines = [OrderLineInput::default(); ORDER_LINES_MAX];
-            for l in lines.iter_mut().take(ol_cnt as usize) {
-                *l = OrderLineInput { i_id: rng.uniform_u32(1, SCALE.items), supply_w_id: 1, quantity: 5 };
-            }
-            if ts % 20 == 0 {
-                lines[ol_cnt as usize - 1].i_id = SCALE.items + 1;
-            }
-            let c_id = rng.uniform_u32(1, SCALE.customers_per_district);
-            TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id, c_id, ol_cnt, lines, entry_d: ts as i64 })
-        }
-        6..=8 => TxnInput::Payment(PaymentInput {
-            w_id: 1,
-            d_id,
-            c_w_id: 1,
-            c_d_id: d_id,
-            customer: CustomerSelector::ById(rng.uniform_u32(1, SCALE.customers_per_district)),
-            h_amount: rng.uniform(100, 500_000) as i64,
-            date: ts as i64,
-        }),
-        _ => TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 3, date: ts as i64 }),
-    }
 }
 
 /// Runs one transaction to its end, re-executing a wait-die victim.

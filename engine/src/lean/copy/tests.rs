@@ -22,8 +22,10 @@ fn loaded() -> LeanDb {
 }
 
 /// A NewOrder (1 in 20 rolled back by an unused item, clause 2.4.1.4), a Payment by id or a
-/// Delivery (which deletes NEW-ORDER rows and updates ORDER and ORDER-LINE rows).
-fn input(rng: &mut Rng, ts: u64) -> TxnInput {
+/// Delivery (which deletes NEW-ORDER rows and updates ORDER and ORDER-LINE rows) on warehouse
+/// 1 of a [`Scale::tiny`] population; the conventional stack's copy tests draw theirs here
+/// too (there they split B+tree leaves and allocate heap pages).
+pub(crate) fn input(rng: &mut Rng, ts: u64) -> TxnInput {
     let d_id = rng.uniform(1, 10) as u8;
     match rng.uniform(1, 10) {
         1..=5 => {
