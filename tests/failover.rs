@@ -280,6 +280,13 @@ fn killing_a_full_stack_node_loses_nothing_and_it_recovers_from_its_log() {
         assert_eq!(log.matches(needle).count(), 2, "both partitions on node 1: `{needle}`\n{log}");
     }
     assert!(log.contains("cut=Some(Lsn("), "partition 1's log is cut at the fork point: {log}");
+    // The consistency checks after the run read the primary's partitions through a copy of
+    // their pages taken while they execute on, rebuilt and streamed off the executor
+    // (docs/design.md §10, "Copying without stopping").
+    let log = std::fs::read_to_string(find_file(&dir, "node-2.log", "full-stack")).unwrap();
+    for needle in ["full-stack page image taken while executing", "full-stack copy rebuilt from its page image"] {
+        assert!(log.matches(needle).count() >= 2, "both partitions on node 2: `{needle}`\n{log}");
+    }
 
     // The conventional single-copy database: the node is its partitions' only replica, so
     // it comes back only by restart recovery — ARIES over its checkpoint and write-ahead log

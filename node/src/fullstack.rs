@@ -285,6 +285,12 @@ impl FullStack {
         self.db.checkpoint_image().map_err(fail(FullStackStep::CheckpointImage))
     }
 
+    /// The database itself (for a copy of its pages taken while it executes on:
+    /// [`ConventionalDb::begin_image_copy`]).
+    pub fn database(&self) -> &Arc<ConventionalDb> {
+        &self.db
+    }
+
     /// What restart recovery did when the database was opened (nothing after a fresh load).
     pub fn recovery_report(&self) -> &RecoveryReport {
         self.db.recovery_report()

@@ -76,6 +76,7 @@ use crate::replica::{Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
 
 mod copy;
+mod image_copy;
 
 /// Work items one replica's inbox holds (batches and tool requests); past it the link reader
 /// waits, and the coordinator with it.
@@ -607,7 +608,7 @@ struct Executor {
     deaf_peers: std::cell::RefCell<Vec<mpsc::Sender<PeerReply>>>,
     /// The copy of this replica under way, taken while it executes (docs/design.md §10,
     /// "Copying without stopping").
-    copy: std::cell::RefCell<Option<copy::CopyTask>>,
+    copy: std::cell::RefCell<Option<copy::Copying>>,
     /// `limits.copy_share_pct`.
     copy_share_pct: u32,
     /// The node's runtime, where a copy's forwarder runs.
@@ -1210,13 +1211,39 @@ impl Executor {
                 },
             );
             match task {
-                Some(task) => *self.copy.borrow_mut() = Some(task),
+                Some(task) => *self.copy.borrow_mut() = Some(copy::Copying::Rows(task)),
                 None => {
                     let refusal = snapshot::refusal(request_id, partition, "a copy is under way".into());
                     self.reply_to(reply, wrap(refusal));
                 }
             }
             return;
+        }
+        if let Store::Full(_) = replica.store_mut() {
+            // A copy of its pages taken while it executes on, rebuilt and streamed by a thread
+            // (docs/design.md §10); a configuration that cannot checkpoint (logging switched
+            // off on the paper's staircase) is copied between two batches below.
+            let inbox = self.self_inbox.clone();
+            let wake = move || {
+                let _ = inbox.try_send(Work::CopyRoom);
+            };
+            let (frame, share) = (self.frame_bytes_max, self.copy_share_pct);
+            match image_copy::ImageCopyTask::begin(
+                replica,
+                request_id,
+                frame,
+                share,
+                reply.clone(),
+                wrap,
+                &self.runtime,
+                wake,
+            ) {
+                Ok(task) => {
+                    *self.copy.borrow_mut() = Some(copy::Copying::Image(task));
+                    return;
+                }
+                Err(why) => info!(partition, reason = %why, "copying the full-stack partition between two batches"),
+            }
         }
         let t0 = Instant::now();
         let digest = replica.state_digest();

@@ -43,6 +43,32 @@ pub enum Step {
     Over,
 }
 
+/// A copy under way on an executor: of a lean replica's rows, or of a full-stack replica's
+/// pages ([`super::image_copy::ImageCopyTask`]).
+#[derive(Debug)]
+pub enum Copying {
+    Rows(CopyTask),
+    Image(super::image_copy::ImageCopyTask),
+}
+
+impl Copying {
+    /// Whether a step can move the copy now (it is not waiting to be woken).
+    pub fn can_move(&self) -> bool {
+        match self {
+            Copying::Rows(t) => t.can_move(),
+            Copying::Image(t) => t.can_move(),
+        }
+    }
+
+    /// Moves the copy on by at most one step.
+    pub fn step(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
+        match self {
+            Copying::Rows(t) => t.step(replica, under_load),
+            Copying::Image(t) => t.step(replica, under_load),
+        }
+    }
+}
+
 /// A copy under way on an executor.
 pub struct CopyTask {
     sender: CopySender,
