@@ -69,6 +69,35 @@ impl Copying {
     }
 }
 
+/// Starts the task on `runtime` that carries a copy's chunks, wrapped by `wrap`, to `reply`,
+/// calling `sent_one(false)` after each chunk and `sent_one(true)` when it ends; returns its queue
+/// ([`COPY_CHUNKS_AHEAD`] chunks). A receiver that takes nothing for
+/// [`COPY_RECEIVER_PATIENCE`] ends it.
+pub(super) fn forward<R: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
+    partition: PartitionId,
+    reply: mpsc::Sender<R>,
+    wrap: fn(SnapshotChunk) -> R,
+    sent_one: impl Fn(bool) + Send + 'static,
+) -> mpsc::Sender<SnapshotChunk> {
+    let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
+    runtime.spawn(async move {
+        while let Some(chunk) = rx.recv().await {
+            let sent = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.send(wrap(chunk))).await;
+            sent_one(false);
+            if !matches!(sent, Ok(Ok(()))) {
+                if sent.is_err() {
+                    warn!(partition, "a copy's receiver took nothing for {COPY_RECEIVER_PATIENCE:?}; copy ended");
+                }
+                break;
+            }
+        }
+        drop(rx);
+        sent_one(true);
+    });
+    out
+}
+
 /// A copy under way on an executor.
 pub struct CopyTask {
     sender: CopySender,
@@ -116,25 +145,14 @@ impl CopyTask {
         static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let copy_id = COPIES.fetch_add(1, Ordering::Relaxed);
         let sender = CopySender::begin(db, copy_id, request_id, partition, begun_seq, frame_bytes_max)?;
-        let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
         let room = Arc::new(AtomicBool::new(false));
         let forwarder_room = room.clone();
-        runtime.spawn(async move {
-            while let Some(chunk) = rx.recv().await {
-                let sent = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.send(wrap(chunk))).await;
-                if forwarder_room.swap(false, Ordering::SeqCst) {
-                    wake();
-                }
-                if !matches!(sent, Ok(Ok(()))) {
-                    if sent.is_err() {
-                        warn!(partition, "a copy's receiver took nothing for {COPY_RECEIVER_PATIENCE:?}; copy ended");
-                    }
-                    break;
-                }
+        let sent_one = move |ended: bool| {
+            if forwarder_room.swap(false, Ordering::SeqCst) || ended {
+                wake();
             }
-            drop(rx);
-            wake();
-        });
+        };
+        let out = forward(runtime, partition, reply, wrap, sent_one);
         info!(partition, seq = begun_seq, requester = %requester, "copying the partition while it executes");
         Some(CopyTask {
             sender,

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 use wire::messages::{PartitionId, Seq, SnapshotChunk, StateDigest};
 
-use super::copy::{Step, COPY_CHUNKS_AHEAD, COPY_RECEIVER_PATIENCE};
+use super::copy::{forward, Step};
 use crate::replica::{Replica, Store};
 use crate::snapshot;
 
@@ -87,15 +87,7 @@ impl ImageCopyTask {
         let db = f.database();
         db.begin_image_copy().map_err(|e| e.to_string())?;
         let config = db.config().clone();
-        let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
-        runtime.spawn(async move {
-            while let Some(chunk) = rx.recv().await {
-                let sent = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.send(wrap(chunk))).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    break;
-                }
-            }
-        });
+        let out = forward(runtime, partition, reply, wrap, |_| {});
         let (to_rebuild, pieces) = std::sync::mpsc::sync_channel::<Piece>(IMAGE_PIECES_AHEAD);
         let room = Arc::new(AtomicBool::new(false));
         let (thread_out, thread_room) = (out.clone(), room.clone());
