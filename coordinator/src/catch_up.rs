@@ -20,9 +20,13 @@
 //!   transactions (`capacity`: 10 ms at the rate, at least `batch_txns_max`); a refusal
 //!   takes no token and keeps nothing — the caller answers `Busy`, as the sequencer's
 //!   in-flight limit does;
-//! - the base is the rate admitted in the second before the plan, or over the time since the
-//!   first admission when that is shorter; a catch-up beginning within a second of another's
-//!   end takes at least that one's base;
+//! - the base is the rate the partition typically admitted before a replica failed: the
+//!   median of the last [`SECONDS`] whole seconds, or the last second's rate when that is
+//!   higher or there is no whole second yet ([`Meter::typical_txn_per_s`]), so a stall just
+//!   before the failure does not make the base next to nothing; with no failure noted, the
+//!   rate of the second before the plan (or of the time since the first admission, when
+//!   shorter); a catch-up beginning within a second of another's end takes at least that
+//!   one's base;
 //! - it never stalls a partition: the rate is at least one transaction a second, and a
 //!   partition that admitted nothing in the second before the plan is allowed one batch
 //!   every 10 ms;
@@ -44,6 +48,8 @@ use crate::coordinator::Event;
 pub const BUCKET_US: u64 = 100_000;
 /// Buckets the meter keeps: one second.
 pub const BUCKETS: usize = 10;
+/// Whole seconds the meter keeps, for the typical rate a catch-up takes as its base.
+pub const SECONDS: usize = 10;
 /// One transaction's worth of tokens (the bucket counts millionths of a transaction, so that
 /// a refill is `elapsed_us × txn_per_s` with no division).
 const TOKEN: u64 = 1_000_000;
@@ -100,13 +106,16 @@ impl CatchUpPolicy {
     }
 }
 
-/// Transactions admitted on one partition, in [`BUCKETS`] buckets of [`BUCKET_US`].
+/// Transactions admitted on one partition, in [`BUCKETS`] buckets of [`BUCKET_US`], and in
+/// the [`SECONDS`] whole seconds before.
 #[derive(Debug, Clone, Default)]
 pub struct Meter {
     /// Admissions per bucket; bucket number `n` is slot `n % BUCKETS`.
     counts: [u32; BUCKETS],
     /// The number (`now_us / BUCKET_US`) of the latest bucket counted into.
     bucket: u64,
+    /// Admissions per second; second number `n` (`now_us / 1 s`) is slot `n % SECONDS`.
+    seconds: [u32; SECONDS],
     /// When the first admission was counted (`None`: none yet).
     since_us: Option<u64>,
 }
@@ -126,23 +135,61 @@ impl Meter {
         }
         let slot = &mut self.counts[(self.bucket % BUCKETS as u64) as usize];
         *slot = slot.saturating_add(1);
+        let second = &mut self.seconds[(self.second() % SECONDS as u64) as usize];
+        *second = second.saturating_add(1);
+    }
+
+    /// The number of the latest second counted into.
+    fn second(&self) -> u64 {
+        self.bucket * BUCKET_US / US_PER_S
     }
 
     /// Moves to bucket `bucket`, emptying the slots of the buckets skipped (at most every
     /// 100 ms).
     #[cold]
     fn advance(&mut self, bucket: u64, now_us: u64) {
+        let second = bucket * BUCKET_US / US_PER_S;
         if self.since_us.is_none() {
             self.since_us = Some(now_us);
             self.counts = [0; BUCKETS];
-        } else if bucket - self.bucket >= BUCKETS as u64 {
-            self.counts = [0; BUCKETS];
+            self.seconds = [0; SECONDS];
         } else {
-            for n in self.bucket + 1..=bucket {
-                self.counts[(n % BUCKETS as u64) as usize] = 0;
+            if bucket - self.bucket >= BUCKETS as u64 {
+                self.counts = [0; BUCKETS];
+            } else {
+                for n in self.bucket + 1..=bucket {
+                    self.counts[(n % BUCKETS as u64) as usize] = 0;
+                }
+            }
+            if second - self.second() >= SECONDS as u64 {
+                self.seconds = [0; SECONDS];
+            } else {
+                for n in self.second() + 1..=second {
+                    self.seconds[(n % SECONDS as u64) as usize] = 0;
+                }
             }
         }
         self.bucket = bucket;
+    }
+
+    /// The rate the partition typically admits, as of the last admission: the median of the
+    /// whole seconds counted in the [`SECONDS`] before it (those after the first admission's
+    /// second), or the last second's rate if that is higher (a load still rising) or no whole
+    /// second was counted yet. A stall just before — the failure of a replica is often
+    /// preceded by one — does not make it the base of a throttle that would then admit next
+    /// to nothing (`glass failover --mode active-passive` at 4 warehouses: a 0.9 s stall
+    /// before the kill made the base 71 txn/s instead of ~50,000, and the partition next to
+    /// idle for 4.5 s while the node rejoined).
+    pub fn typical_txn_per_s(&self) -> u64 {
+        let latest = self.latest_txn_per_s();
+        let Some(since_us) = self.since_us else { return 0 };
+        let first = (since_us / US_PER_S + 1).max((self.second() + 1).saturating_sub(SECONDS as u64));
+        let mut whole: Vec<u32> = (first..self.second()).map(|n| self.seconds[(n % SECONDS as u64) as usize]).collect();
+        if whole.is_empty() {
+            return latest;
+        }
+        whole.sort_unstable();
+        u64::from(whole[whole.len() / 2]).max(latest)
     }
 
     /// [`Meter::txn_per_s`] as of the last admission's bucket.
@@ -374,12 +421,12 @@ impl CatchUp {
         }
     }
 
-    /// A replica of the partition failed: the rate admitted over the second before (as of the
-    /// last admission) is the next catch-up's base. A later failure before that catch-up
+    /// A replica of the partition failed: the rate it typically admitted before (as of the
+    /// last admission, [`Meter::typical_txn_per_s`]) is the next catch-up's base. A later failure before that catch-up
     /// keeps the first one's.
     pub fn note_failure(&mut self) {
         if self.before_failure.is_none() && self.throttle.is_none() {
-            self.before_failure = Some(self.meter.latest_txn_per_s()).filter(|&r| r > 0);
+            self.before_failure = Some(self.meter.typical_txn_per_s()).filter(|&r| r > 0);
         }
     }
 
@@ -476,6 +523,35 @@ mod tests {
         m.record(T0 + 3 * S);
         m.record(T0 + 3 * S - 500_000);
         assert_eq!(m.txn_per_s(T0 + 3 * S + 100_000), 2, "two in the 0.9 s since the window began");
+    }
+
+    /// A stall just before a replica fails (found by `glass failover --mode active-passive`
+    /// at 4 warehouses) leaves the catch-up's base at the rate the partition typically
+    /// admitted, not at the stall's.
+    #[test]
+    fn a_stall_before_the_failure_does_not_become_the_base() {
+        let mut c = CatchUp::new(policy(25, 10_000, 60));
+        // 20 000 a second for five seconds, then 0.9 s of three admissions only.
+        offer(&mut c, T0, T0 + 5 * S, 50);
+        for i in 0..3 {
+            c.admitted(T0 + 5 * S + 300_000 * i);
+        }
+        assert!(c.txn_per_s(T0 + 5 * S + 900_000) < 20, "the last second saw next to nothing");
+        c.note_failure();
+        let began = c.watch(1, Some(4), T0 + 8 * S);
+        assert!(matches!(began, Some(Event::CatchUpBegan { base_txn_per_s: 20_000, .. })), "{began:?}");
+        // A load still rising: the last second, above the median, is the base.
+        let mut c = CatchUp::new(policy(25, 10_000, 60));
+        offer(&mut c, T0, T0 + 3 * S, 100);
+        offer(&mut c, T0 + 3 * S, T0 + 4 * S, 25);
+        c.note_failure();
+        assert!(matches!(c.watch(1, Some(4), T0 + 5 * S), Some(Event::CatchUpBegan { base_txn_per_s: 40_000, .. })));
+        // Less than a whole second of history: the rate over it.
+        let mut m = Meter::new();
+        for i in 0..1_000 {
+            m.record(T0 + 500_000 + i * 300);
+        }
+        assert_eq!(m.typical_txn_per_s(), m.latest_txn_per_s());
     }
 
     #[test]
