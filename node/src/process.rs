@@ -164,6 +164,24 @@ enum Work {
     Stop,
 }
 
+impl Work {
+    /// What it is, for the executor's log.
+    fn name(&self) -> &'static str {
+        match self {
+            Work::Coordinator(m) => m.name(),
+            Work::Tool { .. } => "a tool's request",
+            Work::Peer { .. } => "a peer's request",
+            Work::Fetched { .. } => "a fetched starting state",
+            Work::Rejoin { .. } => "a rejoin",
+            Work::CopyRoom => "a copy's step",
+            Work::Stop => "stop",
+        }
+    }
+}
+
+/// One piece of the executor's work taking this long is logged: batches wait meanwhile.
+const SLOW_WORK: Duration = Duration::from_millis(200);
+
 /// A partition's machine as the executor drives it: replies to peers go to their
 /// connection's queue.
 type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
@@ -787,6 +805,7 @@ impl Executor {
                 break;
             }
             let woken = matches!(work, Work::CopyRoom);
+            let (what, t0) = (work.name(), Instant::now());
             if !woken {
                 // A catching-up replica takes what waits in its inbox first (held, cheaply)
                 // and catches up once it is empty: a full inbox would hold up the node's
@@ -794,9 +813,22 @@ impl Executor {
                 self.on_work(&mut machine, work, &mut deferred);
                 self.retry_deferred(&mut machine, &mut deferred);
             }
+            let worked = t0.elapsed();
             self.copy_step(&mut machine, !woken, &mut deferred);
             self.free_copy_leftovers(&mut machine);
             self.publish(&mut machine);
+            let took = t0.elapsed();
+            if took >= SLOW_WORK {
+                // Every batch of the partition waits meanwhile: an operator's first clue to a
+                // stall (docs/design.md §10).
+                warn!(
+                    partition = pid,
+                    ms = took.as_millis() as u64,
+                    work_ms = worked.as_millis() as u64,
+                    what,
+                    "the executor took long over one piece of work"
+                );
+            }
         }
         if let Some(replica) = machine.replica() {
             let stats = replica.stats();
@@ -1608,7 +1640,8 @@ async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut end
         };
         match &msg {
             CoordinatorToNode::Membership { partition, epoch, live } => {
-                warn!(partition, epoch, live = ?live, "membership changed")
+                let epoch = wire::channel::control::membership_epoch(*epoch);
+                info!(partition, epoch = %epoch, live = ?live, "membership changed")
             }
             CoordinatorToNode::ShipTo { partition, backup } => {
                 info!(partition, backup, "shipping to a rejoining backup")
@@ -1663,8 +1696,10 @@ async fn write_to_coordinators(
     from_executors: &mut mpsc::Receiver<Outgoing>,
     events: &mut mpsc::Receiver<OutboxEvent>,
 ) {
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1)));
+    let period = Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1));
+    let mut heartbeat = tokio::time::interval(period);
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_beat = Instant::now();
     loop {
         let effects: Vec<NodeEffect> = tokio::select! {
             m = from_executors.recv() => match m {
@@ -1679,6 +1714,12 @@ async fn write_to_coordinators(
                 None => return,
             },
             _ = heartbeat.tick() => {
+                let late = last_beat.elapsed().saturating_sub(period);
+                last_beat = Instant::now();
+                if late >= SLOW_WORK {
+                    // The coordinators hear nothing from this node meanwhile.
+                    warn!(ms = late.as_millis() as u64, "the node's writer was held up past a heartbeat (a link's queue full, or its threads starved)");
+                }
                 let applied = |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
                 node.machine().tick(micros(node), applied)
             }

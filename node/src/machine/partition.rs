@@ -776,6 +776,13 @@ impl<R> PartitionMachine<R> {
         out.push(Effect::Ready { digest: start_digest, start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
+        if self.mode.is_passive() {
+            // A rejoined backup replayed the shipments it held past its copy: said at once, the
+            // coordinator does not count it thousands of batches behind (and report it
+            // lagging) until its next heartbeat's report.
+            let seq = replica.applied_seq();
+            out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::BackupApplied { partition, seq })));
+        }
         self.state = State::Serving(replica);
         out
     }

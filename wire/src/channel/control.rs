@@ -22,7 +22,8 @@ channel_enum! {
         /// diagnostics only.
         Heartbeat { now_ms: u64 },
         /// The live replica set of a partition changed (a replica failed); `epoch` counts the
-        /// changes.
+        /// changes: the leader's epoch in the high 32 bits, its changes in the low
+        /// ([`membership_epoch`] reads it).
         Membership { partition: PartitionId, epoch: u64, live: Vec<NodeId> },
         /// The partition is stopped (its replicas diverged); execute nothing more of it.
         PartitionStopped { partition: PartitionId, reason: String },
@@ -83,6 +84,12 @@ channel_enum! {
     pub enum FromCoordinator = "coordinator → node" {
         Epoched(Epoched),
     }
+}
+
+/// A [`CoordinatorToNode::Membership`] epoch as people read it: `"<leader epoch>.<change>"`
+/// (`4294967299` is `1.3`, the third change made by the leader of epoch 1).
+pub fn membership_epoch(epoch: u64) -> String {
+    format!("{}.{}", epoch >> 32, epoch & u64::from(u32::MAX))
 }
 
 impl CoordinatorToNode {
@@ -150,5 +157,15 @@ channel_enum! {
         /// load"). Sent at most every 100 ms per backup; last of the channel, so frames recorded
         /// before it keep their meaning.
         ShippingBehind { partition: PartitionId, backup: NodeId, queued: u32 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_membership_epoch_reads_as_leader_epoch_and_change() {
+        assert_eq!(super::membership_epoch(4_294_967_299), "1.3");
+        assert_eq!(super::membership_epoch(0), "0.0");
+        assert_eq!(super::membership_epoch(u64::MAX), "4294967295.4294967295");
     }
 }
