@@ -5,7 +5,8 @@
 //! signal's number to a pipe, and a thread of its own acts on what the pipe delivers. When one
 //! arrives it stops every process this `glass` started that still runs (SIGTERM,
 //! then SIGKILL after [`TERM_GRACE`]), removes their pid files and the temporary folders
-//! registered, marks the run record `interrupted`, reports what it stopped and exits with
+//! registered, marks the run record `interrupted` (its `run.json`, the JSON results it headed and its
+//! `report.html`), reports what it stopped and exits with
 //! 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
 //!
 //! Guarantees: every process [`crate::cluster`] spawns is registered under the registry's
@@ -15,7 +16,7 @@
 //! pid is never signalled). A process whose `glass` was itself SIGKILLed is left to `glass
 //! cluster down`, which finds it by its pid file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -45,8 +46,9 @@ struct Registry {
     started: Vec<Started>,
     /// Folders to remove on interrupt (temporary WAL directories).
     temporary: Vec<PathBuf>,
-    /// The run record's metadata and `run.json`, marked `interrupted`.
-    record: Option<(RunMeta, PathBuf)>,
+    /// The run record's metadata, `run.json` and the JSON results it headed, marked
+    /// `interrupted`.
+    record: Option<(RunMeta, PathBuf, Vec<PathBuf>)>,
 }
 
 static REGISTRY: Mutex<Registry> =
@@ -182,7 +184,16 @@ pub fn unregister_temporary(dir: &std::path::Path) {
 
 /// The run record to mark `interrupted` (its metadata as last written, and `run.json`).
 pub fn set_record(meta: &RunMeta, run_json: PathBuf) {
-    registry().record = Some((meta.clone(), run_json));
+    registry().record = Some((meta.clone(), run_json, Vec::new()));
+}
+
+/// The run record wrote a JSON result headed by its metadata at `path`: marked too.
+pub fn add_headed(path: &Path) {
+    if let Some((_, _, headed)) = &mut registry().record {
+        if !headed.iter().any(|p| p == path) {
+            headed.push(path.to_path_buf());
+        }
+    }
 }
 
 /// The run ended on its own: no record to mark any more.
@@ -244,10 +255,16 @@ fn stop_everything(sig: libc::c_int) -> Interrupted {
             removed.push(dir);
         }
     }
-    if let Some((mut meta, path)) = record {
+    if let Some((mut meta, path, headed)) = record {
         meta.status = "interrupted".into();
         meta.ended_utc = Some(crate::record::rfc3339(crate::record::wall_clock()));
         let _ = crate::record::write_json(&path, &meta);
+        for result in &headed {
+            let _ = crate::record::rehead(result, &meta);
+        }
+        if let Some(dir) = path.parent().filter(|d| d.join(crate::html::REPORT_HTML).exists()) {
+            let _ = crate::html::write_record_page(dir);
+        }
     }
     Interrupted { signal: sig, stopped, left, removed }
 }

@@ -9,7 +9,9 @@
 //! `--out` folder that already holds a `run.json` is refused); `run.json` is written when the
 //! record is created (status `running`, no end time) and rewritten when the run ends (its
 //! status and end time), and when it is interrupted ([`crate::interrupt`]); a host fact that
-//! cannot be read is written as `"unknown"`, never made up.
+//! cannot be read is written as `"unknown"`, never made up; when the run ends, every JSON
+//! result it headed and its `report.html` are rewritten with the final status and end time,
+//! so that no file of a finished record still says `running`.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -73,6 +75,9 @@ pub struct Build {
 pub struct Record {
     pub dir: PathBuf,
     pub meta: RunMeta,
+    /// The JSON results headed by `meta` so far ([`Record::write_headed`]), in the record or
+    /// where `--json` put them: [`Record::finish`] heads them again with the final status.
+    headed: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl Record {
@@ -114,7 +119,7 @@ impl Record {
             ended_utc: None,
             status: "running".to_string(),
         };
-        let record = Record { dir, meta };
+        let record = Record { dir, meta, headed: Default::default() };
         record.write_meta()?;
         crate::interrupt::set_record(&record.meta, record.path(RUN_JSON));
         let line = shell_line(&record.meta.command_line);
@@ -141,20 +146,48 @@ impl Record {
         write_json(&self.path(RUN_JSON), &self.meta)
     }
 
-    /// The run ended with `status` (`passed`, `failed`, `error`): stamps the end time and
-    /// rewrites `run.json`.
+    /// The run ended with `status` (`passed`, `failed`, `error`): stamps the end time,
+    /// rewrites `run.json`, heads every JSON result the run wrote again with it, and rebuilds
+    /// `report.html` if the run wrote one.
     pub fn finish(&mut self, status: &str) -> Result<()> {
         self.meta.ended_utc = Some(rfc3339(wall_clock()));
         self.meta.status = status.to_string();
         crate::interrupt::clear_record();
-        self.write_meta()
+        self.write_meta()?;
+        for path in self.headed.borrow().iter() {
+            rehead(path, &self.meta)?;
+        }
+        if self.path(crate::html::REPORT_HTML).exists() {
+            crate::html::write_record_page(&self.dir)?;
+        }
+        Ok(())
     }
 
-    /// Writes `value` to `path` headed by this run's metadata (see [`Headed`]).
+    /// Writes `value` to `path` headed by this run's metadata (see [`Headed`]); the run's end
+    /// heads it again ([`Record::finish`]).
     pub fn write_headed(&self, path: &Path, key: &'static str, value: &impl Serialize) -> Result<()> {
         let value = serde_json::to_value(value).map_err(|e| HarnessError::Invalid(e.to_string()))?;
-        write_json(path, &Headed { run: &self.meta, key, value })
+        write_json(path, &Headed { run: &self.meta, key, value })?;
+        let mut headed = self.headed.borrow_mut();
+        if !headed.iter().any(|p| p == path) {
+            headed.push(path.to_path_buf());
+            crate::interrupt::add_headed(path);
+        }
+        Ok(())
     }
+}
+
+/// Replaces the `run` heading of the JSON result at `path` with `meta` (the rest unchanged).
+pub(crate) fn rehead(path: &Path, meta: &RunMeta) -> Result<()> {
+    let text = std::fs::read(path).map_err(|e| HarnessError::io(format!("read {}", path.display()), e))?;
+    let value: serde_json::Value = serde_json::from_slice(&text)
+        .map_err(|e| HarnessError::Invalid(format!("{}: not the JSON result this run wrote: {e}", path.display())))?;
+    if !value.is_object() {
+        return Err(HarnessError::Invalid(format!("{}: not a headed JSON result", path.display())));
+    }
+    // Headed as an object, the result keeps its fields (the old heading is skipped): a result
+    // that was not an object is `{"run": …, "<key>": value}`, which reads back the same way.
+    write_json(path, &Headed { run: meta, key: "", value })
 }
 
 /// A JSON result headed by the metadata of its run: `{"run": {...}, ...fields}` for an object
@@ -254,6 +287,40 @@ fn civil(t: SystemTime) -> (i64, u32, u32, u32, u32, u32) {
 pub fn rfc3339(t: SystemTime) -> String {
     let (y, mo, d, h, mi, s) = civil(t);
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// Reads a UTC time as the processes' logs write it (`2026-12-04T22:10:19.043486Z`, any
+/// number of fraction digits or none); `None` for anything else.
+pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let rest = s.get(19..)?;
+    let (fraction, zone) = match rest.strip_prefix('.') {
+        Some(f) => f.split_at(f.find(|c: char| !c.is_ascii_digit())?),
+        None => ("", rest),
+    };
+    if zone != "Z" {
+        return None;
+    }
+    let nanos = format!("{fraction:0<9}").get(..9)?.parse::<u64>().ok()?;
+    // Howard Hinnant's days-from-civil, the inverse of `civil`.
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + h * 3_600 + mi * 60 + sec).ok()?;
+    Some(UNIX_EPOCH + std::time::Duration::new(secs, nanos as u32))
 }
 
 /// `2026-12-02T18-04-05Z`: the time in a file name (no colons).
@@ -377,6 +444,22 @@ mod tests {
     }
 
     #[test]
+    fn log_times_are_read_back() {
+        for secs in [0u64, 951_827_696, 1_796_215_200, 4_102_444_799] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t), "{}", rfc3339(t));
+        }
+        let t = parse_rfc3339("2026-12-04T22:10:19.043486Z").unwrap();
+        assert_eq!(t.duration_since(UNIX_EPOCH).unwrap().subsec_micros(), 43_486);
+        assert_eq!(rfc3339(t), "2026-12-04T22:10:19Z");
+        for bad in
+            ["", "2026-12-04 22:10:19Z", "2026-13-04T22:10:19Z", "2026-12-04T22:10:19.5+01:00", "2026-12-04T22:10:19"]
+        {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn command_lines_are_quoted_for_a_shell() {
         let args = ["glass", "compare", "--mix", "neworder=50,payment=50", "--out", "my results", "it's"];
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -409,6 +492,38 @@ mod tests {
         assert_eq!((v["a"].as_u64(), v["run"]["host"].as_str()), (Some(1), Some("h")));
         let v: serde_json::Value = serde_json::from_str(&text(serde_json::json!([1, 2]))).unwrap();
         assert_eq!(v["runs"], serde_json::json!([1, 2]));
+    }
+
+    /// Issue 40: every file of a finished record says how it ended — `run.json`, each JSON
+    /// result inside the record or out of it (`--json`), and `report.html`.
+    #[test]
+    fn a_finished_record_says_so_in_every_file() {
+        let base = std::env::temp_dir().join(format!("glass-record-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("rec");
+        let build = Build { version: "0.1.0", commit: "abc" };
+        let mut record = Record::create(Some(&dir), "bench", build, &base).unwrap();
+        let outside = base.join("elsewhere.json");
+        record.write_headed(&record.path("bench.json"), "bench", &serde_json::json!({"txn_per_sec": 5})).unwrap();
+        record.write_headed(&outside, "runs", &serde_json::json!([1, 2])).unwrap();
+        crate::html::write_record_page(&record.dir).unwrap();
+        let read = |p: &Path| serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).unwrap()).unwrap();
+        assert_eq!(read(&record.path("bench.json"))["run"]["status"], "running");
+        record.finish("passed").unwrap();
+        for path in [record.path(RUN_JSON), record.path("bench.json"), outside.clone()] {
+            let v = read(&path);
+            let run = if path.ends_with(RUN_JSON) { &v } else { &v["run"] };
+            assert_eq!(run["status"], "passed", "{}", path.display());
+            assert_eq!(run["ended_utc"].as_str(), record.meta.ended_utc.as_deref(), "{}", path.display());
+        }
+        assert_eq!(read(&record.path("bench.json"))["txn_per_sec"], 5, "the result itself is kept");
+        assert_eq!(read(&outside)["runs"], serde_json::json!([1, 2]), "a result that is not an object too");
+        let page = std::fs::read_to_string(record.path(crate::html::REPORT_HTML)).unwrap();
+        assert!(
+            !page.contains("<td>running</td>") && page.contains("<td>passed</td>"),
+            "report.html says how it ended"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
