@@ -12,6 +12,7 @@
 mod common;
 
 use common::*;
+use std::path::PathBuf;
 
 #[test]
 fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
@@ -20,9 +21,36 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     let _teardown = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
 
-    let o = init_and_up(cfg);
+    // `up` from a parent holding a descriptor it lets children inherit (as a shell holding a
+    // lock does): the cluster's processes must not keep it (issue 40, daemon hygiene).
+    let o = glass(&["cluster", "init", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let held_path = dir.join("held-by-the-shell");
+    let held = std::fs::File::create(&held_path).unwrap();
+    let o = {
+        use std::os::fd::AsRawFd;
+        // SAFETY: clears FD_CLOEXEC on a descriptor this test owns.
+        unsafe { libc::fcntl(held.as_raw_fd(), libc::F_SETFD, 0) };
+        glass(&["cluster", "up", "--config", cfg])
+    };
+    drop(held);
+    assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("cluster up"), "{}", text(&o));
-    assert_eq!(processes_of(&config).len(), 5, "three coordinators and two nodes run");
+    let pids = processes_of(&config);
+    assert_eq!(pids.len(), 5, "three coordinators and two nodes run");
+    for pid in pids {
+        let fds: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .collect();
+        assert!(!fds.contains(&held_path), "process {pid} kept the launcher's descriptor: {fds:?}");
+        let files: Vec<&PathBuf> = fds.iter().filter(|f| f.is_absolute() && f.exists()).collect();
+        assert!(
+            files.iter().all(|f| f.starts_with(&dir) || f.starts_with("/dev") || f.starts_with("/proc")),
+            "process {pid} holds only stdio and its own files: {files:?}"
+        );
+    }
 
     // `up` on a running cluster says so and starts nothing.
     let o = glass(&["cluster", "up", "--config", cfg]);

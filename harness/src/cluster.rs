@@ -1,6 +1,8 @@
 //! A local cluster's life: `up` starts the coordinator and every node of `cluster.toml` as
 //! background processes of the `glass` executable it is given (each in its own process
-//! group, output to `run_dir/<name>.log`, pid in `run_dir/<name>.pid`), waits until every
+//! group, with no descriptor but stdio and its own files, output to `run_dir/<name>.log` —
+//! an earlier run's log moved to `<name>.log.1`, never truncated — pid in
+//! `run_dir/<name>.pid`), waits until every
 //! partition serves (every replica loaded the same state), and stops what it started if
 //! anything fails. [`Cluster::sample_status`] gathers what `glass cluster status` shows: each
 //! process, its partitions, their state and digests, and whether that is healthy; `down`
@@ -352,16 +354,25 @@ impl Cluster {
     fn spawn_with(&self, exe: &Path, p: &Proc, extra: &[&str], append: bool) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let log_path = self.log_file(p);
+        if !append {
+            rotate_log(&log_path)?;
+        }
         let log = fs::OpenOptions::new()
             .create(true)
-            .write(true)
-            .append(append)
-            .truncate(!append)
+            .append(true)
             .open(&log_path)
             .map_err(|e| HarnessError::io(format!("create {}", log_path.display()), e))?;
         let err = log.try_clone().map_err(|e| HarnessError::io(format!("open {}", log_path.display()), e))?;
         let mut cmd = Command::new(exe);
         cmd.args(p.args(&self.path)).args(extra).stdin(Stdio::null()).stdout(log).stderr(err).process_group(0);
+        // SAFETY: the closure makes only async-signal-safe system calls (close_range, fcntl,
+        // getrlimit) between fork and exec, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                close_inherited_on_exec();
+                Ok(())
+            });
+        }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
@@ -441,6 +452,18 @@ impl Cluster {
         let rt = runtime()?;
         let client = self.client();
         let local: Vec<Running> = self.running_procs();
+        if local.is_empty() && !rt.block_on(self.any_answers(&client)) {
+            // Nothing runs here and nothing answers anywhere: said at once, not after every
+            // probe's own timeout one by one.
+            let coordinators = if self.config.coordinators.len() > 1 {
+                self.config.coordinator_ids().into_iter().map(|c| (c, None)).collect()
+            } else {
+                Vec::new()
+            };
+            let nodes = self.config.nodes.iter().map(|n| (n.id, None)).collect();
+            let mode = self.config.mode();
+            return Ok(StatusSample { local, coordinator: None, coordinators, digests: Vec::new(), nodes, mode });
+        }
         let (coordinator, coordinators, digests, nodes) = rt.block_on(async {
             let mut coordinators = Vec::new();
             if self.config.coordinators.len() > 1 {
@@ -475,6 +498,30 @@ impl Cluster {
             (coordinator, coordinators, digests, nodes)
         });
         Ok(StatusSample { local, coordinator, coordinators, digests, nodes, mode: self.config.mode() })
+    }
+
+    /// Whether any process of the cluster accepts a connection within [`PROBE_PATIENCE`]:
+    /// every one is tried at once.
+    async fn any_answers(&self, client: &ClusterClient) -> bool {
+        let mut probes = tokio::task::JoinSet::new();
+        for c in self.config.coordinator_ids() {
+            let client = client.clone();
+            probes.spawn(async move {
+                matches!(tokio::time::timeout(PROBE_PATIENCE, client.connect_coordinator_id(c)).await, Ok(Ok(_)))
+            });
+        }
+        for n in self.config.nodes.iter().map(|n| n.id) {
+            let client = client.clone();
+            probes.spawn(async move {
+                matches!(tokio::time::timeout(PROBE_PATIENCE, client.connect_node(n)).await, Ok(Ok(_)))
+            });
+        }
+        while let Some(answered) = probes.join_next().await {
+            if answered.unwrap_or(false) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Stops the cluster (see the module documentation); says what it stopped and how.
@@ -716,4 +763,90 @@ pub fn log_tail(path: &Path, n: usize) -> String {
     let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
     let start = lines.len().saturating_sub(n);
     lines[start..].iter().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n")
+}
+
+/// How long `status` waits for any process to accept a connection before it says none runs
+/// (when none runs here either).
+pub const PROBE_PATIENCE: Duration = Duration::from_millis(800);
+
+/// How many earlier runs' logs `up` keeps beside the current one (`node-1.log.1` the last, up
+/// to `node-1.log.5`).
+pub const LOGS_KEPT: usize = 5;
+
+/// Moves the log at `path` of an earlier run aside (`<name>.log` to `<name>.log.1`, `.1` to
+/// `.2`, …, dropping the oldest past [`LOGS_KEPT`]), so that `up` starts every process on a
+/// fresh log and truncates none.
+fn rotate_log(path: &Path) -> Result<()> {
+    if fs::metadata(path).map_or(true, |m| m.len() == 0) {
+        return Ok(());
+    }
+    let numbered = |n: usize| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    for n in (1..LOGS_KEPT).rev() {
+        let from = numbered(n);
+        if from.exists() {
+            fs::rename(&from, numbered(n + 1))
+                .map_err(|e| HarnessError::io(format!("rotate {}", from.display()), e))?;
+        }
+    }
+    fs::rename(path, numbered(1)).map_err(|e| HarnessError::io(format!("rotate {}", path.display()), e))
+}
+
+/// In a child between fork and exec: marks every descriptor past stdio close-on-exec, so a
+/// cluster process keeps none that `glass` inherited from whatever started it (a lock a shell
+/// held stayed held by the whole cluster). Marked, not closed: the pipe through which the
+/// standard library reports a failed exec must stay open until the exec.
+fn close_inherited_on_exec() {
+    /// `CLOSE_RANGE_CLOEXEC` (Linux 5.11): set the flag instead of closing.
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain system calls on descriptor numbers; none is dereferenced.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
+        // An older kernel: each descriptor the limit allows, one at a time.
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        let max =
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 { limit.rlim_cur.min(1 << 20) } else { 1024 };
+        for fd in 3..max as libc::c_int {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40: `up` never truncates a log; it keeps the last [`LOGS_KEPT`] runs' aside.
+    #[test]
+    fn an_earlier_runs_log_is_moved_aside_not_truncated() {
+        let dir = std::env::temp_dir().join(format!("glass-rotate-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("node-1.log");
+        rotate_log(&log).unwrap();
+        assert!(!log.exists(), "no log yet: nothing to move");
+        for run in 1..=LOGS_KEPT + 2 {
+            rotate_log(&log).unwrap();
+            fs::write(&log, format!("run {run}\n")).unwrap();
+        }
+        let read = |p: &Path| fs::read_to_string(p).unwrap();
+        let runs = LOGS_KEPT + 2;
+        assert_eq!(read(&log), format!("run {runs}\n"));
+        for n in 1..=LOGS_KEPT {
+            assert_eq!(read(&dir.join(format!("node-1.log.{n}"))), format!("run {}\n", runs - n));
+        }
+        assert!(!dir.join(format!("node-1.log.{}", LOGS_KEPT + 1)).exists(), "the oldest is dropped");
+        fs::write(&log, "").unwrap();
+        rotate_log(&log).unwrap();
+        assert_eq!(read(&dir.join("node-1.log.1")), format!("run {}\n", runs - 1), "an empty log is not kept");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

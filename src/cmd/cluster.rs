@@ -182,6 +182,11 @@ fn status(c: &Cluster) -> Result<ExitCode> {
             );
         }
     }
+    if s.local.is_empty() && s.coordinator.is_none() && s.nodes.iter().all(|(_, st)| st.is_none()) {
+        println!(
+            "the cluster is not running: no process of it runs here, and none answered (start it: glass cluster up)"
+        );
+    }
     Ok(if s.healthy() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
