@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::compare::SvgError;
 use wire::config::{Mode, Shipping};
 
+pub mod events;
 pub mod experiment;
 
 /// One partition's outage.
@@ -185,6 +186,9 @@ pub struct FailoverReport {
     /// A node restarted that rejoined by copying: what its rejoin cost the survivors
     /// (docs/design.md §10, "Copying without stopping" and "Catching up under load").
     pub rejoin: Option<RejoinFigures>,
+    /// What happened, in time order (docs/usage.md, "Events"): the harness's kill and restart,
+    /// the coordinators' reports of detection, promotion, election and rejoin.
+    pub events: Vec<events::RunEvent>,
     pub timeline: Vec<TimelinePoint>,
 }
 
@@ -369,7 +373,7 @@ impl std::fmt::Display for FailoverReport {
         let ms = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("{v:.0} ms"));
         writeln!(
             f,
-            "failover: {} ×{}{}{}, {} {} at {:.1} s{}",
+            "failover: {} ×{}{}{}, {} {} at {:.1} s of the run (warm-up included){}",
             self.mode,
             self.replicas,
             self.shipping.as_ref().map_or(String::new(), |s| format!(" ({s} shipping)")),
@@ -477,16 +481,20 @@ pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), SvgError> {
         .map_err(err)?
         .label("all")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    let mut marks = vec![(r.killed_at_s, format!("{} {}", r.signal, r.killed), RED)];
+    let mut marks = vec![(r.killed_at_s, format!("{} {}", r.signal, r.killed), RED, 0.97)];
     if let Some(t) = r.restarted_at_s {
-        marks.push((t, format!("restart {}", r.killed), GREEN));
+        marks.push((t, format!("restart {}", r.killed), GREEN, 0.97));
     }
-    for (t, label, c) in marks {
+    // The coordinators' key events, thin and grey, their labels lower so they do not cover the above.
+    let grey = RGBColor(0x70, 0x70, 0x70);
+    for (i, (t, label)) in r.events.iter().filter_map(|e| Some((e.t_s, events::chart_label(e)?))).enumerate() {
+        marks.push((t, label, grey, 0.90 - 0.05 * (i % 4) as f64));
+    }
+    for (t, label, c, y) in marks {
+        let style = if c == grey { c.stroke_width(1) } else { c.stroke_width(2) };
+        chart.draw_series(std::iter::once(PathElement::new(vec![(t, 0.0), (t, y_max)], style))).map_err(err)?;
         chart
-            .draw_series(std::iter::once(PathElement::new(vec![(t, 0.0), (t, y_max)], c.stroke_width(2))))
-            .map_err(err)?;
-        chart
-            .draw_series(std::iter::once(Text::new(label, (t, y_max * 0.97), ("sans-serif", 14).into_font().color(&c))))
+            .draw_series(std::iter::once(Text::new(label, (t, y_max * y), ("sans-serif", 14).into_font().color(&c))))
             .map_err(err)?;
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;

@@ -203,10 +203,27 @@ pub fn measure_with(
     local: &[Running],
     echo: impl Into<Echo>,
 ) -> Result<Measurement> {
+    measure_clocked(rt, cluster, client, cfg, shares, local, echo, None)
+}
+
+/// [`measure_with`], starting `clock` when the driver starts its run's clock (the origin of
+/// the timeline, as the driver's terminals begin: [`crate::failover::events`]).
+#[allow(clippy::too_many_arguments)]
+pub fn measure_clocked(
+    rt: &Runtime,
+    cluster: &Cluster,
+    client: &ClusterClient,
+    cfg: &DriverConfig,
+    shares: &RemoteShares,
+    local: &[Running],
+    echo: impl Into<Echo>,
+    clock: Option<crate::failover::events::RunClock>,
+) -> Result<Measurement> {
     let config = &cluster.config;
     let echo = echo.into();
     let console = ConsoleObserver::new(echo.quiet).per_type(echo.per_type);
     let mut obs = Sampler::new(rt, client, config, local, console)?;
+    obs.clock = clock;
     let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
     let mut report = outcome.report;
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
@@ -332,6 +349,8 @@ struct Sampler<'a> {
     local: &'a [Running],
     start: Option<Sample>,
     end: Option<Sample>,
+    /// Started at the driver's first phase (see [`measure_clocked`]).
+    clock: Option<crate::failover::events::RunClock>,
 }
 
 impl<'a> Sampler<'a> {
@@ -350,7 +369,17 @@ impl<'a> Sampler<'a> {
             }
             (coordinator, nodes)
         });
-        Ok(Sampler { rt, inner, client: client.clone(), coordinator, nodes, local, start: None, end: None })
+        Ok(Sampler {
+            rt,
+            inner,
+            client: client.clone(),
+            coordinator,
+            nodes,
+            local,
+            start: None,
+            end: None,
+            clock: None,
+        })
     }
 
     fn sample(&mut self) -> Sample {
@@ -404,6 +433,10 @@ impl Observer for Sampler<'_> {
         self.inner.loading(done, total);
     }
     fn phase(&mut self, name: &str, stop: StopAfter) {
+        if let Some(clock) = &self.clock {
+            // The driver's first phase begins as its terminals start: the timeline's origin.
+            let _ = clock.set((Instant::now(), crate::record::wall_clock()));
+        }
         if name == "run" {
             self.start = Some(self.sample());
         }

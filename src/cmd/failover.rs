@@ -226,13 +226,16 @@ fn failover(
         return run_loop(a, config, cycles, cfg, shares, record);
     }
     println!(
-        "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase{}",
+        "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase (the run's clock, \
+         which counts the {:.1} s warm-up, says about {:.1} s){}",
         config.mode(),
         a.config.display(),
         warehouses,
         victim,
         report::KillSignal::of(signal),
         a.at,
+        a.warmup,
+        a.at + a.warmup,
         a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
     );
     let x = Experiment {

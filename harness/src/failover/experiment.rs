@@ -23,10 +23,11 @@ use workload::bench::StopAfter;
 use workload::client::driver::{DriverConfig, RemoteShares, BUCKET, GAP_MIN};
 use workload::client::{self, ClusterCheck, ClusterClient};
 
+use super::events::{EventLog, RunClock};
 use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery, RunChecks};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::{chain, HarnessError};
-use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
+use crate::measure::{check_and_down, measure_clocked, up_guarded, Measurement};
 use crate::verdict;
 use crate::Result;
 
@@ -34,6 +35,8 @@ use crate::Result;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// How long one status poll waits for the coordinator's answer.
 const STATUS_PATIENCE: Duration = Duration::from_millis(1_000);
+/// How long the driver's terminals may take to connect before the run's clock starts.
+const CONNECT_MARGIN: Duration = Duration::from_secs(5);
 /// How long after the measured phase the last restarted node may take to rejoin before the
 /// replicas are compared.
 const LAST_REJOIN_GRACE: Duration = Duration::from_secs(30);
@@ -230,6 +233,7 @@ struct Killer {
     victim: NodeId,
     then_kill: Option<NodeId>,
     run_end: Instant,
+    events: EventLog,
 }
 
 /// What the killer thread of a coordinator kill needs.
@@ -239,15 +243,36 @@ struct CoordinatorKiller {
     path: PathBuf,
     exe: PathBuf,
     run_end: Instant,
+    events: EventLog,
+}
+
+/// Waits until the run's clock started and then until `at_s` seconds on it (or `run_end`):
+/// the instant reached, or `None` if the clock never started.
+fn sleep_until_on_clock(events: &EventLog, at_s: f64, run_end: Instant) -> Option<Instant> {
+    let start = loop {
+        if let Some(&(start, _)) = events.clock().get() {
+            break start;
+        }
+        if Instant::now() >= run_end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let at = start + Duration::from_secs_f64(at_s);
+    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+    Some(at)
 }
 
 impl CoordinatorKiller {
     /// Signals the leading coordinator at `kill_at`, watches another coordinator stop
     /// following it (detection) and a new leader serve every partition (election), restarts
     /// it `restart_after` the kill if asked and watches it follow the new leader.
-    fn kill_once(&self, signal: libc::c_int, kill_at: Instant, restart_after: Option<Duration>) -> Events {
+    fn kill_once(&self, signal: libc::c_int, kill_at_s: f64, restart_after: Option<Duration>) -> Events {
         let mut ev = Events::default();
-        std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+        if sleep_until_on_clock(&self.events, kill_at_s, self.run_end).is_none() {
+            ev.error = Some("the load never started: nothing was killed".into());
+            return ev;
+        }
         let leader = self.handle.block_on(async {
             let mut link = self.client.connect_coordinator().await?;
             client::status(&mut link).await
@@ -285,6 +310,7 @@ impl CoordinatorKiller {
         let killed = Instant::now();
         ev.killed = Some(killed);
         ev.victim = Some(report::Victim::Coordinator(leader));
+        self.events.note(format!("{} coordinator {leader} (the leader)", report::KillSignal::of(signal)));
         let survivors: Vec<u8> = self.client.config().coordinator_ids().into_iter().filter(|c| *c != leader).collect();
         let old = u16::from(leader);
         ev.detected =
@@ -297,6 +323,7 @@ impl CoordinatorKiller {
             match cluster.restart(&self.exe, &proc, &[]) {
                 Ok(child) => {
                     ev.restarted = Some(Instant::now());
+                    self.events.note(format!("restarted coordinator {leader} (a standby now)"));
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
                     ev.recovered =
                         self.handle.block_on(wait_coordinators(&self.client, &[leader], self.run_end, |s| {
@@ -357,13 +384,16 @@ impl Killer {
         &self,
         pid: u32,
         signal: libc::c_int,
-        kill_at: Instant,
+        kill_at_s: f64,
         promotes: bool,
         restart_after: Option<Duration>,
     ) -> Events {
         let (victim, run_end) = (self.victim, self.run_end);
         let mut ev = Events::default();
-        std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
+        if sleep_until_on_clock(&self.events, kill_at_s, run_end).is_none() {
+            ev.error = Some("the load never started: nothing was killed".into());
+            return ev;
+        }
         // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
         if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
             ev.error = Some(format!("cannot signal node {victim} (pid {pid}): {}", std::io::Error::last_os_error()));
@@ -372,6 +402,7 @@ impl Killer {
         let killed = Instant::now();
         ev.killed = Some(killed);
         ev.victim = Some(report::Victim::Node(victim));
+        self.events.note(format!("{} node {victim}", report::KillSignal::of(signal)));
         // Detected: the coordinator no longer counts the node, or is promoting a backup.
         ev.detected = self
             .wait(run_end, |p| !p.replicas.contains(&victim) || matches!(p.phase, PartitionPhase::Promoting { .. }));
@@ -384,6 +415,7 @@ impl Killer {
             match self.restart() {
                 Ok(child) => {
                     ev.restarted = Some(Instant::now());
+                    self.events.note(format!("restarted node {victim} (it rejoins)"));
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
                                              // Counted again (a full-stack node recovering from its log counts once its
                                              // partition serves).
@@ -397,6 +429,7 @@ impl Killer {
                 Some(pid) => {
                     crate::cluster::signal(pid, libc::SIGKILL);
                     ev.then_killed = Some(Instant::now());
+                    self.events.note(format!("SIGKILL node {second}, the other replica"));
                 }
                 None => ev.error = Some(format!("node {second} runs no process here to kill")),
             }
@@ -430,9 +463,13 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     };
 
     let start = Instant::now();
-    let kill_at = start + Duration::from_secs_f64(x.cfg.warmup_s + x.at);
+    // On the run's clock (the timeline's), which starts with the driver's warm-up.
+    let kill_at_s = x.cfg.warmup_s + x.at;
     let restart_after = x.restart_after.map(Duration::from_secs_f64);
-    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
+    // The clock starts once every terminal connected: a margin for that.
+    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s) + CONNECT_MARGIN;
+    let events = EventLog::new(RunClock::default(), x.cfg.warmup_s, x.quiet);
+    let watcher = events.watch(&cluster.config.run_dir);
     // A promotion follows only where a backup is left to promote.
     let promotes = match x.victim {
         Kill::Node(n) => config.mode().is_passive() && config.partitions_on_node(n).all(|p| p.replicas.len() > 1),
@@ -443,16 +480,20 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let killer = match (x.victim, victim_pid) {
         (Kill::Node(victim), Some(pid)) => {
             let then_kill = x.then_kill;
-            let killer = Killer { handle, client: client.clone(), path, exe, victim, then_kill, run_end };
-            std::thread::spawn(move || killer.kill_once(pid, signal, kill_at, promotes, restart_after))
+            let events = events.clone();
+            let killer = Killer { handle, client: client.clone(), path, exe, victim, then_kill, run_end, events };
+            std::thread::spawn(move || killer.kill_once(pid, signal, kill_at_s, promotes, restart_after))
         }
         _ => {
-            let killer = CoordinatorKiller { handle, client: client.clone(), path, exe, run_end };
-            std::thread::spawn(move || killer.kill_once(signal, kill_at, restart_after))
+            let events = events.clone();
+            let killer = CoordinatorKiller { handle, client: client.clone(), path, exe, run_end, events };
+            std::thread::spawn(move || killer.kill_once(signal, kill_at_s, restart_after))
         }
     };
-    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
+    let clock = Some(events.clock().clone());
+    let measured = measure_clocked(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
+    let run_events = events.finish(Some(watcher));
     if let (libc::SIGSTOP, Some(pid)) = (x.signal, victim_pid) {
         // The frozen node never comes back within the run: it ends here, before the checks
         // (which read the live replicas) and the cluster's stop.
@@ -470,6 +511,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
     let mut report = failover_report(config, x, &ev, promotes, &m, &verdict)?;
     report.detected_by = detected_by;
+    report.events = run_events;
     if report.recovery == Recovery::Rejoin {
         report.rejoin = Some(rejoin_figures(&report, &m, &cluster.config.run_dir, config.partitions.len()));
     }
@@ -629,6 +671,7 @@ fn failover_report(
         seconds: bench_report.seconds,
         then_killed_at_s: ev.then_killed.map(|t| t.saturating_duration_since(m.origin).as_secs_f64()),
         rejoin: None,
+        events: Vec::new(),
         timeline,
     })
 }
@@ -695,7 +738,10 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
         victim: 0,
         then_kill: None,
         run_end: start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s),
+        events: EventLog::new(RunClock::default(), x.cfg.warmup_s, x.quiet),
     };
+    let events = killer.events.clone();
+    let watcher = events.watch(&cluster.config.run_dir);
     let cycles = Cycles {
         cycles: x.cycles,
         first,
@@ -704,8 +750,10 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
         seed: x.seed,
     };
     let thread = std::thread::spawn(move || cycles.run(killer, nodes, pids));
-    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet);
+    let clock = Some(events.clock().clone());
+    let measured = measure_clocked(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
     let ev = thread.join().map_err(|_| HarnessError::Killer("the kill loop's thread panicked".into()))?;
+    events.finish(Some(watcher));
     let m = measured?;
     if let Some(e) = ev.error {
         return Err(HarnessError::Killer(e));
@@ -773,11 +821,15 @@ impl Cycles {
                 return ev;
             }
             ev.kills.push((victim, Instant::now(), false));
+            k.events.note(format!("SIGKILL node {victim}"));
             k.wait(k.run_end, |p| !p.replicas.contains(&victim));
             std::thread::sleep(restart_after);
             // Restarted, then killed again in the middle of its rejoin.
             let mut joiner = match k.restart() {
-                Ok(c) => c,
+                Ok(c) => {
+                    k.events.note(format!("restarted node {victim} (it rejoins)"));
+                    c
+                }
                 Err(e) => {
                     ev.error = Some(format!("cannot restart node {victim}: {}", chain(&e)));
                     return ev;
@@ -788,10 +840,12 @@ impl Cycles {
             let rejoined = k.wait(Instant::now() + Duration::from_millis(1), |p| p.replicas.contains(&victim));
             let _ = joiner.kill();
             let _ = joiner.wait();
+            k.events.note(format!("SIGKILL node {victim} during its rejoin"));
             ev.kills.push((victim, Instant::now(), rejoined.is_none()));
             std::thread::sleep(restart_after);
             match k.restart() {
                 Ok(child) => {
+                    k.events.note(format!("restarted node {victim} (it rejoins)"));
                     pids.insert(victim, child.id());
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
                 }
