@@ -157,7 +157,7 @@ pub struct BenchArgs {
     wal_dir: Option<PathBuf>,
     /// Testing aid: after each commit returns, append a line naming the transaction (NewOrder
     /// and Payment) to this file, for `glass recover --ack-log`.
-    #[arg(long, hide = true)]
+    #[arg(long, value_name = "FILE")]
     ack_log: Option<PathBuf>,
     #[command(flatten)]
     record: RecordArgs,
