@@ -12,6 +12,8 @@
 //! line's UTC stamp, mapped to the run's clock through the wall time read when the clock
 //! started.
 //!
+//! The logs may be text or JSON (`GLASS_LOG_FORMAT=json`): [`text_line`] reads both.
+//!
 //! Guarantees: events from before the run's clock started (the cluster's start, its loading)
 //! are not reported; a log line is read once, whole (a partial last line waits for its end); a
 //! coordinator's log appended to by a restart is followed on; the watcher's thread ends when
@@ -112,6 +114,7 @@ impl EventLog {
     /// started by then.
     fn coordinator_event(&self, path: &Path, line: &str) -> Option<RunEvent> {
         let &(_, wall_start) = self.clock.get()?;
+        let line = text_line(line);
         let (_, what) = line.split_once(" event=")?;
         let at = crate::record::parse_rfc3339(line.split(' ').next()?)?;
         let t_s = at.duration_since(wall_start).ok()?.as_secs_f64();
@@ -178,6 +181,31 @@ impl Tail {
         let lines = std::mem::replace(&mut self.partial, rest);
         lines.lines().map(str::to_string).collect()
     }
+}
+
+/// A log line as the text format writes it (`<UTC time> <LEVEL> <target>: <message>
+/// <field>=<value>…`), whichever format wrote it: a JSON line (`GLASS_LOG_FORMAT=json`,
+/// tracing-subscriber's) is turned into that; any other line is kept as it is.
+pub fn text_line(line: &str) -> std::borrow::Cow<'_, str> {
+    let json = line.starts_with('{').then(|| serde_json::from_str::<serde_json::Value>(line).ok()).flatten();
+    let Some(v) = json else { return line.into() };
+    let s = |v: &serde_json::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+    let mut out = format!(
+        "{} {} {}:",
+        v.get("timestamp").map(s).unwrap_or_default(),
+        v.get("level").map(s).unwrap_or_default(),
+        v.get("target").map(s).unwrap_or_default()
+    );
+    if let Some(fields) = v.get("fields").and_then(|f| f.as_object()) {
+        if let Some(m) = fields.get("message") {
+            out.push(' ');
+            out.push_str(&s(m));
+        }
+        for (k, v) in fields.iter().filter(|(k, _)| k.as_str() != "message") {
+            out.push_str(&format!(" {k}={}", s(v)));
+        }
+    }
+    out.into()
 }
 
 /// The coordinators' current logs in `run_dir` (`coordinator*.log`), sorted.
@@ -247,5 +275,18 @@ mod tests {
         assert!((got[1].t_s - 5.5).abs() < 1e-6, "{got:?}");
         assert_eq!(chart_label(&got[1]).as_deref(), Some("node 1 detected"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A JSON log line (`GLASS_LOG_FORMAT=json`) reads as its text form; other lines as they are.
+    #[test]
+    fn a_json_log_line_reads_as_the_text_format_would_write_it() {
+        let json = r#"{"timestamp":"2026-12-04T22:10:06.500000Z","level":"ERROR","fields":{"message":"ALARM","event":"node 1 failed (detected by heartbeat timeout; silent for 510 ms)"},"target":"coordinator::process"}"#;
+        assert_eq!(
+            text_line(json),
+            "2026-12-04T22:10:06.500000Z ERROR coordinator::process: ALARM event=node 1 failed (detected by \
+             heartbeat timeout; silent for 510 ms)"
+        );
+        assert_eq!(text_line("plain line"), "plain line");
+        assert_eq!(text_line("{not json"), "{not json");
     }
 }

@@ -565,13 +565,18 @@ fn replayed_batches(run_dir: &Path, victim: report::Victim, partition: u16) -> O
         p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("coordinator") && n.ends_with(".log"))
     });
     logs.filter_map(|log| {
-        let text = std::fs::read_to_string(log).ok()?;
+        let text = readable(&std::fs::read_to_string(log).ok()?);
         let at = text.rfind(&needle)? + needle.len();
         let rest = &text[at..];
         let from = rest.find(", then ")? + ", then ".len();
         rest[from..].split(' ').next()?.parse().ok()
     })
     .max()
+}
+
+/// A log's text with any JSON lines in the text format ([`super::events::text_line`]).
+fn readable(text: &str) -> String {
+    text.lines().map(|l| super::events::text_line(l).into_owned() + "\n").collect()
 }
 
 /// What told the coordinator that node `node` failed, from the first such alarm in the
@@ -588,7 +593,7 @@ pub fn detected_by(run_dir: &Path, node: NodeId) -> Option<String> {
         .collect();
     logs.sort();
     logs.iter().find_map(|log| {
-        let text = std::fs::read_to_string(log).ok()?;
+        let text = readable(&std::fs::read_to_string(log).ok()?);
         let at = text.find(&needle)? + needle.len();
         let rest = &text[at..];
         let end = rest.find("; silent for").or_else(|| rest.find('\n'))?;
