@@ -93,6 +93,21 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(stdout.matches(" ready ").count(), 4, "{stdout}");
     assert_eq!(stdout.matches("are equal").count(), 2, "{stdout}");
+    // The same as one JSON document (issue 40): every process with its address, answering,
+    // its uptime; the nodes' replicas with their rate and lag; the digests compared.
+    let o = glass(&["cluster", "status", "--config", cfg, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((v["running"].as_bool(), v["healthy"].as_bool()), (Some(true), Some(true)), "{v}");
+    let processes = v["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 5, "{v}");
+    assert!(processes.iter().all(|p| p["answers"] == true && p["uptime_s"].as_f64().is_some_and(|u| u > 0.0)), "{v}");
+    assert_eq!(processes.iter().filter(|p| p["role"] == "leader").count(), 1, "{v}");
+    let replicas: Vec<&serde_json::Value> =
+        processes.iter().filter(|p| p["role"] == "node").flat_map(|p| p["partitions"].as_array().unwrap()).collect();
+    assert_eq!(replicas.len(), 4, "{v}");
+    assert!(replicas.iter().all(|r| r["txn_per_s"].is_number() && r["lag_batches"].is_number()), "{v}");
+    assert!(v["digests"].as_array().unwrap().iter().all(|d| d["equal"] == true), "{v}");
 
     // The whole database as CSV, as the embedded dump writes it.
     let out = dir.join("dump");
@@ -122,7 +137,7 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     assert!((0..3).all(|c| !dir.join(format!("run/coordinator-{c}.pid")).exists()));
     let o = glass(&["cluster", "status", "--config", cfg]);
     assert!(!o.status.success(), "status of a stopped cluster is not healthy: {}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("not running"), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("the cluster is not running"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&foreign);
 }
 

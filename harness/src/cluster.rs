@@ -500,6 +500,44 @@ impl Cluster {
         Ok(StatusSample { local, coordinator, coordinators, digests, nodes, mode: self.config.mode() })
     }
 
+    /// Each node's replicas' committed transactions per second over `window` after `first`
+    /// (a second status of each answering node; the interval is the node's own uptime
+    /// difference): `(node, partition, txn/s)`.
+    pub fn sample_rates(&self, first: &StatusSample, window: Duration) -> Result<Vec<(NodeId, PartitionId, f64)>> {
+        let answering: Vec<(NodeId, ProcessStatus)> =
+            first.nodes.iter().filter_map(|(n, s)| s.clone().map(|s| (*n, s))).collect();
+        if answering.is_empty() {
+            return Ok(Vec::new());
+        }
+        std::thread::sleep(window);
+        let rt = runtime()?;
+        let client = self.client();
+        let again: Vec<(NodeId, Option<ProcessStatus>)> = rt.block_on(async {
+            let mut out = Vec::new();
+            for (n, _) in &answering {
+                let s = match tokio::time::timeout(PROBE_PATIENCE, client.connect_node(*n)).await {
+                    Ok(Ok(mut link)) => client::status(&mut link).await.ok(),
+                    _ => None,
+                };
+                out.push((*n, s));
+            }
+            out
+        });
+        let mut rates = Vec::new();
+        for ((node, before), (_, after)) in answering.iter().zip(&again) {
+            let Some(after) = after.as_ref().filter(|a| a.pid == before.pid && a.uptime_ms > before.uptime_ms) else {
+                continue;
+            };
+            let seconds = (after.uptime_ms - before.uptime_ms) as f64 / 1e3;
+            for p in &after.partitions {
+                if let Some(b) = before.partitions.iter().find(|b| b.partition == p.partition) {
+                    rates.push((*node, p.partition, p.txns.saturating_sub(b.txns) as f64 / seconds));
+                }
+            }
+        }
+        Ok(rates)
+    }
+
     /// Whether any process of the cluster accepts a connection within [`PROBE_PATIENCE`]:
     /// every one is tried at once.
     async fn any_answers(&self, client: &ClusterClient) -> bool {
@@ -705,6 +743,108 @@ impl StatusSample {
             .iter()
             .all(|(_, s)| s.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase == PartitionPhase::Ready)));
         coordinator && nodes && self.digests.iter().all(PartitionDigests::equal)
+    }
+
+    /// How many batches node `node`'s replica of `partition` is behind the furthest replica
+    /// of it that answered (0 for the furthest).
+    pub fn lag_batches(&self, node: NodeId, partition: PartitionId) -> Option<u64> {
+        let seq_of = |s: &ProcessStatus| s.partitions.iter().find(|p| p.partition == partition).map(|p| p.seq);
+        let mine = self.nodes.iter().find(|(n, _)| *n == node)?.1.as_ref().and_then(seq_of)?;
+        let furthest = self.nodes.iter().filter_map(|(_, s)| s.as_ref().and_then(seq_of)).max()?;
+        Some(furthest.saturating_sub(mine))
+    }
+
+    /// The sample as a JSON document (`glass cluster status --json`): each process with its
+    /// address, pid, whether it runs here and answers, its role, uptime and partitions (state,
+    /// batch, transactions, CPU, committed txn/s over `rates`' window, lag in batches behind
+    /// the furthest replica, digest), the digests compared, and whether it is all healthy.
+    pub fn to_json(&self, config: &ClusterConfig, rates: &[(NodeId, PartitionId, f64)]) -> serde_json::Value {
+        use serde_json::json;
+        let running = |p: Proc| self.pid_of(&p);
+        let mut processes = Vec::new();
+        let group = config.coordinators.len() > 1;
+        for (i, c) in config.coordinators.iter().enumerate() {
+            let id = config.coordinator_ids()[i];
+            let st = if group {
+                self.coordinators.iter().find(|(c, _)| *c == id).and_then(|(_, s)| s.as_ref())
+            } else {
+                self.coordinator.as_ref()
+            };
+            let leads = st.is_some_and(|s| s.leader == Some(s.id) || !group);
+            let partitions: Vec<serde_json::Value> = match (leads, &self.coordinator) {
+                (true, Some(lead)) => lead
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        json!({"partition": p.partition, "state": p.phase.to_string(), "batch": p.seq,
+                                    "in_flight": p.txns, "replicas": p.replicas})
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            processes.push(json!({
+                "process": if group { format!("coordinator {id}") } else { "coordinator".to_string() },
+                "address": c.address,
+                "pid": st.map(|s| s.pid).or_else(|| running(Proc::Coordinator(group.then_some(id)))),
+                "runs_here": running(Proc::Coordinator(group.then_some(id))).is_some(),
+                "answers": st.is_some(),
+                "role": st.map(|s| if leads { "leader".to_string() } else {
+                    s.leader.map_or("standby (no leader known)".to_string(), |l| format!("standby (leader: {l})"))
+                }),
+                "uptime_s": st.map(|s| s.uptime_ms as f64 / 1e3),
+                "partitions": partitions,
+            }));
+        }
+        for n in &config.nodes {
+            let st = self.nodes.iter().find(|(id, _)| *id == n.id).and_then(|(_, s)| s.as_ref());
+            let partitions: Vec<serde_json::Value> = st.map_or_else(Vec::new, |s| {
+                s.partitions
+                    .iter()
+                    .map(|p| {
+                        let rate = rates.iter().find(|(node, q, _)| *node == n.id && *q == p.partition).map(|r| r.2);
+                        json!({
+                            "partition": p.partition,
+                            "state": p.phase.to_string(),
+                            "role": p.replication.role.map(|r| r.to_string()),
+                            "batch": p.seq,
+                            "committed": p.txns,
+                            "cpu_s": p.cpu_ms as f64 / 1e3,
+                            "txn_per_s": rate,
+                            "lag_batches": self.lag_batches(n.id, p.partition),
+                            "backup_ack_delay_ms_mean": (p.replication.acks > 0)
+                                .then(|| p.replication.ack_delay_us_sum as f64 / p.replication.acks as f64 / 1e3),
+                            "digest": self.digest_text(n.id, p),
+                        })
+                    })
+                    .collect()
+            });
+            processes.push(json!({
+                "process": format!("node {}", n.id),
+                "address": n.address,
+                "pid": st.map(|s| s.pid).or_else(|| running(Proc::Node(n.id))),
+                "runs_here": running(Proc::Node(n.id)).is_some(),
+                "answers": st.is_some(),
+                "role": st.map(|_| "node"),
+                "uptime_s": st.map(|s| s.uptime_ms as f64 / 1e3),
+                "partitions": partitions,
+            }));
+        }
+        let digests: Vec<serde_json::Value> = self
+            .digests
+            .iter()
+            .map(|d| {
+                json!({"partition": d.partition, "batch": d.seq, "equal": d.equal(),
+                       "digests": d.digests.iter().map(|(n, x)| json!({"node": n, "digest": x.to_string()})).collect::<Vec<_>>()})
+            })
+            .collect();
+        let running_any = processes.iter().any(|p| p["answers"] == true || p["runs_here"] == true);
+        json!({
+            "mode": self.mode.name(),
+            "running": running_any,
+            "healthy": self.healthy(),
+            "processes": processes,
+            "digests": digests,
+        })
     }
 
     /// Node `node`'s digest of `partition`: at the sampled batch, else the one its load
