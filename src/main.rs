@@ -53,8 +53,8 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Copy a running cluster's whole database into one CSV per table.
     Dump(cmd::dump::DumpArgs),
-    /// Rebuild a run record's report.html (`glass report DIR`), or set two compare records
-    /// side by side with the ratio of each figure (`glass report A B`).
+    /// Rebuild a run record's report.html (`glass report DIR`), or set two records (compare,
+    /// sweep, bench or failover) side by side with the ratio of each figure (`glass report A B`).
     Report(cmd::report::ReportArgs),
     /// Run the seeded whole-cluster simulator: the real coordinator and replicas in one
     /// thread, faults drawn from each seed, then heal and check; a failing seed replays.

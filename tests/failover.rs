@@ -552,6 +552,20 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
     assert_eq!(r["lost_acknowledged"], 0, "{r}");
     assert_eq!(r["digests_equal"], true, "{r}");
     assert_eq!(r["consistent"], true, "{r}");
+    // Issue 40: the record lists the run's events in time order, on the timeline's clock —
+    // the harness's kill and restart where it says it killed and restarted, and the
+    // coordinator's detection and rejoins between and after them.
+    let events = r["events"].as_array().expect("the record lists the run's events");
+    let at = |what: &str| {
+        events.iter().find(|e| e["what"].as_str().is_some_and(|w| w.contains(what))).and_then(|e| e["t_s"].as_f64())
+    };
+    let times: Vec<f64> = events.iter().filter_map(|e| e["t_s"].as_f64()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "in time order: {events:?}");
+    assert!((at("SIGKILL node 1").unwrap() - kill).abs() < 0.05, "the kill at the record's time: {events:?}");
+    assert!((at("restarted node 1").unwrap() - restart).abs() < 0.05, "the restart too: {events:?}");
+    let detected = at("node 1 failed (detected by").expect("the coordinator's detection is listed");
+    assert!(kill <= detected && detected < restart, "{events:?}");
+    assert!(at("is a live replica of partition").is_some_and(|t| t > restart), "{events:?}");
 }
 
 /// Issue 35: right after the first joiner is live again, the other replica's node is

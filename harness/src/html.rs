@@ -273,7 +273,134 @@ pub fn figures(dir: &Path) -> Result<Figures> {
     if let Some(v) = read("bench.json")? {
         return Ok(vec![("bench".to_string(), pick(&v))]);
     }
-    Err(HarnessError::Invalid(format!("{} holds no compare.json, sweep.json or bench.json to compare", dir.display())))
+    if let Some(v) = read("failover.json")? {
+        return Ok(vec![(failover_label(&v), failover_figures(&v))]);
+    }
+    Err(HarnessError::Invalid(format!(
+        "{} holds no compare.json, sweep.json, bench.json or failover.json to compare",
+        dir.display()
+    )))
+}
+
+/// A failover record's run, named by mode, replicas and what was killed.
+fn failover_label(v: &serde_json::Value) -> String {
+    let s = |k: &str| v.get(k).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+    let killed = match v.get("killed") {
+        Some(serde_json::Value::Object(o)) => {
+            o.iter().next().map_or(String::new(), |(k, id)| format!("{} {id}", k.to_lowercase()))
+        }
+        Some(other) => other.to_string().trim_matches('"').to_lowercase(),
+        None => String::new(),
+    };
+    format!(
+        "failover: {} ×{}, {} {killed}",
+        s("mode"),
+        v.get("replicas").map_or(0, |r| r.as_u64().unwrap_or(0)),
+        s("signal")
+    )
+}
+
+/// A failover record's figures: detection, unavailability, recovery, throughput around the
+/// kill, the checks, and a rejoin's cost.
+fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = [
+        "detection_ms",
+        "election_ms",
+        "unavailability_ms",
+        "recovery_ms",
+        "txn_per_sec_before",
+        "txn_per_sec_lowest_after",
+        "committed",
+        "lost_acknowledged",
+        "outcome_unknown",
+        "unavailable_answers",
+    ]
+    .iter()
+    .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
+    .collect();
+    if let Some(r) = v.get("rejoin").filter(|r| r.is_object()) {
+        let longest = r
+            .get("longest_gap_ms")
+            .and_then(|g| g.as_array())
+            .map(|g| g.iter().filter_map(serde_json::Value::as_f64).fold(0.0, f64::max));
+        out.extend(longest.map(|x| ("rejoin_longest_gap_ms".to_string(), x)));
+        for f in ["txn_per_sec_during", "given_up_pct"] {
+            out.extend(r.get(f).and_then(serde_json::Value::as_f64).map(|x| (format!("rejoin_{f}"), x)));
+        }
+    }
+    out
+}
+
+/// A figure's name as a reader says it (the JSON field's name for one not listed).
+pub fn figure_name(field: &str) -> String {
+    let name = match field {
+        "txn_per_sec" => "throughput (txn/s)",
+        "tpmc" => "tpmC",
+        "neworder_per_sec" => "NewOrders per second",
+        "offered_per_sec" => "offered load (txn/s)",
+        "p50_us" => "median latency (µs)",
+        "p95_us" => "p95 latency (µs)",
+        "p99_us" => "p99 latency (µs)",
+        "primary_cpu_s_per_1000" => "primary CPU per 1000 txns (s)",
+        "backup_cpu_s_per_1000" => "backup CPU per 1000 txns (s)",
+        "node_cpu_s_per_1000" => "node CPU per 1000 txns (s)",
+        "net_bytes_per_txn" => "network bytes per txn",
+        "log_bytes_per_txn" => "log bytes per txn",
+        "fsyncs" => "fsync calls",
+        "disk_bytes" => "bytes written to disk",
+        "detection_ms" => "failure detected after (ms)",
+        "election_ms" => "new leader serving after (ms)",
+        "unavailability_ms" => "longest unavailability (ms)",
+        "recovery_ms" => "recovery (ms)",
+        "txn_per_sec_before" => "throughput before the kill (txn/s)",
+        "txn_per_sec_lowest_after" => "lowest 100 ms after the kill (txn/s)",
+        "committed" => "transactions committed",
+        "lost_acknowledged" => "acknowledged transactions lost",
+        "outcome_unknown" => "answered \"outcome unknown\"",
+        "unavailable_answers" => "answered \"unavailable\"",
+        "rejoin_longest_gap_ms" => "rejoin: longest stretch without a commit (ms)",
+        "rejoin_txn_per_sec_during" => "rejoin: throughput meanwhile (txn/s)",
+        "rejoin_given_up_pct" => "rejoin: throughput given up (%)",
+        other => other,
+    };
+    name.to_string()
+}
+
+/// The parameters two runs differ in: their command lines without the program and `--out`,
+/// and the build, host and cores they ran on. Empty when they agree.
+pub fn parameter_differences(a: &RunMeta, b: &RunMeta) -> Vec<String> {
+    let args = |m: &RunMeta| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut it = m.command_line.iter().skip(1);
+        while let Some(x) = it.next() {
+            if x == "--out" {
+                it.next();
+            } else if !x.starts_with("--out=") {
+                out.push(x.clone());
+            }
+        }
+        out
+    };
+    let mut diffs = Vec::new();
+    let (aa, ab) = (args(a), args(b));
+    if aa != ab {
+        diffs.push(format!("command: A `{}`, B `{}`", aa.join(" "), ab.join(" ")));
+    }
+    for (what, va, vb) in [
+        ("git commit", &a.git_commit, &b.git_commit),
+        ("host", &a.host, &b.host),
+        ("CPU", &a.cpu_model, &b.cpu_model),
+        ("kernel", &a.kernel, &b.kernel),
+        ("file system", &a.run_dir_fs, &b.run_dir_fs),
+    ] {
+        if va != vb {
+            diffs.push(format!("{what}: A {va}, B {vb}"));
+        }
+    }
+    if a.cores != b.cores {
+        diffs.push(format!("cores: A {}, B {}", a.cores, b.cores));
+    }
+    diffs
 }
 
 /// The page setting record `b` beside record `a`: both runs' metadata, every figure of every
@@ -286,6 +413,21 @@ pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures
     let _ = writeln!(out, "<p>A = {}, B = {}; ratios are B / A.</p>", escape(&na), escape(&nb));
     out.push_str("<h2>Runs</h2>\n");
     meta_table(&mut out, &[&a.meta, &b.meta]);
+    let diffs = parameter_differences(&a.meta, &b.meta);
+    if !diffs.is_empty() {
+        out.push_str(
+            "<p><strong>The runs differ in their parameters</strong>: a ratio may reflect them, not the change \
+                      compared.</p>\n<ul>\n",
+        );
+        for d in &diffs {
+            let _ = writeln!(out, "<li>{}</li>", escape(d));
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str(
+        "<p>Each figure is one run's: on a shared machine a single run can be off by a factor of two, so read a \
+         ratio against the spread of repeated runs.</p>\n",
+    );
     out.push_str("<h2>Figures</h2>\n");
     let mut shared = 0;
     for (label, figs_a) in fa {
@@ -302,7 +444,7 @@ pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures
             let _ = writeln!(
                 out,
                 "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{ratio}</td></tr>",
-                escape(field),
+                escape(&figure_name(field)),
                 fmt_num(*va),
                 fmt_num(*vb)
             );
@@ -322,6 +464,32 @@ pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures
     out
 }
 
+/// [`side_by_side`] as text for the terminal: the parameters the runs differ in, then every
+/// figure the two share with its ratio B / A.
+pub fn side_by_side_text(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures) -> String {
+    let mut out = String::new();
+    let diffs = parameter_differences(&a.meta, &b.meta);
+    if !diffs.is_empty() {
+        out.push_str("the runs differ in their parameters (a ratio may reflect them):\n");
+        for d in &diffs {
+            let _ = writeln!(out, "  {d}");
+        }
+    }
+    for (label, figs_a) in fa {
+        let Some((_, figs_b)) = fb.iter().find(|(l, _)| l == label) else { continue };
+        let _ = writeln!(out, "{label}\n  {:<46} {:>14} {:>14} {:>8}", "figure", "A", "B", "B / A");
+        for (field, va) in figs_a {
+            let Some((_, vb)) = figs_b.iter().find(|(f, _)| f == field) else { continue };
+            let ratio = if va.abs() > 0.0 && va.is_finite() { format!("{:.3}", vb / va) } else { "—".into() };
+            let _ = writeln!(out, "  {:<46} {:>14} {:>14} {ratio:>8}", figure_name(field), fmt_num(*va), fmt_num(*vb));
+        }
+    }
+    if !fa.iter().any(|(l, _)| fb.iter().any(|(m, _)| m == l)) {
+        out.push_str("the two records share no run (by mode, shipping, replication factor, or what was killed)\n");
+    }
+    out
+}
+
 fn fmt_num(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
@@ -335,6 +503,38 @@ fn fmt_num(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 40: two failover records are compared figure by figure, named for people, and a
+    /// difference in their parameters is said first.
+    #[test]
+    fn two_failover_records_are_compared_and_their_differences_named() {
+        let base = std::env::temp_dir().join(format!("glass-html-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let build = crate::record::Build { version: "0.1.0", commit: "abc" };
+        let record = |name: &str, detection: f64, gap: f64| {
+            let r = crate::record::Record::create(Some(&base.join(name)), "failover", build, &base).unwrap();
+            let v = serde_json::json!({"mode": "active-active", "replicas": 2, "killed": {"node": 1},
+                "signal": "SIGKILL", "detection_ms": detection, "recovery_ms": 15_000.0, "lost_acknowledged": 0,
+                "rejoin": {"longest_gap_ms": [gap, 31.0], "given_up_pct": 39.0}});
+            r.write_headed(&r.path("failover.json"), "failover", &v).unwrap();
+            r
+        };
+        let (a, mut b) = (record("a", 40.0, 44.0), record("b", 20.0, 88.0));
+        let (fa, fb) = (figures(&a.dir).unwrap(), figures(&b.dir).unwrap());
+        assert_eq!(fa[0].0, "failover: active-active ×2, SIGKILL node 1");
+        let (ra, rb) = (RecordFiles::read(&a.dir).unwrap(), RecordFiles::read(&b.dir).unwrap());
+        let text = side_by_side_text(&ra, &fa, &rb, &fb);
+        assert!(text.contains("failure detected after (ms)") && text.contains("0.500"), "{text}");
+        assert!(text.contains("rejoin: longest stretch without a commit (ms)") && text.contains("2.000"), "{text}");
+        assert!(!text.contains("differ in their parameters"), "{text}");
+        b.meta.git_commit = "def".into();
+        b.meta.command_line = vec!["glass".into(), "failover".into(), "--mode".into(), "active-passive".into()];
+        let diffs = parameter_differences(&ra.meta, &b.meta);
+        assert_eq!(diffs.len(), 2, "{diffs:?}");
+        assert!(diffs[0].starts_with("command: A `") && diffs[0].ends_with("B `failover --mode active-passive`"));
+        assert_eq!(diffs[1], "git commit: A abc, B def");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn text_is_escaped_and_svgs_lose_their_prolog() {

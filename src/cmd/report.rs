@@ -1,8 +1,9 @@
 //! `glass report`: a run record's page ([`harness::html`]). `glass report DIR` rebuilds
 //! `DIR/report.html` from the record's own files (after editing one, or for a record written
-//! before the page existed); `glass report A B` writes the page that sets record B beside
-//! record A, every figure of every run they share with its ratio B / A, to
-//! `B/report-vs-<A>.html` or `--out`.
+//! before the page existed); `glass report A B` sets record B beside record A — any two
+//! records of `compare`, `sweep`, `bench` or `failover` — every figure of every run they
+//! share, named for people, with its ratio B / A, after the parameters the runs differ in:
+//! printed, and as a page at `B/report-vs-<A>.html` or `--out`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +14,8 @@ use harness::html::{self, RecordFiles};
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A run record folder (`results/<time>-compare/`); a second one sets it beside the first.
+    /// A run record folder (`results/<time>-compare/`, or of `bench`, `failover`, a sweep);
+    /// a second one sets it beside the first.
     #[arg(required = true, num_args = 1..=2, value_name = "RECORD")]
     pub records: Vec<PathBuf>,
     /// With two records: where the side-by-side page goes [default:
@@ -35,6 +37,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode> {
             let (ra, rb) = (RecordFiles::read(first)?, RecordFiles::read(second)?);
             let (fa, fb) = (html::figures(first)?, html::figures(second)?);
             let page = html::side_by_side(&ra, &fa, &rb, &fb);
+            print!("{}", html::side_by_side_text(&ra, &fa, &rb, &fb));
             let name = first
                 .canonicalize()
                 .ok()
