@@ -72,6 +72,9 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     assert_eq!(v["nodes"], 2);
     assert_eq!(v["warehouses"], 2);
     assert!(v["committed"].as_u64().unwrap() > 0, "{v}");
+    // Issue 40: the commits counted and the single- and multi-partition commits agree.
+    let parts = v["committed_single_partition"].as_u64().unwrap() + v["committed_multi_partition"].as_u64().unwrap();
+    assert_eq!(v["committed"].as_u64(), Some(parts), "{v}");
     for field in ["txn_per_sec", "p50_us", "p99_us", "per_txn", "timeline", "clients", "inflight", "busy"] {
         assert!(!v[field].is_null(), "JSON lacks {field}: {v}");
     }

@@ -721,7 +721,10 @@ impl Core {
                 if self.peers.get(&peer).is_some_and(|o| o.conn == conn) {
                     self.peers.remove(&peer);
                     if !*self.stopping.borrow() {
-                        warn!(peer, "the link to coordinator {peer} broke");
+                        // INFO: a group stopped by `cluster down` stops its leader first, and
+                        // the standbys see its link end; a leader's death is the raft
+                        // election's business, which logs the change of leader.
+                        info!(peer, "the link to coordinator {peer} broke");
                     }
                 }
             }

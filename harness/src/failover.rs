@@ -398,7 +398,12 @@ impl std::fmt::Display for FailoverReport {
             };
             writeln!(f, "  partition {:<3}        unavailable {v}", p.partition)?;
         }
-        writeln!(f, "  recovery ({:<9}) {}", self.recovery, ms(self.recovery_ms))?;
+        let recovery = match (self.recovery_ms, self.recovery) {
+            (Some(_), _) => ms(self.recovery_ms),
+            (None, Recovery::None) => "— (nothing to recover: the other replicas went on)".to_string(),
+            (None, _) => "— (not done before the measured phase ended)".to_string(),
+        };
+        writeln!(f, "  recovery ({:<9}) {recovery}", self.recovery)?;
         writeln!(
             f,
             "  throughput           {:.0} txn/s before, {:.0} txn/s in the worst 100 ms after",
