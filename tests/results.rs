@@ -318,7 +318,10 @@ fn compare_keeps_a_complete_record_with_a_report_and_the_sweep_draws_its_curve()
     assert!(o.status.success(), "{}", text(&o));
     let page = read(&dir.join("ab.html"));
     parse_html(&page).expect("the side-by-side page is well-formed");
-    assert!(page.contains("active-active ×2") && page.contains("txn_per_sec") && page.contains("1.000"), "{page}");
+    assert!(
+        page.contains("active-active ×2") && page.contains("throughput (txn/s)") && page.contains("1.000"),
+        "{page}"
+    );
     let o = glass(&["report", dir.join("nothing").to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a run record"), "{}", text(&o));

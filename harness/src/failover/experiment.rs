@@ -246,14 +246,15 @@ struct CoordinatorKiller {
     events: EventLog,
 }
 
-/// Waits until the run's clock started and then until `at_s` seconds on it (or `run_end`):
-/// the instant reached, or `None` if the clock never started.
+/// Waits until the run's clock started and then until `at_s` seconds on it: the instant
+/// reached, or `None` if the clock had not started [`CONNECT_MARGIN`] past `run_end`.
 fn sleep_until_on_clock(events: &EventLog, at_s: f64, run_end: Instant) -> Option<Instant> {
     let start = loop {
         if let Some(&(start, _)) = events.clock().get() {
             break start;
         }
-        if Instant::now() >= run_end {
+        // The clock starts once every terminal connected: a margin for that.
+        if Instant::now() >= run_end + CONNECT_MARGIN {
             return None;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -466,8 +467,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     // On the run's clock (the timeline's), which starts with the driver's warm-up.
     let kill_at_s = x.cfg.warmup_s + x.at;
     let restart_after = x.restart_after.map(Duration::from_secs_f64);
-    // The clock starts once every terminal connected: a margin for that.
-    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s) + CONNECT_MARGIN;
+    let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
     let events = EventLog::new(RunClock::default(), x.cfg.warmup_s, x.quiet);
     let watcher = events.watch(&cluster.config.run_dir);
     // A promotion follows only where a backup is left to promote.
