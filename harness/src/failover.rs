@@ -443,7 +443,8 @@ impl std::fmt::Display for FailoverReport {
 }
 
 /// Draws throughput per 100 ms over time, one line per partition and the total, with the kill
-/// and the restart marked.
+/// and the restart marked, and the coordinators' detections, promotions, new leaders and
+/// rejoins' ends ([`events::chart_label`]).
 pub fn write_svg(r: &FailoverReport, path: &Path) -> Result<(), SvgError> {
     let err = |source: DrawingAreaErrorKind<std::io::Error>| SvgError::Draw { path: path.to_path_buf(), source };
     let root = SVGBackend::new(path, (1000, 500)).into_drawing_area();
