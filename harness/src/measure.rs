@@ -193,23 +193,11 @@ pub struct Measurement {
 }
 
 /// Runs the driver with `shares` against a serving cluster (`local`: its processes on this
-/// machine) and fills in what the nodes report.
-pub fn measure_with(
-    rt: &Runtime,
-    cluster: &Cluster,
-    client: &ClusterClient,
-    cfg: &DriverConfig,
-    shares: &RemoteShares,
-    local: &[Running],
-    echo: impl Into<Echo>,
-) -> Result<Measurement> {
-    measure_clocked(rt, cluster, client, cfg, shares, local, echo, None)
-}
-
-/// [`measure_with`], starting `clock` when the driver starts its run's clock (the origin of
-/// the timeline, as the driver's terminals begin: [`crate::failover::events`]).
+/// machine) and fills in what the nodes report; starts `clock`, if given, when the driver
+/// starts its run's clock (the origin of the timeline, as the driver's terminals begin:
+/// [`crate::failover::events`]).
 #[allow(clippy::too_many_arguments)]
-pub fn measure_clocked(
+pub fn measure_with(
     rt: &Runtime,
     cluster: &Cluster,
     client: &ClusterClient,
@@ -349,7 +337,7 @@ struct Sampler<'a> {
     local: &'a [Running],
     start: Option<Sample>,
     end: Option<Sample>,
-    /// Started at the driver's first phase (see [`measure_clocked`]).
+    /// Started at the driver's first phase (see [`measure_with`]).
     clock: Option<crate::failover::events::RunClock>,
 }
 

@@ -158,7 +158,7 @@ pub fn run_one(
     let client = cluster.client();
     let local = cluster.running_procs();
     let Measurement { mut report, acks, payments, start, end, .. } =
-        measure_with(&rt, &cluster, &client, cfg, shares, &local, echo)?;
+        measure_with(&rt, &cluster, &client, cfg, shares, &local, echo, None)?;
     report.load_seconds = load_seconds;
     let verdict = check_and_down(&rt, guard, &client, &acks, &payments, progress)?;
     let disk_bytes = remove_data(&plan.dir, &cluster, keep_logs)?;

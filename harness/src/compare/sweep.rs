@@ -112,7 +112,7 @@ pub fn run_sweep(
         let cfg = DriverConfig { rate, seed: cfg.seed.wrapping_add(phase), ..cfg.clone() };
         phase += 1;
         let Measurement { report, acks: a, payments: p, .. } =
-            measure_with(&rt, &cluster, &client, &cfg, shares, &local, echo)?;
+            measure_with(&rt, &cluster, &client, &cfg, shares, &local, echo, None)?;
         acks.extend(a);
         payments.extend(p);
         let max_us = report.per_txn.iter().map(|k| k.max_us).fold(0.0, f64::max);

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 /// The run's clock: when it started, on the monotonic and the wall clock (set once, by the
-/// driver's first phase; see [`crate::measure::measure_clocked`]).
+/// driver's first phase; see [`crate::measure::measure_with`]).
 pub type RunClock = Arc<OnceLock<(Instant, SystemTime)>>;
 
 /// How often the coordinators' logs are looked at.

@@ -27,7 +27,7 @@ use super::events::{EventLog, RunClock};
 use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery, RunChecks};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::{chain, HarnessError};
-use crate::measure::{check_and_down, measure_clocked, up_guarded, Measurement};
+use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
 use crate::verdict;
 use crate::Result;
 
@@ -491,7 +491,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
         }
     };
     let clock = Some(events.clock().clone());
-    let measured = measure_clocked(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let run_events = events.finish(Some(watcher));
     if let (libc::SIGSTOP, Some(pid)) = (x.signal, victim_pid) {
@@ -756,7 +756,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     };
     let thread = std::thread::spawn(move || cycles.run(killer, nodes, pids));
     let clock = Some(events.clock().clone());
-    let measured = measure_clocked(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
     let ev = thread.join().map_err(|_| HarnessError::Killer("the kill loop's thread panicked".into()))?;
     events.finish(Some(watcher));
     let m = measured?;
