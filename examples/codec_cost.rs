@@ -35,7 +35,7 @@ fn main() {
         results.push(TxnResult { ts, digest: outcome.digest(), outcome });
     }
     let batch = CoordinatorToNode::Batch(Batch { partition: 1, seq: 7, txns, digest_after: false });
-    let res = NodeToCoordinator::Results(Results { partition: 1, seq: 7, results, state_digest: None });
+    let res = NodeToCoordinator::Results(Results { partition: 1, seq: 7, results });
     measure("batch", &batch);
     measure("results", &res);
 }

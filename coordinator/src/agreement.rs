@@ -21,6 +21,12 @@
 //!   and batches are answered in sequence order (a [`Verdict::Unknown`], for a batch no one is
 //!   left to answer, may come before an earlier batch's decision); a batch asking for state
 //!   digests waits for every live replica, whatever the quorum;
+//! - the state digests come apart from the results (each replica takes its own from a copy of
+//!   the state after the batch, while it executes on: docs/design.md §10, "Checks during
+//!   traffic"); once every replica that executed the batch reported one
+//!   ([`Agreement::on_state_digest`]), equal digests yield [`Verdict::StateDigests`] and
+//!   different ones [`Verdict::Diverged`] — after the batch was answered, as a late
+//!   disagreement under `majority` is;
 //! - a disagreement — different result digests or outcomes for a transaction, different state
 //!   digests after a batch, results that do not match the batch (count, timestamps), or (under
 //!   `debug_assertions`) a digest that does not match its outcome — yields
@@ -35,7 +41,7 @@
 //!   batch sent before the joiner's copy was taken that no one is left to answer took effect
 //!   in every live replica (they copied it) and is [`Verdict::Unknown`], not a lost partition.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use wire::messages::{NodeId, PartitionId, Results, Seq, StateDigest, Timestamp, TxnOutcome};
@@ -71,6 +77,10 @@ pub enum Verdict<T> {
     Diverged { divergence: Divergence, unanswered: Vec<T> },
     /// No live replica remains; `unanswered` as above.
     NoLiveReplica { unanswered: Vec<T> },
+    /// Every replica that executed batch `seq`, which asked for the state digest, reported
+    /// it, and all are equal (sorted by node); or why there are none to compare (a replica
+    /// could not take its digest, or every replica that executed the batch failed).
+    StateDigests { seq: Seq, digests: Result<Vec<(NodeId, StateDigest)>, String> },
     /// Every replica batch `seq` was sent to failed before answering, but live replicas remain
     /// whose state includes it (they copied a state after it): its transactions took effect
     /// and their results are lost — "outcome unknown".
@@ -83,9 +93,10 @@ pub struct AgreedBatch<T> {
     pub seq: Seq,
     /// Each transaction's tag, timestamp and agreed outcome, in timestamp order.
     pub answers: Vec<(T, Timestamp, TxnOutcome)>,
-    /// Each live replica's state digest after the batch (all equal), when the batch asked.
+    /// When the batch asked for the state digest, the replicas that executed it, whose
+    /// digests come apart ([`Agreement::on_state_digest`], then [`Verdict::StateDigests`]).
     /// (Such a batch waits for every live replica, whatever the quorum.)
-    pub state_digests: Option<Vec<(NodeId, StateDigest)>>,
+    pub digest_from: Option<Vec<NodeId>>,
 }
 
 /// A disagreement between the replicas of a partition.
@@ -206,6 +217,22 @@ pub struct Agreement<T> {
     quorum: Quorum,
     /// Answered batches a replica may leave unreported before it is a laggard.
     lag_batches_max: usize,
+    /// The state digests of batches that asked for one, as they come (docs/design.md §10,
+    /// "Checks during traffic"): at most [`DIGESTS_DUE_MAX`], the oldest forgotten.
+    digests_due: BTreeMap<Seq, DigestsDue>,
+}
+
+/// Batches whose state digests an agreement waits for at once, at most.
+pub const DIGESTS_DUE_MAX: usize = 64;
+
+/// The state digests of one batch that asked for them.
+#[derive(Debug, Default)]
+struct DigestsDue {
+    /// The replicas that executed the batch, once it is agreed (minus those failed since).
+    from: Option<Vec<NodeId>>,
+    /// The digests reported so far, in arrival order (a replica's may come before the batch
+    /// is agreed).
+    got: Vec<(NodeId, Result<StateDigest, String>)>,
 }
 
 /// The default lag limit (`limits.replica_lag_batches_max`'s default).
@@ -225,6 +252,7 @@ impl<T> Agreement<T> {
             stopped: false,
             quorum: Quorum::All,
             lag_batches_max: LAG_BATCHES_DEFAULT,
+            digests_due: BTreeMap::new(),
         }
     }
 
@@ -257,7 +285,12 @@ impl<T> Agreement<T> {
     /// their tags, whether it asked for a digest); answered batches still waiting for the
     /// remaining replicas' reports are dropped. The tracker keeps its numbering.
     pub fn take_pending(&mut self) -> Vec<TakenBatch<T>> {
-        self.pending.drain(..).filter(|b| b.answered.is_none()).map(|b| (b.seq, b.txns, b.digest_after)).collect()
+        let taken: Vec<TakenBatch<T>> =
+            self.pending.drain(..).filter(|b| b.answered.is_none()).map(|b| (b.seq, b.txns, b.digest_after)).collect();
+        for (seq, _, _) in &taken {
+            self.digests_due.remove(seq);
+        }
+        taken
     }
 
     /// The sequence number the next batch sent must carry.
@@ -302,6 +335,12 @@ impl<T> Agreement<T> {
         self.next_seq += 1;
         let expected = self.live.clone();
         let wait_all = self.answered_unconfirmed() > self.lag_batches_max;
+        if digest_after {
+            if self.digests_due.len() >= DIGESTS_DUE_MAX {
+                self.digests_due.pop_first();
+            }
+            self.digests_due.insert(seq, DigestsDue::default());
+        }
         self.pending.push_back(PendingBatch {
             seq,
             stamps: txns.iter().map(|(ts, _)| *ts).collect(),
@@ -402,7 +441,7 @@ impl<T> Agreement<T> {
             }
             let [_, (_, results)] = both;
             // Only who reported is needed now: the results agreed.
-            batch.replies.push((from, Results { results: Vec::new(), state_digest: None, ..results }));
+            batch.replies.push((from, Results { results: Vec::new(), ..results }));
         } else {
             batch.replies.push((from, results));
         }
@@ -457,18 +496,88 @@ impl<T> Agreement<T> {
         }
         if self.live.is_empty() {
             self.stopped = true;
+            self.digests_due.clear();
             return vec![Verdict::NoLiveReplica { unanswered: self.drain_unanswered() }];
         }
         // A batch no one is left to answer took effect in every live replica: each joined
         // after it was sent, and either executed it (sent it while copying) or copied a
         // state after it. Its results are lost.
-        self.decide_unanswerable()
+        let mut verdicts = self.decide_unanswerable();
+        let due: Vec<Seq> = self.digests_due.keys().copied().collect();
+        for seq in due {
+            let d = self.digests_due.get_mut(&seq).expect("listed");
+            if let Some(from) = &mut d.from {
+                from.retain(|n| *n != node);
+            }
+            verdicts.extend(self.digests_complete(seq));
+        }
+        verdicts
+    }
+
+    /// Whether the tracker waits for the state digests of batch `seq`.
+    pub fn awaits_digests(&self, seq: Seq) -> bool {
+        self.digests_due.contains_key(&seq)
+    }
+
+    /// Replica `from`'s state digest after batch `seq`, which asked for one (or why it has
+    /// none); returns the verdict once every replica that executed the batch reported:
+    /// [`Verdict::StateDigests`], or [`Verdict::Diverged`] when the digests differ.
+    pub fn on_state_digest(
+        &mut self,
+        from: NodeId,
+        seq: Seq,
+        digest: Result<StateDigest, String>,
+    ) -> Result<Vec<Verdict<T>>, Ignored> {
+        if self.stopped {
+            return Err(Ignored::Stopped);
+        }
+        let Some(due) = self.digests_due.get_mut(&seq) else { return Err(Ignored::NotExpected { node: from, seq }) };
+        if due.from.as_ref().is_some_and(|f| !f.contains(&from)) || !self.live.contains(&from) {
+            return Err(Ignored::NotExpected { node: from, seq });
+        }
+        if due.got.iter().any(|(n, _)| *n == from) {
+            return Err(Ignored::Duplicate { node: from, seq });
+        }
+        due.got.push((from, digest));
+        Ok(self.digests_complete(seq).into_iter().collect())
+    }
+
+    /// The verdict on batch `seq`'s state digests, if every replica that executed it reported.
+    fn digests_complete(&mut self, seq: Seq) -> Option<Verdict<T>> {
+        let due = self.digests_due.get(&seq)?;
+        let from = due.from.as_ref()?;
+        if !from.iter().all(|n| due.got.iter().any(|(g, _)| g == n)) {
+            return None;
+        }
+        let due = self.digests_due.remove(&seq).expect("looked at");
+        let from = due.from.expect("looked at");
+        let mut digests = Vec::with_capacity(from.len());
+        for (node, digest) in due.got.into_iter().filter(|(n, _)| from.contains(n)) {
+            match digest {
+                Ok(d) => digests.push((node, d)),
+                Err(reason) => {
+                    let digests = Err(format!("node {node} could not take its digest: {reason}"));
+                    return Some(Verdict::StateDigests { seq, digests });
+                }
+            }
+        }
+        if digests.is_empty() {
+            let digests = Err("every replica that executed the batch failed".to_string());
+            return Some(Verdict::StateDigests { seq, digests });
+        }
+        digests.sort_unstable_by_key(|(n, _)| *n);
+        if digests.iter().any(|(_, d)| *d != digests[0].1) {
+            let kind = DivergenceKind::State { digests };
+            return Some(self.stop_diverged(Divergence { partition: self.partition, seq, kind, after_answer: true }));
+        }
+        Some(Verdict::StateDigests { seq, digests: Ok(digests) })
     }
 
     /// Stops the tracker from outside (a divergence found elsewhere, a load failure) and
     /// returns the unanswered tags.
     pub fn stop(&mut self) -> Vec<T> {
         self.stopped = true;
+        self.digests_due.clear();
         self.drain_unanswered()
     }
 
@@ -479,6 +588,7 @@ impl<T> Agreement<T> {
 
     fn stop_diverged(&mut self, divergence: Divergence) -> Verdict<T> {
         self.stopped = true;
+        self.digests_due.clear();
         Verdict::Diverged { divergence, unanswered: self.drain_unanswered() }
     }
 
@@ -486,6 +596,8 @@ impl<T> Agreement<T> {
     /// batches every expected replica reported.
     fn decide(&mut self) -> Vec<Verdict<T>> {
         let mut verdicts = Vec::new();
+        // Batches agreed that asked for the state digest, and who executed them.
+        let mut digests_from = Vec::new();
         for i in 0..self.pending.len() {
             let b = &mut self.pending[i];
             if b.answered.is_some() {
@@ -498,7 +610,12 @@ impl<T> Agreement<T> {
             }
             let complete = b.replies.len() == b.expected.len();
             match judge(self.partition, b) {
-                Ok(agreed) => verdicts.push(Verdict::Agreed(agreed)),
+                Ok(agreed) => {
+                    if let Some(from) = &agreed.digest_from {
+                        digests_from.push((agreed.seq, from.clone()));
+                    }
+                    verdicts.push(Verdict::Agreed(agreed));
+                }
                 Err(divergence) => {
                     verdicts.push(self.stop_diverged(divergence));
                     return verdicts;
@@ -513,6 +630,12 @@ impl<T> Agreement<T> {
         }
         while self.pending.front().is_some_and(|b| b.answered.is_some() && b.replies.len() == b.expected.len()) {
             self.pending.pop_front();
+        }
+        for (seq, from) in digests_from {
+            if let Some(due) = self.digests_due.get_mut(&seq) {
+                due.from = Some(from);
+                verdicts.extend(self.digests_complete(seq));
+            }
         }
         verdicts
     }
@@ -550,23 +673,18 @@ fn judge<T>(partition: PartitionId, batch: &mut PendingBatch<T>) -> Result<Agree
     let seq = batch.seq;
     compare(&mut batch.replies).map_err(|kind| Divergence { partition, seq, kind, after_answer: false })?;
     let first = &batch.replies[0].1;
-    let state_digests = first.state_digest.map(|_| {
-        let mut digests: Vec<(NodeId, StateDigest)> =
-            batch.replies.iter().map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
-        digests.sort_unstable_by_key(|(n, _)| *n);
-        digests
-    });
+    let digest_from = batch.digest_after.then(|| batch.replies.iter().map(|(n, _)| *n).collect());
     let answers = std::mem::take(&mut batch.txns)
         .into_iter()
         .zip(&first.results)
         .map(|((ts, tag), r)| (tag, ts, r.outcome.clone()))
         .collect();
-    batch.answered = Some(Results { state_digest: None, ..first.clone() });
-    Ok(AgreedBatch { seq, answers, state_digests })
+    batch.answered = Some(first.clone());
+    Ok(AgreedBatch { seq, answers, digest_from })
 }
 
 /// Whether `replies` (each already fits the batch) agree: every transaction's digest and
-/// outcome, and the state digests; the first disagreement found otherwise.
+/// outcome; the first disagreement found otherwise.
 fn compare(replies: &mut [(NodeId, Results)]) -> Result<(), DivergenceKind> {
     let (first, rest) = replies.split_first().expect("at least one report");
     for (i, reference) in first.1.results.iter().enumerate() {
@@ -587,14 +705,6 @@ fn compare(replies: &mut [(NodeId, Results)]) -> Result<(), DivergenceKind> {
             return Err(DivergenceKind::Outcome { ts: reference.ts, digests });
         }
     }
-    if let Some(reference) = first.1.state_digest {
-        if rest.iter().any(|(_, r)| r.state_digest != Some(reference)) {
-            let mut digests: Vec<(NodeId, StateDigest)> =
-                std::iter::once(first).chain(rest).map(|(n, r)| (*n, r.state_digest.expect("shape checked"))).collect();
-            digests.sort_unstable_by_key(|(n, _)| *n);
-            return Err(DivergenceKind::State { digests });
-        }
-    }
     Ok(())
 }
 
@@ -605,13 +715,6 @@ fn shape_problem<T>(batch: &PendingBatch<T>, results: &Results) -> Option<String
     }
     if let Some((i, r)) = results.results.iter().enumerate().find(|(i, r)| r.ts != batch.stamps[*i]) {
         return Some(format!("result {i} is for transaction {}, not {}", r.ts, batch.stamps[i]));
-    }
-    if results.state_digest.is_some() != batch.digest_after {
-        return Some(format!(
-            "state digest {} though the batch {} one",
-            if results.state_digest.is_some() { "sent" } else { "missing" },
-            if batch.digest_after { "asked for" } else { "did not ask for" }
-        ));
     }
     None
 }
@@ -626,7 +729,7 @@ mod tests {
         TxnOutcome::Committed(TxnOutput::Payment(PaymentOutput { c_id, c_balance: 5, bad_credit: false }))
     }
 
-    fn results(seq: Seq, outcomes: &[(u64, TxnOutcome)], state: Option<u128>) -> Results {
+    fn results(seq: Seq, outcomes: &[(u64, TxnOutcome)]) -> Results {
         Results {
             partition: 1,
             seq,
@@ -634,7 +737,6 @@ mod tests {
                 .iter()
                 .map(|(ts, o)| TxnResult { ts: Timestamp(*ts), outcome: o.clone(), digest: o.digest() })
                 .collect(),
-            state_digest: state.map(StateDigest),
         }
     }
 
@@ -649,7 +751,7 @@ mod tests {
     }
 
     fn good(seq: Seq) -> Results {
-        results(seq, &[(seq * 100, committed(seq as u32)), (seq * 100 + 1, committed(seq as u32 + 50))], None)
+        results(seq, &[(seq * 100, committed(seq as u32)), (seq * 100 + 1, committed(seq as u32 + 50))])
     }
 
     /// Section 5.3's logless rejoin under a second failure: node 2 rejoins while batches 1–3
@@ -730,7 +832,7 @@ mod tests {
             a.on_results(node, good(1)).unwrap();
         }
         a.on_results(1, good(2)).unwrap();
-        let bad = results(2, &[(200, committed(2)), (201, committed(999))], None);
+        let bad = results(2, &[(200, committed(2)), (201, committed(999))]);
         let v = a.on_results(2, bad).unwrap();
         let [Verdict::Diverged { divergence, unanswered }] = &v[..] else { panic!("{v:?}") };
         assert_eq!(divergence.seq, 2);
@@ -749,21 +851,21 @@ mod tests {
         let mut a = three_batches(&[1, 2]);
         a.on_results(2, good(1)).unwrap();
         let aborted = TxnOutcome::Aborted { reason: "rolled back".into() };
-        let v = a.on_results(1, results(1, &[(100, committed(1)), (101, aborted)], None)).unwrap();
+        let v = a.on_results(1, results(1, &[(100, committed(1)), (101, aborted)])).unwrap();
         assert!(matches!(&v[..], [Verdict::Diverged { .. }]));
     }
 
     #[test]
     fn results_that_do_not_fit_the_batch_are_a_divergence() {
         let mut a = three_batches(&[1, 2]);
-        let v = a.on_results(1, results(1, &[(100, committed(1))], None)).unwrap();
+        let v = a.on_results(1, results(1, &[(100, committed(1))])).unwrap();
         assert!(matches!(
             &v[..],
             [Verdict::Diverged { divergence: Divergence { kind: DivergenceKind::Shape { node: 1, .. }, .. }, .. }]
         ));
 
         let mut a = three_batches(&[1, 2]);
-        let wrong_ts = results(1, &[(100, committed(1)), (102, committed(51))], None);
+        let wrong_ts = results(1, &[(100, committed(1)), (102, committed(51))]);
         assert!(matches!(&a.on_results(2, wrong_ts).unwrap()[..], [Verdict::Diverged { .. }]));
 
         let mut a = three_batches(&[1, 2]);
@@ -775,27 +877,85 @@ mod tests {
         assert!(matches!(&v[..], [Verdict::Diverged { .. }]), "{v:?}");
     }
 
+    fn digests_of(v: &[Verdict<u32>]) -> Vec<&Result<Vec<(NodeId, StateDigest)>, String>> {
+        v.iter()
+            .filter_map(|v| match v {
+                Verdict::StateDigests { digests, .. } => Some(digests),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// docs/design.md §10, "Checks during traffic": the digests come after the results, from
+    /// the replicas that executed the batch, and are compared once all are in.
     #[test]
     fn state_digests_are_compared_when_asked_for() {
         let mut a: Agreement<u32> = Agreement::new(1, [2, 1]);
         a.sent(1, vec![], true);
         a.sent(2, vec![], true);
-        a.on_results(2, results(1, &[], Some(7))).unwrap();
-        let v = a.on_results(1, results(1, &[], Some(7))).unwrap();
+        a.on_results(2, results(1, &[])).unwrap();
+        let v = a.on_results(1, results(1, &[])).unwrap();
         let [Verdict::Agreed(b)] = &v[..] else { panic!("{v:?}") };
-        assert_eq!(b.state_digests, Some(vec![(1, StateDigest(7)), (2, StateDigest(7))]));
+        assert_eq!(b.digest_from, Some(vec![2, 1]));
+        assert!(a.on_state_digest(2, 1, Ok(StateDigest(7))).unwrap().is_empty());
+        assert_eq!(a.on_state_digest(2, 1, Ok(StateDigest(7))), Err(Ignored::Duplicate { node: 2, seq: 1 }));
+        let v = a.on_state_digest(1, 1, Ok(StateDigest(7))).unwrap();
+        assert_eq!(digests_of(&v), vec![&Ok(vec![(1, StateDigest(7)), (2, StateDigest(7))])]);
+        assert!(!a.awaits_digests(1));
+        // A digest for a batch that did not ask, or one already compared, is not expected.
+        assert!(matches!(a.on_state_digest(1, 1, Ok(StateDigest(7))), Err(Ignored::NotExpected { .. })));
 
-        a.on_results(1, results(2, &[], Some(7))).unwrap();
-        let v = a.on_results(2, results(2, &[], Some(8))).unwrap();
+        // Digests before the batch is agreed are kept for it.
+        a.on_state_digest(1, 2, Ok(StateDigest(7))).unwrap();
+        a.on_results(1, results(2, &[])).unwrap();
+        a.on_results(2, results(2, &[])).unwrap();
+        let v = a.on_state_digest(2, 2, Ok(StateDigest(8))).unwrap();
         assert!(matches!(
             &v[..],
-            [Verdict::Diverged { divergence: Divergence { kind: DivergenceKind::State { .. }, .. }, .. }]
+            [Verdict::Diverged {
+                divergence: Divergence { kind: DivergenceKind::State { .. }, after_answer: true, .. },
+                ..
+            }]
         ));
+        assert!(a.is_stopped());
+    }
 
-        // A missing digest is a shape problem.
+    /// A replica that could not digest makes the comparison void; one that failed is not
+    /// waited for; a batch whose every executor failed has none.
+    #[test]
+    fn a_refused_or_failed_replica_ends_the_wait_for_digests() {
+        let mut a: Agreement<u32> = Agreement::new(1, [1, 2, 3]);
+        for seq in 1..=3 {
+            a.sent(seq, vec![], true);
+            for n in 1..=3 {
+                a.on_results(n, results(seq, &[])).unwrap();
+            }
+        }
+        a.on_state_digest(1, 1, Ok(StateDigest(7))).unwrap();
+        a.on_state_digest(2, 1, Ok(StateDigest(7))).unwrap();
+        let v = a.on_state_digest(3, 1, Err("over budget".into())).unwrap();
+        assert!(matches!(digests_of(&v)[..], [Err(_)]));
+
+        a.on_state_digest(1, 2, Ok(StateDigest(7))).unwrap();
+        a.on_state_digest(2, 2, Ok(StateDigest(7))).unwrap();
+        let v = a.replica_down(3);
+        assert_eq!(digests_of(&v), vec![&Ok(vec![(1, StateDigest(7)), (2, StateDigest(7))])]);
+        assert!(a.awaits_digests(3));
+        a.replica_down(1);
+        let v = a.replica_down(2);
+        assert!(matches!(&v[..], [Verdict::NoLiveReplica { .. }]));
+        assert!(!a.awaits_digests(3), "a stopped tracker waits for nothing");
+    }
+
+    /// The digests waited for are bounded: the oldest are forgotten.
+    #[test]
+    fn digests_waited_for_are_bounded() {
         let mut a: Agreement<u32> = Agreement::new(1, [1]);
-        a.sent(1, vec![], true);
-        assert!(matches!(&a.on_results(1, results(1, &[], None)).unwrap()[..], [Verdict::Diverged { .. }]));
+        for seq in 1..=(DIGESTS_DUE_MAX as Seq + 5) {
+            a.sent(seq, vec![], true);
+        }
+        assert_eq!(a.digests_due.len(), DIGESTS_DUE_MAX);
+        assert!(!a.awaits_digests(5) && a.awaits_digests(6));
     }
 
     #[test]
@@ -804,7 +964,7 @@ mod tests {
         a.on_results(1, good(1)).unwrap();
         a.on_results(3, good(1)).unwrap();
         // Replica 3's report of batch 2 disagrees, but it fails before batch 2 is decided.
-        a.on_results(3, results(2, &[(200, committed(0)), (201, committed(0))], None)).unwrap();
+        a.on_results(3, results(2, &[(200, committed(0)), (201, committed(0))])).unwrap();
         a.on_results(1, good(2)).unwrap();
         assert_eq!(a.replica_down(3), vec![]);
         assert_eq!(a.live(), &[1, 2]);
@@ -855,7 +1015,7 @@ mod tests {
         assert_eq!(a.on_results(3, good(2)), Err(Ignored::AlreadyDecided { seq: 2 }));
         // Answers stay in order: batch 3's majority waits for nothing earlier.
         a.sent(4, vec![(Timestamp(400), 40)], false);
-        let four = results(4, &[(400, committed(4))], None);
+        let four = results(4, &[(400, committed(4))]);
         a.on_results(1, four.clone()).unwrap();
         assert_eq!(a.on_results(2, four).unwrap(), vec![], "batch 3 first");
         a.on_results(3, good(3)).unwrap();
@@ -869,7 +1029,7 @@ mod tests {
         let mut a = majority(&[1, 2, 3], 16);
         a.on_results(1, good(1)).unwrap();
         assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
-        let bad = results(1, &[(100, committed(1)), (101, committed(999))], None);
+        let bad = results(1, &[(100, committed(1)), (101, committed(999))]);
         let v = a.on_results(3, bad).unwrap();
         let [Verdict::Diverged { divergence, unanswered }] = &v[..] else { panic!("{v:?}") };
         assert!(divergence.after_answer);
@@ -885,13 +1045,13 @@ mod tests {
         let mut a = majority(&[1, 2, 3], 16);
         a.on_results(1, good(1)).unwrap();
         a.on_results(2, good(1)).unwrap();
-        let v = a.on_results(3, results(1, &[(100, committed(1))], None)).unwrap();
+        let v = a.on_results(3, results(1, &[(100, committed(1))])).unwrap();
         assert!(matches!(&v[..], [Verdict::Diverged { divergence: Divergence { after_answer: true, .. }, .. }]));
 
         // Two reports that already disagree answer nothing.
         let mut a = majority(&[1, 2, 3], 16);
         a.on_results(1, good(1)).unwrap();
-        let v = a.on_results(2, results(1, &[(100, committed(7)), (101, committed(51))], None)).unwrap();
+        let v = a.on_results(2, results(1, &[(100, committed(7)), (101, committed(51))])).unwrap();
         assert!(
             matches!(&v[..], [Verdict::Diverged { divergence: Divergence { after_answer: false, .. }, unanswered }] if unanswered.len() == 6)
         );
@@ -910,7 +1070,7 @@ mod tests {
         }
         assert_eq!(a.laggards(), vec![(3, 3)]);
         a.sent(4, vec![(Timestamp(400), 40)], false);
-        let four = results(4, &[(400, committed(4))], None);
+        let four = results(4, &[(400, committed(4))]);
         a.on_results(1, four.clone()).unwrap();
         assert_eq!(a.on_results(2, four.clone()).unwrap(), vec![], "batch 4 waits for node 3");
         // Node 3 catches up: batch 4 is answered with it, and majorities answer again.
@@ -920,8 +1080,8 @@ mod tests {
         assert_eq!(a.laggards(), vec![]);
         assert_eq!(agreed_seqs(&a.on_results(3, four).unwrap()), vec![4]);
         a.sent(5, vec![], false);
-        a.on_results(1, results(5, &[], None)).unwrap();
-        assert_eq!(agreed_seqs(&a.on_results(2, results(5, &[], None)).unwrap()), vec![5]);
+        a.on_results(1, results(5, &[])).unwrap();
+        assert_eq!(agreed_seqs(&a.on_results(2, results(5, &[])).unwrap()), vec![5]);
 
         // Failed instead, the laggard's unreported batches are forgotten.
         let mut a = majority(&[1, 2, 3], 2);
@@ -970,11 +1130,11 @@ mod tests {
     fn a_digest_batch_waits_for_every_live_replica_under_majority() {
         let mut a: Agreement<u32> = Agreement::new(1, [1, 2, 3]).with_quorum(Quorum::Majority { replicas: 3 }, 16);
         a.sent(1, vec![], true);
-        a.on_results(1, results(1, &[], Some(7))).unwrap();
-        assert_eq!(a.on_results(2, results(1, &[], Some(7))).unwrap(), vec![]);
-        let v = a.on_results(3, results(1, &[], Some(7))).unwrap();
+        a.on_results(1, results(1, &[])).unwrap();
+        assert_eq!(a.on_results(2, results(1, &[])).unwrap(), vec![]);
+        let v = a.on_results(3, results(1, &[])).unwrap();
         let [Verdict::Agreed(b)] = &v[..] else { panic!("{v:?}") };
-        assert_eq!(b.state_digests.as_ref().map(Vec::len), Some(3));
+        assert_eq!(b.digest_from.as_ref().map(Vec::len), Some(3));
     }
 
     /// Majority of two is two: `majority` and `all` are the same with two replicas.

@@ -893,6 +893,20 @@ impl Coordinator {
                 }
             }
             NodeToCoordinator::Results(results) => self.on_results(from, results, &mut out),
+            NodeToCoordinator::StateDigest { partition, seq, digest } => {
+                if let Some(p) = self.partitions.get_mut(&partition) {
+                    match p.agreement.on_state_digest(from, seq, digest) {
+                        Ok(verdicts) => {
+                            for v in verdicts {
+                                p.apply(v, &mut out);
+                            }
+                        }
+                        // Nobody waits for it (a joiner's, or a request a new leader never saw).
+                        Err(Ignored::Stopped | Ignored::NotExpected { .. }) => {}
+                        Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
+                    }
+                }
+            }
             NodeToCoordinator::PieceReads(reads) => {
                 self.deliver_reads(reads, &mut out);
             }
@@ -1783,6 +1797,7 @@ impl Partition {
                 out.push(Output::ToNodes { nodes: vec![from], msg: CoordinatorToNode::Batch(batch) });
             }
         }
+        self.answer_orphaned_digests(out);
         self.sequencer.complete(unknown);
         self.resend_reads(from, out);
         self.prune_reads();
@@ -1860,6 +1875,7 @@ impl Partition {
         let from_seq = self.sequencer.next_seq();
         self.agreement =
             Agreement::starting_at(partition, [from], from_seq).with_quorum(self.quorum, self.lag_batches_max);
+        self.answer_orphaned_digests(out);
         // The batches the failure lost are executed first (replayed below), then every batch
         // from `from_seq` on.
         let replay: Vec<wire::messages::Batch> =
@@ -2031,6 +2047,23 @@ impl Partition {
         }
     }
 
+    /// Answers "busy" to the digest requesters whose batch's digests the agreement no longer
+    /// waits for (a new tracker replaced it: the replicas that executed the batch are gone).
+    fn answer_orphaned_digests(&mut self, out: &mut Vec<Output>) {
+        let orphaned: Vec<Seq> =
+            self.digest_waiters.keys().copied().filter(|seq| !self.agreement.awaits_digests(*seq)).collect();
+        for seq in orphaned {
+            for w in self.digest_waiters.remove(&seq).unwrap_or_default() {
+                let msg = CoordinatorToClient::DigestReply {
+                    request_id: w.request_id,
+                    partition: self.id,
+                    outcome: DigestOutcome::Busy,
+                };
+                out.push(Output::ToClient { client: w.client, msg });
+            }
+        }
+    }
+
     /// Applies an agreement verdict: answers clients, or stops the partition.
     fn apply(&mut self, verdict: Verdict<ClientRef>, out: &mut Vec<Output>) {
         match verdict {
@@ -2052,19 +2085,21 @@ impl Partition {
                         reply: ClientReply { request_id: tag.request_id, result },
                     });
                 }
-                if let Some(waiters) = self.digest_waiters.remove(&batch.seq) {
-                    let digests = batch.state_digests.unwrap_or_default();
-                    for w in waiters {
-                        let outcome = DigestOutcome::Digests { seq: batch.seq, digests: digests.clone() };
-                        out.push(Output::ToClient {
-                            client: w.client,
-                            msg: CoordinatorToClient::DigestReply {
-                                request_id: w.request_id,
-                                partition: self.id,
-                                outcome,
-                            },
-                        });
-                    }
+            }
+            Verdict::StateDigests { seq, digests } => {
+                let outcome = match digests {
+                    Ok(digests) => DigestOutcome::Digests { seq, digests },
+                    // A replica could not take its digest (its copy was refused, and its node
+                    // logged why), or every replica that could failed: ask again.
+                    Err(_) => DigestOutcome::Busy,
+                };
+                for w in self.digest_waiters.remove(&seq).unwrap_or_default() {
+                    let msg = CoordinatorToClient::DigestReply {
+                        request_id: w.request_id,
+                        partition: self.id,
+                        outcome: outcome.clone(),
+                    };
+                    out.push(Output::ToClient { client: w.client, msg });
                 }
             }
             Verdict::Diverged { divergence, unanswered } => {

@@ -52,7 +52,7 @@ fn new_order(w_id: u16, supply: &[u16]) -> TxnInput {
 }
 
 /// What a correct replica would answer: a pure function of the input.
-fn execute(batch: &Batch, state: u128) -> Results {
+fn execute(batch: &Batch) -> Results {
     let results = batch
         .txns
         .iter()
@@ -78,12 +78,7 @@ fn execute(batch: &Batch, state: u128) -> Results {
             TxnResult { ts: t.ts, digest: outcome.digest(), outcome }
         })
         .collect();
-    Results {
-        partition: batch.partition,
-        seq: batch.seq,
-        results,
-        state_digest: batch.digest_after.then_some(StateDigest(state)),
-    }
+    Results { partition: batch.partition, seq: batch.seq, results }
 }
 
 fn request(request_id: u64, input: TxnInput) -> ClientRequest {
@@ -150,8 +145,8 @@ fn a_client_is_answered_once_both_replicas_agree() {
     assert_eq!(batch.txns[0].ts.millis(), START_US / MS);
     assert_eq!(batch.txns[0].ts.coordinator(), 0);
 
-    assert!(replies(&c.on_node_message(2, NodeToCoordinator::Results(execute(batch, 0)), START_US)).is_empty());
-    let r = replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(batch, 0)), START_US));
+    assert!(replies(&c.on_node_message(2, NodeToCoordinator::Results(execute(batch)), START_US)).is_empty());
+    let r = replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(batch)), START_US));
     assert_eq!(r.len(), 2);
     assert_eq!(r[0].0, 7);
     assert!(matches!(r[0].1, ClientReply { request_id: 1, result: ClientResult::Committed { .. } }));
@@ -214,7 +209,7 @@ fn piece_reads(batch: &Batch, from: PartitionId) -> Vec<NodeToCoordinator> {
 fn results_with(batch: &Batch, outcome: TxnOutcome) -> NodeToCoordinator {
     let results =
         batch.txns.iter().map(|t| TxnResult { ts: t.ts, digest: outcome.digest(), outcome: outcome.clone() }).collect();
-    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results })
 }
 
 fn committed_new_order() -> TxnOutcome {
@@ -360,7 +355,7 @@ fn an_overloaded_partition_answers_busy_and_keeps_nothing() {
     assert!(replies(&c.on_client_request(1, request(99, payment(3, 3, 1)), START_US)).is_empty());
     // Answering the first batch frees room for two more.
     for node in [1, 2] {
-        c.on_node_message(node, NodeToCoordinator::Results(execute(&sent[0].1, 0)), START_US);
+        c.on_node_message(node, NodeToCoordinator::Results(execute(&sent[0].1)), START_US);
     }
     assert!(replies(&c.on_client_request(1, request(10, payment(1, 1, 1)), START_US)).is_empty());
     assert!(replies(&c.on_client_request(1, request(11, payment(1, 1, 1)), START_US)).is_empty());
@@ -372,11 +367,11 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
     let mut c = serving(1, 64);
     let b1 = batches(&c.on_client_request(1, request(1, payment(1, 1, 1)), START_US)).remove(0).1;
     let b2 = batches(&c.on_client_request(2, request(2, payment(1, 1, 2)), START_US)).remove(0).1;
-    let mut bad = execute(&b1, 0);
+    let mut bad = execute(&b1);
     bad.results[0].outcome =
         TxnOutcome::Committed(TxnOutput::Payment(PaymentOutput { c_id: 1, c_balance: 8, bad_credit: false }));
     bad.results[0].digest = bad.results[0].outcome.digest();
-    c.on_node_message(1, NodeToCoordinator::Results(execute(&b1, 0)), START_US);
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b1)), START_US);
     let out = c.on_node_message(2, NodeToCoordinator::Results(bad), START_US);
     let r = replies(&out);
     assert_eq!(r.len(), 2, "both the diverging and the later transaction are answered");
@@ -393,7 +388,7 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
     assert!(e[0].to_string().contains("REPLICAS DIVERGED on partition 1 at batch 1"));
     assert!(matches!(d.kind, DivergenceKind::Outcome { .. }));
     // Late results change nothing; new requests are refused; the other partition serves.
-    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b2, 0)), START_US)).is_empty());
+    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b2)), START_US)).is_empty());
     let out = c.on_client_request(3, request(3, payment(1, 1, 1)), START_US);
     assert!(matches!(replies(&out)[0].1.result, ClientResult::Rejected(Rejection::PartitionStopped { .. })));
     assert!(matches!(c.status()[0].phase, Phase::Stopped { .. }));
@@ -404,7 +399,7 @@ fn divergence_stops_the_partition_and_every_waiting_client_is_told() {
 fn a_silent_node_fails_and_the_survivor_answers_alone() {
     let mut c = serving(1, 64);
     let b1 = batches(&c.on_client_request(1, request(1, payment(1, 1, 1)), START_US)).remove(0).1;
-    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b1, 0)), START_US + 10)).is_empty());
+    assert!(replies(&c.on_node_message(1, NodeToCoordinator::Results(execute(&b1)), START_US + 10)).is_empty());
     // Node 1 keeps heartbeating; node 2 says nothing for failure_timeout_ms.
     let mut now = START_US;
     let mut out = Vec::new();
@@ -454,6 +449,25 @@ fn a_partition_that_does_not_load_in_time_stops() {
     assert!(stopped[0].to_string().contains("nodes [2] did not load"), "{}", stopped[0]);
 }
 
+/// The digest requester's answers in `out`.
+fn digest_replies(out: &[Output]) -> Vec<(u64, DigestOutcome)> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ToClient { msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, .. } => {
+                Some((*request_id, outcome.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn state_digest(seq: u64, d: u128) -> NodeToCoordinator {
+    NodeToCoordinator::StateDigest { partition: 1, seq, digest: Ok(StateDigest(d)) }
+}
+
+/// docs/design.md §10, "Checks during traffic": the digest batch's results answer its clients
+/// at once; each replica's digest comes apart, later, and the requester is answered once every
+/// replica that executed the batch reported.
 #[test]
 fn state_digests_go_through_the_ordered_path() {
     let mut c = serving(10, 64);
@@ -462,33 +476,59 @@ fn state_digests_go_through_the_ordered_path() {
     let [(_, b)] = &batches(&out)[..] else { panic!("{out:?}") };
     assert!(b.digest_after);
     assert_eq!(b.txns.len(), 1, "the digest follows the transactions admitted before it");
-    c.on_node_message(1, NodeToCoordinator::Results(execute(b, 42)), START_US);
-    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(b, 42)), START_US);
-    assert_eq!(replies(&out).len(), 1);
-    let digest = out.iter().find_map(|o| match o {
-        Output::ToClient {
-            client: 5,
-            msg: CoordinatorToClient::DigestReply { request_id: 77, partition: 1, outcome },
-        } => Some(outcome.clone()),
-        _ => None,
-    });
-    let outcome = digest.unwrap();
+    c.on_node_message(1, NodeToCoordinator::Results(execute(b)), START_US);
+    // A replica's digest may come before the other replica's results.
+    assert!(digest_replies(&c.on_node_message(1, state_digest(1, 42), START_US)).is_empty());
+    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(b)), START_US);
+    assert_eq!(replies(&out).len(), 1, "the transactions are answered without waiting for the digests");
+    assert!(digest_replies(&out).is_empty());
+    let out = c.on_node_message(2, state_digest(1, 42), START_US);
+    let [(77, outcome)] = &digest_replies(&out)[..] else { panic!("{out:?}") };
     assert!(outcome.agreed());
-    assert_eq!(outcome, DigestOutcome::Digests { seq: 1, digests: vec![(1, StateDigest(42)), (2, StateDigest(42))] });
+    assert_eq!(*outcome, DigestOutcome::Digests { seq: 1, digests: vec![(1, StateDigest(42)), (2, StateDigest(42))] });
+    // A digest nobody waits for (again, or for a batch that did not ask) changes nothing.
+    assert!(digest_replies(&c.on_node_message(2, state_digest(1, 42), START_US)).is_empty());
 
     // Differing digests stop the partition; the requester sees them.
     let out = c.on_digest_request(5, 78, 1, START_US);
     let b = batches(&out).remove(0).1;
-    c.on_node_message(1, NodeToCoordinator::Results(execute(&b, 1)), START_US);
-    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(&b, 2)), START_US);
-    let outcome = out.iter().find_map(|o| match o {
-        Output::ToClient { msg: CoordinatorToClient::DigestReply { outcome, .. }, .. } => Some(outcome.clone()),
-        _ => None,
-    });
-    assert!(!outcome.unwrap().agreed());
-    assert!(events(&out)
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(2, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(1, state_digest(b.seq, 1), START_US);
+    let out = c.on_node_message(2, state_digest(b.seq, 2), START_US);
+    let [(78, outcome)] = &digest_replies(&out)[..] else { panic!("{out:?}") };
+    assert!(!outcome.agreed());
+    assert!(events(&out).iter().any(|e| matches!(e, Event::Diverged(d)
+        if matches!(d.kind, DivergenceKind::State { .. }) && d.after_answer)));
+    assert!(c
+        .on_client_request(1, request(2, payment(1, 1, 1)), START_US)
         .iter()
-        .any(|e| matches!(e, Event::Diverged(d) if matches!(d.kind, DivergenceKind::State { .. }))));
+        .all(|o| !matches!(o, Output::ToNodes { .. })));
+}
+
+/// A replica that could not take its digest (its copy was refused) makes the requester ask
+/// again; one that fails is not waited for.
+#[test]
+fn a_refused_or_failed_replica_does_not_hold_up_a_digest() {
+    let mut c = serving(10, 64);
+    let b = batches(&c.on_digest_request(5, 1, 1, START_US)).remove(0).1;
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(2, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(1, state_digest(b.seq, 7), START_US);
+    let refused = NodeToCoordinator::StateDigest { partition: 1, seq: b.seq, digest: Err("over budget".into()) };
+    let out = c.on_node_message(2, refused, START_US);
+    assert_eq!(digest_replies(&out), vec![(1, DigestOutcome::Busy)]);
+
+    let b = batches(&c.on_digest_request(5, 2, 1, START_US)).remove(0).1;
+    c.on_node_message(1, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(2, NodeToCoordinator::Results(execute(&b)), START_US);
+    c.on_node_message(2, state_digest(b.seq, 7), START_US);
+    // Node 1 dies before its digest: node 2's answers alone.
+    let out = c.on_node_lost(1, Detection::ConnectionLost { how: "killed".into() }, START_US);
+    assert_eq!(
+        digest_replies(&out),
+        vec![(2, DigestOutcome::Digests { seq: b.seq, digests: vec![(2, StateDigest(7))] })]
+    );
 }
 
 #[test]
@@ -537,7 +577,7 @@ fn every_request_is_answered_exactly_once_under_adversarial_delivery() {
             |out: Vec<Output>, in_transit: &mut Vec<(NodeId, Results)>, answers: &mut BTreeMap<u64, ClientResult>| {
                 for (nodes, b) in batches(&out) {
                     for n in nodes {
-                        in_transit.push((n, execute(&b, 0)));
+                        in_transit.push((n, execute(&b)));
                     }
                 }
                 for (_, r) in replies(&out) {
@@ -654,7 +694,7 @@ fn three_replicas_answer_on_two_under_majority_and_a_lasting_laggard_is_failed()
             let [(nodes, batch)] = &batches(&out)[..] else { panic!("{out:?}") };
             assert!(nodes.contains(&1) && nodes.contains(&2));
             for node in [1, 2] {
-                let out = c.on_node_message(node, NodeToCoordinator::Results(execute(batch, 0)), now);
+                let out = c.on_node_message(node, NodeToCoordinator::Results(execute(batch)), now);
                 answered += replies(&out).len();
             }
         }

@@ -68,7 +68,7 @@ fn results(batch: &Batch) -> NodeToCoordinator {
             TxnResult { ts: t.ts, digest: outcome.digest(), outcome }
         })
         .collect();
-    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results, state_digest: None })
+    NodeToCoordinator::Results(Results { partition: batch.partition, seq: batch.seq, results })
 }
 
 fn phase(c: &Coordinator, partition: PartitionId) -> Phase {

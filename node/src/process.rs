@@ -66,13 +66,13 @@ use wire::config::{split_address, ClusterConfig, Mode, PartitionConfig, Replicat
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, Listener};
 use wire::messages::{
     CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
-    ProcessStatus, Rejection, ReplicationReport, Role, Seq, Shipment, PROTOCOL_VERSION,
+    ProcessStatus, Rejection, ReplicationReport, Role, Seq, Shipment, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
 use crate::fullstack::Restart;
 use crate::machine::{Asked, Began, Effect, FetchKind, Fetched, NodeEffect, NodeMachine, PartitionMachine};
-use crate::replica::{Emit, Replica, ReplicaRole, Store};
+use crate::replica::{DigestCopy, Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
 
 mod copy;
@@ -526,6 +526,7 @@ fn start_replica(
         deaf_tools: Default::default(),
         deaf_peers: Default::default(),
         copy: Default::default(),
+        digest_copies: Default::default(),
         copy_share_pct: config.limits.copy_share_pct,
         runtime: tokio::runtime::Handle::current(),
     };
@@ -627,6 +628,10 @@ struct Executor {
     /// The copy of this replica under way, taken while it executes (docs/design.md §10,
     /// "Copying without stopping").
     copy: std::cell::RefCell<Option<copy::Copying>>,
+    /// The copies under way that take a state digest (docs/design.md §10, "Checks during
+    /// traffic"): one per batch that asked for one, while the previous is still under way
+    /// (the engine copies one state at a time, so at most one of them steps the engine).
+    digest_copies: std::cell::RefCell<Vec<copy::Copying>>,
     /// `limits.copy_share_pct`.
     copy_share_pct: u32,
     /// The node's runtime, where a copy's forwarder runs.
@@ -703,13 +708,14 @@ impl Executor {
         let (mode, pending) = (self.storage.mode(), self.pending_batches_max);
         let machine = match self.begin {
             Begin::Rejoin => {
-                let (mut machine, effects) = Machine::rejoining(mode, self.node, pid, pending);
+                let (machine, effects) = Machine::rejoining(mode, self.node, pid, pending);
+                let mut machine = machine.digesting_by_copy();
                 info!(partition = pid, "asking the coordinator to rejoin");
                 self.carry(&mut machine, effects);
                 machine
             }
             Begin::Load => match self.load() {
-                Ok(replica) => Machine::serving(mode, replica, pending),
+                Ok(replica) => Machine::serving(mode, replica, pending).digesting_by_copy(),
                 Err(reason) => Machine::failed(mode, self.node, pid, pending, reason),
             },
         };
@@ -847,7 +853,7 @@ impl Executor {
     /// work: freed at once, or on a thread of their own, they stalled the node's partitions;
     /// docs/design.md §10, "Copying without stopping").
     fn free_copy_leftovers(&self, machine: &mut Machine) {
-        if self.copy.borrow().is_some() {
+        if self.copying() {
             return;
         }
         if let Some(Store::Lean(db)) = machine.replica_mut().map(Replica::store_mut) {
@@ -860,6 +866,12 @@ impl Executor {
     /// Whether a copy under way can move now (not waiting for room or for a batch to end).
     fn copy_can_move(&self) -> bool {
         self.copy.borrow().as_ref().is_some_and(|c| c.can_move())
+            || self.digest_copies.borrow().iter().any(copy::Copying::can_move)
+    }
+
+    /// Whether a copy of the replica is under way (a requester's or a digest's).
+    fn copying(&self) -> bool {
+        self.copy.borrow().is_some() || !self.digest_copies.borrow().is_empty()
     }
 
     /// Moves the copy under way on by a step (`under_load`: keeping to its share); once it is
@@ -867,10 +879,16 @@ impl Executor {
     fn copy_step(&self, machine: &mut Machine, under_load: bool, deferred: &mut Vec<Work>) {
         let over = match self.copy.borrow_mut().as_mut() {
             Some(task) => task.step(machine.replica_mut(), under_load) == copy::Step::Over,
-            None => return,
+            None => false,
         };
         if over {
             self.copy.borrow_mut().take();
+        }
+        let digests_before = self.digest_copies.borrow().len();
+        self.digest_copies
+            .borrow_mut()
+            .retain_mut(|task| task.step(machine.executing_replica_mut(), under_load) != copy::Step::Over);
+        if over || self.digest_copies.borrow().len() < digests_before {
             self.retry_deferred(machine, deferred);
         }
     }
@@ -888,7 +906,7 @@ impl Executor {
     /// Whether `w` can be answered now: as the machine says, and a copy only once the copy
     /// under way (one at a time) is over.
     fn can_answer(&self, machine: &Machine, w: &Work) -> bool {
-        let copying = matches!(asked(w), Asked::Snapshot { .. }) && self.copy.borrow().is_some();
+        let copying = matches!(asked(w), Asked::Snapshot { .. } | Asked::Digest) && self.copying();
         !copying && machine.can_answer(asked(w))
     }
 
@@ -909,6 +927,7 @@ impl Executor {
                 let pid = self.partition.id;
                 let (fresh, effects) =
                     Machine::rejoining(self.storage.mode(), self.node, pid, self.pending_batches_max);
+                let fresh = fresh.digesting_by_copy();
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));
                 info!(partition = pid, epoch, "rejoining (the coordinator counted this replica failed)");
@@ -946,6 +965,9 @@ impl Executor {
     /// Performs the machine's effects, handing it the outcome of those that have one (a
     /// restart recovery runs here, on the executor thread; a fetch on a thread of its own).
     fn carry(&self, machine: &mut Machine, effects: Vec<Effect<mpsc::Sender<PeerReply>>>) {
+        // The batches the call executed may have begun a digest copy: taken now, before any
+        // further batch runs.
+        self.carry_digest_copy(machine);
         let pid = self.partition.id;
         let mut queue: std::collections::VecDeque<_> = effects.into();
         while let Some(effect) = queue.pop_front() {
@@ -1122,6 +1144,20 @@ impl Executor {
             ToolRequest::SnapshotRequest { request_id, partition, .. } => {
                 return self.send_snapshot(replica, request_id, partition, reply, ToolReply::SnapshotChunk);
             }
+            ToolRequest::DigestRequest { request_id, partition } if partition == replica.partition() => {
+                let (node, reply) = (self.node, reply.clone());
+                return self.digest_from_copy(replica, None, move |digest| async move {
+                    let outcome = match digest {
+                        Ok((seq, d)) => DigestOutcome::Digests { seq, digests: vec![(node, d)] },
+                        Err(reason) => {
+                            debug!(partition, reason, "a tool's digest: its copy was refused; it may ask again");
+                            DigestOutcome::Busy
+                        }
+                    };
+                    let answer = ToolReply::DigestReply { request_id, partition, outcome };
+                    let _ = tokio::time::timeout(TOOL_REPLY_PATIENCE, reply.send(answer)).await;
+                });
+            }
             ToolRequest::DigestRequest { request_id, partition } => replica.digest_reply(request_id, partition),
             ToolRequest::ReplicaRead { request_id, partition, input } => {
                 replica.replica_read(request_id, partition, &input)
@@ -1209,6 +1245,106 @@ impl Executor {
         }
     }
 
+    /// How a copy begun on this executor reaches `requester`: at most `limits.copy_share_pct`
+    /// of the executor under load, woken through its own inbox when the copy can move again.
+    fn forwarding<R>(
+        &self,
+        requester: &str,
+        digest_only: bool,
+        reply: mpsc::Sender<R>,
+        wrap: fn(wire::messages::SnapshotChunk) -> R,
+    ) -> copy::Forwarding<'_, R, impl Fn() + Send + 'static> {
+        let inbox = self.self_inbox.clone();
+        copy::Forwarding {
+            requester: requester.to_string(),
+            digest_only,
+            share_pct: self.copy_share_pct,
+            reply,
+            wrap,
+            runtime: &self.runtime,
+            wake: move || {
+                let _ = inbox.try_send(Work::CopyRoom);
+            },
+        }
+    }
+
+    /// Carries the digest copy that a batch asking for the state digest began, if any: the
+    /// executor steps it like any copy, and a task on the runtime reads its end and reports
+    /// the digest to the coordinator (docs/design.md §10, "Checks during traffic").
+    fn carry_digest_copy(&self, machine: &mut Machine) {
+        let Some((copy, replica)) = machine.take_digest_copy() else { return };
+        let (partition, seq, epoch) = (self.partition.id, copy.seq(), self.epoch.get());
+        let to_coordinator = self.to_coordinator.clone();
+        self.digest_from_copy(replica, Some(copy), move |digest| async move {
+            let msg =
+                Emit::ToCoordinator(NodeToCoordinator::StateDigest { partition, seq, digest: digest.map(|d| d.1) });
+            let _ = to_coordinator.send((epoch, msg)).await;
+        });
+    }
+
+    /// Digests `replica`'s state from a copy stepped like any copy: `begun`, or one begun now
+    /// (at the replica's last batch); a task on the runtime reads the copy's end and hands
+    /// `report` the batch and the digest, or why there is none. A replica that cannot be
+    /// copied now (a copy of it is under way already, or a configuration that cannot
+    /// checkpoint) is digested here, at once.
+    fn digest_from_copy<F>(
+        &self,
+        replica: &mut Replica,
+        begun: Option<DigestCopy>,
+        report: impl FnOnce(Result<(Seq, StateDigest), String>) -> F + Send + 'static,
+    ) where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let partition = self.partition.id;
+        let (tx, mut rx) = mpsc::channel::<wire::messages::SnapshotChunk>(copy::COPY_CHUNKS_AHEAD);
+        let to = self.forwarding("a state digest", true, tx, |c| c);
+        let seq = begun.as_ref().map_or(replica.applied_seq(), DigestCopy::seq);
+        let task = match begun {
+            Some(DigestCopy::Rows { sender, .. }) => {
+                Ok(copy::Copying::Rows(copy::CopyTask::around(sender, partition, to)))
+            }
+            Some(DigestCopy::Image { seq }) => {
+                image_copy::ImageCopyTask::around(replica, seq, 0, usize::MAX, to).map(copy::Copying::Image)
+            }
+            None if self.copying() => Err("a copy is under way".to_string()),
+            None => match replica.store_mut() {
+                Store::Lean(_) => copy::CopyTask::begin(replica, 0, usize::MAX, to)
+                    .map(copy::Copying::Rows)
+                    .ok_or_else(|| "a copy is under way".to_string()),
+                Store::Full(_) => {
+                    image_copy::ImageCopyTask::begin(replica, 0, usize::MAX, to).map(copy::Copying::Image)
+                }
+            },
+        };
+        let task = match task {
+            Ok(task) => task,
+            Err(why) => {
+                let t0 = Instant::now();
+                let digest = replica.state_digest();
+                let ms = t0.elapsed().as_millis() as u64;
+                info!(partition, seq, ms, reason = %why, "state digest taken on the executor: no copy could begin");
+                self.runtime.spawn(report(Ok((seq, digest))));
+                return;
+            }
+        };
+        self.runtime.spawn(async move {
+            let digest = loop {
+                match rx.recv().await.map(|c| c.end) {
+                    Some(None) => continue,
+                    Some(Some(SnapshotEnd::Complete { digest, .. })) => break Ok((seq, digest)),
+                    Some(Some(SnapshotEnd::Refused { reason })) => break Err(reason),
+                    None => break Err("the copy ended before its end".to_string()),
+                }
+            };
+            match &digest {
+                Ok((_, d)) => info!(partition, seq, digest = %d, "state digest taken from a copy"),
+                Err(reason) => warn!(partition, seq, reason, "no state digest: its copy was refused"),
+            }
+            report(digest).await;
+        });
+        self.digest_copies.borrow_mut().push(task);
+    }
+
     /// Copies the replica for a requester, each chunk wrapped by `wrap` for its channel: a
     /// lean replica while it executes on ([`copy::CopyTask`], docs/design.md §10, "Copying
     /// without stopping"); a full-stack one here, between two batches, into memory — as large
@@ -1226,23 +1362,10 @@ impl Executor {
             self.reply_to(reply, wrap(refusal));
             return;
         }
+        let requester = if R::IS_PEER { "a rejoining node" } else { "a tool" };
         if let Store::Lean(_) = replica.store_mut() {
-            let inbox = self.self_inbox.clone();
-            let requester = if R::IS_PEER { "a rejoining node" } else { "a tool" };
-            let task = copy::CopyTask::begin(
-                replica,
-                request_id,
-                requester.to_string(),
-                self.frame_bytes_max,
-                self.copy_share_pct,
-                reply.clone(),
-                wrap,
-                &self.runtime,
-                move || {
-                    let _ = inbox.try_send(Work::CopyRoom);
-                },
-            );
-            match task {
+            let to = self.forwarding(requester, false, reply.clone(), wrap);
+            match copy::CopyTask::begin(replica, request_id, self.frame_bytes_max, to) {
                 Some(task) => *self.copy.borrow_mut() = Some(copy::Copying::Rows(task)),
                 None => {
                     let refusal = snapshot::refusal(request_id, partition, "a copy is under way".into());
@@ -1255,21 +1378,8 @@ impl Executor {
             // A copy of its pages taken while it executes on, rebuilt and streamed by a thread
             // (docs/design.md §10); a configuration that cannot checkpoint (logging switched
             // off on the paper's staircase) is copied between two batches below.
-            let inbox = self.self_inbox.clone();
-            let wake = move || {
-                let _ = inbox.try_send(Work::CopyRoom);
-            };
-            let (frame, share) = (self.frame_bytes_max, self.copy_share_pct);
-            match image_copy::ImageCopyTask::begin(
-                replica,
-                request_id,
-                frame,
-                share,
-                reply.clone(),
-                wrap,
-                &self.runtime,
-                wake,
-            ) {
+            let to = self.forwarding(requester, false, reply.clone(), wrap);
+            match image_copy::ImageCopyTask::begin(replica, request_id, self.frame_bytes_max, to) {
                 Ok(task) => {
                     *self.copy.borrow_mut() = Some(copy::Copying::Image(task));
                     return;

@@ -190,7 +190,7 @@ mod tests {
     use super::*;
 
     fn results(seq: Seq) -> Results {
-        Results { partition: 1, seq, results: Vec::new(), state_digest: None }
+        Results { partition: 1, seq, results: Vec::new() }
     }
 
     fn seqs(r: &[Results]) -> Vec<Seq> {

@@ -197,6 +197,12 @@ pub struct CopySender {
     ended: bool,
 }
 
+/// A name for a new copy, unique within the process ([`CopySender::begin`]'s `copy_id`).
+pub fn next_copy_id() -> u64 {
+    static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// What [`CopySender::next`] has for the receiver.
 #[derive(Debug)]
 pub enum CopyNext {
@@ -302,6 +308,21 @@ impl CopySender {
     /// Rows and bytes sent so far.
     pub fn sent(&self) -> (u64, u64) {
         (self.rows, self.bytes)
+    }
+}
+
+/// A copy's whole stream when only its digest is wanted: the end alone, no rows.
+pub fn digest_only(request_id: u64, partition: PartitionId, seq: Seq, digest: StateDigest) -> SnapshotChunk {
+    SnapshotChunk {
+        request_id,
+        partition,
+        seq,
+        index: 0,
+        table: 0,
+        rows: 0,
+        checksum: SnapshotChunk::checksum_of(&[]),
+        rows_bytes: Vec::new(),
+        end: Some(SnapshotEnd::Complete { chunks: 1, rows: 0, digest }),
     }
 }
 

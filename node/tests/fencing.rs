@@ -35,12 +35,7 @@ fn machine(config: &ClusterConfig) -> NodeMachine {
 }
 
 fn results(seq: Seq) -> Emit {
-    Emit::ToCoordinator(NodeToCoordinator::Results(Results {
-        partition: P,
-        seq,
-        results: Vec::new(),
-        state_digest: None,
-    }))
+    Emit::ToCoordinator(NodeToCoordinator::Results(Results { partition: P, seq, results: Vec::new() }))
 }
 
 fn sent_to(effects: &[NodeEffect]) -> Vec<(u8, &NodeToCoordinator)> {

@@ -67,6 +67,9 @@ use crate::population;
 pub const START_US: u64 = 1_700_000_000_000_000;
 /// The client id digest requests come from.
 const DIGEST_CLIENT: ClientId = 9_999;
+/// A submitting step asks for a partition's state digests instead, one in this many (docs/
+/// design.md §10, "Checks during traffic": the digest copies then race the batches).
+const DIGEST_REQUEST_ONE_IN: u64 = 200;
 /// Clients submitting transactions (ids 0..CLIENTS).
 pub const CLIENTS: u64 = 4;
 /// Time one "let time pass" step advances, at most (uniform below it): with a step in five
@@ -224,6 +227,15 @@ pub struct SimStats {
     pub copies: u64,
     pub copies_raced: u64,
     pub copies_cut: u64,
+    /// Digest requests made during the run (the final check's excepted), and state digests a
+    /// lean replica took from a copy of its state after the batch that asked
+    /// (docs/design.md §10, "Checks during traffic"): reported, of them those during which it
+    /// executed later batches, and those refused (the replica stopped, rejoined or was
+    /// replaced mid-copy).
+    pub digest_requests: u64,
+    pub digest_copies: u64,
+    pub digest_copies_raced: u64,
+    pub digest_copies_refused: u64,
     /// Coordinator processes crashed, and coordinators cut off from the others.
     pub coordinator_crashes: u64,
     pub coordinator_cuts: u64,
@@ -257,6 +269,10 @@ impl SimStats {
         self.copies += other.copies;
         self.copies_raced += other.copies_raced;
         self.copies_cut += other.copies_cut;
+        self.digest_requests += other.digest_requests;
+        self.digest_copies += other.digest_copies;
+        self.digest_copies_raced += other.digest_copies_raced;
+        self.digest_copies_refused += other.digest_copies_refused;
         self.coordinator_crashes += other.coordinator_crashes;
         self.coordinator_cuts += other.coordinator_cuts;
         self.take_overs += other.take_overs;
@@ -273,6 +289,16 @@ pub struct PeerAddr {
 
 /// A partition's machine as the simulator drives it.
 type Partition = PartitionMachine<PeerAddr>;
+
+/// `machine`, taking the state digests a batch asks for from a copy stepped while it executes
+/// on, as a node process does — lean replicas only: the full stack's page-image copy needs a
+/// thread to rebuild the database, and the simulator digests its replicas at once.
+fn digesting(mode: Mode, machine: Partition) -> Partition {
+    match mode {
+        Mode::FullStack => machine,
+        Mode::ActiveActive | Mode::ActivePassive => machine.digesting_by_copy(),
+    }
+}
 
 /// A fetch a rejoining replica started (`node::machine::Effect::Fetch`), not yet completed.
 #[derive(Debug, Clone, Copy)]
@@ -307,6 +333,23 @@ struct InCopy {
     sender: node::snapshot::CopySender,
     receiver: node::snapshot::SnapshotReceiver,
     db: engine::LeanDb,
+}
+
+/// A copy under way that takes a lean replica's state digest after batch `seq`, as a node's
+/// executor carries it (`node::process`): stepped a seeded number of chunks at a time while
+/// the replica executes on, its end's digest reported to the coordinator.
+struct DigestInCopy {
+    node: NodeId,
+    process: u64,
+    partition: PartitionId,
+    seq: Seq,
+    sender: node::snapshot::CopySender,
+}
+
+impl std::fmt::Debug for DigestInCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DigestInCopy").field("node", &self.node).field("seq", &self.seq).finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for InCopy {
@@ -374,6 +417,8 @@ pub struct Sim {
     fetches: Vec<PendingFetch>,
     /// Copies under way, by fetch.
     copies: BTreeMap<u64, InCopy>,
+    /// State digests being taken from copies.
+    digest_copies: Vec<DigestInCopy>,
     net: Network,
     faults: Faults,
     next_id: u64,
@@ -490,7 +535,7 @@ impl Sim {
                 let r = Replica::with_role(n.id, pid, role, store, pending_max);
                 let state = wire::messages::LoadState::Ready { digest };
                 loaded.push((n.id, NodeToCoordinator::LoadStatus { partition: pid, state }));
-                partitions.insert(pid, Partition::serving(mode, r, pending_max));
+                partitions.insert(pid, digesting(mode, Partition::serving(mode, r, pending_max)));
             }
             let peers = BTreeMap::new();
             let node = SimNode { up: true, process, links, mute_until_us: 0, machine, partitions, peers };
@@ -518,6 +563,7 @@ impl Sim {
             disks,
             fetches: Vec::new(),
             copies: BTreeMap::new(),
+            digest_copies: Vec::new(),
             net: Network::default(),
             faults,
             next_id,
@@ -1051,6 +1097,8 @@ impl Sim {
 
     /// Carries out the effects of node `node`'s machine of `partition`, as its executor does.
     fn perform_partition(&mut self, node: NodeId, partition: PartitionId, effects: Vec<Effect<PeerAddr>>) {
+        // The batches the call executed may have begun a digest copy: taken before any other.
+        self.take_digest_copy(node, partition);
         let mut queue: std::collections::VecDeque<Effect<PeerAddr>> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
@@ -1115,6 +1163,79 @@ impl Sim {
                     self.violations.push(Violation::RefusedRejoining { node, partition, error })
                 }
             }
+        }
+        self.take_digest_copy(node, partition);
+    }
+
+    /// Takes the digest copy that node `node`'s replica of `partition` began, if any.
+    fn take_digest_copy(&mut self, node: NodeId, partition: PartitionId) {
+        let process = self.nodes[&node].process;
+        let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { return };
+        match m.take_digest_copy() {
+            Some((node::replica::DigestCopy::Rows { seq, sender }, _)) => {
+                self.digest_copies.push(DigestInCopy { node, process, partition, seq, sender });
+            }
+            // Only lean replicas digest by copy here (`digesting`).
+            Some((node::replica::DigestCopy::Image { .. }, _)) => unreachable!("a full-stack digest copy"),
+            None => {}
+        }
+    }
+
+    /// Moves each digest copy on by a seeded number of chunks (batches run in between: the
+    /// copies race them), and reports each digest taken, or why none, to the coordinator as
+    /// the node's executor does. A copy whose node crashed or restarted is dropped with it.
+    fn progress_digest_copies(&mut self) {
+        let mut i = 0;
+        while i < self.digest_copies.len() {
+            let steps = self.rng.below(3);
+            let c = &mut self.digest_copies[i];
+            let (node, partition, seq) = (c.node, c.partition, c.seq);
+            let Some(n) = self.nodes.get_mut(&node).filter(|n| n.up && n.process == c.process) else {
+                self.digest_copies.swap_remove(i);
+                continue;
+            };
+            let replica = n.partitions.get_mut(&partition).and_then(Partition::executing_replica_mut);
+            let mut outcome = None;
+            match replica {
+                None => outcome = Some(Err("the replica is rejoining".to_string())),
+                Some(r) if r.stopped().is_some() => outcome = Some(Err("stopped".to_string())),
+                Some(r) => {
+                    let raced = r.applied_seq() > seq;
+                    let Store::Lean(db) = r.store_mut() else { unreachable!("a lean replica's digest copy") };
+                    if !c.sender.is_copying(db) {
+                        outcome = Some(Err("the replica's state was replaced".to_string()));
+                    }
+                    for _ in 0..steps {
+                        if outcome.is_some() {
+                            break;
+                        }
+                        match c.sender.next(db) {
+                            node::snapshot::CopyNext::Chunk(chunk) => match chunk.end {
+                                Some(wire::messages::SnapshotEnd::Complete { digest, .. }) => {
+                                    self.stats.digest_copies_raced += u64::from(raced);
+                                    outcome = Some(Ok(digest));
+                                }
+                                Some(wire::messages::SnapshotEnd::Refused { reason }) => outcome = Some(Err(reason)),
+                                None => {}
+                            },
+                            node::snapshot::CopyNext::Over => outcome = Some(Err("the copy is over".to_string())),
+                        }
+                    }
+                }
+            }
+            let Some(digest) = outcome else {
+                i += 1;
+                continue;
+            };
+            self.digest_copies.swap_remove(i);
+            match &digest {
+                Ok(_) => self.stats.digest_copies += 1,
+                Err(_) => self.stats.digest_copies_refused += 1,
+            }
+            let now = self.now_us;
+            let msg = NodeToCoordinator::StateDigest { partition, seq, digest };
+            let effects = self.node_mut(node).machine.on_emit(node::replica::Emit::ToCoordinator(msg), now);
+            self.perform(node, effects);
         }
     }
 
@@ -1345,6 +1466,7 @@ impl Sim {
         }
         self.progress_fetches();
         self.progress_catch_ups();
+        self.progress_digest_copies();
     }
 
     /// Coordinator `c`'s clock ticks (it runs).
@@ -1507,7 +1629,7 @@ impl Sim {
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
         let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
-        drop(self.node_mut(node).partitions.insert(partition, fresh));
+        drop(self.node_mut(node).partitions.insert(partition, digesting(mode, fresh)));
         self.perform_partition(node, partition, effects);
     }
     /// Every partition of `node` drops its state and rejoins (its link came back).
@@ -1519,7 +1641,7 @@ impl Sim {
         for p in pids {
             let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
             // The old state (a full stack's database) goes first.
-            drop(self.node_mut(node).partitions.insert(p, fresh));
+            drop(self.node_mut(node).partitions.insert(p, digesting(mode, fresh)));
             self.perform_partition(node, p, effects);
         }
     }
@@ -1581,7 +1703,7 @@ impl Sim {
         let (mode, pending) = (self.mode, self.pending_max);
         for (p, _) in roles {
             let (m, effects) = Partition::rejoining(mode, node, p, pending);
-            self.node_mut(node).partitions.insert(p, m);
+            self.node_mut(node).partitions.insert(p, digesting(mode, m));
             self.perform_partition(node, p, effects);
         }
         for c in self.coordinator_ids() {
@@ -1808,7 +1930,9 @@ impl Sim {
             self.net.release(self.step);
             match self.rng.below(10) {
                 0..=2 => {
-                    if self.submitting {
+                    if self.submitting && self.rng.below(DIGEST_REQUEST_ONE_IN) == 0 {
+                        self.ask_digests();
+                    } else if self.submitting {
                         let client = self.rng.below(CLIENTS);
                         self.submit(client);
                     }
@@ -1816,6 +1940,7 @@ impl Sim {
                 3..=7 => {
                     self.deliver_one();
                     self.progress_fetches();
+                    self.progress_digest_copies();
                 }
                 _ => {
                     let us = self.rng.below(STEP_US_MAX);
@@ -1845,13 +1970,14 @@ impl Sim {
         let mut drained = false;
         for _ in 0..DRAIN_DELIVERIES_MAX {
             let settled = self.leader().is_some_and(|(_, c)| c.status().iter().all(|p| p.inflight_txns == 0));
-            if self.net.all(|e| !self.deliverable(e)) && settled {
+            if self.net.all(|e| !self.deliverable(e)) && settled && self.digest_copies.is_empty() {
                 self.net.clear();
                 drained = true;
                 break;
             }
             self.deliver_one();
             self.progress_fetches();
+            self.progress_digest_copies();
             self.advance(DRAIN_STEP_US);
         }
         self.faults = faults;
@@ -1870,6 +1996,23 @@ impl Sim {
             nodes: self.node_reports(),
             coordinator: self.leader().map(|(_, c)| c.status()).unwrap_or_default(),
         })
+    }
+
+    /// A tool asks the leading coordinator, if any, for a random partition's state digests
+    /// while the clients submit: the replicas' digest copies race the batches after it. The
+    /// answer is kept with the others; digests that differ stop the partition (an alarm).
+    fn ask_digests(&mut self) {
+        let partitions: Vec<PartitionId> = self.config.partitions.iter().map(|p| p.id).collect();
+        let partition = partitions[self.rng.below(partitions.len() as u64) as usize];
+        let request_id = self.next_digest_request;
+        self.next_digest_request += 1;
+        let now = self.now_us;
+        let Some((c, _)) = self.leader() else { return };
+        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
+        let msg = wire::channel::ClientToCoordinator::DigestRequest { request_id, partition };
+        let out = m.on_client_message(DIGEST_CLIENT, msg, now);
+        self.stats.digest_requests += 1;
+        self.route(c, out);
     }
 
     /// Asks the coordinator for `partition`'s digests through the ordered path and drains.

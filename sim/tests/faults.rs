@@ -44,6 +44,10 @@ fn a_fixed_set_of_seeds_survives_every_fault() {
     // Issue 35: copies taken while their source executed, racing its batches, and copies cut
     // mid-copy by a crash of the joiner or of the source (docs/design.md §10).
     assert!(totals.copies > seeds && totals.copies_raced > 0 && totals.copies_cut > 0, "{totals:?}");
+    // Issue 35: state digests asked for during the run, taken from copies that raced the
+    // batches after theirs ("Checks during traffic"); some refused as their replica went.
+    assert!(totals.digest_requests > seeds && totals.digest_copies_raced > 0, "{totals:?}");
+    assert!(totals.digest_copies > 2 * seeds && totals.digest_copies_refused > 0, "{totals:?}");
     assert!(committed > 100 * seeds && acks > 50 * seeds);
 }
 
@@ -78,5 +82,21 @@ fn a_remote_piece_whose_outcome_died_with_its_replicas_is_derived_again() {
     for seed in [904, 6505] {
         let report = run_seed(seed, &SimOptions::default()).unwrap_or_else(|f| panic!("{f}"));
         assert!(report.committed_multi > 0, "{report:?}");
+    }
+}
+
+/// docs/design.md §10, "Checks during traffic": found by `glass sim --mode active-active
+/// --seed 459` (and 562, 1387, 1560, 1723, 2701, 2789): a replica catching up after its
+/// rejoin executed a batch that asked for the state digest and began its digest copy, which
+/// the carrier stepped only against a serving replica — so it was refused, never aborted, and
+/// the replica, serving again, stayed "being copied": every later joiner waited for it to
+/// become a source, and the cluster never healed. The copy is now stepped against the replica
+/// that executes, serving or catching up.
+#[test]
+fn a_digest_copy_begun_while_catching_up_is_carried_through() {
+    for seed in [459, 562, 1387, 1560, 1723, 2701, 2789] {
+        let opts = SimOptions { mode: wire::config::Mode::ActiveActive, ..SimOptions::default() };
+        let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
+        assert!(report.stats.digest_copies > 0, "seed {seed}: {:?}", report.stats);
     }
 }

@@ -320,6 +320,10 @@ fn summarise(
         totals.copies, totals.copies_raced, totals.copies_cut
     );
     println!(
+        "state digests    {} asked for during the runs; {} taken from copies ({} raced later batches), {} refused as their replica went",
+        totals.digest_requests, totals.digest_copies, totals.digest_copies_raced, totals.digest_copies_refused
+    );
+    println!(
         "coordinators     {} crashes, {} cut off from the others, {} take-overs, {} leaders deposed",
         totals.coordinator_crashes, totals.coordinator_cuts, totals.take_overs, totals.deposed
     );

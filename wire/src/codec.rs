@@ -299,14 +299,7 @@ mod tests {
                 last_order: Some((u32::MAX, u8::MAX, u8::MAX, i64::MIN)),
             })),
         ];
-        let results = |results| {
-            NodeToCoordinator::Results(Results {
-                partition: u16::MAX,
-                seq: u64::MAX,
-                results,
-                state_digest: Some(StateDigest(u128::MAX)),
-            })
-        };
+        let results = |results| NodeToCoordinator::Results(Results { partition: u16::MAX, seq: u64::MAX, results });
         let empty = rsize(&results(vec![]));
         assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
         for outcome in outcomes {

@@ -365,14 +365,14 @@ pub struct TxnResult {
 }
 
 /// A replica's results for one batch: one entry per transaction of the batch, in the batch's
-/// order.
+/// order. The state digest a batch asks for ([`Batch::digest_after`]) comes apart, in
+/// [`crate::channel::control::NodeToCoordinator::StateDigest`]: taken from a copy of the state
+/// after the batch, it is ready long after these results answer the clients.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Results {
     pub partition: PartitionId,
     pub seq: Seq,
     pub results: Vec<TxnResult>,
-    /// The state digest after the batch, when the batch asked for it.
-    pub state_digest: Option<StateDigest>,
 }
 
 /// A client's transaction request.

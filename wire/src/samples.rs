@@ -65,7 +65,6 @@ pub fn results() -> Results {
             },
             TxnResult { ts: ts(), outcome: TxnOutcome::Aborted { reason: "rolled back".into() }, digest: 5 },
         ],
-        state_digest: Some(StateDigest(42)),
     }
 }
 
@@ -205,6 +204,8 @@ pub fn from_nodes() -> Vec<NodeToCoordinator> {
         },
         NodeToCoordinator::Fenced { epoch: 8 },
         NodeToCoordinator::ShippingBehind { partition: 1, backup: 2, queued: u32::MAX },
+        NodeToCoordinator::StateDigest { partition: 1, seq: 9, digest: Ok(StateDigest(42)) },
+        NodeToCoordinator::StateDigest { partition: 1, seq: 10, digest: Err("stopped".into()) },
     ]
 }
 

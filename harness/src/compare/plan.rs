@@ -231,7 +231,7 @@ pub fn run_one(
         disk_bytes,
         backup_lag_ms: (plan.mode.is_passive() && acks_n > 0.0).then(|| ack_delay / acks_n / 1e3),
         replica_reads_consistent: (replicas > 1 && reads_total > 0)
-            .then(|| verdict.partitions.iter().all(|p| p.reads_differing == 0)),
+            .then(|| verdict.partitions.iter().all(|p| p.reads_agree())),
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),
         failover_detection_ms: None,
         failover_detected_by: None,

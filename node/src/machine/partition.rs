@@ -227,6 +227,9 @@ pub struct PartitionMachine<R> {
     /// A serving backup between a new coordinator leader's `TakeOver` and its first
     /// membership (docs/design.md §11): shipments are held, not applied.
     fence: Option<Fence<R>>,
+    /// Whether the replicas this machine installs take a state digest by a copy the carrier
+    /// steps ([`Replica::set_digest_by_copy`], [`PartitionMachine::take_digest_copy`]).
+    digest_by_copy: bool,
 }
 
 /// A passive backup's fence during a coordinator take-over. The new leader builds on where
@@ -259,6 +262,40 @@ impl<R> PartitionMachine<R> {
             pending_batches_max,
             state: State::Serving(Box::new(replica)),
             fence: None,
+            digest_by_copy: false,
+        }
+    }
+
+    /// Has this machine's replicas, now and once installed, take the state digest a batch
+    /// asks for by a copy that the carrier takes ([`PartitionMachine::take_digest_copy`])
+    /// and steps while the partition executes on (docs/design.md §10, "Checks during
+    /// traffic"). The carrier must then take the copy after every call that can execute a
+    /// batch.
+    pub fn digesting_by_copy(mut self) -> PartitionMachine<R> {
+        self.digest_by_copy = true;
+        match &mut self.state {
+            State::Serving(r) => r.set_digest_by_copy(true),
+            State::CatchingUp(c) => c.replica.set_digest_by_copy(true),
+            State::Rejoining(_) | State::Failed(_) => {}
+        }
+        self
+    }
+
+    /// The digest copy a batch that asked for the state digest began, with the replica it
+    /// copies (serving, or catching up after a rejoin).
+    pub fn take_digest_copy(&mut self) -> Option<(crate::replica::DigestCopy, &mut Replica)> {
+        let replica = self.executing_replica_mut()?;
+        let copy = replica.take_digest_copy()?;
+        Some((copy, replica))
+    }
+
+    /// The replica that executes batches: serving, or catching up after a rejoin (a digest
+    /// copy it began is stepped against it: docs/design.md §10, "Checks during traffic").
+    pub fn executing_replica_mut(&mut self) -> Option<&mut Replica> {
+        match &mut self.state {
+            State::Serving(r) => Some(r),
+            State::CatchingUp(c) => Some(&mut c.replica),
+            State::Rejoining(_) | State::Failed(_) => None,
         }
     }
 
@@ -278,6 +315,7 @@ impl<R> PartitionMachine<R> {
             pending_batches_max,
             state: State::Rejoining(Rejoin::default()),
             fence: None,
+            digest_by_copy: false,
         };
         let ask = Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition }));
         (m, vec![ask])
@@ -292,7 +330,8 @@ impl<R> PartitionMachine<R> {
         pending_batches_max: usize,
         reason: String,
     ) -> PartitionMachine<R> {
-        PartitionMachine { node, partition, mode, pending_batches_max, state: State::Failed(reason), fence: None }
+        let state = State::Failed(reason);
+        PartitionMachine { node, partition, mode, pending_batches_max, state, fence: None, digest_by_copy: false }
     }
 
     pub fn partition(&self) -> PartitionId {
@@ -696,6 +735,7 @@ impl<R> PartitionMachine<R> {
         assert_eq!((replica.node(), replica.partition()), (self.node, self.partition), "the partition's own replica");
         assert_eq!(replica.applied_seq(), snapshot_seq, "installed as of the starting state's batch");
         let mut replica = Box::new(replica);
+        replica.set_digest_by_copy(self.digest_by_copy);
         let start_digest = digest.unwrap_or_else(|| replica.state_digest());
         // A passive backup takes shipments only from the primary it copied (a held shipment of
         // a deposed primary is dropped: docs/design.md §11).

@@ -98,6 +98,21 @@ pub(super) fn forward<R: Send + 'static>(
     out
 }
 
+/// Where a copy's chunks go, and what it may take of the executor: `requester` (named in the
+/// log), at most `share_pct` percent of the executor's time under load, each chunk wrapped by
+/// `wrap` and sent to `reply` by a task on `runtime`, which calls `wake` when it made room or
+/// the copy ended. `digest_only`: only the end, with the digest, is wanted — a full-stack
+/// copy then sends no rows (a lean copy's rows are built all the same: its digest is theirs).
+pub struct Forwarding<'a, R, W> {
+    pub requester: String,
+    pub digest_only: bool,
+    pub share_pct: u32,
+    pub reply: mpsc::Sender<R>,
+    pub wrap: fn(SnapshotChunk) -> R,
+    pub runtime: &'a tokio::runtime::Handle,
+    pub wake: W,
+}
+
 /// A copy under way on an executor.
 pub struct CopyTask {
     sender: CopySender,
@@ -124,27 +139,30 @@ impl std::fmt::Debug for CopyTask {
 }
 
 impl CopyTask {
-    /// Begins a copy of `replica` (a lean one) for `requester`, its chunks wrapped by `wrap`
-    /// and sent to `reply` by a task on `runtime`, which calls `wake` when it made room or
-    /// ended; `None` when the replica is being copied already.
-    #[allow(clippy::too_many_arguments)]
+    /// Begins a copy of `replica` (a lean one), carried as `to` says; `None` when the replica
+    /// is being copied already.
     pub fn begin<R: Send + 'static>(
         replica: &mut Replica,
         request_id: u64,
-        requester: String,
         frame_bytes_max: usize,
-        share_pct: u32,
-        reply: mpsc::Sender<R>,
-        wrap: fn(SnapshotChunk) -> R,
-        runtime: &tokio::runtime::Handle,
-        wake: impl Fn() + Send + 'static,
+        to: Forwarding<'_, R, impl Fn() + Send + 'static>,
     ) -> Option<CopyTask> {
         let partition = replica.partition();
         let begun_seq = replica.applied_seq();
         let Store::Lean(db) = replica.store_mut() else { return None };
-        static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let copy_id = COPIES.fetch_add(1, Ordering::Relaxed);
+        let copy_id = snapshot::next_copy_id();
         let sender = CopySender::begin(db, copy_id, request_id, partition, begun_seq, frame_bytes_max)?;
+        Some(CopyTask::around(sender, partition, to))
+    }
+
+    /// Carries a copy already begun (`sender`, of `partition`) to its requester.
+    pub fn around<R: Send + 'static>(
+        sender: CopySender,
+        partition: PartitionId,
+        to: Forwarding<'_, R, impl Fn() + Send + 'static>,
+    ) -> CopyTask {
+        let Forwarding { requester, share_pct, reply, wrap, runtime, wake, .. } = to;
+        let begun_seq = sender.seq();
         let room = Arc::new(AtomicBool::new(false));
         let forwarder_room = room.clone();
         let sent_one = move |ended: bool| {
@@ -154,7 +172,7 @@ impl CopyTask {
         };
         let out = forward(runtime, partition, reply, wrap, sent_one);
         info!(partition, seq = begun_seq, requester = %requester, "copying the partition while it executes");
-        Some(CopyTask {
+        CopyTask {
             sender,
             out,
             room,
@@ -166,7 +184,7 @@ impl CopyTask {
             busy: Duration::ZERO,
             share: f64::from(share_pct.clamp(1, 100)) / 100.0,
             stalled: false,
-        })
+        }
     }
 
     /// Moves the copy on by at most one chunk. `under_load`: batches wait, so the copy keeps

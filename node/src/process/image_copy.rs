@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 use wire::messages::{PartitionId, Seq, SnapshotChunk, StateDigest};
 
-use super::copy::{forward, Step};
+use super::copy::{forward, Forwarding, Step};
 use crate::replica::{Replica, Store};
 use crate::snapshot;
 
@@ -67,25 +67,35 @@ impl std::fmt::Debug for ImageCopyTask {
 }
 
 impl ImageCopyTask {
-    /// Begins a copy of `replica` (a full-stack one) for a tool, its chunks wrapped by `wrap`
-    /// and sent to `reply` by a task on `runtime`; `wake` is called when the rebuilding thread
-    /// made room. Refused (why) when the replica cannot be copied this way now.
-    #[allow(clippy::too_many_arguments)]
+    /// Begins a copy of `replica` (a full-stack one), carried as `to` says (`to.wake` is
+    /// called when the rebuilding thread made room). Refused (why) when the replica cannot be
+    /// copied this way now.
     pub fn begin<R: Send + 'static>(
         replica: &mut Replica,
         request_id: u64,
         frame_bytes_max: usize,
-        share_pct: u32,
-        reply: mpsc::Sender<R>,
-        wrap: fn(SnapshotChunk) -> R,
-        runtime: &tokio::runtime::Handle,
-        wake: impl Fn() + Send + 'static,
+        to: Forwarding<'_, R, impl Fn() + Send + 'static>,
     ) -> Result<ImageCopyTask, String> {
-        let partition = replica.partition();
+        let Store::Full(f) = replica.store_mut() else { return Err("not a full-stack replica".into()) };
+        f.database().begin_image_copy().map_err(|e| e.to_string())?;
         let begun_seq = replica.applied_seq();
+        ImageCopyTask::around(replica, begun_seq, request_id, frame_bytes_max, to)
+    }
+
+    /// Carries the image copy of `replica` already begun
+    /// ([`ConventionalDb::begin_image_copy`] was called right after batch `begun_seq`), as
+    /// `to` says.
+    pub fn around<R: Send + 'static>(
+        replica: &mut Replica,
+        begun_seq: Seq,
+        request_id: u64,
+        frame_bytes_max: usize,
+        to: Forwarding<'_, R, impl Fn() + Send + 'static>,
+    ) -> Result<ImageCopyTask, String> {
+        let Forwarding { requester, digest_only, share_pct, reply, wrap, runtime, wake } = to;
+        let partition = replica.partition();
         let Store::Full(f) = replica.store_mut() else { return Err("not a full-stack replica".into()) };
         let db = f.database();
-        db.begin_image_copy().map_err(|e| e.to_string())?;
         let config = db.config().clone();
         let out = forward(runtime, partition, reply, wrap, |_| {});
         let (to_rebuild, pieces) = std::sync::mpsc::sync_channel::<Piece>(IMAGE_PIECES_AHEAD);
@@ -111,6 +121,10 @@ impl ImageCopyTask {
                 let mut session = db.session().map_err(|e| e.to_string())?;
                 let digest = StateDigest::from(engine::digest::digest(&mut session));
                 let mut send = |c| thread_out.blocking_send(c).is_ok();
+                if digest_only {
+                    let complete = send(snapshot::digest_only(request_id, partition, begun_seq, digest));
+                    return Ok(snapshot::Streamed { chunks: 1, rows: 0, bytes: 0, complete });
+                }
                 Ok(snapshot::stream(&mut session, request_id, partition, begun_seq, digest, frame_bytes_max, &mut send))
             });
             match streamed {
@@ -133,7 +147,7 @@ impl ImageCopyTask {
             .spawn(rebuild)
             .map_err(|e| format!("cannot start the thread rebuilding the copy: {e}"))
             .inspect_err(|_| db.abort_image_copy())?;
-        info!(partition, seq = begun_seq, "copying the full-stack partition's pages while it executes");
+        info!(partition, seq = begun_seq, requester = %requester, "copying the full-stack partition's pages while it executes");
         Ok(ImageCopyTask {
             to_rebuild,
             out,

@@ -10,7 +10,7 @@ use engine::procedures::TxnInput;
 
 use crate::channel::channel_enum;
 use crate::messages::{
-    Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, ReplicaStanding, Results, Seq, Timestamp,
+    Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, ReplicaStanding, Results, Seq, StateDigest, Timestamp,
 };
 
 channel_enum! {
@@ -157,6 +157,11 @@ channel_enum! {
         /// load"). Sent at most every 100 ms per backup; last of the channel, so frames recorded
         /// before it keep their meaning.
         ShippingBehind { partition: PartitionId, backup: NodeId, queued: u32 },
+        /// The state digest of `partition` after batch `seq`, which asked for one
+        /// ([`Batch::digest_after`]), or why this replica could not take it. Taken from a copy
+        /// of the state begun right after the batch, while the partition executes on (docs/
+        /// design.md §10, "Checks during traffic"), so it comes after the batch's results.
+        StateDigest { partition: PartitionId, seq: Seq, digest: Result<StateDigest, String> },
     }
 }
 
