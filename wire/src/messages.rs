@@ -31,8 +31,9 @@ use serde::{Deserialize, Serialize};
 /// The protocol version: the first byte of every frame and a field of [`Hello`]. 7: one enum
 /// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
 /// a typed [`PartitionPhase`] and [`ReplicationRole`]; 11: the coordinator group's channel,
-/// and a coordinator's status names the leader it knows.
-pub const PROTOCOL_VERSION: u8 = 11;
+/// and a coordinator's status names the leader it knows; 12: a batch's state digest comes
+/// apart from its [`Results`], in `NodeToCoordinator::StateDigest`.
+pub const PROTOCOL_VERSION: u8 = 12;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
