@@ -366,6 +366,51 @@ fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
     check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
 }
 
+/// Attack, "a tool that never reads": a `glass dump` copying a partition from the only live
+/// replica is stopped (SIGSTOP) mid-copy, so it reads nothing more; then the killed node
+/// rejoins. The rejoining node's request ends the tool's copy (docs/design.md §10, "Copying
+/// without stopping"): the partition's redundancy does not wait out the tool's patience.
+/// Continued, the tool fails and says why.
+#[test]
+fn a_tool_stopped_mid_copy_does_not_hold_up_a_rejoin() {
+    let _machine = one_cluster_at_a_time();
+    let dir = scratch("failover-stopped-tool");
+    let config = quick_cluster(&dir);
+    let _guard = Teardown(config.clone());
+    let cfg = config.to_str().unwrap();
+    up_and_kill_node_1(&dir, &config, &[], true);
+
+    let source_log = dir.join("run/node-2.log");
+    let copying = "copying the partition while it executes";
+    let copies_before = std::fs::read_to_string(&source_log).unwrap().matches(copying).count();
+    let dump_log = dir.join("dump.log");
+    let out = std::fs::File::create(&dump_log).unwrap();
+    let mut dump = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .args(["dump", "--config", cfg, "--out", dir.join("dump").to_str().unwrap()])
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_log(&source_log, copying, copies_before + 1, Duration::from_secs(30));
+    let stopped = Command::new("kill").args(["-STOP", &dump.id().to_string()]).status().unwrap();
+    assert!(stopped.success());
+
+    let log = dir.join("rejoin.log");
+    let joiner = rejoining_node(&config, &log);
+    wait_for_log(&log, "rejoined", 2, Duration::from_secs(60));
+    let source = std::fs::read_to_string(&source_log).unwrap();
+    assert_eq!(source.matches("a rejoining node's copy of the partition goes first").count(), 1, "{source}");
+    assert!(!source.contains("took nothing for"), "the tool's patience did not have to run out:\n{source}");
+
+    let continued = Command::new("kill").args(["-CONT", &dump.id().to_string()]).status().unwrap();
+    assert!(continued.success());
+    let status = dump.wait().unwrap();
+    let said = std::fs::read_to_string(&dump_log).unwrap();
+    assert!(!status.success() && said.contains("goes first"), "{status}: {said}");
+    check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
+}
+
 /// Issue 6, logless rejoin "a restarted node (or a new one)": a spare node the file places
 /// no replica on (so `cluster up` leaves it alone) joins partition 1 of a running
 /// active-active cluster with `glass node --join 1`: it copies a live replica, executes

@@ -94,6 +94,9 @@ pub const TOOL_OUTBOX_MAX: usize = 8;
 /// the reply: a peer that does not read its replies (dead, hung or hostile) must not stall
 /// the partition's executor — the node's core — for longer than this.
 pub const TOOL_REPLY_PATIENCE: Duration = Duration::from_millis(1_000);
+/// Tools' and peers' requests an executor keeps waiting for a copy to end; past it they are
+/// refused as busy (the requester may ask again).
+pub const DEFERRED_MAX: usize = 64;
 /// Messages queued for one coordinator link; past it the writer task waits (the leader's
 /// link: backpressure on the executors), as it would on the link itself.
 pub const LINK_OUTBOX_MAX: usize = 1_024;
@@ -530,6 +533,7 @@ fn start_replica(
         deaf_peers: Default::default(),
         copy: Default::default(),
         digest_copies: Default::default(),
+        tool_rebuilds: Default::default(),
         copy_share_pct: config.limits.copy_share_pct,
         runtime: tokio::runtime::Handle::current(),
     };
@@ -635,6 +639,11 @@ struct Executor {
     /// traffic"): one per batch that asked for one, while the previous is still under way
     /// (the engine copies one state at a time, so at most one of them steps the engine).
     digest_copies: std::cell::RefCell<Vec<copy::Copying>>,
+    /// Tools' copies of a full-stack replica whose rebuilding thread still runs (it holds the
+    /// page image and the rebuilt database while it streams): while one does, a tool's next
+    /// copy waits, so tools that read slowly, or not at all, cannot pile up copies as large as
+    /// the partition.
+    tool_rebuilds: Arc<std::sync::atomic::AtomicUsize>,
     /// `limits.copy_share_pct`.
     copy_share_pct: u32,
     /// The node's runtime, where a copy's forwarder runs.
@@ -822,6 +831,10 @@ impl Executor {
                 self.on_work(&mut machine, work, &mut deferred);
                 self.retry_deferred(&mut machine, &mut deferred);
             }
+            if woken && !deferred.is_empty() {
+                // A tool's rebuilding thread may have ended.
+                self.retry_deferred(&mut machine, &mut deferred);
+            }
             let worked = t0.elapsed();
             self.copy_step(&mut machine, !woken, &mut deferred);
             self.free_copy_leftovers(&mut machine);
@@ -910,12 +923,17 @@ impl Executor {
     /// under way (one at a time) is over.
     fn can_answer(&self, machine: &Machine, w: &Work) -> bool {
         let copying = matches!(asked(w), Asked::Snapshot { .. } | Asked::Digest) && self.copying();
-        !copying && machine.can_answer(asked(w))
+        let tool_rebuilding = matches!(w, Work::Tool { req: ToolRequest::SnapshotRequest { .. }, .. })
+            && self.tool_rebuilds.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        !copying && !tool_rebuilding && machine.can_answer(asked(w))
     }
 
     /// One piece of work: to the machine, or (a tool's or a peer's request) answered from the
     /// replica now, deferred until it can be, or refused.
     fn on_work(&self, machine: &mut Machine, work: Work, deferred: &mut Vec<Work>) {
+        if let Work::Peer { req: PeerRequest::SnapshotRequest { .. }, .. } = &work {
+            self.preempt_tool_copy(machine);
+        }
         let effects = match work {
             Work::Stop | Work::CopyRoom => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
@@ -938,7 +956,16 @@ impl Executor {
             }
             Work::Peer { req: PeerRequest::Ship(shipment), reply } => machine.on_shipment(shipment, reply),
             w if !self.can_answer(machine, &w) => {
-                deferred.push(w);
+                if deferred.len() < DEFERRED_MAX {
+                    deferred.push(w);
+                    return;
+                }
+                let reason = format!("busy: {DEFERRED_MAX} requests already wait for the replica's copy to end");
+                match &w {
+                    Work::Tool { req, reply } => self.refuse_tool(req, &reason, reply),
+                    Work::Peer { req, reply } => self.refuse_peer(req, &reason, reply),
+                    _ => {}
+                }
                 return;
             }
             Work::Tool { req, reply } => {

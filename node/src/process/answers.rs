@@ -138,6 +138,19 @@ impl Executor {
             wake: move || {
                 let _ = inbox.try_send(Work::CopyRoom);
             },
+            held_by_thread: None,
+        }
+    }
+
+    /// Ends a tool's copy of the replica under way, if any, for a rejoining node's request
+    /// (docs/design.md §10, "Copying without stopping"): the partition's one copy goes to
+    /// restoring its redundancy, and a tool that reads slowly or not at all cannot hold it.
+    pub(super) fn preempt_tool_copy(&self, machine: &mut Machine) {
+        let mut copy = self.copy.borrow_mut();
+        if copy.as_ref().is_some_and(copy::Copying::preemptible) {
+            if let Some(mut task) = copy.take() {
+                task.preempt(machine.replica_mut(), "ended: a rejoining node's copy of the partition goes first");
+            }
         }
     }
 
@@ -239,6 +252,7 @@ impl Executor {
         if let Store::Lean(_) = replica.store_mut() {
             let to = self.forwarding(requester, false, reply.clone(), wrap);
             match copy::CopyTask::begin(replica, request_id, self.frame_bytes_max, to) {
+                Some(task) if !R::IS_PEER => *self.copy.borrow_mut() = Some(copy::Copying::Rows(task.preemptible())),
                 Some(task) => *self.copy.borrow_mut() = Some(copy::Copying::Rows(task)),
                 None => {
                     let refusal = snapshot::refusal(request_id, partition, "a copy is under way".into());
@@ -251,7 +265,10 @@ impl Executor {
             // A copy of its pages taken while it executes on, rebuilt and streamed by a thread
             // (docs/design.md §10); a configuration that cannot checkpoint (logging switched
             // off on the paper's staircase) is copied between two batches below.
-            let to = self.forwarding(requester, false, reply.clone(), wrap);
+            let mut to = self.forwarding(requester, false, reply.clone(), wrap);
+            if !R::IS_PEER {
+                to.held_by_thread = Some(self.tool_rebuilds.clone());
+            }
             match image_copy::ImageCopyTask::begin(replica, request_id, self.frame_bytes_max, to) {
                 Ok(task) => {
                     *self.copy.borrow_mut() = Some(copy::Copying::Image(task));
@@ -289,8 +306,17 @@ impl Executor {
     /// Answers a tool's request the replica cannot serve (`reason`): a snapshot is refused;
     /// the rest go unanswered.
     pub(super) fn refuse_tool(&self, req: &ToolRequest, reason: &str, reply: &mpsc::Sender<ToolReply>) {
-        if let ToolRequest::SnapshotRequest { request_id, partition, .. } = req {
-            self.reply_to(reply, ToolReply::SnapshotChunk(snapshot::refusal(*request_id, *partition, reason.into())));
+        match req {
+            ToolRequest::SnapshotRequest { request_id, partition, .. } => self
+                .reply_to(reply, ToolReply::SnapshotChunk(snapshot::refusal(*request_id, *partition, reason.into()))),
+            ToolRequest::DigestRequest { request_id, partition } => {
+                let busy = DigestOutcome::Busy;
+                self.reply_to(
+                    reply,
+                    ToolReply::DigestReply { request_id: *request_id, partition: *partition, outcome: busy },
+                )
+            }
+            _ => {}
         }
     }
 

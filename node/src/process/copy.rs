@@ -60,6 +60,18 @@ impl Copying {
         }
     }
 
+    /// Whether a rejoining node's request ends this copy (a tool's copy of a lean replica).
+    pub fn preemptible(&self) -> bool {
+        matches!(self, Copying::Rows(t) if t.preemptible)
+    }
+
+    /// Ends a preemptible copy now, the requester told `why` ([`CopyTask::preempt`]).
+    pub fn preempt(&mut self, replica: Option<&mut Replica>, why: &str) {
+        if let Copying::Rows(t) = self {
+            t.preempt(replica, why);
+        }
+    }
+
     /// Moves the copy on by at most one step.
     pub fn step(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
         match self {
@@ -69,9 +81,13 @@ impl Copying {
     }
 }
 
+/// A copy's last word when it is ended from outside (a rejoining node's copy goes first):
+/// the forwarder drops what is still queued and sends this refusal instead.
+pub(super) type Cut = Arc<std::sync::Mutex<Option<SnapshotChunk>>>;
+
 /// Starts the task on `runtime` that carries a copy's chunks, wrapped by `wrap`, to `reply`,
 /// calling `sent_one(false)` after each chunk and `sent_one(true)` when it ends; returns its queue
-/// ([`COPY_CHUNKS_AHEAD`] chunks). A receiver that takes nothing for
+/// ([`COPY_CHUNKS_AHEAD`] chunks) and its [`Cut`]. A receiver that takes nothing for
 /// [`COPY_RECEIVER_PATIENCE`] ends it.
 pub(super) fn forward<R: Send + 'static>(
     runtime: &tokio::runtime::Handle,
@@ -79,10 +95,21 @@ pub(super) fn forward<R: Send + 'static>(
     reply: mpsc::Sender<R>,
     wrap: fn(SnapshotChunk) -> R,
     sent_one: impl Fn(bool) + Send + 'static,
-) -> mpsc::Sender<SnapshotChunk> {
+) -> (mpsc::Sender<SnapshotChunk>, Cut) {
     let (out, mut rx) = mpsc::channel::<SnapshotChunk>(COPY_CHUNKS_AHEAD);
+    let cut: Cut = Arc::default();
+    let last_word = cut.clone();
+    let take_cut = move || last_word.lock().unwrap_or_else(|e| e.into_inner()).take();
     runtime.spawn(async move {
-        while let Some(chunk) = rx.recv().await {
+        loop {
+            let next = match take_cut() {
+                Some(refusal) => Some((refusal, true)),
+                None => match rx.recv().await {
+                    Some(chunk) => Some((chunk, false)),
+                    None => take_cut().map(|refusal| (refusal, true)),
+                },
+            };
+            let Some((chunk, last)) = next else { break };
             let sent = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.send(wrap(chunk))).await;
             sent_one(false);
             if !matches!(sent, Ok(Ok(()))) {
@@ -91,11 +118,14 @@ pub(super) fn forward<R: Send + 'static>(
                 }
                 break;
             }
+            if last {
+                break;
+            }
         }
         drop(rx);
         sent_one(true);
     });
-    out
+    (out, cut)
 }
 
 /// Where a copy's chunks go, and what it may take of the executor: `requester` (named in the
@@ -111,6 +141,9 @@ pub struct Forwarding<'a, R, W> {
     pub wrap: fn(SnapshotChunk) -> R,
     pub runtime: &'a tokio::runtime::Handle,
     pub wake: W,
+    /// Counts the copy while a thread of its own still holds it (a full-stack copy's
+    /// rebuilding thread): one more while it runs; `wake` is called when it ends.
+    pub held_by_thread: Option<Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 /// A copy under way on an executor.
@@ -130,6 +163,9 @@ pub struct CopyTask {
     share: f64,
     /// The last step found nothing to do until woken.
     stalled: bool,
+    /// A tool's copy, which a rejoining node's request ends ([`CopyTask::preempt`]).
+    preemptible: bool,
+    cut: Cut,
 }
 
 impl std::fmt::Debug for CopyTask {
@@ -170,7 +206,7 @@ impl CopyTask {
                 wake();
             }
         };
-        let out = forward(runtime, partition, reply, wrap, sent_one);
+        let (out, cut) = forward(runtime, partition, reply, wrap, sent_one);
         info!(partition, seq = begun_seq, requester = %requester, "copying the partition while it executes");
         CopyTask {
             sender,
@@ -184,7 +220,32 @@ impl CopyTask {
             busy: Duration::ZERO,
             share: f64::from(share_pct.clamp(1, 100)) / 100.0,
             stalled: false,
+            preemptible: false,
+            cut,
         }
+    }
+
+    /// Marks a tool's copy: a rejoining node's request for a copy of the same partition ends
+    /// it ([`CopyTask::preempt`]).
+    pub fn preemptible(mut self) -> CopyTask {
+        self.preemptible = true;
+        self
+    }
+
+    /// Ends the copy now, for `why`: the engine's copy of `replica` is dropped and the
+    /// requester is sent a refusal saying why, in place of the chunks not yet sent. (A tool
+    /// that reads slowly, or not at all, would otherwise hold the partition's one copy for
+    /// up to [`COPY_RECEIVER_PATIENCE`], and a rejoining node's request with it.)
+    pub fn preempt(&mut self, replica: Option<&mut Replica>, why: &str) {
+        if let Some(Store::Lean(db)) = replica.map(Replica::store_mut) {
+            if self.sender.is_copying(db) {
+                db.abort_copy();
+            }
+        }
+        self.blocked = None;
+        warn!(partition = self.partition, requester = %self.requester, reason = why, "copy ended");
+        let refusal = snapshot::refusal(self.sender.request_id(), self.partition, why.to_string());
+        *self.cut.lock().unwrap_or_else(|e| e.into_inner()) = Some(refusal);
     }
 
     /// Moves the copy on by at most one chunk. `under_load`: batches wait, so the copy keeps

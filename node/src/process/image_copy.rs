@@ -41,6 +41,19 @@ enum Piece {
     End,
 }
 
+/// The rebuilding thread's hold on its copy's count ([`Forwarding::held_by_thread`]):
+/// released, and the executor woken, when the thread ends however it ends.
+struct Held<'w, W: Fn()>(Option<Arc<std::sync::atomic::AtomicUsize>>, &'w W);
+
+impl<W: Fn()> Drop for Held<'_, W> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.fetch_sub(1, Ordering::SeqCst);
+            (self.1)();
+        }
+    }
+}
+
 /// A tool's copy of a full-stack replica under way on an executor.
 pub struct ImageCopyTask {
     to_rebuild: std::sync::mpsc::SyncSender<Piece>,
@@ -92,16 +105,22 @@ impl ImageCopyTask {
         frame_bytes_max: usize,
         to: Forwarding<'_, R, impl Fn() + Send + 'static>,
     ) -> Result<ImageCopyTask, String> {
-        let Forwarding { requester, digest_only, share_pct, reply, wrap, runtime, wake } = to;
+        let Forwarding { requester, digest_only, share_pct, reply, wrap, runtime, wake, held_by_thread } = to;
         let partition = replica.partition();
         let Store::Full(f) = replica.store_mut() else { return Err("not a full-stack replica".into()) };
         let db = f.database();
         let config = db.config().clone();
-        let out = forward(runtime, partition, reply, wrap, |_| {});
+        let (out, _) = forward(runtime, partition, reply, wrap, |_| {});
         let (to_rebuild, pieces) = std::sync::mpsc::sync_channel::<Piece>(IMAGE_PIECES_AHEAD);
         let room = Arc::new(AtomicBool::new(false));
         let (thread_out, thread_room) = (out.clone(), room.clone());
+        // Counted from here until the thread ends (or could not start).
+        let held = held_by_thread.inspect(|c| {
+            c.fetch_add(1, Ordering::SeqCst);
+        });
+        let release = held.clone();
         let rebuild = move || {
+            let _held = Held(held, &wake);
             let mut image = Vec::new();
             loop {
                 let piece = pieces.recv();
@@ -146,7 +165,12 @@ impl ImageCopyTask {
             .name(format!("image-copy-p{partition}"))
             .spawn(rebuild)
             .map_err(|e| format!("cannot start the thread rebuilding the copy: {e}"))
-            .inspect_err(|_| db.abort_image_copy())?;
+            .inspect_err(|_| {
+                db.abort_image_copy();
+                if let Some(c) = &release {
+                    c.fetch_sub(1, Ordering::SeqCst);
+                }
+            })?;
         info!(partition, seq = begun_seq, requester = %requester, "copying the full-stack partition's pages while it executes");
         Ok(ImageCopyTask {
             to_rebuild,
