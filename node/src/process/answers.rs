@@ -303,8 +303,8 @@ impl Executor {
         send_from_thread(format!("snapshot-p{partition}"), chunks.into_iter().map(wrap).collect(), reply.clone());
     }
 
-    /// Answers a tool's request the replica cannot serve (`reason`): a snapshot is refused;
-    /// the rest go unanswered.
+    /// Answers a tool's request the replica cannot serve (`reason`): a snapshot is refused, a
+    /// digest answered `Busy` (the tool may ask again); the rest go unanswered.
     pub(super) fn refuse_tool(&self, req: &ToolRequest, reason: &str, reply: &mpsc::Sender<ToolReply>) {
         match req {
             ToolRequest::SnapshotRequest { request_id, partition, .. } => self
