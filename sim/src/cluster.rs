@@ -55,7 +55,7 @@ use node::snapshot::{LogBaseReceived, SnapshotInfo};
 use node::{Replica, TransferError};
 use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator, PeerReply};
 use wire::config::{ClusterConfig, Mode, Shipping, WarehouseRange};
-use wire::messages::{ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, Seq};
+use wire::messages::{ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, Seq, StateDigest};
 use workload::gen::{GenConfig, Generator, Profile};
 
 use crate::disk::Disks;
@@ -291,13 +291,10 @@ pub struct PeerAddr {
 type Partition = PartitionMachine<PeerAddr>;
 
 /// `machine`, taking the state digests a batch asks for from a copy stepped while it executes
-/// on, as a node process does — lean replicas only: the full stack's page-image copy needs a
-/// thread to rebuild the database, and the simulator digests its replicas at once.
-fn digesting(mode: Mode, machine: Partition) -> Partition {
-    match mode {
-        Mode::FullStack => machine,
-        Mode::ActiveActive | Mode::ActivePassive => machine.digesting_by_copy(),
-    }
+/// on, as a node process does: a lean replica's rows, or a full-stack replica's page image
+/// (which the simulator rebuilds in place once it is whole, where a node has a thread do it).
+fn digesting(machine: Partition) -> Partition {
+    machine.digesting_by_copy()
 }
 
 /// A fetch a rejoining replica started (`node::machine::Effect::Fetch`), not yet completed.
@@ -335,7 +332,7 @@ struct InCopy {
     db: engine::LeanDb,
 }
 
-/// A copy under way that takes a lean replica's state digest after batch `seq`, as a node's
+/// A copy under way that takes a replica's state digest after batch `seq`, as a node's
 /// executor carries it (`node::process`): stepped a seeded number of chunks at a time while
 /// the replica executes on, its end's digest reported to the coordinator.
 struct DigestInCopy {
@@ -343,7 +340,67 @@ struct DigestInCopy {
     process: u64,
     partition: PartitionId,
     seq: Seq,
-    sender: node::snapshot::CopySender,
+    copy: DigestCopying,
+}
+
+/// What a digest copy steps: a lean replica's rows, or the bytes of a full-stack replica's
+/// page image taken so far.
+enum DigestCopying {
+    Rows(node::snapshot::CopySender),
+    Image(Vec<u8>),
+}
+
+/// Bytes of a full-stack page image one simulated step takes (a node's executor takes 256
+/// KiB; smaller here, so that the simulator's small partitions' copies race their batches).
+const IMAGE_STEP_BYTES: usize = 16 << 10;
+
+/// Moves a digest copy of `replica` on by `steps` steps; its outcome once it has one: the
+/// digest, or why there is none. A full-stack image, once whole, is rebuilt into a database
+/// of its own and digested there, as a node's rebuilding thread does.
+fn step_digest_copy(
+    copy: &mut DigestCopying,
+    replica: &mut Replica,
+    steps: u64,
+) -> Option<Result<StateDigest, String>> {
+    match (copy, replica.store_mut()) {
+        (DigestCopying::Rows(sender), Store::Lean(db)) => {
+            if !sender.is_copying(db) {
+                return Some(Err("the replica's state was replaced".to_string()));
+            }
+            for _ in 0..steps {
+                match sender.next(db) {
+                    node::snapshot::CopyNext::Chunk(chunk) => match chunk.end {
+                        Some(wire::messages::SnapshotEnd::Complete { digest, .. }) => return Some(Ok(digest)),
+                        Some(wire::messages::SnapshotEnd::Refused { reason }) => return Some(Err(reason)),
+                        None => {}
+                    },
+                    node::snapshot::CopyNext::Over => return Some(Err("the copy is over".to_string())),
+                }
+            }
+            None
+        }
+        (DigestCopying::Image(image), Store::Full(f)) => {
+            let db = f.database();
+            if !db.image_copy_active() {
+                return Some(Err("the replica's state was replaced".to_string()));
+            }
+            for _ in 0..steps {
+                match db.image_copy_step(IMAGE_STEP_BYTES, image) {
+                    Ok(engine::conventional::ImageCopyStep::More) => {}
+                    Ok(engine::conventional::ImageCopyStep::Done { .. }) => {
+                        let rebuilt = engine::conventional::ConventionalDb::open_from_image(db.config().clone(), image)
+                            .and_then(|db| db.session())
+                            .map(|mut session| StateDigest::from(engine::digest::digest(&mut session)))
+                            .map_err(|e| format!("the image did not rebuild: {e}"));
+                        return Some(rebuilt);
+                    }
+                    Err(e) => return Some(Err(format!("the page image copy failed: {e}"))),
+                }
+            }
+            None
+        }
+        _ => Some(Err("the replica changed".to_string())),
+    }
 }
 
 impl std::fmt::Debug for DigestInCopy {
@@ -535,7 +592,7 @@ impl Sim {
                 let r = Replica::with_role(n.id, pid, role, store, pending_max);
                 let state = wire::messages::LoadState::Ready { digest };
                 loaded.push((n.id, NodeToCoordinator::LoadStatus { partition: pid, state }));
-                partitions.insert(pid, digesting(mode, Partition::serving(mode, r, pending_max)));
+                partitions.insert(pid, digesting(Partition::serving(mode, r, pending_max)));
             }
             let peers = BTreeMap::new();
             let node = SimNode { up: true, process, links, mute_until_us: 0, machine, partitions, peers };
@@ -1171,14 +1228,12 @@ impl Sim {
     fn take_digest_copy(&mut self, node: NodeId, partition: PartitionId) {
         let process = self.nodes[&node].process;
         let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { return };
-        match m.take_digest_copy() {
-            Some((node::replica::DigestCopy::Rows { seq, sender }, _)) => {
-                self.digest_copies.push(DigestInCopy { node, process, partition, seq, sender });
-            }
-            // Only lean replicas digest by copy here (`digesting`).
-            Some((node::replica::DigestCopy::Image { .. }, _)) => unreachable!("a full-stack digest copy"),
-            None => {}
-        }
+        let (seq, copy) = match m.take_digest_copy() {
+            Some((node::replica::DigestCopy::Rows { seq, sender }, _)) => (seq, DigestCopying::Rows(sender)),
+            Some((node::replica::DigestCopy::Image { seq }, _)) => (seq, DigestCopying::Image(Vec::new())),
+            None => return,
+        };
+        self.digest_copies.push(DigestInCopy { node, process, partition, seq, copy });
     }
 
     /// Moves each digest copy on by a seeded number of chunks (batches run in between: the
@@ -1195,34 +1250,18 @@ impl Sim {
                 continue;
             };
             let replica = n.partitions.get_mut(&partition).and_then(Partition::executing_replica_mut);
-            let mut outcome = None;
-            match replica {
-                None => outcome = Some(Err("the replica is rejoining".to_string())),
-                Some(r) if r.stopped().is_some() => outcome = Some(Err("stopped".to_string())),
+            let outcome = match replica {
+                None => Some(Err("the replica is rejoining".to_string())),
+                Some(r) if r.stopped().is_some() => Some(Err("stopped".to_string())),
                 Some(r) => {
                     let raced = r.applied_seq() > seq;
-                    let Store::Lean(db) = r.store_mut() else { unreachable!("a lean replica's digest copy") };
-                    if !c.sender.is_copying(db) {
-                        outcome = Some(Err("the replica's state was replaced".to_string()));
+                    let outcome = step_digest_copy(&mut c.copy, r, steps);
+                    if raced && matches!(outcome, Some(Ok(_))) {
+                        self.stats.digest_copies_raced += 1;
                     }
-                    for _ in 0..steps {
-                        if outcome.is_some() {
-                            break;
-                        }
-                        match c.sender.next(db) {
-                            node::snapshot::CopyNext::Chunk(chunk) => match chunk.end {
-                                Some(wire::messages::SnapshotEnd::Complete { digest, .. }) => {
-                                    self.stats.digest_copies_raced += u64::from(raced);
-                                    outcome = Some(Ok(digest));
-                                }
-                                Some(wire::messages::SnapshotEnd::Refused { reason }) => outcome = Some(Err(reason)),
-                                None => {}
-                            },
-                            node::snapshot::CopyNext::Over => outcome = Some(Err("the copy is over".to_string())),
-                        }
-                    }
+                    outcome
                 }
-            }
+            };
             let Some(digest) = outcome else {
                 i += 1;
                 continue;
@@ -1629,7 +1668,7 @@ impl Sim {
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
         let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
-        drop(self.node_mut(node).partitions.insert(partition, digesting(mode, fresh)));
+        drop(self.node_mut(node).partitions.insert(partition, digesting(fresh)));
         self.perform_partition(node, partition, effects);
     }
     /// Every partition of `node` drops its state and rejoins (its link came back).
@@ -1641,7 +1680,7 @@ impl Sim {
         for p in pids {
             let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
             // The old state (a full stack's database) goes first.
-            drop(self.node_mut(node).partitions.insert(p, digesting(mode, fresh)));
+            drop(self.node_mut(node).partitions.insert(p, digesting(fresh)));
             self.perform_partition(node, p, effects);
         }
     }
@@ -1703,7 +1742,7 @@ impl Sim {
         let (mode, pending) = (self.mode, self.pending_max);
         for (p, _) in roles {
             let (m, effects) = Partition::rejoining(mode, node, p, pending);
-            self.node_mut(node).partitions.insert(p, digesting(mode, m));
+            self.node_mut(node).partitions.insert(p, digesting(m));
             self.perform_partition(node, p, effects);
         }
         for c in self.coordinator_ids() {
