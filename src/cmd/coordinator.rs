@@ -55,7 +55,12 @@ pub fn run(a: CoordinatorArgs) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("start the tokio runtime")?;
     rt.block_on(async {
         let listener = coordinator::process::bind(&config, me, address).await?;
-        tracing::info!(address = %listener.local_addr(), pid = std::process::id(), "listening");
+        tracing::info!(
+            address = %listener.local_addr(),
+            pid = std::process::id(),
+            udp_buffers = %wire::endpoint::udp_socket_buffers(),
+            "listening"
+        );
         coordinator::process::run(config, me, listener, logging::shutdown_signal()).await
     })?;
     Ok(ExitCode::SUCCESS)

@@ -63,7 +63,13 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         .context("start the tokio runtime")?;
     rt.block_on(async {
         let listener = node::process::bind(&config, a.id, address).await?;
-        tracing::info!(node = a.id, address = %listener.local_addr(), pid = std::process::id(), "listening");
+        tracing::info!(
+            node = a.id,
+            address = %listener.local_addr(),
+            pid = std::process::id(),
+            udp_buffers = %wire::endpoint::udp_socket_buffers(),
+            "listening"
+        );
         let start = match (a.rejoin, a.join.is_empty()) {
             (true, _) => node::process::Start::Rejoin,
             (false, false) => node::process::Start::Join(a.join.clone()),

@@ -564,13 +564,51 @@ fn transport_config(limits: &EndpointLimits, side: Side) -> Arc<TransportConfig>
     Arc::new(t)
 }
 
+/// The receive and send buffer each endpoint's UDP socket asks of the kernel. Linux grants at
+/// most `net.core.rmem_max` / `wmem_max` (and doubles it for its own bookkeeping). With the
+/// kernel's default (208 KiB) a process whose threads were busy for a few milliseconds — a
+/// joiner installing a copy on a shared machine, a survivor streaming one — had datagrams
+/// dropped (`RcvbufErrors` in /proc/net/snmp: 50,984 over one session's failover runs), and
+/// QUIC's loss recovery then held up whatever the lost packets carried — heartbeats,
+/// batches, results — for a probe timeout that grows with each loss.
+pub const UDP_SOCKET_BUFFER_BYTES: usize = 8 << 20;
+
 /// A UDP endpoint on `addr` that accepts datagrams of up to [`UDP_PAYLOAD_BYTES_MAX`] (quinn's
-/// default endpoint refuses more than 1,472).
+/// default endpoint refuses more than 1,472), its socket's buffers sized
+/// [`UDP_SOCKET_BUFFER_BYTES`] where the kernel allows.
 fn endpoint(addr: SocketAddr, server: Option<quinn::ServerConfig>) -> std::io::Result<quinn::Endpoint> {
     let mut config = quinn::EndpointConfig::default();
     config.max_udp_payload_size(UDP_PAYLOAD_BYTES_MAX).map_err(std::io::Error::other)?;
     let runtime = quinn::default_runtime().ok_or_else(|| std::io::Error::other("no tokio runtime"))?;
-    quinn::Endpoint::new(config, server, std::net::UdpSocket::bind(addr)?, runtime)
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let sized = socket2::SockRef::from(&socket);
+    // Best effort: a kernel that grants less still works, as before.
+    let _ = sized.set_recv_buffer_size(UDP_SOCKET_BUFFER_BYTES);
+    let _ = sized.set_send_buffer_size(UDP_SOCKET_BUFFER_BYTES);
+    quinn::Endpoint::new(config, server, socket, runtime)
+}
+
+/// What the kernel grants an endpoint's UDP socket, for the processes' start-up log: the
+/// receive and send buffers (asked of a socket bound to an ephemeral loopback port), and what
+/// to raise when they are short of [`UDP_SOCKET_BUFFER_BYTES`].
+pub fn udp_socket_buffers() -> String {
+    let granted = std::net::UdpSocket::bind("127.0.0.1:0").and_then(|socket| {
+        let sized = socket2::SockRef::from(&socket);
+        let _ = sized.set_recv_buffer_size(UDP_SOCKET_BUFFER_BYTES);
+        let _ = sized.set_send_buffer_size(UDP_SOCKET_BUFFER_BYTES);
+        Ok((sized.recv_buffer_size()?, sized.send_buffer_size()?))
+    });
+    match granted {
+        Ok((r, w)) => {
+            let short = if r < UDP_SOCKET_BUFFER_BYTES || w < UDP_SOCKET_BUFFER_BYTES {
+                " (less than asked: raise net.core.rmem_max and wmem_max)"
+            } else {
+                ""
+            };
+            format!("receive {} KiB, send {} KiB{short}", r >> 10, w >> 10)
+        }
+        Err(e) => format!("unknown ({e})"),
+    }
 }
 
 /// Checks a peer's Hello against ours: same protocol version, same cluster. (Public for the
