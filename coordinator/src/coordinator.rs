@@ -876,6 +876,9 @@ impl Coordinator {
                 return out;
             }
             out.push(Output::Event(Event::Ignored { node: from, what: "a message from a failed node".into() }));
+            if let NodeToCoordinator::Rejoined { partition, .. } = msg {
+                self.tell_left_out(from, partition, &mut out);
+            }
             return out;
         }
         node.last_heard_us = node.last_heard_us.max(now_us);
@@ -1213,6 +1216,25 @@ impl Coordinator {
     }
 
     /// A rejoining node installed its copy and caught up: it counts from the next batch on.
+    /// Tells `node`, which reported `Rejoined` for `partition` under a rejoin this coordinator
+    /// no longer holds, the partition's membership it is left out of, so that it rejoins
+    /// afresh. The case: the node was counted failed while it copied (found with a joiner
+    /// whose heartbeats starved at saturation), came back and was told it is left out while
+    /// still rejoining — which a rejoining replica ignores — then finished the old plan's
+    /// copy, and serves a state the partition does not count. A failed node's other messages
+    /// are ignored until it asks to rejoin; without this it never would.
+    fn tell_left_out(&self, node: NodeId, partition: PartitionId, out: &mut Vec<Output>) {
+        let Some(p) = self.partitions.get(&partition) else { return };
+        if p.members().any(|n| n == node) || !matches!(p.phase, Phase::Serving | Phase::Promoting { .. }) {
+            return;
+        }
+        let live = p.members().collect();
+        out.push(Output::ToNodes {
+            nodes: vec![node],
+            msg: CoordinatorToNode::Membership { partition, epoch: self.membership_epoch, live },
+        });
+    }
+
     fn on_rejoined(&mut self, from: NodeId, partition: PartitionId, snapshot_seq: Seq, out: &mut Vec<Output>) {
         let Some(p) = self.partitions.get_mut(&partition) else { return };
         if p.phase == (Phase::Recovering { node: from }) {
@@ -1230,6 +1252,7 @@ impl Coordinator {
                 node: from,
                 what: format!("Rejoined for partition {partition}, not asked"),
             }));
+            self.tell_left_out(from, partition, out);
             return;
         };
         let planned = p.joining[at].1;

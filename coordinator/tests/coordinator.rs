@@ -983,3 +983,31 @@ fn a_rejoin_given_up_ends_the_catch_up() {
     let after = offer(&mut c, &mut id, (t0 + 2 * s, t0 + 3 * s, every), payment_on_1);
     assert_eq!((after.admitted, after.busy), (R, 0), "unthrottled again");
 }
+
+/// docs/design.md §10, "Catching up under load": a joiner counted failed mid-rejoin (its
+/// heartbeats starved at saturation) that comes back and finishes the old plan's copy reports
+/// `Rejoined` for a rejoin the coordinator no longer holds. It is not counted live, and it is
+/// told the membership it is left out of, so that it rejoins afresh rather than serving a
+/// state nobody counts. (Found on real processes: `glass failover` with the catch-up policy
+/// off left the node out for the rest of the run.)
+#[test]
+fn a_rejoined_the_coordinator_gave_up_on_is_told_it_is_left_out() {
+    let (mut c, _, _) = a_second_at(20_000);
+    let (from_seq, _) = fail_and_rejoin(&mut c, START_US + 1_000 * MS);
+    // Counted failed mid-rejoin, then back.
+    let _ = c.on_node_lost(2, link_lost(), START_US + 2_000 * MS);
+    let rejoined = NodeToCoordinator::Rejoined { partition: 1, snapshot_seq: from_seq - 1 };
+    let out = c.on_node_message(2, rejoined, START_US + 3_000 * MS);
+    assert!(events(&out).iter().any(|e| matches!(e, Event::Ignored { node: 2, .. })), "{out:?}");
+    assert!(!events(&out).iter().any(|e| matches!(e, Event::Rejoined { .. })), "not counted live: {out:?}");
+    let told: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToNodes { nodes, msg: CoordinatorToNode::Membership { partition: 1, live, .. } } => {
+                Some((nodes.clone(), live.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told, vec![(vec![2], vec![1])], "node 2 is told partition 1's membership, without it");
+}
