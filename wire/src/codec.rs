@@ -238,7 +238,10 @@ mod tests {
         channel_checks(&client_replies());
         channel_checks(&to_nodes());
         channel_checks(&from_coordinator());
-        channel_checks(&from_nodes()[1..]);
+        // The first sample's variant (LoadStatus) and the last's (StateDigest) have a second
+        // sample each, for their other forms; `round_trips` below covers them.
+        let nodes = from_nodes();
+        channel_checks(&nodes[1..nodes.len() - 1]);
         round_trips(&from_nodes());
         channel_checks(&peer_requests());
         channel_checks(&peer_replies());
