@@ -59,6 +59,14 @@ use crate::timestamp::TimestampClock;
 /// have in flight; past it they are answered [`DigestOutcome::Busy`].
 pub const DIGEST_REQUESTS_INFLIGHT_MAX: usize = 16;
 
+/// How many failure timeouts of silence a node that only rejoins — it holds a rejoin plan and
+/// serves no partition — is given before it is counted failed (docs/design.md §10, "A joiner
+/// is not failed for being busy joining"). Its process's death is still seen at once (its
+/// liveness tether or its link ends); silence from a live joiner is starvation — at
+/// saturation on a shared machine, one of 1 s was measured (`glass failover` with the
+/// catch-up policy off) — and counting it failed only starts its copy over.
+pub const JOINER_PATIENCE_TIMEOUTS: u64 = 4;
+
 /// A client connection, numbered by the network code.
 pub type ClientId = u64;
 
@@ -994,7 +1002,7 @@ impl Coordinator {
         let silent: Vec<(NodeId, u64)> = self
             .nodes
             .iter()
-            .filter(|(_, n)| n.live && now_us.saturating_sub(n.last_heard_us) >= self.failure_timeout_us)
+            .filter(|(&id, n)| n.live && now_us.saturating_sub(n.last_heard_us) >= self.silence_allowed_us(id))
             .map(|(&id, n)| (id, (now_us - n.last_heard_us) / 1_000))
             .collect();
         for (node, silent_ms) in silent {
@@ -1012,11 +1020,24 @@ impl Coordinator {
         out
     }
 
+    /// How long `node` may be silent before it is counted failed: the failure timeout, or
+    /// [`JOINER_PATIENCE_TIMEOUTS`] of them for a node that only rejoins.
+    fn silence_allowed_us(&self, node: NodeId) -> u64 {
+        let joining = self.partitions.values().any(|p| p.joining.iter().any(|(n, _)| *n == node));
+        let serving = self.partitions.values().any(|p| p.members().any(|n| n == node));
+        if joining && !serving {
+            JOINER_PATIENCE_TIMEOUTS * self.failure_timeout_us
+        } else {
+            self.failure_timeout_us
+        }
+    }
+
     /// When [`Coordinator::tick`] must next be called.
     pub fn next_deadline_us(&self) -> Option<u64> {
         let batches =
             self.partitions.values().filter(|p| p.phase == Phase::Serving).filter_map(|p| p.sequencer.deadline_us());
-        let failures = self.nodes.values().filter(|n| n.live).map(|n| n.last_heard_us + self.failure_timeout_us);
+        let failures =
+            self.nodes.iter().filter(|(_, n)| n.live).map(|(&id, n)| n.last_heard_us + self.silence_allowed_us(id));
         let load = self.partitions.values().any(|p| p.phase == Phase::Loading).then_some(self.load_deadline_us);
         let lagging =
             self.partitions.values().flat_map(|p| p.lagging_since.values().map(|&t| t + self.failure_timeout_us));

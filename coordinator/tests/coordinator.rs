@@ -1011,3 +1011,25 @@ fn a_rejoined_the_coordinator_gave_up_on_is_told_it_is_left_out() {
         .collect();
     assert_eq!(told, vec![(vec![2], vec![1])], "node 2 is told partition 1's membership, without it");
 }
+
+/// docs/design.md §10, "A joiner is not failed for being busy joining": a node that only
+/// rejoins (it serves no partition) and goes silent — starved of CPU at saturation — is given
+/// `JOINER_PATIENCE_TIMEOUTS` failure timeouts before it is counted failed; a serving node
+/// one. (Its death is still seen at once, by its tether or its link.)
+#[test]
+fn a_silent_joiner_is_given_more_patience_than_a_serving_node() {
+    let (mut c, _, _) = a_second_at(20_000);
+    let t = START_US + 1_000 * MS;
+    let _ = fail_and_rejoin(&mut c, t);
+    let timeout = 3_600_000 * MS; // catch_up_cluster's failure timeout
+    let down = |c: &mut Coordinator, at: u64| {
+        let _ = c.on_node_message(1, NodeToCoordinator::Heartbeat { now_ms: at / 1_000 }, at);
+        events(&c.tick(at)).into_iter().any(|e| matches!(e, Event::NodeDown { node: 2, .. }))
+    };
+    assert!(!down(&mut c, t + timeout + timeout / 2), "one failure timeout of silence: still rejoining");
+    assert!(
+        !down(&mut c, t + (coordinator::coordinator::JOINER_PATIENCE_TIMEOUTS * timeout) - 1),
+        "just short of the joiner's patience"
+    );
+    assert!(down(&mut c, t + coordinator::coordinator::JOINER_PATIENCE_TIMEOUTS * timeout + 1), "past it: failed");
+}
