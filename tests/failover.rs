@@ -585,10 +585,15 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
     for p in 0..2 {
         let at_kill = zero_buckets(&r, p, kill - 0.1, restart);
         let during = zero_buckets(&r, p, restart, live);
+        let outage = &r["partitions"][p];
         eprintln!(
-            "partition {}: {at_kill} empty 100 ms buckets at the kill, {during} during the rejoin ({:.0} ms the \
-             longest stretch without a commit); {} batches replayed",
+            "partition {}: {at_kill} empty 100 ms buckets at the kill, {during} during the rejoin; no commit for \
+             {:.0} ms at the kill, {:.0} ms at most in the steady state, {:.0} ms at most during the rejoin (one \
+             client waited {:.0} ms at most); {} batches replayed",
             p + 1,
+            outage["silence_at_kill_ms"].as_f64().unwrap_or(0.0),
+            outage["steady_silence_ms"],
+            rejoin["longest_silence_ms"][p],
             rejoin["longest_gap_ms"][p],
             rejoin["replayed_batches"][p]
         );

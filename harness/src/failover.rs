@@ -32,6 +32,14 @@ pub struct PartitionOutage {
     pub unavailability_ms: Option<f64>,
     /// The gap threshold when `unavailability_ms` is `None`: the window was shorter.
     pub unavailability_at_most_ms: Option<f64>,
+    /// The partition's own stretch without a commit at the kill (no terminal of it committed:
+    /// from the last commit before to the first after, ms); `None` when it had none longer
+    /// than the gap threshold there. `unavailability_ms` is longer: it waits for the last
+    /// terminal's first commit.
+    pub silence_at_kill_ms: Option<f64>,
+    /// The longest such stretch of the partition in the steady state before the kill (from the
+    /// warm-up's end), ms: the scheduling noise the other figures stand on.
+    pub steady_silence_ms: f64,
 }
 
 /// One bucket of the timeline.
@@ -197,9 +205,14 @@ pub struct FailoverReport {
 pub struct RejoinFigures {
     /// Whether the node was live again before the measured phase ended (the load still ran).
     pub live_under_load: bool,
-    /// Per partition (cluster.toml order): the longest stretch with no commit from the restart
-    /// until the node was live again (or the measured phase's end), ms; 0 when none reached
-    /// the measurement's smallest gap.
+    /// Per partition (cluster.toml order): the longest stretch in which none of its terminals
+    /// committed, from the restart until the node was live again (or the measured phase's
+    /// end), ms; 0 when none reached the measurement's smallest gap. To be read beside the
+    /// partition's `silence_at_kill_ms` and `steady_silence_ms`.
+    pub longest_silence_ms: Vec<f64>,
+    /// Per partition: the longest one terminal waited between two of its commits in the same
+    /// window, ms — longer than `longest_silence_ms` when the catch-up policy answers some
+    /// requests busy and their terminals back off while others commit.
     pub longest_gap_ms: Vec<f64>,
     /// Per partition: the batches the joiner executed after its copy (`then N batches sent
     /// after it`, from the coordinators' log), if it rejoined.
@@ -337,22 +350,43 @@ impl std::fmt::Display for RunChecks {
 pub const PAUSE_START_AFTER_KILL_MAX: Duration = Duration::from_millis(200);
 
 /// The unavailability of each partition around `kill` (offset from the run's start), from
-/// the pauses between commits its terminals saw (`gaps[p]`: (start, end) offsets); `gap_min`
-/// is the shortest pause recorded. A pause counts when it spans the kill or begins at most
-/// [`PAUSE_START_AFTER_KILL_MAX`] after it.
-pub fn outages(gaps: &[Vec<(Duration, Duration)>], kill: Duration, gap_min: Duration) -> Vec<PartitionOutage> {
+/// the pauses between commits its terminals saw (`gaps[p]`: (start, end) offsets) and the
+/// partition's own stretches without a commit (`silences[p]`); `gap_min` is the shortest
+/// pause recorded, `steady_from` where the steady state before the kill begins. A pause
+/// counts when it spans the kill or begins at most [`PAUSE_START_AFTER_KILL_MAX`] after it.
+pub fn outages(
+    gaps: &[Vec<(Duration, Duration)>],
+    silences: &[Vec<(Duration, Duration)>],
+    kill: Duration,
+    steady_from: Duration,
+    gap_min: Duration,
+) -> Vec<PartitionOutage> {
+    let at_kill = |(s, e): &&(Duration, Duration)| *s <= kill + PAUSE_START_AFTER_KILL_MAX && *e > kill;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     gaps.iter()
         .enumerate()
         .map(|(i, g)| {
-            let end =
-                g.iter().filter(|(s, e)| *s <= kill + PAUSE_START_AFTER_KILL_MAX && *e > kill).map(|(_, e)| *e).max();
+            let end = g.iter().filter(at_kill).map(|(_, e)| *e).max();
+            let own = silences.get(i).map_or(&[][..], Vec::as_slice);
             PartitionOutage {
                 partition: i as u16 + 1,
-                unavailability_ms: end.map(|e| (e - kill).as_secs_f64() * 1e3),
-                unavailability_at_most_ms: end.is_none().then_some(gap_min.as_secs_f64() * 1e3),
+                unavailability_ms: end.map(|e| ms(e - kill)),
+                unavailability_at_most_ms: end.is_none().then_some(ms(gap_min)),
+                silence_at_kill_ms: own.iter().filter(at_kill).map(|(s, e)| ms(*e - *s)).reduce(f64::max),
+                steady_silence_ms: longest_within(own, steady_from, kill),
             }
         })
         .collect()
+}
+
+/// The longest of `stretches` (offsets) within `from..until`, cut to it, ms; 0 for none.
+pub fn longest_within(stretches: &[(Duration, Duration)], from: Duration, until: Duration) -> f64 {
+    stretches
+        .iter()
+        .map(|&(s, e)| (s.max(from), e.min(until)))
+        .filter(|(s, e)| e > s)
+        .map(|(s, e)| (e - s).as_secs_f64() * 1e3)
+        .fold(0.0, f64::max)
 }
 
 /// The timeline from commits per bucket (`fine[i][p]`).
@@ -396,7 +430,12 @@ impl std::fmt::Display for FailoverReport {
                 (None, Some(m)) => format!("< {m:.0} ms (commits never paused longer)"),
                 _ => "—".into(),
             };
-            writeln!(f, "  partition {:<3}        unavailable {v}", p.partition)?;
+            let silence = p.silence_at_kill_ms.map_or(String::new(), |s| format!("; no commit at all for {s:.0} ms"));
+            writeln!(
+                f,
+                "  partition {:<3}        unavailable {v}{silence} (steady state before: {:.0} ms at most)",
+                p.partition, p.steady_silence_ms
+            )?;
         }
         let recovery = match (self.recovery_ms, self.recovery) {
             (Some(_), _) => ms(self.recovery_ms),
@@ -416,7 +455,7 @@ impl std::fmt::Display for FailoverReport {
             )?;
         }
         if let Some(r) = &self.rejoin {
-            let gaps: Vec<String> = r.longest_gap_ms.iter().map(|g| format!("{g:.0} ms")).collect();
+            let list = |v: &[f64]| v.iter().map(|g| format!("{g:.0} ms")).collect::<Vec<_>>().join(", ");
             let replayed: Vec<String> =
                 r.replayed_batches.iter().map(|b| b.map_or("—".to_string(), |b| b.to_string())).collect();
             writeln!(
@@ -427,7 +466,12 @@ impl std::fmt::Display for FailoverReport {
                 } else {
                     "NOT live again before the load ended"
                 },
-                gaps.join(", ")
+                list(&r.longest_silence_ms)
+            )?;
+            writeln!(
+                f,
+                "                       longest one client waited per partition [{}]",
+                list(&r.longest_gap_ms)
             )?;
             writeln!(
                 f,
@@ -519,10 +563,14 @@ mod tests {
     fn unavailability_is_the_longest_pause_spanning_the_kill() {
         let gaps =
             vec![vec![(ms(100), ms(130)), (ms(990), ms(2_150)), (ms(995), ms(2_100))], vec![(ms(3_000), ms(3_050))]];
-        let o = outages(&gaps, ms(1_000), ms(20));
+        let silences = vec![vec![(ms(300), ms(340)), (ms(995), ms(2_100))], vec![]];
+        let o = outages(&gaps, &silences, ms(1_000), ms(200), ms(20));
         assert_eq!(o[0].unavailability_ms, Some(1_150.0));
+        assert_eq!(o[0].silence_at_kill_ms, Some(1_105.0), "the partition's own stretch, start to end");
+        assert_eq!(o[0].steady_silence_ms, 40.0, "the longest before the kill");
         assert_eq!(o[1].unavailability_ms, None);
         assert_eq!(o[1].unavailability_at_most_ms, Some(20.0), "an upper bound, never zero");
+        assert_eq!((o[1].silence_at_kill_ms, o[1].steady_silence_ms), (None, 0.0));
     }
 
     #[test]

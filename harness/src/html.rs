@@ -319,11 +319,13 @@ fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
     .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
     .collect();
     if let Some(r) = v.get("rejoin").filter(|r| r.is_object()) {
-        let longest = r
-            .get("longest_gap_ms")
-            .and_then(|g| g.as_array())
-            .map(|g| g.iter().filter_map(serde_json::Value::as_f64).fold(0.0, f64::max));
-        out.extend(longest.map(|x| ("rejoin_longest_gap_ms".to_string(), x)));
+        for f in ["longest_silence_ms", "longest_gap_ms"] {
+            let longest = r
+                .get(f)
+                .and_then(|g| g.as_array())
+                .map(|g| g.iter().filter_map(serde_json::Value::as_f64).fold(0.0, f64::max));
+            out.extend(longest.map(|x| (format!("rejoin_{f}"), x)));
+        }
         for f in ["txn_per_sec_during", "given_up_pct"] {
             out.extend(r.get(f).and_then(serde_json::Value::as_f64).map(|x| (format!("rejoin_{f}"), x)));
         }
@@ -358,7 +360,8 @@ pub fn figure_name(field: &str) -> String {
         "lost_acknowledged" => "acknowledged transactions lost",
         "outcome_unknown" => "answered \"outcome unknown\"",
         "unavailable_answers" => "answered \"unavailable\"",
-        "rejoin_longest_gap_ms" => "rejoin: longest stretch without a commit (ms)",
+        "rejoin_longest_silence_ms" => "rejoin: longest stretch without a commit (ms)",
+        "rejoin_longest_gap_ms" => "rejoin: longest one client waited (ms)",
         "rejoin_txn_per_sec_during" => "rejoin: throughput meanwhile (txn/s)",
         "rejoin_given_up_pct" => "rejoin: throughput given up (%)",
         other => other,
@@ -515,7 +518,7 @@ mod tests {
             let r = crate::record::Record::create(Some(&base.join(name)), "failover", build, &base).unwrap();
             let v = serde_json::json!({"mode": "active-active", "replicas": 2, "killed": {"node": 1},
                 "signal": "SIGKILL", "detection_ms": detection, "recovery_ms": 15_000.0, "lost_acknowledged": 0,
-                "rejoin": {"longest_gap_ms": [gap, 31.0], "given_up_pct": 39.0}});
+                "rejoin": {"longest_silence_ms": [gap, 31.0], "longest_gap_ms": [gap * 2.0, 62.0], "given_up_pct": 39.0}});
             r.write_headed(&r.path("failover.json"), "failover", &v).unwrap();
             r
         };
@@ -526,6 +529,7 @@ mod tests {
         let text = side_by_side_text(&ra, &fa, &rb, &fb);
         assert!(text.contains("failure detected after (ms)") && text.contains("0.500"), "{text}");
         assert!(text.contains("rejoin: longest stretch without a commit (ms)") && text.contains("2.000"), "{text}");
+        assert!(text.contains("rejoin: longest one client waited (ms)"), "{text}");
         assert!(!text.contains("differ in their parameters"), "{text}");
         b.meta.git_commit = "def".into();
         b.meta.command_line = vec!["glass".into(), "failover".into(), "--mode".into(), "active-passive".into()];

@@ -185,6 +185,9 @@ pub struct Measurement {
     pub fine: Vec<Vec<u64>>,
     pub origin: Instant,
     pub gaps: Vec<Vec<(Duration, Duration)>>,
+    /// Per partition: the stretches in which none of its terminals committed
+    /// ([`workload::client::driver::DriverOutcome::silences`]).
+    pub silences: Vec<Vec<(Duration, Duration)>>,
     /// The cluster sampled at the start and the end of the measured phase.
     pub start: Option<Sample>,
     pub end: Option<Sample>,
@@ -257,6 +260,7 @@ pub fn measure_with(
         fine: outcome.fine,
         origin: outcome.origin,
         gaps: outcome.gaps,
+        silences: outcome.silences,
         start,
         end,
         time_lines,

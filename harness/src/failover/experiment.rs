@@ -525,17 +525,8 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
     let end = Duration::from_secs_f64(r.seconds);
     let live = r.recovery_ms.map(|ms| from + Duration::from_secs_f64(ms / 1e3)).filter(|&t| t <= end);
     let until = live.unwrap_or(end);
-    let longest_gap_ms = m
-        .gaps
-        .iter()
-        .map(|g| {
-            g.iter()
-                .map(|&(s, e)| (s.max(from), e.min(until)))
-                .filter(|(s, e)| e > s)
-                .map(|(s, e)| (e - s).as_secs_f64() * 1e3)
-                .fold(0.0, f64::max)
-        })
-        .collect();
+    let longest_gap_ms = m.gaps.iter().map(|g| report::longest_within(g, from, until)).collect();
+    let longest_silence_ms = m.silences.iter().map(|s| report::longest_within(s, from, until)).collect();
     let bucket_s = BUCKET.as_secs_f64();
     let window: Vec<f64> = r
         .timeline
@@ -548,6 +539,7 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
         if r.txn_per_sec_before > 0.0 { (100.0 * (1.0 - during / r.txn_per_sec_before)).max(0.0) } else { 0.0 };
     report::RejoinFigures {
         live_under_load: live.is_some(),
+        longest_silence_ms,
         longest_gap_ms,
         replayed_batches: (1..=partitions).map(|p| replayed_batches(run_dir, r.killed, p as u16)).collect(),
         txn_per_sec_during: during,
@@ -626,7 +618,8 @@ fn failover_report(
     let victim = ev.victim.ok_or(HarnessError::NotKilled)?;
     let kill_offset = killed.saturating_duration_since(m.origin);
     let since = |t: Option<Instant>, from: Instant| t.map(|t| t.saturating_duration_since(from).as_secs_f64() * 1e3);
-    let partitions = report::outages(&m.gaps, kill_offset, GAP_MIN);
+    let steady_from = Duration::from_secs_f64(x.cfg.warmup_s);
+    let partitions = report::outages(&m.gaps, &m.silences, kill_offset, steady_from, GAP_MIN);
     let timeline = report::timeline(&m.fine, BUCKET);
     let kill_bucket = (kill_offset.as_millis() / BUCKET.as_millis()) as usize;
     let before: Vec<f64> = timeline[kill_bucket.saturating_sub(10)..kill_bucket.min(timeline.len())]

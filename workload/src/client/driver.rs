@@ -232,8 +232,14 @@ pub struct DriverOutcome {
     /// When the terminals started (the time base of `fine` and `gaps`).
     pub origin: Instant,
     /// Per partition: the pauses longer than [`GAP_MIN`] between two consecutive commits of
-    /// one of its terminals, as (start, end) offsets from `origin`.
+    /// one of its terminals, as (start, end) offsets from `origin` — how long one client
+    /// waited, which a refusal's back-off lengthens while the partition commits for others.
     pub gaps: Vec<Vec<(Duration, Duration)>>,
+    /// Per partition: the stretches longer than [`GAP_MIN`] in which none of its terminals
+    /// committed, as (start, end) offsets from `origin` — the partition's own pauses, from its
+    /// last commit before each to its first after ([`partition_silences`]). A terminal that
+    /// ended early, or never committed, does not shorten them.
+    pub silences: Vec<Vec<(Duration, Duration)>>,
 }
 
 /// What the connections share with the reporting thread.
@@ -257,6 +263,15 @@ struct Shared {
     buckets: Mutex<Vec<u64>>,
     /// Pauses between commits longer than [`GAP_MIN`] (filled when the terminal ends).
     gaps: Mutex<Vec<(Duration, Duration)>>,
+    /// The terminal's first and last commit, and when it ended (filled when it ends).
+    span: Mutex<Option<TerminalSpan>>,
+}
+
+/// When a terminal committed first and last, and when it ended (offsets from the origin).
+#[derive(Debug, Clone, Copy)]
+struct TerminalSpan {
+    commits: Option<(Duration, Duration)>,
+    ended: Duration,
 }
 
 /// One request on its way.
@@ -375,7 +390,7 @@ pub fn run_with(
             .unwrap_or_default();
         return Err(ClientError::Transactions { count: failures, first });
     }
-    let Collected { acks, payments, fine, gaps } = collect(&shared, &partition_of, config.partitions.len());
+    let Collected { acks, payments, fine, gaps, silences } = collect(&shared, &partition_of, config.partitions.len());
     let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
     let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
     let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
@@ -414,7 +429,7 @@ pub fn run_with(
         committed_single_partition: committed_single,
         committed_multi_partition: committed_multi,
     });
-    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps })
+    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps, silences })
 }
 
 /// The terminals [`run_with`] started, and what their generators chose.
@@ -472,6 +487,7 @@ fn spawn_terminals(
             outages: cfg.outages,
             origin,
             buckets: Vec::new(),
+            first_commit: None,
             last_commit: None,
             gaps: Vec::new(),
             home,
@@ -569,6 +585,7 @@ struct Collected {
     payments: Vec<PaymentAck>,
     fine: Vec<Vec<u64>>,
     gaps: Vec<Vec<(Duration, Duration)>>,
+    silences: Vec<Vec<(Duration, Duration)>>,
 }
 
 /// Gathers the terminals' acknowledgements, fine buckets and gaps (`partition_of`: each
@@ -578,8 +595,13 @@ fn collect(shared: &[Arc<Shared>], partition_of: &[usize], partitions: usize) ->
     let mut payments = Vec::new();
     let mut fine: Vec<Vec<u64>> = Vec::new();
     let mut gaps = vec![Vec::new(); partitions];
+    let mut own: Vec<Vec<(TerminalSpan, Vec<(Duration, Duration)>)>> = vec![Vec::new(); partitions];
     for (s, &p) in shared.iter().zip(partition_of) {
-        gaps[p].extend(s.gaps.lock().unwrap_or_else(|e| e.into_inner()).iter().copied());
+        let mine = s.gaps.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        gaps[p].extend(mine.iter().copied());
+        if let Some(span) = *s.span.lock().unwrap_or_else(|e| e.into_inner()) {
+            own[p].push((span, mine));
+        }
         acks.append(&mut s.acks.lock().unwrap_or_else(|e| e.into_inner()));
         payments.append(&mut s.payments.lock().unwrap_or_else(|e| e.into_inner()));
         for (i, n) in s.buckets.lock().unwrap_or_else(|e| e.into_inner()).iter().enumerate() {
@@ -589,7 +611,60 @@ fn collect(shared: &[Arc<Shared>], partition_of: &[usize], partitions: usize) ->
             fine[i][p] += n;
         }
     }
-    Collected { acks, payments, fine, gaps }
+    let silences = own.iter().map(|t| partition_silences(t.iter().map(|(s, g)| (*s, g.as_slice())))).collect();
+    Collected { acks, payments, fine, gaps, silences }
+}
+
+/// When one terminal committed nothing, from its span and its gaps (sorted, disjoint): before
+/// its first commit, its gaps, and from its last commit on (open-ended: a terminal that
+/// ended early says nothing of the partition after it) — or all of the run.
+fn terminal_silences(span: TerminalSpan, gaps: &[(Duration, Duration)]) -> Vec<(Duration, Duration)> {
+    let Some((first, last)) = span.commits else { return vec![(Duration::ZERO, Duration::MAX)] };
+    let mut out = Vec::with_capacity(gaps.len() + 2);
+    out.push((Duration::ZERO, first));
+    out.extend(gaps.iter().copied());
+    out.push((last, Duration::MAX));
+    out
+}
+
+/// A partition's stretches without a commit longer than [`GAP_MIN`], from its terminals'
+/// spans and gaps: where every one of them is silent, the open end cut at the last terminal's
+/// end.
+fn partition_silences<'a>(
+    terminals: impl Iterator<Item = (TerminalSpan, &'a [(Duration, Duration)])>,
+) -> Vec<(Duration, Duration)> {
+    let (mut all, mut ended): (Option<Vec<(Duration, Duration)>>, Duration) = (None, Duration::ZERO);
+    for (span, gaps) in terminals {
+        ended = ended.max(span.ended);
+        let mine = terminal_silences(span, gaps);
+        all = Some(match all {
+            None => mine,
+            Some(a) => intersect(&a, &mine),
+        });
+    }
+    all.unwrap_or_default()
+        .into_iter()
+        .map(|(s, e)| (s, e.min(ended)))
+        .filter(|&(s, e)| e > s && e - s > GAP_MIN)
+        .collect()
+}
+
+/// The stretches in both `a` and `b` (each sorted and disjoint): a partition is silent where
+/// every one of its terminals is.
+fn intersect(a: &[(Duration, Duration)], b: &[(Duration, Duration)]) -> Vec<(Duration, Duration)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if e > s {
+            out.push((s, e));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
 }
 
 /// One connection: a terminal bound to its home warehouse.
@@ -601,7 +676,8 @@ struct Terminal {
     origin: Instant,
     /// Commits per [`BUCKET`] since `origin`.
     buckets: Vec<u64>,
-    /// The last commit's offset from `origin`, and the gaps seen.
+    /// The first and last commits' offsets from `origin`, and the gaps seen.
+    first_commit: Option<Duration>,
     last_commit: Option<Duration>,
     gaps: Vec<(Duration, Duration)>,
     home: u16,
@@ -672,6 +748,7 @@ impl Terminal {
                     self.gaps.push((last, at));
                 }
                 self.last_commit = Some(at);
+                self.first_commit.get_or_insert(at);
                 self.busy_backoff = BUSY_BACKOFF_MIN;
                 let bucket = (at.as_millis() / BUCKET.as_millis()) as usize;
                 if self.buckets.len() <= bucket {
@@ -750,6 +827,9 @@ impl Terminal {
         }
         *self.shared.buckets.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.buckets);
         *self.shared.gaps.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.gaps);
+        let commits = self.first_commit.zip(self.last_commit);
+        *self.shared.span.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(TerminalSpan { commits, ended: self.origin.elapsed() });
     }
 
     /// Runs the terminal on one connection; returns whether the connection was lost (rather
@@ -856,6 +936,33 @@ mod tests {
     use engine::procedures::{NewOrderInput, OrderLineInput, PaymentInput};
 
     use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A partition's pause is where none of its terminals commits: one terminal backing off
+    /// for 300 ms while another commits is not one; a stretch every terminal waits through
+    /// is, from the latest commit before it to the earliest after; a terminal that ended
+    /// early, or never committed, does not cut the partition's pauses short.
+    #[test]
+    fn a_partition_pauses_only_where_every_terminal_does() {
+        let span = |first, last, ended| TerminalSpan { commits: Some((ms(first), ms(last))), ended: ms(ended) };
+        let a = [(ms(100), ms(400)), (ms(1_000), ms(1_200))];
+        let b = [(ms(1_050), ms(1_150)), (ms(1_500), ms(1_600))];
+        let c: [(Duration, Duration); 0] = [];
+        let silent = partition_silences(
+            [(span(5, 1_900, 2_000), &a[..]), (span(10, 1_950, 2_000), &b[..]), (span(8, 700, 750), &c[..])]
+                .into_iter(),
+        );
+        assert_eq!(silent, vec![(ms(1_050), ms(1_150)), (ms(1_950), ms(2_000))]);
+        let never = TerminalSpan { commits: None, ended: ms(2_000) };
+        assert_eq!(
+            partition_silences([(span(5, 1_900, 2_000), &a[..]), (never, &c[..])].into_iter()),
+            vec![(ms(100), ms(400)), (ms(1_000), ms(1_200)), (ms(1_900), ms(2_000))]
+        );
+        assert!(partition_silences(std::iter::empty()).is_empty());
+    }
 
     /// Four warehouses in two partitions (1–2, 3–4), as the default `cluster.toml`.
     const CLUSTER: &str = r#"
