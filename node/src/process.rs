@@ -282,6 +282,37 @@ struct ReplicaHandle {
     inbox: mpsc::Sender<Work>,
 }
 
+/// A wait this long for room in a replica's inbox is logged: the link that waited carries
+/// the node's other partitions too, and they waited with it.
+const INBOX_WAIT_LOGGED: Duration = Duration::from_millis(50);
+
+impl ReplicaHandle {
+    /// Puts `work` from the link `link` on the replica's inbox, waiting for room when it is
+    /// full; `Err` once the executor is gone. A wait of [`INBOX_WAIT_LOGGED`] or more is
+    /// logged: every message behind this one on the link — other partitions' batches and
+    /// shipments included — waited as long.
+    async fn deliver(&self, partition: PartitionId, link: &str, work: Work) -> Result<(), ()> {
+        let work = match self.inbox.try_send(work) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(()),
+            Err(mpsc::error::TrySendError::Full(work)) => work,
+        };
+        let (what, t0) = (work.name(), Instant::now());
+        self.inbox.send(work).await.map_err(|_| ())?;
+        let waited = t0.elapsed();
+        if waited >= INBOX_WAIT_LOGGED {
+            warn!(
+                partition,
+                link,
+                ms = waited.as_millis() as u64,
+                what,
+                "the replica's inbox was full: the link, and every partition behind it, waited"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// State every task of the node shares.
 #[derive(Debug)]
 struct Node {
@@ -1499,7 +1530,8 @@ async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut end
         for effect in effects {
             match effect {
                 NodeEffect::ToPartition { partition, msg } => {
-                    if node.replicas[&partition].inbox.send(Work::Coordinator(msg)).await.is_err() {
+                    let r = &node.replicas[&partition];
+                    if r.deliver(partition, "coordinator", Work::Coordinator(msg)).await.is_err() {
                         return;
                     }
                 }
@@ -1848,7 +1880,7 @@ async fn serve_peer(node: Arc<Node>, link: Link) {
             continue;
         }
         let r = &node.replicas[&partition];
-        if r.inbox.send(Work::Peer { req, reply: reply_tx.clone() }).await.is_err() {
+        if r.deliver(partition, &who, Work::Peer { req, reply: reply_tx.clone() }).await.is_err() {
             break;
         }
     }
