@@ -267,6 +267,9 @@ struct Shared {
     span: Mutex<Option<TerminalSpan>>,
 }
 
+/// Stretches of time, as (start, end) offsets from the run's origin.
+type Stretches = Vec<(Duration, Duration)>;
+
 /// When a terminal committed first and last, and when it ended (offsets from the origin).
 #[derive(Debug, Clone, Copy)]
 struct TerminalSpan {
@@ -595,7 +598,7 @@ fn collect(shared: &[Arc<Shared>], partition_of: &[usize], partitions: usize) ->
     let mut payments = Vec::new();
     let mut fine: Vec<Vec<u64>> = Vec::new();
     let mut gaps = vec![Vec::new(); partitions];
-    let mut own: Vec<Vec<(TerminalSpan, Vec<(Duration, Duration)>)>> = vec![Vec::new(); partitions];
+    let mut own: Vec<Vec<(TerminalSpan, Stretches)>> = vec![Vec::new(); partitions];
     for (s, &p) in shared.iter().zip(partition_of) {
         let mine = s.gaps.lock().unwrap_or_else(|e| e.into_inner()).clone();
         gaps[p].extend(mine.iter().copied());
