@@ -588,12 +588,14 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
         let outage = &r["partitions"][p];
         eprintln!(
             "partition {}: {at_kill} empty 100 ms buckets at the kill, {during} during the rejoin; no commit for \
-             {:.0} ms at the kill, {:.0} ms at most in the steady state, {:.0} ms at most during the rejoin (one \
-             client waited {:.0} ms at most); {} batches replayed",
+             {:.0} ms at the kill, {:.0} ms at most in the steady state ({}% of the CPUs stolen meanwhile), {:.0} \
+             ms at most during the rejoin ({}% stolen; one client waited {:.0} ms at most); {} batches replayed",
             p + 1,
             outage["silence_at_kill_ms"].as_f64().unwrap_or(0.0),
             outage["steady_silence_ms"],
+            outage["steady_silence_cpu_stolen_pct"],
             rejoin["longest_silence_ms"][p],
+            rejoin["longest_silence_cpu_stolen_pct"][p],
             rejoin["longest_gap_ms"][p],
             rejoin["replayed_batches"][p]
         );

@@ -40,6 +40,11 @@ pub struct PartitionOutage {
     /// The longest such stretch of the partition in the steady state before the kill (from the
     /// warm-up's end), ms: the scheduling noise the other figures stand on.
     pub steady_silence_ms: f64,
+    /// Where that stretch began, seconds from the run's start.
+    pub steady_silence_at_s: Option<f64>,
+    /// The share of the machine's CPU time the hypervisor took during that stretch, percent
+    /// ([`crate::procfs::StealTrace`]); `None` where it cannot be read.
+    pub steady_silence_cpu_stolen_pct: Option<f64>,
 }
 
 /// One bucket of the timeline.
@@ -50,6 +55,10 @@ pub struct TimelinePoint {
     /// Commits per second in this bucket, per partition (cluster.toml order) and in all.
     pub per_partition: Vec<f64>,
     pub txn_per_sec: f64,
+    /// The share of the machine's CPU time the hypervisor took in this bucket, percent
+    /// (failover runs; `None`: not read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_stolen_pct: Option<f64>,
 }
 
 /// The signal a failover experiment sends its victim.
@@ -181,6 +190,9 @@ pub struct FailoverReport {
     /// after, in txn/s.
     pub txn_per_sec_before: f64,
     pub txn_per_sec_lowest_after: f64,
+    /// The share of the machine's CPU time the hypervisor took over the measured phase,
+    /// percent ([`crate::procfs::StealTrace`]; per bucket in `timeline`); `None`: not read.
+    pub cpu_stolen_pct: Option<f64>,
     /// What the checks after the run found (flattened into the record's JSON).
     #[serde(flatten)]
     pub checks: RunChecks,
@@ -210,6 +222,12 @@ pub struct RejoinFigures {
     /// end), ms; 0 when none reached the measurement's smallest gap. To be read beside the
     /// partition's `silence_at_kill_ms` and `steady_silence_ms`.
     pub longest_silence_ms: Vec<f64>,
+    /// Per partition: where that stretch began, seconds from the run's start (to be placed
+    /// against `events`); `None` when there was none.
+    pub longest_silence_at_s: Vec<Option<f64>>,
+    /// Per partition: the share of the machine's CPU time the hypervisor took during that
+    /// stretch, percent; `None` where it cannot be read.
+    pub longest_silence_cpu_stolen_pct: Vec<Option<f64>>,
     /// Per partition: the longest one terminal waited between two of its commits in the same
     /// window, ms — longer than `longest_silence_ms` when the catch-up policy answers some
     /// requests busy and their terminals back off while others commit.
@@ -368,12 +386,15 @@ pub fn outages(
         .map(|(i, g)| {
             let end = g.iter().filter(at_kill).map(|(_, e)| *e).max();
             let own = silences.get(i).map_or(&[][..], Vec::as_slice);
+            let steady = longest_within_at(own, steady_from, kill);
             PartitionOutage {
                 partition: i as u16 + 1,
                 unavailability_ms: end.map(|e| ms(e - kill)),
                 unavailability_at_most_ms: end.is_none().then_some(ms(gap_min)),
                 silence_at_kill_ms: own.iter().filter(at_kill).map(|(s, e)| ms(*e - *s)).reduce(f64::max),
-                steady_silence_ms: longest_within(own, steady_from, kill),
+                steady_silence_ms: steady.map_or(0.0, |(ms, _)| ms),
+                steady_silence_at_s: steady.map(|(_, at)| at),
+                steady_silence_cpu_stolen_pct: None,
             }
         })
         .collect()
@@ -381,12 +402,18 @@ pub fn outages(
 
 /// The longest of `stretches` (offsets) within `from..until`, cut to it, ms; 0 for none.
 pub fn longest_within(stretches: &[(Duration, Duration)], from: Duration, until: Duration) -> f64 {
+    longest_within_at(stretches, from, until).map_or(0.0, |(ms, _)| ms)
+}
+
+/// The longest of `stretches` within `from..until`, cut to it: its length in ms and where it
+/// begins (cut), seconds; `None` for none.
+pub fn longest_within_at(stretches: &[(Duration, Duration)], from: Duration, until: Duration) -> Option<(f64, f64)> {
     stretches
         .iter()
         .map(|&(s, e)| (s.max(from), e.min(until)))
         .filter(|(s, e)| e > s)
-        .map(|(s, e)| (e - s).as_secs_f64() * 1e3)
-        .fold(0.0, f64::max)
+        .map(|(s, e)| ((e - s).as_secs_f64() * 1e3, s.as_secs_f64()))
+        .reduce(|a, b| if b.0 > a.0 { b } else { a })
 }
 
 /// The timeline from commits per bucket (`fine[i][p]`).
@@ -398,8 +425,18 @@ pub fn timeline(fine: &[Vec<u64>], bucket: Duration) -> Vec<TimelinePoint> {
             t_s: i as f64 * bucket.as_secs_f64(),
             per_partition: row.iter().map(|&n| n as f64 * per_s).collect(),
             txn_per_sec: row.iter().sum::<u64>() as f64 * per_s,
+            cpu_stolen_pct: None,
         })
         .collect()
+}
+
+/// ", N% of the CPUs stolen meanwhile" for a stretch the hypervisor took CPU time in, else
+/// nothing.
+fn stolen(pct: Option<f64>) -> String {
+    match pct {
+        Some(p) if p >= 0.5 => format!(", {p:.0}% of the CPUs stolen by the hypervisor meanwhile"),
+        _ => String::new(),
+    }
 }
 
 impl std::fmt::Display for FailoverReport {
@@ -433,8 +470,10 @@ impl std::fmt::Display for FailoverReport {
             let silence = p.silence_at_kill_ms.map_or(String::new(), |s| format!("; no commit at all for {s:.0} ms"));
             writeln!(
                 f,
-                "  partition {:<3}        unavailable {v}{silence} (steady state before: {:.0} ms at most)",
-                p.partition, p.steady_silence_ms
+                "  partition {:<3}        unavailable {v}{silence} (steady state before: {:.0} ms at most{})",
+                p.partition,
+                p.steady_silence_ms,
+                stolen(p.steady_silence_cpu_stolen_pct)
             )?;
         }
         let recovery = match (self.recovery_ms, self.recovery) {
@@ -468,6 +507,19 @@ impl std::fmt::Display for FailoverReport {
                 },
                 list(&r.longest_silence_ms)
             )?;
+            let at: Vec<String> =
+                r.longest_silence_at_s.iter().map(|t| t.map_or("—".to_string(), |t| format!("{t:.1} s"))).collect();
+            let stole: Vec<String> = r
+                .longest_silence_cpu_stolen_pct
+                .iter()
+                .map(|p| p.map_or("—".to_string(), |p| format!("{p:.0}%")))
+                .collect();
+            writeln!(
+                f,
+                "                       (beginning at [{}] into the run; CPUs stolen by the hypervisor meanwhile [{}])",
+                at.join(", "),
+                stole.join(", ")
+            )?;
             writeln!(
                 f,
                 "                       longest one client waited per partition [{}]",
@@ -482,6 +534,9 @@ impl std::fmt::Display for FailoverReport {
             )?;
         }
         writeln!(f, "  committed            {} ({} multi-partition)", self.committed, self.committed_multi_partition)?;
+        if let Some(p) = self.cpu_stolen_pct {
+            writeln!(f, "  CPU stolen           {p:.1}% of the machine's CPU time, by the hypervisor, over the run")?;
+        }
         write!(f, "{}", self.checks)
     }
 }

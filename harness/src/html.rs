@@ -314,6 +314,7 @@ fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
         "lost_acknowledged",
         "outcome_unknown",
         "unavailable_answers",
+        "cpu_stolen_pct",
     ]
     .iter()
     .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
@@ -362,6 +363,7 @@ pub fn figure_name(field: &str) -> String {
         "unavailable_answers" => "answered \"unavailable\"",
         "rejoin_longest_silence_ms" => "rejoin: longest stretch without a commit (ms)",
         "rejoin_longest_gap_ms" => "rejoin: longest one client waited (ms)",
+        "cpu_stolen_pct" => "CPU time stolen by the hypervisor (%)",
         "rejoin_txn_per_sec_during" => "rejoin: throughput meanwhile (txn/s)",
         "rejoin_given_up_pct" => "rejoin: throughput given up (%)",
         other => other,

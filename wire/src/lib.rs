@@ -3,7 +3,8 @@
 //! and their framing ([`codec`]), all synchronous; and the
 //! transport carrying them: the cluster's CA and TLS configurations ([`tls`]) and the QUIC
 //! endpoints on tokio and quinn ([`endpoint`]), with the TCP liveness tether that lets a
-//! coordinator see a node's process end at once ([`tether`]).
+//! coordinator see a node's process end at once ([`tether`]), and a watch on the thread that
+//! carries them ([`watchdog`]).
 
 pub mod channel;
 pub mod codec;
@@ -15,6 +16,7 @@ pub mod record;
 pub mod samples;
 pub mod tether;
 pub mod tls;
+pub mod watchdog;
 
 pub use channel::ChannelMessage;
 pub use config::{check_ports_free, ClusterConfig, Mode, Replication};

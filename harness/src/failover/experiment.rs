@@ -491,7 +491,9 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
         }
     };
     let clock = Some(events.clock().clone());
+    let steal = crate::procfs::StealSampler::start();
     let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let steal = steal.map(crate::procfs::StealSampler::finish).unwrap_or_default();
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let run_events = events.finish(Some(watcher));
     if let (libc::SIGSTOP, Some(pid)) = (x.signal, victim_pid) {
@@ -515,7 +517,33 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     if report.recovery == Recovery::Rejoin {
         report.rejoin = Some(rejoin_figures(&report, &m, &cluster.config.run_dir, config.partitions.len()));
     }
+    note_steal(&mut report, &steal, m.origin);
     Ok(report)
+}
+
+/// Places the hypervisor's steal ([`crate::procfs::StealTrace`], read while the load ran) on
+/// the record: each timeline bucket, the measured phase, and the longest stretches without a
+/// commit — a stretch the machine's CPUs were taken away in is the VM's, not the cluster's.
+fn note_steal(r: &mut FailoverReport, steal: &crate::procfs::StealTrace, origin: Instant) {
+    let at = |s: f64| origin + Duration::from_secs_f64(s.max(0.0));
+    let bucket_s = BUCKET.as_secs_f64();
+    for p in &mut r.timeline {
+        p.cpu_stolen_pct = steal.stolen_pct(at(p.t_s), at(p.t_s + bucket_s));
+    }
+    r.cpu_stolen_pct =
+        r.timeline.first().zip(r.timeline.last()).and_then(|(a, b)| steal.stolen_pct(at(a.t_s), at(b.t_s)));
+    for p in &mut r.partitions {
+        p.steady_silence_cpu_stolen_pct =
+            p.steady_silence_at_s.and_then(|s| steal.stolen_pct(at(s), at(s + p.steady_silence_ms / 1e3)));
+    }
+    if let Some(j) = r.rejoin.as_mut() {
+        j.longest_silence_cpu_stolen_pct = j
+            .longest_silence_at_s
+            .iter()
+            .zip(&j.longest_silence_ms)
+            .map(|(s, ms)| s.and_then(|s| steal.stolen_pct(at(s), at(s + ms / 1e3))))
+            .collect();
+    }
 }
 
 /// What a rejoin cost (`FailoverReport::rejoin`): the window from the restart until the node
@@ -526,7 +554,10 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
     let live = r.recovery_ms.map(|ms| from + Duration::from_secs_f64(ms / 1e3)).filter(|&t| t <= end);
     let until = live.unwrap_or(end);
     let longest_gap_ms = m.gaps.iter().map(|g| report::longest_within(g, from, until)).collect();
-    let longest_silence_ms = m.silences.iter().map(|s| report::longest_within(s, from, until)).collect();
+    let silences: Vec<Option<(f64, f64)>> =
+        m.silences.iter().map(|s| report::longest_within_at(s, from, until)).collect();
+    let longest_silence_ms = silences.iter().map(|s| s.map_or(0.0, |(ms, _)| ms)).collect();
+    let longest_silence_at_s = silences.iter().map(|s| s.map(|(_, at)| at)).collect();
     let bucket_s = BUCKET.as_secs_f64();
     let window: Vec<f64> = r
         .timeline
@@ -540,6 +571,8 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
     report::RejoinFigures {
         live_under_load: live.is_some(),
         longest_silence_ms,
+        longest_silence_at_s,
+        longest_silence_cpu_stolen_pct: Vec::new(),
         longest_gap_ms,
         replayed_batches: (1..=partitions).map(|p| replayed_batches(run_dir, r.killed, p as u16)).collect(),
         txn_per_sec_during: during,
@@ -663,6 +696,7 @@ fn failover_report(
         partitions,
         txn_per_sec_before: before.iter().sum::<f64>() / before.len().max(1) as f64,
         txn_per_sec_lowest_after: if lowest_after.is_finite() { lowest_after } else { 0.0 },
+        cpu_stolen_pct: None,
         checks: run_checks(verdict, m),
         committed: bench_report.committed,
         committed_multi_partition: bench_report.cluster.as_ref().map_or(0, |c| c.committed_multi_partition),
