@@ -581,6 +581,7 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
     let rejoin = &r["rejoin"];
     assert_eq!(rejoin["live_under_load"], true, "live again before the load ended: {rejoin}");
     let (kill, restart) = (r["killed_at_s"].as_f64().unwrap(), r["restarted_at_s"].as_f64().unwrap());
+    let pct = |v: &serde_json::Value| v.as_f64().map_or("—".to_string(), |p| format!("{p:.0}%"));
     let live = restart + r["recovery_ms"].as_f64().unwrap() / 1e3;
     for p in 0..2 {
         let at_kill = zero_buckets(&r, p, kill - 0.1, restart);
@@ -588,14 +589,14 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
         let outage = &r["partitions"][p];
         eprintln!(
             "partition {}: {at_kill} empty 100 ms buckets at the kill, {during} during the rejoin; no commit for \
-             {:.0} ms at the kill, {:.0} ms at most in the steady state ({}% of the CPUs stolen meanwhile), {:.0} \
-             ms at most during the rejoin ({}% stolen; one client waited {:.0} ms at most); {} batches replayed",
+             {:.0} ms at the kill, {:.0} ms at most in the steady state ({} of the CPUs stolen meanwhile), {:.0} \
+             ms at most during the rejoin ({} stolen; one client waited {:.0} ms at most); {} batches replayed",
             p + 1,
             outage["silence_at_kill_ms"].as_f64().unwrap_or(0.0),
             outage["steady_silence_ms"],
-            outage["steady_silence_cpu_stolen_pct"],
+            pct(&outage["steady_silence_cpu_stolen_pct"]),
             rejoin["longest_silence_ms"][p],
-            rejoin["longest_silence_cpu_stolen_pct"][p],
+            pct(&rejoin["longest_silence_cpu_stolen_pct"][p]),
             rejoin["longest_gap_ms"][p],
             rejoin["replayed_batches"][p]
         );

@@ -57,6 +57,9 @@
 //!   `timeouts.shutdown_timeout_ms` and returns. Transactions in flight then are not
 //!   answered.
 //!
+//! A watch on the thread that carries the links ([`wire::watchdog`]) logs, at `info`, each
+//! time it was held up 50 ms or more, with its time on a CPU and waiting for one meanwhile.
+//!
 //! Every event is logged through `tracing`, one line each; alarms (divergence, a node down, a
 //! partition stopped) at `error`.
 

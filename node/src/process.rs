@@ -48,6 +48,9 @@
 //!   other links, asks the executors to stop and waits for them at most
 //!   `timeouts.shutdown_timeout_ms` (a replica still loading is not waited for).
 //!
+//! A watch on the thread that carries the links ([`wire::watchdog`]) logs, at `info`, each
+//! time it was held up 50 ms or more, with its time on a CPU and waiting for one meanwhile.
+//!
 //! Every event is logged through `tracing`, one line each.
 
 use std::collections::BTreeMap;
