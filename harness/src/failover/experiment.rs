@@ -523,7 +523,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
 
 /// Places the hypervisor's steal ([`crate::procfs::StealTrace`], read while the load ran) on
 /// the record: each timeline bucket, the measured phase, and the longest stretches without a
-/// commit — a stretch the machine's CPUs were taken away in is the VM's, not the cluster's.
+/// commit, so that a stretch is read beside what the machine's CPUs lost meanwhile.
 fn note_steal(r: &mut FailoverReport, steal: &crate::procfs::StealTrace, origin: Instant) {
     let at = |s: f64| origin + Duration::from_secs_f64(s.max(0.0));
     let bucket_s = BUCKET.as_secs_f64();
