@@ -447,14 +447,8 @@ pub async fn run(
         restart = stored.is_some(),
         "coordinator starting"
     );
-    let _watch = wire::watchdog::spawn(|s| {
-        info!(
-            late_ms = s.late.as_millis() as u64,
-            on_cpu_ms = %wire::watchdog::ms(s.on_cpu),
-            waiting_for_cpu_ms = %wire::watchdog::ms(s.waiting_for_cpu),
-            "the coordinator's thread was held up (its core and every link waited)"
-        )
-    });
+    let _watch =
+        wire::watchdog::spawn(|s| info!("the coordinator's thread was held up (its core and every link waited): {s}"));
     let (core_tx, core_rx) = mpsc::channel(CORE_INBOX_MAX);
     let timer = PreciseTimer::start(core_tx.clone());
     let (stopping, _) = watch::channel(false);

@@ -426,14 +426,8 @@ pub async fn run(
         seed = config.seed,
         "node starting"
     );
-    let _watch = wire::watchdog::spawn(|s| {
-        info!(
-            late_ms = s.late.as_millis() as u64,
-            on_cpu_ms = %wire::watchdog::ms(s.on_cpu),
-            waiting_for_cpu_ms = %wire::watchdog::ms(s.waiting_for_cpu),
-            "the node's network thread was held up (every link it carries waited)"
-        )
-    });
+    let _watch =
+        wire::watchdog::spawn(|s| info!("the node's network thread was held up (every link it carries waited): {s}"));
     let (to_coordinator, from_executors) = mpsc::channel(COORDINATOR_OUTBOX_MAX);
     let (events, events_rx) = mpsc::channel(OUTBOX_EVENTS_MAX);
     let mut replicas = BTreeMap::new();

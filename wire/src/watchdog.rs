@@ -70,9 +70,19 @@ pub fn spawn(report: impl FnMut(Stall) + Send + 'static) -> Watch {
     Watch(tokio::spawn(watch(report)))
 }
 
-/// Milliseconds of a [`Stall`]'s figure, or "?" when it could not be read.
-pub fn ms(d: Option<Duration>) -> String {
-    d.map_or("?".to_string(), |d| format!("{}", d.as_millis()))
+/// `late_ms=… on_cpu_ms=… waiting_for_cpu_ms=…`, a figure that could not be read as `?`: the
+/// fields of a log line.
+impl std::fmt::Display for Stall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Option<Duration>| d.map_or("?".to_string(), |d| d.as_millis().to_string());
+        write!(
+            f,
+            "late_ms={} on_cpu_ms={} waiting_for_cpu_ms={}",
+            self.late.as_millis(),
+            ms(self.on_cpu),
+            ms(self.waiting_for_cpu)
+        )
+    }
 }
 
 #[cfg(test)]
@@ -125,5 +135,6 @@ mod tests {
         let held = stalls.iter().find(|s| s.on_cpu.is_some_and(|c| c >= Duration::from_millis(120)));
         let held = held.unwrap_or_else(|| panic!("the stall is reported, on the CPU: {stalls:?}"));
         assert!(held.late >= Duration::from_millis(100), "{stalls:?}");
+        assert!(held.to_string().starts_with("late_ms="), "{held}");
     }
 }
