@@ -18,6 +18,7 @@ use std::path::PathBuf;
 fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     let dir = scratch("run");
     let config = cluster_toml(&dir, "run/certs");
+    let endpoints = with_metrics(&config);
     let _teardown = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
 
@@ -89,6 +90,38 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     assert_eq!(stdout.matches(" matches").count(), 2, "both copies match their replica: {stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(stdout.contains(&format!("acknowledged NewOrders: {acked} checked, 0 missing")), "{stdout}");
+
+    // Issue 40, metrics: every process answers a scrape that a Prometheus parser reads, with
+    // the figures the run produced.
+    let scrapes: Vec<prometheus_parse::Scrape> = endpoints.iter().map(|a| scrape(a)).collect();
+    let leader = sample(&scrapes[0], "glass_coordinator_leader", &[]).expect("a leader is known");
+    assert!(scrapes[..3].iter().all(|s| sample(s, "glass_coordinator_leader", &[]) == Some(leader)));
+    let leading = &scrapes[leader as usize];
+    assert_eq!(
+        sample(leading, "glass_process_info", &[("role", "coordinator"), ("id", &leader.to_string())]),
+        Some(1.0)
+    );
+    let answered = sample(leading, "glass_coordinator_answers", &[("outcome", "committed")]).unwrap_or(0.0);
+    assert!(answered >= v["committed"].as_f64().unwrap(), "every measured commit was answered: {answered}");
+    for p in ["1", "2"] {
+        assert_eq!(
+            sample(leading, "glass_coordinator_partition_state", &[("partition", p), ("phase", "serving")]),
+            Some(1.0)
+        );
+        assert_eq!(sample(leading, "glass_coordinator_live_replicas", &[("partition", p)]), Some(2.0));
+        assert!(sample(leading, "glass_coordinator_batches", &[("partition", p)]).unwrap_or(0.0) > 0.0);
+        assert!(histogram_count(leading, "glass_coordinator_replica_result_seconds", &[("partition", p)]) > 0);
+    }
+    for node in &scrapes[3..] {
+        assert!(sample(node, "glass_link_bytes", &[("direction", "received")]).unwrap_or(0.0) > 0.0);
+        for p in ["1", "2"] {
+            let committed = sample(node, "glass_replica_transactions", &[("partition", p), ("outcome", "committed")]);
+            assert!(committed.unwrap_or(0.0) > 0.0, "partition {p}");
+            assert!(histogram_count(node, "glass_replica_batch_seconds", &[("partition", p)]) > 0);
+            let state = [("partition", p), ("role", "replica"), ("phase", "ready")];
+            assert_eq!(sample(node, "glass_replica_state", &state), Some(1.0));
+        }
+    }
 
     // Status: every process, its partitions, ready, digests equal.
     let o = glass(&["cluster", "status", "--config", cfg]);
@@ -190,4 +223,34 @@ fn a_bench_without_a_running_cluster_starts_one_and_stops_it() {
     assert!(stdout.contains("committed txn/s"), "{stdout}");
     assert!(stdout.contains("no process left"), "{stdout}");
     assert!(processes_of(&config).is_empty(), "processes left: {:?}", processes_of(&config));
+}
+
+/// The value of the sample of `name` (a counter's with or without `_total`) whose labels
+/// include `labels`.
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let total = format!("{name}_total");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name || s.metric == total)
+        .find(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
+            other => panic!("{name} is not a number: {other:?}"),
+        })
+}
+
+/// Observations in histogram `name` summed over its series whose labels include `labels`.
+fn histogram_count(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> u64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count) as u64,
+            _ => 0,
+        })
+        .sum()
 }

@@ -6,7 +6,7 @@
 //! ([`coordinator`]). No I/O, no clock, no async runtime: the network code ([`process`], the
 //! coordinator process on tokio and QUIC) feeds them and carries their outputs. The
 //! coordinator group ([`group`], [`member`]) decides membership and who leads; [`store`]
-//! keeps a member's raft state on disk.
+//! keeps a member's raft state on disk; [`metrics`] counts what its Prometheus endpoint serves.
 
 pub mod agreement;
 pub mod catch_up;
@@ -14,6 +14,7 @@ pub mod coordinator;
 pub mod error;
 pub mod group;
 pub mod member;
+pub mod metrics;
 pub mod process;
 pub mod router;
 pub mod sequencer;

@@ -139,6 +139,8 @@ pub enum ProcessError {
     /// (The store's error, the source, names the file and what is wrong with it.)
     #[error("cannot read the coordinator group's stored state")]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Metrics(#[from] wire::metrics::MetricsError),
 }
 
 /// Microseconds since the Unix epoch: the wall clock read once, then a monotonic clock.
@@ -432,6 +434,12 @@ pub async fn run(
     config.validate()?;
     check_id(&config, me)?;
     let clock = Clock::start();
+    let position = config.coordinators.iter().position(|c| c.id == me).unwrap_or_default();
+    let metrics_field = config.coordinator_field(position).replace(".address", ".metrics");
+    let metrics_listener = match config.metrics_addresses().into_iter().find(|(f, _)| *f == metrics_field) {
+        Some((field, address)) => Some(wire::metrics::bind(&field, address).await?),
+        None => None,
+    };
     let group = config.coordinators.len() > 1;
     let store = group.then(|| GroupStore::new(&config.run_dir, me));
     let stored = match &store {
@@ -469,7 +477,13 @@ pub async fn run(
         stopping: stopping.clone(),
         last_waiting_log: Instant::now(),
         timer,
+        metrics: metrics_listener.as_ref().map(|_| crate::metrics::CoordinatorMetrics::default()),
     };
+    if let (Some(listener), Some(metrics)) = (metrics_listener, &core.metrics) {
+        info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
+        let registry = Arc::new(metrics.registry(u16::from(me)));
+        tokio::spawn(wire::metrics::serve(listener, registry, stopping.subscribe()));
+    }
     if let Some(stored) = stored {
         // A restart: the cluster may be running without this coordinator; it comes back as
         // a member at once (the nodes it waits for on a first start may be gone for good).
@@ -537,6 +551,8 @@ struct Core {
     stopping: watch::Sender<bool>,
     last_waiting_log: Instant,
     timer: PreciseTimer,
+    /// Counted only when the coordinator serves metrics (docs/usage.md, "Metrics").
+    metrics: Option<crate::metrics::CoordinatorMetrics>,
 }
 
 impl Core {
@@ -579,6 +595,24 @@ impl Core {
                 return why;
             }
             self.flush_replies();
+            self.publish_metrics();
+        }
+    }
+
+    /// Publishes the state for metrics scrapes, at most every [`crate::metrics::PUBLISH_EVERY`].
+    fn publish_metrics(&mut self) {
+        if !self.metrics.as_ref().is_some_and(|m| m.publish_due()) {
+            return;
+        }
+        let status = self.status();
+        let term = match &self.machine {
+            Machine::Group(Some(m)) => m.term(),
+            _ => 0,
+        };
+        let queued = self.nodes.iter().map(|(&n, o)| (n, o.queued.load(Ordering::Relaxed) as u64)).collect();
+        let clients = self.clients.len();
+        if let Some(m) = &mut self.metrics {
+            m.publish(status, term, queued, clients);
         }
     }
 
@@ -640,6 +674,9 @@ impl Core {
             CoreEvent::FromNode { node, conn, msg } => {
                 if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
+                }
+                if let (Some(m), NodeToCoordinator::Results(r)) = (&mut self.metrics, &msg) {
+                    m.on_results(node, r.partition, r.seq);
                 }
                 if self.machine.built() {
                     let out = self.machine.on_node_message(node, msg, now);
@@ -858,6 +895,9 @@ impl Core {
                     let FromCoordinator::Epoched(Epoched { msg, .. }) = &framed;
                     if let CoordinatorToNode::Batch(b) = msg {
                         *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
+                        if let Some(m) = &mut self.metrics {
+                            m.on_batch_sent(b.partition, b.seq);
+                        }
                     }
                     for n in nodes {
                         if let Some(outbox) = self.nodes.get(&n) {
@@ -868,6 +908,9 @@ impl Core {
                     }
                 }
                 MemberOutput::Reply { client, reply } => {
+                    if let Some(m) = &mut self.metrics {
+                        m.on_answer(&reply.result);
+                    }
                     if self.clients.contains_key(&client) {
                         self.replies.entry(client).or_default().push(reply);
                     }
@@ -875,6 +918,9 @@ impl Core {
                 MemberOutput::ToClient { client, msg } => self.send_client(client, msg),
                 MemberOutput::Event(e) => {
                     log_event(&e);
+                    if let Some(m) = &mut self.metrics {
+                        m.on_event(&e);
+                    }
                     if let Event::NodeDown { node, .. } = e {
                         // Failed is final for this process of the node: end its link now, so
                         // its writer stops holding frames and a live but excluded process

@@ -3,12 +3,14 @@
 //! (docs/design.md); the node process ([`process`]) only carries its messages and feeds
 //! each replica's executor thread; [`snapshot`] owns snapshot and log-base transfer, both
 //! halves: it streams a replica's rows and receives them (for `glass check`, `glass dump`,
-//! and a rejoining replica), and ships and collects a full-stack primary's log base.
+//! and a rejoining replica), and ships and collects a full-stack primary's log base; [`metrics`] names the figures a
+//! node's Prometheus endpoint serves.
 
 pub mod error;
 pub mod faults;
 pub mod fullstack;
 pub mod machine;
+pub mod metrics;
 pub mod process;
 pub mod replica;
 pub mod shipping;

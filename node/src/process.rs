@@ -139,6 +139,8 @@ pub enum NodeError {
     Endpoint(#[from] wire::endpoint::EndpointError),
     #[error("cannot read the certificates: {0}")]
     Tls(#[from] wire::tls::TlsError),
+    #[error(transparent)]
+    Metrics(#[from] wire::metrics::MetricsError),
     /// An executor thread could not be started.
     #[error("cannot start the executor thread of partition {partition}: {source}")]
     Thread {
@@ -236,6 +238,13 @@ struct ReplicaShared {
     applied_bytes: AtomicU64,
     log_bytes: AtomicU64,
     fsyncs: AtomicU64,
+    /// For the metrics (docs/usage.md, "Metrics"): transactions aborted and failed, bytes of
+    /// copies sent and received, and the executor's seconds per batch.
+    aborted: AtomicU64,
+    failed: AtomicU64,
+    copy_sent_bytes: AtomicU64,
+    copy_received_bytes: AtomicU64,
+    batch_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 impl ReplicaShared {
@@ -420,6 +429,10 @@ pub async fn run(
     start: Start,
 ) -> Result<(), NodeError> {
     let partitions = partitions_held(&config, id, &start)?;
+    let metrics = match config.metrics_addresses().into_iter().find(|(f, _)| *f == node_metrics_field(&config, id)) {
+        Some((field, address)) => Some(wire::metrics::bind(&field, address).await?),
+        None => None,
+    };
     info!(
         node = id,
         partitions = ?partitions.iter().map(|p| p.id).collect::<Vec<_>>(),
@@ -468,6 +481,11 @@ pub async fn run(
     }
     let mut link_task = tokio::spawn(coordinator_links(node.clone(), from_executors, events_rx));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
+    if let Some(listener) = metrics {
+        info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
+        let registry = wire::metrics::registry("node", id, NodeCollector(Arc::downgrade(&node)));
+        tokio::spawn(wire::metrics::serve(listener, Arc::new(registry), node.stopping.subscribe()));
+    }
 
     tokio::select! {
         () = shutdown => node.stop("signal"),
@@ -482,6 +500,38 @@ pub async fn run(
     tools_task.abort();
     info!(node = id, "node stopped");
     Ok(())
+}
+
+/// The `cluster.toml` field of node `id`'s metrics address.
+fn node_metrics_field(config: &ClusterConfig, id: NodeId) -> String {
+    let i = config.nodes.iter().position(|n| n.id == id).unwrap_or_default();
+    format!("nodes[{i}].metrics")
+}
+
+/// The node's figures for a metrics scrape, read when it comes (docs/usage.md, "Metrics").
+#[derive(Debug)]
+struct NodeCollector(std::sync::Weak<Node>);
+
+impl prometheus_client::collector::Collector for NodeCollector {
+    fn encode(&self, enc: prometheus_client::encoding::DescriptorEncoder) -> std::fmt::Result {
+        let Some(node) = self.0.upgrade() else { return Ok(()) };
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let replicas = node
+            .replicas
+            .values()
+            .map(|r| crate::metrics::ReplicaFigures {
+                report: r.shared.report(node.id),
+                aborted: get(&r.shared.aborted),
+                failed: get(&r.shared.failed),
+                copy_sent_bytes: get(&r.shared.copy_sent_bytes),
+                copy_received_bytes: get(&r.shared.copy_received_bytes),
+                inbox_depth: r.inbox.max_capacity() - r.inbox.capacity(),
+                batch_seconds: r.shared.batch_seconds.clone(),
+            })
+            .collect();
+        let leader = node.machine().leader().map(u16::from);
+        crate::metrics::encode(&crate::metrics::NodeFigures { leader, replicas }, enc)
+    }
 }
 
 /// The partitions node `id` holds: those the file places on it, and those it joins.
@@ -550,6 +600,11 @@ fn start_replica(
         applied_bytes: zero(),
         log_bytes: zero(),
         fsyncs: zero(),
+        aborted: zero(),
+        failed: zero(),
+        copy_sent_bytes: zero(),
+        copy_received_bytes: zero(),
+        batch_seconds: wire::metrics::seconds_histogram(),
     });
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
     let executor = Executor {
@@ -872,6 +927,9 @@ impl Executor {
                 self.retry_deferred(&mut machine, &mut deferred);
             }
             let worked = t0.elapsed();
+            if what == "Batch" {
+                self.shared.batch_seconds.observe(worked.as_secs_f64());
+            }
             self.copy_step(&mut machine, !woken, &mut deferred);
             self.free_copy_leftovers(&mut machine);
             self.publish(&mut machine);
@@ -930,7 +988,12 @@ impl Executor {
     /// over, the requests deferred behind it are looked at again.
     fn copy_step(&self, machine: &mut Machine, under_load: bool, deferred: &mut Vec<Work>) {
         let over = match self.copy.borrow_mut().as_mut() {
-            Some(task) => task.step(machine.replica_mut(), under_load) == copy::Step::Over,
+            Some(task) => {
+                let before = task.sent_bytes();
+                let step = task.step(machine.replica_mut(), under_load);
+                self.shared.copy_sent_bytes.fetch_add(task.sent_bytes() - before, Ordering::Relaxed);
+                step == copy::Step::Over
+            }
             None => false,
         };
         if over {
@@ -1110,6 +1173,7 @@ impl Executor {
     /// executor's inbox.
     fn fetch(&self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64) {
         let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
+        let shared = self.shared.clone();
         let inbox = self.self_inbox.clone();
         let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
             std::thread::sleep(Duration::from_millis(delay_ms));
@@ -1118,8 +1182,15 @@ impl Executor {
                 Ok(match kind {
                     FetchKind::Copy => {
                         let mut db = engine::LeanDb::new();
-                        let info =
-                            snapshot::snapshot_after::<PeerChannel>(&mut link, pid, after_seq, &mut db, &[]).await?;
+                        let info = snapshot::snapshot_after::<PeerChannel>(
+                            &mut link,
+                            pid,
+                            after_seq,
+                            &mut db,
+                            &[],
+                            &shared.copy_received_bytes,
+                        )
+                        .await?;
                         Fetched::Copy { db: Box::new(db), info }
                     }
                     FetchKind::LogBase | FetchKind::BaseBackup => {
@@ -1147,7 +1218,10 @@ impl Executor {
         let sh = &self.shared;
         *sh.role.lock().unwrap_or_else(|e| e.into_inner()) = replica.role();
         sh.applied_seq.store(replica.applied_seq(), Ordering::Relaxed);
-        sh.committed.store(replica.stats().txns_committed, Ordering::Relaxed);
+        let stats = replica.stats();
+        sh.committed.store(stats.txns_committed, Ordering::Relaxed);
+        sh.aborted.store(stats.txns_aborted, Ordering::Relaxed);
+        sh.failed.store(stats.txns_failed, Ordering::Relaxed);
         sh.applied_bytes.store(replica.applied_bytes(), Ordering::Relaxed);
         if let Store::Full(f) = replica.store_mut() {
             let (bytes, fsyncs) = f.log_counters();

@@ -462,7 +462,7 @@ pub async fn snapshot_into(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, TransferError> {
-    snapshot_after::<ToolChannel>(link, partition, 0, db, skip).await
+    snapshot_after::<ToolChannel>(link, partition, 0, db, skip, &Default::default()).await
 }
 
 /// What a full-stack primary's node sent for a rejoining backup: its log from its last
@@ -695,6 +695,7 @@ pub async fn snapshot_after<C: SnapshotChannel>(
     after_seq: Seq,
     db: &mut LeanDb,
     skip: &[TableId],
+    received: &std::sync::atomic::AtomicU64,
 ) -> Result<SnapshotInfo, TransferError> {
     let request_id = u64::from(partition) + 2_000;
     link.send(&C::snapshot_request(request_id, partition, after_seq)).await?;
@@ -704,6 +705,7 @@ pub async fn snapshot_after<C: SnapshotChannel>(
             C::snapshot_chunk(m).filter(|c| c.request_id == request_id)
         })
         .await?;
+        received.fetch_add(chunk.rows_bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(info) = receiver.accept(chunk, db)? {
             return Ok(info);
         }

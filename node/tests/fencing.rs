@@ -18,8 +18,9 @@ const ME: NodeId = 1;
 /// The default cluster with three coordinators (ids 0, 1, 2).
 fn three_coordinators() -> ClusterConfig {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
-    c.coordinators =
-        (0..3u8).map(|id| CoordinatorConfig { id, address: format!("127.0.0.1:{}", 7410 + u16::from(id)) }).collect();
+    c.coordinators = (0..3u8)
+        .map(|id| CoordinatorConfig { id, address: format!("127.0.0.1:{}", 7410 + u16::from(id)), metrics: None })
+        .collect();
     c.validate().unwrap();
     c
 }

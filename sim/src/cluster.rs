@@ -109,6 +109,7 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
             id: NodeId::from(id),
             // Apart from the default file's coordinators (7400, 7403, 7404).
             address: format!("127.0.0.1:{}", 7500 + u16::from(id)),
+            metrics: None,
         })
         .collect();
     for (i, p) in c.partitions.iter_mut().enumerate() {
@@ -132,7 +133,11 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
 pub fn with_coordinators(mut config: ClusterConfig, k: u8) -> ClusterConfig {
     assert!(k >= 1, "a cluster has a coordinator");
     config.coordinators = (0..k)
-        .map(|id| wire::config::CoordinatorConfig { id, address: format!("127.0.0.1:{}", 7410 + u16::from(id)) })
+        .map(|id| wire::config::CoordinatorConfig {
+            id,
+            address: format!("127.0.0.1:{}", 7410 + u16::from(id)),
+            metrics: None,
+        })
         .collect();
     config.validate().expect("the simulated cluster's configuration is valid");
     config

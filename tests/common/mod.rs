@@ -98,6 +98,39 @@ pub fn cluster_toml(dir: &Path, cert_dir: &str) -> PathBuf {
     path
 }
 
+/// Gives every process of the cluster file `config` a metrics endpoint on a free port
+/// (docs/usage.md, "Metrics"); returns each one's address, coordinators first.
+pub fn with_metrics(config: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(config).unwrap();
+    let ports = free_ports::<8>();
+    let mut endpoints = Vec::new();
+    let mut out = String::new();
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if line.starts_with("address = ") {
+            let address = format!("127.0.0.1:{}", ports[endpoints.len()]);
+            out.push_str(&format!("metrics = \"{address}\"\n"));
+            endpoints.push(address);
+        }
+    }
+    std::fs::write(config, out).unwrap();
+    endpoints
+}
+
+/// `GET /metrics` of the endpoint at `address`: the body, parsed by a Prometheus text
+/// parser (not glass's own code).
+pub fn scrape(address: &str) -> prometheus_parse::Scrape {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(address).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: glass\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200 OK") && head.contains("text/plain; version=0.0.4"), "{head}");
+    prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("Prometheus text")
+}
+
 /// The committed cluster.toml with one coordinator instead of the group (the setting
 /// without a take-over), free ports and one warehouse per partition.
 pub fn single_coordinator_toml(dir: &Path, cert_dir: &str) -> PathBuf {

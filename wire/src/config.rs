@@ -380,6 +380,10 @@ pub struct CoordinatorConfig {
     /// `host:port` the coordinator listens on (UDP, QUIC) and nodes and clients dial; the host
     /// is an IP address or a DNS name, and is the name in the coordinator's certificate.
     pub address: String,
+    /// `host:port` (TCP) on which the coordinator serves its Prometheus metrics
+    /// (`GET /metrics`; docs/usage.md, "Metrics"); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// A node process.
@@ -391,6 +395,10 @@ pub struct NodeConfig {
     /// `host:port` the node listens on (UDP, QUIC); the host is an IP address or a DNS name,
     /// and is the name in the node's certificate.
     pub address: String,
+    /// `host:port` (TCP) on which the node serves its Prometheus metrics (`GET /metrics`;
+    /// docs/usage.md, "Metrics"); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// A partition: a contiguous range of warehouses and the nodes holding its replicas.
@@ -688,6 +696,11 @@ impl ClusterConfig {
             }
             check_address(format!("nodes[{i}].address"), &node.address)?;
         }
+        // A metrics endpoint is TCP, as a coordinator's liveness tethers are on its address:
+        // it shares no address with a process or another endpoint.
+        for (field, address) in self.metrics_addresses() {
+            check_address(field, address)?;
+        }
         Ok(())
     }
 
@@ -968,6 +981,20 @@ impl ClusterConfig {
         out
     }
 
+    /// Every metrics endpoint with the field naming it (`coordinators[0].metrics`, …).
+    pub fn metrics_addresses(&self) -> Vec<(String, &str)> {
+        let coordinators = self.coordinators.iter().enumerate().filter_map(|(i, c)| {
+            let field = self.coordinator_field(i).replace(".address", ".metrics");
+            Some((field, c.metrics.as_deref()?))
+        });
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| Some((format!("nodes[{i}].metrics"), n.metrics.as_deref()?)));
+        coordinators.chain(nodes).collect()
+    }
+
     /// A 64-bit fingerprint of what every process of a cluster must agree on (mode, seed,
     /// coordinator, nodes, partitions), exchanged in `Hello`: a process started with another
     /// `cluster.toml` is refused.
@@ -993,7 +1020,8 @@ impl ClusterConfig {
 /// address is not one of this machine's). A launcher of a local cluster calls it before
 /// starting any process.
 pub fn check_ports_free(config: &ClusterConfig) -> Result<(), ConfigError> {
-    let addresses = config.addresses();
+    let mut addresses = config.addresses();
+    addresses.extend(config.metrics_addresses());
     check_addresses_free(addresses.iter().map(|(f, a)| (f.as_str(), *a)))
 }
 
@@ -1004,6 +1032,11 @@ pub fn check_addresses_free<'a>(addresses: impl IntoIterator<Item = (&'a str, &'
     for (field, address) in addresses {
         let addr = resolve(field, address)?;
         let in_use = |source| ConfigError::PortInUse { field: field.to_string(), address: addr, source };
+        // A metrics endpoint is TCP only (docs/usage.md, "Metrics").
+        if field.ends_with(".metrics") {
+            held_tcp.push(std::net::TcpListener::bind(addr).map_err(in_use)?);
+            continue;
+        }
         held.push(UdpSocket::bind(addr).map_err(in_use)?);
         // A coordinator also listens on its port over TCP, for the nodes' liveness tethers
         // (docs/cluster.md, "Failure detection").
@@ -1256,6 +1289,40 @@ mod tests {
         assert_eq!(field, "nodes[1].address");
         assert!(matches!(problem, Problem::DuplicateAddress { .. }));
         assert!(msg.ends_with("is also used by coordinators[0]"), "{msg}");
+    }
+
+    /// docs/usage.md, "Metrics": an endpoint is optional, checked as an address, and shares
+    /// its address with no process (a coordinator's tethers are TCP on its own) or endpoint.
+    #[test]
+    fn metrics_endpoints_are_optional_and_checked_like_addresses() {
+        let text = COMMITTED.replacen(
+            "address = \"127.0.0.1:7401\"",
+            "address = \"127.0.0.1:7401\"\nmetrics = \"127.0.0.1:9101\"",
+            1,
+        );
+        let c = ClusterConfig::parse(&text).unwrap();
+        assert_eq!(c.nodes[0].metrics.as_deref(), Some("127.0.0.1:9101"));
+        assert_eq!(c.metrics_addresses(), vec![("nodes[0].metrics".to_string(), "127.0.0.1:9101")]);
+        assert!(base().metrics_addresses().is_empty(), "the default file serves none");
+
+        let mut c = base();
+        c.nodes[1].metrics = Some("127.0.0.1".into());
+        let (field, _, msg) = problem_at(&c);
+        assert_eq!(field, "nodes[1].metrics");
+        assert!(msg.contains("port"), "{msg}");
+
+        let mut c = base();
+        c.coordinators[1].metrics = Some(c.coordinators[0].address.clone());
+        let (field, problem, msg) = problem_at(&c);
+        assert_eq!(field, "coordinators[1].metrics");
+        assert!(matches!(problem, Problem::DuplicateAddress { .. }), "{msg}");
+
+        let mut c = base();
+        c.coordinators[0].metrics = Some("127.0.0.1:9100".into());
+        c.nodes[0].metrics = Some("127.0.0.1:9100".into());
+        let (field, _, msg) = problem_at(&c);
+        assert_eq!(field, "nodes[0].metrics");
+        assert!(msg.ends_with("is also used by coordinators[0].metrics"), "{msg}");
     }
 
     #[test]

@@ -673,6 +673,7 @@ impl FrameReader {
                     let msg = codec::decode_body(&pending[LENGTH_PREFIX_BYTES..needed])
                         .map_err(|source| EndpointError::Frame { addr, source })?;
                     crate::record::frame(&msg, &pending[..needed]);
+                    crate::metrics::LINK_TRAFFIC.received(needed);
                     self.start += needed;
                     return Ok(Some(msg));
                 }
@@ -776,6 +777,7 @@ impl LinkSender {
         codec::encode_into(msg, &mut self.buf, self.frame_bytes_max)
             .map_err(|source| EndpointError::Encode { addr, source })?;
         let result = self.stream.write_all(&self.buf).await;
+        crate::metrics::LINK_TRAFFIC.sent(self.buf.len());
         if self.buf.capacity() > RECV_BUFFER_BYTES_INITIAL {
             // Keep a big frame's buffer no longer than its send.
             self.buf = Vec::new();
@@ -789,7 +791,9 @@ impl LinkSender {
             frames.first_chunk::<LENGTH_PREFIX_BYTES>().is_none_or(|p| codec::frame_len(*p, usize::MAX).is_ok()),
             "send_encoded takes whole frames"
         );
-        self.stream.write_all(frames).await.map_err(|e| write_error(self.shared.remote, e))
+        self.stream.write_all(frames).await.map_err(|e| write_error(self.shared.remote, e))?;
+        crate::metrics::LINK_TRAFFIC.sent(frames.len());
+        Ok(())
     }
 
     /// Ends the stream after everything sent so far and waits (up to `timeout`) for the peer

@@ -3,8 +3,8 @@
 //! and their framing ([`codec`]), all synchronous; and the
 //! transport carrying them: the cluster's CA and TLS configurations ([`tls`]) and the QUIC
 //! endpoints on tokio and quinn ([`endpoint`]), with the TCP liveness tether that lets a
-//! coordinator see a node's process end at once ([`tether`]), and a watch on the thread that
-//! carries them ([`watchdog`]).
+//! coordinator see a node's process end at once ([`tether`]), a watch on the thread that
+//! carries them ([`watchdog`]), and the processes' Prometheus endpoint ([`metrics`]).
 
 pub mod channel;
 pub mod codec;
@@ -12,6 +12,7 @@ pub mod config;
 pub mod endpoint;
 pub mod error;
 pub mod messages;
+pub mod metrics;
 pub mod record;
 pub mod samples;
 pub mod tether;

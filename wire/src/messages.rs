@@ -555,6 +555,21 @@ impl PartitionPhase {
     pub fn is_stopped(&self) -> bool {
         matches!(self, PartitionPhase::Stopped { .. })
     }
+
+    /// A one-word name (a metric's label; [`fmt::Display`] gives the details).
+    pub fn name(&self) -> &'static str {
+        match self {
+            PartitionPhase::WaitingForNodes { .. } => "waiting-for-nodes",
+            PartitionPhase::Loading => "loading",
+            PartitionPhase::Ready => "ready",
+            PartitionPhase::Serving => "serving",
+            PartitionPhase::Promoting { .. } => "promoting",
+            PartitionPhase::Recovering { .. } => "recovering",
+            PartitionPhase::Unavailable => "unavailable",
+            PartitionPhase::Failed { .. } => "failed",
+            PartitionPhase::Stopped { .. } => "stopped",
+        }
+    }
 }
 
 impl fmt::Display for PartitionPhase {

@@ -72,6 +72,14 @@ impl Copying {
         }
     }
 
+    /// Bytes of rows (or page image) taken for the copy so far.
+    pub fn sent_bytes(&self) -> u64 {
+        match self {
+            Copying::Rows(t) => t.sender.sent().1,
+            Copying::Image(t) => t.bytes(),
+        }
+    }
+
     /// Moves the copy on by at most one step.
     pub fn step(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
         match self {

@@ -194,6 +194,11 @@ impl ImageCopyTask {
         !self.stalled
     }
 
+    /// Bytes of the page image taken so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// Moves the copy on by at most one piece (see [`super::copy::CopyTask::step`]).
     pub fn step(&mut self, replica: Option<&mut Replica>, under_load: bool) -> Step {
         let step = self.step_once(replica, under_load);
