@@ -203,6 +203,95 @@ fn assert_report_parses(record: &Path) -> usize {
     inline
 }
 
+/// What the page showed in a headless Chromium: each top-level chart's size in CSS pixels,
+/// and every error it raised (a script error, a resource that did not load, `console.error`).
+#[derive(Debug, serde::Deserialize)]
+struct Rendered {
+    sizes: Vec<(u32, u32)>,
+    errors: Vec<String>,
+}
+
+/// Opens `page` in Debian's Chromium, headless, with a probe added at the top of its `<head>`
+/// that records errors as they happen and, once the page loaded, the charts' sizes; `None`
+/// (after saying why) where Chromium is missing and `scripts/setup-test-tools` cannot install
+/// it.
+fn render_in_a_browser(page: &str, dir: &Path) -> Option<Rendered> {
+    let installed = Command::new("chromium").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !installed {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup-test-tools");
+        let o = Command::new(setup).arg("chromium").output().unwrap();
+        if o.status.code() == Some(3) {
+            eprintln!("skipped the browser check: {}", String::from_utf8_lossy(&o.stderr).trim());
+            return None;
+        }
+        assert!(o.status.success(), "scripts/setup-test-tools chromium: {}", text(&o));
+    }
+    const PROBE: &str = r#"<script>
+window.glassErrors = [];
+window.addEventListener('error', function (e) {
+  window.glassErrors.push(String(e.message || (e.target && e.target.outerHTML) || e.type));
+}, true);
+var glassConsoleError = console.error;
+console.error = function () {
+  window.glassErrors.push(Array.prototype.join.call(arguments, ' '));
+  glassConsoleError.apply(console, arguments);
+};
+window.addEventListener('load', function () {
+  var charts = Array.prototype.filter.call(document.querySelectorAll('svg'), function (s) {
+    return !s.parentElement.closest('svg');
+  });
+  var sizes = charts.map(function (s) {
+    var r = s.getBoundingClientRect();
+    return [Math.round(r.width), Math.round(r.height)];
+  });
+  var out = document.createElement('pre');
+  out.id = 'glass-probe';
+  out.textContent = JSON.stringify({ sizes: sizes, errors: window.glassErrors });
+  document.body.appendChild(out);
+});
+</script>"#;
+    let at = page.find("<head>").map_or(0, |i| i + "<head>".len());
+    let probed = dir.join("browser-probe.html");
+    std::fs::write(&probed, format!("{}{PROBE}{}", &page[..at], &page[at..])).unwrap();
+    let profile = dir.join("browser-profile");
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--enable-logging=stderr", "--v=0"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--virtual-time-budget=3000", "--dump-dom"])
+        .arg(format!("file://{}", probed.display()))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let (_, rest) =
+        dom.split_once("<pre id=\"glass-probe\">").unwrap_or_else(|| panic!("the page did not load: {}", text(&o)));
+    let json = rest.split("</pre>").next().unwrap().replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    let mut rendered: Rendered = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    // The page's console, as Chromium logs it (its own dbus and GPU complaints are not the page's).
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    rendered.errors.extend(stderr.lines().filter(|l| l.contains(":CONSOLE") && l.contains("ERROR")).map(String::from));
+    Some(rendered)
+}
+
+/// Issue 40: the record's `report.html` in a real browser: `charts` charts, each with a size,
+/// and no error on the console. The probe itself is checked first on a page that does fail.
+fn assert_renders_in_a_browser(record: &Path, charts: usize) {
+    let scratch = record.join("..").join(format!("browser-{}", record.file_name().unwrap().to_string_lossy()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let broken = "<html><head></head><body><img src=\"missing.png\"/><script>nosuchfunction();</script></body></html>";
+    let Some(seen) = render_in_a_browser(broken, &scratch) else { return };
+    assert_eq!(seen.errors.len(), 2, "the probe sees a missing image and a script error: {seen:?}");
+    let page = std::fs::read_to_string(record.join("report.html")).unwrap();
+    let seen = render_in_a_browser(&page, &scratch).unwrap();
+    println!("{}: charts {:?} in a browser, errors {:?}", record.display(), seen.sizes, seen.errors);
+    assert!(seen.errors.is_empty(), "report.html raised errors in the browser: {:?}", seen.errors);
+    assert_eq!(seen.sizes.len(), charts, "{seen:?}");
+    assert!(seen.sizes.iter().all(|&(w, h)| w >= 200 && h >= 100), "every chart has a size: {seen:?}");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 /// A compare's record holds every file and field; `--rate` drives it open loop (the achieved
 /// rate is reported beside the target); `compare --sweep` on the same config draws its curve
 /// and names where the mode breaks; `glass report` rebuilds a page and sets two records side
@@ -230,6 +319,8 @@ fn compare_keeps_a_complete_record_with_a_report_and_the_sweep_draws_its_curve()
         "16",
         "--rate",
         "300",
+        "--repeat",
+        "2",
         "--quiet",
         "--out",
         record.to_str().unwrap(),
@@ -241,6 +332,7 @@ fn compare_keeps_a_complete_record_with_a_report_and_the_sweep_draws_its_curve()
         "cluster.toml",
         "cluster-active-active-r2.toml",
         "compare.json",
+        "compare-runs.json",
         "compare.csv",
         "compare.svg",
         "summary.txt",
@@ -263,7 +355,22 @@ fn compare_keeps_a_complete_record_with_a_report_and_the_sweep_draws_its_curve()
     assert!(achieved > 0.0 && row["tpmc"].as_f64().unwrap() > 0.0, "{row}");
     let summary = read(&record.join("summary.txt"));
     assert!(summary.contains("tpmC"), "{summary}");
+    // Issue 40, `--repeat 2`: the row is the median of two runs, with their spread; both runs
+    // are in the record.
+    assert_eq!(row["repeats"]["runs"], 2, "{row}");
+    let each = row["repeats"]["txn_per_sec_each"].as_array().unwrap();
+    assert_eq!(each.len(), 2, "{row}");
+    let (lo, hi) = (
+        row["repeats"]["txn_per_sec"]["min"].as_f64().unwrap(),
+        row["repeats"]["txn_per_sec"]["max"].as_f64().unwrap(),
+    );
+    assert!(lo <= achieved && achieved <= hi, "the median lies within the runs: {row}");
+    assert!(summary.contains("repeated: runs") && summary.contains("repeated: throughput min–max"), "{summary}");
+    let runs: Value = serde_json::from_str(&read(&record.join("compare-runs.json"))).unwrap();
+    assert_eq!(runs["runs"].as_array().map(Vec::len), Some(2), "every run kept");
+    assert_eq!(read(&record.join("compare.csv")).lines().next().unwrap().matches("repeats_").count(), 5);
     assert_eq!(assert_report_parses(&record), 1);
+    assert_renders_in_a_browser(&record, 1);
 
     // The sweep: two offered loads, one cluster start.
     let sweep = dir.join("sweep");
@@ -302,6 +409,7 @@ fn compare_keeps_a_complete_record_with_a_report_and_the_sweep_draws_its_curve()
     }
     assert_eq!(read(&sweep.join("sweep.csv")).lines().count(), 3);
     assert_eq!(assert_report_parses(&sweep), 1, "sweep.svg inline");
+    assert_renders_in_a_browser(&sweep, 1);
 
     // `glass report DIR` rebuilds the page; `glass report A B` sets them side by side.
     std::fs::remove_file(record.join("report.html")).unwrap();

@@ -30,6 +30,7 @@ use crate::verdict;
 
 pub mod multi;
 pub mod plan;
+pub mod repeat;
 pub mod sweep;
 
 /// Shown for a value the run does not have (`None`).
@@ -114,6 +115,10 @@ pub struct CompareRow {
     pub coordinator_failover_unavailability_ms: Option<f64>,
     pub coordinator_failover_lost: Option<u64>,
     pub coordinator_failover_outcome_unknown: Option<u64>,
+    /// `--repeat N`: the spread of the runs this row combines (its throughput, latencies and
+    /// CPU are their medians; [`repeat::combine`]). `None` for a single run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<repeat::Repeats>,
     /// The run's full bench JSON object (the field names of `glass bench --json`).
     pub bench: serde_json::Value,
 }
@@ -275,7 +280,7 @@ pub(crate) fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 38] = [
+const METRICS: [Metric; 41] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -283,6 +288,12 @@ const METRICS: [Metric; 38] = [
     ("committed (txns)", |r| r.committed.to_string()),
     ("aborted (txns)", |r| r.aborted.to_string()),
     ("throughput (txn/s)", |r| format!("{:.0}", r.txn_per_sec)),
+    ("repeated: runs", |r| opt(r.repeats.as_ref().map(|s| s.runs.to_string()))),
+    ("repeated: throughput min–max", |r| {
+        opt(r.repeats.as_ref().map(|s| {
+            format!("{:.0}–{:.0} (±{:.0}%)", s.txn_per_sec.min, s.txn_per_sec.max, s.txn_per_sec.range_pct() / 2.0)
+        }))
+    }),
     ("NewOrder throughput (commits/s)", |r| format!("{:.0}", r.neworder_per_sec)),
     ("tpmC (NewOrders/min)", |r| format!("{:.0}", r.tpmc)),
     ("forced multi-partition (%)", |r| opt(r.multi_partition_pct.map(|v| v.to_string()))),
@@ -291,6 +302,9 @@ const METRICS: [Metric; 38] = [
     ("latency p50 (ms)", |r| ms(r.p50_us)),
     ("latency p95 (ms)", |r| ms(r.p95_us)),
     ("latency p99 (ms)", |r| ms(r.p99_us)),
+    ("repeated: p99 min–max (ms)", |r| {
+        opt(r.repeats.as_ref().map(|s| format!("{}–{}", ms(s.p99_us.min), ms(s.p99_us.max))))
+    }),
     ("primary CPU (s/1k txn)", |r| format!("{:.4}", r.primary_cpu_s_per_1000)),
     ("backup CPU (s/1k txn)", |r| opt(r.backup_cpu_s_per_1000.map(|v| format!("{v:.4}")))),
     ("node CPU (s/1k txn)", |r| format!("{:.4}", r.node_cpu_s_per_1000)),
@@ -318,6 +332,8 @@ const METRICS: [Metric; 38] = [
     ("failover: coordinator outcome unknown", |r| opt(r.coordinator_failover_outcome_unknown.map(|v| v.to_string()))),
 ];
 
+/// The table lines of `--repeat`.
+const REPEAT_PREFIX: &str = "repeated:";
 /// The table lines of `--failover`.
 const FAILOVER_PREFIX: &str = "failover:";
 /// The table lines of `--failover` with a coordinator group.
@@ -340,10 +356,12 @@ pub fn render_table(rows: &[CompareRow]) -> String {
     // The failover lines only when some run had a failover run (`--failover`).
     let with_failover = rows.iter().any(|r| r.failover_lost.is_some());
     let with_coordinator = rows.iter().any(|r| r.coordinator_failover_lost.is_some());
+    let with_repeats = rows.iter().any(|r| r.repeats.is_some());
     let metrics: Vec<&Metric> = METRICS
         .iter()
         .filter(|(name, _)| with_failover || !name.starts_with(FAILOVER_PREFIX))
         .filter(|(name, _)| with_coordinator || !name.starts_with(COORDINATOR_FAILOVER_PREFIX))
+        .filter(|(name, _)| with_repeats || !name.starts_with(REPEAT_PREFIX))
         .collect();
     let name_width = metrics.iter().map(|(n, _)| n.chars().count()).max().unwrap_or(0);
     let mut first_block = true;
@@ -449,7 +467,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 41] = [
+const CSV_COLUMNS: [Column; 46] = [
     ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -491,6 +509,12 @@ const CSV_COLUMNS: [Column; 41] = [
     ("coordinator_failover_unavailability_ms", |r| csv_opt(&r.coordinator_failover_unavailability_ms)),
     ("coordinator_failover_lost", |r| csv_opt(&r.coordinator_failover_lost)),
     ("coordinator_failover_outcome_unknown", |r| csv_opt(&r.coordinator_failover_outcome_unknown)),
+    // `--repeat N` (the row's `repeats`): empty for a single run.
+    ("repeats_runs", |r| csv_opt(&r.repeats.as_ref().map(|s| s.runs))),
+    ("repeats_txn_per_sec_min", |r| csv_opt(&r.repeats.as_ref().map(|s| s.txn_per_sec.min))),
+    ("repeats_txn_per_sec_max", |r| csv_opt(&r.repeats.as_ref().map(|s| s.txn_per_sec.max))),
+    ("repeats_p99_us_min", |r| csv_opt(&r.repeats.as_ref().map(|s| s.p99_us.min))),
+    ("repeats_p99_us_max", |r| csv_opt(&r.repeats.as_ref().map(|s| s.p99_us.max))),
 ];
 
 /// The short name of a detection as the coordinator's alarm words it ("connection lost: …"
@@ -745,7 +769,7 @@ fn draw_latency(
 pub(crate) mod tests {
     use super::*;
 
-    fn row(mode: Mode, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
+    pub(crate) fn row(mode: Mode, shipping: Option<&str>, replicas: usize, txn_per_sec: f64) -> CompareRow {
         CompareRow {
             mode,
             shipping: shipping.map(|s| s.parse().expect("a shipping name")),
@@ -788,6 +812,7 @@ pub(crate) mod tests {
             replica_reads_consistent: (replicas > 1).then_some(true),
             digests_equal: true,
             consistent: true,
+            repeats: None,
             bench: serde_json::json!({
                 "mode": "cluster",
                 "profile": "paper",
@@ -829,9 +854,15 @@ pub(crate) mod tests {
 
     #[test]
     fn csv_header_names_are_the_rows_serde_fields() {
-        let json = serde_json::to_value(row(Mode::ActiveActive, None, 1, 1.0)).unwrap();
+        let runs = [row(Mode::ActiveActive, None, 1, 1.0), row(Mode::ActiveActive, None, 1, 2.0)];
+        let json = serde_json::to_value(repeat::combine(&runs).unwrap()).unwrap();
         let mut fields: Vec<String> = json.as_object().unwrap().keys().filter(|k| *k != "bench").cloned().collect();
-        let mut header: Vec<String> = CSV_COLUMNS.iter().map(|(n, _)| n.to_string()).collect();
+        // `repeats` is an object: its figures are flattened into `repeats_*` columns.
+        let mut header: Vec<String> = CSV_COLUMNS
+            .iter()
+            .map(|(n, _)| if n.starts_with("repeats_") { "repeats".to_string() } else { n.to_string() })
+            .collect();
+        header.dedup();
         fields.sort();
         header.sort();
         assert_eq!(fields, header);
@@ -861,7 +892,8 @@ pub(crate) mod tests {
         r.bench = serde_json::Value::Null;
         let json = to_json(&[r]);
         let o = json[0].as_object().unwrap();
-        assert_eq!(o.len(), CSV_COLUMNS.len());
+        let repeats = CSV_COLUMNS.iter().filter(|(n, _)| n.starts_with("repeats_")).count();
+        assert_eq!(o.len(), CSV_COLUMNS.len() - repeats, "a single run has no `repeats`");
     }
 
     #[test]
@@ -876,18 +908,25 @@ pub(crate) mod tests {
         for (name, _) in METRICS {
             assert_eq!(
                 table.contains(name),
-                !name.starts_with(FAILOVER_PREFIX),
-                "{name}: failover lines only with data"
+                !name.starts_with(FAILOVER_PREFIX) && !name.starts_with(REPEAT_PREFIX),
+                "{name}: failover and repeat lines only with data"
             );
         }
         let mut with = rows.clone();
         with[0].failover_lost = Some(0);
         let table_with = render_table(&with);
         assert!(
-            METRICS.iter().all(|(name, _)| table_with.contains(name) != name.starts_with(COORDINATOR_FAILOVER_PREFIX)),
+            METRICS.iter().all(|(name, _)| table_with.contains(name)
+                == !(name.starts_with(COORDINATOR_FAILOVER_PREFIX) || name.starts_with(REPEAT_PREFIX))),
             "coordinator lines only with a group's data:\n{table_with}"
         );
         with[0].coordinator_failover_lost = Some(0);
+        let table_with = render_table(&with);
+        assert!(
+            METRICS.iter().all(|(name, _)| table_with.contains(name) != name.starts_with(REPEAT_PREFIX)),
+            "{table_with}"
+        );
+        with[1] = repeat::combine(&[with[1].clone(), with[1].clone()]).unwrap();
         let table_with = render_table(&with);
         assert!(METRICS.iter().all(|(name, _)| table_with.contains(name)), "{table_with}");
         assert!(table.contains("0.850"), "p50 in ms:\n{table}");
@@ -897,7 +936,10 @@ pub(crate) mod tests {
     #[test]
     fn table_lines_of_a_block_have_equal_width() {
         let table = render_table(&example());
-        let shown = METRICS.iter().filter(|(name, _)| !name.starts_with(FAILOVER_PREFIX)).count();
+        let shown = METRICS
+            .iter()
+            .filter(|(name, _)| !name.starts_with(FAILOVER_PREFIX) && !name.starts_with(REPEAT_PREFIX))
+            .count();
         let block: Vec<usize> = table.lines().take(1 + shown).map(|l| l.chars().count()).collect();
         assert!(block.iter().all(|w| *w == block[0]), "{block:?}\n{table}");
     }

@@ -137,6 +137,13 @@ pub struct CompareArgs {
     /// columns (`glass failover --restart-after` measures rejoin).
     #[arg(long)]
     pub failover: bool,
+    /// Run each mode N times, the modes interleaved round after round (so a slow stretch of a
+    /// shared machine falls on every mode alike), and report each by the median of its runs
+    /// with their least and greatest (throughput, NewOrders/s, tpmC, p50, p99, node CPU);
+    /// every run is kept in the record (`compare-runs.json`). A check that fails in any run
+    /// fails the mode.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
     /// Under each once-a-second line, one line per transaction type (ops/s, p50, p95, p99,
     /// max).
     #[arg(long)]
@@ -183,6 +190,9 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         },
     };
     plan::check_shares(&base.config, &runs)?;
+    if a.repeat > 1 && (a.failover || !a.multi_partition.is_empty() || a.sweep.is_some()) {
+        bail!("--repeat repeats the plain comparison: leave out --failover, --multi-partition and --sweep");
+    }
     if a.failover && !a.multi_partition.is_empty() {
         bail!("--failover and --multi-partition cannot be combined: run them as two comparisons");
     }
@@ -231,10 +241,11 @@ fn compare(
 ) -> Result<ExitCode> {
     let warehouses = usize::from(base.config.warehouses_total());
     println!(
-        "compare: {} {}{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), {}, seed {}",
+        "compare: {} {}{}{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), {}, seed {}",
         plans.len(),
         if a.sweep.is_some() { "sweep" } else { "run" },
         if plans.len() == 1 { "" } else { "s" },
+        if a.repeat > 1 { format!(" × {} rounds", a.repeat) } else { String::new() },
         a.duration,
         a.warmup,
         base.path.display(),
@@ -247,10 +258,14 @@ fn compare(
     if let Some(rates) = &a.sweep {
         return run_sweeps(a, plans, &exe, cfg, runs, rates, record);
     }
-    let mut rows = Vec::new();
     let mut failed = Vec::new();
     let mut checks = Vec::new();
-    for (i, plan) in plans.iter().enumerate() {
+    let rounds = a.repeat as usize;
+    let mut each_run: Vec<Vec<CompareRow>> = vec![Vec::new(); plans.len()];
+    for (k, (i, plan)) in (0..rounds).flat_map(|_| plans.iter().enumerate()).enumerate() {
+        if rounds > 1 {
+            print!("\nround {}/{}", k / plans.len() + 1, rounds);
+        }
         print_plan(i, plans.len(), plan);
         let shares = RemoteShares { multi_partition_pct: plan.multi_partition.unwrap_or(0), ..runs.shares };
         let mut progress = Console::new(!a.quiet);
@@ -268,10 +283,11 @@ fn compare(
             checks
                 .push(Check { what: format!("{}: the failover lost nothing acknowledged", row.label()), passed: true });
         }
+        let round = if rounds > 1 { format!(" (round {})", k / plans.len() + 1) } else { String::new() };
         checks.push(Check {
             what: format!(
-                "{}: replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and Payment \
-                 present, replica reads agree",
+                "{}{round}: replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and \
+                 Payment present, replica reads agree",
                 row.label()
             ),
             passed: row.checks_passed(),
@@ -280,8 +296,17 @@ fn compare(
             failed.push(row.label());
         }
         print_row(&row);
-        rows.push(row);
+        each_run[i].push(row);
     }
+    let rows: Vec<CompareRow> = if rounds == 1 {
+        each_run.iter_mut().filter_map(Vec::pop).collect()
+    } else {
+        let rows = each_run.iter().filter_map(|runs| harness::compare::repeat::combine(runs)).collect();
+        let all: Vec<CompareRow> = each_run.iter().flatten().cloned().collect();
+        record.write_headed(&record.path("compare-runs.json"), "runs", &report::to_json(&all))?;
+        rows
+    };
+    failed.dedup();
     println!();
     let summary = if a.multi_partition.is_empty() {
         report::render_table(&rows)

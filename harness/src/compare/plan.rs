@@ -247,6 +247,7 @@ pub fn run_one(
         consistent: verdict.consistency.all_passed()
             && verdict.acks_missing.is_empty()
             && verdict.payments_missing.is_empty(),
+        repeats: None,
         bench: bench_json,
     })
 }
