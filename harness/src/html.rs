@@ -205,8 +205,42 @@ pub fn write_record_page(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// One figure of a run: its JSON field, its value and, for the median of repeated runs
+/// (`compare --repeat`), their least and greatest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub field: String,
+    pub value: f64,
+    pub range: Option<(f64, f64)>,
+}
+
+impl Figure {
+    fn single(field: impl Into<String>, value: f64) -> Figure {
+        Figure { field: field.into(), value, range: None }
+    }
+
+    /// The value, with its range when it has one: `200 (100–300)`.
+    fn shown(&self) -> String {
+        match self.range {
+            Some((lo, hi)) => format!("{} ({}–{})", fmt_num(self.value), fmt_num(lo), fmt_num(hi)),
+            None => fmt_num(self.value),
+        }
+    }
+}
+
+/// B / A, and with two ranges whether they overlap (a difference within the runs' spread)
+/// or lie apart.
+fn ratio(a: &Figure, b: &Figure) -> String {
+    let mut r =
+        if a.value.abs() > 0.0 && a.value.is_finite() { format!("{:.3}", b.value / a.value) } else { "—".into() };
+    if let (Some((alo, ahi)), Some((blo, bhi))) = (a.range, b.range) {
+        r.push_str(if ahi < blo || bhi < alo { " (apart)" } else { " (ranges overlap)" });
+    }
+    r
+}
+
 /// The figures of one run inside a result, by name, for [`side_by_side`].
-pub type Figures = Vec<(String, Vec<(String, f64)>)>;
+pub type Figures = Vec<(String, Vec<Figure>)>;
 
 /// The figures compared between records: the numeric fields of each run of `compare.json`
 /// (one entry per run label), `sweep.json` (one per point) or `bench.json` (one entry).
@@ -227,10 +261,15 @@ pub fn figures(dir: &Path) -> Result<Figures> {
         "fsyncs",
         "disk_bytes",
     ];
-    let pick = |v: &serde_json::Value| -> Vec<(String, f64)> {
+    let pick = |v: &serde_json::Value| -> Vec<Figure> {
         FIELDS
             .iter()
-            .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
+            .filter_map(|f| {
+                let value = v.get(*f).and_then(serde_json::Value::as_f64)?;
+                let spread = v.get("repeats").and_then(|r| r.get(*f));
+                let bound = |k: &str| spread.and_then(|s| s.get(k)).and_then(serde_json::Value::as_f64);
+                Some(Figure { field: f.to_string(), value, range: bound("min").zip(bound("max")) })
+            })
             .collect()
     };
     let read = |name: &str| -> Result<Option<serde_json::Value>> {
@@ -302,8 +341,8 @@ fn failover_label(v: &serde_json::Value) -> String {
 
 /// A failover record's figures: detection, unavailability, recovery, throughput around the
 /// kill, the checks, and a rejoin's cost.
-fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
-    let mut out: Vec<(String, f64)> = [
+fn failover_figures(v: &serde_json::Value) -> Vec<Figure> {
+    let mut out: Vec<Figure> = [
         "detection_ms",
         "election_ms",
         "unavailability_ms",
@@ -317,7 +356,7 @@ fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
         "cpu_stolen_pct",
     ]
     .iter()
-    .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| (f.to_string(), x)))
+    .filter_map(|f| v.get(*f).and_then(serde_json::Value::as_f64).map(|x| Figure::single(*f, x)))
     .collect();
     if let Some(r) = v.get("rejoin").filter(|r| r.is_object()) {
         for f in ["longest_silence_ms", "longest_gap_ms"] {
@@ -325,10 +364,10 @@ fn failover_figures(v: &serde_json::Value) -> Vec<(String, f64)> {
                 .get(f)
                 .and_then(|g| g.as_array())
                 .map(|g| g.iter().filter_map(serde_json::Value::as_f64).fold(0.0, f64::max));
-            out.extend(longest.map(|x| (format!("rejoin_{f}"), x)));
+            out.extend(longest.map(|x| Figure::single(format!("rejoin_{f}"), x)));
         }
         for f in ["txn_per_sec_during", "given_up_pct"] {
-            out.extend(r.get(f).and_then(serde_json::Value::as_f64).map(|x| (format!("rejoin_{f}"), x)));
+            out.extend(r.get(f).and_then(serde_json::Value::as_f64).map(|x| Figure::single(format!("rejoin_{f}"), x)));
         }
     }
     out
@@ -429,10 +468,15 @@ pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures
         }
         out.push_str("</ul>\n");
     }
-    out.push_str(
+    let repeated = [fa, fb].iter().any(|f| f.iter().any(|(_, figs)| figs.iter().any(|x| x.range.is_some())));
+    out.push_str(if repeated {
+        "<p>A figure with a range is the median of repeated runs (<code>compare --repeat</code>), their least and \
+         greatest in brackets; where both have one, the ratio says whether the ranges overlap (a difference \
+         within the runs' spread) or lie apart.</p>\n"
+    } else {
         "<p>Each figure is one run's: on a shared machine a single run can be off by a factor of two, so read a \
-         ratio against the spread of repeated runs.</p>\n",
-    );
+         ratio against the spread of repeated runs (<code>compare --repeat N</code>).</p>\n"
+    });
     out.push_str("<h2>Figures</h2>\n");
     let mut shared = 0;
     for (label, figs_a) in fa {
@@ -443,15 +487,15 @@ pub fn side_by_side(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Figures
             "<h3>{}</h3>\n<table>\n<tr><th>figure</th><th>A</th><th>B</th><th>B / A</th></tr>",
             escape(label)
         );
-        for (field, va) in figs_a {
-            let Some((_, vb)) = figs_b.iter().find(|(f, _)| f == field) else { continue };
-            let ratio = if va.abs() > 0.0 && va.is_finite() { format!("{:.3}", vb / va) } else { "—".into() };
+        for a in figs_a {
+            let Some(b) = figs_b.iter().find(|b| b.field == a.field) else { continue };
             let _ = writeln!(
                 out,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{ratio}</td></tr>",
-                escape(&figure_name(field)),
-                fmt_num(*va),
-                fmt_num(*vb)
+                "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
+                escape(&figure_name(&a.field)),
+                a.shown(),
+                b.shown(),
+                ratio(a, b)
             );
         }
         out.push_str("</table>\n");
@@ -483,10 +527,10 @@ pub fn side_by_side_text(a: &RecordFiles, fa: &Figures, b: &RecordFiles, fb: &Fi
     for (label, figs_a) in fa {
         let Some((_, figs_b)) = fb.iter().find(|(l, _)| l == label) else { continue };
         let _ = writeln!(out, "{label}\n  {:<46} {:>14} {:>14} {:>8}", "figure", "A", "B", "B / A");
-        for (field, va) in figs_a {
-            let Some((_, vb)) = figs_b.iter().find(|(f, _)| f == field) else { continue };
-            let ratio = if va.abs() > 0.0 && va.is_finite() { format!("{:.3}", vb / va) } else { "—".into() };
-            let _ = writeln!(out, "  {:<46} {:>14} {:>14} {ratio:>8}", figure_name(field), fmt_num(*va), fmt_num(*vb));
+        for a in figs_a {
+            let Some(b) = figs_b.iter().find(|b| b.field == a.field) else { continue };
+            let _ =
+                writeln!(out, "  {:<46} {:>14} {:>14} {:>8}", figure_name(&a.field), a.shown(), b.shown(), ratio(a, b));
         }
     }
     if !fa.iter().any(|(l, _)| fb.iter().any(|(m, _)| m == l)) {
@@ -539,6 +583,40 @@ mod tests {
         assert_eq!(diffs.len(), 2, "{diffs:?}");
         assert!(diffs[0].starts_with("command: A `") && diffs[0].ends_with("B `failover --mode active-passive`"));
         assert_eq!(diffs[1], "git commit: A abc, B def");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Issue 40, "reports show the spread": two records of repeated runs are compared by their
+    /// medians, each with its least and greatest, and the ratio says whether the ranges overlap.
+    #[test]
+    fn repeated_runs_are_compared_with_their_spread() {
+        let base = std::env::temp_dir().join(format!("glass-html-spread-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let build = crate::record::Build { version: "0.1.0", commit: "abc" };
+        let record = |name: &str, runs: &[f64]| {
+            let r = crate::record::Record::create(Some(&base.join(name)), "compare", build, &base).unwrap();
+            let rows: Vec<crate::compare::CompareRow> = runs
+                .iter()
+                .map(|&t| crate::compare::tests::row(wire::config::Mode::ActiveActive, None, 2, t))
+                .collect();
+            let row = crate::compare::repeat::combine(&rows).unwrap();
+            r.write_headed(&r.path("compare.json"), "runs", &crate::compare::to_json(&[row])).unwrap();
+            r
+        };
+        let (a, b, c) =
+            (record("a", &[100.0, 200.0, 300.0]), record("b", &[250.0, 260.0, 270.0]), record("c", &[400.0, 500.0]));
+        let fig = |r: &crate::record::Record| figures(&r.dir).unwrap();
+        let files = |r: &crate::record::Record| RecordFiles::read(&r.dir).unwrap();
+        let ab = side_by_side_text(&files(&a), &fig(&a), &files(&b), &fig(&b));
+        assert!(
+            ab.contains("200 (100–300)") && ab.contains("260 (250–270)") && ab.contains("1.300 (ranges overlap)"),
+            "{ab}"
+        );
+        let ac = side_by_side(&files(&a), &fig(&a), &files(&c), &fig(&c));
+        assert!(
+            ac.contains("450 (400–500)") && ac.contains("2.250 (apart)") && ac.contains("median of repeated runs"),
+            "{ac}"
+        );
         std::fs::remove_dir_all(&base).unwrap();
     }
 
