@@ -917,7 +917,7 @@ pub(crate) mod tests {
         let table_with = render_table(&with);
         assert!(
             METRICS.iter().all(|(name, _)| table_with.contains(name)
-                == !(name.starts_with(COORDINATOR_FAILOVER_PREFIX) || name.starts_with(REPEAT_PREFIX))),
+                != (name.starts_with(COORDINATOR_FAILOVER_PREFIX) || name.starts_with(REPEAT_PREFIX))),
             "coordinator lines only with a group's data:\n{table_with}"
         );
         with[0].coordinator_failover_lost = Some(0);

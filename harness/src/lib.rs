@@ -1,7 +1,7 @@
 //! glass's harness: running local clusters of real `glass` processes and the experiments over
 //! them, with their verdict policy. It owns a cluster's life on this machine ([`cluster`]:
 //! spawning the coordinator and the nodes from the `glass` executable it is given, pid files,
-//! readiness, stopping, what `status` samples), reading processes through `/proc`
+//! readiness, stopping, what `status` samples, and [`status`], how it reads), reading processes through `/proc`
 //! ([`procfs`]), one measured run of the TPC-C driver against a serving cluster with the
 //! node-side figures filled in ([`measure`]), the experiments — `glass compare`'s runs and
 //! their renderings ([`compare`], the multi-partition curve in [`compare::multi`]) and `glass
@@ -25,6 +25,7 @@ pub mod interrupt;
 pub mod measure;
 pub mod procfs;
 pub mod record;
+pub mod status;
 pub mod verdict;
 
 pub use cluster::{runtime, Cluster, Proc, Progress, Running, Up};
