@@ -481,7 +481,7 @@ impl std::fmt::Display for FailoverReport {
             (None, Recovery::None) => "— (nothing to recover: the other replicas went on)".to_string(),
             (None, _) => "— (not done before the measured phase ended)".to_string(),
         };
-        writeln!(f, "  recovery ({:<9}) {recovery}", self.recovery)?;
+        writeln!(f, "  {:<20} {recovery}", format!("recovery ({})", self.recovery))?;
         writeln!(
             f,
             "  throughput           {:.0} txn/s before, {:.0} txn/s in the worst 100 ms after",
