@@ -14,7 +14,7 @@ use crate::messages::{CoordinatorId, NodeId, PartitionId};
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -32,7 +32,7 @@ pub enum ConfigError {
     Resolve { field: String, address: String, reason: String },
     /// An address of a process to be started here cannot be bound (another process holds it,
     /// or it is not an address of this machine).
-    #[error("{field}: cannot bind {address}: {source}")]
+    #[error("{field}: cannot bind {address}")]
     PortInUse {
         field: String,
         address: SocketAddr,

@@ -42,7 +42,7 @@ pub const CONNECTIONS_MAX: usize = 8;
 /// Why the metrics endpoint cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("cannot listen for metrics scrapes on {address} (`{field}` in cluster.toml): {source}")]
+    #[error("cannot listen for metrics scrapes on {address} (`{field}` in cluster.toml)")]
     Bind { field: String, address: String, source: std::io::Error },
 }
 
