@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wire::channel::NodeToCoordinator;
 use wire::messages::{ClientResult, ProcessStatus, Seq};
 use wire::metrics::{Labels, Samples};
 use wire::{NodeId, PartitionId};
@@ -37,7 +38,8 @@ struct Published {
     status: Option<ProcessStatus>,
     /// The raft term (0 for a single coordinator).
     term: u64,
-    /// Per (partition, node): batches sent that the replica has not reported.
+    /// Per (partition, node): batches sent that the replica has not reported (a passive
+    /// backup: not applied, as of its last heartbeat).
     lag: Vec<(PartitionId, NodeId, u64)>,
     /// Per node: bytes queued for its link.
     queued: Vec<(NodeId, u64)>,
@@ -150,10 +152,25 @@ impl CoordinatorMetrics {
         sent.push_back((seq, Instant::now()));
     }
 
-    /// Node `node`'s replica of `partition` reported batch `seq`.
-    pub fn on_results(&mut self, node: NodeId, partition: PartitionId, seq: Seq) {
+    /// A message from node `node`: a replica's results for a batch (timed from the batch's
+    /// send), or a passive backup's report of the batches it applied (its lag).
+    pub fn on_node_message(&mut self, node: NodeId, msg: &NodeToCoordinator) {
+        match msg {
+            NodeToCoordinator::Results(r) => self.on_results(node, r.partition, r.seq),
+            NodeToCoordinator::BackupApplied { partition, seq } => self.reached(*partition, node, *seq),
+            _ => {}
+        }
+    }
+
+    /// Node `node`'s replica of `partition` is known to have reached batch `seq`.
+    fn reached(&mut self, partition: PartitionId, node: NodeId, seq: Seq) {
         let last = self.reported.entry((partition, node)).or_default();
         *last = (*last).max(seq);
+    }
+
+    /// Node `node`'s replica of `partition` reported batch `seq`.
+    pub fn on_results(&mut self, node: NodeId, partition: PartitionId, seq: Seq) {
+        self.reached(partition, node, seq);
         let Some(sent) = self.sent.get(&partition) else { return };
         let Ok(i) = sent.binary_search_by_key(&seq, |&(s, _)| s) else { return };
         let took = sent[i].1.elapsed().as_secs_f64();
@@ -190,14 +207,17 @@ impl CoordinatorMetrics {
             }
             Event::TookOver { .. } => inc(&self.elections, &[("result", "took-over".into())]),
             Event::Deposed { .. } => inc(&self.elections, &[("result", "deposed".into())]),
-            Event::Promoted { partition, .. } => inc(&self.promotions, &[("partition", partition.to_string())]),
+            Event::Promoted { partition, primary, applied_seq, .. } => {
+                inc(&self.promotions, &[("partition", partition.to_string())]);
+                self.reached(*partition, *primary, *applied_seq);
+            }
             Event::Rejoining { partition, .. } => {
                 inc(&self.rejoins, &[("partition", partition.to_string()), ("stage", "began".into())])
             }
-            Event::Rejoined { partition, node, .. } => {
+            Event::Rejoined { partition, node, snapshot_seq, replayed_batches } => {
                 inc(&self.rejoins, &[("partition", partition.to_string()), ("stage", "completed".into())]);
-                // It reports from its copy on: its lag counts from there.
-                self.reported.remove(&(*partition, *node));
+                // Its copy and the batches replayed after it bring it this far.
+                self.reached(*partition, *node, snapshot_seq + replayed_batches);
             }
             Event::RejoinGivenUp { partition, .. } => {
                 inc(&self.rejoins, &[("partition", partition.to_string()), ("stage", "given-up".into())])
@@ -303,7 +323,7 @@ impl Collector for PublishedCollector {
             .collect();
         s.gauges(
             "glass_coordinator_replica_lag_batches",
-            "Batches sent to a live replica that it has not reported results for.",
+            "Batches sent to the partition that a live replica has not reported results for (a passive backup: has not applied, as of its last heartbeat).",
             &lag,
         )?;
         let queued: Vec<(Labels, i64)> =
@@ -349,6 +369,22 @@ mod tests {
         m.on_results(2, 1, 7);
         m.on_results(2, 1, 0); // not remembered: counts nothing, lag unchanged
         m.on_answer(&ClientResult::Busy { partition: 1 });
+        let lag_of_2 = |m: &mut CoordinatorMetrics| {
+            m.publish(status(10), 3, vec![(1, 42)], 2);
+            let text = wire::metrics::render(&m.registry(0));
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("glass_coordinator_replica_lag_batches{partition=\"1\",node=\"2\"}"));
+            line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).unwrap()
+        };
+        assert_eq!(lag_of_2(&mut m), 3);
+        // A passive backup's lag is what it applied, as its heartbeat says (it sends no results).
+        m.on_node_message(2, &NodeToCoordinator::BackupApplied { partition: 1, seq: 8 });
+        assert_eq!(lag_of_2(&mut m), 2);
+        // A rejoined replica has reached its copy and the batches replayed after it.
+        m.on_event(&Event::Rejoined { partition: 1, node: 2, snapshot_seq: 5, replayed_batches: 4 });
+        assert_eq!(lag_of_2(&mut m), 1);
+        m.last_publish = None;
         m.on_event(&Event::NodeDown { node: 2, silent_ms: 1, detection: crate::Detection::HeartbeatTimeout });
         assert!(m.publish_due());
         m.publish(status(10), 3, vec![(1, 42)], 2);
@@ -356,7 +392,7 @@ mod tests {
         let text = wire::metrics::render(&m.registry(0));
         for line in [
             "glass_coordinator_replica_lag_batches{partition=\"1\",node=\"1\"} 0",
-            "glass_coordinator_replica_lag_batches{partition=\"1\",node=\"2\"} 3",
+            "glass_coordinator_replica_lag_batches{partition=\"1\",node=\"2\"} 1",
             "glass_coordinator_replica_result_seconds_count{partition=\"1\",node=\"2\"} 1",
             "glass_coordinator_answers_total{outcome=\"busy\"} 1",
             "glass_coordinator_failures_detected_total{node=\"2\",signal=\"heartbeat-timeout\"} 1",

@@ -675,8 +675,8 @@ impl Core {
                 if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
-                if let (Some(m), NodeToCoordinator::Results(r)) = (&mut self.metrics, &msg) {
-                    m.on_results(node, r.partition, r.seq);
+                if let Some(m) = &mut self.metrics {
+                    m.on_node_message(node, &msg);
                 }
                 if self.machine.built() {
                     let out = self.machine.on_node_message(node, msg, now);

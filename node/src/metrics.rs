@@ -73,7 +73,7 @@ pub fn encode(figures: &NodeFigures, enc: DescriptorEncoder) -> std::fmt::Result
     }
     s.counters(
         "glass_replica_transactions",
-        "Transactions the replica executed, by outcome (since its state was last loaded or copied).",
+        "Transactions the replica executed (a backup: applied), by outcome, since its state was last loaded or copied; every replica counts each transaction, so sum one replica per partition.",
         &txns,
     )?;
     let hist: Vec<(Labels, &Histogram)> = rs.iter().map(|r| (part(r), &r.batch_seconds)).collect();
@@ -115,22 +115,22 @@ pub fn encode(figures: &NodeFigures, enc: DescriptorEncoder) -> std::fmt::Result
         "A backup: bytes of the primary's log records applied.",
         &rep(|r| r.applied_bytes),
     )?;
-    s.counters("glass_replica_shipments_acked", "A primary: shipments the backups acknowledged.", &rep(|r| r.acks))?;
-    let mut lag = Vec::new();
-    for r in rs.iter().filter(|r| r.report.replication.acks > 0) {
-        let rr = &r.report.replication;
-        lag.push((with(r, "stat", "mean"), rr.ack_delay_us_sum as f64 / rr.acks as f64 / 1e6));
-        lag.push((with(r, "stat", "max"), rr.ack_delay_us_max as f64 / 1e6));
-    }
-    s.gauges_f64(
-        "glass_replica_backup_lag_seconds",
-        "A primary: how far its backups lag, as the delay from a shipment to its acknowledgement (mean and largest so far).",
-        &lag,
+    s.counters(
+        "glass_replica_shipments_acked",
+        "A primary: shipments its backups acknowledged (back to 0 when it stops shipping).",
+        &rep(|r| r.acks),
+    )?;
+    let delay: Vec<(Labels, f64)> =
+        rs.iter().map(|r| (part(r), r.report.replication.ack_delay_us_sum as f64 / 1e6)).collect();
+    s.counters_f64(
+        "glass_replica_backup_ack_delay_seconds",
+        "A primary: seconds from each shipment to its acknowledgement, summed (how far the backups lag: its rate over the rate of glass_replica_shipments_acked_total is the mean delay now).",
+        &delay,
     )?;
     s.counters("glass_replica_log_bytes", "Full stack: bytes written to the write-ahead log.", &rep(|r| r.log_bytes))?;
     s.counters("glass_replica_fsyncs", "Full stack: fsync calls on the write-ahead log.", &rep(|r| r.fsyncs))?;
     let cpu: Vec<(Labels, f64)> = rs.iter().map(|r| (part(r), r.report.cpu_ms as f64 / 1e3)).collect();
-    s.gauges_f64(
+    s.counters_f64(
         "glass_replica_cpu_seconds",
         "CPU seconds of the replica's executor thread (and a full stack's workers) since it started.",
         &cpu,

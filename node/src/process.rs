@@ -1195,7 +1195,8 @@ impl Executor {
                     }
                     FetchKind::LogBase | FetchKind::BaseBackup => {
                         let image = kind == FetchKind::BaseBackup;
-                        Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq, image).await?)
+                        let received = &shared.copy_received_bytes;
+                        Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq, image, received).await?)
                     }
                 })
             };
@@ -1778,11 +1779,11 @@ fn open_peer(node: &Node, backup: NodeId) {
 fn publish_gates(node: &Node) {
     let machine = node.machine();
     for (&partition, r) in &node.replicas {
-        if let Some(st) = machine.gate_stats(partition) {
-            r.shared.acks.store(st.acks, Ordering::Relaxed);
-            r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
-            r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
-        }
+        // No gate (no longer a primary, or its backups dropped): nothing lags behind it now.
+        let st = machine.gate_stats(partition).unwrap_or_default();
+        r.shared.acks.store(st.acks, Ordering::Relaxed);
+        r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
+        r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
     }
 }
 

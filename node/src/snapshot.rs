@@ -558,6 +558,7 @@ pub async fn log_base(
     partition: PartitionId,
     after_seq: Seq,
     checkpoint: bool,
+    received: &std::sync::atomic::AtomicU64,
 ) -> Result<LogBaseReceived, TransferError> {
     let request_id = u64::from(partition) + 3_000;
     link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq, checkpoint }).await?;
@@ -568,6 +569,7 @@ pub async fn log_base(
             _ => None,
         })
         .await?;
+        received.fetch_add(piece.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(base) = receiver.accept(piece)? {
             return Ok(base);
         }

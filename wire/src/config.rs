@@ -1000,15 +1000,12 @@ impl ClusterConfig {
     /// `cluster.toml` is refused.
     pub fn fingerprint(&self) -> u64 {
         let settings = self.settings();
-        let shared = (
-            self.mode(),
-            settings.shipping,
-            self.seed,
-            &self.coordinators,
-            &self.nodes,
-            &self.partitions,
-            &settings.full_stack,
-        );
+        // A process's metrics endpoint is its own business: the others need not agree on it.
+        let coordinators: Vec<CoordinatorConfig> =
+            self.coordinators.iter().map(|c| CoordinatorConfig { metrics: None, ..c.clone() }).collect();
+        let nodes: Vec<NodeConfig> = self.nodes.iter().map(|n| NodeConfig { metrics: None, ..n.clone() }).collect();
+        let shared =
+            (self.mode(), settings.shipping, self.seed, &coordinators, &nodes, &self.partitions, &settings.full_stack);
         let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())
             .expect("the configuration types are encodable");
         xxhash_rust::xxh3::xxh3_64(&bytes)
@@ -1588,6 +1585,8 @@ mod tests {
         let mut other = base();
         other.limits.batch_txns_max = 7;
         assert_eq!(other.fingerprint(), base().fingerprint());
+        other.nodes[0].metrics = Some("127.0.0.1:9100".into());
+        assert_eq!(other.fingerprint(), base().fingerprint(), "a metrics endpoint is the process's own");
         other.seed += 1;
         assert_ne!(other.fingerprint(), base().fingerprint());
 

@@ -777,7 +777,9 @@ impl LinkSender {
         codec::encode_into(msg, &mut self.buf, self.frame_bytes_max)
             .map_err(|source| EndpointError::Encode { addr, source })?;
         let result = self.stream.write_all(&self.buf).await;
-        crate::metrics::LINK_TRAFFIC.sent(self.buf.len());
+        if result.is_ok() {
+            crate::metrics::LINK_TRAFFIC.sent(self.buf.len());
+        }
         if self.buf.capacity() > RECV_BUFFER_BYTES_INITIAL {
             // Keep a big frame's buffer no longer than its send.
             self.buf = Vec::new();
