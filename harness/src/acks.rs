@@ -13,9 +13,9 @@
 //!
 //! A NewOrder is present when its ORDER row exists; a Payment when a HISTORY row with the same
 //! (H_W_ID, H_D_ID, H_C_W_ID, H_C_D_ID, H_C_ID, H_AMOUNT, H_DATE) exists (counted as a
-//! multiset: two identical acknowledged payments need two rows) (`engine::acks`, [`missing`]). Other
-//! transaction types are not recorded. A last line without its newline (the writer killed
-//! mid-line) is ignored.
+//! multiset: two identical acknowledged payments need two rows) (`engine::acks`, [`missing`];
+//! what it found, as printed: [`render_missing`]). Other transaction types are not recorded. A
+//! last line without its newline (the writer killed mid-line) is ignored.
 //!
 //! A cluster bench's record (`glass bench --config … --ack-log`, read by `glass check
 //! --ack-log`): `neworder W D O_ID` lines ([`write_acks`], [`read_acks`]).
@@ -113,6 +113,27 @@ pub fn missing(s: &mut Session, acks: &[Ack]) -> Result<Vec<Ack>> {
             _ => None,
         })
         .collect())
+}
+
+/// Missing acknowledged transactions [`render_missing`] lists.
+pub const MISSING_SHOWN_MAX: usize = 10;
+
+/// What the check of `acks` against the database found (`gone`: [`missing`]), as printed:
+/// the acknowledged commits by type, how many are missing, and the first
+/// [`MISSING_SHOWN_MAX`] of those.
+pub fn render_missing(acks: &[Ack], gone: &[Ack]) -> String {
+    let neworders = acks.iter().filter(|a| matches!(a, Ack::NewOrder { .. })).count();
+    let mut s = format!(
+        "\nacknowledged commits: {} ({neworders} NewOrder, {} Payment); missing: {}\n",
+        acks.len(),
+        acks.len() - neworders,
+        gone.len()
+    );
+    for g in gone.iter().take(MISSING_SHOWN_MAX) {
+        s.push_str("  missing: ");
+        s.push_str(&line(g));
+    }
+    s
 }
 
 /// The record of acknowledged commits an embedded bench writes (`--ack-log`; format above).

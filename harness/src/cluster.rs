@@ -20,7 +20,9 @@
 //! process's current address (`wire::tls::check_certificates`); a certificate that does not
 //! fit is named, with its address and what to run (`glass cluster init --force`).
 //!
-//! Nothing here prints: `up` reports to an [`Progress`], `down` returns a [`Down`].
+//! Nothing here prints: `up` reports to an [`Progress`], `down` returns a [`Down`] (whose
+//! [`Down::line`] says what it did), and what `glass cluster init` made is rendered by
+//! [`render_init`].
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -156,6 +158,32 @@ pub struct Down {
     pub asked: Vec<String>,
 }
 
+impl Down {
+    /// What `down` did, in one line (`run_dir`: where it looked for pid files).
+    pub fn line(&self, run_dir: &Path) -> String {
+        if !self.stopped.is_empty() {
+            format!("cluster down: {}; no process left", self.how.join(", "))
+        } else if !self.asked.is_empty() {
+            format!("asked {} to shut down (not started here)", self.asked.join(", "))
+        } else {
+            format!("no process of this cluster is running here (no live pid files in {})", run_dir.display())
+        }
+    }
+}
+
+/// What `glass cluster init` made, as printed: the CA, each process's certificate with the
+/// names it may be dialled by and its identity, and what to do with them.
+pub fn render_init(r: &wire::tls::InitReport) -> String {
+    let mut s =
+        format!("{} the cluster CA in {}\n", if r.replaced_ca { "replaced" } else { "created" }, r.cert_dir.display());
+    for id in &r.identities {
+        let names = if id.names.is_empty() { String::new() } else { format!(" for {}", id.names.join(", ")) };
+        s.push_str(&format!("  {:<12} {}{names} (identity {})\n", id.role.to_string(), id.cert.display(), id.identity));
+    }
+    s.push_str(&format!("copy {} to every host of the cluster (keys are private: mode 0600)\n", r.cert_dir.display()));
+    s
+}
+
 /// A tokio runtime for the client side of a command.
 pub fn runtime() -> Result<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -269,6 +297,21 @@ impl Cluster {
     /// The processes of this cluster running here, by their pid files.
     pub fn running_procs(&self) -> Vec<Running> {
         self.procs().into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
+    }
+
+    /// Refuses to start an experiment's own clusters while this one runs here (`given`: the
+    /// path the user named it by; `what`: why that matters), or — with `strays` — while
+    /// processes of clusters derived from it by an earlier run do ([`Cluster::derived_running`]).
+    pub fn refuse_running(&self, given: &Path, what: &'static str, strays: bool) -> Result<()> {
+        if !self.running_procs().is_empty() {
+            return Err(HarnessError::ClusterRunning { path: self.path.clone(), given: given.to_path_buf(), what });
+        }
+        let left = if strays { self.derived_running() } else { Vec::new() };
+        if !left.is_empty() {
+            let running: Vec<String> = left.iter().map(|(_, r)| describe(r)).collect();
+            return Err(HarnessError::Strays { running: running.join(", "), path: self.path.clone() });
+        }
+        Ok(())
     }
 
     /// Starts every process from the `glass` executable `exe` and waits until every

@@ -1,9 +1,10 @@
 //! The results of `glass compare`: one [`CompareRow`] per run (a replication mode at a
 //! replication factor, all runs under the same TPC-C workload) and its four renderings — a
 //! terminal table ([`render_table`]), CSV ([`to_csv`]), JSON ([`to_json`]) and an SVG picture
-//! ([`write_svg`], plotters' SVG backend, no font files). [`plan`] plans the runs, starts each
-//! one's cluster and fills its row. [`multi`] renders `glass compare --multi-partition`'s
-//! curve: NewOrder throughput against the share of multi-partition NewOrders, per mode.
+//! ([`write_svg`], plotters' SVG backend, no font files) — and the files of the run record
+//! they go to ([`write_files`]). [`plan`] plans the runs, starts each one's cluster and fills
+//! its row. [`multi`] renders `glass compare --multi-partition`'s curve: NewOrder throughput
+//! against the share of multi-partition NewOrders, per mode.
 //!
 //! Guarantees:
 //! - every rendering shows every scalar field of every row, in the order the rows were given
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use wire::config::{Mode, Shipping};
 
 use crate::failover::FailoverReport;
+use crate::record::Record;
 use crate::verdict;
 
 pub mod multi;
@@ -175,12 +177,78 @@ impl CompareRow {
         self.coordinator_failover_outcome_unknown = Some(f.checks.outcome_unknown);
     }
 
+    /// The run's one line, printed under its heading.
+    pub fn line(&self) -> String {
+        format!(
+            "  {:.0} committed txn/s ({:.0} NewOrders/s), p50 {:.2} ms, p99 {:.2} ms; {} single-, {} \
+             multi-partition commits; digests {}, consistency {}",
+            self.txn_per_sec,
+            self.neworder_per_sec,
+            self.p50_us / 1e3,
+            self.p99_us / 1e3,
+            self.committed_single_partition,
+            self.committed_multi_partition,
+            if self.digests_equal { "equal" } else { "DIFFER" },
+            if self.consistent { "holds" } else { "VIOLATED" }
+        )
+    }
+
     /// Runs of the same workload, so that their figures compare.
     fn same_workload(&self, other: &CompareRow) -> bool {
         self.warehouses == other.warehouses
             && self.clients == other.clients
             && self.multi_partition_pct == other.multi_partition_pct
     }
+}
+
+/// The table printed after a comparison's runs: the side-by-side table ([`render_table`]), or
+/// with `--multi-partition` (`curve`) the curve's ([`multi::render_table`]).
+pub fn render_summary(rows: &[CompareRow], curve: bool) -> String {
+    if curve {
+        multi::render_table(&rows.iter().filter_map(multi::CurvePoint::of).collect::<Vec<_>>())
+    } else {
+        render_table(rows)
+    }
+}
+
+/// Writes the comparison's files: into the record `compare.json` (headed by the run),
+/// `compare.csv` and, for the plain comparison, `compare.svg`; with `--multi-partition`
+/// (`curve`: the directory and files of its copies, [`plan::curve_files`]) the curve's files
+/// into the record, and beside the first of `--json`, `--csv`, `--svg` given; then copies of
+/// the table's files where `outputs` (`--json`, `--csv`, `--svg`) point. Each file but the
+/// record's `compare.*` is announced to `wrote` once written.
+pub fn write_files(
+    record: &Record,
+    rows: &[CompareRow],
+    curve: Option<(&Path, &[PathBuf; 3])>,
+    outputs: [Option<&Path>; 3],
+    wrote: &mut dyn FnMut(&Path),
+) -> crate::Result<()> {
+    if let Some((dir, files)) = curve {
+        multi::write_files(rows, &record.dir, &multi::FILE_STEM_FILES.map(|x| record.path(x)), wrote)?;
+        if outputs.iter().any(Option::is_some) {
+            multi::write_files(rows, dir, files, wrote)?;
+        }
+    }
+    record.write_headed(&record.path("compare.json"), "runs", &to_json(rows))?;
+    crate::record::write(&record.path("compare.csv"), to_csv(rows).as_bytes())?;
+    if curve.is_none() {
+        write_svg(rows, &record.path("compare.svg"))?;
+    }
+    let [json, csv, svg] = outputs;
+    if let Some(p) = json {
+        record.write_headed(p, "runs", &to_json(rows))?;
+        wrote(p);
+    }
+    if let Some(p) = csv {
+        crate::record::write(p, to_csv(rows).as_bytes())?;
+        wrote(p);
+    }
+    if let Some(p) = svg {
+        write_svg(rows, p)?;
+        wrote(p);
+    }
+    Ok(())
 }
 
 /// Why [`write_svg`] drew nothing.
@@ -291,7 +359,7 @@ const METRICS: [Metric; 41] = [
     ("repeated: runs", |r| opt(r.repeats.as_ref().map(|s| s.runs.to_string()))),
     ("repeated: throughput min–max", |r| {
         opt(r.repeats.as_ref().map(|s| {
-            format!("{:.0}–{:.0} (±{:.0}%)", s.txn_per_sec.min, s.txn_per_sec.max, s.txn_per_sec.range_pct() / 2.0)
+            format!("{:.0}–{:.0} (±{:.0}%)", s.txn_per_sec.min, s.txn_per_sec.max, s.txn_per_sec.half_range_pct())
         }))
     }),
     ("NewOrder throughput (commits/s)", |r| format!("{:.0}", r.neworder_per_sec)),

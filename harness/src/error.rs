@@ -60,8 +60,30 @@ pub enum HarnessError {
     /// The conventional stack refused to open or to answer (an acknowledged-commit check).
     #[error(transparent)]
     Conventional(#[from] engine::conventional::ConventionalError),
+    /// The conventional stack refused a setting, or to open or to checkpoint; `what` says
+    /// which (the flags, the directory).
+    #[error("{what}")]
+    ConventionalWith {
+        what: String,
+        #[source]
+        source: engine::conventional::ConventionalError,
+    },
     #[error(transparent)]
     Storage(#[from] engine::StorageError),
+    /// An output file cannot be written; `what` names the flag that gave it.
+    #[error("{what}")]
+    Output {
+        what: String,
+        #[source]
+        source: BenchError,
+    },
+    /// One run of an experiment failed; `what` names the run (`the active-active run`).
+    #[error("{what}")]
+    Run {
+        what: String,
+        #[source]
+        source: Box<HarnessError>,
+    },
     /// A setting is impossible; the message names the flag.
     #[error("{0}")]
     Invalid(String),

@@ -6,8 +6,8 @@
 //! arrives it stops every process this `glass` started that still runs (SIGTERM,
 //! then SIGKILL after [`TERM_GRACE`]), removes their pid files and the temporary folders
 //! registered, marks the run record `interrupted` (its `run.json`, the JSON results it headed and its
-//! `report.html`), reports what it stopped and exits with
-//! 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+//! `report.html`), reports what it stopped (the caller prints [`Interrupted`]'s one line) and
+//! exits with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
 //!
 //! Guarantees: every process [`crate::cluster`] spawns is registered under the registry's
 //! lock, and once a signal is taken no process is spawned any more (the spawn checks under the
@@ -83,6 +83,26 @@ impl Interrupted {
     /// The exit code: 128 + the signal's number, as a shell reports a death by it.
     pub fn exit_code(&self) -> i32 {
         128 + self.signal
+    }
+}
+
+/// What an interrupt did, in one line: the signal, what it stopped and removed, and what
+/// outlived SIGKILL.
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "glass: interrupted by {}", self.signal_name())?;
+        if self.stopped.is_empty() {
+            f.write_str("; no process of this run was running")?;
+        } else {
+            write!(f, "; stopped {}", self.stopped.join(", "))?;
+        }
+        for d in &self.removed {
+            write!(f, "; removed {}", d.display())?;
+        }
+        if !self.left.is_empty() {
+            write!(f, "; STILL RUNNING after SIGKILL: {}", self.left.join(", "))?;
+        }
+        Ok(())
     }
 }
 

@@ -7,7 +7,10 @@
 //! their renderings ([`compare`], the multi-partition curve in [`compare::multi`]) and `glass
 //! failover`'s kill and kill-loop runs and their records ([`failover`]) — and the one rule
 //! that judges them ([`verdict`]), plus the records of acknowledged transactions that outlive
-//! a process ([`acks`]).
+//! a process ([`acks`]). The in-process experiments are here too: the embedded bench's
+//! decisions and runs, and restart recovery's report ([`bench`](mod@bench)), how the
+//! breakdown counts instructions ([`breakdown`]), the folders a run makes for itself and
+//! removes ([`scratch`]), and the simulator's seeds run on several threads ([`seeds`]).
 //!
 //! It drives processes, not the libraries' internals: the cluster is reached through
 //! `workload`'s client and `wire`'s configuration, as any other client would. It prints
@@ -16,6 +19,8 @@
 //! as values (and their `Display` or rendering functions). Errors are [`HarnessError`].
 
 pub mod acks;
+pub mod bench;
+pub mod breakdown;
 pub mod cluster;
 pub mod compare;
 pub mod error;
@@ -25,6 +30,8 @@ pub mod interrupt;
 pub mod measure;
 pub mod procfs;
 pub mod record;
+pub mod scratch;
+pub mod seeds;
 pub mod status;
 pub mod verdict;
 

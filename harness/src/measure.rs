@@ -4,7 +4,7 @@
 //! apart from their network threads (from the nodes' status), memory, and batches sent; and
 //! the guard that stops a cluster an experiment started however it ends ([`StopOnDrop`],
 //! [`up_guarded`], [`check_and_down`]). `glass bench --config` uses a running cluster or
-//! starts one ([`attach_or_start`]).
+//! starts one ([`attach_or_start`]), and prints its report as [`render_report`] renders it.
 //!
 //! Guarantees: a figure that cannot be measured (a node restarted during the run, one that
 //! did not answer a sample) is left out with its reason ([`executor_cpu_unmeasured`]), never
@@ -24,6 +24,7 @@ use workload::report::ConsoleObserver;
 
 use crate::cluster::{Cluster, Proc, Progress, Running, Up};
 use crate::error::{chain, HarnessError};
+use crate::html::Check;
 use crate::procfs::{process_cpu_seconds, process_rss_bytes, thread_cpu_seconds};
 use crate::Result;
 
@@ -155,6 +156,59 @@ pub fn partition_line(c: &driver::ClusterInfo) -> String {
         c.remote_payment_pct,
         c.multi_partition_pct
     )
+}
+
+/// A cluster bench's report as printed: the bench's table, the cluster's lines (its shape
+/// and load, executions per executor CPU second, partitions crossed) and where the time went
+/// (`time_lines`, [`Measurement::time_lines`]).
+pub fn render_report(report: &bench::BenchReport, time_lines: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut s = workload::report::render(report);
+    if let Some(c) = &report.cluster {
+        let _ = writeln!(
+            s,
+            "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
+            c.nodes,
+            c.partitions,
+            c.replicas,
+            c.clients,
+            c.inflight,
+            c.rate.map_or(" (closed loop)".to_string(), |r| format!(
+                ", open loop at {r:.0} txn/s offered, {:.0} achieved ({:.1}%)",
+                report.txn_per_sec,
+                100.0 * report.txn_per_sec / r
+            )),
+            c.busy
+        );
+        if let Some(per_cpu) = report.txn_per_cpu_sec {
+            let _ = writeln!(
+                s,
+                "             the executor figures above count every replica's thread: {per_cpu:.0} executions per \
+                 executor CPU second"
+            );
+        }
+        let _ = writeln!(s, "{}", partition_line(c));
+    }
+    for l in time_lines {
+        let _ = writeln!(s, "{l}");
+    }
+    s
+}
+
+/// `glass bench --config … --check`: the cluster checked after the run — replica digests,
+/// consistency, every acknowledged NewOrder and Payment of the run present — and the check it
+/// is kept as in the run record.
+pub fn check_after(
+    rt: &Runtime,
+    client: &ClusterClient,
+    acks: &[engine::acks::NewOrderAck],
+    payments: &[engine::acks::PaymentAck],
+) -> Result<(client::ClusterCheck, Check)> {
+    let verdict = rt.block_on(client::check(client, acks, payments))?;
+    let what =
+        "replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and Payment present";
+    let check = Check { what: what.into(), passed: verdict.passed() };
+    Ok((verdict, check))
 }
 
 /// What a measured run shows on the console as it goes: nothing but bars (`quiet`), the

@@ -11,7 +11,8 @@
 //! status and end time), and when it is interrupted ([`crate::interrupt`]); a host fact that
 //! cannot be read is written as `"unknown"`, never made up; when the run ends, every JSON
 //! result it headed and its `report.html` are rewritten with the final status and end time,
-//! so that no file of a finished record still says `running`.
+//! so that no file of a finished record still says `running`. Each run ends its record with
+//! its summary as printed and its checks ([`Record::write_summary`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HarnessError;
+use crate::html::{Check, CHECKS_JSON, SUMMARY_TXT};
 use crate::Result;
 
 /// The environment variable naming the folder default records go in (`results` if unset).
@@ -163,6 +165,15 @@ impl Record {
         Ok(())
     }
 
+    /// Writes the run's summary as printed (`summary.txt`), its checks (`checks.json`) and
+    /// the page that shows them with every chart (`report.html`, [`crate::html`]); returns
+    /// the page's path.
+    pub fn write_summary(&self, summary: &str, checks: &[Check]) -> Result<PathBuf> {
+        write(&self.path(SUMMARY_TXT), summary.as_bytes())?;
+        write_json(&self.path(CHECKS_JSON), &checks)?;
+        crate::html::write_record_page(&self.dir)
+    }
+
     /// Writes `value` to `path` headed by this run's metadata (see [`Headed`]); the run's end
     /// heads it again ([`Record::finish`]).
     pub fn write_headed(&self, path: &Path, key: &'static str, value: &impl Serialize) -> Result<()> {
@@ -172,6 +183,24 @@ impl Record {
         if !headed.iter().any(|p| p == path) {
             headed.push(path.to_path_buf());
             crate::interrupt::add_headed(path);
+        }
+        Ok(())
+    }
+
+    /// Writes a result headed by this run ([`Record::write_headed`]) into the record as
+    /// `name`, and a copy where `copy` (a `--json`) points, announced to `wrote` once written.
+    pub fn write_result(
+        &self,
+        name: &str,
+        key: &'static str,
+        value: &impl Serialize,
+        copy: Option<&Path>,
+        wrote: &mut dyn FnMut(&Path),
+    ) -> Result<()> {
+        self.write_headed(&self.path(name), key, value)?;
+        if let Some(p) = copy {
+            self.write_headed(p, key, value)?;
+            wrote(p);
         }
         Ok(())
     }
@@ -222,7 +251,8 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     write(path, &bytes)
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes `bytes` to `path` atomically ([`workload::bench::write_atomic`]).
+pub fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     workload::bench::write_atomic(path, bytes).map_err(|e| HarnessError::Invalid(e.to_string()))
 }
 

@@ -3,36 +3,36 @@
 //! any of the paper's switch steps, with one or several worker threads.
 //!
 //! The conventional stack is loaded through one session outside any transaction (a bulk
-//! load, not logged), then checkpointed so the loaded data is durable; the log and the
-//! checkpoint live in `--wal-dir` (default: the run record's `wal/` folder, removed at the end
-//! unless `--keep-logs`), which must not be on tmpfs unless `--allow-tmpfs`.
+//! load, not logged), then checkpointed so the loaded data is durable
+//! ([`harness::bench::run_conventional`]); the log and the checkpoint live in `--wal-dir`
+//! (default: the run record's `wal/` folder, removed at the end unless `--keep-logs`:
+//! [`harness::scratch`]), which must not be on tmpfs unless `--allow-tmpfs`. What runs the
+//! transactions is decided from the flags by [`harness::bench::target`].
 //!
 //! Every bench keeps a run record ([`harness::record`]): `bench.json` headed by the run's
 //! metadata, the table as printed, the checks made, `report.html`, `command.txt`, `run.json`
 //! (and `cluster.toml` for a cluster bench). With `--txns` the warm-up is counted in
 //! transactions (`--warmup-txns`), so the same seed gives byte-identical dumps.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use engine::conventional::{Config, ConventionalDb, LatchKind, Step, LOG_FILE, SNAPSHOT_FILE};
-use engine::procedures::{TxnInput, TxnOutput};
-use engine::{LeanDb, Storage};
+use engine::conventional::{Config, LatchKind, Step};
+use engine::Storage;
 use workload::bench::{self, BenchConfig, BenchReport, StopAfter};
 use workload::gen::Mix;
-use workload::report::{self, ConsoleObserver};
-use workload::workers;
+use workload::report::ConsoleObserver;
 
 use harness::acks::AckLog;
+use harness::bench::{Target, TargetFlags};
 use harness::html::Check;
 use harness::record::Record;
+use harness::scratch::Scratch;
 
-use super::{close_record, ProfileArg, RecordArgs};
+use super::{close_record, finish_record, wrote, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -173,25 +173,6 @@ enum EngineArg {
     Conventional,
 }
 
-/// The warm-up of an embedded bench: seconds, or — with `--txns` — transactions.
-fn warmup(a: &BenchArgs) -> Result<(f64, Option<u64>)> {
-    match (a.txns, a.warmup, a.warmup_txns) {
-        (Some(_), Some(s), None) if s != 0.0 => bail!(
-            "with --txns the warm-up is counted in transactions, so the run depends only on the seed: use \
-             --warmup-txns instead of --warmup {s}"
-        ),
-        // `--warmup 0`: no warm-up at all, which is deterministic too.
-        (Some(_), Some(_), None) => Ok((0.0, Some(0))),
-        (Some(_), _, n) => Ok((0.0, Some(n.unwrap_or(WARMUP_TXNS_DEFAULT)))),
-        (None, s, _) => Ok((s.unwrap_or(WARMUP_SECONDS_DEFAULT), None)),
-    }
-}
-
-/// `--warmup`'s default.
-const WARMUP_SECONDS_DEFAULT: f64 = 2.0;
-/// `--warmup-txns`' default.
-const WARMUP_TXNS_DEFAULT: u64 = 1000;
-
 /// `--latch` values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 enum LatchArg {
@@ -199,159 +180,21 @@ enum LatchArg {
     Spin,
 }
 
-/// What runs the transactions, decided from the flags in one place.
-#[derive(Debug, Clone)]
-enum Target {
-    /// The lean kernel (`--engine lean`, or `--engine conventional --step 11`).
-    Lean {
-        step: Option<Step>,
-    },
-    Conventional {
-        step: Step,
-        config: Config,
-    },
-}
-
-fn target(a: &BenchArgs) -> Result<Target> {
-    if a.workers == 0 {
-        bail!("--workers must be at least 1");
+/// The flags [`harness::bench::target`] decides from.
+fn target_flags(a: &BenchArgs) -> TargetFlags<'_> {
+    TargetFlags {
+        conventional: a.engine == EngineArg::Conventional,
+        step: a.step,
+        workers: a.workers,
+        buffer_pool_mb: a.buffer_pool_mb,
+        no_log_flush: a.no_log_flush,
+        latch: match a.latch {
+            LatchArg::Mutex => LatchKind::Mutex,
+            LatchArg::Spin => LatchKind::Spin,
+        },
+        wal_dir: a.wal_dir.as_deref(),
+        ack_log: a.ack_log.as_deref(),
     }
-    if a.workers > workers::WORKERS_MAX {
-        bail!("--workers must be at most {}, not {}", workers::WORKERS_MAX, a.workers);
-    }
-    let target = match a.engine {
-        EngineArg::Lean => {
-            if let Some(n) = a.step {
-                bail!("--step {n} applies only to --engine conventional");
-            }
-            Target::Lean { step: None }
-        }
-        EngineArg::Conventional => {
-            let n = a.step.unwrap_or(0);
-            let step =
-                Step::new(n).with_context(|| format!("--step must be 0 to 11 (11 = the lean kernel), not {n}"))?;
-            if step.runs_lean_kernel() {
-                Target::Lean { step: Some(step) }
-            } else {
-                let mut config = Config::for_step(step, a.workers);
-                if a.no_log_flush {
-                    config.switches.log_flush = false;
-                }
-                config.latch = match a.latch {
-                    LatchArg::Mutex => LatchKind::Mutex,
-                    LatchArg::Spin => LatchKind::Spin,
-                };
-                if let Some(mb) = a.buffer_pool_mb {
-                    if !config.switches.buffer_pool {
-                        bail!(
-                            "--buffer-pool-mb needs the buffer pool, which --step {n} removes (steps 0 to 9 keep it)"
-                        );
-                    }
-                    config.buffer_pool_bytes = Some(mb.saturating_mul(1 << 20));
-                }
-                config
-                    .validate()
-                    .with_context(|| format!("--step {n} with --workers {} and --buffer-pool-mb", a.workers))?;
-                Target::Conventional { step, config }
-            }
-        }
-    };
-    match &target {
-        Target::Lean { step } => {
-            let what = if step.is_some() { "step 11 (the lean kernel)" } else { "the lean kernel" };
-            for (given, flag) in [
-                (a.buffer_pool_mb.is_some(), "--buffer-pool-mb"),
-                (a.no_log_flush, "--no-log-flush"),
-                (a.latch != LatchArg::Mutex, "--latch"),
-            ] {
-                if given {
-                    bail!("{what} has no buffer pool, log or latches: {flag} applies only to --engine conventional");
-                }
-            }
-            if a.workers > 1 {
-                bail!("{what} runs one thread: --workers {} needs --engine conventional at steps 0–4", a.workers);
-            }
-            if a.wal_dir.is_some() {
-                bail!("{what} keeps no log: --wal-dir applies only to --engine conventional");
-            }
-            if a.ack_log.is_some() {
-                bail!("--ack-log needs --engine conventional at a durable step (0 or 1)");
-            }
-        }
-        Target::Conventional { step, config } => {
-            if a.ack_log.is_some() && !config.switches.durable() {
-                bail!("--ack-log needs a durable step (0 or 1); step {step} loses commits in a crash");
-            }
-            if let Some(dir) = &a.wal_dir {
-                WalDir::check(dir)?;
-            }
-            if let Some(p) = &a.ack_log {
-                bench::check_writable_file(p).context("--ack-log")?;
-            }
-        }
-    }
-    Ok(target)
-}
-
-/// The conventional stack's directory; a temporary one is removed when this drops.
-struct WalDir {
-    path: PathBuf,
-    temporary: bool,
-}
-
-impl WalDir {
-    /// Refuses a `--wal-dir` that is not a directory or already holds a database.
-    fn check(dir: &Path) -> Result<()> {
-        if dir.exists() && !dir.is_dir() {
-            bail!("--wal-dir {} exists and is not a directory", dir.display());
-        }
-        if dir.join(SNAPSHOT_FILE).exists() || dir.join(LOG_FILE).exists() {
-            bail!(
-                "--wal-dir {} already holds a database; recover it with `glass recover --wal-dir {}` or choose an \
-                 empty directory",
-                dir.display(),
-                dir.display()
-            );
-        }
-        Ok(())
-    }
-
-    /// `--wal-dir` (checked again), else `default` (the run record's `wal/`), created only
-    /// when the configuration writes to it and removed at the end unless `keep`.
-    fn prepare(given: Option<&Path>, durable: bool, default: PathBuf, keep: bool) -> Result<WalDir> {
-        if let Some(dir) = given {
-            WalDir::check(dir)?;
-            return Ok(WalDir { path: dir.to_path_buf(), temporary: false });
-        }
-        if durable {
-            std::fs::create_dir_all(&default).with_context(|| format!("create {}", default.display()))?;
-            if !keep {
-                harness::interrupt::register_temporary(default.clone());
-            }
-        }
-        Ok(WalDir { path: default, temporary: durable && !keep })
-    }
-}
-
-impl Drop for WalDir {
-    fn drop(&mut self) {
-        if self.temporary {
-            let _ = std::fs::remove_dir_all(&self.path);
-            harness::interrupt::unregister_temporary(&self.path);
-        }
-    }
-}
-
-fn check_dump_dir(dir: &std::path::Path) -> Result<()> {
-    if dir.exists() && !dir.is_dir() {
-        bail!("cannot write --dump {}: it exists and is not a directory", dir.display());
-    }
-    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).map(PathBuf::from).unwrap_or(".".into());
-    if !parent.is_dir() {
-        bail!("cannot write --dump {}: its parent directory does not exist", dir.display());
-    }
-    bench::check_writable_file(&parent.join("probe"))
-        .map_err(|_| anyhow::anyhow!("cannot write --dump {}: its parent directory is not writable", dir.display()))
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
@@ -374,7 +217,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         }
     }
     let mix = a.mix.as_deref().map(Mix::parse).transpose()?;
-    let (warmup_s, warmup_txns) = warmup(&a)?;
+    let (warmup_s, warmup_txns) = harness::bench::warmup(a.txns, a.warmup, a.warmup_txns)?;
     let cfg = BenchConfig {
         profile: a.profile.into(),
         mix,
@@ -392,9 +235,9 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         bench::check_writable_file(p).with_context(|| "--json")?;
     }
     if let Some(d) = &a.dump {
-        check_dump_dir(d)?;
+        harness::bench::check_dump_dir(d)?;
     }
-    let target = target(&a)?;
+    let target = harness::bench::target(&target_flags(&a))?;
     if a.replay && (!matches!(target, Target::Lean { .. }) || a.dump.is_some() || a.check) {
         bail!("--replay runs on the lean kernel and takes neither --dump nor --check");
     }
@@ -417,29 +260,17 @@ fn embedded(a: &BenchArgs, cfg: &BenchConfig, target: Target, record: &Record) -
         let r = workload::replay::execute_vs_replay(cfg, &mut obs)?;
         let summary = workload::replay::render(&r);
         print!("{summary}");
-        record.write_headed(&record.path("replay.json"), "replay", &r)?;
-        if let Some(p) = &a.json {
-            record.write_headed(p, "replay", &r)?;
-            println!("wrote {}", p.display());
-        }
+        record.write_result("replay.json", "replay", &r, a.json.as_deref(), &mut wrote)?;
         let checks =
             [Check { what: "the replayed copy's digest equals the primary's".into(), passed: r.digests_equal }];
-        super::compare::finish_record(record, &summary, &checks)?;
+        finish_record(record, &summary, &checks)?;
         return Ok(if r.digests_equal { ExitCode::SUCCESS } else { ExitCode::from(1) });
     }
     match target {
         Target::Lean { step } => {
-            let mut db = LeanDb::new();
-            let t0 = Instant::now();
-            bench::load(&mut db, cfg.warehouses, cfg.seed, &mut obs)?;
-            let load_s = t0.elapsed().as_secs_f64();
-            let mut report = bench::run(&mut db, cfg, bench::RunKind::Embedded, load_s, &mut obs)?;
-            report.engine = Some("lean".into());
-            report.step = step.map(Step::number);
-            report.workers = Some(1);
-            let summary = report::render(&report);
-            print!("{summary}");
-            finish(&mut db, &report, a, record, summary)
+            let mut run = harness::bench::run_lean(cfg, step, &mut obs)?;
+            print!("{}", run.summary);
+            finish(&mut run.db, &run.report, a, record, run.summary)
         }
         Target::Conventional { step, config } => run_conventional(a, cfg, step, config, &mut obs, record),
     }
@@ -472,7 +303,7 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
         mix: a.mix,
         duration: a.duration,
         txns: a.txns,
-        warmup: a.warmup.unwrap_or(WARMUP_SECONDS_DEFAULT),
+        warmup: a.warmup.unwrap_or(harness::bench::WARMUP_SECONDS_DEFAULT),
         seed: a.seed,
         json: a.json,
         dump: a.dump,
@@ -485,6 +316,7 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
     }
 }
 
+/// The conventional stack's run ([`harness::bench::run_conventional`]) in its log folder.
 fn run_conventional(
     a: &BenchArgs,
     cfg: &BenchConfig,
@@ -496,95 +328,17 @@ fn run_conventional(
     let durable = config.switches.durable();
     // A bounded buffer pool writes evicted pages to a page file in the directory, log or not.
     let writes = durable || config.buffer_pool_frames().is_some();
-    let wal = WalDir::prepare(a.wal_dir.as_deref(), writes, record.path("wal"), a.record.keep_logs)?;
+    let wal = Scratch::wal_dir(a.wal_dir.as_deref(), writes, record.path("wal"), a.record.keep_logs)?;
     if durable && a.wal_dir.is_none() {
         a.record.check_durable(&wal.path, &format!("the write-ahead log's folder {}", wal.path.display()))?;
     }
     let ack = a.ack_log.as_deref().map(AckLog::create).transpose()?;
-    let workers = config.workers;
-    let pool = match config.buffer_pool_bytes.filter(|_| config.switches.buffer_pool) {
-        Some(b) => format!(", buffer pool {} MiB", b >> 20),
-        None if config.switches.buffer_pool => ", buffer pool unbounded".to_string(),
-        None => String::new(),
-    };
-    println!(
-        "engine: conventional stack, step {step}{}, {workers} worker{}{pool}, {:?} latches{}",
-        if config.switches.log_flush || step.number() >= 2 { "" } else { " without log flush" },
-        if workers == 1 { "" } else { "s" },
-        config.latch,
-        if durable { format!(", log in {}", wal.path.display()) } else { String::new() }
-    );
-    let db = ConventionalDb::open(&wal.path, config)
-        .with_context(|| format!("open the conventional stack in {}", wal.path.display()))?;
-    let t0 = Instant::now();
-    {
-        let mut loader = db.session()?;
-        bench::load(&mut loader, cfg.warehouses, cfg.seed, obs)?;
-    }
-    if db.checkpoint_unavailable().is_none() {
-        let t1 = Instant::now();
-        db.checkpoint().context("checkpoint after the load")?;
-        let bytes = std::fs::metadata(wal.path.join(SNAPSHOT_FILE)).map_or(0, |m| m.len());
-        println!(
-            "checkpoint after the load: {:.0} MiB in {:.1} s",
-            bytes as f64 / (1 << 20) as f64,
-            t1.elapsed().as_secs_f64()
-        );
-    }
-    let load_s = t0.elapsed().as_secs_f64();
-    if let Some(frames) = db.buffer_pool_frames_used() {
-        let page = db.switches().page_bytes() as u64;
-        println!(
-            "buffer pool after the load: {frames} frames of {} KiB ({:.0} MiB){}",
-            page >> 10,
-            (frames * page) as f64 / (1 << 20) as f64,
-            if db.config().buffer_pool_bytes.is_some() { "" } else { ": the whole database" }
-        );
-    }
-
-    let before = db.counters();
-    let sessions = (0..workers).map(|_| db.session()).collect::<Result<Vec<_>, _>>()?;
-    let on_commit = |input: &TxnInput, output: &TxnOutput| match &ack {
-        Some(log) => log.acknowledge(input, output),
-        None => Ok(()),
-    };
-    let mut report = workers::run(sessions, cfg, bench::RunKind::Embedded, load_s, obs, &on_commit)?;
-    let c = db.counters().since(&before);
-    report.engine = Some("conventional".into());
-    report.step = Some(step.number());
-    report.log_bytes = Some(c.log_bytes_written);
-    report.fsyncs = Some(c.fsyncs);
-    let mut summary = report::render(&report);
-    let _ = writeln!(
-        summary,
-        "engine       conventional, step {step}, {workers} worker{}, {} retries after concurrency-control aborts",
-        if workers == 1 { "" } else { "s" },
-        report.retries.unwrap_or(0)
-    );
-    let _ = writeln!(
-        summary,
-        "components   {} locks granted ({} waits, {} wait-die deaths), {} latches, {} page fixes, {} log records",
-        c.lock_requests_granted, c.lock_waits, c.lock_conflicts, c.latches_acquired, c.pages_fixed, c.log_records
-    );
-    if c.page_evictions > 0 {
-        let _ = writeln!(
-            summary,
-            "buffer pool  {} evictions, {} pages read back, {} written back, warm-up included",
-            c.page_evictions, c.page_reads, c.page_writes
-        );
-    }
-    if c.fsyncs > 0 {
-        let _ = writeln!(
-            summary,
-            "log          {:.1} MiB written, {} fsyncs ({:.2} commits per fsync), warm-up included",
-            c.log_bytes_written as f64 / (1 << 20) as f64,
-            c.fsyncs,
-            c.committed as f64 / c.fsyncs as f64
-        );
-    }
-    print!("{summary}");
-    let mut session = db.session()?;
-    finish(&mut session, &report, a, record, summary)
+    let run = harness::bench::run_conventional(cfg, step, config, &wal.path, ack.as_ref(), obs, &mut |l| {
+        println!("{l}");
+    })?;
+    print!("{}", run.summary);
+    let mut session = run.db.session()?;
+    finish(&mut session, &run.report, a, record, run.summary)
 }
 
 /// JSON, the consistency check and the dump, after a run; the record's files.
@@ -595,31 +349,23 @@ fn finish<S: Storage>(
     record: &Record,
     mut summary: String,
 ) -> Result<ExitCode> {
-    record.write_headed(&record.path("bench.json"), "bench", report)?;
-    if let Some(p) = &a.json {
-        record.write_headed(p, "bench", report)?;
-        println!("wrote {}", p.display());
-    }
+    record.write_result("bench.json", "bench", report, a.json.as_deref(), &mut wrote)?;
     let mut code = ExitCode::SUCCESS;
     let mut checks = Vec::new();
     if a.check {
-        let r = engine::check::check(db);
-        let text = format!("\nTPC-C consistency (clause 3.3.2):\n{r}");
+        let (text, check) = harness::bench::consistency(db);
         println!("{text}");
         summary.push_str(&text);
-        checks.push(Check {
-            what: "TPC-C consistency conditions 1–10 and 12 (clause 3.3.2)".into(),
-            passed: r.all_passed(),
-        });
-        if !r.all_passed() {
+        if !check.passed {
             eprintln!("glass: error: consistency check failed");
             code = ExitCode::from(1);
         }
+        checks.push(check);
     }
     if let Some(d) = &a.dump {
         let summary = workload::dump::dump(db, d)?;
         println!("dumped {summary} into {}", d.display());
     }
-    super::compare::finish_record(record, &summary, &checks)?;
+    finish_record(record, &summary, &checks)?;
     Ok(code)
 }

@@ -19,21 +19,19 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use engine::LeanDb;
 use harness::acks::write_acks;
-use harness::html::Check;
 use harness::measure::{
-    attach_or_start, check_partitions, measure_with, partition_line, Measurement, CLIENTS_PER_WAREHOUSE_DEFAULT,
-    INFLIGHT_DEFAULT,
+    attach_or_start, check_after, check_partitions, measure_with, render_report, Measurement,
+    CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT,
 };
 use harness::record::Record;
 use harness::{runtime, Cluster};
-use workload::bench::{self, BenchReport, StopAfter};
+use workload::bench::{self, StopAfter};
 use workload::client;
 use workload::client::driver::{DriverConfig, RemoteShares};
 use workload::gen::Mix;
-use workload::report;
 
 use super::progress::{glass_exe, Console};
-use super::{close_record, ProfileArg, RecordArgs};
+use super::{close_record, finish_record, wrote, ProfileArg, RecordArgs};
 
 /// The flags of `glass bench` a cluster bench uses.
 #[derive(Debug)]
@@ -139,11 +137,7 @@ fn bench(
     report.load_seconds = attached.load_seconds;
     let mut summary = render_report(&report, &time_lines);
     print!("{summary}");
-    record.write_headed(&record.path("bench.json"), "bench", &report)?;
-    if let Some(p) = &b.json {
-        record.write_headed(p, "bench", &report)?;
-        println!("wrote {}", p.display());
-    }
+    record.write_result("bench.json", "bench", &report, b.json.as_deref(), &mut wrote)?;
     let mut checks = Vec::new();
     if let Some(p) = &b.ack_log {
         write_acks(p, &acks)?;
@@ -151,19 +145,15 @@ fn bench(
     }
     let mut code = ExitCode::SUCCESS;
     if b.check {
-        let verdict = rt.block_on(client::check(&client, &acks, &payments))?;
+        let (verdict, check) = check_after(&rt, &client, &acks, &payments)?;
         println!();
         print!("{verdict}");
         summary.push_str(&format!("\n{verdict}"));
-        checks.push(Check {
-            what: "replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and Payment present"
-                .into(),
-            passed: verdict.passed(),
-        });
-        if !verdict.passed() {
+        if !check.passed {
             eprintln!("glass: error: the cluster check failed");
             code = ExitCode::from(1);
         }
+        checks.push(check);
     }
     if let Some(dir) = &b.dump {
         let mut db = LeanDb::new();
@@ -175,41 +165,6 @@ fn bench(
         attached.guard.armed = false;
         super::cluster::print_down(cluster, &cluster.down()?);
     }
-    super::compare::finish_record(record, &summary, &checks)?;
+    finish_record(record, &summary, &checks)?;
     Ok(code)
-}
-
-/// The report, the cluster's lines and where the time went.
-fn render_report(report: &BenchReport, time_lines: &[String]) -> String {
-    use std::fmt::Write as _;
-    let mut s = report::render(report);
-    if let Some(c) = &report.cluster {
-        let _ = writeln!(
-            s,
-            "cluster      {} nodes, {} partitions × {} replicas; {} connections × {} in flight{}; {} busy answers",
-            c.nodes,
-            c.partitions,
-            c.replicas,
-            c.clients,
-            c.inflight,
-            c.rate.map_or(" (closed loop)".to_string(), |r| format!(
-                ", open loop at {r:.0} txn/s offered, {:.0} achieved ({:.1}%)",
-                report.txn_per_sec,
-                100.0 * report.txn_per_sec / r
-            )),
-            c.busy
-        );
-        if let Some(per_cpu) = report.txn_per_cpu_sec {
-            let _ = writeln!(
-                s,
-                "             the executor figures above count every replica's thread: {per_cpu:.0} executions per \
-                 executor CPU second"
-            );
-        }
-        let _ = writeln!(s, "{}", partition_line(c));
-    }
-    for l in time_lines {
-        let _ = writeln!(s, "{l}");
-    }
-    s
 }

@@ -1,22 +1,24 @@
 //! `glass breakdown`: the paper's staircase (Figures 5, 6 and 8; Section 4.3), with full /
 //! stripped and full / lean ratios and the full stack beside Shore. Parses flags, checks output
-//! paths before any work, chooses how instructions are counted (hardware counters, else
-//! callgrind children re-executing this binary with the hidden `--worker-step`, else none),
-//! and hands the run to `workload::breakdown`.
+//! paths before any work, has [`harness::breakdown`] choose how instructions are counted
+//! (hardware counters, else callgrind children re-executing this binary with the hidden
+//! `--worker-step`, else none), and hands the run to `workload::breakdown` in a working
+//! directory of its own ([`harness::scratch`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use engine::conventional::Step;
 use harness::record::Record;
-use workload::breakdown::{self, callgrind, BreakdownConfig, ConsoleProgress, HwInstructions, InstrPlan};
+use harness::scratch::Scratch;
+use workload::breakdown::{self, BreakdownConfig, ConsoleProgress};
 
-use super::{close_record, RecordArgs};
+use super::{close_record, finish_record, wrote, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct BreakdownArgs {
@@ -78,36 +80,6 @@ pub struct BreakdownArgs {
     worker_step: Option<u8>,
 }
 
-/// Names tried for a fresh working directory.
-const WORK_DIR_ATTEMPTS_MAX: u32 = 1000;
-
-/// The working directory of one run, removed when dropped.
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn create(parent: &Path) -> Result<WorkDir> {
-        if !parent.is_dir() {
-            bail!("--wal-dir {}: not a directory", parent.display());
-        }
-        // A fresh name: the first of glass-breakdown-<pid>-<n> that does not exist yet.
-        for n in 0..WORK_DIR_ATTEMPTS_MAX {
-            let dir = parent.join(format!("glass-breakdown-{}-{n}", std::process::id()));
-            match std::fs::create_dir(&dir) {
-                Ok(()) => return Ok(WorkDir(dir)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => bail!("--wal-dir: cannot create {}: {e}", dir.display()),
-            }
-        }
-        bail!("--wal-dir {}: no fresh working directory name left", parent.display())
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn config(a: &BreakdownArgs, work_dir: PathBuf) -> BreakdownConfig {
     BreakdownConfig {
         warehouses: a.warehouses,
@@ -135,38 +107,6 @@ fn worker_args(a: &BreakdownArgs) -> Vec<OsString> {
         v.push(value.into());
     }
     v
-}
-
-/// Hardware counters, else callgrind, else nothing (with the reason).
-fn choose_plan(a: &BreakdownArgs) -> Result<InstrPlan> {
-    if a.no_instructions {
-        return Ok(InstrPlan::None { reason: "--no-instructions was given".into() });
-    }
-    let perf_error = match HwInstructions::open() {
-        Ok(hw) => return Ok(InstrPlan::Perf(hw)),
-        Err(e) => e.to_string(),
-    };
-    if !callgrind::SUPPORTED {
-        return Ok(InstrPlan::None {
-            reason: format!(
-                "no hardware counter ({perf_error}), and callgrind client requests are only built for x86_64"
-            ),
-        });
-    }
-    match callgrind::valgrind_version() {
-        Ok(valgrind) => Ok(InstrPlan::Callgrind {
-            exe: std::env::current_exe().context("cannot find this executable to re-run it under valgrind")?,
-            args: worker_args(a),
-            valgrind,
-            perf_error,
-        }),
-        Err(why) => Ok(InstrPlan::None {
-            reason: format!(
-                "no hardware counter ({perf_error}) and no valgrind to count with ({why}); install valgrind \
-                 (apt-get install valgrind) for instruction counts"
-            ),
-        }),
-    }
 }
 
 fn run_worker(a: &BreakdownArgs, n: u8) -> Result<ExitCode> {
@@ -199,21 +139,12 @@ pub fn run(a: BreakdownArgs) -> Result<ExitCode> {
 
 /// The staircase proper, its record kept in `record`.
 fn breakdown_run(a: &BreakdownArgs, parent: &Path, record: &Record) -> Result<ExitCode> {
-    let work = WorkDir::create(parent)?;
-    let cfg = config(a, work.0.clone());
+    let work = Scratch::fresh(parent)?;
+    let cfg = config(a, work.path.clone());
 
     println!("seed: {}", a.seed);
-    let plan = choose_plan(a)?;
-    match &plan {
-        InstrPlan::Perf(_) => println!("instructions: hardware counter (perf_event_open)"),
-        InstrPlan::Callgrind { valgrind, perf_error, .. } => println!(
-            "instructions: no hardware counter ({perf_error});\n  counting with callgrind ({valgrind}), one child \
-             per step at {} warehouse(s) and {} transactions per type (--count-warehouses, --count-txns)",
-            a.count_warehouses.unwrap_or(a.warehouses),
-            a.count_txns
-        ),
-        InstrPlan::None { reason } => println!("instructions: NOT COUNTED: {reason}; time only"),
-    }
+    let plan = harness::breakdown::choose_plan(a.no_instructions, worker_args(a))?;
+    println!("{}", harness::breakdown::plan_line(&plan, a.count_warehouses.unwrap_or(a.warehouses), a.count_txns));
     let started = Instant::now();
     let mut progress = ConsoleProgress::new();
     let b = breakdown::run(&cfg, plan, &mut progress)?;
@@ -224,12 +155,12 @@ fn breakdown_run(a: &BreakdownArgs, parent: &Path, record: &Record) -> Result<Ex
     breakdown::write_svg(&b, &record.path("breakdown.svg"))?;
     if let Some(p) = &a.json {
         record.write_headed(p, "breakdown", &b)?;
-        println!("wrote {}", p.display());
+        wrote(p);
     }
     if let Some(p) = &a.svg {
         breakdown::write_svg(&b, p)?;
-        println!("wrote {}", p.display());
+        wrote(p);
     }
-    super::compare::finish_record(record, &summary, &[])?;
+    finish_record(record, &summary, &[])?;
     Ok(ExitCode::SUCCESS)
 }

@@ -86,30 +86,13 @@ pub fn run(a: ClusterArgs) -> Result<ExitCode> {
 
 fn init(config: &Path, force: bool) -> Result<ExitCode> {
     let cfg = ClusterConfig::load(config).with_context(|| format!("read {}", config.display()))?;
-    let r = wire::tls::init_cluster(&cfg, force)?;
-    println!("{} the cluster CA in {}", if r.replaced_ca { "replaced" } else { "created" }, r.cert_dir.display());
-    for id in &r.identities {
-        let names = if id.names.is_empty() { String::new() } else { format!(" for {}", id.names.join(", ")) };
-        println!("  {:<12} {}{names} (identity {})", id.role.to_string(), id.cert.display(), id.identity);
-    }
-    println!("copy {} to every host of the cluster (keys are private: mode 0600)", r.cert_dir.display());
+    print!("{}", harness::cluster::render_init(&wire::tls::init_cluster(&cfg, force)?));
     Ok(ExitCode::SUCCESS)
 }
 
 /// Prints what `down` did.
 pub fn print_down(c: &Cluster, d: &Down) {
-    if d.stopped.is_empty() {
-        if d.asked.is_empty() {
-            println!(
-                "no process of this cluster is running here (no live pid files in {})",
-                c.config.run_dir.display()
-            );
-        } else {
-            println!("asked {} to shut down (not started here)", d.asked.join(", "));
-        }
-    } else {
-        println!("cluster down: {}; no process left", d.how.join(", "));
-    }
+    println!("{}", d.line(&c.config.run_dir));
 }
 
 /// `glass cluster status`.

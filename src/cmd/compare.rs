@@ -18,7 +18,7 @@
 //! `compare-multi-partition.{json,csv,svg}` in the record (and beside `--json`/`--csv`/`--svg`
 //! when given). `--sweep` runs each mode at increasing offered loads on one cluster start and
 //! draws latency against achieved throughput ([`harness::compare::sweep`]). `--failover` adds
-//! a failover run per mode ([`harness::failover::experiment`]).
+//! a failover run per mode ([`harness::compare::plan::run_failovers`]).
 //!
 //! A failed check ([`harness::verdict`]) makes the command exit 1 after the table is printed.
 
@@ -27,22 +27,19 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use harness::compare::multi::{self as curve, CurvePoint};
 use harness::compare::plan::{self, Plan, Runs};
 use harness::compare::sweep::{self, SweepPoint};
 use harness::compare::{self as report, CompareRow};
-use harness::failover::experiment::{self as failover, Experiment};
-use harness::html::{Check, CHECKS_JSON, SUMMARY_TXT};
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
-use harness::{Cluster, HarnessError};
+use harness::Cluster;
 use wire::config::{AgreementRule, Mode, Shipping};
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
 use workload::gen::Mix;
 
 use super::progress::{glass_exe, Console};
-use super::{close_record, ProfileArg, RecordArgs};
+use super::{close_record, finish_record, wrote, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
@@ -157,19 +154,7 @@ pub struct CompareArgs {
 
 pub fn run(a: CompareArgs) -> Result<ExitCode> {
     let base = Cluster::open(&a.config)?;
-    if !base.running_procs().is_empty() {
-        return Err(HarnessError::ClusterRunning {
-            path: base.path.clone(),
-            given: a.config.clone(),
-            what: "compare starts its own clusters on the same addresses",
-        }
-        .into());
-    }
-    let strays = base.derived_running();
-    if !strays.is_empty() {
-        let running: Vec<String> = strays.iter().map(|(_, r)| harness::cluster::describe(r)).collect();
-        return Err(HarnessError::Strays { running: running.join(", "), path: base.path.clone() }.into());
-    }
+    base.refuse_running(&a.config, "compare starts its own clusters on the same addresses", true)?;
     if a.modes.is_empty() {
         bail!("--modes names no mode; valid: active-active, active-passive, full-stack");
     }
@@ -190,18 +175,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         },
     };
     plan::check_shares(&base.config, &runs)?;
-    if a.repeat > 1 && (a.failover || !a.multi_partition.is_empty() || a.sweep.is_some()) {
-        bail!("--repeat repeats the plain comparison: leave out --failover, --multi-partition and --sweep");
-    }
-    if a.failover && !a.multi_partition.is_empty() {
-        bail!("--failover and --multi-partition cannot be combined: run them as two comparisons");
-    }
-    if let Some(rates) = &a.sweep {
-        sweep::check_rates(rates)?;
-        if a.failover || !a.multi_partition.is_empty() {
-            bail!("--sweep runs alone: leave out --failover and --multi-partition (run them as other comparisons)");
-        }
-    }
+    plan::check_combination(&runs, a.repeat, a.failover, a.sweep.as_deref())?;
     let outputs = [("--json", a.json.as_deref()), ("--csv", a.csv.as_deref()), ("--svg", a.svg.as_deref())];
     let (curve_dir, curve_files) = plan::curve_files(&base.config, outputs, !a.multi_partition.is_empty())?;
     // Every plan first, so an impossible flag fails before anything runs.
@@ -236,24 +210,10 @@ fn compare(
     plans: &[Plan],
     cfg: &DriverConfig,
     runs: &Runs<'_>,
-    (curve_dir, curve_files): (&Path, &[PathBuf; 3]),
+    curve: (&Path, &[PathBuf; 3]),
     record: &mut Record,
 ) -> Result<ExitCode> {
-    let warehouses = usize::from(base.config.warehouses_total());
-    println!(
-        "compare: {} {}{}{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), {}, seed {}",
-        plans.len(),
-        if a.sweep.is_some() { "sweep" } else { "run" },
-        if plans.len() == 1 { "" } else { "s" },
-        if a.repeat > 1 { format!(" × {} rounds", a.repeat) } else { String::new() },
-        a.duration,
-        a.warmup,
-        base.path.display(),
-        warehouses,
-        base.config.nodes.len(),
-        a.rate.map_or("closed loop".to_string(), |r| format!("open loop at {r:.0} txn/s")),
-        a.seed
-    );
+    println!("{}", plan::heading(base, plans.len(), cfg, a.duration, a.sweep.is_some(), a.repeat));
     let exe = glass_exe()?;
     if let Some(rates) = &a.sweep {
         return run_sweeps(a, plans, &exe, cfg, runs, rates, record);
@@ -266,73 +226,43 @@ fn compare(
         if rounds > 1 {
             print!("\nround {}/{}", k / plans.len() + 1, rounds);
         }
-        print_plan(i, plans.len(), plan);
+        println!("\n{}", plan.heading(i, plans.len()));
         let shares = RemoteShares { multi_partition_pct: plan.multi_partition.unwrap_or(0), ..runs.shares };
         let mut progress = Console::new(!a.quiet);
         let echo = harness::measure::Echo { quiet: a.quiet, per_type: a.per_type };
         let mut row = plan::run_one(plan, &exe, cfg, &shares, echo, a.record.keep_logs, &mut progress)
             .with_context(|| format!("the {} run", plan.mode))?;
-        copy_plan_config(record, plan)?;
-        if a.failover && !failover_run(a, plan, &exe, cfg, shares, &mut row)? {
-            failed.push(format!("{} failover", row.label()));
-            checks.push(Check {
-                what: format!("{}: the failover lost nothing acknowledged", row.label()),
-                passed: false,
-            });
-        } else if a.failover {
-            checks
-                .push(Check { what: format!("{}: the failover lost nothing acknowledged", row.label()), passed: true });
+        plan.copy_config(record)?;
+        if a.failover {
+            let how = (a.duration / 3.0, a.quiet, a.record.keep_logs);
+            let mut progress = Console::new(!a.quiet);
+            let passed =
+                plan::run_failovers(plan, &exe, cfg, shares, how, &mut progress, &mut |s| print!("{s}"), &mut row)?;
+            let label = format!("{} failover", row.label());
+            if !passed && !failed.contains(&label) {
+                failed.push(label);
+            }
+            checks.push(plan::failover_check(&row, passed));
         }
-        let round = if rounds > 1 { format!(" (round {})", k / plans.len() + 1) } else { String::new() };
-        checks.push(Check {
-            what: format!(
-                "{}{round}: replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and \
-                 Payment present, replica reads agree",
-                row.label()
-            ),
-            passed: row.checks_passed(),
-        });
-        if !row.checks_passed() {
+        checks.push(plan::run_check(&row, (rounds > 1).then_some(k / plans.len() + 1)));
+        if !row.checks_passed() && !failed.contains(&row.label()) {
             failed.push(row.label());
         }
-        print_row(&row);
+        println!("{}", row.line());
         each_run[i].push(row);
-    }
-    let rows: Vec<CompareRow> = if rounds == 1 {
-        each_run.iter_mut().filter_map(Vec::pop).collect()
-    } else {
-        let rows = each_run.iter().filter_map(|runs| harness::compare::repeat::combine(runs)).collect();
-        let all: Vec<CompareRow> = each_run.iter().flatten().cloned().collect();
-        record.write_headed(&record.path("compare-runs.json"), "runs", &report::to_json(&all))?;
-        rows
-    };
-    failed.dedup();
-    println!();
-    let summary = if a.multi_partition.is_empty() {
-        report::render_table(&rows)
-    } else {
-        let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
-        curve::render_table(&points)
-    };
-    print!("{summary}");
-    if !a.multi_partition.is_empty() {
-        write_curve(&rows, &record.dir, &curve::FILE_STEM_FILES.map(|x| record.path(x)))?;
-        if a.json.is_some() || a.csv.is_some() || a.svg.is_some() {
-            write_curve(&rows, curve_dir, curve_files)?;
+        if rounds > 1 {
+            harness::compare::repeat::write_runs(record, &each_run)?;
         }
     }
-    record.write_headed(&record.path("compare.json"), "runs", &report::to_json(&rows))?;
-    bench::write_atomic(&record.path("compare.csv"), report::to_csv(&rows).as_bytes())?;
-    if a.multi_partition.is_empty() {
-        report::write_svg(&rows, &record.path("compare.svg"))?;
-    }
-    write_outputs(a, record, &rows)?;
+    let rows = harness::compare::repeat::rows(record, each_run, rounds)?;
+    println!();
+    let multi = !a.multi_partition.is_empty();
+    let summary = report::render_summary(&rows, multi);
+    print!("{summary}");
+    let outputs = [a.json.as_deref(), a.csv.as_deref(), a.svg.as_deref()];
+    report::write_files(record, &rows, multi.then_some(curve), outputs, &mut wrote)?;
     finish_record(record, &summary, &checks)?;
-    if !failed.is_empty() {
-        eprintln!("glass: error: checks failed for {}", failed.join(", "));
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_code(&failed))
 }
 
 /// `--sweep`: each plan's sweep on one cluster start, then the table, the files and where
@@ -348,178 +278,30 @@ fn run_sweeps(
 ) -> Result<ExitCode> {
     let mut points: Vec<SweepPoint> = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
-        print_plan(i, plans.len(), plan);
+        println!("\n{}", plan.heading(i, plans.len()));
         let mut progress = Console::new(!a.quiet);
         let mut each = |p: &SweepPoint| println!("  {}", sweep::render_point(p));
         let echo = harness::measure::Echo { quiet: true, per_type: false };
         let mine =
             sweep::run_sweep(plan, exe, cfg, &runs.shares, rates, echo, a.record.keep_logs, &mut progress, &mut each)
                 .with_context(|| format!("the {} sweep", plan.mode))?;
-        copy_plan_config(record, plan)?;
+        plan.copy_config(record)?;
         points.extend(mine);
     }
     println!();
     let summary = sweep::render_table(&points);
     print!("{summary}");
-    record.write_headed(&record.path("sweep.json"), "points", &sweep::to_json(&points))?;
-    bench::write_atomic(&record.path("sweep.csv"), sweep::to_csv(&points).as_bytes())?;
-    sweep::write_svg(&points, &record.path("sweep.svg"))?;
-    let mut checks = Vec::new();
-    let mut failed = Vec::new();
-    for p in &points {
-        if !checks.iter().any(|c: &Check| c.what.starts_with(&p.series)) {
-            checks.push(Check {
-                what: format!(
-                    "{}: after the sweep, replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged \
-                     NewOrder and Payment present",
-                    p.series
-                ),
-                passed: p.checks_passed,
-            });
-            if !p.checks_passed {
-                failed.push(p.series.clone());
-            }
-        }
-    }
+    sweep::write_files(record, &points)?;
+    let (checks, failed) = sweep::checks(&points);
     finish_record(record, &summary, &checks)?;
-    if !failed.is_empty() {
-        eprintln!("glass: error: checks failed for {}", failed.join(", "));
-        return Ok(ExitCode::from(1));
+    Ok(exit_code(&failed))
+}
+
+/// Exit status 1, said on stderr, when the runs of `failed` failed their checks.
+fn exit_code(failed: &[String]) -> ExitCode {
+    if failed.is_empty() {
+        return ExitCode::SUCCESS;
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The derived `cluster.toml` a plan ran, copied into the record as `cluster-<plan>.toml`.
-fn copy_plan_config(record: &Record, plan: &Plan) -> Result<()> {
-    let name = plan.dir.file_name().map_or("plan".into(), |n| n.to_string_lossy().into_owned());
-    record.copy_config(&plan.dir.join("cluster.toml"), &format!("cluster-{name}.toml"))?;
-    Ok(())
-}
-
-/// The table as printed, the checks, and the page that shows them with every chart.
-pub fn finish_record(record: &Record, summary: &str, checks: &[Check]) -> Result<()> {
-    bench::write_atomic(&record.path(SUMMARY_TXT), summary.as_bytes())?;
-    harness::record::write_json(&record.path(CHECKS_JSON), &checks)?;
-    let page = harness::html::write_record_page(&record.dir)?;
-    println!("wrote {} (the run record: {})", page.display(), record.dir.display());
-    Ok(())
-}
-
-/// The heading of one run.
-fn print_plan(i: usize, n: usize, plan: &Plan) {
-    let k = plan.config.replication_factor();
-    println!(
-        "\n[{}/{}] {} — {} replica{} per partition{}{}{}",
-        i + 1,
-        n,
-        plan.mode,
-        k,
-        if k == 1 { "" } else { "s" },
-        plan.config.shipping().map_or(String::new(), |s| format!(", {s} shipping")),
-        if plan.mode == Mode::ActiveActive && k >= 3 {
-            format!(", agreement {}", plan.config.agreement)
-        } else {
-            String::new()
-        },
-        plan.multi_partition.map_or(String::new(), |p| format!(", {p}% multi-partition NewOrders"))
-    );
-}
-
-/// One run's summary line.
-fn print_row(row: &CompareRow) {
-    println!(
-        "  {:.0} committed txn/s ({:.0} NewOrders/s), p50 {:.2} ms, p99 {:.2} ms; {} single-, {} \
-         multi-partition commits; digests {}, consistency {}",
-        row.txn_per_sec,
-        row.neworder_per_sec,
-        row.p50_us / 1e3,
-        row.p99_us / 1e3,
-        row.committed_single_partition,
-        row.committed_multi_partition,
-        if row.digests_equal { "equal" } else { "DIFFER" },
-        if row.consistent { "holds" } else { "VIOLATED" }
-    );
-}
-
-/// `--failover`: partition 1's first replica SIGKILLed a third into the measured phase, on
-/// the plan's cluster, then — with a coordinator group — the leading coordinator; fills the
-/// row's failover fields. Returns whether the runs passed.
-fn failover_run(
-    a: &CompareArgs,
-    plan: &Plan,
-    exe: &Path,
-    cfg: &DriverConfig,
-    shares: RemoteShares,
-    row: &mut CompareRow,
-) -> Result<bool> {
-    let mut config = plan.config.clone();
-    config.run_dir = plan.dir.join("failover");
-    let x = Experiment {
-        exe: exe.to_path_buf(),
-        victim: harness::failover::experiment::Kill::Node(config.partitions[0].replicas[0]),
-        signal: libc::SIGKILL,
-        at: a.duration / 3.0,
-        restart_after: None,
-        then_kill: None,
-        cfg: DriverConfig { outages: true, ..cfg.clone() },
-        shares,
-        quiet: a.quiet,
-    };
-    println!("  failover: SIGKILL {} at {:.1} s", x.victim, x.at);
-    let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
-        .with_context(|| format!("the {} failover run", plan.mode))?;
-    print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
-    remove_failover_data(a, &config)?;
-    row.set_failover(&f);
-    let mut passed = failover::passed(&plan.config, &f);
-    if config.coordinators.len() > 1 {
-        // The group's leader killed too (docs/design.md §11): the coordinator row.
-        config.run_dir = plan.dir.join("failover-coordinator");
-        let x = Experiment { victim: harness::failover::experiment::Kill::Leader, ..x };
-        println!("  failover: SIGKILL {} at {:.1} s", x.victim, x.at);
-        let f = failover::experiment(&config, &x, &mut Console::new(!a.quiet))
-            .with_context(|| format!("the {} coordinator failover run", plan.mode))?;
-        print!("{}", f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
-        remove_failover_data(a, &config)?;
-        row.set_coordinator_failover(&f);
-        passed &= failover::passed(&plan.config, &f);
-    }
-    Ok(passed)
-}
-
-/// A failover run's databases and logs, removed unless `--keep-logs`.
-fn remove_failover_data(a: &CompareArgs, config: &wire::config::ClusterConfig) -> Result<()> {
-    let derived = Cluster::open(&config.run_dir.join("cluster.toml"))?;
-    plan::remove_data(&config.run_dir, &derived, a.record.keep_logs)?;
-    Ok(())
-}
-
-/// The multi-partition curve: its JSON, CSV and SVG files.
-fn write_curve(rows: &[CompareRow], dir: &Path, files: &[PathBuf; 3]) -> Result<()> {
-    let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let [json, csv, svg] = files;
-    super::write_json(json, &curve::to_json(&points))?;
-    bench::write_atomic(csv, curve::to_csv(&points).as_bytes())?;
-    println!("wrote {}", csv.display());
-    curve::write_svg(&points, svg)?;
-    println!("wrote {}", svg.display());
-    Ok(())
-}
-
-/// `--json`, `--csv`, `--svg`: further copies where they point.
-fn write_outputs(a: &CompareArgs, record: &Record, rows: &[CompareRow]) -> Result<()> {
-    if let Some(p) = &a.json {
-        record.write_headed(p, "runs", &report::to_json(rows))?;
-        println!("wrote {}", p.display());
-    }
-    if let Some(p) = &a.csv {
-        bench::write_atomic(p, report::to_csv(rows).as_bytes())?;
-        println!("wrote {}", p.display());
-    }
-    if let Some(p) = &a.svg {
-        report::write_svg(rows, p)?;
-        println!("wrote {}", p.display());
-    }
-    Ok(())
+    eprintln!("glass: error: checks failed for {}", failed.join(", "));
+    ExitCode::from(1)
 }

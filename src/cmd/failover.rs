@@ -22,18 +22,16 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use harness::failover::experiment::{self as failover, Experiment, KillLoop};
-use harness::failover::{self as report};
-use harness::html::Check;
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
-use harness::{Cluster, HarnessError};
+use harness::Cluster;
 use wire::config::{AgreementRule, ClusterConfig, Mode, Shipping};
 use wire::messages::NodeId;
 use workload::bench::{self, StopAfter};
 use workload::client::driver::{DriverConfig, RemoteShares};
 
 use super::progress::{glass_exe, Console};
-use super::{close_record, ProfileArg, RecordArgs};
+use super::{close_record, finish_record, wrote, ProfileArg, RecordArgs};
 
 #[derive(Args, Debug)]
 pub struct FailoverArgs {
@@ -148,14 +146,7 @@ pub struct FailoverArgs {
 
 pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     let base = Cluster::open(&a.config)?;
-    if !base.running_procs().is_empty() {
-        return Err(HarnessError::ClusterRunning {
-            path: base.path.clone(),
-            given: a.config.clone(),
-            what: "failover starts its own",
-        }
-        .into());
-    }
+    base.refuse_running(&a.config, "failover starts its own", false)?;
     let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas, a.agreement)?;
     let (victim, signal) = failover::victim(
         &config,
@@ -196,8 +187,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     let outcome = failover(&a, &config, victim, signal, cfg, shares, &record);
     let outcome = outcome.and_then(|code| {
         record.copy_config(&config.run_dir.join("cluster.toml"), "cluster-failover.toml")?;
-        let derived = Cluster::open(&config.run_dir.join("cluster.toml"))?;
-        harness::compare::plan::remove_data(&config.run_dir, &derived, a.record.keep_logs)?;
+        harness::compare::plan::remove_derived_data(&config.run_dir, a.record.keep_logs)?;
         Ok(code)
     });
     close_record(&mut record, outcome)
@@ -213,31 +203,9 @@ fn failover(
     shares: RemoteShares,
     record: &Record,
 ) -> Result<ExitCode> {
-    let warehouses = usize::from(config.warehouses_total());
     if let Some(cycles) = a.kill_loop {
-        println!(
-            "failover: {} on {} ({} warehouses); a kill loop of {cycles} cycles from {:.1} s, one every {:.1} s",
-            config.mode(),
-            a.config.display(),
-            warehouses,
-            a.at,
-            a.every
-        );
         return run_loop(a, config, cycles, cfg, shares, record);
     }
-    println!(
-        "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase (the run's clock, \
-         which counts the {:.1} s warm-up, says about {:.1} s){}",
-        config.mode(),
-        a.config.display(),
-        warehouses,
-        victim,
-        report::KillSignal::of(signal),
-        a.at,
-        a.warmup,
-        a.at + a.warmup,
-        a.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
-    );
     let x = Experiment {
         exe: glass_exe()?,
         victim,
@@ -249,27 +217,15 @@ fn failover(
         shares,
         quiet: a.quiet,
     };
+    println!("{}", x.heading(config, &a.config));
     let r = failover::experiment(config, &x, &mut Console::new(!a.quiet))?;
     println!();
     let summary = r.to_string();
     print!("{summary}");
-    record.write_headed(&record.path("failover.json"), "failover", &r)?;
-    report::write_svg(&r, &record.path("failover.svg"))?;
-    if let Some(p) = &a.json {
-        record.write_headed(p, "failover", &r)?;
-        println!("wrote {}", p.display());
-    }
-    if let Some(p) = &a.svg {
-        report::write_svg(&r, p)?;
-        println!("wrote {}", p.display());
-    }
-    let passed = failover::passed(config, &r);
-    let checks = [Check {
-        what: "nothing acknowledged lost where the mode promises it, replica digests equal, TPC-C consistent".into(),
-        passed,
-    }];
-    super::compare::finish_record(record, &summary, &checks)?;
-    if !passed {
+    failover::write_files(record, &r, a.json.as_deref(), a.svg.as_deref(), &mut wrote)?;
+    let checks = failover::checks(config, &r);
+    finish_record(record, &summary, &checks)?;
+    if !checks[0].passed {
         eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
         return Ok(ExitCode::from(1));
     }
@@ -296,33 +252,23 @@ fn run_loop(
         shares,
         quiet: a.quiet,
     };
+    println!("{}", x.heading(config, &a.config));
     let r = failover::kill_loop(config, &x, &mut Console::new(!a.quiet))?;
     println!();
     let summary = r.to_string();
     print!("{summary}");
-    record.write_headed(&record.path("failover.json"), "failover", &r)?;
-    if let Some(p) = &a.json {
-        record.write_headed(p, "failover", &r)?;
-        println!("wrote {}", p.display());
-    }
+    failover::write_loop_files(record, &r, a.json.as_deref(), &mut wrote)?;
     if a.svg.is_some() {
         println!("(no SVG for a kill loop: the per-100 ms timeline is in --json)");
     }
-    let passed = failover::loop_passed(config, &r);
-    let checks = [
-        Check {
-            what: "nothing acknowledged lost where the mode promises it, replica digests equal, TPC-C consistent"
-                .into(),
-            passed,
-        },
-        Check { what: "every restarted node rejoined".into(), passed: r.rejoins_completed >= r.cycles },
-    ];
-    super::compare::finish_record(record, &summary, &checks)?;
-    if !passed {
+    // The loop's checks: nothing lost where the mode promises it, then every node rejoined.
+    let checks = failover::loop_checks(config, &r);
+    finish_record(record, &summary, &checks)?;
+    if !checks[0].passed {
         eprintln!("glass: error: the kill loop lost acknowledged transactions or left replicas inconsistent");
         return Ok(ExitCode::from(1));
     }
-    if r.rejoins_completed < r.cycles {
+    if !checks[1].passed {
         eprintln!("glass: error: {} of {} restarted nodes did not rejoin", r.cycles - r.rejoins_completed, r.cycles);
         return Ok(ExitCode::from(1));
     }

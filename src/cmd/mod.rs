@@ -1,7 +1,8 @@
-//! One module per subcommand, and what several share ([`write_json`], the console's
-//! [`progress`], the run record's flags [`RecordArgs`], the value enums of `--profile` and
-//! `--engine`). Each turns its flags into calls of the library crates (a cluster's life and
-//! the experiments are [`harness`]'s) and prints what they return.
+//! One module per subcommand, and what several share ([`wrote`], the console's
+//! [`progress`], the run record's flags [`RecordArgs`] and its end, [`finish_record`] and
+//! [`close_record`], the value enums of `--profile` and `--engine`). Each turns its flags into
+//! calls of the library crates (a cluster's life and the experiments are [`harness`]'s) and
+//! prints what they return.
 
 pub mod bench;
 pub mod bench_cluster;
@@ -19,13 +20,9 @@ pub mod recover;
 pub mod report;
 pub mod sim;
 
-/// Writes `value` as pretty JSON (newline-terminated) to `path` atomically, and says so.
-pub fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(value)?;
-    bytes.push(b'\n');
-    workload::bench::write_atomic(path, &bytes)?;
+/// Says that `path` was written.
+pub fn wrote(path: &std::path::Path) {
     println!("wrote {}", path.display());
-    Ok(())
 }
 
 /// What this binary is, for run records (docs/design.md §12).
@@ -53,7 +50,7 @@ pub struct RecordArgs {
 
 impl RecordArgs {
     /// Creates the run record of `command` (its run writing into `run_dir`); the run says
-    /// where it is when it ends ([`compare::finish_record`]).
+    /// where it is when it ends ([`finish_record`]).
     pub fn open(&self, command: &str, run_dir: &std::path::Path) -> anyhow::Result<harness::record::Record> {
         Ok(harness::record::Record::create(self.out.as_deref(), command, BUILD, run_dir)?)
     }
@@ -85,6 +82,18 @@ pub fn close_record(
     outcome
 }
 
+/// Ends a run's record with its summary and checks ([`harness::record::Record::write_summary`])
+/// and says where the record is.
+pub fn finish_record(
+    record: &harness::record::Record,
+    summary: &str,
+    checks: &[harness::html::Check],
+) -> anyhow::Result<()> {
+    let page = record.write_summary(summary, checks)?;
+    println!("wrote {} (the run record: {})", page.display(), record.dir.display());
+    Ok(())
+}
+
 /// `--profile` values.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProfileArg {
@@ -105,17 +114,5 @@ impl From<ProfileArg> for workload::gen::Profile {
 
 /// What an interrupt did, on stderr (the signal thread calls this before the exit).
 pub fn report_interrupt(done: &harness::interrupt::Interrupted) {
-    let mut line = format!("\nglass: interrupted by {}", done.signal_name());
-    if done.stopped.is_empty() {
-        line.push_str("; no process of this run was running");
-    } else {
-        line.push_str(&format!("; stopped {}", done.stopped.join(", ")));
-    }
-    for d in &done.removed {
-        line.push_str(&format!("; removed {}", d.display()));
-    }
-    if !done.left.is_empty() {
-        line.push_str(&format!("; STILL RUNNING after SIGKILL: {}", done.left.join(", ")));
-    }
-    eprintln!("{line}");
+    eprintln!("\n{done}");
 }

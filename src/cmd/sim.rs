@@ -1,32 +1,26 @@
 //! `glass sim`: runs the seeded whole-cluster simulator ([`sim`]) over a range of seeds in
 //! each replication mode asked for — the real coordinator and the nodes' real machines in one
-//! thread, faults drawn from each seed, healed and checked — with a progress bar and a summary
-//! per mode of what it covered. A failing seed is printed with the one command that replays
-//! it, and the command exits 1.
+//! thread, faults drawn from each seed, healed and checked — on several threads
+//! ([`harness::seeds`]), with a progress bar and a summary per mode of what it covered. A
+//! failing seed is printed with the one command that replays it, and the command exits 1.
 //!
 //! Guarantees: seeds run in order from `--seed`; each run is a pure function of its seed and
 //! the flags, so the printed replay command reproduces a failure exactly (with `--trace` to
 //! watch it); a panic inside a run (an assertion of the coordinator or a replica) names its
 //! seed too, even in a release build that aborts on panic.
 
-use std::cell::Cell;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
+use harness::seeds::{self, Seeds};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sim::cluster::{Faults, SimStats};
 use sim::run::replay_command;
 use sim::{run_seed, SeedFailure, SeedReport, SimOptions};
 use wire::config::{AgreementRule, Mode, Shipping};
-
-thread_local! {
-    /// The seed this thread is running, for the panic hook.
-    static CURRENT_SEED: Cell<Option<u64>> = const { Cell::new(None) };
-}
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -103,27 +97,25 @@ pub enum ShippingSet {
     Both,
 }
 
-/// The (mode, shipping) pairs to simulate, in order.
-fn variants(mode: ModeSet, shipping: ShippingSet) -> Vec<(Mode, Shipping)> {
-    let modes = match mode {
-        ModeSet::ActiveActive => vec![Mode::ActiveActive],
-        ModeSet::ActivePassive => vec![Mode::ActivePassive],
-        ModeSet::FullStack => vec![Mode::FullStack],
-        ModeSet::All => vec![Mode::ActiveActive, Mode::ActivePassive, Mode::FullStack],
-    };
-    let shippings = match shipping {
-        ShippingSet::Sync => vec![Shipping::Sync],
-        ShippingSet::Async => vec![Shipping::Async],
-        ShippingSet::Both => vec![Shipping::Sync, Shipping::Async],
-    };
-    let mut out = Vec::new();
-    for m in modes {
-        match m {
-            Mode::ActiveActive => out.push((m, Shipping::Sync)),
-            _ => out.extend(shippings.iter().map(|&s| (m, s))),
+impl ModeSet {
+    fn modes(self) -> &'static [Mode] {
+        match self {
+            ModeSet::ActiveActive => &[Mode::ActiveActive],
+            ModeSet::ActivePassive => &[Mode::ActivePassive],
+            ModeSet::FullStack => &[Mode::FullStack],
+            ModeSet::All => &[Mode::ActiveActive, Mode::ActivePassive, Mode::FullStack],
         }
     }
-    out
+}
+
+impl ShippingSet {
+    fn shippings(self) -> &'static [Shipping] {
+        match self {
+            ShippingSet::Sync => &[Shipping::Sync],
+            ShippingSet::Async => &[Shipping::Async],
+            ShippingSet::Both => &[Shipping::Sync, Shipping::Async],
+        }
+    }
 }
 
 /// The fault sets `--faults` names.
@@ -145,10 +137,7 @@ impl FaultSet {
 }
 
 pub fn run(args: SimArgs) -> Result<ExitCode> {
-    if args.seeds == 0 {
-        bail!("--seeds must be at least 1");
-    }
-    let Some(end) = args.seed.checked_add(args.seeds) else { bail!("--seed + --seeds overflows u64") };
+    let range = Seeds::new(args.seed, args.seeds)?;
     let base = SimOptions {
         nodes: args.nodes,
         coordinators: args.coordinators,
@@ -160,11 +149,11 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         lag_batches: args.lag_batches,
         ..SimOptions::default()
     };
-    let variants = variants(args.mode, args.shipping);
+    let variants = seeds::variants(args.mode.modes(), args.shipping.shippings());
     eprintln!(
         "glass sim: seeds {}..{} ({} seeds) in {} mode(s), {} nodes, {} steps, faults {:?} (tiny population: simulation only, not TPC-C compliant)",
         args.seed,
-        end - 1,
+        range.end - 1,
         args.seeds,
         variants.len(),
         args.nodes,
@@ -172,24 +161,20 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
         args.faults
     );
     static CURRENT_OPTS: Mutex<Option<SimOptions>> = Mutex::new(None);
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        let opts = *CURRENT_OPTS.lock().unwrap_or_else(|e| e.into_inner());
-        if let (Some(seed), Some(opts)) = (CURRENT_SEED.with(Cell::get), opts) {
+    seeds::report_panics(|seed| {
+        if let Some(opts) = *CURRENT_OPTS.lock().unwrap_or_else(|e| e.into_inner()) {
             eprintln!("glass sim: seed {seed} panicked\n  replay: {}", replay_command(seed, &opts));
         }
-    }));
+    });
 
     let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), usize::from);
     let mut status = ExitCode::SUCCESS;
     for (mode, shipping) in variants {
         let opts = SimOptions { mode, shipping, ..base };
         *CURRENT_OPTS.lock().unwrap_or_else(|e| e.into_inner()) = Some(opts);
-        let label = if mode.is_passive() { format!("{mode}, {shipping} shipping") } else { mode.to_string() };
-        println!("== {label}");
+        println!("== {}", seeds::label(mode, shipping));
         let t0 = Instant::now();
-        let results = run_seeds(&args, &opts, end, jobs);
+        let results = run_seeds(&args, range, &opts, jobs);
         if summarise(&args, results, t0.elapsed().as_secs_f64(), jobs)? != ExitCode::SUCCESS {
             status = ExitCode::from(1);
             if !args.keep_going {
@@ -200,49 +185,36 @@ pub fn run(args: SimArgs) -> Result<ExitCode> {
     Ok(status)
 }
 
-/// Runs seeds `args.seed..end` on `jobs` threads (stopping at the first failure unless
-/// `--keep-going`), with a progress bar; the results in the order they finished.
-fn run_seeds(args: &SimArgs, opts: &SimOptions, end: u64, jobs: usize) -> Vec<Result<SeedReport, Box<SeedFailure>>> {
+/// Runs the seeds of `range` on `jobs` threads ([`harness::seeds::run`]: stopping at the
+/// first failure unless `--keep-going`), with a progress bar; the results in the order they
+/// finished.
+fn run_seeds(
+    args: &SimArgs,
+    range: Seeds,
+    opts: &SimOptions,
+    jobs: usize,
+) -> Vec<Result<SeedReport, Box<SeedFailure>>> {
     let bar = ProgressBar::with_draw_target(Some(args.seeds), ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template("simulating [{bar:40}] {pos}/{len} seeds ({per_sec}, eta {eta}) {msg}")
             .expect("valid progress template")
             .progress_chars("=> "),
     );
-    let next = AtomicU64::new(args.seed);
-    let stop = AtomicBool::new(false);
-    let results: Mutex<Vec<Result<SeedReport, Box<SeedFailure>>>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.min(args.seeds as usize) {
-            scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= end {
-                        break;
-                    }
-                    CURRENT_SEED.with(|c| c.set(Some(seed)));
-                    let result = run_seed(seed, opts);
-                    CURRENT_SEED.with(|c| c.set(None));
-                    if let Err(f) = &result {
-                        bar.suspend(|| eprintln!("{f}"));
-                        if !args.keep_going {
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                    }
-                    let mut all = results.lock().unwrap_or_else(|e| e.into_inner());
-                    all.push(result);
-                    let failed = all.iter().filter(|r| r.is_err()).count();
-                    drop(all);
-                    if failed > 0 {
-                        bar.set_message(format!("{failed} failed"));
-                    }
-                    bar.inc(1);
-                }
-            });
-        }
-    });
+    let results = seeds::run(
+        range,
+        jobs,
+        args.keep_going,
+        |seed| run_seed(seed, opts),
+        |f| bar.suspend(|| eprintln!("{f}")),
+        |failed| {
+            if failed > 0 {
+                bar.set_message(format!("{failed} failed"));
+            }
+            bar.inc(1);
+        },
+    );
     bar.finish_and_clear();
-    results.into_inner().unwrap_or_else(|e| e.into_inner())
+    results
 }
 
 /// Prints the totals over every seed run and the failing seeds; exit status 1 if any failed.

@@ -3,7 +3,8 @@
 //! drew to show what distributed transactions cost a partitioned main-memory system. Owns
 //! [`CurvePoint`] (one run: a mode at one share) and its four renderings: a terminal table
 //! ([`render_table`]), CSV ([`to_csv`]), JSON ([`to_json`]) and an SVG line chart
-//! ([`write_svg`], plotters' SVG backend like the comparison's bars).
+//! ([`write_svg`], plotters' SVG backend like the comparison's bars), and the three files
+//! they are written to ([`write_files`]).
 //!
 //! Guarantees:
 //! - every rendering shows every point; the table and the chart group points into series (a
@@ -14,13 +15,14 @@
 //!   committed NewOrders per second, one line per series, each named in the legend.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use wire::config::{Mode, Shipping};
 
 use super::{csv_table, mode_color, ms, CompareRow, CsvColumn, SvgError, MISSING};
+use crate::error::HarnessError;
 
 /// The stem of the curve's files (`.json`, `.csv`, `.svg`), written next to the comparison's.
 pub const FILE_STEM: &str = "compare-multi-partition";
@@ -194,6 +196,26 @@ pub fn to_json(points: &[CurvePoint]) -> serde_json::Value {
     serde_json::Value::Array(
         points.iter().map(|p| serde_json::to_value(p).expect("a struct of plain fields serialises")).collect(),
     )
+}
+
+/// Writes the curve of `rows` (those with a share) into `dir`, created if need be, as the
+/// `files` JSON, CSV and SVG (in that order), announcing each to `wrote` once written.
+pub fn write_files(
+    rows: &[CompareRow],
+    dir: &Path,
+    files: &[PathBuf; 3],
+    wrote: &mut dyn FnMut(&Path),
+) -> crate::Result<()> {
+    let points: Vec<CurvePoint> = rows.iter().filter_map(CurvePoint::of).collect();
+    std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
+    let [json, csv, svg] = files;
+    crate::record::write_json(json, &to_json(&points))?;
+    wrote(json);
+    crate::record::write(csv, to_csv(&points).as_bytes())?;
+    wrote(csv);
+    write_svg(&points, svg)?;
+    wrote(svg);
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

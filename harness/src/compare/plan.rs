@@ -3,7 +3,9 @@
 //! [`Plan`] derives a cluster description from `cluster.toml` ([`plans`]); [`run_one`] starts
 //! that cluster, runs the shared TPC-C workload (same seed, clients, duration, warm-up),
 //! checks it (replica digests, consistency, acknowledged NewOrders, replica reads), stops it,
-//! and fills its [`CompareRow`].
+//! and fills its [`CompareRow`]; [`run_failovers`] adds `--failover`'s runs to it. Owns the
+//! refusal of flags that cannot run together ([`check_combination`]), each run's heading and
+//! the checks a run made ([`run_check`], [`failover_check`]).
 //!
 //! Guarantees: every plan is made (and every impossible setting refused) before anything
 //! runs; every run starts from a fresh run directory of its own (`<run_dir>/compare/<mode>-r<k>/`,
@@ -22,7 +24,11 @@ use super::multi as curve;
 use super::CompareRow;
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::HarnessError;
+use crate::failover::experiment::{self, Experiment, Kill};
+use crate::failover::FailoverReport;
+use crate::html::Check;
 use crate::measure::{check_and_down, check_partitions, measure_with, up_guarded, Measurement, Sample};
+use crate::record::Record;
 use crate::Result;
 
 /// One mode at one replication factor (and, with `--multi-partition`, one share).
@@ -34,6 +40,53 @@ pub struct Plan {
     pub dir: PathBuf,
     /// The share of NewOrders forced multi-partition (`--multi-partition`).
     pub multi_partition: Option<u32>,
+}
+
+/// The comparison's first line: `plans` runs (or sweeps, `sweep`) of `duration` seconds on
+/// `base`, `rounds` times (`--repeat`), with `cfg`'s warm-up, load and seed.
+pub fn heading(base: &Cluster, plans: usize, cfg: &DriverConfig, duration: f64, sweep: bool, rounds: u32) -> String {
+    format!(
+        "compare: {} {}{}{} of {:.0} s (+{:.0} s warm-up) on {} ({} warehouses, {} nodes), {}, seed {}",
+        plans,
+        if sweep { "sweep" } else { "run" },
+        if plans == 1 { "" } else { "s" },
+        if rounds > 1 { format!(" × {rounds} rounds") } else { String::new() },
+        duration,
+        cfg.warmup_s,
+        base.path.display(),
+        base.config.warehouses_total(),
+        base.config.nodes.len(),
+        cfg.rate.map_or("closed loop".to_string(), |r| format!("open loop at {r:.0} txn/s")),
+        cfg.seed
+    )
+}
+
+impl Plan {
+    /// The heading of the plan's run, `i` of `n` (counted from 0).
+    pub fn heading(&self, i: usize, n: usize) -> String {
+        let k = self.config.replication_factor();
+        format!(
+            "[{}/{}] {} — {} replica{} per partition{}{}{}",
+            i + 1,
+            n,
+            self.mode,
+            k,
+            if k == 1 { "" } else { "s" },
+            self.config.shipping().map_or(String::new(), |s| format!(", {s} shipping")),
+            if self.mode == Mode::ActiveActive && k >= 3 {
+                format!(", agreement {}", self.config.agreement)
+            } else {
+                String::new()
+            },
+            self.multi_partition.map_or(String::new(), |p| format!(", {p}% multi-partition NewOrders"))
+        )
+    }
+
+    /// The derived `cluster.toml` the plan ran, copied into the record as `cluster-<plan>.toml`.
+    pub fn copy_config(&self, record: &Record) -> Result<()> {
+        let name = self.dir.file_name().map_or("plan".into(), |n| n.to_string_lossy().into_owned());
+        record.copy_config(&self.dir.join("cluster.toml"), &format!("cluster-{name}.toml"))
+    }
 }
 
 /// What a comparison runs: the modes, replication factors (empty: the file's placement),
@@ -57,6 +110,29 @@ pub fn check_shares(base: &ClusterConfig, runs: &Runs<'_>) -> Result<()> {
         let shares = RemoteShares { multi_partition_pct: pct, ..runs.shares };
         shares.validate()?;
         check_partitions(base, &shares)?;
+    }
+    Ok(())
+}
+
+/// Refuses the flags that cannot run together: `--repeat` (`repeat` rounds) repeats the plain
+/// comparison only, `--failover` (`failover`) does not combine with `--multi-partition`, and
+/// `--sweep` (`sweep`, its rates checked) runs alone.
+pub fn check_combination(runs: &Runs<'_>, repeat: u32, failover: bool, sweep: Option<&[f64]>) -> Result<()> {
+    let multi = !runs.multi_partition.is_empty();
+    let invalid = |s: &str| Err(HarnessError::Invalid(s.into()));
+    if repeat > 1 && (failover || multi || sweep.is_some()) {
+        return invalid("--repeat repeats the plain comparison: leave out --failover, --multi-partition and --sweep");
+    }
+    if failover && multi {
+        return invalid("--failover and --multi-partition cannot be combined: run them as two comparisons");
+    }
+    if let Some(rates) = sweep {
+        super::sweep::check_rates(rates)?;
+        if failover || multi {
+            return invalid(
+                "--sweep runs alone: leave out --failover and --multi-partition (run them as other comparisons)",
+            );
+        }
     }
     Ok(())
 }
@@ -250,6 +326,82 @@ pub fn run_one(
         repeats: None,
         bench: bench_json,
     })
+}
+
+/// The check a plain run made (`round`: its round of `--repeat`, when there are several).
+pub fn run_check(row: &CompareRow, round: Option<usize>) -> Check {
+    let round = round.map_or(String::new(), |r| format!(" (round {r})"));
+    Check {
+        what: format!(
+            "{}{round}: replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged NewOrder and \
+             Payment present, replica reads agree",
+            row.label()
+        ),
+        passed: row.checks_passed(),
+    }
+}
+
+/// The check of a run's `--failover` runs.
+pub fn failover_check(row: &CompareRow, passed: bool) -> Check {
+    Check { what: format!("{}: the failover lost nothing acknowledged", row.label()), passed }
+}
+
+/// `--failover`: partition 1's first replica SIGKILLed `at` seconds into the measured phase,
+/// on the plan's cluster, then — with a coordinator group — the leading coordinator
+/// (docs/design.md §11); fills the row's failover fields, removes each run's data unless
+/// `keep_logs`, and returns whether the runs passed. What each run is and its report,
+/// indented, go to `say`.
+#[allow(clippy::too_many_arguments)] // the plan, the workload, the row and the caller's two sinks
+pub fn run_failovers(
+    plan: &Plan,
+    exe: &Path,
+    cfg: &DriverConfig,
+    shares: RemoteShares,
+    (at, quiet, keep_logs): (f64, bool, bool),
+    progress: &mut dyn Progress,
+    say: &mut dyn FnMut(&str),
+    row: &mut CompareRow,
+) -> Result<bool> {
+    let mut config = plan.config.clone();
+    config.run_dir = plan.dir.join("failover");
+    let x = Experiment {
+        exe: exe.to_path_buf(),
+        victim: Kill::Node(config.partitions[0].replicas[0]),
+        signal: libc::SIGKILL,
+        at,
+        restart_after: None,
+        then_kill: None,
+        cfg: DriverConfig { outages: true, ..cfg.clone() },
+        shares,
+        quiet,
+    };
+    let mut run = |config: &ClusterConfig, x: &Experiment, what: String| -> Result<FailoverReport> {
+        say(&format!("  failover: SIGKILL {} at {:.1} s\n", x.victim, x.at));
+        let f =
+            experiment::experiment(config, x, progress).map_err(|e| HarnessError::Run { what, source: Box::new(e) })?;
+        say(&f.to_string().lines().map(|l| format!("  {l}\n")).collect::<String>());
+        remove_derived_data(&config.run_dir, keep_logs)?;
+        Ok(f)
+    };
+    let f = run(&config, &x, format!("the {} failover run", plan.mode))?;
+    row.set_failover(&f);
+    let mut passed = experiment::passed(&plan.config, &f);
+    if config.coordinators.len() > 1 {
+        // The group's leader killed too (docs/design.md §11): the coordinator row.
+        config.run_dir = plan.dir.join("failover-coordinator");
+        let x = Experiment { victim: Kill::Leader, ..x };
+        let f = run(&config, &x, format!("the {} coordinator failover run", plan.mode))?;
+        row.set_coordinator_failover(&f);
+        passed &= experiment::passed(&plan.config, &f);
+    }
+    Ok(passed)
+}
+
+/// [`remove_data`] of the derived cluster whose `cluster.toml` lies in `run_dir` (a failover
+/// run's).
+pub fn remove_derived_data(run_dir: &Path, keep_logs: bool) -> Result<u64> {
+    let derived = Cluster::open(&run_dir.join("cluster.toml"))?;
+    remove_data(run_dir, &derived, keep_logs)
 }
 
 /// Whether two paths name the same file, judged without touching the disk (neither needs to

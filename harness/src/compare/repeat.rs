@@ -5,9 +5,11 @@
 //! Owns [`Spread`] (median, min, max of one figure), [`Repeats`] (the spreads a row carries)
 //! and [`combine`], which turns one mode's runs into its row of the table: the figures of the
 //! run of median throughput, its throughput, NewOrder rate, tpmC and latencies replaced by
-//! their medians over the runs, and the checks passed only if they passed in every run.
+//! their medians over the runs, and the checks passed only if they passed in every run;
+//! [`rows`] makes the table's rows so, keeping every run in the record.
 
 use super::CompareRow;
+use crate::record::Record;
 use serde::{Deserialize, Serialize};
 
 /// The median, least and greatest of one figure over repeated runs.
@@ -32,10 +34,10 @@ impl Spread {
         Some(Spread { median, min: v[0], max: v[n - 1] })
     }
 
-    /// `max / min − 1` as a percent: how far apart the runs were.
-    pub fn range_pct(&self) -> f64 {
-        if self.min > 0.0 {
-            (self.max / self.min - 1.0) * 100.0
+    /// Half the range as a percent of the median: the runs lay within ± this of it (at most).
+    pub fn half_range_pct(&self) -> f64 {
+        if self.median > 0.0 {
+            (self.max - self.min) / 2.0 / self.median * 100.0
         } else {
             0.0
         }
@@ -55,6 +57,24 @@ pub struct Repeats {
     pub node_cpu_s_per_1000: Spread,
     /// Each run's throughput, in the order run.
     pub txn_per_sec_each: Vec<f64>,
+}
+
+/// The table's rows from each plan's runs (`each_run`, one list per plan, `rounds` runs in
+/// each): the run itself with one round; with several, each plan's runs as one row
+/// ([`combine`]), and every run kept in the record as `compare-runs.json`.
+pub fn rows(record: &Record, mut each_run: Vec<Vec<CompareRow>>, rounds: usize) -> crate::Result<Vec<CompareRow>> {
+    if rounds == 1 {
+        return Ok(each_run.iter_mut().filter_map(Vec::pop).collect());
+    }
+    write_runs(record, &each_run)?;
+    Ok(each_run.iter().filter_map(|runs| combine(runs)).collect())
+}
+
+/// Writes every run so far into the record's `compare-runs.json` (after each run, so a later
+/// run that fails leaves the earlier ones on record).
+pub fn write_runs(record: &Record, each_run: &[Vec<CompareRow>]) -> crate::Result<()> {
+    let all: Vec<CompareRow> = each_run.iter().flatten().cloned().collect();
+    record.write_headed(&record.path("compare-runs.json"), "runs", &super::to_json(&all))
 }
 
 /// One mode's runs as one row (see the module's comment); `None` for no runs.
@@ -101,7 +121,7 @@ mod tests {
         assert_eq!(Spread::of(&[4.0, 1.0, 2.0, 3.0]), Some(Spread { median: 2.5, min: 1.0, max: 4.0 }));
         assert_eq!(Spread::of(&[]), None);
         assert_eq!(Spread::of(&[f64::NAN, 5.0]).map(|s| s.median), Some(5.0));
-        assert!((Spread { median: 150.0, min: 100.0, max: 200.0 }.range_pct() - 100.0).abs() < 1e-9);
+        assert!((Spread { median: 200.0, min: 100.0, max: 300.0 }.half_range_pct() - 50.0).abs() < 1e-9);
     }
 
     /// The row of three runs: medians of the combined figures, the other figures of the run

@@ -16,7 +16,8 @@
 //! it sustains ([`breaking_points`]: a miss below that — a checkpoint's fsyncs, a noisy
 //! neighbour — shows in the table but is not the break); the cluster is
 //! checked once after all its points (replica digests, TPC-C consistency, every acknowledged
-//! NewOrder and Payment present), and the points say whether that passed.
+//! NewOrder and Payment present), and the points say whether that passed ([`checks`]: one
+//! check per series).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -29,7 +30,9 @@ use workload::client::driver::{DriverConfig, RemoteShares};
 use super::plan::{remove_data, Plan};
 use super::{csv_table, mode_color, ms, CsvColumn, SvgError};
 use crate::cluster::{runtime, Cluster, Progress};
+use crate::html::Check;
 use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
+use crate::record::Record;
 use crate::Result;
 
 /// The offered loads of a sweep without explicit rates, as fractions of the closed-loop
@@ -349,6 +352,38 @@ pub fn to_csv(points: &[SweepPoint]) -> String {
 /// `{"points": [...]}` (the run record heads it with `run`).
 pub fn to_json(points: &[SweepPoint]) -> serde_json::Value {
     serde_json::json!({ "points": points })
+}
+
+/// Writes the sweep into the record: `sweep.json` (headed by the run), `sweep.csv` and
+/// `sweep.svg`.
+pub fn write_files(record: &Record, points: &[SweepPoint]) -> Result<()> {
+    record.write_headed(&record.path("sweep.json"), "points", &to_json(points))?;
+    crate::record::write(&record.path("sweep.csv"), to_csv(points).as_bytes())?;
+    write_svg(points, &record.path("sweep.svg"))?;
+    Ok(())
+}
+
+/// The checks a sweep made, one per series (its cluster's, after all its points), and the
+/// series that failed theirs.
+pub fn checks(points: &[SweepPoint]) -> (Vec<Check>, Vec<String>) {
+    let mut checks = Vec::new();
+    let mut failed = Vec::new();
+    for p in points {
+        if !checks.iter().any(|c: &Check| c.what.starts_with(&p.series)) {
+            checks.push(Check {
+                what: format!(
+                    "{}: after the sweep, replica digests equal, TPC-C consistent (clause 3.3.2), every acknowledged \
+                     NewOrder and Payment present",
+                    p.series
+                ),
+                passed: p.checks_passed,
+            });
+            if !p.checks_passed {
+                failed.push(p.series.clone());
+            }
+        }
+    }
+    (checks, failed)
 }
 
 /// Draws p99 (solid) and p50 (dashed) latency against achieved throughput, one colour per

@@ -11,7 +11,9 @@
 //! recovery by polling the coordinator's view of live replicas every [`POLL_INTERVAL`]);
 //! unavailability comes from the clients' commit times ([`super::outages`]); the run's
 //! cluster lives in the `run_dir` of the configuration given, emptied first, and is stopped
-//! however the run ends. Whether a record passes is [`crate::verdict`]'s to say.
+//! however the run ends. Whether a record passes is [`crate::verdict`]'s to say; the checks
+//! it is kept with ([`checks`], [`loop_checks`]) and its files in the run record
+//! ([`write_files`], [`write_loop_files`]) are this module's.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,7 +29,9 @@ use super::events::{EventLog, RunClock};
 use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery, RunChecks};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::{chain, HarnessError};
+use crate::html::Check;
 use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
+use crate::record::Record;
 use crate::verdict;
 use crate::Result;
 
@@ -187,6 +191,60 @@ pub fn loop_passed(config: &ClusterConfig, r: &KillLoopReport) -> bool {
     verdict::failure_passed(&config.replication, r.checks.outcome())
 }
 
+/// The checks of a failover record: nothing acknowledged lost where the mode promises it,
+/// replicas equal and consistent ([`passed`]).
+pub fn checks(config: &ClusterConfig, r: &FailoverReport) -> [Check; 1] {
+    [Check { what: KEPT_PROMISE.into(), passed: passed(config, r) }]
+}
+
+/// The checks of a kill loop's record: [`loop_passed`], then whether every restarted node
+/// rejoined.
+pub fn loop_checks(config: &ClusterConfig, r: &KillLoopReport) -> [Check; 2] {
+    [
+        Check { what: KEPT_PROMISE.into(), passed: loop_passed(config, r) },
+        Check { what: "every restarted node rejoined".into(), passed: r.rejoins_completed >= r.cycles },
+    ]
+}
+
+/// What [`checks`] and [`loop_checks`] check first.
+const KEPT_PROMISE: &str =
+    "nothing acknowledged lost where the mode promises it, replica digests equal, TPC-C consistent";
+
+/// Writes a failover record into the run record — `failover.json` (headed by the run) and
+/// `failover.svg` — and copies where `json` and `svg` (`--json`, `--svg`) point, each copy
+/// announced to `wrote` once written.
+pub fn write_files(
+    record: &Record,
+    r: &FailoverReport,
+    json: Option<&Path>,
+    svg: Option<&Path>,
+    wrote: &mut dyn FnMut(&Path),
+) -> Result<()> {
+    record.write_headed(&record.path("failover.json"), "failover", r)?;
+    report::write_svg(r, &record.path("failover.svg"))?;
+    if let Some(p) = json {
+        record.write_headed(p, "failover", r)?;
+        wrote(p);
+    }
+    if let Some(p) = svg {
+        report::write_svg(r, p)?;
+        wrote(p);
+    }
+    Ok(())
+}
+
+/// Writes a kill loop's record into the run record as `failover.json` (headed by the run),
+/// and a copy where `json` (`--json`) points, announced to `wrote`. A kill loop draws no
+/// picture: its per-100 ms timeline is in the JSON.
+pub fn write_loop_files(
+    record: &Record,
+    r: &KillLoopReport,
+    json: Option<&Path>,
+    wrote: &mut dyn FnMut(&Path),
+) -> Result<()> {
+    record.write_result("failover.json", "failover", r, json, wrote)
+}
+
 /// One failover experiment: which node gets which signal when, whether it is restarted, and
 /// the workload.
 #[derive(Debug)]
@@ -205,6 +263,26 @@ pub struct Experiment {
     /// Remote and multi-partition shares of the workload.
     pub shares: RemoteShares,
     pub quiet: bool,
+}
+
+impl Experiment {
+    /// What the run will do, in one line: on `config` (named `given` by the user), its
+    /// victim, signal and moment (on the run's clock too, which counts the warm-up).
+    pub fn heading(&self, config: &ClusterConfig, given: &Path) -> String {
+        format!(
+            "failover: {} on {} ({} warehouses); {} gets {} {:.1} s into the measured phase (the run's clock, \
+             which counts the {:.1} s warm-up, says about {:.1} s){}",
+            config.mode(),
+            given.display(),
+            config.warehouses_total(),
+            self.victim,
+            KillSignal::of(self.signal),
+            self.at,
+            self.cfg.warmup_s,
+            self.at + self.cfg.warmup_s,
+            self.restart_after.map_or(String::new(), |r| format!(", restarted {r:.1} s later"))
+        )
+    }
 }
 
 /// What the killer thread saw.
@@ -726,6 +804,22 @@ pub struct KillLoop {
     pub cfg: DriverConfig,
     pub shares: RemoteShares,
     pub quiet: bool,
+}
+
+impl KillLoop {
+    /// What the loop will do, in one line: on `config` (named `given` by the user), how many
+    /// cycles, from when, how often.
+    pub fn heading(&self, config: &ClusterConfig, given: &Path) -> String {
+        format!(
+            "failover: {} on {} ({} warehouses); a kill loop of {} cycles from {:.1} s, one every {:.1} s",
+            config.mode(),
+            given.display(),
+            config.warehouses_total(),
+            self.cycles,
+            self.at,
+            self.every
+        )
+    }
 }
 
 /// What the kill loop's thread did.
