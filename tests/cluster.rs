@@ -167,6 +167,20 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     };
     let quiet = committed();
     while committed() == quiet {}
+    // Under traffic, status times what ran in its one-second window: each replica's executor
+    // per batch, and at the leader each partition's batches until a replica's results.
+    let o = glass(&["cluster", "status", "--config", cfg, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let processes = v["processes"].as_array().unwrap();
+    let timed = |role: &str, field: &str| -> Vec<f64> {
+        let rows = processes.iter().filter(|p| p["role"] == role).flat_map(|p| p["partitions"].as_array().unwrap());
+        rows.filter_map(|r| r[field].as_f64()).collect()
+    };
+    let (batch, result) = (timed("node", "batch_p99_ms"), timed("leader", "result_p99_ms"));
+    println!("under traffic: executor p99 per batch {batch:?} ms, batch to results p99 {result:?} ms");
+    assert_eq!(batch.len(), 4, "every replica timed its batches: {v}");
+    assert_eq!(result.len(), 2, "the leader timed both partitions: {v}");
+    assert!(batch.iter().chain(&result).all(|ms| *ms > 0.0), "{v}");
     let o = glass(&["check", "--config", cfg]);
     let during = traffic.wait_with_output().unwrap();
     assert!(during.status.success(), "{}", String::from_utf8_lossy(&during.stderr));

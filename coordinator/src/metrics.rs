@@ -7,21 +7,21 @@
 //! results by how long after their batch was sent they came, and its lag in batches. The core
 //! calls these on its own task; the partitions' state is published for scrapes at most every
 //! [`PUBLISH_EVERY`], so a scrape never waits for the core and the core never waits for one.
-//! Kept only when an endpoint is configured: without one the core counts nothing.
+//! The core always counts (each partition's result times are in its status report, for
+//! `glass cluster status`'s p99); it publishes for scrapes only when an endpoint is configured.
 
 use crate::coordinator::Event;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::channel::NodeToCoordinator;
 use wire::messages::{ClientResult, ProcessStatus, Seq};
-use wire::metrics::{Labels, Samples};
+use wire::metrics::{Labels, Latencies, Samples};
 use wire::{NodeId, PartitionId};
 
 /// How often the partitions' state is published for scrapes.
@@ -44,6 +44,8 @@ struct Published {
     /// Per node: bytes queued for its link.
     queued: Vec<(NodeId, u64)>,
     clients: usize,
+    /// Each replica's result times.
+    results: Vec<((PartitionId, NodeId), Arc<Latencies>)>,
 }
 
 /// The coordinator's counters and what it keeps to fill them.
@@ -58,14 +60,14 @@ pub struct CoordinatorMetrics {
     promotions: Counters,
     rejoins: Counters,
     catch_up_refused: Counters,
-    result_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Each replica's result times, and each partition's (all its replicas').
+    result_seconds: BTreeMap<(PartitionId, NodeId), Arc<Latencies>>,
+    partition_seconds: BTreeMap<PartitionId, Latencies>,
     published: Arc<Mutex<Published>>,
     /// Per partition, the recent batches sent, in order, with when.
     sent: BTreeMap<PartitionId, VecDeque<(Seq, Instant)>>,
     /// The last batch each replica reported.
     reported: BTreeMap<(PartitionId, NodeId), Seq>,
-    /// Each replica's histogram, once looked up.
-    histograms: HashMap<(PartitionId, NodeId), Histogram>,
     last_publish: Option<Instant>,
 }
 
@@ -84,11 +86,11 @@ impl Default for CoordinatorMetrics {
             promotions: Counters::default(),
             rejoins: Counters::default(),
             catch_up_refused: Counters::default(),
-            result_seconds: Family::new_with_constructor(wire::metrics::seconds_histogram),
+            result_seconds: BTreeMap::new(),
+            partition_seconds: BTreeMap::new(),
             published: Arc::default(),
             sent: BTreeMap::new(),
             reported: BTreeMap::new(),
-            histograms: HashMap::new(),
             last_publish: None,
         }
     }
@@ -132,11 +134,6 @@ impl CoordinatorMetrics {
             "Transactions answered busy by the catch-up policy while a replica rejoined.",
             self.catch_up_refused.clone(),
         );
-        r.register(
-            "glass_coordinator_replica_result_seconds",
-            "Seconds from sending a batch to receiving one replica's results for it.",
-            self.result_seconds.clone(),
-        );
         r
     }
 
@@ -173,14 +170,9 @@ impl CoordinatorMetrics {
         self.reached(partition, node, seq);
         let Some(sent) = self.sent.get(&partition) else { return };
         let Ok(i) = sent.binary_search_by_key(&seq, |&(s, _)| s) else { return };
-        let took = sent[i].1.elapsed().as_secs_f64();
-        let family = &self.result_seconds;
-        self.histograms
-            .entry((partition, node))
-            .or_insert_with(|| {
-                family.get_or_create_owned(&labels(&[("partition", partition.to_string()), ("node", node.to_string())]))
-            })
-            .observe(took);
+        let took = sent[i].1.elapsed();
+        self.result_seconds.entry((partition, node)).or_default().observe(took);
+        self.partition_seconds.entry(partition).or_default().observe(took);
     }
 
     /// A client's answer.
@@ -231,6 +223,12 @@ impl CoordinatorMetrics {
         }
     }
 
+    /// The partition's result times so far (buckets of [`wire::metrics::latency_bounds`]), for
+    /// its status report; empty before any.
+    pub fn latency_buckets(&self, partition: PartitionId) -> Vec<u64> {
+        self.partition_seconds.get(&partition).map(Latencies::counts).unwrap_or_default()
+    }
+
     /// Whether the state is due to be published again.
     pub fn publish_due(&self) -> bool {
         self.last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY)
@@ -248,7 +246,8 @@ impl CoordinatorMetrics {
             }
         }
         let mut published = self.published.lock().unwrap_or_else(|e| e.into_inner());
-        *published = Published { status: Some(status), term, lag, queued, clients };
+        let results = self.result_seconds.iter().map(|(k, l)| (*k, l.clone())).collect();
+        *published = Published { status: Some(status), term, lag, queued, clients, results };
     }
 }
 
@@ -328,7 +327,17 @@ impl Collector for PublishedCollector {
         )?;
         let queued: Vec<(Labels, i64)> =
             p.queued.iter().map(|&(node, bytes)| (vec![("node", node.to_string())], bytes as i64)).collect();
-        s.gauges("glass_coordinator_node_queue_bytes", "Bytes queued for a node's link and not yet sent.", &queued)
+        s.gauges("glass_coordinator_node_queue_bytes", "Bytes queued for a node's link and not yet sent.", &queued)?;
+        let results: Vec<(Labels, &Latencies)> = p
+            .results
+            .iter()
+            .map(|((pid, node), l)| (vec![("partition", pid.to_string()), ("node", node.to_string())], &**l))
+            .collect();
+        s.latencies(
+            "glass_coordinator_replica_result_seconds",
+            "Seconds from sending a batch to receiving one replica's results for it.",
+            &results,
+        )
     }
 }
 
@@ -352,6 +361,7 @@ mod tests {
                 txns: 3,
                 cpu_ms: 0,
                 replication: Default::default(),
+                latency_buckets: Vec::new(),
             }],
             leader: Some(0),
         }
@@ -389,6 +399,7 @@ mod tests {
         assert!(m.publish_due());
         m.publish(status(10), 3, vec![(1, 42)], 2);
         assert!(!m.publish_due());
+        assert_eq!(m.latency_buckets(1).iter().sum::<u64>(), 2, "the partition's two timed results");
         let text = wire::metrics::render(&m.registry(0));
         for line in [
             "glass_coordinator_replica_lag_batches{partition=\"1\",node=\"1\"} 0",

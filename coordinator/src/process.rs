@@ -477,11 +477,12 @@ pub async fn run(
         stopping: stopping.clone(),
         last_waiting_log: Instant::now(),
         timer,
-        metrics: metrics_listener.as_ref().map(|_| crate::metrics::CoordinatorMetrics::default()),
+        metrics: crate::metrics::CoordinatorMetrics::default(),
+        serving_metrics: metrics_listener.is_some(),
     };
-    if let (Some(listener), Some(metrics)) = (metrics_listener, &core.metrics) {
+    if let Some(listener) = metrics_listener {
         info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(), "serving metrics");
-        let registry = Arc::new(metrics.registry(u16::from(me)));
+        let registry = Arc::new(core.metrics.registry(u16::from(me)));
         tokio::spawn(wire::metrics::serve(listener, registry, stopping.subscribe()));
     }
     if let Some(stored) = stored {
@@ -551,8 +552,10 @@ struct Core {
     stopping: watch::Sender<bool>,
     last_waiting_log: Instant,
     timer: PreciseTimer,
-    /// Counted only when the coordinator serves metrics (docs/usage.md, "Metrics").
-    metrics: Option<crate::metrics::CoordinatorMetrics>,
+    /// What the coordinator counts for its status and metrics (docs/usage.md, "Metrics").
+    metrics: crate::metrics::CoordinatorMetrics,
+    /// Whether it serves them: only then is its state published for scrapes.
+    serving_metrics: bool,
 }
 
 impl Core {
@@ -601,7 +604,7 @@ impl Core {
 
     /// Publishes the state for metrics scrapes, at most every [`crate::metrics::PUBLISH_EVERY`].
     fn publish_metrics(&mut self) {
-        if !self.metrics.as_ref().is_some_and(|m| m.publish_due()) {
+        if !self.serving_metrics || !self.metrics.publish_due() {
             return;
         }
         let status = self.status();
@@ -611,9 +614,7 @@ impl Core {
         };
         let queued = self.nodes.iter().map(|(&n, o)| (n, o.queued.load(Ordering::Relaxed) as u64)).collect();
         let clients = self.clients.len();
-        if let Some(m) = &mut self.metrics {
-            m.publish(status, term, queued, clients);
-        }
+        self.metrics.publish(status, term, queued, clients);
     }
 
     fn tick(&mut self) -> Option<String> {
@@ -675,9 +676,7 @@ impl Core {
                 if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
-                if let Some(m) = &mut self.metrics {
-                    m.on_node_message(node, &msg);
-                }
+                self.metrics.on_node_message(node, &msg);
                 if self.machine.built() {
                     let out = self.machine.on_node_message(node, msg, now);
                     return self.dispatch(out);
@@ -895,9 +894,7 @@ impl Core {
                     let FromCoordinator::Epoched(Epoched { msg, .. }) = &framed;
                     if let CoordinatorToNode::Batch(b) = msg {
                         *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
-                        if let Some(m) = &mut self.metrics {
-                            m.on_batch_sent(b.partition, b.seq);
-                        }
+                        self.metrics.on_batch_sent(b.partition, b.seq);
                     }
                     for n in nodes {
                         if let Some(outbox) = self.nodes.get(&n) {
@@ -908,9 +905,7 @@ impl Core {
                     }
                 }
                 MemberOutput::Reply { client, reply } => {
-                    if let Some(m) = &mut self.metrics {
-                        m.on_answer(&reply.result);
-                    }
+                    self.metrics.on_answer(&reply.result);
                     if self.clients.contains_key(&client) {
                         self.replies.entry(client).or_default().push(reply);
                     }
@@ -918,9 +913,7 @@ impl Core {
                 MemberOutput::ToClient { client, msg } => self.send_client(client, msg),
                 MemberOutput::Event(e) => {
                     log_event(&e);
-                    if let Some(m) = &mut self.metrics {
-                        m.on_event(&e);
-                    }
+                    self.metrics.on_event(&e);
                     if let Event::NodeDown { node, .. } = e {
                         // Failed is final for this process of the node: end its link now, so
                         // its writer stops holding frames and a live but excluded process
@@ -1009,6 +1002,7 @@ impl Core {
                         shipped_bytes: self.batch_bytes.get(&p.partition).copied().unwrap_or(0),
                         ..Default::default()
                     },
+                    latency_buckets: self.metrics.latency_buckets(p.partition),
                 })
                 .collect(),
             // A standby (or a member taking over) serves no partition.
@@ -1026,6 +1020,7 @@ impl Core {
                     txns: 0,
                     cpu_ms: 0,
                     replication: Default::default(),
+                    latency_buckets: Vec::new(),
                 })
                 .collect(),
         };

@@ -543,19 +543,21 @@ impl Cluster {
         Ok(StatusSample { local, coordinator, coordinators, digests, nodes, mode: self.config.mode() })
     }
 
-    /// Each node's replicas' committed transactions per second over `window` after `first`
-    /// (a second status of each answering node; the interval is the node's own uptime
-    /// difference): `(node, partition, txn/s)`.
-    pub fn sample_rates(&self, first: &StatusSample, window: Duration) -> Result<Vec<(NodeId, PartitionId, f64)>> {
+    /// What `glass cluster status` measures over `window` after `first`, from a second status
+    /// of each answering node and of the leading coordinator (the interval is each process's
+    /// own uptime difference; a process restarted meanwhile gives nothing): each replica's
+    /// committed transactions per second and its executor's p99 time per batch, and each
+    /// partition's p99 time from a batch's send to a replica's results, at the leader.
+    pub fn sample_window(&self, first: &StatusSample, window: Duration) -> Result<Window> {
         let answering: Vec<(NodeId, ProcessStatus)> =
             first.nodes.iter().filter_map(|(n, s)| s.clone().map(|s| (*n, s))).collect();
-        if answering.is_empty() {
-            return Ok(Vec::new());
+        if answering.is_empty() && first.coordinator.is_none() {
+            return Ok(Window::default());
         }
         std::thread::sleep(window);
         let rt = runtime()?;
         let client = self.client();
-        let again: Vec<(NodeId, Option<ProcessStatus>)> = rt.block_on(async {
+        let (again, leader): (Vec<(NodeId, Option<ProcessStatus>)>, Option<ProcessStatus>) = rt.block_on(async {
             let mut out = Vec::new();
             for (n, _) in &answering {
                 let s = match tokio::time::timeout(PROBE_PATIENCE, client.connect_node(*n)).await {
@@ -564,21 +566,40 @@ impl Cluster {
                 };
                 out.push((*n, s));
             }
-            out
-        });
-        let mut rates = Vec::new();
-        for ((node, before), (_, after)) in answering.iter().zip(&again) {
-            let Some(after) = after.as_ref().filter(|a| a.pid == before.pid && a.uptime_ms > before.uptime_ms) else {
-                continue;
+            let leader = match tokio::time::timeout(PROBE_PATIENCE, client.connect_coordinator()).await {
+                Ok(Ok(mut link)) if first.coordinator.is_some() => client::status(&mut link).await.ok(),
+                _ => None,
             };
+            (out, leader)
+        });
+        let same = |before: &ProcessStatus, after: &ProcessStatus| {
+            after.pid == before.pid && after.uptime_ms > before.uptime_ms
+        };
+        let mut w = Window::default();
+        for ((node, before), (_, after)) in answering.iter().zip(&again) {
+            let Some(after) = after.as_ref().filter(|a| same(before, a)) else { continue };
             let seconds = (after.uptime_ms - before.uptime_ms) as f64 / 1e3;
             for p in &after.partitions {
                 if let Some(b) = before.partitions.iter().find(|b| b.partition == p.partition) {
-                    rates.push((*node, p.partition, p.txns.saturating_sub(b.txns) as f64 / seconds));
+                    w.rates.push((*node, p.partition, p.txns.saturating_sub(b.txns) as f64 / seconds));
+                    if let Some(p99) = wire::metrics::p99_between(&b.latency_buckets, &p.latency_buckets) {
+                        w.node_p99.push((*node, p.partition, p99));
+                    }
                 }
             }
         }
-        Ok(rates)
+        if let (Some(before), Some(after)) = (&first.coordinator, &leader) {
+            if same(before, after) {
+                for p in &after.partitions {
+                    let b = before.partitions.iter().find(|b| b.partition == p.partition);
+                    let b = b.map_or(&[][..], |b| &b.latency_buckets[..]);
+                    if let Some(p99) = wire::metrics::p99_between(b, &p.latency_buckets) {
+                        w.leader_p99.push((p.partition, p99));
+                    }
+                }
+            }
+        }
+        Ok(w)
     }
 
     /// Whether any process of the cluster accepts a connection within [`PROBE_PATIENCE`]:
@@ -753,6 +774,38 @@ impl PartitionDigests {
     }
 }
 
+/// What [`Cluster::sample_window`] measured between two status samples.
+#[derive(Debug, Clone, Default)]
+pub struct Window {
+    /// Per (node, partition): the replica's committed transactions per second.
+    pub rates: Vec<(NodeId, PartitionId, f64)>,
+    /// Per (node, partition): the replica's executor's p99 time on a batch, in seconds (the
+    /// upper bound of its bucket, [`wire::metrics::latency_bounds`]).
+    pub node_p99: Vec<(NodeId, PartitionId, f64)>,
+    /// Per partition, at the leading coordinator: the p99 time from sending a batch to a
+    /// replica's results for it, in seconds (likewise a bucket's bound).
+    pub leader_p99: Vec<(PartitionId, f64)>,
+}
+
+impl Window {
+    pub fn rate(&self, node: NodeId, partition: PartitionId) -> Option<f64> {
+        self.rates.iter().find(|(n, p, _)| *n == node && *p == partition).map(|r| r.2)
+    }
+
+    pub fn node_p99(&self, node: NodeId, partition: PartitionId) -> Option<f64> {
+        self.node_p99.iter().find(|(n, p, _)| *n == node && *p == partition).map(|r| r.2)
+    }
+
+    pub fn leader_p99(&self, partition: PartitionId) -> Option<f64> {
+        self.leader_p99.iter().find(|(p, _)| *p == partition).map(|r| r.1)
+    }
+}
+
+/// A p99 in seconds as milliseconds for a table or JSON: `None` above every bucket's bound.
+pub fn p99_ms(seconds: f64) -> Option<f64> {
+    seconds.is_finite().then_some(seconds * 1e3)
+}
+
 /// What `glass cluster status` shows: the processes running here (by their pid files), the
 /// coordinator's and each node's own status (`None`: it did not answer), and the digests of
 /// each serving partition.
@@ -801,7 +854,7 @@ impl StatusSample {
     /// address, pid, whether it runs here and answers, its role, uptime and partitions (state,
     /// batch, transactions, CPU, committed txn/s over `rates`' window, lag in batches behind
     /// the furthest replica, digest), the digests compared, and whether it is all healthy.
-    pub fn to_json(&self, config: &ClusterConfig, rates: &[(NodeId, PartitionId, f64)]) -> serde_json::Value {
+    pub fn to_json(&self, config: &ClusterConfig, window: &Window) -> serde_json::Value {
         use serde_json::json;
         let running = |p: Proc| self.pid_of(&p);
         let mut processes = Vec::new();
@@ -819,8 +872,10 @@ impl StatusSample {
                     .partitions
                     .iter()
                     .map(|p| {
+                        let p99 = window.leader_p99(p.partition);
                         json!({"partition": p.partition, "state": p.phase.to_string(), "batch": p.seq,
-                                    "in_flight": p.txns, "replicas": p.replicas})
+                                    "in_flight": p.txns, "replicas": p.replicas,
+                                    "result_p99_ms": p99.and_then(p99_ms), "result_p99_over": p99.map(|s| s.is_infinite())})
                     })
                     .collect(),
                 _ => Vec::new(),
@@ -844,7 +899,8 @@ impl StatusSample {
                 s.partitions
                     .iter()
                     .map(|p| {
-                        let rate = rates.iter().find(|(node, q, _)| *node == n.id && *q == p.partition).map(|r| r.2);
+                        let rate = window.rate(n.id, p.partition);
+                        let p99 = window.node_p99(n.id, p.partition);
                         json!({
                             "partition": p.partition,
                             "state": p.phase.to_string(),
@@ -853,6 +909,8 @@ impl StatusSample {
                             "committed": p.txns,
                             "cpu_s": p.cpu_ms as f64 / 1e3,
                             "txn_per_s": rate,
+                            "batch_p99_ms": p99.and_then(p99_ms),
+                            "batch_p99_over": p99.map(|s| s.is_infinite()),
                             "lag_batches": self.lag_batches(n.id, p.partition),
                             "backup_ack_delay_ms_mean": (p.replication.acks > 0)
                                 .then(|| p.replication.ack_delay_us_sum as f64 / p.replication.acks as f64 / 1e3),

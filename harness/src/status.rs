@@ -1,17 +1,18 @@
 //! `glass cluster status` as the operator reads it: [`render`] turns a [`StatusSample`] (what
-//! every process answered, [`crate::cluster`]) and the replicas' rates into the text the
+//! every process answered, [`crate::cluster`]) and what a window after it measured (rates and
+//! p99 latencies, [`Window`]) into the text the
 //! command prints. The same sample as JSON is [`StatusSample::to_json`].
 
 use std::fmt::Write;
 
-use crate::cluster::StatusSample;
+use crate::cluster::{p99_ms, StatusSample, Window};
 use crate::{Cluster, Proc};
-use wire::messages::{LoadState, NodeId, PartitionId, PartitionPhase, ProcessStatus};
+use wire::messages::{LoadState, NodeId, PartitionPhase, ProcessStatus};
 
 /// `glass cluster status` as text: the cluster, each process with its address and uptime,
-/// one line per process and partition (state, batch, transactions, CPU, txn/s over `rates`'
-/// window, lag, digest), and what the digests came to.
-pub fn render(c: &Cluster, s: &StatusSample, rates: &[(NodeId, PartitionId, f64)]) -> String {
+/// one line per process and partition (state, batch, transactions, CPU, txn/s and p99 over
+/// `window`, /// window, lag, digest), and what the digests came to.
+pub fn render(c: &Cluster, s: &StatusSample, window: &Window) -> String {
     let mut out = String::new();
     let out = &mut out;
     let _ = writeln!(
@@ -38,8 +39,8 @@ pub fn render(c: &Cluster, s: &StatusSample, rates: &[(NodeId, PartitionId, f64)
     }
     let _ = writeln!(
         out,
-        "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8} {:>9} {:>5}  digest",
-        "process", "pid", "alive", "partition", "state", "batch", "txns", "cpu_s", "txn/s", "lag"
+        "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8} {:>9} {:>7} {:>5}  digest",
+        "process", "pid", "alive", "partition", "state", "batch", "txns", "cpu_s", "txn/s", "p99_ms", "lag"
     );
     for (id, st) in &s.coordinators {
         let label = format!("coordinator {id}");
@@ -64,7 +65,7 @@ pub fn render(c: &Cluster, s: &StatusSample, rates: &[(NodeId, PartitionId, f64)
             for p in &st.partitions {
                 let _ = writeln!(
                     out,
-                    "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8}  -",
+                    "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8} {:>9} {:>7} {:>5}  -",
                     leader,
                     st.pid,
                     "yes",
@@ -72,6 +73,9 @@ pub fn render(c: &Cluster, s: &StatusSample, rates: &[(NodeId, PartitionId, f64)
                     truncate(&p.phase.to_string(), 28),
                     p.seq,
                     format!("{} open", p.txns),
+                    "-",
+                    "-",
+                    p99_text(window.leader_p99(p.partition)),
                     "-",
                 );
             }
@@ -83,7 +87,7 @@ pub fn render(c: &Cluster, s: &StatusSample, rates: &[(NodeId, PartitionId, f64)
     }
     for (id, st) in &s.nodes {
         match st {
-            Some(st) => print_node(out, s, *id, st, rates),
+            Some(st) => print_node(out, s, *id, st, window),
             None => print_silent(out, &format!("node {id}"), s.pid_of(&Proc::Node(*id))),
         }
     }
@@ -129,13 +133,7 @@ fn print_silent(out: &mut String, name: &str, pid: Option<u32>) {
 }
 
 /// A node's status lines: one per partition it holds.
-fn print_node(
-    out: &mut String,
-    s: &StatusSample,
-    id: NodeId,
-    st: &ProcessStatus,
-    rates: &[(NodeId, PartitionId, f64)],
-) {
+fn print_node(out: &mut String, s: &StatusSample, id: NodeId, st: &ProcessStatus, window: &Window) {
     let name = format!("node {id}");
     for p in &st.partitions {
         let state = match &p.load {
@@ -147,10 +145,10 @@ fn print_node(
                 Some(role) => format!("{} ({role})", p.phase),
             },
         };
-        let rate = rates.iter().find(|(n, q, _)| *n == id && *q == p.partition);
+        let rate = window.rate(id, p.partition);
         let _ = writeln!(
             out,
-            "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8.1} {:>9} {:>5}  {}",
+            "{:<12} {:>8} {:<6} {:>9} {:<28} {:>8} {:>10} {:>8.1} {:>9} {:>7} {:>5}  {}",
             name,
             st.pid,
             "yes",
@@ -159,7 +157,8 @@ fn print_node(
             p.seq,
             p.txns,
             p.cpu_ms as f64 / 1000.0,
-            rate.map_or("-".to_string(), |r| format!("{:.0}", r.2)),
+            rate.map_or("-".to_string(), |r| format!("{r:.0}")),
+            p99_text(window.node_p99(id, p.partition)),
             s.lag_batches(id, p.partition).map_or("-".to_string(), |l| l.to_string()),
             s.digest_text(id, p).unwrap_or_else(|| "-".to_string())
         );
@@ -171,5 +170,17 @@ fn truncate(s: &str, n: usize) -> String {
         s.to_string()
     } else {
         s.chars().take(n - 1).collect::<String>() + "…"
+    }
+}
+
+/// A p99 in seconds (a bucket's bound) as milliseconds; `-` when nothing was timed, `>3277`
+/// above every bound.
+fn p99_text(p99: Option<f64>) -> String {
+    match p99 {
+        None => "-".to_string(),
+        Some(s) => p99_ms(s).map_or_else(
+            || format!(">{:.0}", wire::metrics::latency_bounds().last().unwrap_or(0.0) * 1e3),
+            |ms| format!("{ms:.2}"),
+        ),
     }
 }

@@ -4,13 +4,13 @@
 //! Owns the names, help texts and labels of the node's figures and their encoding. The
 //! figures are read when a scrape comes ([`NodeFigures`], filled by the node process from what
 //! its executors already publish for `glass cluster status`), so a scrape costs the executors
-//! nothing; only [`ReplicaFigures::batch_seconds`] is observed as each batch executes (one
-//! histogram observation per batch).
+//! nothing; only [`ReplicaFigures::batch_seconds`] is observed as each batch executes (two
+//! atomic adds per batch; the same buckets are in the replica's status report).
 
 use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::metrics::histogram::Histogram;
+use std::sync::Arc;
 use wire::messages::{PartitionReport, ReplicationRole};
-use wire::metrics::{Labels, Samples};
+use wire::metrics::{Labels, Latencies, Samples};
 
 /// One replica's figures at a scrape.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub struct ReplicaFigures {
     /// Pieces of work waiting in the executor's inbox.
     pub inbox_depth: usize,
     /// Seconds the executor spent on each batch.
-    pub batch_seconds: Histogram,
+    pub batch_seconds: Arc<Latencies>,
 }
 
 /// The node's figures at a scrape.
@@ -76,8 +76,8 @@ pub fn encode(figures: &NodeFigures, enc: DescriptorEncoder) -> std::fmt::Result
         "Transactions the replica executed (a backup: applied), by outcome, since its state was last loaded or copied; every replica counts each transaction, so sum one replica per partition.",
         &txns,
     )?;
-    let hist: Vec<(Labels, &Histogram)> = rs.iter().map(|r| (part(r), &r.batch_seconds)).collect();
-    s.histograms("glass_replica_batch_seconds", "Seconds the replica's executor spent on one batch.", &hist)?;
+    let hist: Vec<(Labels, &Latencies)> = rs.iter().map(|r| (part(r), &*r.batch_seconds)).collect();
+    s.latencies("glass_replica_batch_seconds", "Seconds the replica's executor spent on one batch.", &hist)?;
     let depth: Vec<(Labels, i64)> = rs.iter().map(|r| (part(r), r.inbox_depth as i64)).collect();
     s.gauges(
         "glass_replica_inbox_depth",

@@ -244,7 +244,7 @@ struct ReplicaShared {
     failed: AtomicU64,
     copy_sent_bytes: AtomicU64,
     copy_received_bytes: AtomicU64,
-    batch_seconds: prometheus_client::metrics::histogram::Histogram,
+    batch_seconds: Arc<wire::metrics::Latencies>,
 }
 
 impl ReplicaShared {
@@ -277,6 +277,7 @@ impl ReplicaShared {
                 log_bytes: get(&self.log_bytes),
                 fsyncs: get(&self.fsyncs),
             },
+            latency_buckets: self.batch_seconds.counts(),
         }
     }
 }
@@ -604,7 +605,7 @@ fn start_replica(
         failed: zero(),
         copy_sent_bytes: zero(),
         copy_received_bytes: zero(),
-        batch_seconds: wire::metrics::seconds_histogram(),
+        batch_seconds: Default::default(),
     });
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
     let executor = Executor {
@@ -928,7 +929,7 @@ impl Executor {
             }
             let worked = t0.elapsed();
             if what == "Batch" {
-                self.shared.batch_seconds.observe(worked.as_secs_f64());
+                self.shared.batch_seconds.observe(worked);
             }
             self.copy_step(&mut machine, !woken, &mut deferred);
             self.free_copy_leftovers(&mut machine);

@@ -98,11 +98,11 @@ pub fn print_down(c: &Cluster, d: &Down) {
 /// `glass cluster status`.
 fn status(c: &Cluster, json: bool) -> Result<ExitCode> {
     let s = c.sample_status()?;
-    let rates = c.sample_rates(&s, std::time::Duration::from_secs(1))?;
+    let window = c.sample_window(&s, std::time::Duration::from_secs(1))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&s.to_json(&c.config, &rates))?);
+        println!("{}", serde_json::to_string_pretty(&s.to_json(&c.config, &window))?);
     } else {
-        print!("{}", harness::status::render(c, &s, &rates));
+        print!("{}", harness::status::render(c, &s, &window));
     }
     Ok(if s.healthy() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

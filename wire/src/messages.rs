@@ -32,8 +32,9 @@ use serde::{Deserialize, Serialize};
 /// per channel ([`crate::channel`]) instead of one for every message; 8: status reports carry
 /// a typed [`PartitionPhase`] and [`ReplicationRole`]; 11: the coordinator group's channel,
 /// and a coordinator's status names the leader it knows; 12: a batch's state digest comes
-/// apart from its [`Results`], in `NodeToCoordinator::StateDigest`.
-pub const PROTOCOL_VERSION: u8 = 12;
+/// apart from its [`Results`], in `NodeToCoordinator::StateDigest`; 13: a status report's
+/// partitions carry their latency buckets.
+pub const PROTOCOL_VERSION: u8 = 13;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -645,6 +646,12 @@ pub struct PartitionReport {
     pub cpu_ms: u64,
     /// A replica: its replication role and figures (default from the coordinator).
     pub replication: ReplicationReport,
+    /// Counts of durations in the buckets of [`crate::metrics::latency_bounds`] (not
+    /// cumulative; the last above them all), since the process started: a replica's, its
+    /// executor's time on each batch; the leading coordinator's, the time from sending a batch
+    /// to each replica's results for it. Two reports a while apart give a percentile of that
+    /// while ([`crate::metrics::p99_between`]). Empty where there is none.
+    pub latency_buckets: Vec<u64>,
 }
 
 /// Largest row payload of one [`SnapshotChunk`] (the sender also keeps every frame within

@@ -104,6 +104,21 @@ impl<'a> Samples<'a> {
         self.family(name, help, MetricType::Gauge, samples, |v, m| ConstGauge::new(*v).encode(m))
     }
 
+    /// A histogram family `name` of [`Latencies`] (seconds; `_bucket`, `_sum` and `_count`).
+    pub fn latencies(&mut self, name: &str, help: &str, samples: &[(Labels, &Latencies)]) -> std::fmt::Result {
+        let bounds: Vec<f64> = latency_bounds().chain([f64::INFINITY]).collect();
+        self.family(name, help, MetricType::Histogram, samples, |l, mut m| {
+            let counts = l.counts();
+            let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
+            m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                l.sum_seconds(),
+                counts.iter().sum(),
+                &buckets,
+                None,
+            )
+        })
+    }
+
     /// A histogram family `name` (seconds; `_bucket`, `_sum` and `_count` in the text).
     pub fn histograms(&mut self, name: &str, help: &str, samples: &[(Labels, &Histogram)]) -> std::fmt::Result {
         self.family(name, help, MetricType::Histogram, samples, |h, m| h.encode(m))
@@ -128,9 +143,69 @@ impl<'a> Samples<'a> {
     }
 }
 
-/// A histogram of durations from 50 µs to about 3.3 s (17 buckets, each twice the last).
+/// Upper bounds, in seconds, of the buckets of a latency histogram: 50 µs to about 3.3 s, each
+/// twice the last ([`LATENCY_BUCKETS`] of them, and one more above them all).
+pub fn latency_bounds() -> impl Iterator<Item = f64> {
+    (0..LATENCY_BUCKETS).map(|k| 50e-6 * f64::from(1u32 << k))
+}
+
+/// Buckets of [`latency_bounds`].
+pub const LATENCY_BUCKETS: usize = 17;
+
+/// A histogram of durations from 50 µs to about 3.3 s (the buckets of [`latency_bounds`]).
 pub fn seconds_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(50e-6, 2.0, 17))
+    Histogram::new(latency_bounds())
+}
+
+/// Durations counted into the buckets of [`latency_bounds`] (and one above them), lock-free:
+/// an observation is two atomic adds. What a process reports in its status
+/// (`PartitionReport::latency_buckets`, so that `glass cluster status` can take a
+/// percentile over a window) and serves as a Prometheus histogram ([`Samples::latencies`]).
+#[derive(Debug, Default)]
+pub struct Latencies {
+    counts: [AtomicU64; LATENCY_BUCKETS + 1],
+    sum_ns: AtomicU64,
+}
+
+impl Latencies {
+    pub fn observe(&self, d: Duration) {
+        let us = d.as_micros();
+        // Bucket k holds (50·2^(k−1), 50·2^k] µs; bucket 0 everything up to 50 µs.
+        let k = if us <= 50 { 0 } else { (128 - ((us - 1) / 50).leading_zeros()) as usize };
+        self.counts[k.min(LATENCY_BUCKETS)].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The count of each bucket (not cumulative), the last one above every bound.
+    pub fn counts(&self) -> Vec<u64> {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    }
+
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+    }
+}
+
+/// The 99th percentile of the observations counted between two readings of [`Latencies::counts`]
+/// (`before` may be empty: since the start), as the upper bound of its bucket in seconds
+/// (`f64::INFINITY` above the last bound); `None` when nothing was counted between them.
+pub fn p99_between(before: &[u64], after: &[u64]) -> Option<f64> {
+    let window: Vec<u64> =
+        after.iter().enumerate().map(|(i, a)| a.saturating_sub(before.get(i).copied().unwrap_or(0))).collect();
+    let total: u64 = window.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let needed = total - total / 100; // at least 99% of them, rounded up
+    let mut seen = 0;
+    let bounds: Vec<f64> = latency_bounds().collect();
+    for (i, n) in window.iter().enumerate() {
+        seen += n;
+        if seen >= needed {
+            return Some(bounds.get(i).copied().unwrap_or(f64::INFINITY));
+        }
+    }
+    Some(f64::INFINITY)
 }
 
 /// The figures of any glass process: `glass_process_info`, its uptime and its link bytes.
@@ -343,6 +418,46 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let ok = tokio::time::timeout(bound, get(addr, b"GET /metrics HTTP/1.0\r\n\r\n")).await.unwrap();
         assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
+    }
+
+    /// Each duration lands in the bucket whose bound is the first at or above it, and the
+    /// percentile of a window is the bound that covers 99% of what the window counted.
+    #[test]
+    fn latencies_bucket_and_their_percentile_covers_the_window() {
+        let l = Latencies::default();
+        for us in [1, 50, 51, 100, 101, 3_276_800, 3_276_801, 9_000_000] {
+            l.observe(Duration::from_micros(us));
+        }
+        assert_eq!(&l.counts()[..4], &[2, 2, 1, 0]);
+        assert_eq!(l.counts()[LATENCY_BUCKETS - 1], 1, "3.2768 s is the last bound's");
+        assert_eq!(l.counts()[LATENCY_BUCKETS], 2, "above every bound");
+        let before = l.counts();
+        assert_eq!(p99_between(&before, &l.counts()), None, "nothing in the window");
+        for _ in 0..99 {
+            l.observe(Duration::from_micros(70));
+        }
+        l.observe(Duration::from_micros(300));
+        assert_eq!(p99_between(&before, &l.counts()), Some(100e-6), "99 of 100 within 100 µs");
+        l.observe(Duration::from_micros(300));
+        assert_eq!(p99_between(&before, &l.counts()), Some(400e-6), "99 of 101 need the 400 µs bucket");
+        assert_eq!(p99_between(&[], &[0, 0, 1]), Some(200e-6));
+        let text = {
+            #[derive(Debug)]
+            struct One(Arc<Latencies>);
+            impl Collector for One {
+                fn encode(&self, enc: DescriptorEncoder) -> std::fmt::Result {
+                    Samples::new(enc).latencies("glass_test_seconds", "Test.", &[(vec![], &self.0)])
+                }
+            }
+            let shared = Arc::new(Latencies::default());
+            shared.observe(Duration::from_micros(60));
+            render(&registry("node", 1, One(shared)))
+        };
+        assert!(text.contains("glass_test_seconds_bucket{le=\"0.0001\"} 1"), "{text}");
+        assert!(
+            text.contains("glass_test_seconds_bucket{le=\"+Inf\"} 1") && text.contains("glass_test_seconds_count 1"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

@@ -75,6 +75,7 @@ pub fn status() -> ProcessStatus {
         pid: 77,
         uptime_ms: 9,
         partitions: vec![PartitionReport {
+            latency_buckets: vec![u64::MAX; crate::metrics::LATENCY_BUCKETS + 1],
             partition: 1,
             phase: PartitionPhase::Ready,
             load: Some(LoadState::Ready { digest: StateDigest(5) }),
