@@ -20,7 +20,6 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,11 +118,6 @@ impl<'a> Samples<'a> {
         })
     }
 
-    /// A histogram family `name` (seconds; `_bucket`, `_sum` and `_count` in the text).
-    pub fn histograms(&mut self, name: &str, help: &str, samples: &[(Labels, &Histogram)]) -> std::fmt::Result {
-        self.family(name, help, MetricType::Histogram, samples, |h, m| h.encode(m))
-    }
-
     fn family<V>(
         &mut self,
         name: &str,
@@ -151,11 +145,6 @@ pub fn latency_bounds() -> impl Iterator<Item = f64> {
 
 /// Buckets of [`latency_bounds`].
 pub const LATENCY_BUCKETS: usize = 17;
-
-/// A histogram of durations from 50 µs to about 3.3 s (the buckets of [`latency_bounds`]).
-pub fn seconds_histogram() -> Histogram {
-    Histogram::new(latency_bounds())
-}
 
 /// Durations counted into the buckets of [`latency_bounds`] (and one above them), lock-free:
 /// an observation is two atomic adds. What a process reports in its status
