@@ -6,9 +6,11 @@
 //! ([`coordinator`]). No I/O, no clock, no async runtime: the network code ([`process`], the
 //! coordinator process on tokio and QUIC) feeds them and carries their outputs. The
 //! coordinator group ([`group`], [`member`]) decides membership and who leads; [`store`]
-//! keeps a member's raft state on disk; [`metrics`] counts what its Prometheus endpoint serves.
+//! keeps a member's raft state on disk; [`carrier`] is where a member meets its links, the
+//! one piece the process and the simulator share; [`metrics`] counts what its Prometheus endpoint serves.
 
 pub mod agreement;
+pub mod carrier;
 pub mod catch_up;
 pub mod coordinator;
 pub mod error;

@@ -79,14 +79,14 @@ use wire::channel::{
 use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, CoordinatorId, Epoch, Hello, LoadState, NodeId, PartitionId,
-    PartitionPhase, PartitionReport, ProcessStatus, Rejection, ReplicationRole, Role, PROTOCOL_VERSION,
+    ClientReply, CoordinatorId, Epoch, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
+    ProcessStatus, ReplicationRole, Role, PROTOCOL_VERSION,
 };
 use wire::tether::{self, TetherKey};
 
-use crate::coordinator::{ClientId, Coordinator, Detection, Event, Output, Phase};
+use crate::carrier::{Carrier, ConnId, Links};
+use crate::coordinator::{ClientId, Detection, Event, Phase};
 use crate::error::CoordinatorError;
-use crate::member::{Member, MemberOutput};
 use crate::store::{GroupStore, StoreError};
 
 /// Events queued for the core task; past it connection readers wait.
@@ -104,8 +104,6 @@ pub const NODE_OUTBOX_BYTES_MAX: usize = 64 << 20;
 pub const CLOSE_NODE_FAILED: u32 = 16;
 /// Frames queued for one client; a client that lets it fill is disconnected.
 pub const CLIENT_OUTBOX_MAX: usize = 1_024;
-/// Replies in one `ClientReplies` frame (each ≤ ~256 bytes: far below the frame limit).
-pub const CLIENT_REPLIES_PER_FRAME_MAX: usize = 4_096;
 /// Raft messages queued for one other coordinator; past it they are dropped (raft resends).
 pub const PEER_OUTBOX_MAX: usize = 1_024;
 /// How long a coordinator waits before dialling another coordinator again.
@@ -141,6 +139,8 @@ pub enum ProcessError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Metrics(#[from] wire::metrics::MetricsError),
+    #[error(transparent)]
+    Member(#[from] crate::carrier::CarrierStop),
 }
 
 /// Microseconds since the Unix epoch: the wall clock read once, then a monotonic clock.
@@ -205,6 +205,7 @@ pub async fn bind(config: &ClusterConfig, me: CoordinatorId, address: SocketAddr
 /// end that node's link from the core.
 #[derive(Debug)]
 struct NodeOutbox {
+    node: NodeId,
     conn: ConnId,
     frames: mpsc::UnboundedSender<Arc<Vec<u8>>>,
     /// Bytes queued and not yet handed to QUIC (the writer subtracts what it sent).
@@ -241,10 +242,6 @@ impl NodeOutbox {
         self.closed.notify_one();
     }
 }
-
-/// A connection's serial number (a node may reconnect: its old connection's late events are
-/// told apart).
-type ConnId = u64;
 
 #[derive(Debug)]
 enum CoreEvent {
@@ -307,122 +304,6 @@ enum CoreEvent {
     },
 }
 
-/// The decisions the core drives: the cluster's only coordinator, or a member of the group.
-#[derive(Debug)]
-enum Machine {
-    /// The cluster's only coordinator (epoch 0, which no leader ever fences), built once every
-    /// node joined.
-    Single(Option<Box<Coordinator>>),
-    /// A member of the coordinator group (docs/design.md §11), built once every node joined
-    /// on a first start, at once on a restart.
-    Group(Option<Box<Member>>),
-}
-
-/// The single coordinator's outputs as a member's, in epoch 0.
-fn as_member_outputs(outputs: Vec<Output>) -> Vec<MemberOutput> {
-    outputs
-        .into_iter()
-        .map(|o| match o {
-            Output::ToNodes { nodes, msg } => MemberOutput::ToNodes { nodes, epoch: 0, msg },
-            Output::Reply { client, reply } => MemberOutput::Reply { client, reply },
-            Output::ToClient { client, msg } => MemberOutput::ToClient { client, msg },
-            Output::Event(e) => MemberOutput::Event(e),
-        })
-        .collect()
-}
-
-/// Calls the same method on the built machine, the single coordinator's outputs as a
-/// member's (nothing before it is built).
-macro_rules! forward {
-    ($machine:expr, $m:ident => $call:expr) => {
-        match $machine {
-            Machine::Single(Some($m)) => as_member_outputs($call),
-            Machine::Group(Some($m)) => $call,
-            _ => Vec::new(),
-        }
-    };
-}
-
-impl Machine {
-    fn built(&self) -> bool {
-        match self {
-            Machine::Single(m) => m.is_some(),
-            Machine::Group(m) => m.is_some(),
-        }
-    }
-
-    /// The coordinator state machine, where this process leads.
-    fn coordinator(&self) -> Option<&Coordinator> {
-        match self {
-            Machine::Single(m) => m.as_deref(),
-            Machine::Group(m) => m.as_ref().and_then(|m| m.coordinator()),
-        }
-    }
-
-    /// The epoch this process acts in towards nodes, if it leads.
-    fn leading_epoch(&self) -> Option<Epoch> {
-        match self {
-            Machine::Single(m) => m.as_ref().map(|_| 0),
-            Machine::Group(m) => m.as_ref().and_then(|m| m.leading()),
-        }
-    }
-
-    /// The leader this process knows of.
-    fn leader(&self, me: CoordinatorId) -> Option<CoordinatorId> {
-        match self {
-            Machine::Single(_) => Some(me),
-            Machine::Group(m) => m.as_ref().and_then(|m| m.leader()),
-        }
-    }
-
-    fn is_node_live(&self, node: NodeId) -> bool {
-        self.coordinator().is_some_and(|c| c.is_node_live(node))
-    }
-
-    fn next_deadline_us(&self) -> Option<u64> {
-        match self {
-            Machine::Single(m) => m.as_deref().and_then(Coordinator::next_deadline_us),
-            Machine::Group(m) => m.as_ref().map(|m| m.next_deadline_us()).filter(|&d| d != u64::MAX),
-        }
-    }
-
-    fn tick(&mut self, now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Single(Some(m)) if m.next_deadline_us().is_some_and(|d| d <= now) => {
-                as_member_outputs(m.tick(now))
-            }
-            Machine::Group(Some(m)) if m.next_deadline_us() <= now => m.tick(now),
-            _ => Vec::new(),
-        }
-    }
-
-    fn on_node_message(&mut self, node: NodeId, msg: NodeToCoordinator, now: u64) -> Vec<MemberOutput> {
-        forward!(self, m => m.on_node_message(node, msg, now))
-    }
-
-    fn on_node_lost(&mut self, node: NodeId, detection: Detection, now: u64) -> Vec<MemberOutput> {
-        forward!(self, m => m.on_node_lost(node, detection, now))
-    }
-
-    fn on_node_connected(&mut self, node: NodeId, now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Group(Some(m)) => m.on_node_connected(node, now),
-            _ => Vec::new(),
-        }
-    }
-
-    fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now: u64) -> Vec<MemberOutput> {
-        forward!(self, m => m.on_client_message(client, msg, now))
-    }
-
-    fn on_coordinator_message(&mut self, from: CoordinatorId, bytes: &[u8], now: u64) -> Vec<MemberOutput> {
-        match self {
-            Machine::Group(Some(m)) => m.on_coordinator_message(from, bytes, now),
-            _ => Vec::new(),
-        }
-    }
-}
-
 /// Runs coordinator `me` of `config` on `listener` until `shutdown` completes or a tool asks
 /// it to stop.
 pub async fn run(
@@ -440,12 +321,8 @@ pub async fn run(
         Some((field, address)) => Some(wire::metrics::bind(&field, address).await?),
         None => None,
     };
-    let group = config.coordinators.len() > 1;
-    let store = group.then(|| GroupStore::new(&config.run_dir, me));
-    let stored = match &store {
-        Some(s) => s.load()?,
-        None => None,
-    };
+    let store = GroupStore::new(&config.run_dir, me);
+    let stored = store.load()?;
     info!(
         mode = config.mode().name(),
         coordinator = me,
@@ -460,17 +337,21 @@ pub async fn run(
     let (core_tx, core_rx) = mpsc::channel(CORE_INBOX_MAX);
     let timer = PreciseTimer::start(core_tx.clone());
     let (stopping, _) = watch::channel(false);
+    let restart = stored.is_some();
+    // A fixed offset per id spreads the first elections (the lowest id campaigns first).
+    let election_offset_ticks = usize::from(me) * 2;
+    // A restart: the cluster may be running without this coordinator; it comes back as a
+    // member at once (the nodes it waits for on a first start may be gone for good).
+    let carrier = Carrier::new(&config, me, election_offset_ticks, stored, clock.now_us())?;
     let mut core = Core {
         config: config.clone(),
         me,
         clock,
         started: Instant::now(),
-        machine: if group { Machine::Group(None) } else { Machine::Single(None) },
+        carrier,
         store,
-        nodes: BTreeMap::new(),
-        early_load: BTreeMap::new(),
+        outboxes: BTreeMap::new(),
         clients: HashMap::new(),
-        replies: HashMap::new(),
         peers: BTreeMap::new(),
         frame_bytes_max: config.limits.frame_bytes_max as usize,
         batch_bytes: BTreeMap::new(),
@@ -485,10 +366,8 @@ pub async fn run(
         let registry = Arc::new(core.metrics.registry(u16::from(me)));
         tokio::spawn(wire::metrics::serve(listener, registry, stopping.subscribe()));
     }
-    if let Some(stored) = stored {
-        // A restart: the cluster may be running without this coordinator; it comes back as
-        // a member at once (the nodes it waits for on a first start may be gone for good).
-        core.build_member(Some(stored), clock.now_us());
+    if restart {
+        info!(term = core.carrier.term(), "member of the coordinator group again; electing a leader");
     } else {
         info!("waiting for every node to join");
     }
@@ -535,15 +414,14 @@ struct Core {
     me: CoordinatorId,
     clock: Clock,
     started: Instant,
-    machine: Machine,
-    /// Where a group member stores its raft state (`None` for the only coordinator).
-    store: Option<GroupStore>,
-    nodes: BTreeMap<NodeId, NodeOutbox>,
-    /// The last load report of each replica that arrived before the machine was built.
-    early_load: BTreeMap<(NodeId, PartitionId), NodeToCoordinator>,
+    /// The member and everything it decides about its links ([`Carrier`]).
+    carrier: Carrier,
+    /// Where the member stores its raft state.
+    store: GroupStore,
+    /// Each node connection's queue, by connection (a node's new connection and the old one
+    /// it replaces may both be here for a moment).
+    outboxes: BTreeMap<ConnId, NodeOutbox>,
     clients: HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
-    /// Replies produced and not yet sent, per client.
-    replies: HashMap<ClientId, Vec<ClientReply>>,
     /// The links to the other coordinators.
     peers: BTreeMap<CoordinatorId, PeerOutbox>,
     frame_bytes_max: usize,
@@ -558,6 +436,108 @@ struct Core {
     serving_metrics: bool,
 }
 
+/// The process's [`Links`]: QUIC links through their bounded queues, and the raft state's
+/// file.
+struct ProcessLinks<'a> {
+    outboxes: &'a mut BTreeMap<ConnId, NodeOutbox>,
+    peers: &'a BTreeMap<CoordinatorId, PeerOutbox>,
+    clients: &'a mut HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
+    store: &'a GroupStore,
+    metrics: &'a mut crate::metrics::CoordinatorMetrics,
+    batch_bytes: &'a mut BTreeMap<PartitionId, u64>,
+    frame_bytes_max: usize,
+}
+
+/// The core's [`ProcessLinks`], borrowing its fields beside its carrier.
+macro_rules! links {
+    ($core:expr) => {
+        &mut ProcessLinks {
+            outboxes: &mut $core.outboxes,
+            peers: &$core.peers,
+            clients: &mut $core.clients,
+            store: &$core.store,
+            metrics: &mut $core.metrics,
+            batch_bytes: &mut $core.batch_bytes,
+            frame_bytes_max: $core.frame_bytes_max,
+        }
+    };
+}
+
+impl Links for ProcessLinks<'_> {
+    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: &CoordinatorToNode, full: &mut Vec<NodeId>) {
+        if to.is_empty() {
+            return;
+        }
+        let framed = FromCoordinator::Epoched(Epoched { epoch, msg: msg.clone() });
+        let frame = match wire::codec::encode(&framed, self.frame_bytes_max) {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                error!(error = %e, "cannot encode a message for the nodes; dropped");
+                return;
+            }
+        };
+        if let CoordinatorToNode::Batch(b) = msg {
+            *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * to.len()) as u64;
+            self.metrics.on_batch_sent(b.partition, b.seq);
+        }
+        for &(node, conn) in to {
+            if let Some(outbox) = self.outboxes.get(&conn) {
+                if !outbox.offer(&frame) {
+                    full.push(node);
+                }
+            }
+        }
+    }
+
+    fn close_node(&mut self, _node: NodeId, conn: ConnId, reason: &str) {
+        if let Some(outbox) = self.outboxes.remove(&conn) {
+            outbox.close(reason.to_string());
+        }
+    }
+
+    fn to_coordinator(&mut self, to: CoordinatorId, bytes: Vec<u8>) {
+        if let Some(peer) = self.peers.get(&to) {
+            if peer.out.try_send(CoordinatorToCoordinator::Raft(bytes)).is_err() {
+                debug!(peer = to, "the link to the coordinator is full; raft message dropped");
+            }
+        }
+    }
+
+    fn to_client(&mut self, client: ClientId, msg: CoordinatorToClient) {
+        send_client(self.clients, client, msg);
+    }
+
+    fn persist(&mut self, state: &crate::group::GroupState) -> Result<(), String> {
+        self.store.save(state).map_err(|e| e.to_string())
+    }
+
+    fn event(&mut self, e: &Event) {
+        log_event(e);
+        self.metrics.on_event(e);
+    }
+
+    fn answered(&mut self, reply: &ClientReply) {
+        self.metrics.on_answer(&reply.result);
+    }
+
+    fn heard(&mut self, node: NodeId, msg: &NodeToCoordinator) {
+        self.metrics.on_node_message(node, msg);
+    }
+}
+
+/// Sends `msg` to `client`; a client whose queue is full is disconnected.
+fn send_client(
+    clients: &mut HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
+    client: ClientId,
+    msg: CoordinatorToClient,
+) {
+    let Some(tx) = clients.get(&client) else { return };
+    if tx.try_send(msg).is_err() {
+        warn!(client, limit = CLIENT_OUTBOX_MAX, "client does not read its replies; disconnected");
+        clients.remove(&client);
+    }
+}
+
 impl Core {
     /// Handles events until shutdown; returns why it stopped.
     async fn run(
@@ -566,7 +546,7 @@ impl Core {
         shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> String {
         loop {
-            let deadline = self.machine.next_deadline_us();
+            let deadline = self.carrier.next_deadline_us();
             let sleep_until = match deadline {
                 Some(us) => self.clock.instant_of(us),
                 None => Instant::now() + WAITING_LOG_INTERVAL,
@@ -597,7 +577,7 @@ impl Core {
             if let Some(why) = self.tick() {
                 return why;
             }
-            self.flush_replies();
+            self.carrier.flush_replies(links!(self));
             self.publish_metrics();
         }
     }
@@ -608,95 +588,53 @@ impl Core {
             return;
         }
         let status = self.status();
-        let term = match &self.machine {
-            Machine::Group(Some(m)) => m.term(),
-            _ => 0,
-        };
-        let queued = self.nodes.iter().map(|(&n, o)| (n, o.queued.load(Ordering::Relaxed) as u64)).collect();
+        let term = self.carrier.term();
+        let queued = self.outboxes.values().map(|o| (o.node, o.queued.load(Ordering::Relaxed) as u64)).collect();
         let clients = self.clients.len();
         self.metrics.publish(status, term, queued, clients);
     }
 
     fn tick(&mut self) -> Option<String> {
         let now = self.clock.now_us();
-        if self.machine.built() {
-            let out = self.machine.tick(now);
-            return self.dispatch(out);
+        if self.carrier.member().is_some() {
+            return self.carrier.tick(now, links!(self)).err().map(|e| e.to_string());
         }
         if self.last_waiting_log.elapsed() >= WAITING_LOG_INTERVAL {
             self.last_waiting_log = Instant::now();
-            info!(missing = ?self.missing_nodes(), "still waiting for nodes to join");
+            info!(missing = ?self.carrier.missing_nodes(), "still waiting for nodes to join");
         }
         None
-    }
-
-    /// Nodes the file places a replica on that have not joined yet (a spare node, placed
-    /// nowhere, joins later with `glass node --join` and is not waited for).
-    fn missing_nodes(&self) -> Vec<NodeId> {
-        self.config
-            .nodes
-            .iter()
-            .map(|n| n.id)
-            .filter(|&id| self.config.partitions_on_node(id).next().is_some() && !self.nodes.contains_key(&id))
-            .collect()
     }
 
     /// Handles one event; returns a reason to stop, if it is one. Never waits: nothing a peer
     /// does may hold up the core.
     fn handle(&mut self, ev: CoreEvent) -> Option<String> {
         let now = self.clock.now_us();
-        match ev {
+        let done = match ev {
             CoreEvent::NodeUp { node, out } => {
-                if self.nodes.contains_key(&node) {
-                    // A new connection means a new process, or one whose link broke and that
-                    // drops its state to rejoin (docs/design.md §10): the old connection may
-                    // hang until QUIC's idle timeout, and nothing of the old state counts, so
-                    // a node still counted live is declared failed first.
-                    info!(node, "node connected again; its new connection replaces the old one");
-                    if self.machine.is_node_live(node) {
-                        let out = self.machine.on_node_lost(node, Detection::Replaced, now);
-                        if let Some(why) = self.dispatch(out) {
-                            return Some(why);
-                        }
-                    }
-                    self.disconnect(node, "a newer connection of this node replaced this one");
-                }
-                info!(node, conn = out.conn, "node joined");
-                self.nodes.insert(node, out);
-                if !self.machine.built() {
-                    if self.missing_nodes().is_empty() {
-                        return self.build_machine(now);
-                    }
-                    return None;
-                }
-                let out = self.machine.on_node_connected(node, now);
-                return self.dispatch(out);
+                let conn = out.conn;
+                self.outboxes.insert(conn, out);
+                self.carrier.on_node_up(node, conn, now, links!(self))
             }
             CoreEvent::FromNode { node, conn, msg } => {
-                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
-                    return None;
-                }
-                self.metrics.on_node_message(node, &msg);
-                if self.machine.built() {
-                    let out = self.machine.on_node_message(node, msg, now);
-                    return self.dispatch(out);
-                }
-                if let NodeToCoordinator::LoadStatus { partition, state } = &msg {
-                    if let LoadState::Ready { digest } = state {
+                if self.carrier.member().is_none() && self.carrier.is_current(node, conn) {
+                    if let NodeToCoordinator::LoadStatus { partition, state: LoadState::Ready { digest } } = &msg {
                         info!(node, partition, digest = %digest, "replica loaded");
                     }
-                    self.early_load.insert((node, *partition), msg);
                 }
+                self.carrier.on_node_message(node, conn, msg, now, links!(self))
             }
             CoreEvent::NodeLost { node, conn, detection } => {
-                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
+                // The reader ended: its queue goes (and with it a tether's watch).
+                self.outboxes.remove(&conn);
+                if *self.stopping.borrow() {
                     return None;
                 }
-                self.nodes.remove(&node);
-                return self.node_lost(node, detection, now);
+                self.carrier.on_node_lost(node, conn, detection, now, links!(self))
             }
             CoreEvent::Tether { node, key, reply } => {
-                let accepted = match self.nodes.get_mut(&node) {
+                let current = self.carrier.connection(node).and_then(|conn| self.outboxes.get_mut(&conn));
+                let accepted = match current {
                     Some(o) if o.tether.is_none() && o.tether_key.is_some_and(|k| k.matches(&key)) => {
                         let (held, gone) = oneshot::channel();
                         o.tether = Some(held);
@@ -706,57 +644,43 @@ impl Core {
                     _ => None,
                 };
                 let _ = reply.send(accepted);
+                Ok(())
             }
-            CoreEvent::TetherCut { node, conn, how } => {
-                if self.nodes.get(&node).is_none_or(|o| o.conn != conn) {
-                    return None;
-                }
-                if !*self.stopping.borrow() {
-                    warn!(node, how = %how, "the node's liveness tether ended");
-                }
-                // Its QUIC connection would only end at the idle timeout.
-                self.disconnect(node, "the node's liveness tether ended: its process is gone");
-                return self.node_lost(node, Detection::ConnectionLost { how }, now);
-            }
+            CoreEvent::TetherCut { node, conn, how } => self.carrier.on_tether_cut(node, conn, how, now, links!(self)),
             CoreEvent::ClientUp { client, out } => {
                 debug!(client, "client connected");
                 self.clients.insert(client, out);
+                Ok(())
             }
-            CoreEvent::Tick => {}
+            CoreEvent::Tick => Ok(()),
             CoreEvent::ClientGone { client } => {
                 debug!(client, "client disconnected");
                 self.clients.remove(&client);
-                self.replies.remove(&client);
+                self.carrier.on_client_gone(client);
+                Ok(())
             }
             CoreEvent::FromClient { client, msg } => match msg {
                 ClientToCoordinator::StatusRequest { request_id } => {
                     let status = self.status();
-                    self.send_client(client, CoordinatorToClient::StatusReply { request_id, status });
+                    send_client(&mut self.clients, client, CoordinatorToClient::StatusReply { request_id, status });
+                    Ok(())
                 }
                 ClientToCoordinator::Shutdown { reason } => {
                     return Some(format!("client {client} asked: {reason}"));
                 }
-                msg if self.machine.built() => {
-                    let out = self.machine.on_client_message(client, msg, now);
-                    return self.dispatch(out);
-                }
-                ClientToCoordinator::ClientRequests(requests) => self.refuse_requests_before_start(client, requests),
-                ClientToCoordinator::DigestRequest { request_id, partition } => {
-                    let outcome = wire::messages::DigestOutcome::Rejected(self.not_started(partition));
-                    self.send_client(client, CoordinatorToClient::DigestReply { request_id, partition, outcome });
-                }
+                msg => self.carrier.on_client_message(client, msg, now, links!(self)),
             },
             CoreEvent::PeerUp { peer, conn, out } => {
                 info!(peer, conn, "linked to coordinator {peer}");
                 self.peers.insert(peer, PeerOutbox { conn, out });
+                Ok(())
             }
             CoreEvent::FromPeer { peer, conn, msg } => {
                 if self.peers.get(&peer).is_none_or(|o| o.conn != conn) {
                     return None;
                 }
                 let CoordinatorToCoordinator::Raft(bytes) = msg;
-                let out = self.machine.on_coordinator_message(peer, &bytes, now);
-                return self.dispatch(out);
+                self.carrier.on_coordinator_message(peer, &bytes, now, links!(self))
             }
             CoreEvent::PeerLost { peer, conn } => {
                 if self.peers.get(&peer).is_some_and(|o| o.conn == conn) {
@@ -768,217 +692,14 @@ impl Core {
                         info!(peer, "the link to coordinator {peer} broke");
                     }
                 }
-            }
-        }
-        None
-    }
-
-    /// Node `node`, whose link the core just forgot, is lost (`detection` says how it was
-    /// noticed): the machine declares it failed, unless this coordinator is stopping or the
-    /// cluster has not started.
-    fn node_lost(&mut self, node: NodeId, detection: Detection, now: u64) -> Option<String> {
-        if *self.stopping.borrow() {
-            return None;
-        }
-        if !self.machine.built() {
-            warn!(node, "node left before the cluster started; waiting for it again");
-            return None;
-        }
-        let out = self.machine.on_node_lost(node, detection, now);
-        self.dispatch(out)
-    }
-
-    /// Builds the state machine once every node joined, and replays the load reports kept.
-    fn build_machine(&mut self, now: u64) -> Option<String> {
-        info!("every node joined");
-        if matches!(self.machine, Machine::Group(_)) {
-            return self.build_member(None, now);
-        }
-        let machine = match Coordinator::new_as(&self.config, self.me, now) {
-            Ok(m) => m,
-            Err(e) => {
-                error!(error = %e, "cannot build the coordinator");
-                return None;
+                Ok(())
             }
         };
-        info!("the partitions load");
-        self.machine = Machine::Single(Some(Box::new(machine)));
-        for ((node, _), msg) in std::mem::take(&mut self.early_load) {
-            let out = self.machine.on_node_message(node, msg, now);
-            if let Some(why) = self.dispatch(out) {
-                return Some(why);
-            }
-        }
-        None
-    }
-
-    /// Builds this coordinator's group member (from its stored state on a restart), and
-    /// tells it of the nodes already connected.
-    fn build_member(&mut self, stored: Option<crate::group::GroupState>, now: u64) -> Option<String> {
-        // A fixed offset per id spreads the first elections (the lowest id campaigns first).
-        let offset = usize::from(self.me) * 2;
-        let member = match Member::new(&self.config, self.me, offset, stored, now) {
-            Ok(m) => m,
-            Err(e) => return Some(format!("cannot build the coordinator group member: {e}")),
-        };
-        info!(term = member.term(), "member of the coordinator group; electing a leader");
-        self.machine = Machine::Group(Some(Box::new(member)));
-        self.early_load.clear();
-        let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
-        for node in nodes {
-            let out = self.machine.on_node_connected(node, now);
-            if let Some(why) = self.dispatch(out) {
-                return Some(why);
-            }
-        }
-        None
-    }
-
-    /// The refusal of a request before the machine is built.
-    fn not_started(&self, partition: PartitionId) -> Rejection {
-        match self.machine {
-            Machine::Single(_) => Rejection::NotReady { partition },
-            Machine::Group(_) => Rejection::NotLeader { leader: None },
-        }
-    }
-
-    /// Answers transaction requests that arrive before every node joined.
-    fn refuse_requests_before_start(&mut self, client: ClientId, requests: Vec<ClientRequest>) {
-        let partition = self.config.partitions.first().map_or(0, |p| p.id);
-        let mut replies = Vec::with_capacity(requests.len());
-        for r in requests {
-            // The home warehouse's partition (a warehouse of no partition counts as the first).
-            let partition_of = |w| Some(self.config.partition_of_warehouse(w).unwrap_or(partition));
-            let partition =
-                engine::distributed::partitions_touched(&r.input, partition_of).map_or(partition, |t| t.home);
-            replies.push(ClientReply {
-                request_id: r.request_id,
-                result: ClientResult::Rejected(self.not_started(partition)),
-            });
-        }
-        self.replies.entry(client).or_default().extend(replies);
-    }
-
-    /// Carries out the machine's outputs: the group's state is stored before anything after
-    /// it goes out. A node whose queue is full is declared failed (and the outputs of that
-    /// are carried out in turn); nothing here waits but the store's fsync. Returns a reason to
-    /// stop if the state cannot be stored.
-    fn dispatch(&mut self, outputs: Vec<MemberOutput>) -> Option<String> {
-        let mut not_reading = Vec::new();
-        for o in outputs {
-            match o {
-                MemberOutput::Persist(state) => {
-                    if let Some(store) = &self.store {
-                        if let Err(e) = store.save(&state) {
-                            error!(error = %e, "cannot store the coordinator group's state");
-                            return Some(format!("cannot store the coordinator group's state: {e}"));
-                        }
-                    }
-                }
-                MemberOutput::ToCoordinator { to, bytes } => {
-                    if let Some(peer) = self.peers.get(&to) {
-                        if peer.out.try_send(CoordinatorToCoordinator::Raft(bytes)).is_err() {
-                            debug!(peer = to, "the link to the coordinator is full; raft message dropped");
-                        }
-                    }
-                }
-                MemberOutput::ToNodes { nodes, epoch, msg } => {
-                    let framed = FromCoordinator::Epoched(Epoched { epoch, msg });
-                    let frame = match wire::codec::encode(&framed, self.frame_bytes_max) {
-                        Ok(f) => Arc::new(f),
-                        Err(e) => {
-                            error!(error = %e, "cannot encode a message for the nodes; dropped");
-                            continue;
-                        }
-                    };
-                    let FromCoordinator::Epoched(Epoched { msg, .. }) = &framed;
-                    if let CoordinatorToNode::Batch(b) = msg {
-                        *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * nodes.len()) as u64;
-                        self.metrics.on_batch_sent(b.partition, b.seq);
-                    }
-                    for n in nodes {
-                        if let Some(outbox) = self.nodes.get(&n) {
-                            if !outbox.offer(&frame) && !not_reading.contains(&n) {
-                                not_reading.push(n);
-                            }
-                        }
-                    }
-                }
-                MemberOutput::Reply { client, reply } => {
-                    self.metrics.on_answer(&reply.result);
-                    if self.clients.contains_key(&client) {
-                        self.replies.entry(client).or_default().push(reply);
-                    }
-                }
-                MemberOutput::ToClient { client, msg } => self.send_client(client, msg),
-                MemberOutput::Event(e) => {
-                    log_event(&e);
-                    self.metrics.on_event(&e);
-                    if let Event::NodeDown { node, .. } = e {
-                        // Failed is final for this process of the node: end its link now, so
-                        // its writer stops holding frames and a live but excluded process
-                        // learns it was excluded (it comes back by a restart with --rejoin).
-                        self.disconnect(node, "the coordinator declared this node failed");
-                    }
-                }
-            }
-        }
-        let now = self.clock.now_us();
-        for node in not_reading {
-            if !self.nodes.contains_key(&node) {
-                continue;
-            }
-            error!(
-                node,
-                limit_mib = NODE_OUTBOX_BYTES_MAX >> 20,
-                "the node does not read what it is sent (its queue is full); declaring it failed"
-            );
-            self.disconnect(node, "the node did not read what it was sent");
-            let out = self.machine.on_node_lost(node, Detection::NotReading, now);
-            if let Some(why) = self.dispatch(out) {
-                return Some(why);
-            }
-        }
-        None
-    }
-
-    /// Ends node `node`'s link, if it has one, with `reason`.
-    fn disconnect(&mut self, node: NodeId, reason: &str) {
-        if let Some(outbox) = self.nodes.remove(&node) {
-            info!(node, conn = outbox.conn, reason, "closing the node's link");
-            outbox.close(reason.to_string());
-        }
-    }
-
-    fn send_client(&mut self, client: ClientId, msg: CoordinatorToClient) {
-        let Some(tx) = self.clients.get(&client) else { return };
-        if tx.try_send(msg).is_err() {
-            warn!(client, limit = CLIENT_OUTBOX_MAX, "client does not read its replies; disconnected");
-            self.clients.remove(&client);
-            self.replies.remove(&client);
-        }
-    }
-
-    /// Sends each client its pending replies, grouped into few frames.
-    fn flush_replies(&mut self) {
-        if self.replies.is_empty() {
-            return;
-        }
-        let pending: Vec<(ClientId, Vec<ClientReply>)> = self.replies.drain().collect();
-        for (client, mut replies) in pending {
-            while !replies.is_empty() {
-                let rest = if replies.len() > CLIENT_REPLIES_PER_FRAME_MAX {
-                    replies.split_off(CLIENT_REPLIES_PER_FRAME_MAX)
-                } else {
-                    Vec::new()
-                };
-                self.send_client(client, CoordinatorToClient::ClientReplies(std::mem::replace(&mut replies, rest)));
-            }
-        }
+        done.err().map(|e| e.to_string())
     }
 
     fn status(&self) -> ProcessStatus {
-        let partitions = match (&self.machine, self.machine.coordinator()) {
+        let partitions = match (self.carrier.member(), self.carrier.coordinator()) {
             (_, Some(m)) => m
                 .status()
                 .into_iter()
@@ -1006,14 +727,14 @@ impl Core {
                 })
                 .collect(),
             // A standby (or a member taking over) serves no partition.
-            (Machine::Group(Some(_)), None) => Vec::new(),
-            (_, None) => self
+            (Some(_), None) => Vec::new(),
+            (None, None) => self
                 .config
                 .partitions
                 .iter()
                 .map(|p| PartitionReport {
                     partition: p.id,
-                    phase: PartitionPhase::WaitingForNodes { missing: self.missing_nodes() },
+                    phase: PartitionPhase::WaitingForNodes { missing: self.carrier.missing_nodes() },
                     load: None,
                     replicas: Vec::new(),
                     seq: 0,
@@ -1030,28 +751,18 @@ impl Core {
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
             partitions,
-            leader: self.machine.leader(self.me).map(u16::from),
+            leader: self.carrier.leader().map(u16::from),
         }
     }
 
     /// Tells every node (if this coordinator leads) and client, and closes their queues (the
     /// writers end once they sent what is queued) and the readers.
     fn shutdown(&mut self, reason: &str) {
-        self.flush_replies();
-        if let Some(epoch) = self.machine.leading_epoch() {
-            let msg = CoordinatorToNode::Shutdown { reason: reason.to_string() };
-            let to_nodes = FromCoordinator::Epoched(Epoched { epoch, msg });
-            if let Ok(frame) = wire::codec::encode(&to_nodes, self.frame_bytes_max) {
-                let frame = Arc::new(frame);
-                for outbox in self.nodes.values() {
-                    let _ = outbox.offer(&frame);
-                }
-            }
-        }
+        self.carrier.shutdown(reason, links!(self));
         for tx in self.clients.values() {
             let _ = tx.try_send(CoordinatorToClient::Shutdown { reason: reason.to_string() });
         }
-        self.nodes.clear();
+        self.outboxes.clear();
         self.clients.clear();
         self.peers.clear();
         self.stopping.send_replace(true);
@@ -1301,6 +1012,7 @@ async fn node_connection(
     let (mut sender, mut receiver) = link.split();
     let (frames, mut out_rx) = mpsc::unbounded_channel::<Arc<Vec<u8>>>();
     let outbox = NodeOutbox {
+        node,
         conn,
         frames,
         queued: Arc::new(AtomicUsize::new(0)),

@@ -1526,7 +1526,7 @@ fn local_warehouses<S: Storage>(db: &mut S, t: &BatchTxn) -> Vec<u16> {
 /// The outcome of a replayed transaction that restart recovery found committed: not run
 /// again (docs/design.md §10). Its client was answered "outcome unknown" when the partition's
 /// last replica failed; the coordinator expects no answer for a replayed batch.
-fn committed_before_restart() -> TxnOutcome {
+pub fn committed_before_restart() -> TxnOutcome {
     TxnOutcome::Failed { reason: "committed before the restart (restart recovery kept it); not run again".into() }
 }
 

@@ -43,8 +43,9 @@
 
 use std::collections::BTreeMap;
 
+use coordinator::carrier::{Carrier, CarrierStop, ConnId, Links};
 use coordinator::group::GroupState;
-use coordinator::member::{Member, MemberOutput};
+use coordinator::member::Member;
 use coordinator::{ClientId, Coordinator, Event};
 use engine::procedures::TxnInput;
 use engine::rng::Rng;
@@ -57,6 +58,9 @@ use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToNode, Node
 use wire::config::{ClusterConfig, Mode, Shipping, WarehouseRange};
 use wire::messages::{ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, Seq, StateDigest};
 use workload::gen::{GenConfig, Generator, Profile};
+
+mod invariants;
+pub use invariants::Invariant;
 
 use crate::disk::Disks;
 use crate::error::{NodeReport, SimError, SlotReport, Violation};
@@ -247,6 +251,8 @@ pub struct SimStats {
     /// Take-overs done by a new leader, and leaders deposed (docs/design.md §11).
     pub take_overs: u64,
     pub deposed: u64,
+    /// Invariant checks made during the run, at every step (docs/design.md §14).
+    pub invariant_checks: u64,
 }
 
 impl SimStats {
@@ -282,6 +288,7 @@ impl SimStats {
         self.coordinator_cuts += other.coordinator_cuts;
         self.take_overs += other.take_overs;
         self.deposed += other.deposed;
+        self.invariant_checks += other.invariant_checks;
     }
 }
 
@@ -444,11 +451,12 @@ struct CoordLink {
     alive: bool,
 }
 
-/// One simulated coordinator process: its real [`Member`] of the coordinator group (none while
-/// it is down), what it stored, and the client requests sent to it and not answered.
+/// One simulated coordinator process: its real [`Carrier`] — the process's own, with its
+/// [`Member`] of the coordinator group — (none while it is down), what it stored, and the
+/// client requests sent to it and not answered.
 #[derive(Debug)]
 struct SimCoord {
-    member: Option<Member>,
+    carrier: Option<Carrier>,
     /// The group state as last stored (it survives a crash, as its file does).
     stored: Option<GroupState>,
     process: u64,
@@ -457,6 +465,55 @@ struct SimCoord {
     open: std::collections::BTreeSet<(ClientId, u64)>,
     /// Extra election ticks of this member, drawn from the seed.
     election_offset_ticks: usize,
+}
+
+impl SimCoord {
+    /// Its group member, if its process runs and built one.
+    fn member(&self) -> Option<&Member> {
+        self.carrier.as_ref().and_then(Carrier::member)
+    }
+}
+
+/// What a simulated coordinator's [`Carrier`] asked of its links during one call, carried out
+/// in order after it ([`Sim::carry`]).
+#[derive(Debug)]
+enum LinkAction {
+    ToNodes { to: Vec<(NodeId, ConnId)>, epoch: Epoch, msg: CoordinatorToNode },
+    Close { node: NodeId, conn: ConnId },
+    Raft { to: CoordinatorId, bytes: Vec<u8> },
+    ToClient { client: ClientId, msg: CoordinatorToClient },
+    Persist(GroupState),
+    Event(Event),
+}
+
+/// The simulator's [`Links`]: each call recorded, to be carried by the seeded network. A
+/// simulated link has no bounded queue — the network holds what is in flight — so no node
+/// is ever "not reading" here (docs/design.md §14 says what the simulator does not model).
+#[derive(Debug, Default)]
+struct SimLinks {
+    out: Vec<LinkAction>,
+}
+
+impl Links for SimLinks {
+    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: &CoordinatorToNode, _full: &mut Vec<NodeId>) {
+        self.out.push(LinkAction::ToNodes { to: to.to_vec(), epoch, msg: msg.clone() });
+    }
+    fn close_node(&mut self, node: NodeId, conn: ConnId, _reason: &str) {
+        self.out.push(LinkAction::Close { node, conn });
+    }
+    fn to_coordinator(&mut self, to: CoordinatorId, bytes: Vec<u8>) {
+        self.out.push(LinkAction::Raft { to, bytes });
+    }
+    fn to_client(&mut self, client: ClientId, msg: CoordinatorToClient) {
+        self.out.push(LinkAction::ToClient { client, msg });
+    }
+    fn persist(&mut self, state: &GroupState) -> Result<(), String> {
+        self.out.push(LinkAction::Persist(state.clone()));
+        Ok(())
+    }
+    fn event(&mut self, e: &Event) {
+        self.out.push(LinkAction::Event(e.clone()));
+    }
 }
 
 /// The simulated cluster and its network.
@@ -488,9 +545,6 @@ pub struct Sim {
     generator: Generator,
     /// Whether [`Sim::run`] submits new requests.
     pub submitting: bool,
-    /// Live node processes a coordinator failed for lagging, whose link it ends (as its
-    /// process does on every `NodeDown`): the node's machine dials again and rejoins.
-    disconnects: Vec<(NodeId, CoordinatorId)>,
     /// Print every event and fault to stderr as it happens (`glass sim --trace`).
     pub trace: bool,
     /// Every request's input, by request id.
@@ -517,6 +571,8 @@ pub struct Sim {
     /// Transactions a later leader sent again (adopted at a take-over): they run again there,
     /// so a failover before the take-over does not lose them.
     resent: std::collections::BTreeSet<(PartitionId, wire::messages::Timestamp)>,
+    /// The invariants checked at every step, and what they remember.
+    checker: invariants::StepChecker,
 }
 
 impl std::fmt::Debug for Sim {
@@ -565,9 +621,10 @@ impl Sim {
         let mut coordinators = BTreeMap::new();
         for c in config.coordinator_ids() {
             let election_offset_ticks = rng.below(4) as usize + 2 * coordinators.len();
-            let member = Member::new(config, c, election_offset_ticks, None, START_US).expect("a valid configuration");
+            let carrier =
+                Carrier::new(config, c, election_offset_ticks, None, START_US).expect("a valid configuration");
             let sc = SimCoord {
-                member: Some(member),
+                carrier: Some(carrier),
                 stored: None,
                 process: fresh(),
                 open: Default::default(),
@@ -632,7 +689,6 @@ impl Sim {
             pending_max,
             generator: Generator::new(gen, seed, config.seed).expect("a valid generator configuration"),
             submitting: true,
-            disconnects: Vec::new(),
             trace: false,
             inputs: Vec::new(),
             answers: BTreeMap::new(),
@@ -647,8 +703,16 @@ impl Sim {
             batch_of: BTreeMap::new(),
             promotions: Vec::new(),
             resent: Default::default(),
+            checker: Default::default(),
             config: config.clone(),
         };
+        // Every node connects to every coordinator; each builds its member once all came.
+        for node in sim.node_ids() {
+            for c in sim.coordinator_ids() {
+                let conn = sim.nodes[&node].links[&c].id;
+                sim.with_carrier(c, |k, now, links| k.on_node_up(node, conn, now, links));
+            }
+        }
         for (node, msg) in loaded {
             let effects = sim.node_mut(node).machine.on_emit(node::replica::Emit::ToCoordinator(msg), START_US);
             sim.perform(node, effects);
@@ -684,7 +748,7 @@ impl Sim {
         self.coordinators
             .iter()
             .filter_map(|(&id, sc)| {
-                let m = sc.member.as_ref()?;
+                let m = sc.member()?;
                 Some((m.leading()?, id, m.coordinator()?))
             })
             .max_by_key(|(epoch, _, _)| *epoch)
@@ -693,7 +757,7 @@ impl Sim {
 
     /// Whether coordinator `c`'s process runs.
     pub fn is_coordinator_up(&self, c: CoordinatorId) -> bool {
-        self.coordinators.get(&c).is_some_and(|sc| sc.member.is_some())
+        self.coordinators.get(&c).is_some_and(|sc| sc.carrier.is_some())
     }
 
     /// The coordinators' ids.
@@ -721,7 +785,13 @@ impl Sim {
     }
 
     pub fn stats(&self) -> SimStats {
-        SimStats { steps: self.step, requests: self.inputs.len() as u64, messages_lost: self.net.lost, ..self.stats }
+        SimStats {
+            steps: self.step,
+            requests: self.inputs.len() as u64,
+            messages_lost: self.net.lost,
+            invariant_checks: self.checker.checks,
+            ..self.stats
+        }
     }
 
     /// Problems found while running (a replica refusing a message, a copy that differs).
@@ -893,11 +963,21 @@ impl Sim {
         id
     }
 
-    /// Carries out coordinator `c`'s outputs, as its process does.
-    fn route(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
-        self.route_outputs(c, out);
-        for (node, c) in std::mem::take(&mut self.disconnects) {
-            self.end_link(node, c);
+    /// Calls coordinator `c`'s carrier (if its process runs) with the time and the simulated
+    /// links, then carries out what it asked, in order, and the replies it grouped.
+    fn with_carrier(
+        &mut self,
+        c: CoordinatorId,
+        call: impl FnOnce(&mut Carrier, u64, &mut SimLinks) -> Result<(), CarrierStop>,
+    ) {
+        let now = self.now_us;
+        let Some(carrier) = self.coordinators.get_mut(&c).and_then(|sc| sc.carrier.as_mut()) else { return };
+        let mut links = SimLinks::default();
+        let stopped = call(carrier, now, &mut links);
+        carrier.flush_replies(&mut links);
+        self.carry(c, links.out);
+        if let Err(e) = stopped {
+            self.violations.push(Violation::CoordinatorStopped { coordinator: c, reason: e.to_string() });
         }
     }
 
@@ -917,16 +997,19 @@ impl Sim {
         true
     }
 
-    fn route_outputs(&mut self, c: CoordinatorId, out: Vec<MemberOutput>) {
+    /// Carries out what coordinator `c`'s carrier asked of its links, as the process's
+    /// [`Links`] do: the simulated network in place of QUIC, the kept state in place of the
+    /// file.
+    fn carry(&mut self, c: CoordinatorId, out: Vec<LinkAction>) {
         for o in out {
             match o {
-                MemberOutput::Persist(state) => {
+                LinkAction::Persist(state) => {
                     // Stored (fsync'd) before anything after it leaves.
                     if let Some(sc) = self.coordinators.get_mut(&c) {
                         sc.stored = Some(state);
                     }
                 }
-                MemberOutput::ToNodes { nodes, epoch, msg } => {
+                LinkAction::ToNodes { to, epoch, msg } => {
                     if let CoordinatorToNode::Batch(b) = &msg {
                         for t in &b.txns {
                             let (_, sent_in) = *self.batch_of.entry((b.partition, t.ts)).or_insert((b.seq, epoch));
@@ -936,46 +1019,58 @@ impl Sim {
                         }
                     }
                     if matches!(msg, CoordinatorToNode::Membership { .. } | CoordinatorToNode::TakeOver { .. }) {
-                        self.trace_line(|| format!("coordinator {c} (epoch {epoch}) sends {nodes:?} {msg:?}"));
+                        self.trace_line(|| format!("coordinator {c} (epoch {epoch}) sends {to:?} {msg:?}"));
                     }
-                    for n in nodes {
-                        self.send_to_node(n, c, epoch, msg.clone());
+                    for (n, conn) in to {
+                        self.send_to_node(n, conn, c, epoch, msg.clone());
                     }
                 }
-                MemberOutput::Reply { client, reply } => self.answer(c, client, reply),
-                MemberOutput::ToClient {
-                    msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, ..
-                } => {
+                LinkAction::Close { node, conn } => {
+                    // Its process ends the QUIC connection: the node sees it close.
+                    if self.nodes[&node].links.get(&c).is_some_and(|l| l.id == conn) {
+                        self.end_link(node, c);
+                    }
+                }
+                LinkAction::ToClient { msg: CoordinatorToClient::ClientReplies(replies), client } => {
+                    for reply in replies {
+                        self.check_answer(c, client, reply.request_id, &reply.result);
+                        self.answer(c, client, reply);
+                    }
+                }
+                LinkAction::ToClient { msg: CoordinatorToClient::DigestReply { request_id, outcome, .. }, .. } => {
                     self.digest_replies.insert(request_id, outcome);
                 }
-                MemberOutput::ToClient { msg, .. } => self.violations.push(Violation::UnexpectedToClient { msg }),
-                MemberOutput::ToCoordinator { to, bytes } => {
+                LinkAction::ToClient { msg, .. } => self.violations.push(Violation::UnexpectedToClient { msg }),
+                LinkAction::Raft { to, bytes } => {
                     let (Some(from), Some(dest)) = (self.coordinators.get(&c), self.coordinators.get(&to)) else {
                         continue;
                     };
-                    if dest.member.is_some() {
+                    if dest.carrier.is_some() {
                         let msg = Carried::Raft { from: c, from_process: from.process, to, bytes };
                         self.net.send(Envelope { node: RAFT_NODE, link: dest.process, msg });
                     }
                 }
-                MemberOutput::Event(e) => {
+                LinkAction::Event(e) => {
                     if self.trace {
                         eprintln!("{:>10} µs step {:>6}: coordinator {c}: {e}", self.now_us - START_US, self.step);
                     }
                     if let Event::Promoted { partition, applied_seq, next_seq, .. } = &e {
-                        let epoch = self.coordinators.get(&c).and_then(|sc| sc.member.as_ref()).map_or(0, |m| m.term());
+                        let epoch = self.coordinators.get(&c).and_then(SimCoord::member).map_or(0, |m| m.term());
                         self.promotions.push((epoch, *partition, *applied_seq, *next_seq));
+                        self.checker.failed_over.insert(*partition);
                     }
                     match &e {
-                        Event::NodeDown { node, detection, .. } => {
+                        Event::NodeDown { detection, .. } => {
                             self.stats.nodes_down += 1;
                             if matches!(detection, coordinator::Detection::Lagging { .. }) {
                                 self.stats.lagging += 1;
-                                self.disconnects.push((*node, c));
                             }
                         }
                         Event::Rejoined { .. } => self.stats.rejoins += 1,
-                        Event::Promoting { .. } => self.stats.promotions += 1,
+                        Event::Promoting { partition, .. } => {
+                            self.stats.promotions += 1;
+                            self.checker.failed_over.insert(*partition);
+                        }
                         Event::TookOver { .. } => self.stats.take_overs += 1,
                         Event::Deposed { .. } => self.stats.deposed += 1,
                         _ => {}
@@ -1004,12 +1099,12 @@ impl Sim {
         }
     }
 
-    /// The coordinator sends `msg` to `node`: lost unless the node's process runs and its
-    /// link is connected.
-    fn send_to_node(&mut self, node: NodeId, c: CoordinatorId, epoch: Epoch, msg: CoordinatorToNode) {
+    /// Coordinator `c` sends `msg` to `node` on connection `conn`: lost unless the node's
+    /// process runs and that link is its connected one.
+    fn send_to_node(&mut self, node: NodeId, conn: ConnId, c: CoordinatorId, epoch: Epoch, msg: CoordinatorToNode) {
         let Some(n) = self.nodes.get(&node) else { return };
         match n.links.get(&c) {
-            Some(l) if n.up && l.alive => {
+            Some(l) if n.up && l.alive && l.id == conn => {
                 self.net.send(Envelope { node, link: l.id, msg: Carried::ToNode { from: c, epoch, msg } })
             }
             _ => self.net.lost += 1,
@@ -1027,9 +1122,9 @@ impl Sim {
         let coordinator_up = |c: &CoordinatorId| self.is_coordinator_up(*c);
         if let Carried::Raft { from, from_process, to, .. } = &e.msg {
             let (f, t) = (&self.coordinators[from], &self.coordinators[to]);
-            return f.member.is_some()
+            return f.carrier.is_some()
                 && f.process == *from_process
-                && t.member.is_some()
+                && t.carrier.is_some()
                 && t.process == e.link
                 && !self.coordinator_cuts.contains(&(*from, *to));
         }
@@ -1055,10 +1150,8 @@ impl Sim {
         }
         match e.msg {
             Carried::ToCoordinator { to, msg } => {
-                let now = self.now_us;
-                let Some(m) = self.coordinators.get_mut(&to).and_then(|sc| sc.member.as_mut()) else { return };
-                let out = m.on_node_message(e.node, msg, now);
-                self.route(to, out);
+                let (node, conn) = (e.node, e.link);
+                self.with_carrier(to, |k, now, links| k.on_node_message(node, conn, msg, now, links));
             }
             Carried::ToNode { from, epoch, msg } => {
                 if matches!(
@@ -1074,10 +1167,7 @@ impl Sim {
                 self.perform(e.node, effects);
             }
             Carried::Raft { from, to, bytes, .. } => {
-                let now = self.now_us;
-                let Some(m) = self.coordinators.get_mut(&to).and_then(|sc| sc.member.as_mut()) else { return };
-                let out = m.on_coordinator_message(from, &bytes, now);
-                self.route(to, out);
+                self.with_carrier(to, |k, now, links| k.on_coordinator_message(from, &bytes, now, links));
             }
             Carried::Peer { from, from_process, msg: PeerMsg::Ship(shipment) } => {
                 let partition = shipment.partition;
@@ -1165,6 +1255,9 @@ impl Sim {
         while let Some(effect) = queue.pop_front() {
             match effect {
                 Effect::Emit(emitted) => {
+                    if let node::replica::Emit::ToCoordinator(NodeToCoordinator::Results(r)) = &emitted {
+                        self.check_results(node, r);
+                    }
                     let now = self.now_us;
                     let effects = self.node_mut(node).machine.on_emit(emitted, now);
                     self.perform(node, effects);
@@ -1199,6 +1292,8 @@ impl Sim {
                 }
                 Effect::Recover { restart } => {
                     self.stats.recoveries += 1;
+                    self.checker.failed_over.insert(partition);
+                    self.checker.forget(node, Some(partition));
                     if let node::fullstack::Restart::Image(_) = restart {
                         self.stats.base_backups += 1;
                     }
@@ -1497,7 +1592,7 @@ impl Sim {
         let due: Vec<CoordinatorId> = self
             .coordinators
             .iter()
-            .filter(|(_, sc)| sc.member.as_ref().is_some_and(|m| m.next_deadline_us() <= now))
+            .filter(|(_, sc)| sc.carrier.as_ref().and_then(Carrier::next_deadline_us).is_some_and(|d| d <= now))
             .map(|(&c, _)| c)
             .collect();
         for c in due {
@@ -1515,10 +1610,7 @@ impl Sim {
 
     /// Coordinator `c`'s clock ticks (it runs).
     fn tick_coordinator(&mut self, c: CoordinatorId) {
-        let now = self.now_us;
-        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
-        let out = m.tick(now);
-        self.route(c, out);
+        self.with_carrier(c, |k, now, links| k.tick(now, links));
     }
 
     /// A client submits the generator's next transaction, to the coordinator that leads (a
@@ -1530,7 +1622,7 @@ impl Sim {
         self.inputs.push(input);
         self.answered.push(false);
         let up: Vec<CoordinatorId> =
-            self.coordinators.iter().filter(|(_, sc)| sc.member.is_some()).map(|(&c, _)| c).collect();
+            self.coordinators.iter().filter(|(_, sc)| sc.carrier.is_some()).map(|(&c, _)| c).collect();
         let target = match self.leader() {
             Some((c, _)) => c,
             None if up.is_empty() => {
@@ -1543,16 +1635,13 @@ impl Sim {
             }
             None => up[self.rng.below(up.len() as u64) as usize],
         };
-        let now = self.now_us;
         let sc = self.coordinators.get_mut(&target).expect("chosen among them");
         sc.open.insert((client, request_id));
-        let m = sc.member.as_mut().expect("up");
         let msg = wire::channel::ClientToCoordinator::ClientRequests(vec![wire::messages::ClientRequest {
             request_id,
             input,
         }]);
-        let out = m.on_client_message(client, msg, now);
-        self.route(target, out);
+        self.with_carrier(target, |k, now, links| k.on_client_message(client, msg, now, links));
     }
 
     // ----- faults -----
@@ -1592,6 +1681,10 @@ impl Sim {
         let torn = self.rng.below(2) == 0;
         let rng = &mut self.rng;
         self.disks.crash(node, || if torn { rng.below(TORN_BYTES_MAX + 1) as usize } else { 0 });
+        let process = self.nodes[&node].process;
+        let held =
+            self.nodes[&node].partitions.iter().filter_map(|(&p, m)| Some((p, m.replica()?.last_ts()?))).collect();
+        self.checker.crashed(node, process, held);
         let n = self.node_mut(node);
         n.up = false;
         n.partitions.clear();
@@ -1613,16 +1706,15 @@ impl Sim {
     /// after `CONNECT_RETRY_MS` — its partitions then rejoin.
     pub fn drop_link(&mut self, node: NodeId) {
         self.trace_fault("drop the leader link of", node);
-        let now = self.now_us;
         let Some((c, _)) = self.leader() else { return };
         if !self.end_link(node, c) {
             return;
         }
         self.stats.drops += 1;
-        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
         let how = "the simulated link broke".to_string();
-        let out = m.on_node_lost(node, coordinator::Detection::ConnectionLost { how }, now);
-        self.route(c, out);
+        let conn = self.nodes[&node].links[&c].id;
+        let detection = coordinator::Detection::ConnectionLost { how };
+        self.with_carrier(c, |k, now, links| k.on_node_lost(node, conn, detection, now, links));
     }
     /// The node's machine dials the coordinator again: a new link (the coordinator's process
     /// declares a node it still counts live failed first, as it does when a node connects
@@ -1650,15 +1742,8 @@ impl Sim {
     /// counts the node live declares it failed first, as its process does when a node
     /// connects again): a leader tells it the epoch and its memberships.
     fn connected(&mut self, node: NodeId, c: CoordinatorId) {
-        let now = self.now_us;
-        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
-        if m.coordinator().is_some_and(|co| co.is_node_live(node)) {
-            let out = m.on_node_lost(node, coordinator::Detection::Replaced, now);
-            self.route(c, out);
-        }
-        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
-        let out = m.on_node_connected(node, now);
-        self.route(c, out);
+        let conn = self.nodes[&node].links[&c].id;
+        self.with_carrier(c, |k, now, links| k.on_node_up(node, conn, now, links));
     }
 
     /// `node`'s replica of `partition` drops its state and rejoins, if it serves (the leader's
@@ -1670,6 +1755,7 @@ impl Sim {
             return;
         }
         self.trace_line(|| format!("node {node} is left out of p{partition}'s membership: it rejoins"));
+        self.checker.forget(node, Some(partition));
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
         let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
@@ -1682,6 +1768,7 @@ impl Sim {
         let pids: Vec<PartitionId> = self.nodes[&node].partitions.keys().copied().collect();
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process));
+        self.checker.forget(node, None);
         for p in pids {
             let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
             // The old state (a full stack's database) goes first.
@@ -1853,7 +1940,7 @@ impl Sim {
         }
         let now = self.now_us;
         let sc = self.coordinators.get_mut(&c).expect("configured");
-        sc.member = None;
+        sc.carrier = None;
         let open: Vec<(ClientId, u64)> = std::mem::take(&mut sc.open).into_iter().collect();
         for (client, request_id) in open {
             let reason = format!("the connection to coordinator {c} was lost");
@@ -1885,10 +1972,10 @@ impl Sim {
         let process = self.fresh_id();
         let now = self.now_us;
         let sc = &self.coordinators[&c];
-        let member = Member::new(&self.config, c, sc.election_offset_ticks, sc.stored.clone(), now)
+        let carrier = Carrier::new(&self.config, c, sc.election_offset_ticks, sc.stored.clone(), now)
             .expect("a coordinator restarts from what it stored");
         let sc = self.coordinators.get_mut(&c).expect("configured");
-        sc.member = Some(member);
+        sc.carrier = Some(carrier);
         sc.process = process;
         self.tick_coordinator(c);
     }
@@ -1911,7 +1998,7 @@ impl Sim {
 
     /// Whether a coordinator fault is under way: one down, or cuts between them.
     pub fn coordinator_faulty(&self) -> bool {
-        !self.coordinator_cuts.is_empty() || self.coordinators.values().any(|sc| sc.member.is_none())
+        !self.coordinator_cuts.is_empty() || self.coordinators.values().any(|sc| sc.carrier.is_none())
     }
 
     /// Ends the coordinator fault: cuts healed, a crashed coordinator restarted.
@@ -1927,8 +2014,7 @@ impl Sim {
 
     /// Whether the group has a leader that took over and no take-over is under way.
     pub fn coordinators_settled(&self) -> bool {
-        self.leader().is_some()
-            && self.coordinators.values().all(|sc| sc.member.as_ref().is_none_or(|m| !m.taking_over()))
+        self.leader().is_some() && self.coordinators.values().all(|sc| sc.member().is_none_or(|m| !m.taking_over()))
     }
 
     /// Maybe one coordinator fault, drawn from the seed at the configured rate: only with
@@ -1992,6 +2078,7 @@ impl Sim {
                 }
             }
             self.maybe_fault();
+            self.check_step();
         }
     }
 
@@ -2023,6 +2110,7 @@ impl Sim {
             self.progress_fetches();
             self.progress_digest_copies();
             self.advance(DRAIN_STEP_US);
+            self.check_step();
         }
         self.faults = faults;
         if drained {
@@ -2050,13 +2138,10 @@ impl Sim {
         let partition = partitions[self.rng.below(partitions.len() as u64) as usize];
         let request_id = self.next_digest_request;
         self.next_digest_request += 1;
-        let now = self.now_us;
         let Some((c, _)) = self.leader() else { return };
-        let Some(m) = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()) else { return };
         let msg = wire::channel::ClientToCoordinator::DigestRequest { request_id, partition };
-        let out = m.on_client_message(DIGEST_CLIENT, msg, now);
         self.stats.digest_requests += 1;
-        self.route(c, out);
+        self.with_carrier(c, |k, now, links| k.on_client_message(DIGEST_CLIENT, msg, now, links));
     }
 
     /// Asks the coordinator for `partition`'s digests through the ordered path and drains.
@@ -2065,12 +2150,9 @@ impl Sim {
         self.next_digest_request += 1;
         // Asked of the coordinator that leads once the cluster settled.
         self.drain()?;
-        let now = self.now_us;
         let Some((c, _)) = self.leader() else { return Err(SimError::NoDigestReply { partition }) };
-        let m = self.coordinators.get_mut(&c).and_then(|sc| sc.member.as_mut()).expect("the leader runs");
         let msg = wire::channel::ClientToCoordinator::DigestRequest { request_id, partition };
-        let out = m.on_client_message(DIGEST_CLIENT, msg, now);
-        self.route(c, out);
+        self.with_carrier(c, |k, now, links| k.on_client_message(DIGEST_CLIENT, msg, now, links));
         self.drain()?;
         self.digest_replies.remove(&request_id).ok_or(SimError::NoDigestReply { partition })
     }

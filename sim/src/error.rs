@@ -119,6 +119,12 @@ pub enum Violation {
     /// A rejoined replica refused a message it held while rejoining.
     #[error("node {node} partition {partition} (rejoining): {error}")]
     RefusedRejoining { node: NodeId, partition: PartitionId, error: ReplicaError },
+    /// An invariant checked at every step broke (docs/design.md §14).
+    #[error("step {step}: {invariant}: {detail}")]
+    Invariant { step: u64, invariant: crate::cluster::Invariant, detail: String },
+    /// A coordinator's carrier asked its process to stop (its state could not be stored).
+    #[error("coordinator {coordinator} stopped: {reason}")]
+    CoordinatorStopped { coordinator: wire::messages::CoordinatorId, reason: String },
 }
 
 /// One simulated node as a cluster that did not heal left it.
