@@ -84,8 +84,8 @@ use wire::messages::{
 };
 use wire::tether::{self, TetherKey};
 
-use crate::coordinator::{ClientId, Coordinator, Detection, Event, Output, Phase};
 use crate::error::CoordinatorError;
+use crate::leader::{ClientId, Coordinator, Detection, Event, Output, Phase};
 use crate::member::{Member, MemberOutput};
 use crate::store::{GroupStore, StoreError};
 
