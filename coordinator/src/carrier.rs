@@ -36,9 +36,9 @@ use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode,
 use wire::config::ClusterConfig;
 use wire::messages::{ClientReply, ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, Rejection};
 
-use crate::coordinator::{ClientId, Coordinator, Detection, Event};
 use crate::error::CoordinatorError;
 use crate::group::GroupState;
+use crate::leader::{ClientId, Coordinator, Detection, Event};
 use crate::member::{Member, MemberOutput};
 
 /// A connection's serial number: a node may connect again, and its old connection's late

@@ -42,7 +42,7 @@
 use wire::config::Limits;
 use wire::messages::{NodeId, PartitionId};
 
-use crate::coordinator::Event;
+use crate::leader::Event;
 
 /// Width of one meter bucket, in microseconds.
 pub const BUCKET_US: u64 = 100_000;

@@ -3,18 +3,19 @@
 //! transaction to its partition ([`router`]), per-partition batching with bounded in-flight
 //! work ([`sequencer`]), agreement of the replicas' results ([`agreement`]), and the
 //! [`Coordinator`] that combines them with the partitions' lifecycle and failure detection
-//! ([`coordinator`]). No I/O, no clock, no async runtime: the network code ([`process`], the
-//! coordinator process on tokio and QUIC) feeds them and carries their outputs. The
-//! coordinator group ([`group`], [`member`]) decides membership and who leads; [`store`]
-//! keeps a member's raft state on disk; [`carrier`] is where a member meets its links, the
-//! one piece the process and the simulator share; [`metrics`] counts what its Prometheus endpoint serves.
+//! ([`leader`]: the state machine the group's leader runs, docs/design.md §11). No I/O, no
+//! clock, no async runtime: the network code ([`process`], the coordinator process on tokio
+//! and QUIC) feeds them and carries their outputs. The coordinator group ([`group`],
+//! [`member`]) decides membership and who leads; [`store`] keeps a member's raft state on
+//! disk; [`carrier`] is where a member meets its links, the one piece the process and the
+//! simulator share; [`metrics`] counts what its Prometheus endpoint serves.
 
 pub mod agreement;
 pub mod carrier;
 pub mod catch_up;
-pub mod coordinator;
 pub mod error;
 pub mod group;
+pub mod leader;
 pub mod member;
 pub mod metrics;
 pub mod process;
@@ -23,5 +24,5 @@ pub mod sequencer;
 pub mod store;
 pub mod timestamp;
 
-pub use coordinator::{ClientId, ClientRef, Coordinator, Detection, Event, Output, PartitionStatus, Phase};
 pub use error::{CoordinatorError, RouteError};
+pub use leader::{ClientId, ClientRef, Coordinator, Detection, Event, Output, PartitionStatus, Phase};

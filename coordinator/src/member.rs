@@ -29,11 +29,11 @@ use wire::messages::{
     ReplicaStanding, ReplicationRole, Seq,
 };
 
-use crate::coordinator::{ClientId, Coordinator, Detection, Event, Output, PartitionResume, Resumed, NOBODY};
 use crate::error::CoordinatorError;
 use crate::group::{
     Decision, Group, GroupReady, GroupState, GroupTiming, Leadership, Membership, PartitionView, ViewState,
 };
+use crate::leader::{ClientId, Coordinator, Detection, Event, Output, PartitionResume, Resumed, NOBODY};
 
 /// Node messages a coordinator keeps while it takes over, at most; past it the oldest go.
 pub const TAKE_OVER_KEPT_MAX: usize = 1 << 16;

@@ -10,7 +10,7 @@
 //! The core always counts (each partition's result times are in its status report, for
 //! `glass cluster status`'s p99); it publishes for scrapes only when an endpoint is configured.
 
-use crate::coordinator::Event;
+use crate::leader::Event;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::Counter;

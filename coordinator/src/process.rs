@@ -85,8 +85,8 @@ use wire::messages::{
 use wire::tether::{self, TetherKey};
 
 use crate::carrier::{Carrier, ConnId, Links};
-use crate::coordinator::{ClientId, Detection, Event, Phase};
 use crate::error::CoordinatorError;
+use crate::leader::{ClientId, Detection, Event, Phase};
 use crate::store::{GroupStore, StoreError};
 
 /// Events queued for the core task; past it connection readers wait.

@@ -534,7 +534,7 @@ fn a_refused_or_failed_replica_does_not_hold_up_a_digest() {
 #[test]
 fn digest_requests_in_flight_are_bounded() {
     let mut c = serving(10, 64);
-    for id in 0..coordinator::coordinator::DIGEST_REQUESTS_INFLIGHT_MAX as u64 {
+    for id in 0..coordinator::leader::DIGEST_REQUESTS_INFLIGHT_MAX as u64 {
         assert_eq!(batches(&c.on_digest_request(5, id, 2, START_US)).len(), 1);
     }
     let out = c.on_digest_request(5, 99, 2, START_US);
@@ -1028,8 +1028,8 @@ fn a_silent_joiner_is_given_more_patience_than_a_serving_node() {
     };
     assert!(!down(&mut c, t + timeout + timeout / 2), "one failure timeout of silence: still rejoining");
     assert!(
-        !down(&mut c, t + (coordinator::coordinator::JOINER_PATIENCE_TIMEOUTS * timeout) - 1),
+        !down(&mut c, t + (coordinator::leader::JOINER_PATIENCE_TIMEOUTS * timeout) - 1),
         "just short of the joiner's patience"
     );
-    assert!(down(&mut c, t + coordinator::coordinator::JOINER_PATIENCE_TIMEOUTS * timeout + 1), "past it: failed");
+    assert!(down(&mut c, t + coordinator::leader::JOINER_PATIENCE_TIMEOUTS * timeout + 1), "past it: failed");
 }

@@ -1,0 +1,140 @@
+//! Ordering and refusal on an empty database: every transaction fails (no rows), which is
+//! enough to see what runs, in which order. Execution on loaded data is tested in
+//! `tests/`.
+use super::*;
+use engine::input::InputError;
+use engine::procedures::{DeliveryInput, TxnInput};
+use wire::channel::ToolReply;
+use wire::messages::{BatchTxn, DigestOutcome};
+
+fn batch(seq: Seq, ts: &[u64]) -> Batch {
+    let txns = ts
+        .iter()
+        .map(|&t| BatchTxn {
+            part: wire::messages::Part::Whole,
+            ts: Timestamp(t),
+            input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 1 }),
+        })
+        .collect();
+    Batch { partition: 1, seq, txns, digest_after: false }
+}
+
+fn replica() -> Replica {
+    Replica::new(1, 1, LeanDb::new(), 4)
+}
+
+fn seqs(r: &[Results]) -> Vec<Seq> {
+    r.iter().map(|r| r.seq).collect()
+}
+
+/// A replica can be loaded on one thread and handed to its executor thread.
+#[test]
+fn a_replica_can_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<Replica>();
+}
+
+#[test]
+fn a_gap_waits_for_the_missing_batch() {
+    let mut r = replica();
+    assert_eq!(seqs(&r.on_batch(batch(3, &[30])).unwrap()), Vec::<Seq>::new());
+    assert_eq!(seqs(&r.on_batch(batch(2, &[20, 21])).unwrap()), Vec::<Seq>::new());
+    assert_eq!(r.waiting_batches(), 2);
+    let out = r.on_batch(batch(1, &[10])).unwrap();
+    assert_eq!(seqs(&out), vec![1, 2, 3]);
+    assert_eq!(out[1].results.iter().map(|t| t.ts.0).collect::<Vec<_>>(), vec![20, 21]);
+    assert_eq!((r.applied_seq(), r.last_ts(), r.waiting_batches()), (3, Some(Timestamp(30)), 0));
+    assert_eq!(r.stats().batches_waited, 2);
+}
+
+#[test]
+fn duplicates_are_dropped_whether_executed_or_waiting() {
+    let mut r = replica();
+    r.on_batch(batch(1, &[10])).unwrap();
+    assert!(r.on_batch(batch(1, &[10])).unwrap().is_empty());
+    r.on_batch(batch(3, &[30])).unwrap();
+    assert!(r.on_batch(batch(3, &[30])).unwrap().is_empty());
+    assert_eq!(seqs(&r.on_batch(batch(2, &[20])).unwrap()), vec![2, 3]);
+    assert_eq!(r.stats().duplicate_batches, 2);
+    assert_eq!(r.stats().batches_executed, 3);
+}
+
+#[test]
+fn two_different_batches_under_one_number_stop_the_replica() {
+    let mut r = replica();
+    r.on_batch(batch(2, &[20])).unwrap();
+    assert_eq!(r.on_batch(batch(2, &[21])), Err(ReplicaError::ConflictingDuplicate { seq: 2 }));
+    assert!(matches!(r.on_batch(batch(1, &[10])), Err(ReplicaError::Stopped { .. })));
+}
+
+#[test]
+fn timestamps_out_of_order_stop_the_replica_before_anything_runs() {
+    let mut r = replica();
+    r.on_batch(batch(1, &[10, 11])).unwrap();
+    let e = r.on_batch(batch(2, &[12, 11])).unwrap_err();
+    assert_eq!(e, ReplicaError::TimestampRegression { seq: 2, ts: Timestamp(11), last: Timestamp(12) });
+    assert_eq!(r.applied_seq(), 1);
+    assert_eq!(r.last_ts(), Some(Timestamp(11)));
+    assert!(r.stopped().is_some());
+
+    let mut r = replica();
+    r.on_batch(batch(1, &[10])).unwrap();
+    assert!(matches!(r.on_batch(batch(2, &[10])), Err(ReplicaError::TimestampRegression { .. })));
+}
+
+#[test]
+fn batches_too_far_ahead_or_for_another_partition_are_refused() {
+    let mut r = replica();
+    assert_eq!(
+        r.on_batch(batch(5, &[50])),
+        Err(ReplicaError::TooFarAhead { seq: 5, next_seq: 1, pending_batches_max: 4 })
+    );
+    r.on_batch(batch(4, &[40])).unwrap();
+    let mut other = batch(1, &[10]);
+    other.partition = 2;
+    assert_eq!(r.on_batch(other), Err(ReplicaError::WrongPartition { expected: 1, got: 2 }));
+    assert!(r.stopped().is_none(), "refusals that do not touch the order do not stop the replica");
+}
+
+#[test]
+fn invalid_inputs_fail_without_running() {
+    let mut r = replica();
+    let mut b = batch(1, &[10]);
+    b.txns[0].input = TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 11, date: 1 });
+    let out = r.on_batch(b).unwrap();
+    let reason = InputError::Carrier { value: 11, min: 1, max: 10 }.to_string();
+    assert_eq!(out[0].results[0].outcome, TxnOutcome::Failed { reason });
+}
+
+#[test]
+fn messages_digests_membership_and_stop() {
+    let mut r = replica();
+    let empty = r.state_digest();
+    let out = r.digest_reply(4, 1).unwrap();
+    assert_eq!(
+        out,
+        ToolReply::DigestReply {
+            request_id: 4,
+            partition: 1,
+            outcome: DigestOutcome::Digests { seq: 0, digests: vec![(1, empty)] }
+        }
+    );
+    let mut b = batch(1, &[10]);
+    b.digest_after = true;
+    let out = r.on_control(CoordinatorToNode::Batch(b)).unwrap();
+    let [Emit::ToCoordinator(NodeToCoordinator::Results(res)), Emit::ToCoordinator(NodeToCoordinator::StateDigest { partition: 1, seq: 1, digest: Ok(digest) })] =
+        &out[..]
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!((res.seq, *digest), (1, empty));
+    r.on_control(CoordinatorToNode::Membership { partition: 1, epoch: 2, live: vec![1] }).unwrap();
+    r.on_control(CoordinatorToNode::Membership { partition: 1, epoch: 1, live: vec![1, 2] }).unwrap();
+    assert_eq!(r.membership(), Some(&(2, vec![1])));
+    r.on_control(CoordinatorToNode::PartitionStopped { partition: 1, reason: "diverged".into() }).unwrap();
+    assert_eq!(r.on_batch(batch(2, &[20])), Err(ReplicaError::Stopped { reason: "diverged".into() }));
+    assert!(matches!(
+        r.on_control(CoordinatorToNode::Shutdown { reason: String::new() }),
+        Err(ReplicaError::Unexpected { .. })
+    ));
+}
