@@ -1,4 +1,4 @@
-//! The coordinator's carrier (docs/design.md §13, "One carrier"): the one place where a
+//! The coordinator's carrier (docs/design.md §14, "One carrier"): the one place where a
 //! coordinator's [`Member`] meets its links. The coordinator process (tokio and QUIC,
 //! [`crate::process`]) and the simulator (`sim`, its seeded network) both drive a
 //! [`Carrier`] and differ only in the [`Links`] they hand it — how bytes reach a node, a

@@ -1,9 +1,9 @@
-//! The coordinator process (`glass coordinator --config … [--id N]`): the sans-I/O
-//! [`Coordinator`] — or, with several coordinators in `cluster.toml`, the group [`Member`]
-//! that leads or stands by (docs/design.md §11) — driven by tokio and QUIC. It decides nothing
-//! itself (docs/design.md); it carries bytes, keeps time, stores the group's raft state and
-//! groups replies (mini-redis's server shape: [`run`] takes a bound listener and a shutdown
-//! future).
+//! The coordinator process (`glass coordinator --config … [--id N]`): a member of the
+//! coordinator group ([`crate::member::Member`], docs/design.md §11; a single coordinator is a
+//! group of one) that leads or stands by, driven by tokio and QUIC through the
+//! [`Carrier`] it shares with the simulator (docs/design.md §14). It decides nothing itself: it
+//! carries bytes, keeps time, stores the group's raft state and writes the replies the carrier
+//! grouped (mini-redis's server shape: [`run`] takes a bound listener and a shutdown future).
 //!
 //! Shape:
 //! - one listener on the coordinator's address; nodes, clients and the other coordinators
@@ -44,12 +44,11 @@
 //!   its queue full) is disconnected at once; a node that connects again (a restarted process) replaces
 //!   its old connection, and a node still counted live then is first declared failed: its
 //!   new connection holds none of the old one's state (a node whose link broke rejoins);
-//! - on a first start the state machine is built once every node of `cluster.toml` has
-//!   joined (until then requests are answered "not ready", or "not the leader" in a group,
-//!   and load reports are kept): nodes started by hand on other hosts may come minutes apart,
-//!   and a node that never came could not be told from one that failed. A group member that
-//!   stored a state before (a restart) is built at once: the cluster runs, and it rejoins as
-//!   a standby;
+//! - on a first start the member is built once every node of `cluster.toml` has joined
+//!   (until then requests are answered "not the leader"): nodes started by hand on other
+//!   hosts may come minutes apart, and a node that never came could not be told from one that
+//!   failed. A member that stored a state before (a restart) is built at once: the cluster
+//!   runs, and it rejoins as a standby;
 //! - time: microseconds since the Unix epoch, read from the wall clock once at start and
 //!   advanced by a monotonic clock after ([`Clock`]), as H-Store timestamps need;
 //! - shutdown (the future passed in, or a `Shutdown` message from a tool) tells every node
@@ -726,8 +725,26 @@ impl Core {
                     latency_buckets: self.metrics.latency_buckets(p.partition),
                 })
                 .collect(),
-            // A standby (or a member taking over) serves no partition.
-            (Some(_), None) => Vec::new(),
+            // A standby (or a member of a group taking over) serves no partition: clients
+            // look for the leader that does. The only coordinator, taking over, says its
+            // partitions load, so nothing mistakes it for a cluster that serves.
+            (Some(m), None) if !(self.config.coordinators.len() == 1 && m.taking_over()) => Vec::new(),
+            (Some(_), None) => self
+                .config
+                .partitions
+                .iter()
+                .map(|p| PartitionReport {
+                    partition: p.id,
+                    phase: PartitionPhase::Loading,
+                    load: None,
+                    replicas: Vec::new(),
+                    seq: 0,
+                    txns: 0,
+                    cpu_ms: 0,
+                    replication: Default::default(),
+                    latency_buckets: Vec::new(),
+                })
+                .collect(),
             (None, None) => self
                 .config
                 .partitions

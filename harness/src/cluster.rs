@@ -477,7 +477,8 @@ impl Cluster {
                                 });
                             }
                             let serving = s.partitions.iter().filter(|p| p.phase.is_serving()).count();
-                            if serving == s.partitions.len() {
+                            // (A coordinator that reports no partition serves none yet.)
+                            if serving == s.partitions.len() && serving > 0 {
                                 return Ok(());
                             }
                             progress.serving(serving, s.partitions.len());
@@ -833,7 +834,10 @@ impl StatusSample {
     /// each of its replicas is ready, and the digests of each partition's live replicas are
     /// equal (in the passive modes, the primary's digest alone is sampled).
     pub fn healthy(&self) -> bool {
-        let coordinator = self.coordinator.as_ref().is_some_and(|s| s.partitions.iter().all(|p| p.phase.is_serving()));
+        let coordinator = self
+            .coordinator
+            .as_ref()
+            .is_some_and(|s| !s.partitions.is_empty() && s.partitions.iter().all(|p| p.phase.is_serving()));
         let nodes = self
             .nodes
             .iter()

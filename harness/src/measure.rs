@@ -326,7 +326,8 @@ async fn wait_serving(mut link: Link) -> Result<()> {
     let deadline = Instant::now() + READY_WAIT;
     loop {
         let s = client::status(&mut link).await?;
-        if s.partitions.iter().all(|p| p.phase.is_serving()) {
+        // (A coordinator that reports no partition serves none yet.)
+        if !s.partitions.is_empty() && s.partitions.iter().all(|p| p.phase.is_serving()) {
             return Ok(());
         }
         if let Some(p) = s.partitions.iter().find(|p| p.phase.is_stopped() || p.phase == PartitionPhase::Unavailable) {

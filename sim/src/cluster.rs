@@ -1,9 +1,10 @@
-//! The simulated cluster: the coordinator group's real [`Member`]s (raft, and the real
-//! [`Coordinator`] in the leader) and every node's real [`Replica`]s, connected by the
-//! [`Network`], stepped one action at a time from a seeded [`Rng`]. It owns what the node and
-//! coordinator processes do around the state machines — heartbeats, link loss, crashes,
-//! restarts and the rejoin protocol — modelled on `node::process` and `coordinator::process`,
-//! no more:
+//! The simulated cluster: every coordinator's real [`Carrier`] — the process's own, with its
+//! [`Member`] of the group (raft, and the real [`Coordinator`] in the leader) — and every
+//! node's real [`Replica`]s, connected by the [`Network`], stepped one action at a time from a
+//! seeded [`Rng`], with the invariants of [`invariants`] checked at every step. Around the
+//! machines it models what the node processes do — heartbeats, link loss, crashes, restarts and
+//! the rejoin protocol — after `node::process`, and it carries what each coordinator's carrier
+//! asks of its links (docs/design.md §14):
 //!
 //! - a **coordinator crash** kills its process: its memory is gone (its stored raft state is
 //!   kept, as its file is), its links break at once (the nodes see them close and dial again),
@@ -17,11 +18,11 @@
 //!   (`timeouts.failure_timeout_ms`);
 //! - a **drop** breaks a node's link (QUIC never loses single messages on a live connection):
 //!   everything in flight on it is lost, the coordinator counts the node failed at once
-//!   (`Coordinator::on_node_lost`, as its process does on `NodeLost`), and the node no longer
-//!   executes — its process lives on, frozen, still serving snapshots to tools and to
-//!   rejoining peers, and the link is never re-established (`node::process` does not redial);
+//!   (the carrier's `on_node_lost`, as its process does on `NodeLost`); the node's machine
+//!   dials again after `CONNECT_RETRY_MS`, and its partitions rejoin;
 //! - **lost heartbeats**: a node's heartbeats are suppressed for a while (a stalled writer);
-//!   if the coordinator declares it failed meanwhile, it stays connected but ignored;
+//!   if the coordinator declares it failed meanwhile, its carrier closes the link (as on every
+//!   `NodeDown`), and the node dials again and rejoins;
 //! - a **restart** (`glass node --rejoin`) is possible once the coordinator counts the node
 //!   failed (its process refuses a second connection from a live node): the node comes back
 //!   on a new link, empty, and asks to rejoin each partition; a rejoining replica holds the

@@ -144,3 +144,27 @@ fn active_active_seeds_with_coordinator_faults_pass() {
     eprintln!("{n} seeds: {crashes} coordinator crashes, {cuts} cuts, {take_overs} take-overs");
     assert!(crashes > n / 20 && cuts > n / 10 && take_overs > n, "{crashes} {cuts} {take_overs}");
 }
+
+/// docs/design.md §14: `glass sim --mode all --coordinators 1` and `--coordinators 3` with the
+/// step invariants on. A single coordinator is a group of one and runs the process's own
+/// carrier; three draw coordinator crashes and cuts too. Every seed heals and checks, and the
+/// invariants were checked at every step (their count is not zero), in every mode.
+#[test]
+fn every_mode_keeps_the_step_invariants_with_one_and_three_coordinators() {
+    let seeds = (seeds() / 15).max(1);
+    for coordinators in [1, 3] {
+        for (mode, shipping) in MODES {
+            let opts = SimOptions { coordinators, mode, shipping, ..SimOptions::default() };
+            let mut checks = 0;
+            for seed in 1..=seeds {
+                match run_seed(seed, &opts) {
+                    Ok(report) => checks += report.stats.invariant_checks,
+                    Err(f) => {
+                        panic!("{} coordinator(s), {mode:?}/{shipping:?}: {}\n  {}", coordinators, f.reason, f.replay)
+                    }
+                }
+            }
+            assert!(checks > seeds * 1_000, "{coordinators} coordinator(s), {mode:?}: only {checks} invariant checks");
+        }
+    }
+}

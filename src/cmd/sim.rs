@@ -301,6 +301,11 @@ fn summarise(
     );
     println!("outcome unknown  {unknown} (answered \"outcome unknown\": executed by a failed primary or replica, never dropped)");
     println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);
+    println!(
+        "invariants       {} checks at every step ({} a run; docs/design.md §14)",
+        totals.invariant_checks,
+        totals.invariant_checks / ran.max(1)
+    );
     if failures.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
