@@ -729,38 +729,8 @@ impl Core {
             // look for the leader that does. The only coordinator, taking over, says its
             // partitions load, so nothing mistakes it for a cluster that serves.
             (Some(m), None) if !(self.config.coordinators.len() == 1 && m.taking_over()) => Vec::new(),
-            (Some(_), None) => self
-                .config
-                .partitions
-                .iter()
-                .map(|p| PartitionReport {
-                    partition: p.id,
-                    phase: PartitionPhase::Loading,
-                    load: None,
-                    replicas: Vec::new(),
-                    seq: 0,
-                    txns: 0,
-                    cpu_ms: 0,
-                    replication: Default::default(),
-                    latency_buckets: Vec::new(),
-                })
-                .collect(),
-            (None, None) => self
-                .config
-                .partitions
-                .iter()
-                .map(|p| PartitionReport {
-                    partition: p.id,
-                    phase: PartitionPhase::WaitingForNodes { missing: self.carrier.missing_nodes() },
-                    load: None,
-                    replicas: Vec::new(),
-                    seq: 0,
-                    txns: 0,
-                    cpu_ms: 0,
-                    replication: Default::default(),
-                    latency_buckets: Vec::new(),
-                })
-                .collect(),
+            (Some(_), None) => self.unserved(PartitionPhase::Loading),
+            (None, None) => self.unserved(PartitionPhase::WaitingForNodes { missing: self.carrier.missing_nodes() }),
         };
         ProcessStatus {
             role: Role::Coordinator,
@@ -770,6 +740,25 @@ impl Core {
             partitions,
             leader: self.carrier.leader().map(u16::from),
         }
+    }
+
+    /// Every partition of the file in `phase`, before this coordinator serves any.
+    fn unserved(&self, phase: PartitionPhase) -> Vec<PartitionReport> {
+        self.config
+            .partitions
+            .iter()
+            .map(|p| PartitionReport {
+                partition: p.id,
+                phase: phase.clone(),
+                load: None,
+                replicas: Vec::new(),
+                seq: 0,
+                txns: 0,
+                cpu_ms: 0,
+                replication: Default::default(),
+                latency_buckets: Vec::new(),
+            })
+            .collect()
     }
 
     /// Tells every node (if this coordinator leads) and client, and closes their queues (the
