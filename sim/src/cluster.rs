@@ -1294,6 +1294,9 @@ impl Sim {
                 Effect::Recover { restart } => {
                     self.stats.recoveries += 1;
                     self.checker.failed_over.insert(partition);
+                    if matches!(restart, node::fullstack::Restart::OwnLog) {
+                        self.checker.recovered.insert(partition);
+                    }
                     self.checker.forget(node, Some(partition));
                     if let node::fullstack::Restart::Image(_) = restart {
                         self.stats.base_backups += 1;

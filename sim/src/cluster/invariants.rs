@@ -77,6 +77,10 @@ pub(super) struct StepChecker {
     reported: BTreeMap<(NodeId, u64, PartitionId), (Seq, Timestamp)>,
     /// Partitions a backup was promoted in, or whose replica recovered from its own log.
     pub(super) failed_over: std::collections::BTreeSet<PartitionId>,
+    /// Partitions a full-stack replica recovered from its own log: the partition had lost
+    /// every replica, its unanswered work was answered "outcome unknown" and runs again from
+    /// the durable state, read-only transactions included (they leave no log record).
+    pub(super) recovered: std::collections::BTreeSet<PartitionId>,
     /// Each crashed process's replicas' last timestamps, as they were when it crashed.
     crashed: BTreeMap<(NodeId, u64, PartitionId), Timestamp>,
     /// Checks made.
@@ -99,10 +103,12 @@ impl StepChecker {
 
 impl Sim {
     /// Whether `partition` ships asynchronously and failed over (a promotion, or a recovery
-    /// from a replica's own log): its last answers may then be lost, the window that mode
-    /// gives up (docs/cluster.md), and the final check counts them.
+    /// from a replica's own log) — its last answers may then be lost, the window that mode
+    /// gives up (docs/cluster.md), and the final check counts them — or, in any mode,
+    /// recovered from a full-stack replica's own log after losing every replica.
     fn in_async_window(&self, partition: PartitionId) -> bool {
-        self.config.shipping() == Some(wire::config::Shipping::Async) && self.checker.failed_over.contains(&partition)
+        let asynchronous = self.config.shipping() == Some(wire::config::Shipping::Async);
+        (asynchronous && self.checker.failed_over.contains(&partition)) || self.checker.recovered.contains(&partition)
     }
 
     fn invariant_broken(&mut self, invariant: Invariant, detail: String) {
