@@ -54,7 +54,7 @@ pub const CLIENT_REPLIES_PER_FRAME_MAX: usize = 4_096;
 pub trait Links {
     /// Hands `msg`, of `epoch`, to each `(node, connection)` in `to`; pushes onto `full` each
     /// node whose queue has no room for it (it does not read what it is sent).
-    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: &CoordinatorToNode, full: &mut Vec<NodeId>);
+    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: CoordinatorToNode, full: &mut Vec<NodeId>);
     /// Ends node `node`'s connection `conn`, telling it `reason`.
     fn close_node(&mut self, node: NodeId, conn: ConnId, reason: &str);
     /// Sends a raft message to coordinator `to` (lost if there is no link: raft sends again).
@@ -387,7 +387,7 @@ impl Carrier {
         if let Some(epoch) = self.leading_epoch() {
             let to: Vec<(NodeId, ConnId)> = self.connected().collect();
             let msg = CoordinatorToNode::Shutdown { reason: reason.to_string() };
-            links.to_nodes(&to, epoch, &msg, &mut Vec::new());
+            links.to_nodes(&to, epoch, msg, &mut Vec::new());
         }
         self.nodes.clear();
         self.stopping = true;
@@ -420,7 +420,7 @@ impl Carrier {
                     to.clear();
                     to.extend(nodes.iter().filter_map(|&n| self.nodes.get(&n).map(|&c| (n, c))));
                     let mut full = Vec::new();
-                    links.to_nodes(&to, epoch, &msg, &mut full);
+                    links.to_nodes(&to, epoch, msg, &mut full);
                     for n in full {
                         if !not_reading.contains(&n) {
                             not_reading.push(n);

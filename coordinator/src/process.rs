@@ -463,11 +463,11 @@ macro_rules! links {
 }
 
 impl Links for ProcessLinks<'_> {
-    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: &CoordinatorToNode, full: &mut Vec<NodeId>) {
+    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: CoordinatorToNode, full: &mut Vec<NodeId>) {
         if to.is_empty() {
             return;
         }
-        let framed = FromCoordinator::Epoched(Epoched { epoch, msg: msg.clone() });
+        let framed = FromCoordinator::Epoched(Epoched { epoch, msg });
         let frame = match wire::codec::encode(&framed, self.frame_bytes_max) {
             Ok(f) => Arc::new(f),
             Err(e) => {
@@ -475,6 +475,7 @@ impl Links for ProcessLinks<'_> {
                 return;
             }
         };
+        let FromCoordinator::Epoched(Epoched { msg, .. }) = &framed;
         if let CoordinatorToNode::Batch(b) = msg {
             *self.batch_bytes.entry(b.partition).or_default() += (frame.len() * to.len()) as u64;
             self.metrics.on_batch_sent(b.partition, b.seq);

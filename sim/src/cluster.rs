@@ -496,8 +496,8 @@ struct SimLinks {
 }
 
 impl Links for SimLinks {
-    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: &CoordinatorToNode, _full: &mut Vec<NodeId>) {
-        self.out.push(LinkAction::ToNodes { to: to.to_vec(), epoch, msg: msg.clone() });
+    fn to_nodes(&mut self, to: &[(NodeId, ConnId)], epoch: Epoch, msg: CoordinatorToNode, _full: &mut Vec<NodeId>) {
+        self.out.push(LinkAction::ToNodes { to: to.to_vec(), epoch, msg });
     }
     fn close_node(&mut self, node: NodeId, conn: ConnId, _reason: &str) {
         self.out.push(LinkAction::Close { node, conn });
