@@ -10,14 +10,16 @@
 //!   coordinator's batches, and tool requests (digests, snapshots) between two batches; the
 //!   copies that answer them (and the state digests batches ask for) are stepped between work
 //!   items under the copy share (`answers`, docs/design.md §10);
-//! - the node dials the coordinator (`coordinator.address`), retrying until it answers, and
-//!   keeps that one link: a reader task routes batches to the executors' inboxes (awaiting
-//!   room: backpressure reaches the coordinator through QUIC flow control), a writer task
-//!   sends the executors' results, load progress and a heartbeat every
-//!   `timeouts.heartbeat_ms` (also while loading). The link is not re-established once lost
-//!   (a restarted coordinator would restart the batch numbering): the node stops executing and
-//!   keeps serving tools; it comes back as a new process started with `--rejoin`, which copies
-//!   its partitions from live replicas (docs/design.md, "Failure and recovery");
+//! - the node keeps a link to every coordinator of `cluster.toml`, dialing each when its
+//!   [`NodeMachine`] says so (at start, and [`CONNECT_RETRY_MS`] after a failed dial or a
+//!   broken link: `NodeEffect::Dial`, the same decision the simulator runs; docs/design.md
+//!   §14): a reader task per link routes the coordinator's batches to the executors' inboxes
+//!   (awaiting room: backpressure reaches the coordinator through QUIC flow control), and one
+//!   writer task sends the executors' results, load progress and the machine's heartbeats
+//!   (every `timeouts.heartbeat_ms`, also while loading) to the leader. A link that comes
+//!   back to the leader that counted this node failed makes every partition rejoin, as a
+//!   node restarted with `--rejoin` does: it copies its partitions from live replicas
+//!   (docs/design.md, "Failure and recovery");
 //! - beside each coordinator link the node holds a liveness tether ([`wire::tether`]): a TCP
 //!   connection to that coordinator's address, keyed to the link, which it never writes to
 //!   after its header and drops when the link ends — and which the kernel closes the moment
@@ -344,6 +346,8 @@ struct Node {
     epoch: AtomicU64,
     /// The sending queue of each coordinator link that is up.
     links: Mutex<BTreeMap<CoordinatorId, LinkOutbox>>,
+    /// Woken when the node machine says to dial a coordinator again (`NodeEffect::Dial`).
+    dial_due: BTreeMap<CoordinatorId, tokio::sync::Notify>,
     /// Set once the first coordinator link is up: until then what the executors send waits
     /// in their queue (a load report must not be lost to a link not yet made).
     first_link: watch::Sender<bool>,
@@ -448,7 +452,8 @@ pub async fn run(
     let mut exits = Vec::new();
     let mut roles = Vec::new();
     for p in &partitions {
-        let role = replica_role(&config, p, id, &start);
+        let joined = matches!(&start, Start::Join(j) if j.contains(&p.id));
+        let role = ReplicaRole::at_start(config.mode(), p, id, start != Start::Load, joined);
         roles.push((p.id, role));
         let begin = match start {
             Start::Load => Begin::Load,
@@ -470,6 +475,7 @@ pub async fn run(
         machine: Mutex::new(machine),
         epoch: AtomicU64::new(0),
         links: Mutex::new(BTreeMap::new()),
+        dial_due: config.coordinator_ids().into_iter().map(|c| (c, tokio::sync::Notify::new())).collect(),
         first_link: watch::Sender::new(false),
         peers: Mutex::new(BTreeMap::new()),
         me: me.clone(),
@@ -558,19 +564,6 @@ fn partitions_held(config: &ClusterConfig, id: NodeId, start: &Start) -> Result<
         return Err(NodeError::NoReplicas { node: id });
     }
     Ok(partitions)
-}
-
-/// The role of node `id`'s replica of `p` as it starts: the file's, except that a node
-/// rejoining a passive partition comes back as a backup, whatever the file says, and a
-/// joined partition's new replica is a backup (passive modes) or a replica.
-fn replica_role(config: &ClusterConfig, p: &PartitionConfig, id: NodeId, start: &Start) -> ReplicaRole {
-    let joined = matches!(start, Start::Join(j) if j.contains(&p.id));
-    match ReplicaRole::of(config.mode(), p, id) {
-        ReplicaRole::Primary if *start != Start::Load => ReplicaRole::Backup,
-        _ if joined && config.mode().is_passive() => ReplicaRole::Backup,
-        _ if joined => ReplicaRole::Replica,
-        r => r,
-    }
 }
 
 /// Starts the executor thread of node `id`'s replica of `p` (loading it, or rejoining, as
@@ -1038,7 +1031,7 @@ impl Executor {
             Work::Stop | Work::CopyRoom => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
             Work::Fetched { source, fetched } => machine.on_fetched(source, *fetched),
-            Work::Rejoin { only_if_serving: true, .. } if machine.standing() != crate::machine::Standing::Serving => {
+            Work::Rejoin { only_if_serving: true, .. } if !machine.rejoins_when_left_out() => {
                 return;
             }
             Work::Rejoin { epoch, .. } => {
@@ -1334,57 +1327,79 @@ fn asked(work: &Work) -> Asked {
     }
 }
 
-/// Dials `address` (the coordinator's or a peer node's), retrying until it answers, refuses
-/// this node (`None`, and the node stops if it is the coordinator) or the node stops.
-async fn dial(node: &Node, peer: wire::tls::Role, what: &str, address: &str) -> Option<Link> {
+/// Why one attempt to dial a coordinator or a peer node made no link.
+#[derive(Debug)]
+enum DialFailure {
+    /// The peer refused this node (its certificate, identity or hello): dialing again
+    /// cannot help.
+    Refused,
+    /// Not reachable (yet): the address does not resolve, or the handshake failed.
+    Unreachable,
+    /// The node is stopping.
+    Stopped,
+}
+
+/// One attempt to dial `address` (the coordinator's or a peer node's); `attempt` counts the
+/// failed ones before it, so that only every [`CONNECT_RETRIES_PER_LOG`]th is logged.
+async fn dial_once(node: &Node, peer: wire::tls::Role, what: &str, address: &str, attempt: u32) -> Result<Link, DialFailure> {
     let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
     let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
         Ok(t) => t,
         Err(e) => {
             error!(error = %e, peer = what, "cannot read the node's certificates; not connecting");
-            return None;
+            return Err(DialFailure::Refused);
         }
     };
-    let mut attempts = 0u32;
-    loop {
-        let addr = match wire::config::resolve(what, address) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                if attempts % CONNECT_RETRIES_PER_LOG == 0 {
-                    warn!(error = %e, peer = what, "cannot resolve the address; retrying");
-                }
-                None
+    let log = attempt % CONNECT_RETRIES_PER_LOG == 0;
+    let addr = match wire::config::resolve(what, address) {
+        Ok(a) => a,
+        Err(e) => {
+            if log {
+                warn!(error = %e, peer = what, "cannot resolve the address; retrying");
             }
-        };
-        if let Some(addr) = addr {
-            let limits = match peer {
-                wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
-                _ => EndpointLimits::from_config(&node.config),
-            };
-            let attempt = endpoint::connect_to(peer, addr, &server_name, tls.clone(), node.hello(), limits);
-            tokio::select! {
-                r = attempt => match r {
-                    Ok(link) => return Some(link),
-                    Err(e @ (EndpointError::HelloRefused { .. }
-                    | EndpointError::HelloRejected { .. }
-                    | EndpointError::CertificateRefused { .. }
-                    | EndpointError::PeerCertificateInvalid { .. }
-                    | EndpointError::IdentityRefused { .. }
-                    | EndpointError::IdentityMismatch { .. }
-                    | EndpointError::WrongPeer { .. })) => {
-                        error!(peer = what, %address, error = %e, "refused this node");
-                        return None;
-                    }
-                    Err(e) => {
-                        if attempts % CONNECT_RETRIES_PER_LOG == 0 {
-                            info!(peer = what, %address, error = %e, "not reachable yet; retrying");
-                        }
-                    }
-                },
-                () = node.stopped() => return None,
-            }
+            return Err(DialFailure::Unreachable);
         }
-        attempts += 1;
+    };
+    let limits = match peer {
+        wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
+        _ => EndpointLimits::from_config(&node.config),
+    };
+    let connect = endpoint::connect_to(peer, addr, &server_name, tls, node.hello(), limits);
+    tokio::select! {
+        r = connect => match r {
+            Ok(link) => Ok(link),
+            Err(e @ (EndpointError::HelloRefused { .. }
+            | EndpointError::HelloRejected { .. }
+            | EndpointError::CertificateRefused { .. }
+            | EndpointError::PeerCertificateInvalid { .. }
+            | EndpointError::IdentityRefused { .. }
+            | EndpointError::IdentityMismatch { .. }
+            | EndpointError::WrongPeer { .. })) => {
+                error!(peer = what, %address, error = %e, "refused this node");
+                Err(DialFailure::Refused)
+            }
+            Err(e) => {
+                if log {
+                    info!(peer = what, %address, error = %e, "not reachable yet; retrying");
+                }
+                Err(DialFailure::Unreachable)
+            }
+        },
+        () = node.stopped() => Err(DialFailure::Stopped),
+    }
+}
+
+/// Dials backup node `address`, retrying every [`CONNECT_RETRY_MS`] until it answers, refuses
+/// this node (`None`) or the node stops. (Coordinators are dialed when the node machine says
+/// so: [`coordinator_link`].)
+async fn dial_backup(node: &Node, peer: NodeId, what: &str, address: &str) -> Option<Link> {
+    let mut attempt = 0u32;
+    loop {
+        match dial_once(node, wire::tls::Role::Node(peer), what, address, attempt).await {
+            Ok(link) => return Some(link),
+            Err(DialFailure::Refused | DialFailure::Stopped) => return None,
+            Err(DialFailure::Unreachable) => attempt = attempt.wrapping_add(1),
+        }
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
             () = node.stopped() => return None,
@@ -1413,39 +1428,53 @@ async fn coordinator_links(
     for c in node.config.coordinator_ids() {
         links.spawn(coordinator_link(node.clone(), c));
     }
-    let mut first = node.first_link.subscribe();
-    let mut stopped = tokio::select! {
-        up = first.wait_for(|up| *up) => up.is_err(),
-        () = node.stopped() => true,
-    };
-    if !stopped {
-        stopped = tokio::select! {
-            () = write_to_coordinators(&node, &mut from_executors, &mut events) => false,
-            () = node.stopped() => true,
-        };
-    }
-    if stopped {
-        // Each link task closes its link (CLOSE_NORMAL) and ends.
-        while links.join_next().await.is_some() {}
+    tokio::select! {
+        () = write_to_coordinators(&node, &mut from_executors, &mut events) => {}
+        () = node.stopped() => {
+            // Each link task closes its link (CLOSE_NORMAL) and ends.
+            while links.join_next().await.is_some() {}
+        }
     }
 }
 
-/// Dials coordinator `c` (retrying until it answers or the node stops), then carries the
-/// link until it breaks — the coordinator's messages in, through the node machine, and what
-/// the writer task queued out — and dials again [`CONNECT_RETRY_MS`] after: a node whose
-/// only coordinator's link came back rejoins every partition (`NodeMachine::on_link_up`);
-/// with several coordinators, the leader's membership says which replicas rejoin.
+/// Carries coordinator `c`'s link: dials it at once, then each time the node machine says
+/// so (`NodeEffect::Dial`, [`CONNECT_RETRY_MS`] after a failed dial or a broken link —
+/// docs/design.md §14: the machine decides, the simulator runs the same decision), and
+/// while it is up carries the coordinator's messages in, through the node machine, and what
+/// the writer task queued out. A node whose only coordinator's link came back rejoins every
+/// partition (`NodeMachine::on_link_up`); with several coordinators, the leader's membership
+/// says which replicas rejoin. A coordinator that refuses this node stops it.
 async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
     let Some(address) = node.config.coordinator_by_id(c).map(|x| x.address.clone()) else { return };
+    let Some(dial_due) = node.dial_due.get(&c) else { return };
     let field = format!("the address of coordinator {c}");
     let mut conn = 0u64;
+    let mut failed = 0u32;
+    let mut due = true;
     loop {
-        let Some(link) = dial(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address).await else {
-            if !*node.stopping.borrow() {
-                node.stop(&format!("refused by coordinator {c}"));
+        if !due {
+            tokio::select! {
+                () = dial_due.notified() => {}
+                () = node.stopped() => return,
             }
-            return;
+        }
+        due = false;
+        let link = match dial_once(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address, failed).await {
+            Ok(link) => link,
+            Err(DialFailure::Unreachable) => {
+                failed = failed.wrapping_add(1);
+                node.machine().on_dial_failed(c, micros(&node));
+                continue;
+            }
+            Err(DialFailure::Stopped) => return,
+            Err(DialFailure::Refused) => {
+                if !*node.stopping.borrow() {
+                    node.stop(&format!("refused by coordinator {c}"));
+                }
+                return;
+            }
         };
+        failed = 0;
         conn += 1;
         info!(coordinator = c, %address, "joined coordinator {c}");
         // Dropped when this link ends, and the tether with it.
@@ -1489,17 +1518,13 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         if *node.stopping.borrow() {
             return;
         }
+        // What the executors send meanwhile to this coordinator is lost with the link.
         let leader = node.machine().leader() == Some(c);
         node.machine().on_link_lost(c, micros(&node));
         if leader {
             error!(coordinator = c, "the link to the leading coordinator broke; dialing again");
         } else {
             warn!(coordinator = c, "the link to coordinator {c} broke; dialing again");
-        }
-        // What the executors send meanwhile to this coordinator is lost with the link.
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
-            () = node.stopped() => return,
         }
     }
 }
@@ -1651,13 +1676,23 @@ async fn write_to_coordinators(
     from_executors: &mut mpsc::Receiver<Outgoing>,
     events: &mut mpsc::Receiver<OutboxEvent>,
 ) {
+    // The node machine's clock runs from the start (its redials are due before any link is
+    // up); what the executors send waits in their queue until the first link is up (a load
+    // report must not be lost to a link not yet made).
+    let mut first = node.first_link.subscribe();
+    let mut linked = *first.borrow();
+    // Woken at the node machine's next deadline (a heartbeat, a redial), and at least every
+    // heartbeat period.
     let period = Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1));
-    let mut heartbeat = tokio::time::interval(period);
-    heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_beat = Instant::now();
+    let wake = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(wake);
     loop {
         let effects: Vec<NodeEffect> = tokio::select! {
-            m = from_executors.recv() => match m {
+            up = first.changed(), if !linked => {
+                linked = up.is_err() || *first.borrow();
+                continue;
+            }
+            m = from_executors.recv(), if linked => match m {
                 // A message of an executor not yet told the link came back: lost with the link.
                 Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
                 Some((_, emitted)) => node.machine().on_emit(emitted, micros(node)),
@@ -1668,15 +1703,20 @@ async fn write_to_coordinators(
                 Some(OutboxEvent::Effects(effects)) => effects,
                 None => return,
             },
-            _ = heartbeat.tick() => {
-                let late = last_beat.elapsed().saturating_sub(period);
-                last_beat = Instant::now();
+            () = &mut wake => {
+                let late = wake.deadline().elapsed();
                 if late >= SLOW_WORK {
                     // The coordinators hear nothing from this node meanwhile.
-                    warn!(ms = late.as_millis() as u64, "the node's writer was held up past a heartbeat (a link's queue full, or its threads starved)");
+                    warn!(ms = late.as_millis() as u64, "the node's writer was held up past its deadline (a link's queue full, or its threads starved)");
                 }
                 let applied = |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
-                node.machine().tick(micros(node), applied)
+                let now = micros(node);
+                let mut machine = node.machine();
+                let effects = machine.tick(now, applied);
+                let next = Duration::from_micros(machine.next_deadline_us().saturating_sub(now)).min(period);
+                drop(machine);
+                wake.as_mut().reset(tokio::time::Instant::now() + next);
+                effects
             }
         };
         perform(node, effects).await;
@@ -1715,12 +1755,14 @@ async fn perform(node: &Node, effects: Vec<NodeEffect>) {
             NodeEffect::NotHeld { partition, name } => {
                 warn!(partition, message = name, "message for a partition this node does not hold; ignored")
             }
-            // Carried by the reader (rejoins) and the link tasks (which dial again by
-            // themselves, CONNECT_RETRY_MS after a link broke).
-            NodeEffect::Rejoin { .. }
-            | NodeEffect::ToPartition { .. }
-            | NodeEffect::Dial { .. }
-            | NodeEffect::RejoinAll => {}
+            NodeEffect::Dial { coordinator } => {
+                // The link's task waits for this (a stored permit if it is still dialing).
+                if let Some(due) = node.dial_due.get(&coordinator) {
+                    due.notify_one();
+                }
+            }
+            // Carried by the reader (rejoins) and the link task (a link that came back).
+            NodeEffect::Rejoin { .. } | NodeEffect::ToPartition { .. } | NodeEffect::RejoinAll => {}
         }
     }
 }
@@ -1793,7 +1835,7 @@ fn publish_gates(node: &Node) {
 async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
     let Some(address) = node.config.node(peer).map(|n| n.address.clone()) else { return };
     let what = format!("nodes[{peer}].address");
-    let Some(link) = dial(&node, wire::tls::Role::Node(peer), &what, &address).await else { return };
+    let Some(link) = dial_backup(&node, peer, &what, &address).await else { return };
     info!(backup = peer, %address, "shipping to backup");
     let (mut sender, mut receiver) = link.split();
     let events = node.events.clone();

@@ -376,6 +376,14 @@ impl<R> PartitionMachine<R> {
         }
     }
 
+    /// Whether this replica drops its state and rejoins when the leader's membership leaves
+    /// it out (`NodeEffect::Rejoin`): only if it serves — one already rejoining or catching
+    /// up goes on with the rejoin it began. The node process and the simulator both ask here
+    /// (docs/design.md §14).
+    pub fn rejoins_when_left_out(&self) -> bool {
+        matches!(self.state, State::Serving(_))
+    }
+
     pub fn standing(&self) -> Standing {
         match &self.state {
             State::Serving(_) => Standing::Serving,
@@ -420,11 +428,8 @@ impl<R> PartitionMachine<R> {
         match asked {
             Asked::Snapshot { after_seq } => !parked && after_seq <= replica.applied_seq(),
             Asked::Digest => !parked,
-            Asked::LogBase { after_seq } => {
-                replica.role() == ReplicaRole::Backup
-                    || replica.stopped().is_some()
-                    || replica.log_base().is_some_and(|b| b.seq >= after_seq)
-            }
+            // Served or refused now; asked again once the base is recent enough.
+            Asked::LogBase { after_seq } => !matches!(replica.log_base_for(after_seq), Ok(None)),
             Asked::Other => true,
         }
     }

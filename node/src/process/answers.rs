@@ -72,11 +72,16 @@ impl Executor {
         let refuse = |why: &str| {
             self.reply_to(reply, PeerReply::LogBaseChunk(snapshot::log_base_refusal(request_id, partition, why)))
         };
-        let base = replica.log_base().filter(|b| b.seq >= after_seq && replica.stopped().is_none()).cloned();
-        let Some(base) = base else {
-            return refuse(
-                "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup",
-            );
+        let base = match replica.log_base_for(after_seq) {
+            Ok(Some(base)) => base.clone(),
+            Err(why) => return refuse(why),
+            // The executor defers the request until the base is recent enough
+            // (`PartitionMachine::can_answer`); a replica that is no primary never has one.
+            Ok(None) => {
+                return refuse(
+                    "no log base here: this replica is not a full-stack primary told to ship to a rejoining backup",
+                )
+            }
         };
         // The log generation and the checkpoint are read on the sending thread, not here:
         // the executor goes on with its batches (docs/design.md §10, "Copying without

@@ -84,6 +84,21 @@ impl ReplicaRole {
         }
     }
 
+    /// The role node `node`'s replica of `partition` starts in, when its process starts:
+    /// one that loads takes the role the file gives it ([`ReplicaRole::of`]); one that comes
+    /// back (`restarted`: `--rejoin`, or `--join`) is never a primary — the partition went on
+    /// without it, under a promoted backup (docs/design.md §10) — and a replica the file does
+    /// not place here (`joined`: `--join`) starts as a backup in the passive modes. The node
+    /// process and the simulator both start replicas here.
+    pub fn at_start(mode: Mode, partition: &PartitionConfig, node: NodeId, restarted: bool, joined: bool) -> ReplicaRole {
+        match ReplicaRole::of(mode, partition, node) {
+            _ if joined && mode.is_passive() => ReplicaRole::Backup,
+            _ if joined => ReplicaRole::Replica,
+            ReplicaRole::Primary if restarted => ReplicaRole::Backup,
+            r => r,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ReplicaRole::Replica => "replica",

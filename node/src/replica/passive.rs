@@ -242,6 +242,23 @@ impl Replica {
         }
     }
 
+    /// How this replica answers a rejoining backup asking for a log base as of batch
+    /// `after_seq` or later: served (`Ok(Some)`), asked again once it has one that recent
+    /// (`Ok(None)`: a primary told to ship to the backup takes its base when the
+    /// coordinator's `ShipTo` reaches it), or refused, saying why (a backup or a stopped
+    /// replica never will have one). The node process and the simulator both answer here
+    /// (docs/design.md §14).
+    pub fn log_base_for(&self, after_seq: Seq) -> Result<Option<&LogBaseSource>, &'static str> {
+        if self.stopped().is_some() {
+            return Err("the replica is stopped");
+        }
+        match &self.role {
+            Role::Backup { .. } => Err("a backup has no log base"),
+            Role::Primary { log_base, .. } => Ok(log_base.as_ref().filter(|b| b.seq >= after_seq)),
+            Role::Replica(_) => Ok(None),
+        }
+    }
+
     /// A backup whose primary failed takes over: it has applied every shipment it received
     /// (they are applied in order as they arrive); it executes from the first batch no
     /// client was answered for, or after what it applied. Shipments held ahead of a gap are
