@@ -434,7 +434,14 @@ impl Carrier {
                 MemberOutput::ToClient { client, msg } => links.to_client(client, msg),
                 MemberOutput::Event(e) => {
                     links.event(&e);
-                    if let Event::NodeDown { node, .. } = e {
+                    let keep = |d: &Detection| {
+                        wire::plant::planted(wire::plant::Plant::KeepFailedNodeLinked)
+                            && !matches!(d, Detection::Lagging { .. })
+                    };
+                    if let Event::NodeDown { node, ref detection, .. } = e {
+                        if keep(detection) {
+                            continue;
+                        }
                         // Failed is final for this process of the node: its link ends now, so
                         // nothing more is held for it and a live but excluded process learns
                         // it was excluded (it comes back by a restart with --rejoin).

@@ -450,6 +450,9 @@ struct SimNode {
 struct CoordLink {
     id: u64,
     alive: bool,
+    /// The coordinator declared the node failed while this link was up (its carrier then
+    /// closes it at once: [`Sim::is_failed_but_linked`]).
+    declared_failed: bool,
 }
 
 /// One simulated coordinator process: its real [`Carrier`] — the process's own, with its
@@ -595,13 +598,7 @@ fn roles(config: &ClusterConfig, node: NodeId, restarted: bool) -> Vec<(Partitio
         .partitions
         .iter()
         .filter(|p| p.replicas.contains(&node))
-        .map(|p| {
-            let role = match ReplicaRole::of(mode, p, node) {
-                ReplicaRole::Primary if restarted => ReplicaRole::Backup,
-                r => r,
-            };
-            (p.id, role)
-        })
+        .map(|p| (p.id, ReplicaRole::at_start(mode, p, node, restarted, false)))
         .collect()
 }
 
@@ -641,7 +638,7 @@ impl Sim {
             for c in config.coordinator_ids() {
                 let first = machine.on_link_up(c, START_US);
                 debug_assert!(first.is_empty(), "a first connection asks nothing");
-                links.insert(c, CoordLink { id: fresh(), alive: true });
+                links.insert(c, CoordLink { id: fresh(), alive: true, declared_failed: false });
             }
             let process = fresh();
             let mut partitions = BTreeMap::new();
@@ -1061,8 +1058,11 @@ impl Sim {
                         self.checker.failed_over.insert(*partition);
                     }
                     match &e {
-                        Event::NodeDown { detection, .. } => {
+                        Event::NodeDown { node, detection, .. } => {
                             self.stats.nodes_down += 1;
+                            if let Some(l) = self.nodes.get_mut(node).and_then(|n| n.links.get_mut(&c)) {
+                                l.declared_failed = l.alive;
+                            }
                             if matches!(detection, coordinator::Detection::Lagging { .. }) {
                                 self.stats.lagging += 1;
                             }
@@ -1461,10 +1461,10 @@ impl Sim {
                 }
             }
             FetchKind::LogBase | FetchKind::BaseBackup => {
-                if r.role() == ReplicaRole::Backup {
-                    return refused("a backup has no log base");
-                }
-                let base = r.log_base().filter(|b| b.seq >= f.after_seq)?.clone();
+                let base = match r.log_base_for(f.after_seq) {
+                    Ok(base) => base?.clone(),
+                    Err(why) => return refused(why),
+                };
                 let (base, image) = match base.read(f.kind == FetchKind::BaseBackup) {
                     Ok(read) => read,
                     Err(e) => return refused(&format!("cannot read the log base: {e}")),
@@ -1732,7 +1732,7 @@ impl Sim {
         }
         let link = self.fresh_id();
         let n = self.node_mut(node);
-        let old = n.links.insert(c, CoordLink { id: link, alive: true }).map(|l| l.id);
+        let old = n.links.insert(c, CoordLink { id: link, alive: true, declared_failed: false }).map(|l| l.id);
         if let Some(old) = old {
             self.net.cut(node, old, None);
         }
@@ -1754,8 +1754,8 @@ impl Sim {
     /// membership left it out).
     fn rejoin_one(&mut self, node: NodeId, partition: PartitionId) {
         let (mode, pending) = (self.mode, self.pending_max);
-        let serving = self.nodes[&node].partitions.get(&partition).is_some_and(|m| m.standing() == Standing::Serving);
-        if !serving {
+        let rejoins = self.nodes[&node].partitions.get(&partition).is_some_and(|m| m.rejoins_when_left_out());
+        if !rejoins {
             return;
         }
         self.trace_line(|| format!("node {node} is left out of p{partition}'s membership: it rejoins"));
@@ -1795,6 +1795,15 @@ impl Sim {
         let n = &self.nodes[&node];
         n.up && self.leader().is_some_and(|(c, _)| n.links.get(&c).is_some_and(|l| !l.alive))
     }
+    /// Whether `node`'s process runs, still on the link the leader declared it failed on,
+    /// while the leader counts it failed: the leader's carrier closes a failed node's link at
+    /// once (docs/design.md §14), so that the process learns it was excluded and rejoins by
+    /// itself; a process left linked would wait for an operator.
+    pub fn is_failed_but_linked(&self, node: NodeId) -> bool {
+        let n = &self.nodes[&node];
+        let linked = |c: CoordinatorId| n.links.get(&c).is_some_and(|l| l.alive && l.declared_failed);
+        n.up && !self.live_at_leader(node) && self.leader().is_some_and(|(c, _)| linked(c))
+    }
     /// Whether `node` may be restarted: the coordinator counts it failed.
     pub fn can_restart(&self, node: NodeId) -> bool {
         self.leader().is_some_and(|(_, c)| !c.is_node_live(node))
@@ -1825,7 +1834,7 @@ impl Sim {
             } else {
                 machine.on_dial_failed(c, now);
             }
-            links.insert(c, CoordLink { id: self.fresh_id(), alive });
+            links.insert(c, CoordLink { id: self.fresh_id(), alive, declared_failed: false });
         }
         let n = self.node_mut(node);
         n.up = true;

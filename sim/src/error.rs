@@ -84,6 +84,10 @@ pub enum SimError {
     /// The cluster did not heal.
     #[error("the cluster did not heal in {rounds} rounds:{}", Described { nodes, coordinator })]
     NotHealed { rounds: usize, nodes: Vec<NodeReport>, coordinator: Vec<PartitionStatus> },
+    /// Node `node`'s process ran, linked to the leader, while the leader counted it failed,
+    /// when the heal looked: nothing would tell it to rejoin.
+    #[error("node {node}'s process is linked to the leader, which counts it failed: it cannot learn it must rejoin")]
+    FailedButLinked { node: NodeId },
     /// A snapshot was asked of a replica that is not lean.
     #[error("simulated replicas are lean")]
     NotLean,

@@ -281,6 +281,9 @@ pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
             if sim.is_full_member(n) {
                 stuck[i] = 0;
             } else if !sim.is_healthy(n) {
+                if sim.is_failed_but_linked(n) {
+                    return Err(SimError::FailedButLinked { node: n });
+                }
                 if sim.can_restart(n) && !sim.is_redialing(n) {
                     sim.restart(n);
                     stuck[i] = 0;

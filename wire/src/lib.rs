@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod error;
 pub mod messages;
 pub mod metrics;
+pub mod plant;
 pub mod record;
 pub mod samples;
 pub mod tether;

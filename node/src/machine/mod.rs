@@ -472,7 +472,7 @@ impl NodeMachine {
         let mut out = Vec::new();
         for (&coordinator, link) in self.links.iter_mut() {
             if let LinkState::Down { since_us, redial_at_us } = link.state {
-                if now_us >= redial_at_us {
+                if now_us >= redial_at_us && !wire::plant::planted(wire::plant::Plant::NoRedial) {
                     link.state = LinkState::Down { since_us, redial_at_us: u64::MAX };
                     out.push(NodeEffect::Dial { coordinator });
                 }

@@ -1,0 +1,59 @@
+//! Planted divergences (docs/design.md §14): each test switches one protocol rule off — a
+//! rule that once lived in only one of the two carriers and now lives in the machine or
+//! carrier code that the processes and the simulator both run — and shows that the
+//! simulator then fails a seed that passes with the rule in place. A rule the simulator did
+//! not run could be switched off without any seed noticing.
+//!
+//! The plants are thread-local (`wire::plant`) and a seed runs on the calling thread, so
+//! these tests do not disturb one another.
+
+use sim::{run_seed, SimOptions};
+use wire::config::Mode;
+use wire::plant::{plant, Plant};
+
+/// Seeds tried, at most, before a planted rule must have made one fail.
+const SEEDS_MAX: u64 = 200;
+
+/// The first of seeds `1..=SEEDS_MAX` that fails with `rule` switched off, and why; that seed
+/// must pass with the rule in place.
+fn first_failure(rule: Plant, opts: &SimOptions) -> (u64, String) {
+    for seed in 1..=SEEDS_MAX {
+        let failed = {
+            let _planted = plant(rule);
+            run_seed(seed, opts).err()
+        };
+        if let Some(f) = failed {
+            if let Err(e) = run_seed(seed, opts) {
+                panic!("seed {seed} fails with every rule in place too: {}", e.reason);
+            }
+            return (seed, f.reason);
+        }
+    }
+    panic!("{rule:?}: no seed of 1..={SEEDS_MAX} failed; the simulator does not run this rule");
+}
+
+/// The node machine decides when a node dials a coordinator again (`NodeEffect::Dial`); the
+/// node process once redialled on a timer of its own. Without the machine's redial, a node
+/// whose link broke never comes back and the cluster does not heal.
+#[test]
+fn a_node_machine_that_never_redials_fails_the_simulator() {
+    for coordinators in [1, 3] {
+        let opts = SimOptions { coordinators, mode: Mode::ActiveActive, ..SimOptions::default() };
+        let (seed, reason) = first_failure(Plant::NoRedial, &opts);
+        eprintln!("no redial, {coordinators} coordinator(s): seed {seed} fails: {reason}");
+    }
+}
+
+/// The coordinator's carrier closes the link of every node it declares failed, so a live
+/// but excluded node learns it was excluded and rejoins by itself; the simulator once closed
+/// only a lagging node's link. With the rule switched off, the heal finds a live process
+/// still on the link it was declared failed on (`SimError::FailedButLinked`). Live nodes are
+/// declared failed most often in active-passive (a backup silent while it catches up).
+#[test]
+fn a_carrier_that_keeps_a_failed_node_linked_fails_the_simulator() {
+    for coordinators in [1, 3] {
+        let opts = SimOptions { coordinators, mode: Mode::ActivePassive, ..SimOptions::default() };
+        let (seed, reason) = first_failure(Plant::KeepFailedNodeLinked, &opts);
+        eprintln!("failed node kept linked, {coordinators} coordinator(s): seed {seed} fails: {reason}");
+    }
+}
