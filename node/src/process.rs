@@ -1341,7 +1341,13 @@ enum DialFailure {
 
 /// One attempt to dial `address` (the coordinator's or a peer node's); `attempt` counts the
 /// failed ones before it, so that only every [`CONNECT_RETRIES_PER_LOG`]th is logged.
-async fn dial_once(node: &Node, peer: wire::tls::Role, what: &str, address: &str, attempt: u32) -> Result<Link, DialFailure> {
+async fn dial_once(
+    node: &Node,
+    peer: wire::tls::Role,
+    what: &str,
+    address: &str,
+    attempt: u32,
+) -> Result<Link, DialFailure> {
     let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
     let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
         Ok(t) => t,

@@ -90,7 +90,13 @@ impl ReplicaRole {
     /// without it, under a promoted backup (docs/design.md §10) — and a replica the file does
     /// not place here (`joined`: `--join`) starts as a backup in the passive modes. The node
     /// process and the simulator both start replicas here.
-    pub fn at_start(mode: Mode, partition: &PartitionConfig, node: NodeId, restarted: bool, joined: bool) -> ReplicaRole {
+    pub fn at_start(
+        mode: Mode,
+        partition: &PartitionConfig,
+        node: NodeId,
+        restarted: bool,
+        joined: bool,
+    ) -> ReplicaRole {
         match ReplicaRole::of(mode, partition, node) {
             _ if joined && mode.is_passive() => ReplicaRole::Backup,
             _ if joined => ReplicaRole::Replica,

@@ -1,0 +1,103 @@
+//! The nodes' liveness tethers ([`wire::tether`]): each node also holds a TCP connection to
+//! this coordinator's address (the TCP port of the QUIC socket's number), keyed to its QUIC
+//! link, which the kernel closes the moment the node's process ends — SIGKILL included — where
+//! a dead process's UDP socket says nothing. A second listener takes them: at most
+//! [`TETHERS_READING_MAX`] headers are read at once, each within [`TETHER_HEADER_TIMEOUT`].
+//!
+//! Guarantees: a header whose key is not that of the node's current link is refused; an
+//! accepted tether is watched until it ends (the node is then lost:
+//! `Detection::ConnectionLost`, its link closed at once) or its link is forgotten. Without the
+//! listener (its port taken) nodes are still detected by their heartbeats.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tracing::{debug, warn};
+use wire::tether;
+
+use super::{CoreEvent, TETHERS_READING_MAX, TETHER_HEADER_TIMEOUT, TETHER_RETRY};
+
+/// Accepts the nodes' liveness tethers ([`wire::tether`]) until the coordinator stops; at
+/// most [`TETHERS_READING_MAX`] are read at once.
+pub(super) async fn tether_accept_loop(
+    listener: tokio::net::TcpListener,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let reading = Arc::new(Semaphore::new(TETHERS_READING_MAX));
+    loop {
+        let permit = tokio::select! {
+            p = reading.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => return,
+            },
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        match accepted {
+            Ok((stream, from)) => {
+                tokio::spawn(tether_connection(stream, from, permit, core.clone(), stopping.clone()));
+            }
+            Err(e) => {
+                debug!(error = %e, "cannot accept a liveness tether");
+                // (Out of file descriptors, say: do not spin.)
+                tokio::time::sleep(TETHER_RETRY).await;
+            }
+        }
+    }
+}
+
+/// One liveness tether: its header read (holding `permit`) and matched to its node's current
+/// link, then watched until it ends — the node is lost — or the core forgets that link, or
+/// the coordinator stops.
+async fn tether_connection(
+    mut stream: tokio::net::TcpStream,
+    from: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    core: mpsc::Sender<CoreEvent>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let deadline = tokio::time::Instant::now() + TETHER_HEADER_TIMEOUT;
+    let header = match tether::read_header(&mut stream, TETHER_HEADER_TIMEOUT).await {
+        Ok(h) => h,
+        Err(e) => {
+            debug!(%from, error = %e, "a TCP connection that is no liveness tether; dropped");
+            return;
+        }
+    };
+    let node = header.node;
+    // The node opens its tether once its link is up, which the core may learn a moment later.
+    let (conn, mut forgotten) = loop {
+        let (reply, answer) = oneshot::channel();
+        if core.send(CoreEvent::Tether { node, key: header.key, reply }).await.is_err() {
+            return;
+        }
+        if let Ok(Some(accepted)) = answer.await {
+            break accepted;
+        }
+        if tokio::time::Instant::now() + TETHER_RETRY > deadline {
+            debug!(node, %from, "a liveness tether matching no current link of the node; dropped");
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(TETHER_RETRY) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    };
+    drop(permit);
+    let cut = tokio::select! {
+        cut = tether::cut(&mut stream) => cut,
+        _ = &mut forgotten => return,
+        _ = stopping.wait_for(|s| *s) => return,
+    };
+    match cut.how() {
+        Some(how) => {
+            let _ = core.send(CoreEvent::TetherCut { node, conn, how }).await;
+        }
+        None => warn!(node, "the node wrote on its liveness tether, which it must not; no longer watched"),
+    }
+}
