@@ -1,0 +1,153 @@
+//! Passive modes, at a primary: the links to its backup nodes. The writer task sends each
+//! batch's shipment (encoded once) to a link per backup node, which the node dials and keeps;
+//! the partition's [`ShipGate`] holds the results until the backups acknowledged them
+//! (`shipping = "sync"`) and measures their lag. A backup whose link cannot take
+//! [`PEER_OUTBOX_MAX`] more shipments is dropped from shipping (logged) rather than let the
+//! writer — and the node's heartbeats — wait for it.
+//!
+//! Guarantees: queuing a shipment never waits (a backup whose queue is full or whose link is
+//! gone is dropped from shipping instead); a backup's acknowledgements reach the writer task,
+//! in the order the backup sent them; a backup is dialed, again every [`CONNECT_RETRY_MS`],
+//! until it answers, refuses this node or the node stops.
+//!
+//! [`ShipGate`]: crate::shipping::ShipGate
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+use wire::channel::{ChannelMessage, PeerReply, PeerRequest};
+use wire::endpoint::Link;
+use wire::messages::{NodeId, Shipment};
+
+use super::coordinator_links::{dial_once, DialFailure};
+use super::{Node, OutboxEvent, CONNECT_RETRY_MS, PEER_OUTBOX_MAX};
+
+/// Dials backup node `address`, retrying every [`CONNECT_RETRY_MS`] until it answers, refuses
+/// this node (`None`) or the node stops. (Coordinators are dialed when the node machine says
+/// so: `coordinator_links::coordinator_link`.)
+async fn dial_backup(node: &Node, peer: NodeId, what: &str, address: &str) -> Option<Link> {
+    let mut attempt = 0u32;
+    loop {
+        match dial_once(node, wire::tls::Role::Node(peer), what, address, attempt).await {
+            Ok(link) => return Some(link),
+            Err(DialFailure::Refused | DialFailure::Stopped) => return None,
+            Err(DialFailure::Unreachable) => attempt = attempt.wrapping_add(1),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
+            () = node.stopped() => return None,
+        }
+    }
+}
+
+/// Queues an encoded shipment for each of `backups`; returns those whose queue is full or
+/// whose link task ended (the machine drops them from shipping), and how many shipments
+/// each of the others' queue holds now.
+pub(super) fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> (Vec<NodeId>, Vec<(NodeId, usize)>) {
+    let (partition, seq) = (shipment.partition, shipment.seq);
+    let frame = match wire::codec::encode(&PeerRequest::Ship(shipment), node.config.limits.frame_bytes_max as usize) {
+        Ok(frame) => Arc::new(frame),
+        Err(e) => {
+            error!(partition, seq, error = %e, "cannot encode a shipment; backups dropped");
+            return (backups.to_vec(), Vec::new());
+        }
+    };
+    let peers = node.peers.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut lost, mut queued) = (Vec::new(), Vec::new());
+    let mut sent = 0u64;
+    for &backup in backups {
+        let peer = peers.get(&backup);
+        match peer.map(|p| p.try_send(frame.clone())) {
+            Some(Ok(())) => {
+                sent += 1;
+                queued.extend(peer.map(|p| (backup, p.max_capacity() - p.capacity())));
+            }
+            Some(Err(mpsc::error::TrySendError::Full(_))) => {
+                error!(partition, backup, limit = PEER_OUTBOX_MAX, "backup too far behind; no longer shipped to");
+                lost.push(backup);
+            }
+            _ => {
+                error!(partition, backup, "the link to the backup is gone; no longer shipped to");
+                lost.push(backup);
+            }
+        }
+    }
+    if let Some(r) = node.replicas.get(&partition) {
+        r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
+    }
+    (lost, queued)
+}
+
+/// A new link to backup node `backup` (replacing any older one).
+pub(super) fn open_peer(node: &Node, backup: NodeId) {
+    let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
+    node.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(backup, tx);
+    let Some(me) = node.me.upgrade() else { return };
+    tokio::spawn(peer_link(me, backup, rx));
+}
+
+/// Copies the gates' lag figures to their replicas' shared state.
+pub(super) fn publish_gates(node: &Node) {
+    let machine = node.machine();
+    for (&partition, r) in &node.replicas {
+        // No gate (no longer a primary, or its backups dropped): nothing lags behind it now.
+        let st = machine.gate_stats(partition).unwrap_or_default();
+        r.shared.acks.store(st.acks, Ordering::Relaxed);
+        r.shared.ack_delay_us_sum.store(st.ack_delay_us_sum, Ordering::Relaxed);
+        r.shared.ack_delay_us_max.store(st.ack_delay_us_max, Ordering::Relaxed);
+    }
+}
+
+/// The link to backup node `peer`: dials it, sends the shipments queued on `rx`, and hands
+/// its acknowledgements to the writer task.
+async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
+    let Some(address) = node.config.node(peer).map(|n| n.address.clone()) else { return };
+    let what = format!("nodes[{peer}].address");
+    let Some(link) = dial_backup(&node, peer, &what, &address).await else { return };
+    info!(backup = peer, %address, "shipping to backup");
+    let (mut sender, mut receiver) = link.split();
+    let events = node.events.clone();
+    let reader = tokio::spawn(async move {
+        loop {
+            match receiver.recv::<PeerReply>().await {
+                Ok(Some(PeerReply::ShipAck { partition, seq })) => {
+                    if events.send(OutboxEvent::Ack { from: peer, partition, seq }).await.is_err() {
+                        return;
+                    }
+                }
+                // This link asks for no transfer.
+                Ok(Some(reply @ (PeerReply::SnapshotChunk(_) | PeerReply::LogBaseChunk(_)))) => {
+                    warn!(backup = peer, message = reply.name(), "a backup sent a transfer piece unasked; ignored")
+                }
+                Ok(None) => return,
+                Err(e) if e.is_protocol_violation() => {
+                    warn!(backup = peer, error = %e, "the backup broke the protocol; its link is closed");
+                    return;
+                }
+                Err(e) => {
+                    debug!(backup = peer, error = %e, "the link to the backup ended");
+                    return;
+                }
+            }
+        }
+    });
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+            () = node.stopped() => break,
+        };
+        if let Err(e) = sender.send_encoded(&frame).await {
+            if !*node.stopping.borrow() {
+                error!(backup = peer, error = %e, "the link to the backup failed");
+            }
+            break;
+        }
+    }
+    reader.abort();
+}

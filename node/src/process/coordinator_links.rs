@@ -1,0 +1,472 @@
+//! The node's links to the coordinators (docs/design.md §11):
+//! - the node keeps a link to every coordinator of `cluster.toml`, dialing each when its
+//!   [`NodeMachine`] says so (at start, and [`CONNECT_RETRY_MS`] after a failed dial or a
+//!   broken link: `NodeEffect::Dial`, the same decision the simulator runs; docs/design.md
+//!   §14): a reader task per link routes the coordinator's batches to the executors' inboxes
+//!   (awaiting room: backpressure reaches the coordinator through QUIC flow control), and one
+//!   writer task sends the executors' results, load progress and the machine's heartbeats
+//!   (every `timeouts.heartbeat_ms`, also while loading) to the leader. A link that comes
+//!   back to the leader that counted this node failed makes every partition rejoin, as a
+//!   node restarted with `--rejoin` does: it copies its partitions from live replicas
+//!   (docs/design.md, "Failure and recovery");
+//! - beside each coordinator link the node holds a liveness tether ([`wire::tether`]): a TCP
+//!   connection to that coordinator's address, keyed to the link, which it never writes to
+//!   after its header and drops when the link ends — and which the kernel closes the moment
+//!   this process ends, SIGKILL included, so the coordinator learns of a death within a round
+//!   trip rather than after `failure_timeout_ms` of silence. Opening it is a spawned task
+//!   that never holds up the link; a coordinator that does not take it (an older build, its
+//!   port taken) still has the heartbeats.
+//!
+//! Guarantees: what an executor sent before a link came back (under an older link epoch) is
+//! dropped, never sent on the new link; a message for a coordinator whose link is down is
+//! dropped, as the node machine expects; a coordinator that refuses this node stops it; a
+//! stopping node closes each link with `CLOSE_NORMAL`.
+//!
+//! [`NodeMachine`]: crate::machine::NodeMachine
+//! [`CONNECT_RETRY_MS`]: super::CONNECT_RETRY_MS
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, error, info, warn};
+use wire::channel::{CoordinatorToNode, Epoched, FromCoordinator, NodeToCoordinator};
+use wire::config::split_address;
+use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
+use wire::messages::{CoordinatorId, NodeId, PartitionId};
+
+use super::backup_links::{open_peer, publish_gates, ship};
+use super::{
+    LinkOutbox, Node, OutboxEvent, Outgoing, Work, CONNECT_RETRIES_PER_LOG, LINK_OUTBOX_MAX, PEER_OUTBOX_MAX,
+    SLOW_WORK, TETHER_OPEN_TIMEOUT, TETHER_STOP_LINGER,
+};
+use crate::machine::NodeEffect;
+
+/// Why one attempt to dial a coordinator or a peer node made no link.
+#[derive(Debug)]
+pub(super) enum DialFailure {
+    /// The peer refused this node (its certificate, identity or hello): dialing again
+    /// cannot help.
+    Refused,
+    /// Not reachable (yet): the address does not resolve, or the handshake failed.
+    Unreachable,
+    /// The node is stopping.
+    Stopped,
+}
+
+/// One attempt to dial `address` (the coordinator's or a peer node's); `attempt` counts the
+/// failed ones before it, so that only every [`CONNECT_RETRIES_PER_LOG`]th is logged.
+pub(super) async fn dial_once(
+    node: &Node,
+    peer: wire::tls::Role,
+    what: &str,
+    address: &str,
+    attempt: u32,
+) -> Result<Link, DialFailure> {
+    let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
+    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
+        Ok(t) => t,
+        Err(e) => {
+            error!(error = %e, peer = what, "cannot read the node's certificates; not connecting");
+            return Err(DialFailure::Refused);
+        }
+    };
+    let log = attempt % CONNECT_RETRIES_PER_LOG == 0;
+    let addr = match wire::config::resolve(what, address) {
+        Ok(a) => a,
+        Err(e) => {
+            if log {
+                warn!(error = %e, peer = what, "cannot resolve the address; retrying");
+            }
+            return Err(DialFailure::Unreachable);
+        }
+    };
+    let limits = match peer {
+        wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
+        _ => EndpointLimits::from_config(&node.config),
+    };
+    let connect = endpoint::connect_to(peer, addr, &server_name, tls, node.hello(), limits);
+    tokio::select! {
+        r = connect => match r {
+            Ok(link) => Ok(link),
+            Err(e @ (EndpointError::HelloRefused { .. }
+            | EndpointError::HelloRejected { .. }
+            | EndpointError::CertificateRefused { .. }
+            | EndpointError::PeerCertificateInvalid { .. }
+            | EndpointError::IdentityRefused { .. }
+            | EndpointError::IdentityMismatch { .. }
+            | EndpointError::WrongPeer { .. })) => {
+                error!(peer = what, %address, error = %e, "refused this node");
+                Err(DialFailure::Refused)
+            }
+            Err(e) => {
+                if log {
+                    info!(peer = what, %address, error = %e, "not reachable yet; retrying");
+                }
+                Err(DialFailure::Unreachable)
+            }
+        },
+        () = node.stopped() => Err(DialFailure::Stopped),
+    }
+}
+
+/// Keeps a link to every coordinator of `cluster.toml` (the node machine says which leads;
+/// docs/design.md §11), and the writer task that sends through them: the executors' messages
+/// (through the node machine's ship gates), backups' acknowledgements and heartbeats.
+pub(super) async fn coordinator_links(
+    node: Arc<Node>,
+    mut from_executors: mpsc::Receiver<Outgoing>,
+    mut events: mpsc::Receiver<OutboxEvent>,
+) {
+    // Dropped (and every link task with it) when this task ends or is aborted.
+    let mut links = tokio::task::JoinSet::new();
+    for c in node.config.coordinator_ids() {
+        links.spawn(coordinator_link(node.clone(), c));
+    }
+    tokio::select! {
+        () = write_to_coordinators(&node, &mut from_executors, &mut events) => {}
+        () = node.stopped() => {
+            // Each link task closes its link (CLOSE_NORMAL) and ends.
+            while links.join_next().await.is_some() {}
+        }
+    }
+}
+
+/// Carries coordinator `c`'s link: dials it at once, then each time the node machine says
+/// so (`NodeEffect::Dial`, [`CONNECT_RETRY_MS`] after a failed dial or a broken link —
+/// docs/design.md §14: the machine decides, the simulator runs the same decision), and
+/// while it is up carries the coordinator's messages in, through the node machine, and what
+/// the writer task queued out. A node whose only coordinator's link came back rejoins every
+/// partition (`NodeMachine::on_link_up`); with several coordinators, the leader's membership
+/// says which replicas rejoin. A coordinator that refuses this node stops it.
+///
+/// [`CONNECT_RETRY_MS`]: super::CONNECT_RETRY_MS
+async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
+    let Some(address) = node.config.coordinator_by_id(c).map(|x| x.address.clone()) else { return };
+    let Some(dial_due) = node.dial_due.get(&c) else { return };
+    let field = format!("the address of coordinator {c}");
+    let mut conn = 0u64;
+    let mut failed = 0u32;
+    let mut due = true;
+    loop {
+        if !due {
+            tokio::select! {
+                () = dial_due.notified() => {}
+                () = node.stopped() => return,
+            }
+        }
+        due = false;
+        let link = match dial_once(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address, failed).await {
+            Ok(link) => link,
+            Err(DialFailure::Unreachable) => {
+                failed = failed.wrapping_add(1);
+                node.machine().on_dial_failed(c, micros(&node));
+                continue;
+            }
+            Err(DialFailure::Stopped) => return,
+            Err(DialFailure::Refused) => {
+                if !*node.stopping.borrow() {
+                    node.stop(&format!("refused by coordinator {c}"));
+                }
+                return;
+            }
+        };
+        failed = 0;
+        conn += 1;
+        info!(coordinator = c, %address, "joined coordinator {c}");
+        // Dropped when this link ends, and the tether with it.
+        let (tether_held, link_ended) = tokio::sync::oneshot::channel::<()>();
+        match link.tether_key() {
+            Some(key) => {
+                let tether = hold_tether(node.id, c, link.remote_address(), key, link_ended, node.stopping.subscribe());
+                tokio::spawn(tether);
+            }
+            None => debug!(coordinator = c, "the link's TLS session exports no key; no liveness tether"),
+        }
+        let (mut sender, mut receiver) = link.split();
+        let (out, out_rx) = mpsc::channel(LINK_OUTBOX_MAX);
+        node.links.lock().unwrap_or_else(|e| e.into_inner()).insert(c, LinkOutbox { conn, out });
+        let effects = node.machine().on_link_up(c, micros(&node));
+        let rejoin = effects.contains(&NodeEffect::RejoinAll);
+        if rejoin {
+            let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+            warn!(epoch, "the coordinator link is back; every partition rejoins");
+        }
+        node.first_link.send_replace(true);
+        let stopped = tokio::select! {
+            () = read_from_coordinator(&node, c, &mut receiver, rejoin) => false,
+            () = send_queued(&node, c, &mut sender, out_rx) => false,
+            () = node.stopped() => true,
+        };
+        if stopped {
+            // A clean stop: the coordinator reads a death notice (`LinkEnd::ClosedByPeer`),
+            // not a lost link. The tether outlives the close (see `hold_tether`).
+            sender.close(endpoint::CLOSE_NORMAL, "the node is shutting down");
+            drop(tether_held);
+            return;
+        }
+        drop(tether_held);
+        {
+            let mut links = node.links.lock().unwrap_or_else(|e| e.into_inner());
+            if links.get(&c).is_some_and(|l| l.conn == conn) {
+                links.remove(&c);
+            }
+        }
+        if *node.stopping.borrow() {
+            return;
+        }
+        // What the executors send meanwhile to this coordinator is lost with the link.
+        let leader = node.machine().leader() == Some(c);
+        node.machine().on_link_lost(c, micros(&node));
+        if leader {
+            error!(coordinator = c, "the link to the leading coordinator broke; dialing again");
+        } else {
+            warn!(coordinator = c, "the link to coordinator {c} broke; dialing again");
+        }
+    }
+}
+
+/// Node `me`'s liveness tether to coordinator `c` at `addr` ([`wire::tether`]), keyed to
+/// the link that just came up: opened, then held — never written to again — until
+/// `link_ended` fires (the link ended) or the coordinator ends it (it refused the tether, or
+/// stopped). A node that is stopping keeps it [`TETHER_STOP_LINGER`] longer: its link's
+/// clean close must reach the coordinator first. Failing to open it costs nothing but the
+/// faster detection (logged at debug).
+async fn hold_tether(
+    me: NodeId,
+    c: CoordinatorId,
+    addr: SocketAddr,
+    key: wire::tether::TetherKey,
+    mut link_ended: tokio::sync::oneshot::Receiver<()>,
+    stopping: watch::Receiver<bool>,
+) {
+    let header = wire::tether::Header { node: me, key };
+    let mut stream = tokio::select! {
+        opened = wire::tether::open(addr, &header, TETHER_OPEN_TIMEOUT) => match opened {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(coordinator = c, error = %e, "no liveness tether; the coordinator relies on heartbeats");
+                return;
+            }
+        },
+        _ = &mut link_ended => return,
+    };
+    debug!(coordinator = c, %addr, "liveness tether up");
+    tokio::select! {
+        cut = wire::tether::cut(&mut stream) => {
+            debug!(coordinator = c, end = ?cut, "the coordinator ended the liveness tether");
+            return;
+        }
+        _ = &mut link_ended => {}
+    }
+    if *stopping.borrow() {
+        // (Dropped sooner if the runtime ends first: the process is ending then.)
+        tokio::time::sleep(TETHER_STOP_LINGER).await;
+    }
+}
+
+/// Sends what the writer task queued for coordinator `c`, until the link breaks.
+async fn send_queued(
+    node: &Node,
+    c: CoordinatorId,
+    sender: &mut wire::endpoint::LinkSender,
+    mut queued: mpsc::Receiver<NodeToCoordinator>,
+) {
+    while let Some(msg) = queued.recv().await {
+        if let Err(e) = sender.send(&msg).await {
+            if !*node.stopping.borrow() {
+                error!(coordinator = c, error = %e, "cannot send to the coordinator; link lost");
+            }
+            return;
+        }
+    }
+}
+
+/// The receiving side of coordinator `c`'s link, until it breaks: each message through the
+/// node machine, to its partition's executor (after, when the only coordinator's link came
+/// back, every executor was told to rejoin).
+async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut endpoint::LinkReceiver, rejoin: bool) {
+    if rejoin {
+        let epoch = node.epoch.load(Ordering::SeqCst);
+        for r in node.replicas.values() {
+            if r.inbox.send(Work::Rejoin { epoch, only_if_serving: false }).await.is_err() {
+                return;
+            }
+        }
+    }
+    loop {
+        let (epoch, msg) = match receiver.recv::<FromCoordinator>().await {
+            Ok(Some(FromCoordinator::Epoched(Epoched { epoch, msg }))) => (epoch, msg),
+            Ok(None) => {
+                if !*node.stopping.borrow() {
+                    warn!(coordinator = c, "the coordinator closed the link");
+                }
+                return;
+            }
+            Err(e) if e.is_protocol_violation() => {
+                warn!(coordinator = c, error = %e, "the coordinator broke the protocol; its link is closed");
+                return;
+            }
+            Err(e) => {
+                if !*node.stopping.borrow() {
+                    warn!(coordinator = c, error = %e, "the coordinator link failed");
+                }
+                return;
+            }
+        };
+        match &msg {
+            CoordinatorToNode::Membership { partition, epoch, live } => {
+                let epoch = wire::channel::control::membership_epoch(*epoch);
+                info!(partition, epoch = %epoch, live = ?live, "membership changed")
+            }
+            CoordinatorToNode::ShipTo { partition, backup } => {
+                info!(partition, backup, "shipping to a rejoining backup")
+            }
+            CoordinatorToNode::PartitionStopped { partition, reason } => {
+                error!(partition, reason = %reason, "the coordinator stopped the partition")
+            }
+            CoordinatorToNode::TakeOver { epoch } => info!(coordinator = c, epoch, "coordinator {c} takes over"),
+            _ => {}
+        }
+        let effects = node.machine().on_coordinator(c, epoch, msg);
+        let mut for_writer = Vec::new();
+        for effect in effects {
+            match effect {
+                NodeEffect::ToPartition { partition, msg } => {
+                    let r = &node.replicas[&partition];
+                    if r.deliver(partition, "coordinator", Work::Coordinator(msg)).await.is_err() {
+                        return;
+                    }
+                }
+                NodeEffect::Rejoin { partition } => {
+                    warn!(partition, "left out of the partition's membership; the replica rejoins");
+                    let epoch = node.epoch.load(Ordering::SeqCst);
+                    let work = Work::Rejoin { epoch, only_if_serving: true };
+                    if let Some(r) = node.replicas.get(&partition) {
+                        if r.inbox.send(work).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                NodeEffect::Shutdown { reason } => {
+                    info!(reason = %reason, "the coordinator shuts the cluster down");
+                    node.stop("the coordinator said so");
+                    return;
+                }
+                NodeEffect::NotHeld { partition, name } => {
+                    warn!(partition, message = name, "message for a partition this node does not hold; ignored")
+                }
+                other => for_writer.push(other),
+            }
+        }
+        if !for_writer.is_empty() && node.events.send(OutboxEvent::Effects(for_writer)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The writer task: executors' messages (results held by the ship gates in sync shipping,
+/// shipments to the backups' links), backups' acknowledgements, and heartbeats, each through
+/// the node machine, to the coordinator links.
+async fn write_to_coordinators(
+    node: &Node,
+    from_executors: &mut mpsc::Receiver<Outgoing>,
+    events: &mut mpsc::Receiver<OutboxEvent>,
+) {
+    // The node machine's clock runs from the start (its redials are due before any link is
+    // up); what the executors send waits in their queue until the first link is up (a load
+    // report must not be lost to a link not yet made).
+    let mut first = node.first_link.subscribe();
+    let mut linked = *first.borrow();
+    // Woken at the node machine's next deadline (a heartbeat, a redial), and at least every
+    // heartbeat period.
+    let period = Duration::from_millis(node.config.timeouts.heartbeat_ms.max(1));
+    let wake = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(wake);
+    loop {
+        let effects: Vec<NodeEffect> = tokio::select! {
+            up = first.changed(), if !linked => {
+                linked = up.is_err() || *first.borrow();
+                continue;
+            }
+            m = from_executors.recv(), if linked => match m {
+                // A message of an executor not yet told the link came back: lost with the link.
+                Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
+                Some((_, emitted)) => node.machine().on_emit(emitted, micros(node)),
+                None => return,
+            },
+            e = events.recv() => match e {
+                Some(OutboxEvent::Ack { from, partition, seq }) => node.machine().on_ack(from, partition, seq, micros(node)),
+                Some(OutboxEvent::Effects(effects)) => effects,
+                None => return,
+            },
+            () = &mut wake => {
+                let late = wake.deadline().elapsed();
+                if late >= SLOW_WORK {
+                    // The coordinators hear nothing from this node meanwhile.
+                    warn!(ms = late.as_millis() as u64, "the node's writer was held up past its deadline (a link's queue full, or its threads starved)");
+                }
+                let applied = |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
+                let now = micros(node);
+                let mut machine = node.machine();
+                let effects = machine.tick(now, applied);
+                let next = Duration::from_micros(machine.next_deadline_us().saturating_sub(now)).min(period);
+                drop(machine);
+                wake.as_mut().reset(tokio::time::Instant::now() + next);
+                effects
+            }
+        };
+        perform(node, effects).await;
+    }
+}
+
+/// Carries out the node machine's effects on the writer's side. A message for a coordinator
+/// whose link is down is dropped (lost with the link, as the node machine expects).
+async fn perform(node: &Node, effects: Vec<NodeEffect>) {
+    let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
+    while let Some(effect) = queue.pop_front() {
+        match effect {
+            NodeEffect::ToCoordinator { coordinator, msg } => {
+                let out = node.links.lock().unwrap_or_else(|e| e.into_inner()).get(&coordinator).map(|l| l.out.clone());
+                if let Some(out) = out {
+                    // An error: the link's task ended (it broke); the message is lost with it.
+                    let _ = out.send(msg).await;
+                }
+            }
+            NodeEffect::Ship { backups, shipment } => {
+                let partition = shipment.partition;
+                let (lost, queued) = ship(node, &backups, shipment);
+                for (backup, n) in queued {
+                    queue.extend(node.machine().on_peer_queue(backup, partition, n, PEER_OUTBOX_MAX, micros(node)));
+                }
+                for backup in lost {
+                    queue.extend(node.machine().on_backup_lost(backup));
+                }
+                publish_gates(node);
+            }
+            NodeEffect::OpenPeer { backup } => open_peer(node, backup),
+            NodeEffect::Shutdown { reason } => {
+                info!(reason = %reason, "the coordinator shuts the cluster down");
+                node.stop("the coordinator said so");
+            }
+            NodeEffect::NotHeld { partition, name } => {
+                warn!(partition, message = name, "message for a partition this node does not hold; ignored")
+            }
+            NodeEffect::Dial { coordinator } => {
+                // The link's task waits for this (a stored permit if it is still dialing).
+                if let Some(due) = node.dial_due.get(&coordinator) {
+                    due.notify_one();
+                }
+            }
+            // Carried by the reader (rejoins) and the link task (a link that came back).
+            NodeEffect::Rejoin { .. } | NodeEffect::ToPartition { .. } | NodeEffect::RejoinAll => {}
+        }
+    }
+}
+
+/// Microseconds since the node started (the node machine's clock).
+fn micros(node: &Node) -> u64 {
+    node.started.elapsed().as_micros() as u64
+}

@@ -1,0 +1,133 @@
+//! An executor's rejoin (docs/design.md §10): the replica's starting state fetched from a
+//! live replica on another node — a copy of it, or a full-stack primary's log base or base
+//! backup — on a thread of its own, so that this node's heartbeats go on; and a full-stack
+//! replica's restart recovery from its own write-ahead log, on the executor thread, timed and
+//! logged.
+//!
+//! Guarantees: a fetch's outcome, a failure included (its thread could not start, the live
+//! replica's node could not be reached, the transfer broke off), comes back to the executor's
+//! inbox as `Work::Fetched`; what follows (installing it, fetching again) is the partition's
+//! machine's to decide.
+
+use std::time::{Duration, Instant};
+
+use tracing::info;
+use wire::channel::PeerChannel;
+use wire::config::{split_address, ClusterConfig};
+use wire::endpoint::{self, EndpointLimits};
+use wire::messages::{NodeId, Seq};
+
+use super::{node_hello, Executor, Storage, Work};
+use crate::error::RejoinError;
+use crate::fullstack::Restart;
+use crate::machine::{FetchKind, Fetched};
+use crate::snapshot;
+
+impl Executor {
+    /// Fetches the starting state of a rejoin from node `source` after `delay_ms`, on a
+    /// thread of its own (so this node's heartbeats go on), its result arriving in this
+    /// executor's inbox.
+    pub(super) fn fetch(&self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64) {
+        let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
+        let shared = self.shared.clone();
+        let inbox = self.self_inbox.clone();
+        let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            let fetch = async move {
+                let mut link = dial_peer(&config, me, source).await?;
+                Ok(match kind {
+                    FetchKind::Copy => {
+                        let mut db = engine::LeanDb::new();
+                        let info = snapshot::snapshot_after::<PeerChannel>(
+                            &mut link,
+                            pid,
+                            after_seq,
+                            &mut db,
+                            &[],
+                            &shared.copy_received_bytes,
+                        )
+                        .await?;
+                        Fetched::Copy { db: Box::new(db), info }
+                    }
+                    FetchKind::LogBase | FetchKind::BaseBackup => {
+                        let image = kind == FetchKind::BaseBackup;
+                        let received = &shared.copy_received_bytes;
+                        Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq, image, received).await?)
+                    }
+                })
+            };
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(RejoinError::Thread)
+                .and_then(|rt| rt.block_on(fetch));
+            let _ = inbox.blocking_send(Work::Fetched { source, fetched: Box::new(result) });
+        });
+        if let Err(e) = spawned {
+            let failed = Box::new(Err(RejoinError::Thread(e)));
+            let _ = self.self_inbox.try_send(Work::Fetched { source, fetched: failed });
+        }
+    }
+
+    /// Restart recovery of this replica's full-stack database (after cutting its log at
+    /// `cut`), timed and logged; why not, if it failed.
+    pub(super) fn restart_recovery(&self, restart: &Restart) -> Result<crate::fullstack::FullStack, RejoinError> {
+        let pid = self.partition.id;
+        let Storage::Full { dir, workers } = &self.storage else {
+            let what = "restart recovery (the lean kernel keeps no log)";
+            return Err(RejoinError::Recovery(crate::error::ReplicaError::Unexpected { what }));
+        };
+        let t0 = Instant::now();
+        match restart {
+            Restart::OwnLog => {
+                info!(partition = pid, dir = %dir.display(), "restart recovery from the write-ahead log")
+            }
+            Restart::FollowBase { cut, start } => info!(
+                partition = pid,
+                dir = %dir.display(),
+                cut = ?Some(cut),
+                base_start_lsn = start,
+                "restart recovery from the write-ahead log, cut to follow the primary's log base"
+            ),
+            Restart::Image(image) => info!(
+                partition = pid,
+                dir = %dir.display(),
+                image_mib = image.len() as f64 / (1 << 20) as f64,
+                "installing the primary's checkpoint image (this node's own log cannot follow its log base)"
+            ),
+        }
+        let medium = engine::conventional::Medium::Dir(dir.clone());
+        let (f, cut) =
+            crate::fullstack::FullStack::restart_on(medium, *workers, restart).map_err(RejoinError::Recovery)?;
+        let r = f.recovery_report();
+        info!(
+            partition = pid,
+            seconds = t0.elapsed().as_secs_f64(),
+            log_records = r.log_records,
+            redone = r.redone,
+            committed_txns = r.winners,
+            rolled_back_txns = r.losers,
+            undone = r.undone,
+            torn_tail = r.truncated_tail,
+            records_cut = cut.map_or(0, |c| c.records_cut),
+            bytes_cut = cut.map_or(0, |c| c.bytes_cut),
+            "recovered from the write-ahead log"
+        );
+        self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).extend(f.worker_schedstats());
+        Ok(f)
+    }
+}
+
+/// A link from node `me` to node `source`, on the peer channel (snapshot and log base
+/// requests).
+async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result<endpoint::Link, RejoinError> {
+    let address = config.node(source).map(|n| n.address.clone()).ok_or(RejoinError::UnknownNode { node: source })?;
+    let server_name = split_address(&address)
+        .map(|(h, _)| h.to_string())
+        .map_err(|problem| RejoinError::Address { node: source, problem })?;
+    let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address)?;
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me))?;
+    let peer = wire::tls::Role::Node(source);
+    let limits = EndpointLimits::from_config(config);
+    Ok(endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), limits).await?)
+}
