@@ -148,9 +148,12 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     // Issue 35, "Checks during traffic": `check` while a client's load runs. The replicas'
     // digests agree at the marked batch and come from copies the executors step between
     // batches, never from a scan of the whole state on the executor.
+    // Long enough to outlast the status and check calls below on a loaded machine (each
+    // status takes a one-second window plus the digests' copies): the test waits for the
+    // traffic's end only after them.
     let traffic = std::process::Command::new(env!("CARGO_BIN_EXE_glass"))
         .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
-        .args(["bench", "--config", cfg, "--duration", "8", "--warmup", "0", "--clients", "2", "--quiet"])
+        .args(["bench", "--config", cfg, "--duration", "20", "--warmup", "0", "--clients", "2", "--quiet"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
