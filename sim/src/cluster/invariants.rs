@@ -3,7 +3,10 @@
 //! checker. Each violation is recorded with the step it was seen at and the invariant's name;
 //! the seed's report names the seed.
 //!
-//! What is checked, and when:
+//! What is checked, and when. The replicas a coordinator counts live for a partition are the
+//! partition's members whose node it counts live (a failed primary stays a member of its
+//! partition's agreement until its backup is promoted; the membership the group records,
+//! `Coordinator::views`, leaves it out).
 //! - **an acknowledged transaction is held** — when a coordinator answers a transaction
 //!   committed, every partition the transaction ran on holds it in at least one of the
 //!   replicas that coordinator counts live for the partition and that serve it: a replica
@@ -28,18 +31,26 @@
 //! - **no replica's timestamp goes backwards** — each replica's results, batch after batch,
 //!   carry ever later timestamps (a replica that rejoins, or a process that restarts, starts
 //!   a new history);
-//! - **at most one primary** — at each step, for each partition and each coordinator that
-//!   leads, at most one replica acts as primary (its process runs, it serves, its role is
-//!   primary, it is not stopped) among those that coordinator counts live;
+//! - **at most one primary per epoch** — at each step, for each partition and each
+//!   coordinator that leads, at most one replica per epoch acts as primary (its process
+//!   runs, it serves, it is not stopped, and its role is primary — or, in the passive modes,
+//!   it executes and ships to no one, as a promoted backup does) among the replicas that
+//!   coordinator counts live for the partition; a replica's epoch is the newest its node
+//!   heard of. Liveness is the partition's, not the node's: a deposed primary the leader
+//!   failed may connect again and count live as a node (it rejoins another partition) while
+//!   its replica acts as primary until the membership that leaves it out arrives (found by
+//!   seeds 2832 and 1501 of the passive modes with three coordinators). And per epoch: a
+//!   leader deposed without knowing it yet still counts replicas whose nodes follow the next
+//!   leader, which may have promoted one of them;
 //! - **a deposed coordinator acknowledges nothing** — a coordinator answers a transaction
 //!   committed or aborted only while its member leads the newest term it knows of.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use coordinator::ClientId;
+use coordinator::{ClientId, Coordinator, PartitionStatus};
 use node::machine::Standing;
 use node::replica::ReplicaRole;
-use wire::messages::{ClientResult, CoordinatorId, NodeId, PartitionId, Results, Seq, Timestamp};
+use wire::messages::{ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, Seq, Timestamp};
 
 use super::Sim;
 use crate::error::Violation;
@@ -60,7 +71,7 @@ impl std::fmt::Display for Invariant {
             Invariant::AcknowledgedHeld => "an acknowledged transaction is held by a live replica",
             Invariant::OneBatchOneResult => "one batch and one result digest per (partition, timestamp, epoch)",
             Invariant::TimestampsForward => "no replica's timestamp goes backwards",
-            Invariant::OnePrimary => "at most one primary per partition per leader",
+            Invariant::OnePrimary => "at most one primary per partition per epoch among a leader's live replicas",
             Invariant::DeposedSilent => "a deposed coordinator acknowledges nothing",
         })
     }
@@ -99,6 +110,19 @@ impl StepChecker {
     pub(super) fn forget(&mut self, node: NodeId, partition: Option<PartitionId>) {
         self.reported.retain(|&(n, _, p), _| n != node || partition.is_some_and(|q| q != p));
     }
+}
+
+/// `coordinator`'s partitions, each with the replicas it counts live, once each: the
+/// partition's members whose node it counts live. (A failed primary stays a member of its
+/// partition's agreement until its backup is promoted, and the membership the group records
+/// leaves it out: `Coordinator::views`; a backup being promoted is listed twice meanwhile.)
+fn counted_live(coordinator: &Coordinator) -> Vec<PartitionStatus> {
+    let mut status = coordinator.status();
+    for s in &mut status {
+        let mut seen = BTreeSet::new();
+        s.live_replicas.retain(|&n| coordinator.is_node_live(n) && seen.insert(n));
+    }
+    status
 }
 
 impl Sim {
@@ -179,7 +203,7 @@ impl Sim {
             return;
         }
         let Some(coordinator) = member.coordinator() else { return };
-        let status = coordinator.status();
+        let status = counted_live(coordinator);
         let partitions: Vec<PartitionId> =
             self.config.partitions.iter().map(|p| p.id).filter(|&p| self.batch_of.contains_key(&(p, ts))).collect();
         let mut broken = Vec::new();
@@ -189,26 +213,7 @@ impl Sim {
                 continue;
             }
             let Some(view) = status.iter().find(|s| s.partition == p) else { continue };
-            // The replicas the coordinator counts live, less those that crashed before they
-            // held it (a failure it has yet to find out): a crash after is a failure the
-            // answer survives, and the crashed replica counts as holding it.
-            let mut live = 0;
-            let mut holders = 0;
-            for id in &view.live_replicas {
-                let Some(n) = self.nodes.get(id) else { continue };
-                let held = if n.up {
-                    let Some(m) = n.partitions.get(&p).filter(|m| m.standing() == Standing::Serving) else { continue };
-                    m.replica().and_then(|r| r.last_ts()).is_some_and(|last| last >= ts)
-                } else {
-                    let held = self.checker.crashed.get(&(*id, n.process, p)).is_some_and(|&last| last >= ts);
-                    if !held {
-                        continue;
-                    }
-                    true
-                };
-                live += 1;
-                holders += usize::from(held);
-            }
+            let (live, holders) = self.held_by_live(&view.live_replicas, p, ts);
             if live > 0 && holders == 0 {
                 broken.push(format!("p{p}: none of its {live} live replicas holds it"));
             }
@@ -222,6 +227,33 @@ impl Sim {
         }
     }
 
+    /// Of `live`, the replicas of `partition` a coordinator counts live, how many count, and
+    /// how many hold timestamp `ts`: a replica counts if it serves, or if its process crashed
+    /// holding it (a failure the coordinator has yet to find out, which the answer
+    /// survives); one that crashed before it held it does not count.
+    fn held_by_live(&self, live: &[NodeId], partition: PartitionId, ts: Timestamp) -> (usize, usize) {
+        let mut counted = 0;
+        let mut holders = 0;
+        for id in live {
+            let Some(n) = self.nodes.get(id) else { continue };
+            let held = if n.up {
+                let Some(m) = n.partitions.get(&partition).filter(|m| m.standing() == Standing::Serving) else {
+                    continue;
+                };
+                m.replica().and_then(|r| r.last_ts()).is_some_and(|last| last >= ts)
+            } else {
+                let held = self.checker.crashed.get(&(*id, n.process, partition)).is_some_and(|&last| last >= ts);
+                if !held {
+                    continue;
+                }
+                true
+            };
+            counted += 1;
+            holders += usize::from(held);
+        }
+        (counted, holders)
+    }
+
     /// The checks of the cluster's state made after every step.
     pub(super) fn check_step(&mut self) {
         let leaders: Vec<CoordinatorId> = self
@@ -230,31 +262,113 @@ impl Sim {
             .filter(|(_, sc)| sc.member().and_then(|m| m.coordinator()).is_some())
             .map(|(&c, _)| c)
             .collect();
+        // In the passive modes a replica that executes and ships to no one — a promoted
+        // backup — is its partition's primary too; in active-active every replica executes.
+        let passive = self.mode.is_passive();
+        let acts_as_primary = |role| role == ReplicaRole::Primary || (passive && role == ReplicaRole::Replica);
         let mut broken = Vec::new();
         for c in leaders {
             let Some(coordinator) = self.coordinators[&c].member().and_then(|m| m.coordinator()) else { continue };
-            for p in &self.config.partitions {
+            for view in counted_live(coordinator) {
                 self.checker.checks += 1;
-                let primaries: Vec<NodeId> = self
-                    .nodes
-                    .iter()
-                    .filter(|(&id, n)| {
-                        n.up && coordinator.is_node_live(id)
-                            && n.partitions.get(&p.id).is_some_and(|m| {
-                                m.standing() == Standing::Serving
-                                    && m.replica()
-                                        .is_some_and(|r| r.role() == ReplicaRole::Primary && r.stopped().is_none())
-                            })
-                    })
-                    .map(|(&id, _)| id)
-                    .collect();
-                if primaries.len() > 1 {
-                    broken.push(format!("coordinator {c} counts live primaries {primaries:?} of p{}", p.id));
+                // The primaries among the partition's replicas the leader counts live, by the
+                // epoch their node follows.
+                let mut primaries: BTreeMap<Epoch, Vec<NodeId>> = BTreeMap::new();
+                for id in &view.live_replicas {
+                    let Some(n) = self.nodes.get(id).filter(|n| n.up) else { continue };
+                    let primary = n.partitions.get(&view.partition).is_some_and(|m| {
+                        m.standing() == Standing::Serving
+                            && m.replica().is_some_and(|r| acts_as_primary(r.role()) && r.stopped().is_none())
+                    });
+                    if primary {
+                        primaries.entry(n.machine.epoch()).or_default().push(*id);
+                    }
+                }
+                for (epoch, mut nodes) in primaries.into_iter().filter(|(_, nodes)| nodes.len() > 1) {
+                    nodes.sort_unstable();
+                    broken.push(format!(
+                        "coordinator {c} counts live primaries {nodes:?} of p{} (epoch {epoch}; live replicas {:?}, {:?})",
+                        view.partition, view.live_replicas, view.phase
+                    ));
                 }
             }
         }
         for detail in broken {
             self.invariant_broken(Invariant::OnePrimary, detail);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Planted cases: each invariant whose check was made more precise still fires on the
+    //! violation it is for (docs/design.md §14).
+
+    use wire::config::{Mode, Shipping};
+    use wire::messages::{ClientResult, PartitionId};
+
+    use super::Invariant;
+    use crate::cluster::{config_for, with_coordinators, Faults, Sim};
+
+    /// A cluster of three nodes and one coordinator, serving and with some work answered.
+    fn serving(mode: Mode) -> Sim {
+        let config = with_coordinators(config_for(3, 42, mode, Shipping::Sync), 1);
+        let mut sim = Sim::new(&config, 1, Faults::NONE);
+        for _ in 0..200 {
+            sim.run(20);
+            sim.advance(1_000);
+            let serving =
+                sim.leader().is_some_and(|(_, c)| c.status().iter().all(|s| s.phase == coordinator::Phase::Serving));
+            if serving && sim.count(|r| matches!(r, ClientResult::Committed { .. })) > 20 {
+                return sim;
+            }
+        }
+        panic!("the cluster did not serve");
+    }
+
+    fn violations(sim: &Sim, invariant: Invariant) -> Vec<String> {
+        sim.violations()
+            .iter()
+            .filter_map(|v| match v {
+                crate::error::Violation::Invariant { invariant: i, detail, .. } if *i == invariant => {
+                    Some(detail.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A backup the leader counts live promotes itself (no `Promote` came): two replicas of
+    /// the partition execute in the leader's epoch, and the check says which.
+    #[test]
+    fn two_primaries_a_leader_counts_live_in_one_epoch_are_caught() {
+        let mut sim = serving(Mode::ActivePassive);
+        sim.check_step();
+        assert!(violations(&sim, Invariant::OnePrimary).is_empty());
+        let p: PartitionId = 1;
+        let (_, c) = sim.leader().expect("a leader");
+        let live = c.status().into_iter().find(|s| s.partition == p).expect("p1").live_replicas;
+        let (primary, backup) = (live[0], live[1]);
+        sim.replica_mut(backup, p).expect("a backup").promote(1).expect("promoted");
+        sim.check_step();
+        let found = violations(&sim, Invariant::OnePrimary);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let mut both = [primary, backup];
+        both.sort_unstable();
+        assert!(found[0].contains(&format!("{both:?} of p{p}")), "{found:?}");
+    }
+
+    /// A replica acting as primary that the leader no longer counts live for the partition
+    /// (it failed it) is not one of its primaries.
+    #[test]
+    fn a_primary_the_leader_failed_is_not_counted() {
+        let mut sim = serving(Mode::ActivePassive);
+        let p: PartitionId = 1;
+        let (_, c) = sim.leader().expect("a leader");
+        let backup = c.status().into_iter().find(|s| s.partition == p).expect("p1").live_replicas[1];
+        sim.drop_link(backup);
+        sim.replica_mut(backup, p).expect("still serving, as it knows").promote(1).expect("promoted");
+        sim.check_step();
+        assert!(violations(&sim, Invariant::OnePrimary).is_empty());
     }
 }
