@@ -8,17 +8,25 @@
 //! partition's agreement until its backup is promoted; the membership the group records,
 //! `Coordinator::views`, leaves it out).
 //! - **an acknowledged transaction is held** — when a coordinator answers a transaction
-//!   committed, every partition the transaction ran on holds it in at least one of the
-//!   replicas that coordinator counts live for the partition and that serve it: a replica
-//!   holds it if its last executed (or applied) timestamp is at least the transaction's. A
-//!   replica whose process crashed and that the coordinator has not found out yet counts as
-//!   it was when it crashed (the answer survives that one failure). Not a majority: the
-//!   replicas that have not executed it yet — a lagging replica under the `majority` rule, a
-//!   backup whose shipment is on its way, a joiner that holds the batch — get it from the
-//!   batch the leader keeps until they report (docs/design.md §14 says what this found).
-//!   Under asynchronous shipping, a fail-over — a promotion, or a recovery from a replica's
-//!   own log — may lose the last answers (the window that mode gives up, counted by the
-//!   final check): the check stops for that partition there;
+//!   committed, every partition the transaction ran on held it, when that partition decided
+//!   it, in at least one of the replicas that coordinator counts live for the partition and
+//!   that serve it: a replica holds it if its last executed (or applied) timestamp is at
+//!   least the transaction's. A replica whose process crashed and that the coordinator has
+//!   not found out yet counts as it was when it crashed (the answer survives that one
+//!   failure). A partition decides its part when the leader's agreement counts the batch
+//!   decided (`PartitionStatus::decided_through`, looked at after every call of a leader's
+//!   carrier). A single-partition answer comes out of that very call and is checked as it
+//!   goes out. A multi-partition answer waits for every partition's part (docs/cluster.md,
+//!   "Multi-partition transactions"): each part decided in an earlier call was checked when
+//!   it was decided, and the replicas that held it then may have failed since — failures a
+//!   single-partition answer given then would have had to live through as well (found by
+//!   seed 8964 of active-active with one coordinator, docs/design.md §14). Not a majority:
+//!   the replicas that have not executed it yet — a lagging replica under the `majority`
+//!   rule, a backup whose shipment is on its way, a joiner that holds the batch — get it
+//!   from the batch the leader keeps until they report (docs/design.md §14 says what this
+//!   found). Under asynchronous shipping, a fail-over — a promotion, or a recovery from a
+//!   replica's own log — may lose the last answers (the window that mode gives up, counted
+//!   by the final check): the check stops for that partition there;
 //! - **one batch and one result per timestamp** — for each (partition, timestamp) and leader
 //!   epoch, every replica that reports a result reports it in the same batch with the same
 //!   result digest (a later leader may send an unanswered transaction again in another batch,
@@ -50,7 +58,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use coordinator::{ClientId, Coordinator, PartitionStatus};
 use node::machine::Standing;
 use node::replica::ReplicaRole;
-use wire::messages::{ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, Seq, Timestamp};
+use wire::messages::{Batch, ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, Seq, Timestamp};
 
 use super::Sim;
 use crate::error::Violation;
@@ -94,6 +102,14 @@ pub(super) struct StepChecker {
     pub(super) recovered: std::collections::BTreeSet<PartitionId>,
     /// Each crashed process's replicas' last timestamps, as they were when it crashed.
     crashed: BTreeMap<(NodeId, u64, PartitionId), Timestamp>,
+    /// The batches each leader sent (by its epoch, the partition and the batch's number) and
+    /// has not decided yet, as far as the checker saw: their transactions' timestamps.
+    undecided: BTreeMap<(Epoch, PartitionId, Seq), Vec<Timestamp>>,
+    /// How far each leader (by epoch) had decided each partition's batches, when last looked.
+    decided: BTreeMap<(Epoch, PartitionId), Seq>,
+    /// The transactions a leader's partition decided while a replica it counted live held
+    /// them (or it counted none live): by the leader's epoch, the partition and the timestamp.
+    held_when_decided: BTreeSet<(Epoch, PartitionId, Timestamp)>,
     /// Checks made.
     pub(super) checks: u64,
 }
@@ -109,6 +125,28 @@ impl StepChecker {
     /// Forgets `node`'s history of `partition` (all partitions: `None`): it starts again.
     pub(super) fn forget(&mut self, node: NodeId, partition: Option<PartitionId>) {
         self.reported.retain(|&(n, _, p), _| n != node || partition.is_some_and(|q| q != p));
+    }
+
+    /// The leader of epoch `epoch` sent `batch` (again, perhaps: the first sending counts).
+    pub(super) fn sent(&mut self, epoch: Epoch, batch: &Batch) {
+        if self.decided.get(&(epoch, batch.partition)).is_some_and(|&d| batch.seq <= d) {
+            return; // decided already: sent again to a replica catching up
+        }
+        self.undecided
+            .entry((epoch, batch.partition, batch.seq))
+            .or_insert_with(|| batch.txns.iter().map(|t| t.ts).collect());
+    }
+
+    /// The leader of epoch `epoch` decided `partition`'s batches through `through`: takes the
+    /// transactions of those decided since it was last looked at.
+    fn newly_decided(&mut self, epoch: Epoch, partition: PartitionId, through: Seq) -> Vec<Timestamp> {
+        let before = self.decided.insert((epoch, partition), through).unwrap_or(0);
+        if through <= before {
+            return Vec::new();
+        }
+        let range = (epoch, partition, before + 1)..=(epoch, partition, through);
+        let seqs: Vec<(Epoch, PartitionId, Seq)> = self.undecided.range(range).map(|(k, _)| *k).collect();
+        seqs.into_iter().flat_map(|k| self.undecided.remove(&k).unwrap_or_default()).collect()
     }
 }
 
@@ -202,6 +240,7 @@ impl Sim {
         if !matches!(result, ClientResult::Committed { .. }) {
             return;
         }
+        let epoch = member.term();
         let Some(coordinator) = member.coordinator() else { return };
         let status = counted_live(coordinator);
         let partitions: Vec<PartitionId> =
@@ -210,6 +249,10 @@ impl Sim {
         for p in partitions {
             if self.in_async_window(p) {
                 // The window asynchronous shipping gives up (see the module header).
+                continue;
+            }
+            if self.checker.held_when_decided.contains(&(epoch, p, ts)) {
+                // Decided in an earlier call, and held then (see the module header).
                 continue;
             }
             let Some(view) = status.iter().find(|s| s.partition == p) else { continue };
@@ -252,6 +295,30 @@ impl Sim {
             holders += usize::from(held);
         }
         (counted, holders)
+    }
+
+    /// The leading epoch of coordinator `c` and its state machine, while it leads.
+    fn leading(&self, c: CoordinatorId) -> Option<(Epoch, &Coordinator)> {
+        let member = self.coordinators.get(&c).and_then(super::SimCoord::member)?;
+        Some((member.leading()?, member.coordinator()?))
+    }
+
+    /// After every call of coordinator `c`'s carrier: the batches its partitions decided in
+    /// that call, and which of their transactions a replica it counts live held then (what a
+    /// multi-partition answer given in a later call is checked by).
+    pub(super) fn note_decided(&mut self, c: CoordinatorId) {
+        let Some((epoch, coordinator)) = self.leading(c) else { return };
+        let status = counted_live(coordinator);
+        let mut decided = Vec::new();
+        for view in &status {
+            for ts in self.checker.newly_decided(epoch, view.partition, view.decided_through) {
+                let (live, holders) = self.held_by_live(&view.live_replicas, view.partition, ts);
+                if live == 0 || holders > 0 {
+                    decided.push((epoch, view.partition, ts));
+                }
+            }
+        }
+        self.checker.held_when_decided.extend(decided);
     }
 
     /// The checks of the cluster's state made after every step.
@@ -305,7 +372,7 @@ mod tests {
     //! violation it is for (docs/design.md §14).
 
     use wire::config::{Mode, Shipping};
-    use wire::messages::{ClientResult, PartitionId};
+    use wire::messages::{ClientResult, PartitionId, Timestamp};
 
     use super::Invariant;
     use crate::cluster::{config_for, with_coordinators, Faults, Sim};
@@ -370,5 +437,59 @@ mod tests {
         sim.replica_mut(backup, p).expect("still serving, as it knows").promote(1).expect("promoted");
         sim.check_step();
         assert!(violations(&sim, Invariant::OnePrimary).is_empty());
+    }
+
+    /// A transaction sent and executed by no replica yet, answered committed: no live replica
+    /// holds it, and it is caught — at the answer, and when its partition is counted decided
+    /// while no live replica held it (a multi-partition answer given in a later call).
+    #[test]
+    fn an_answer_no_live_replica_held_is_caught() {
+        let mut sim = serving(Mode::ActiveActive);
+        // The decisions of the leader's partitions were noted as they came.
+        assert!(!sim.checker.held_when_decided.is_empty());
+        let unheld = |sim: &Sim| -> Option<(PartitionId, Timestamp)> {
+            sim.batch_of.keys().copied().find(|&(p, ts)| {
+                sim.nodes.keys().all(|&n| sim.replica(n, p).and_then(|r| r.last_ts()).is_none_or(|l| l < ts))
+            })
+        };
+        let mut found = None;
+        for _ in 0..5_000 {
+            sim.run(1);
+            found = unheld(&sim);
+            if found.is_some() {
+                break;
+            }
+        }
+        let (p, ts) = found.expect("a batch in flight");
+        let (c, _) = sim.leader().expect("a leader");
+        let output = sim
+            .answers()
+            .values()
+            .find_map(|(r, _)| match r {
+                ClientResult::Committed { output, .. } => Some(*output),
+                _ => None,
+            })
+            .expect("a commit");
+        let answer = ClientResult::Committed { ts, output };
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 1, "{:?}", sim.violations());
+        // Its partition counted it decided in an earlier call, no live replica holding it:
+        // still caught.
+        let (epoch, status) = {
+            let (epoch, coordinator) = sim.leading(c).expect("leads");
+            (epoch, coordinator.status().into_iter().find(|s| s.partition == p).expect("p"))
+        };
+        let through = status.decided_through;
+        assert!(through >= 1, "{status:?}");
+        sim.checker.decided.insert((epoch, p), through - 1);
+        sim.checker.undecided.insert((epoch, p, through), vec![ts]);
+        sim.note_decided(c);
+        assert!(!sim.checker.held_when_decided.contains(&(epoch, p, ts)));
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 2, "{:?}", sim.violations());
+        // Had a live replica held it when it was decided, the later answer would stand on that.
+        sim.checker.held_when_decided.insert((epoch, p, ts));
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 2, "{:?}", sim.violations());
     }
 }
