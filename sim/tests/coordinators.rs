@@ -168,3 +168,46 @@ fn every_mode_keeps_the_step_invariants_with_one_and_three_coordinators() {
         }
     }
 }
+
+/// Found by `glass sim --mode active-passive --shipping async --coordinators 3 --seeds 10000`
+/// (seed 4253; docs/design.md §11, take-over step 3): a leader took over while its committed
+/// view named a backup of partition 1 as the primary a previous leader had decided to promote.
+/// Partition 1's batch was re-created with the home piece of a Payment whose remote piece
+/// partition 2 had run under the old leader — its outcome went to a leader already deposed.
+/// The new leader re-drove the home pieces of serving partitions only, so the piece never got
+/// its outcome: the promoted primary parked on it for good, partition 2 parked on a home
+/// piece of its own whose remote piece came after it in that batch, and every rejoin copying
+/// from the parked primary hung until the operator restarted the joiner (43 crashes, and the
+/// heal gave up). Home pieces of a partition being promoted are re-driven too now, and the
+/// seed heals.
+#[test]
+fn a_home_piece_of_a_partition_promoted_at_a_take_over_gets_its_remote_outcome() {
+    let opts =
+        SimOptions { mode: Mode::ActivePassive, shipping: Shipping::Async, coordinators: 3, ..SimOptions::default() };
+    let report = run_seed(4253, &opts).unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.stats.take_overs >= 2 && report.stats.promotions >= 1, "{:?}", report.stats);
+}
+
+/// Found by `glass sim --seeds 10000` with one and three coordinators (docs/design.md §14):
+/// seeds whose step invariants were checked imprecisely — a multi-partition answer checked
+/// at the client's answer rather than when each partition decided its piece (8964), and one
+/// primary counted by node liveness rather than among the partition's live replicas per
+/// epoch (the passive ones). Each passes, its invariants checked.
+#[test]
+fn the_seeds_that_found_imprecise_step_invariants_pass() {
+    let cases = [
+        (Mode::ActiveActive, Shipping::Sync, 1, 8964),
+        (Mode::ActivePassive, Shipping::Sync, 3, 2832),
+        (Mode::ActivePassive, Shipping::Sync, 3, 4689),
+        (Mode::ActivePassive, Shipping::Async, 3, 1501),
+        (Mode::ActivePassive, Shipping::Async, 3, 1837),
+        (Mode::ActivePassive, Shipping::Async, 3, 2017),
+        (Mode::ActivePassive, Shipping::Async, 3, 5787),
+        (Mode::ActivePassive, Shipping::Async, 3, 6909),
+    ];
+    for (mode, shipping, coordinators, seed) in cases {
+        let opts = SimOptions { mode, shipping, coordinators, ..SimOptions::default() };
+        let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
+        assert!(report.stats.invariant_checks > 1_000, "seed {seed}: {:?}", report.stats);
+    }
+}

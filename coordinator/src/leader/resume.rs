@@ -348,7 +348,10 @@ impl Coordinator {
             }
         }
         for (home, r) in &resumed.partitions {
-            if self.partitions[home].phase != Phase::Serving {
+            // A partition being promoted runs its adopted and re-created batches too, once its
+            // backup is promoted (`on_promoted` sends them, with the outcomes kept here): its
+            // home pieces need their remote outcomes as a serving one's do.
+            if !matches!(self.partitions[home].phase, Phase::Serving | Phase::Promoting { .. }) {
                 continue;
             }
             let home_executors = self.partitions[home].executors();

@@ -76,6 +76,7 @@ impl Coordinator {
                 live_replicas: p.members().collect(),
                 inflight_txns: p.sequencer.inflight_txns(),
                 batches_sent: p.sequencer.next_seq() - 1,
+                decided_through: p.agreement.decided_through(),
             })
             .collect()
     }

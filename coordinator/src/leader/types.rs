@@ -416,4 +416,7 @@ pub struct PartitionStatus {
     pub inflight_txns: usize,
     /// Batches sent so far.
     pub batches_sent: Seq,
+    /// Every batch through this one is decided — answered, or given up "outcome unknown"
+    /// (under `majority`, some replicas may not have reported it yet).
+    pub decided_through: Seq,
 }

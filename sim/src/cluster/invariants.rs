@@ -3,19 +3,30 @@
 //! checker. Each violation is recorded with the step it was seen at and the invariant's name;
 //! the seed's report names the seed.
 //!
-//! What is checked, and when:
+//! What is checked, and when. The replicas a coordinator counts live for a partition are the
+//! partition's members whose node it counts live (a failed primary stays a member of its
+//! partition's agreement until its backup is promoted; the membership the group records,
+//! `Coordinator::views`, leaves it out).
 //! - **an acknowledged transaction is held** — when a coordinator answers a transaction
-//!   committed, every partition the transaction ran on holds it in at least one of the
-//!   replicas that coordinator counts live for the partition and that serve it: a replica
-//!   holds it if its last executed (or applied) timestamp is at least the transaction's. A
-//!   replica whose process crashed and that the coordinator has not found out yet counts as
-//!   it was when it crashed (the answer survives that one failure). Not a majority: the
-//!   replicas that have not executed it yet — a lagging replica under the `majority` rule, a
-//!   backup whose shipment is on its way, a joiner that holds the batch — get it from the
-//!   batch the leader keeps until they report (docs/design.md §14 says what this found).
-//!   Under asynchronous shipping, a fail-over — a promotion, or a recovery from a replica's
-//!   own log — may lose the last answers (the window that mode gives up, counted by the
-//!   final check): the check stops for that partition there;
+//!   committed, every partition the transaction ran on held it, when that partition decided
+//!   it, in at least one of the replicas that coordinator counts live for the partition and
+//!   that serve it: a replica holds it if its last executed (or applied) timestamp is at
+//!   least the transaction's. A replica whose process crashed and that the coordinator has
+//!   not found out yet counts as it was when it crashed (the answer survives that one
+//!   failure). A partition decides its part when the leader's agreement counts the batch
+//!   decided (`PartitionStatus::decided_through`, looked at after every call of a leader's
+//!   carrier). A single-partition answer comes out of that very call and is checked as it
+//!   goes out. A multi-partition answer waits for every partition's part (docs/cluster.md,
+//!   "Multi-partition transactions"): each part decided in an earlier call was checked when
+//!   it was decided, and the replicas that held it then may have failed since — failures a
+//!   single-partition answer given then would have had to live through as well (found by
+//!   seed 8964 of active-active with one coordinator, docs/design.md §14). Not a majority:
+//!   the replicas that have not executed it yet — a lagging replica under the `majority`
+//!   rule, a backup whose shipment is on its way, a joiner that holds the batch — get it
+//!   from the batch the leader keeps until they report (docs/design.md §14 says what this
+//!   found). Under asynchronous shipping, a fail-over — a promotion, or a recovery from a
+//!   replica's own log — may lose the last answers (the window that mode gives up, counted
+//!   by the final check): the check stops for that partition there;
 //! - **one batch and one result per timestamp** — for each (partition, timestamp) and leader
 //!   epoch, every replica that reports a result reports it in the same batch with the same
 //!   result digest (a later leader may send an unanswered transaction again in another batch,
@@ -28,18 +39,26 @@
 //! - **no replica's timestamp goes backwards** — each replica's results, batch after batch,
 //!   carry ever later timestamps (a replica that rejoins, or a process that restarts, starts
 //!   a new history);
-//! - **at most one primary** — at each step, for each partition and each coordinator that
-//!   leads, at most one replica acts as primary (its process runs, it serves, its role is
-//!   primary, it is not stopped) among those that coordinator counts live;
+//! - **at most one primary per epoch** — at each step, for each partition and each
+//!   coordinator that leads, at most one replica per epoch acts as primary (its process
+//!   runs, it serves, it is not stopped, and its role is primary — or, in the passive modes,
+//!   it executes and ships to no one, as a promoted backup does) among the replicas that
+//!   coordinator counts live for the partition; a replica's epoch is the newest its node
+//!   heard of. Liveness is the partition's, not the node's: a deposed primary the leader
+//!   failed may connect again and count live as a node (it rejoins another partition) while
+//!   its replica acts as primary until the membership that leaves it out arrives (found by
+//!   seeds 2832 and 1501 of the passive modes with three coordinators). And per epoch: a
+//!   leader deposed without knowing it yet still counts replicas whose nodes follow the next
+//!   leader, which may have promoted one of them;
 //! - **a deposed coordinator acknowledges nothing** — a coordinator answers a transaction
 //!   committed or aborted only while its member leads the newest term it knows of.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use coordinator::ClientId;
+use coordinator::{ClientId, Coordinator, PartitionStatus};
 use node::machine::Standing;
 use node::replica::ReplicaRole;
-use wire::messages::{ClientResult, CoordinatorId, NodeId, PartitionId, Results, Seq, Timestamp};
+use wire::messages::{Batch, ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, Seq, Timestamp};
 
 use super::Sim;
 use crate::error::Violation;
@@ -60,7 +79,7 @@ impl std::fmt::Display for Invariant {
             Invariant::AcknowledgedHeld => "an acknowledged transaction is held by a live replica",
             Invariant::OneBatchOneResult => "one batch and one result digest per (partition, timestamp, epoch)",
             Invariant::TimestampsForward => "no replica's timestamp goes backwards",
-            Invariant::OnePrimary => "at most one primary per partition per leader",
+            Invariant::OnePrimary => "at most one primary per partition per epoch among a leader's live replicas",
             Invariant::DeposedSilent => "a deposed coordinator acknowledges nothing",
         })
     }
@@ -83,6 +102,14 @@ pub(super) struct StepChecker {
     pub(super) recovered: std::collections::BTreeSet<PartitionId>,
     /// Each crashed process's replicas' last timestamps, as they were when it crashed.
     crashed: BTreeMap<(NodeId, u64, PartitionId), Timestamp>,
+    /// The batches each leader sent (by its epoch, the partition and the batch's number) and
+    /// has not decided yet, as far as the checker saw: their transactions' timestamps.
+    undecided: BTreeMap<(Epoch, PartitionId, Seq), Vec<Timestamp>>,
+    /// How far each leader (by epoch) had decided each partition's batches, when last looked.
+    decided: BTreeMap<(Epoch, PartitionId), Seq>,
+    /// The transactions a leader's partition decided while a replica it counted live held
+    /// them (or it counted none live): by the leader's epoch, the partition and the timestamp.
+    held_when_decided: BTreeSet<(Epoch, PartitionId, Timestamp)>,
     /// Checks made.
     pub(super) checks: u64,
 }
@@ -99,6 +126,41 @@ impl StepChecker {
     pub(super) fn forget(&mut self, node: NodeId, partition: Option<PartitionId>) {
         self.reported.retain(|&(n, _, p), _| n != node || partition.is_some_and(|q| q != p));
     }
+
+    /// The leader of epoch `epoch` sent `batch` (again, perhaps: the first sending counts).
+    pub(super) fn sent(&mut self, epoch: Epoch, batch: &Batch) {
+        if self.decided.get(&(epoch, batch.partition)).is_some_and(|&d| batch.seq <= d) {
+            return; // decided already: sent again to a replica catching up
+        }
+        self.undecided
+            .entry((epoch, batch.partition, batch.seq))
+            .or_insert_with(|| batch.txns.iter().map(|t| t.ts).collect());
+    }
+
+    /// The leader of epoch `epoch` decided `partition`'s batches through `through`: takes the
+    /// transactions of those decided since it was last looked at.
+    fn newly_decided(&mut self, epoch: Epoch, partition: PartitionId, through: Seq) -> Vec<Timestamp> {
+        let before = self.decided.insert((epoch, partition), through).unwrap_or(0);
+        if through <= before {
+            return Vec::new();
+        }
+        let range = (epoch, partition, before + 1)..=(epoch, partition, through);
+        let seqs: Vec<(Epoch, PartitionId, Seq)> = self.undecided.range(range).map(|(k, _)| *k).collect();
+        seqs.into_iter().flat_map(|k| self.undecided.remove(&k).unwrap_or_default()).collect()
+    }
+}
+
+/// `coordinator`'s partitions, each with the replicas it counts live, once each: the
+/// partition's members whose node it counts live. (A failed primary stays a member of its
+/// partition's agreement until its backup is promoted, and the membership the group records
+/// leaves it out: `Coordinator::views`; a backup being promoted is listed twice meanwhile.)
+fn counted_live(coordinator: &Coordinator) -> Vec<PartitionStatus> {
+    let mut status = coordinator.status();
+    for s in &mut status {
+        let mut seen = BTreeSet::new();
+        s.live_replicas.retain(|&n| coordinator.is_node_live(n) && seen.insert(n));
+    }
+    status
 }
 
 impl Sim {
@@ -178,8 +240,9 @@ impl Sim {
         if !matches!(result, ClientResult::Committed { .. }) {
             return;
         }
+        let epoch = member.term();
         let Some(coordinator) = member.coordinator() else { return };
-        let status = coordinator.status();
+        let status = counted_live(coordinator);
         let partitions: Vec<PartitionId> =
             self.config.partitions.iter().map(|p| p.id).filter(|&p| self.batch_of.contains_key(&(p, ts))).collect();
         let mut broken = Vec::new();
@@ -188,27 +251,12 @@ impl Sim {
                 // The window asynchronous shipping gives up (see the module header).
                 continue;
             }
-            let Some(view) = status.iter().find(|s| s.partition == p) else { continue };
-            // The replicas the coordinator counts live, less those that crashed before they
-            // held it (a failure it has yet to find out): a crash after is a failure the
-            // answer survives, and the crashed replica counts as holding it.
-            let mut live = 0;
-            let mut holders = 0;
-            for id in &view.live_replicas {
-                let Some(n) = self.nodes.get(id) else { continue };
-                let held = if n.up {
-                    let Some(m) = n.partitions.get(&p).filter(|m| m.standing() == Standing::Serving) else { continue };
-                    m.replica().and_then(|r| r.last_ts()).is_some_and(|last| last >= ts)
-                } else {
-                    let held = self.checker.crashed.get(&(*id, n.process, p)).is_some_and(|&last| last >= ts);
-                    if !held {
-                        continue;
-                    }
-                    true
-                };
-                live += 1;
-                holders += usize::from(held);
+            if self.checker.held_when_decided.contains(&(epoch, p, ts)) {
+                // Decided in an earlier call, and held then (see the module header).
+                continue;
             }
+            let Some(view) = status.iter().find(|s| s.partition == p) else { continue };
+            let (live, holders) = self.held_by_live(&view.live_replicas, p, ts);
             if live > 0 && holders == 0 {
                 broken.push(format!("p{p}: none of its {live} live replicas holds it"));
             }
@@ -222,6 +270,57 @@ impl Sim {
         }
     }
 
+    /// Of `live`, the replicas of `partition` a coordinator counts live, how many count, and
+    /// how many hold timestamp `ts`: a replica counts if it serves, or if its process crashed
+    /// holding it (a failure the coordinator has yet to find out, which the answer
+    /// survives); one that crashed before it held it does not count.
+    fn held_by_live(&self, live: &[NodeId], partition: PartitionId, ts: Timestamp) -> (usize, usize) {
+        let mut counted = 0;
+        let mut holders = 0;
+        for id in live {
+            let Some(n) = self.nodes.get(id) else { continue };
+            let held = if n.up {
+                let Some(m) = n.partitions.get(&partition).filter(|m| m.standing() == Standing::Serving) else {
+                    continue;
+                };
+                m.replica().and_then(|r| r.last_ts()).is_some_and(|last| last >= ts)
+            } else {
+                let held = self.checker.crashed.get(&(*id, n.process, partition)).is_some_and(|&last| last >= ts);
+                if !held {
+                    continue;
+                }
+                true
+            };
+            counted += 1;
+            holders += usize::from(held);
+        }
+        (counted, holders)
+    }
+
+    /// The leading epoch of coordinator `c` and its state machine, while it leads.
+    fn leading(&self, c: CoordinatorId) -> Option<(Epoch, &Coordinator)> {
+        let member = self.coordinators.get(&c).and_then(super::SimCoord::member)?;
+        Some((member.leading()?, member.coordinator()?))
+    }
+
+    /// After every call of coordinator `c`'s carrier: the batches its partitions decided in
+    /// that call, and which of their transactions a replica it counts live held then (what a
+    /// multi-partition answer given in a later call is checked by).
+    pub(super) fn note_decided(&mut self, c: CoordinatorId) {
+        let Some((epoch, coordinator)) = self.leading(c) else { return };
+        let status = counted_live(coordinator);
+        let mut decided = Vec::new();
+        for view in &status {
+            for ts in self.checker.newly_decided(epoch, view.partition, view.decided_through) {
+                let (live, holders) = self.held_by_live(&view.live_replicas, view.partition, ts);
+                if live == 0 || holders > 0 {
+                    decided.push((epoch, view.partition, ts));
+                }
+            }
+        }
+        self.checker.held_when_decided.extend(decided);
+    }
+
     /// The checks of the cluster's state made after every step.
     pub(super) fn check_step(&mut self) {
         let leaders: Vec<CoordinatorId> = self
@@ -230,31 +329,167 @@ impl Sim {
             .filter(|(_, sc)| sc.member().and_then(|m| m.coordinator()).is_some())
             .map(|(&c, _)| c)
             .collect();
+        // In the passive modes a replica that executes and ships to no one — a promoted
+        // backup — is its partition's primary too; in active-active every replica executes.
+        let passive = self.mode.is_passive();
+        let acts_as_primary = |role| role == ReplicaRole::Primary || (passive && role == ReplicaRole::Replica);
         let mut broken = Vec::new();
         for c in leaders {
             let Some(coordinator) = self.coordinators[&c].member().and_then(|m| m.coordinator()) else { continue };
-            for p in &self.config.partitions {
+            for view in counted_live(coordinator) {
                 self.checker.checks += 1;
-                let primaries: Vec<NodeId> = self
-                    .nodes
-                    .iter()
-                    .filter(|(&id, n)| {
-                        n.up && coordinator.is_node_live(id)
-                            && n.partitions.get(&p.id).is_some_and(|m| {
-                                m.standing() == Standing::Serving
-                                    && m.replica()
-                                        .is_some_and(|r| r.role() == ReplicaRole::Primary && r.stopped().is_none())
-                            })
-                    })
-                    .map(|(&id, _)| id)
-                    .collect();
-                if primaries.len() > 1 {
-                    broken.push(format!("coordinator {c} counts live primaries {primaries:?} of p{}", p.id));
+                // The primaries among the partition's replicas the leader counts live, by the
+                // epoch their node follows.
+                let mut primaries: BTreeMap<Epoch, Vec<NodeId>> = BTreeMap::new();
+                for id in &view.live_replicas {
+                    let Some(n) = self.nodes.get(id).filter(|n| n.up) else { continue };
+                    let primary = n.partitions.get(&view.partition).is_some_and(|m| {
+                        m.standing() == Standing::Serving
+                            && m.replica().is_some_and(|r| acts_as_primary(r.role()) && r.stopped().is_none())
+                    });
+                    if primary {
+                        primaries.entry(n.machine.epoch()).or_default().push(*id);
+                    }
+                }
+                for (epoch, mut nodes) in primaries.into_iter().filter(|(_, nodes)| nodes.len() > 1) {
+                    nodes.sort_unstable();
+                    broken.push(format!(
+                        "coordinator {c} counts live primaries {nodes:?} of p{} (epoch {epoch}; live replicas {:?}, {:?})",
+                        view.partition, view.live_replicas, view.phase
+                    ));
                 }
             }
         }
         for detail in broken {
             self.invariant_broken(Invariant::OnePrimary, detail);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Planted cases: each invariant whose check was made more precise still fires on the
+    //! violation it is for (docs/design.md §14).
+
+    use wire::config::{Mode, Shipping};
+    use wire::messages::{ClientResult, PartitionId, Timestamp};
+
+    use super::Invariant;
+    use crate::cluster::{config_for, with_coordinators, Faults, Sim};
+
+    /// A cluster of three nodes and one coordinator, serving and with some work answered.
+    fn serving(mode: Mode) -> Sim {
+        let config = with_coordinators(config_for(3, 42, mode, Shipping::Sync), 1);
+        let mut sim = Sim::new(&config, 1, Faults::NONE);
+        for _ in 0..200 {
+            sim.run(20);
+            sim.advance(1_000);
+            let serving =
+                sim.leader().is_some_and(|(_, c)| c.status().iter().all(|s| s.phase == coordinator::Phase::Serving));
+            if serving && sim.count(|r| matches!(r, ClientResult::Committed { .. })) > 20 {
+                return sim;
+            }
+        }
+        panic!("the cluster did not serve");
+    }
+
+    fn violations(sim: &Sim, invariant: Invariant) -> Vec<String> {
+        sim.violations()
+            .iter()
+            .filter_map(|v| match v {
+                crate::error::Violation::Invariant { invariant: i, detail, .. } if *i == invariant => {
+                    Some(detail.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A backup the leader counts live promotes itself (no `Promote` came): two replicas of
+    /// the partition execute in the leader's epoch, and the check says which.
+    #[test]
+    fn two_primaries_a_leader_counts_live_in_one_epoch_are_caught() {
+        let mut sim = serving(Mode::ActivePassive);
+        sim.check_step();
+        assert!(violations(&sim, Invariant::OnePrimary).is_empty());
+        let p: PartitionId = 1;
+        let (_, c) = sim.leader().expect("a leader");
+        let live = c.status().into_iter().find(|s| s.partition == p).expect("p1").live_replicas;
+        let (primary, backup) = (live[0], live[1]);
+        sim.replica_mut(backup, p).expect("a backup").promote(1).expect("promoted");
+        sim.check_step();
+        let found = violations(&sim, Invariant::OnePrimary);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let mut both = [primary, backup];
+        both.sort_unstable();
+        assert!(found[0].contains(&format!("{both:?} of p{p}")), "{found:?}");
+    }
+
+    /// A replica acting as primary that the leader no longer counts live for the partition
+    /// (it failed it) is not one of its primaries.
+    #[test]
+    fn a_primary_the_leader_failed_is_not_counted() {
+        let mut sim = serving(Mode::ActivePassive);
+        let p: PartitionId = 1;
+        let (_, c) = sim.leader().expect("a leader");
+        let backup = c.status().into_iter().find(|s| s.partition == p).expect("p1").live_replicas[1];
+        sim.drop_link(backup);
+        sim.replica_mut(backup, p).expect("still serving, as it knows").promote(1).expect("promoted");
+        sim.check_step();
+        assert!(violations(&sim, Invariant::OnePrimary).is_empty());
+    }
+
+    /// A transaction sent and executed by no replica yet, answered committed: no live replica
+    /// holds it, and it is caught — at the answer, and when its partition is counted decided
+    /// while no live replica held it (a multi-partition answer given in a later call).
+    #[test]
+    fn an_answer_no_live_replica_held_is_caught() {
+        let mut sim = serving(Mode::ActiveActive);
+        // The decisions of the leader's partitions were noted as they came.
+        assert!(!sim.checker.held_when_decided.is_empty());
+        let unheld = |sim: &Sim| -> Option<(PartitionId, Timestamp)> {
+            sim.batch_of.keys().copied().find(|&(p, ts)| {
+                sim.nodes.keys().all(|&n| sim.replica(n, p).and_then(|r| r.last_ts()).is_none_or(|l| l < ts))
+            })
+        };
+        let mut found = None;
+        for _ in 0..5_000 {
+            sim.run(1);
+            found = unheld(&sim);
+            if found.is_some() {
+                break;
+            }
+        }
+        let (p, ts) = found.expect("a batch in flight");
+        let (c, _) = sim.leader().expect("a leader");
+        let output = sim
+            .answers()
+            .values()
+            .find_map(|(r, _)| match r {
+                ClientResult::Committed { output, .. } => Some(*output),
+                _ => None,
+            })
+            .expect("a commit");
+        let answer = ClientResult::Committed { ts, output };
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 1, "{:?}", sim.violations());
+        // Its partition counted it decided in an earlier call, no live replica holding it:
+        // still caught.
+        let (epoch, status) = {
+            let (epoch, coordinator) = sim.leading(c).expect("leads");
+            (epoch, coordinator.status().into_iter().find(|s| s.partition == p).expect("p"))
+        };
+        let through = status.decided_through;
+        assert!(through >= 1, "{status:?}");
+        sim.checker.decided.insert((epoch, p), through - 1);
+        sim.checker.undecided.insert((epoch, p, through), vec![ts]);
+        sim.note_decided(c);
+        assert!(!sim.checker.held_when_decided.contains(&(epoch, p, ts)));
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 2, "{:?}", sim.violations());
+        // Had a live replica held it when it was decided, the later answer would stand on that.
+        sim.checker.held_when_decided.insert((epoch, p, ts));
+        sim.check_answer(c, 1, u64::MAX, &answer);
+        assert_eq!(violations(&sim, Invariant::AcknowledgedHeld).len(), 2, "{:?}", sim.violations());
     }
 }

@@ -81,6 +81,7 @@ impl Sim {
         let stopped = call(carrier, now, &mut links);
         carrier.flush_replies(&mut links);
         self.carry(c, links.out);
+        self.note_decided(c);
         if let Err(e) = stopped {
             self.violations.push(Violation::CoordinatorStopped { coordinator: c, reason: e.to_string() });
         }
@@ -116,6 +117,7 @@ impl Sim {
                 }
                 LinkAction::ToNodes { to, epoch, msg } => {
                     if let CoordinatorToNode::Batch(b) = &msg {
+                        self.checker.sent(epoch, b);
                         for t in &b.txns {
                             let (_, sent_in) = *self.batch_of.entry((b.partition, t.ts)).or_insert((b.seq, epoch));
                             if sent_in < epoch {
