@@ -14,22 +14,24 @@ use wire::plant::{plant, Plant};
 /// Seeds tried, at most, before a planted rule must have made one fail.
 const SEEDS_MAX: u64 = 200;
 
-/// The first of seeds `1..=SEEDS_MAX` that fails with `rule` switched off, and why; that seed
-/// must pass with the rule in place.
-fn first_failure(rule: Plant, opts: &SimOptions) -> (u64, String) {
-    for seed in 1..=SEEDS_MAX {
-        let failed = {
+/// With one and with three coordinators in `mode`: the first of seeds `1..=SEEDS_MAX` that
+/// fails with `rule` switched off, which must pass with the rule in place (printed, with why
+/// it failed).
+fn fails_without(rule: Plant, mode: Mode) {
+    for coordinators in [1, 3] {
+        let opts = SimOptions { coordinators, mode, ..SimOptions::default() };
+        let failure = (1..=SEEDS_MAX).find_map(|seed| {
             let _planted = plant(rule);
-            run_seed(seed, opts).err()
+            run_seed(seed, &opts).err().map(|f| (seed, f.reason))
+        });
+        let Some((seed, reason)) = failure else {
+            panic!("{rule:?}: no seed of 1..={SEEDS_MAX} failed; the simulator does not run this rule");
         };
-        if let Some(f) = failed {
-            if let Err(e) = run_seed(seed, opts) {
-                panic!("seed {seed} fails with every rule in place too: {}", e.reason);
-            }
-            return (seed, f.reason);
+        if let Err(e) = run_seed(seed, &opts) {
+            panic!("seed {seed} fails with every rule in place too: {}", e.reason);
         }
+        eprintln!("{rule:?}, {mode}, {coordinators} coordinator(s): seed {seed} fails: {reason}");
     }
-    panic!("{rule:?}: no seed of 1..={SEEDS_MAX} failed; the simulator does not run this rule");
 }
 
 /// The node machine decides when a node dials a coordinator again (`NodeEffect::Dial`); the
@@ -37,11 +39,7 @@ fn first_failure(rule: Plant, opts: &SimOptions) -> (u64, String) {
 /// whose link broke never comes back and the cluster does not heal.
 #[test]
 fn a_node_machine_that_never_redials_fails_the_simulator() {
-    for coordinators in [1, 3] {
-        let opts = SimOptions { coordinators, mode: Mode::ActiveActive, ..SimOptions::default() };
-        let (seed, reason) = first_failure(Plant::NoRedial, &opts);
-        eprintln!("no redial, {coordinators} coordinator(s): seed {seed} fails: {reason}");
-    }
+    fails_without(Plant::NoRedial, Mode::ActiveActive);
 }
 
 /// The coordinator's carrier closes the link of every node it declares failed, so a live
@@ -51,9 +49,5 @@ fn a_node_machine_that_never_redials_fails_the_simulator() {
 /// declared failed most often in active-passive (a backup silent while it catches up).
 #[test]
 fn a_carrier_that_keeps_a_failed_node_linked_fails_the_simulator() {
-    for coordinators in [1, 3] {
-        let opts = SimOptions { coordinators, mode: Mode::ActivePassive, ..SimOptions::default() };
-        let (seed, reason) = first_failure(Plant::KeepFailedNodeLinked, &opts);
-        eprintln!("failed node kept linked, {coordinators} coordinator(s): seed {seed} fails: {reason}");
-    }
+    fails_without(Plant::KeepFailedNodeLinked, Mode::ActivePassive);
 }
