@@ -15,7 +15,8 @@
 //!   the replicas, the answers;
 //! - `links`: the coordinators' carriers and what they ask of their links, the clients'
 //!   requests, and the delivery of the messages in flight;
-//! - `perform`: what a node's process does with its machines' effects;
+//! - `perform`: a simulated node's world for the node's carrier (`node::carrier`), which carries
+//!   its machines' effects as the node process does;
 //! - `transfer`: a rejoining replica's fetches — copies that race their source's batches, log
 //!   bases — its catching up, and the state digests taken from copies;
 //! - `faults`: node and coordinator faults (crashes, drops, lost heartbeats, restarts, cuts),

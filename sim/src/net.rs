@@ -280,6 +280,11 @@ impl Network {
         self.held.clear();
     }
 
+    /// How many messages in flight or held satisfy `f`.
+    pub fn count(&self, f: impl Fn(&Envelope) -> bool) -> usize {
+        self.in_flight.iter().filter(|s| f(&s.e)).count() + self.held.iter().filter(|(_, s)| f(&s.e)).count()
+    }
+
     /// Whether a message satisfying `f` is in flight or held.
     pub fn any(&self, f: impl Fn(&Envelope) -> bool) -> bool {
         !self.all(|e| !f(e))

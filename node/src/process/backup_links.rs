@@ -2,7 +2,7 @@
 //! batch's shipment (encoded once) to a link per backup node, which the node dials and keeps;
 //! the partition's [`ShipGate`] holds the results until the backups acknowledged them
 //! (`shipping = "sync"`) and measures their lag. A backup whose link cannot take
-//! [`PEER_OUTBOX_MAX`] more shipments is dropped from shipping (logged) rather than let the
+//! [`PEER_QUEUE_MAX`] more shipments is dropped from shipping (logged) rather than let the
 //! writer — and the node's heartbeats — wait for it.
 //!
 //! Guarantees: queuing a shipment never waits (a backup whose queue is full or whose link is
@@ -23,7 +23,9 @@ use wire::endpoint::Link;
 use wire::messages::{NodeId, Shipment};
 
 use super::coordinator_links::{dial_once, DialFailure};
-use super::{Node, OutboxEvent, CONNECT_RETRY_MS, PEER_OUTBOX_MAX};
+use super::{Node, OutboxEvent, CONNECT_RETRY_MS};
+use crate::carrier::{Queued, PEER_QUEUE_MAX};
+use crate::machine::NodeMachine;
 
 /// Dials backup node `address`, retrying every [`CONNECT_RETRY_MS`] until it answers, refuses
 /// this node (`None`) or the node stops. (Coordinators are dialed when the node machine says
@@ -43,55 +45,54 @@ async fn dial_backup(node: &Node, peer: NodeId, what: &str, address: &str) -> Op
     }
 }
 
-/// Queues an encoded shipment for each of `backups`; returns those whose queue is full or
-/// whose link task ended (the machine drops them from shipping), and how many shipments
-/// each of the others' queue holds now.
-pub(super) fn ship(node: &Node, backups: &[NodeId], shipment: Shipment) -> (Vec<NodeId>, Vec<(NodeId, usize)>) {
+/// Queues an encoded shipment for each of `backups`, pushing onto `queued` what became of
+/// it: lost for a backup whose queue is full or whose link task ended (the machine drops it
+/// from shipping), or how many shipments the backup's queue holds now.
+pub(super) fn ship(node: &Node, backups: &[NodeId], shipment: Shipment, queued: &mut Vec<(NodeId, Queued)>) {
     let (partition, seq) = (shipment.partition, shipment.seq);
     let frame = match wire::codec::encode(&PeerRequest::Ship(shipment), node.config.limits.frame_bytes_max as usize) {
         Ok(frame) => Arc::new(frame),
         Err(e) => {
             error!(partition, seq, error = %e, "cannot encode a shipment; backups dropped");
-            return (backups.to_vec(), Vec::new());
+            queued.extend(backups.iter().map(|&b| (b, Queued::Lost)));
+            return;
         }
     };
     let peers = node.peers.lock().unwrap_or_else(|e| e.into_inner());
-    let (mut lost, mut queued) = (Vec::new(), Vec::new());
     let mut sent = 0u64;
     for &backup in backups {
         let peer = peers.get(&backup);
-        match peer.map(|p| p.try_send(frame.clone())) {
-            Some(Ok(())) => {
+        let q = match peer.map(|p| (p, p.try_send(frame.clone()))) {
+            Some((p, Ok(()))) => {
                 sent += 1;
-                queued.extend(peer.map(|p| (backup, p.max_capacity() - p.capacity())));
+                Queued::Holds(p.max_capacity() - p.capacity())
             }
-            Some(Err(mpsc::error::TrySendError::Full(_))) => {
-                error!(partition, backup, limit = PEER_OUTBOX_MAX, "backup too far behind; no longer shipped to");
-                lost.push(backup);
+            Some((_, Err(mpsc::error::TrySendError::Full(_)))) => {
+                error!(partition, backup, limit = PEER_QUEUE_MAX, "backup too far behind; no longer shipped to");
+                Queued::Lost
             }
             _ => {
                 error!(partition, backup, "the link to the backup is gone; no longer shipped to");
-                lost.push(backup);
+                Queued::Lost
             }
-        }
+        };
+        queued.push((backup, q));
     }
     if let Some(r) = node.replicas.get(&partition) {
         r.shared.shipped_bytes.fetch_add(sent * frame.len() as u64, Ordering::Relaxed);
     }
-    (lost, queued)
 }
 
 /// A new link to backup node `backup` (replacing any older one).
 pub(super) fn open_peer(node: &Node, backup: NodeId) {
-    let (tx, rx) = mpsc::channel(PEER_OUTBOX_MAX);
+    let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
     node.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(backup, tx);
     let Some(me) = node.me.upgrade() else { return };
     tokio::spawn(peer_link(me, backup, rx));
 }
 
 /// Copies the gates' lag figures to their replicas' shared state.
-pub(super) fn publish_gates(node: &Node) {
-    let machine = node.machine();
+pub(super) fn publish_gates(node: &Node, machine: &NodeMachine) {
     for (&partition, r) in &node.replicas {
         // No gate (no longer a primary, or its backups dropped): nothing lags behind it now.
         let st = machine.gate_stats(partition).unwrap_or_default();

@@ -5,7 +5,10 @@
 //!   §14): a reader task per link routes the coordinator's batches to the executors' inboxes
 //!   (awaiting room: backpressure reaches the coordinator through QUIC flow control), and one
 //!   writer task sends the executors' results, load progress and the machine's heartbeats
-//!   (every `timeouts.heartbeat_ms`, also while loading) to the leader. A link that comes
+//!   (every `timeouts.heartbeat_ms`, also while loading) to the leader. Both hand what the
+//!   node machine decided to the node's carrier (`crate::carrier`, the one the simulator
+//!   runs) with this process as its world ([`carry`]): the machine is held for the decision
+//!   and the carrying, and what found no room is waited for after, in order. A link that comes
 //!   back to the leader that counted this node failed makes every partition rejoin, as a
 //!   node restarted with `--rejoin` does: it copies its partitions from live replicas
 //!   (docs/design.md, "Failure and recovery");
@@ -35,14 +38,16 @@ use tracing::{debug, error, info, warn};
 use wire::channel::{CoordinatorToNode, Epoched, FromCoordinator, NodeToCoordinator};
 use wire::config::split_address;
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
-use wire::messages::{CoordinatorId, NodeId, PartitionId};
+use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment};
 
 use super::backup_links::{open_peer, publish_gates, ship};
 use super::{
-    LinkOutbox, Node, OutboxEvent, Outgoing, Work, CONNECT_RETRIES_PER_LOG, LINK_OUTBOX_MAX, PEER_OUTBOX_MAX,
-    SLOW_WORK, TETHER_OPEN_TIMEOUT, TETHER_STOP_LINGER,
+    LinkOutbox, Node, OutboxEvent, Outgoing, Work, CONNECT_RETRIES_PER_LOG, LINK_OUTBOX_MAX, SLOW_WORK,
+    TETHER_OPEN_TIMEOUT, TETHER_STOP_LINGER,
 };
-use crate::machine::NodeEffect;
+use crate::carrier::Queued;
+use crate::machine::{NodeEffect, NodeMachine};
+use crate::replica::Emit;
 
 /// Why one attempt to dial a coordinator or a peer node made no link.
 #[derive(Debug)]
@@ -188,15 +193,15 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         let (mut sender, mut receiver) = link.split();
         let (out, out_rx) = mpsc::channel(LINK_OUTBOX_MAX);
         node.links.lock().unwrap_or_else(|e| e.into_inner()).insert(c, LinkOutbox { conn, out });
-        let effects = node.machine().on_link_up(c, micros(&node));
-        let rejoin = effects.contains(&NodeEffect::RejoinAll);
-        if rejoin {
-            let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            warn!(epoch, "the coordinator link is back; every partition rejoins");
-        }
+        // A link back to the leader that counted this node failed: every partition rejoins
+        // (`NodeLinks::rejoin_all`), told so before any batch of the new link reaches it.
+        let told = tokio::select! {
+            r = carry(&node, |m, now| m.on_link_up(c, now)) => r.is_ok(),
+            () = node.stopped() => false,
+        };
         node.first_link.send_replace(true);
         let stopped = tokio::select! {
-            () = read_from_coordinator(&node, c, &mut receiver, rejoin) => false,
+            () = read_from_coordinator(&node, c, &mut receiver), if told => false,
             () = send_queued(&node, c, &mut sender, out_rx) => false,
             () = node.stopped() => true,
         };
@@ -285,17 +290,8 @@ async fn send_queued(
 }
 
 /// The receiving side of coordinator `c`'s link, until it breaks: each message through the
-/// node machine, to its partition's executor (after, when the only coordinator's link came
-/// back, every executor was told to rejoin).
-async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut endpoint::LinkReceiver, rejoin: bool) {
-    if rejoin {
-        let epoch = node.epoch.load(Ordering::SeqCst);
-        for r in node.replicas.values() {
-            if r.inbox.send(Work::Rejoin { epoch, only_if_serving: false }).await.is_err() {
-                return;
-            }
-        }
-    }
+/// node machine, carried at once (to its partition's executor, awaiting room).
+async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut endpoint::LinkReceiver) {
     loop {
         let (epoch, msg) = match receiver.recv::<FromCoordinator>().await {
             Ok(Some(FromCoordinator::Epoched(Epoched { epoch, msg }))) => (epoch, msg),
@@ -330,46 +326,15 @@ async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut end
             CoordinatorToNode::TakeOver { epoch } => info!(coordinator = c, epoch, "coordinator {c} takes over"),
             _ => {}
         }
-        let effects = node.machine().on_coordinator(c, epoch, msg);
-        let mut for_writer = Vec::new();
-        for effect in effects {
-            match effect {
-                NodeEffect::ToPartition { partition, msg } => {
-                    let r = &node.replicas[&partition];
-                    if r.deliver(partition, "coordinator", Work::Coordinator(msg)).await.is_err() {
-                        return;
-                    }
-                }
-                NodeEffect::Rejoin { partition } => {
-                    warn!(partition, "left out of the partition's membership; the replica rejoins");
-                    let epoch = node.epoch.load(Ordering::SeqCst);
-                    let work = Work::Rejoin { epoch, only_if_serving: true };
-                    if let Some(r) = node.replicas.get(&partition) {
-                        if r.inbox.send(work).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-                NodeEffect::Shutdown { reason } => {
-                    info!(reason = %reason, "the coordinator shuts the cluster down");
-                    node.stop("the coordinator said so");
-                    return;
-                }
-                NodeEffect::NotHeld { partition, name } => {
-                    warn!(partition, message = name, "message for a partition this node does not hold; ignored")
-                }
-                other => for_writer.push(other),
-            }
-        }
-        if !for_writer.is_empty() && node.events.send(OutboxEvent::Effects(for_writer)).await.is_err() {
+        if carry(node, |m, _| m.on_coordinator(c, epoch, msg)).await.is_err() {
             return;
         }
     }
 }
 
 /// The writer task: executors' messages (results held by the ship gates in sync shipping,
-/// shipments to the backups' links), backups' acknowledgements, and heartbeats, each through
-/// the node machine, to the coordinator links.
+/// shipments to the backups' links), backups' acknowledgements, and heartbeats and redials,
+/// each through the node machine and carried at once.
 async fn write_to_coordinators(
     node: &Node,
     from_executors: &mut mpsc::Receiver<Outgoing>,
@@ -386,7 +351,7 @@ async fn write_to_coordinators(
     let wake = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(wake);
     loop {
-        let effects: Vec<NodeEffect> = tokio::select! {
+        let event = tokio::select! {
             up = first.changed(), if !linked => {
                 linked = up.is_err() || *first.borrow();
                 continue;
@@ -394,12 +359,11 @@ async fn write_to_coordinators(
             m = from_executors.recv(), if linked => match m {
                 // A message of an executor not yet told the link came back: lost with the link.
                 Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
-                Some((_, emitted)) => node.machine().on_emit(emitted, micros(node)),
+                Some((_, emitted)) => Writes::Emitted(emitted),
                 None => return,
             },
             e = events.recv() => match e {
-                Some(OutboxEvent::Ack { from, partition, seq }) => node.machine().on_ack(from, partition, seq, micros(node)),
-                Some(OutboxEvent::Effects(effects)) => effects,
+                Some(OutboxEvent::Ack { from, partition, seq }) => Writes::Ack { from, partition, seq },
                 None => return,
             },
             () = &mut wake => {
@@ -408,61 +372,179 @@ async fn write_to_coordinators(
                     // The coordinators hear nothing from this node meanwhile.
                     warn!(ms = late.as_millis() as u64, "the node's writer was held up past its deadline (a link's queue full, or its threads starved)");
                 }
-                let applied = |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
-                let now = micros(node);
-                let mut machine = node.machine();
-                let effects = machine.tick(now, applied);
-                let next = Duration::from_micros(machine.next_deadline_us().saturating_sub(now)).min(period);
-                drop(machine);
-                wake.as_mut().reset(tokio::time::Instant::now() + next);
-                effects
+                Writes::Tick
             }
         };
-        perform(node, effects).await;
+        let mut next = None;
+        let carried = carry(node, |m, now| match event {
+            Writes::Emitted(emitted) => m.on_emit(emitted, now),
+            Writes::Ack { from, partition, seq } => m.on_ack(from, partition, seq, now),
+            Writes::Tick => {
+                let applied =
+                    |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
+                let effects = m.tick(now, applied);
+                next = Some(Duration::from_micros(m.next_deadline_us().saturating_sub(now)).min(period));
+                effects
+            }
+        });
+        // Nothing to do if it failed: the node stops, and this task with it.
+        let _ = carried.await;
+        if let Some(next) = next {
+            wake.as_mut().reset(tokio::time::Instant::now() + next);
+        }
     }
 }
 
-/// Carries out the node machine's effects on the writer's side. A message for a coordinator
-/// whose link is down is dropped (lost with the link, as the node machine expects).
-async fn perform(node: &Node, effects: Vec<NodeEffect>) {
-    let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
-    while let Some(effect) = queue.pop_front() {
-        match effect {
-            NodeEffect::ToCoordinator { coordinator, msg } => {
-                let out = node.links.lock().unwrap_or_else(|e| e.into_inner()).get(&coordinator).map(|l| l.out.clone());
-                if let Some(out) = out {
-                    // An error: the link's task ended (it broke); the message is lost with it.
-                    let _ = out.send(msg).await;
-                }
-            }
-            NodeEffect::Ship { backups, shipment } => {
-                let partition = shipment.partition;
-                let (lost, queued) = ship(node, &backups, shipment);
-                for (backup, n) in queued {
-                    queue.extend(node.machine().on_peer_queue(backup, partition, n, PEER_OUTBOX_MAX, micros(node)));
-                }
-                for backup in lost {
-                    queue.extend(node.machine().on_backup_lost(backup));
-                }
-                publish_gates(node);
-            }
-            NodeEffect::OpenPeer { backup } => open_peer(node, backup),
-            NodeEffect::Shutdown { reason } => {
-                info!(reason = %reason, "the coordinator shuts the cluster down");
-                node.stop("the coordinator said so");
-            }
-            NodeEffect::NotHeld { partition, name } => {
-                warn!(partition, message = name, "message for a partition this node does not hold; ignored")
-            }
-            NodeEffect::Dial { coordinator } => {
-                // The link's task waits for this (a stored permit if it is still dialing).
-                if let Some(due) = node.dial_due.get(&coordinator) {
-                    due.notify_one();
-                }
-            }
-            // Carried by the reader (rejoins) and the link task (a link that came back).
-            NodeEffect::Rejoin { .. } | NodeEffect::ToPartition { .. } | NodeEffect::RejoinAll => {}
+/// What woke the writer task.
+enum Writes {
+    /// An executor's message.
+    Emitted(Emit),
+    /// A backup's acknowledgement.
+    Ack { from: NodeId, partition: PartitionId, seq: Seq },
+    /// The node machine's deadline (a heartbeat, a redial).
+    Tick,
+}
+
+/// The node stopped, or a partition's executor is gone, while its effects were carried.
+#[derive(Debug)]
+pub(super) struct Gone;
+
+/// Decides with the node machine (`decide`, at the machine's time) and carries out what it
+/// decided ([`crate::carrier::carry`]) in one pass, holding the machine meanwhile; then
+/// waits, in order, for room for what found none (executors' inboxes, full link queues).
+pub(super) async fn carry(
+    node: &Node,
+    decide: impl FnOnce(&mut NodeMachine, u64) -> Vec<NodeEffect>,
+) -> Result<(), Gone> {
+    let waits = {
+        let now_us = micros(node);
+        let mut links =
+            ProcessLinks { node, machine: node.machine(), now_us, waits: Vec::new(), waiting: Vec::new(), stop: false };
+        let effects = decide(&mut links.machine, now_us);
+        crate::carrier::carry(&mut links, effects);
+        if links.stop {
+            return Err(Gone);
         }
+        links.waits
+    };
+    for wait in waits {
+        match wait {
+            Wait::Link(out, msg) => {
+                // An error: the link's task ended (it broke); the message is lost with it.
+                let _ = out.send(msg).await;
+            }
+            Wait::Executor(partition, work) => {
+                let Some(r) = node.replicas.get(&partition) else { continue };
+                if r.deliver(partition, "coordinator", work).await.is_err() {
+                    return Err(Gone);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What waits, after a carrier's pass, for room.
+enum Wait {
+    /// A message for a coordinator link whose queue was full.
+    Link(mpsc::Sender<NodeToCoordinator>, NodeToCoordinator),
+    /// Work for a partition's executor.
+    Executor(PartitionId, Work),
+}
+
+/// The node process's world as the carrier sees it (`crate::carrier::NodeLinks`): the
+/// machine held for one pass; a message that finds no room waits after the pass, and so
+/// does everything after it on the same queue, so that each queue keeps the machine's order.
+struct ProcessLinks<'a> {
+    node: &'a Node,
+    machine: std::sync::MutexGuard<'a, NodeMachine>,
+    now_us: u64,
+    waits: Vec<Wait>,
+    /// Coordinators with a message waiting.
+    waiting: Vec<CoordinatorId>,
+    /// The node stops (the coordinator shut the cluster down).
+    stop: bool,
+}
+
+impl ProcessLinks<'_> {
+    fn for_executor(&mut self, partition: PartitionId, work: Work) {
+        if self.node.replicas.contains_key(&partition) {
+            self.waits.push(Wait::Executor(partition, work));
+        }
+    }
+}
+
+impl crate::carrier::NodeLinks for ProcessLinks<'_> {
+    fn machine(&mut self) -> &mut NodeMachine {
+        &mut self.machine
+    }
+
+    fn now_us(&self) -> u64 {
+        self.now_us
+    }
+
+    fn to_coordinator(&mut self, coordinator: CoordinatorId, msg: NodeToCoordinator) {
+        let out = self.node.links.lock().unwrap_or_else(|e| e.into_inner()).get(&coordinator).map(|l| l.out.clone());
+        // No link: the message is lost with it, as the node machine expects.
+        let Some(out) = out else { return };
+        if self.waiting.contains(&coordinator) {
+            self.waits.push(Wait::Link(out, msg));
+            return;
+        }
+        match out.try_send(msg) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(msg)) => {
+                self.waiting.push(coordinator);
+                self.waits.push(Wait::Link(out, msg));
+            }
+        }
+    }
+
+    fn to_partition(&mut self, partition: PartitionId, msg: CoordinatorToNode) {
+        self.for_executor(partition, Work::Coordinator(msg));
+    }
+
+    fn ship(&mut self, backups: &[NodeId], shipment: Shipment, queued: &mut Vec<(NodeId, Queued)>) {
+        ship(self.node, backups, shipment, queued);
+    }
+
+    fn open_peer(&mut self, backup: NodeId) {
+        open_peer(self.node, backup);
+    }
+
+    fn dial(&mut self, coordinator: CoordinatorId) {
+        // The link's task waits for this (a stored permit if it is still dialing).
+        if let Some(due) = self.node.dial_due.get(&coordinator) {
+            due.notify_one();
+        }
+    }
+
+    fn rejoin_all(&mut self) {
+        let epoch = self.node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        warn!(epoch, "the coordinator link is back; every partition rejoins");
+        for &partition in self.node.replicas.keys() {
+            self.for_executor(partition, Work::Rejoin { epoch, only_if_serving: false });
+        }
+    }
+
+    fn rejoin(&mut self, partition: PartitionId) {
+        warn!(partition, "left out of the partition's membership; the replica rejoins if it serves");
+        let epoch = self.node.epoch.load(Ordering::SeqCst);
+        self.for_executor(partition, Work::Rejoin { epoch, only_if_serving: true });
+    }
+
+    fn shutdown(&mut self, reason: String) {
+        info!(reason = %reason, "the coordinator shuts the cluster down");
+        self.node.stop("the coordinator said so");
+        self.stop = true;
+    }
+
+    fn not_held(&mut self, partition: PartitionId, name: &'static str) {
+        warn!(partition, message = name, "message for a partition this node does not hold; ignored")
+    }
+
+    fn gates_changed(&mut self) {
+        publish_gates(self.node, &self.machine);
     }
 }
 

@@ -4,7 +4,7 @@
 //! coordinator's batches, and tool requests (digests, snapshots) between two batches; the
 //! copies that answer them (and the state digests batches ask for) are stepped between work
 //! items under the copy share (`answers`, docs/design.md §10). The partition's machine
-//! decides; the executor performs its effects.
+//! decides; the executor is its world for the node's carrier (`crate::carrier`).
 //!
 //! Guarantees:
 //! - a request that cannot be answered yet (the replica not at its batch yet, or a copy under
@@ -22,12 +22,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 use wire::channel::{NodeToCoordinator, PeerReply, PeerRequest, ToolRequest};
-use wire::messages::LoadState;
+use wire::messages::{LoadState, NodeId, Seq, StateDigest};
 
 use super::{
     copy, Begin, Executor, Machine, Reply, Storage, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK, TOOL_REPLY_PATIENCE,
 };
-use crate::machine::{Asked, Began, Effect, CATCH_UP_SLICE_IDLE};
+use crate::error::{RejoinError, ReplicaError};
+use crate::fullstack::{FullStack, Restart};
+use crate::machine::{Asked, Began, Effect, FetchKind, CATCH_UP_SLICE_IDLE};
 use crate::replica::{Emit, Replica, Store};
 
 impl Executor {
@@ -358,71 +360,7 @@ impl Executor {
     /// Performs the machine's effects, handing it the outcome of those that have one (a
     /// restart recovery runs here, on the executor thread; a fetch on a thread of its own).
     fn carry(&self, machine: &mut Machine, effects: Vec<Effect<mpsc::Sender<PeerReply>>>) {
-        // The batches the call executed may have begun a digest copy: taken now, before any
-        // further batch runs.
-        self.carry_digest_copy(machine);
-        let pid = self.partition.id;
-        let mut queue: std::collections::VecDeque<_> = effects.into();
-        while let Some(effect) = queue.pop_front() {
-            match effect {
-                Effect::Emit(m) => self.emit(m),
-                Effect::Reply { to, msg } => self.reply_to(&to, msg),
-                Effect::Fetch { source, after_seq, kind, delay_ms, retrying } => {
-                    match retrying {
-                        None => info!(
-                            partition = pid,
-                            source,
-                            after_seq,
-                            ?kind,
-                            "fetching the starting state from a live replica"
-                        ),
-                        Some(error) => warn!(partition = pid, source, error, "copy rejected; fetching it again"),
-                    }
-                    self.fetch(source, after_seq, kind, delay_ms);
-                }
-                Effect::Recover { restart } => {
-                    let recovered = self.restart_recovery(&restart);
-                    queue.extend(machine.on_recovered(recovered));
-                }
-                Effect::Ready { digest, start } => {
-                    engine::arena::set_prefault(true);
-                    match start {
-                        Began::Copy { seq, held } => info!(
-                            partition = pid,
-                            seq,
-                            replayed = held,
-                            "copy installed; caught up on the batches sent meanwhile"
-                        ),
-                        Began::LogBase { seq, bytes, image_bytes, held } => info!(
-                            partition = pid,
-                            seq,
-                            mib = bytes as f64 / (1 << 20) as f64,
-                            image_mib = image_bytes as f64 / (1 << 20) as f64,
-                            held,
-                            "the primary's log base applied; the shipments held applied"
-                        ),
-                        Began::OwnLog { from_seq } => {
-                            info!(partition = pid, from_seq, "serving the recovered partition")
-                        }
-                    }
-                    info!(partition = pid, start_digest = %digest, "rejoined");
-                    self.shared.load.send_replace(LoadState::Ready { digest });
-                    self.publish(machine);
-                }
-                Effect::Failed { reason } => {
-                    error!(partition = pid, reason = %reason, "the partition cannot rejoin");
-                    let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason) };
-                    self.shared.load.send_replace(state);
-                }
-                Effect::Stopped { reason } => {
-                    error!(partition = pid, reason, "replica stopped");
-                    *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
-                }
-                Effect::Refused { error, rejoining } => {
-                    error!(partition = pid, error = %error, rejoining, "replica refused a message")
-                }
-            }
-        }
+        crate::carrier::carry_partition(&mut ExecutorLinks { executor: self, machine }, effects);
     }
 
     /// Sends `m` to the writer task, under this executor's link epoch.
@@ -472,5 +410,81 @@ fn asked(work: &Work) -> Asked {
         | Work::Rejoin { .. }
         | Work::CopyRoom
         | Work::Stop => Asked::Other,
+    }
+}
+
+/// An executor's world as the carrier sees it (`crate::carrier::PartitionLinks`): its
+/// partition's machine, the writer task, peers' reply queues, fetch threads and the
+/// full-stack database's directory.
+struct ExecutorLinks<'a> {
+    executor: &'a Executor,
+    machine: &'a mut Machine,
+}
+
+impl crate::carrier::PartitionLinks<mpsc::Sender<PeerReply>> for ExecutorLinks<'_> {
+    fn machine(&mut self) -> Option<&mut Machine> {
+        Some(self.machine)
+    }
+
+    fn take_digest_copy(&mut self) {
+        self.executor.carry_digest_copy(self.machine);
+    }
+
+    fn emit(&mut self, emitted: Emit) {
+        self.executor.emit(emitted);
+    }
+
+    fn reply(&mut self, to: mpsc::Sender<PeerReply>, msg: PeerReply) {
+        self.executor.reply_to(&to, msg);
+    }
+
+    fn fetch(&mut self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String>) {
+        let pid = self.executor.partition.id;
+        match retrying {
+            None => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state from a live replica"),
+            Some(error) => warn!(partition = pid, source, error, "copy rejected; fetching it again"),
+        }
+        self.executor.fetch(source, after_seq, kind, delay_ms);
+    }
+
+    fn recover(&mut self, restart: &Restart) -> Result<FullStack, RejoinError> {
+        self.executor.restart_recovery(restart)
+    }
+
+    fn ready(&mut self, digest: StateDigest, start: Began) {
+        let pid = self.executor.partition.id;
+        engine::arena::set_prefault(true);
+        match start {
+            Began::Copy { seq, held } => {
+                info!(partition = pid, seq, replayed = held, "copy installed; caught up on the batches sent meanwhile")
+            }
+            Began::LogBase { seq, bytes, image_bytes, held } => info!(
+                partition = pid,
+                seq,
+                mib = bytes as f64 / (1 << 20) as f64,
+                image_mib = image_bytes as f64 / (1 << 20) as f64,
+                held,
+                "the primary's log base applied; the shipments held applied"
+            ),
+            Began::OwnLog { from_seq } => info!(partition = pid, from_seq, "serving the recovered partition"),
+        }
+        info!(partition = pid, start_digest = %digest, "rejoined");
+        self.executor.shared.load.send_replace(LoadState::Ready { digest });
+        self.executor.publish(self.machine);
+    }
+
+    fn failed(&mut self, reason: String) {
+        error!(partition = self.executor.partition.id, reason = %reason, "the partition cannot rejoin");
+        let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason) };
+        self.executor.shared.load.send_replace(state);
+    }
+
+    fn stopped(&mut self, reason: String) {
+        error!(partition = self.executor.partition.id, reason, "replica stopped");
+        *self.executor.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
+    fn refused(&mut self, error: ReplicaError, rejoining: bool) {
+        error!(partition = self.executor.partition.id, error = %error, rejoining, "replica refused a message")
     }
 }

@@ -50,7 +50,7 @@ use wire::messages::{
 };
 
 use crate::error::RejoinError;
-use crate::machine::{Fetched, NodeEffect, NodeMachine, PartitionMachine};
+use crate::machine::{Fetched, NodeMachine, PartitionMachine};
 use crate::replica::{DigestCopy, Emit, Replica, ReplicaRole, Store};
 use crate::snapshot;
 
@@ -86,8 +86,6 @@ pub const DEFERRED_MAX: usize = 64;
 /// Messages queued for one coordinator link; past it the writer task waits (the leader's
 /// link: backpressure on the executors), as it would on the link itself.
 pub const LINK_OUTBOX_MAX: usize = 1_024;
-/// Encoded shipments queued for one backup node's link.
-pub const PEER_OUTBOX_MAX: usize = 4_096;
 /// Acknowledgements and membership changes queued for the writer task.
 const OUTBOX_EVENTS_MAX: usize = 4_096;
 /// How long a tether may take to connect and send its header.
@@ -154,9 +152,6 @@ type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
 enum OutboxEvent {
     /// A backup acknowledged shipments up to `seq`.
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
-    /// The node machine's effects for the writer, from the reader (results a membership
-    /// released, a link to open to a rejoining backup).
-    Effects(Vec<NodeEffect>),
 }
 
 /// What an executor sends the writer task: a message under the coordinator link's epoch it

@@ -1,157 +1,232 @@
-//! What a simulated node's process does with the effects of its machines, as `node::process`
-//! does: messages to its coordinators and its partitions, shipments to its backups over peer
-//! links, dials and rejoins; and, for each partition, results emitted, shipments
-//! acknowledged, fetches begun, a full-stack database restarted from its disk.
+//! A simulated node's world, as the node's carrier (`node::carrier`) sees it: the same
+//! `carry` and `carry_partition` the node process runs, over the simulator's network, disks
+//! and clock instead of QUIC, files and threads. What the simulator supplies:
+//! - messages to a coordinator go on the node's current link to it, if it is up (lost with a
+//!   link that is down, as in the process);
+//! - a coordinator message for a partition runs its machine at once (an executor's inbox
+//!   that always has room);
+//! - a shipment reaches a backup only on the peer link its primary's process opened, to that
+//!   backup's process; a backup's queue is the shipments in flight or held to it, bounded by
+//!   `node::carrier::PEER_QUEUE_MAX` as the process's link queue is;
+//! - a dial is answered at once: the link is up if the coordinator runs, else the dial failed;
+//! - a full-stack restart recovery runs on the node's simulated disk;
+//! - a fetch is scheduled (`transfer`) after the delay the machine asked for.
 //!
-//! Guarantees: a shipment reaches a backup only on the peer link its primary's process
-//! opened, to that backup's process; a replica error other than "stopped" is recorded as a
-//! violation, never swallowed; every result a replica emits is checked as it leaves
-//! ([`invariants`](super::invariants)).
+//! Guarantees: a replica error other than "stopped" is recorded as a violation, never
+//! swallowed; so is a message the process would only log (a shutdown, a partition not held);
+//! every result a replica emits is checked as it leaves ([`invariants`](super::invariants)).
 
-use node::machine::{Effect, NodeEffect};
-use wire::channel::{ChannelMessage, NodeToCoordinator, PeerReply};
-use wire::messages::{NodeId, PartitionId};
+use node::carrier::{NodeLinks, PartitionLinks, Queued};
+use node::error::{RejoinError, ReplicaError};
+use node::fullstack::{FullStack, Restart};
+use node::machine::{Began, Effect, FetchKind, NodeEffect, NodeMachine};
+use node::replica::Emit;
+use wire::channel::{ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerReply};
+use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment, StateDigest};
 
-use super::{PeerAddr, PendingFetch, Sim};
+use super::{Partition, PeerAddr, PendingFetch, Sim};
 use crate::error::Violation;
 use crate::net::{Carried, Envelope, PeerMsg};
 
 impl Sim {
-    /// Carries out node `node`'s machine's effects, as its process does.
+    /// Carries out node `node`'s machine's effects, through the node's carrier.
     pub(super) fn perform(&mut self, node: NodeId, effects: Vec<NodeEffect>) {
-        let mut queue: std::collections::VecDeque<NodeEffect> = effects.into();
-        while let Some(effect) = queue.pop_front() {
-            match effect {
-                NodeEffect::ToCoordinator { coordinator, msg } => self.send_from_node(node, coordinator, msg),
-                NodeEffect::ToPartition { partition, msg } => {
-                    let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
-                    let effects = m.on_coordinator(msg);
-                    self.perform_partition(node, partition, effects);
-                }
-                NodeEffect::Ship { backups, shipment } => {
-                    self.trace_line(|| {
-                        format!("node {node} ships p{} batch {} to {backups:?}", shipment.partition, shipment.seq)
-                    });
-                    for b in backups {
-                        let reached = self.nodes[&node].peers.get(&b).copied();
-                        let to = &self.nodes[&b];
-                        if to.up && reached == Some(to.process) {
-                            let from_process = self.nodes[&node].process;
-                            let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
-                            self.net.send(Envelope { node: b, link: to.process, msg });
-                        } else {
-                            // The link to the backup's process is gone: its task ended.
-                            self.trace_line(|| format!("node {node} lost its link to backup {b}"));
-                            queue.extend(self.node_mut(node).machine.on_backup_lost(b));
-                        }
-                    }
-                }
-                NodeEffect::OpenPeer { backup } => {
-                    let to = &self.nodes[&backup];
-                    let process = if to.up { to.process } else { 0 };
-                    self.node_mut(node).peers.insert(backup, process);
-                }
-                NodeEffect::Dial { coordinator } => self.reconnect(node, coordinator),
-                NodeEffect::RejoinAll => self.rejoin_all(node),
-                NodeEffect::Rejoin { partition } => self.rejoin_one(node, partition),
-                NodeEffect::Shutdown { .. } => {
-                    self.violations.push(Violation::UnexpectedMessage { node, name: "Shutdown" })
-                }
-                NodeEffect::NotHeld { partition, .. } => {
-                    self.violations.push(Violation::UnheldPartition { node, partition })
-                }
+        node::carrier::carry(&mut NodeWorld { sim: self, node }, effects);
+    }
+
+    /// Carries out the effects of node `node`'s machine of `partition`, through the node's
+    /// carrier.
+    pub(super) fn perform_partition(&mut self, node: NodeId, partition: PartitionId, effects: Vec<Effect<PeerAddr>>) {
+        node::carrier::carry_partition(&mut PartitionWorld { sim: self, node, partition }, effects);
+    }
+}
+
+/// Node `node`'s world in the simulation.
+struct NodeWorld<'a> {
+    sim: &'a mut Sim,
+    node: NodeId,
+}
+
+impl NodeLinks for NodeWorld<'_> {
+    fn machine(&mut self) -> &mut NodeMachine {
+        &mut self.sim.node_mut(self.node).machine
+    }
+
+    fn now_us(&self) -> u64 {
+        self.sim.now_us
+    }
+
+    fn to_coordinator(&mut self, coordinator: CoordinatorId, msg: NodeToCoordinator) {
+        self.sim.send_from_node(self.node, coordinator, msg);
+    }
+
+    fn to_partition(&mut self, partition: PartitionId, msg: CoordinatorToNode) {
+        let Some(m) = self.sim.node_mut(self.node).partitions.get_mut(&partition) else { return };
+        let effects = m.on_coordinator(msg);
+        self.sim.perform_partition(self.node, partition, effects);
+    }
+
+    fn ship(&mut self, backups: &[NodeId], shipment: Shipment, queued: &mut Vec<(NodeId, Queued)>) {
+        let (sim, node) = (&mut *self.sim, self.node);
+        sim.trace_line(|| format!("node {node} ships p{} batch {} to {backups:?}", shipment.partition, shipment.seq));
+        let from_process = sim.nodes[&node].process;
+        for &b in backups {
+            let reached = sim.nodes[&node].peers.get(&b).copied();
+            let to = &sim.nodes[&b];
+            if to.up && reached == Some(to.process) {
+                let link = to.process;
+                let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
+                sim.net.send(Envelope { node: b, link, msg });
+                let on_link = |e: &Envelope| {
+                    e.node == b
+                        && e.link == link
+                        && matches!(&e.msg, Carried::Peer { from, from_process: p, msg: PeerMsg::Ship(_) }
+                            if *from == node && *p == from_process)
+                };
+                queued.push((b, Queued::Holds(sim.net.count(on_link))));
+            } else {
+                // The link to the backup's process is gone: its task ended.
+                sim.trace_line(|| format!("node {node} lost its link to backup {b}"));
+                queued.push((b, Queued::Lost));
             }
         }
     }
 
-    /// Carries out the effects of node `node`'s machine of `partition`, as its executor does.
-    pub(super) fn perform_partition(&mut self, node: NodeId, partition: PartitionId, effects: Vec<Effect<PeerAddr>>) {
-        // The batches the call executed may have begun a digest copy: taken before any other.
-        self.take_digest_copy(node, partition);
-        let mut queue: std::collections::VecDeque<Effect<PeerAddr>> = effects.into();
-        while let Some(effect) = queue.pop_front() {
-            match effect {
-                Effect::Emit(emitted) => {
-                    if let node::replica::Emit::ToCoordinator(NodeToCoordinator::Results(r)) = &emitted {
-                        self.check_results(node, r);
-                    }
-                    let now = self.now_us;
-                    let effects = self.node_mut(node).machine.on_emit(emitted, now);
-                    self.perform(node, effects);
-                }
-                Effect::Reply { to, msg: PeerReply::ShipAck { partition, seq } } => {
-                    let from_process = self.nodes[&node].process;
-                    let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ack { partition, seq } };
-                    self.net.send(Envelope { node: to.node, link: to.process, msg });
-                }
-                Effect::Reply { msg, .. } => {
-                    self.violations.push(Violation::UnexpectedMessage { node, name: msg.name() })
-                }
-                Effect::Fetch { source, after_seq, kind, delay_ms, .. } => {
-                    let process = self.nodes[&node].process;
-                    let at_us = self.now_us + delay_ms * 1_000;
-                    let patience_until_us = at_us + node::snapshot::SNAPSHOT_CHUNK_TIMEOUT.as_micros() as u64;
-                    let id = self.next_id;
-                    self.next_id += 1;
-                    let f = PendingFetch {
-                        id,
-                        node,
-                        process,
-                        partition,
-                        source,
-                        after_seq,
-                        kind,
-                        at_us,
-                        patience_until_us,
-                    };
-                    self.fetches.push(f);
-                    self.stats.fetches += 1;
-                }
-                Effect::Recover { restart } => {
-                    self.stats.recoveries += 1;
-                    self.checker.failed_over.insert(partition);
-                    if matches!(restart, node::fullstack::Restart::OwnLog) {
-                        self.checker.recovered.insert(partition);
-                    }
-                    self.checker.forget(node, Some(partition));
-                    if let node::fullstack::Restart::Image(_) = restart {
-                        self.stats.base_backups += 1;
-                    }
-                    self.trace_line(|| {
-                        format!("node {node} restarts p{partition}'s database: {}", restart_name(&restart))
-                    });
-                    let recovered = self.disks.recover(node, partition, &restart);
-                    let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { return };
-                    queue.extend(m.on_recovered(recovered));
-                }
-                Effect::Ready { .. } | Effect::Stopped { .. } => {}
-                Effect::Failed { reason } => {
-                    self.trace_line(|| format!("node {node} gives up rejoining p{partition}: {reason}"));
-                    self.stats.rejoins_given_up += 1;
-                }
-                // A stopped partition's replica refuses late batches and shipments: expected.
-                Effect::Refused { error: node::ReplicaError::Stopped { .. }, .. } => {}
-                Effect::Refused { error, rejoining: false } => {
-                    self.trace_line(|| format!("VIOLATION node {node} p{partition}: {error}"));
-                    self.violations.push(Violation::Refused { node, partition, error })
-                }
-                Effect::Refused { error, rejoining: true } => {
-                    self.trace_line(|| format!("VIOLATION node {node} p{partition} (rejoining): {error}"));
-                    self.violations.push(Violation::RefusedRejoining { node, partition, error })
-                }
+    fn open_peer(&mut self, backup: NodeId) {
+        let to = &self.sim.nodes[&backup];
+        let process = if to.up { to.process } else { 0 };
+        self.sim.node_mut(self.node).peers.insert(backup, process);
+    }
+
+    fn dial(&mut self, coordinator: CoordinatorId) {
+        self.sim.reconnect(self.node, coordinator);
+    }
+
+    fn rejoin_all(&mut self) {
+        self.sim.rejoin_all(self.node);
+    }
+
+    fn rejoin(&mut self, partition: PartitionId) {
+        self.sim.rejoin_one(self.node, partition);
+    }
+
+    fn shutdown(&mut self, _reason: String) {
+        self.sim.violations.push(Violation::UnexpectedMessage { node: self.node, name: "Shutdown" })
+    }
+
+    fn not_held(&mut self, partition: PartitionId, _name: &'static str) {
+        self.sim.violations.push(Violation::UnheldPartition { node: self.node, partition })
+    }
+}
+
+/// The world of node `node`'s partition `partition` in the simulation.
+struct PartitionWorld<'a> {
+    sim: &'a mut Sim,
+    node: NodeId,
+    partition: PartitionId,
+}
+
+impl PartitionLinks<PeerAddr> for PartitionWorld<'_> {
+    fn machine(&mut self) -> Option<&mut Partition> {
+        self.sim.node_mut(self.node).partitions.get_mut(&self.partition)
+    }
+
+    fn take_digest_copy(&mut self) {
+        self.sim.take_digest_copy(self.node, self.partition);
+    }
+
+    fn emit(&mut self, emitted: Emit) {
+        if let Emit::ToCoordinator(NodeToCoordinator::Results(r)) = &emitted {
+            self.sim.check_results(self.node, r);
+        }
+        let now = self.sim.now_us;
+        let effects = self.sim.node_mut(self.node).machine.on_emit(emitted, now);
+        self.sim.perform(self.node, effects);
+    }
+
+    fn reply(&mut self, to: PeerAddr, msg: PeerReply) {
+        let node = self.node;
+        match msg {
+            PeerReply::ShipAck { partition, seq } => {
+                let from_process = self.sim.nodes[&node].process;
+                let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ack { partition, seq } };
+                self.sim.net.send(Envelope { node: to.node, link: to.process, msg });
+            }
+            msg => self.sim.violations.push(Violation::UnexpectedMessage { node, name: msg.name() }),
+        }
+    }
+
+    fn fetch(&mut self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, _retrying: Option<String>) {
+        let sim = &mut *self.sim;
+        let process = sim.nodes[&self.node].process;
+        let at_us = sim.now_us + delay_ms * 1_000;
+        let patience_until_us = at_us + node::snapshot::SNAPSHOT_CHUNK_TIMEOUT.as_micros() as u64;
+        let id = sim.next_id;
+        sim.next_id += 1;
+        let f = PendingFetch {
+            id,
+            node: self.node,
+            process,
+            partition: self.partition,
+            source,
+            after_seq,
+            kind,
+            at_us,
+            patience_until_us,
+        };
+        sim.fetches.push(f);
+        sim.stats.fetches += 1;
+    }
+
+    fn recover(&mut self, restart: &Restart) -> Result<FullStack, RejoinError> {
+        let (sim, node, partition) = (&mut *self.sim, self.node, self.partition);
+        sim.stats.recoveries += 1;
+        sim.checker.failed_over.insert(partition);
+        if matches!(restart, Restart::OwnLog) {
+            sim.checker.recovered.insert(partition);
+        }
+        sim.checker.forget(node, Some(partition));
+        if let Restart::Image(_) = restart {
+            sim.stats.base_backups += 1;
+        }
+        sim.trace_line(|| format!("node {node} restarts p{partition}'s database: {}", restart_name(restart)));
+        sim.disks.recover(node, partition, restart)
+    }
+
+    fn ready(&mut self, _digest: StateDigest, _start: Began) {}
+
+    fn failed(&mut self, reason: String) {
+        let (node, partition) = (self.node, self.partition);
+        self.sim.trace_line(|| format!("node {node} gives up rejoining p{partition}: {reason}"));
+        self.sim.stats.rejoins_given_up += 1;
+    }
+
+    fn stopped(&mut self, _reason: String) {}
+
+    fn refused(&mut self, error: ReplicaError, rejoining: bool) {
+        let (node, partition) = (self.node, self.partition);
+        match (error, rejoining) {
+            // A stopped partition's replica refuses late batches and shipments: expected.
+            (ReplicaError::Stopped { .. }, _) => {}
+            (error, false) => {
+                self.sim.trace_line(|| format!("VIOLATION node {node} p{partition}: {error}"));
+                self.sim.violations.push(Violation::Refused { node, partition, error })
+            }
+            (error, true) => {
+                self.sim.trace_line(|| format!("VIOLATION node {node} p{partition} (rejoining): {error}"));
+                self.sim.violations.push(Violation::RefusedRejoining { node, partition, error })
             }
         }
-        self.take_digest_copy(node, partition);
     }
 }
 
 /// How a node's database restarts, for the trace.
-fn restart_name(restart: &node::fullstack::Restart) -> String {
+fn restart_name(restart: &Restart) -> String {
     match restart {
-        node::fullstack::Restart::OwnLog => "recovery from its own log".to_string(),
-        node::fullstack::Restart::FollowBase { cut, start } => {
+        Restart::OwnLog => "recovery from its own log".to_string(),
+        Restart::FollowBase { cut, start } => {
             format!("its own log cut at {cut:?} to follow the primary's log base from LSN {start}")
         }
-        node::fullstack::Restart::Image(image) => format!("the primary's checkpoint image ({} bytes)", image.len()),
+        Restart::Image(image) => format!("the primary's checkpoint image ({} bytes)", image.len()),
     }
 }
