@@ -384,12 +384,6 @@ impl Mode {
         }
     }
 
-    /// Whether one replica (the primary) executes and ships its log to the others; retired
-    /// once its callers ask [`Mode::every_replica_executes`].
-    pub fn is_passive(self) -> bool {
-        !self.every_replica_executes()
-    }
-
     /// Whether every replica of a partition executes every batch, in timestamp order
     /// (active-active); otherwise one replica, the primary, executes and ships its log records
     /// to the others, its backups, which apply them and execute nothing (the passive modes).
