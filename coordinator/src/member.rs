@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
-use wire::config::ClusterConfig;
+use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
     Batch, ClientReply, ClientResult, CoordinatorId, DigestOutcome, Epoch, NodeId, PartitionId, PieceReads, Rejection,
     ReplicaStanding, ReplicationRole, Seq,
@@ -577,7 +577,7 @@ impl Member {
                 }
                 return false;
             }
-            t.fetching = Some(plan_fetch(t, self.config.mode().is_passive(), out));
+            t.fetching = Some(plan_fetch(t, self.config.mode(), out));
             t.deadline_us = now_us + self.failure_timeout_us;
             return true;
         }
@@ -682,7 +682,7 @@ impl Member {
 
 /// Plans the fetch of the batches the executors hold beyond the lowest executed one, and
 /// asks for them (docs/design.md §11, take-over step 2).
-fn plan_fetch(t: &TakingOver, passive: bool, out: &mut Vec<MemberOutput>) -> BTreeMap<PartitionId, Fetching> {
+fn plan_fetch(t: &TakingOver, mode: Mode, out: &mut Vec<MemberOutput>) -> BTreeMap<PartitionId, Fetching> {
     let mut plans = BTreeMap::new();
     for (pid, view) in &t.views {
         if view.state != ViewState::Serving {
@@ -705,10 +705,7 @@ fn plan_fetch(t: &TakingOver, passive: bool, out: &mut Vec<MemberOutput>) -> BTr
         // partition instead (it counts as failed here, and rejoins). Passive modes: backups
         // follow their primary's shipments; what the primary no longer keeps is not adopted.
         let kept_from = furthest.kept_from;
-        if passive {
-            let lowest = standings.values().map(|s| s.executed_seq).min().unwrap_or(0);
-            f.lo = lowest.max(kept_from.saturating_sub(1)).min(furthest.executed_seq);
-        } else {
+        if mode.every_replica_executes() {
             for (n, s) in &standings {
                 if s.executed_seq + 1 < kept_from {
                     f.too_far.push(*n);
@@ -720,6 +717,9 @@ fn plan_fetch(t: &TakingOver, passive: bool, out: &mut Vec<MemberOutput>) -> BTr
                 .map(|(_, s)| s.executed_seq)
                 .min()
                 .unwrap_or(0);
+        } else {
+            let lowest = standings.values().map(|s| s.executed_seq).min().unwrap_or(0);
+            f.lo = lowest.max(kept_from.saturating_sub(1)).min(furthest.executed_seq);
         }
         // Every batch each executor keeps or holds: those after `lo` are adopted, and all of
         // them show where the multi-partition transactions' pieces are.

@@ -30,7 +30,7 @@ fn config(mode: Mode) -> ClusterConfig {
     c.limits.batch_txns_max = 2;
     c.limits.batch_wait_us = 500;
     c.validate().unwrap();
-    assert!(c.mode().is_passive());
+    assert!(!c.mode().every_replica_executes());
     c
 }
 

@@ -285,11 +285,11 @@ pub fn comparisons(rows: &[CompareRow]) -> Vec<Comparison> {
     let ratio = |num: f64, den: f64| (den.is_finite() && den > 0.0).then(|| num / den);
     let mut out = Vec::new();
     for (i, r) in rows.iter().enumerate() {
-        if r.mode == Mode::ActiveActive {
+        if r.mode.every_replica_executes() {
             continue;
         }
         let base =
-            rows.iter().position(|b| b.mode == Mode::ActiveActive && b.replicas == r.replicas && b.same_workload(r));
+            rows.iter().position(|b| b.mode.every_replica_executes() && b.replicas == r.replicas && b.same_workload(r));
         if let Some(b) = base {
             if let Some(x) = ratio(r.txn_per_sec, rows[b].txn_per_sec) {
                 out.push(Comparison::VsActiveActive { row: i, baseline: b, ratio: x });

@@ -274,7 +274,7 @@ pub fn measure_with(
     let replicas = config.partitions.iter().map(|p| p.replicas.len()).max().unwrap_or(1);
     // Executions per committed transaction: every replica in active-active, the primary only
     // in the passive modes (backups apply log records).
-    let executions = if config.mode().is_passive() { 1 } else { replicas };
+    let executions = if config.mode().every_replica_executes() { replicas } else { 1 };
     let (start, end) = (obs.start.take(), obs.end.take());
     let mut time_lines = Vec::new();
     if let (Some(s), Some(e)) = (&start, &end) {

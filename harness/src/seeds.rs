@@ -67,9 +67,9 @@ impl Seeds {
 pub fn variants(modes: &[Mode], shippings: &[Shipping]) -> Vec<(Mode, Shipping)> {
     let mut out = Vec::new();
     for &m in modes {
-        match m {
-            Mode::ActiveActive => out.push((m, Shipping::Sync)),
-            _ => out.extend(shippings.iter().map(|&s| (m, s))),
+        match m.every_replica_executes() {
+            true => out.push((m, Shipping::Sync)),
+            false => out.extend(shippings.iter().map(|&s| (m, s))),
         }
     }
     out
@@ -77,7 +77,7 @@ pub fn variants(modes: &[Mode], shippings: &[Shipping]) -> Vec<(Mode, Shipping)>
 
 /// A variant's name: the mode, and for a passive one its shipping.
 pub fn label(mode: Mode, shipping: Shipping) -> String {
-    if mode.is_passive() {
+    if !mode.every_replica_executes() {
         format!("{mode}, {shipping} shipping")
     } else {
         mode.to_string()

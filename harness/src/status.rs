@@ -92,7 +92,7 @@ pub fn render(c: &Cluster, s: &StatusSample, window: &Window) -> String {
         }
     }
     for d in &s.digests {
-        if s.mode.is_passive() {
+        if !s.mode.every_replica_executes() {
             let _ =
                 writeln!(out,
                 "partition {}: the primary's digest at batch {} is above; backups are compared once they applied the \

@@ -9,12 +9,15 @@
 //! transaction; asynchronous active-passive answers once the primary committed, so a failed
 //! primary may take its unshipped tail with it.
 
-use wire::config::{Replication, Shipping};
+use wire::config::Replication;
 
 /// Whether a failure of a node may lose acknowledged transactions under `replication`: only
 /// in active-passive with asynchronous shipping.
 pub fn loss_allowed(replication: &Replication) -> bool {
-    matches!(replication, Replication::ActivePassive { shipping: Shipping::Async })
+    match replication {
+        Replication::ActivePassive { shipping } => !shipping.waits_for_backups(),
+        Replication::ActiveActive | Replication::FullStack { .. } => false,
+    }
 }
 
 /// What the checks after a run with a failure found.
@@ -44,7 +47,7 @@ pub fn run_passed(digests_equal: bool, consistent: bool, replica_reads_consisten
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::config::{FullStackConfig, Mode};
+    use wire::config::{FullStackConfig, Mode, Shipping};
 
     #[test]
     fn only_async_active_passive_may_lose_acknowledged_transactions() {
@@ -52,7 +55,10 @@ mod tests {
             for shipping in [Shipping::Sync, Shipping::Async] {
                 let r = Replication::of(mode, shipping, FullStackConfig::default());
                 let lost = FailureOutcome { lost_acknowledged: 3, digests_equal: true, consistent: true };
-                let allowed = mode == Mode::ActivePassive && shipping == Shipping::Async;
+                let allowed = match mode {
+                    Mode::ActivePassive => shipping == Shipping::Async,
+                    Mode::ActiveActive | Mode::FullStack => false,
+                };
                 assert_eq!(loss_allowed(&r), allowed);
                 assert_eq!(failure_passed(&r, lost), allowed, "{mode} {shipping:?}");
                 let none = FailureOutcome { lost_acknowledged: 0, ..lost };

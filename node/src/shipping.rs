@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use wire::config::Replication;
 use wire::messages::{NodeId, PartitionId, Results, Seq};
 
 /// How far the backups lag, as measured at the primary.
@@ -30,7 +31,9 @@ pub struct GateStats {
 #[derive(Debug)]
 pub struct ShipGate {
     partition: PartitionId,
-    sync: bool,
+    /// The cluster's replication: whether results wait for the backups
+    /// ([`Replication::answers_wait_for_backups`]).
+    replication: Replication,
     /// Live backups → the last shipment each acknowledged.
     acked: BTreeMap<NodeId, Seq>,
     /// Backups rejoining: shipped to, not waited for until a membership names them; the
@@ -47,11 +50,11 @@ pub struct ShipGate {
 }
 
 impl ShipGate {
-    /// The gate of `partition` whose live backups are `backups`.
-    pub fn new(partition: PartitionId, backups: &[NodeId], sync: bool) -> ShipGate {
+    /// The gate of `partition` whose live backups are `backups`, shipping as `replication` says.
+    pub fn new(partition: PartitionId, backups: &[NodeId], replication: Replication) -> ShipGate {
         ShipGate {
             partition,
-            sync,
+            replication,
             acked: backups.iter().map(|&b| (b, 0)).collect(),
             catching_up: BTreeMap::new(),
             last_shipped: 0,
@@ -173,7 +176,7 @@ impl ShipGate {
     }
 
     fn release(&mut self) -> Vec<Results> {
-        let limit = if self.sync { self.min_acked() } else { None };
+        let limit = if self.replication.answers_wait_for_backups() { self.min_acked() } else { None };
         let mut out = Vec::new();
         while let Some(front) = self.held.front() {
             if limit.is_some_and(|min| front.seq > min) {
@@ -188,6 +191,10 @@ impl ShipGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wire::config::Shipping;
+
+    const SYNC: Replication = Replication::ActivePassive { shipping: Shipping::Sync };
+    const ASYNC: Replication = Replication::ActivePassive { shipping: Shipping::Async };
 
     fn results(seq: Seq) -> Results {
         Results { partition: 1, seq, results: Vec::new() }
@@ -199,7 +206,7 @@ mod tests {
 
     #[test]
     fn sync_holds_results_until_every_backup_acknowledged() {
-        let mut g = ShipGate::new(1, &[2, 3], true);
+        let mut g = ShipGate::new(1, &[2, 3], SYNC);
         for s in 1..=3 {
             g.on_shipped(s, 100 * s);
             assert!(g.on_results(results(s)).is_empty());
@@ -218,7 +225,7 @@ mod tests {
 
     #[test]
     fn async_releases_at_once_and_still_measures_lag() {
-        let mut g = ShipGate::new(1, &[2], false);
+        let mut g = ShipGate::new(1, &[2], ASYNC);
         g.on_shipped(1, 1_000);
         assert_eq!(seqs(&g.on_results(results(1))), vec![1]);
         g.on_ack(2, 1, 3_500);
@@ -227,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_failed_backup_is_no_longer_waited_for() {
-        let mut g = ShipGate::new(1, &[2, 3], true);
+        let mut g = ShipGate::new(1, &[2, 3], SYNC);
         g.on_shipped(1, 0);
         assert!(g.on_results(results(1)).is_empty());
         assert!(g.on_ack(2, 1, 10).is_empty());
@@ -243,7 +250,7 @@ mod tests {
     /// would never send, and the partition's last results never left.
     #[test]
     fn a_backup_rejoining_while_counted_live_is_not_waited_for_until_named_again() {
-        let mut g = ShipGate::new(1, &[2], true);
+        let mut g = ShipGate::new(1, &[2], SYNC);
         g.on_shipped(1, 0);
         assert!(g.on_results(results(1)).is_empty(), "waiting for node 2");
         assert_eq!(seqs(&g.add_catching_up(2)), vec![1], "its old process's acknowledgement will never come");
@@ -259,7 +266,7 @@ mod tests {
     /// rejoins holds, in its copy, every shipment that left before its `ShipTo`.
     #[test]
     fn a_rejoined_backup_counts_as_holding_what_was_shipped_before_it_rejoined() {
-        let mut g = ShipGate::new(1, &[2], true);
+        let mut g = ShipGate::new(1, &[2], SYNC);
         g.on_shipped(1, 0);
         assert!(g.on_results(results(1)).is_empty(), "waiting for node 2");
         g.on_membership(&[1]);
@@ -272,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_rejoining_backup_is_shipped_to_and_waited_for_once_live() {
-        let mut g = ShipGate::new(1, &[], true);
+        let mut g = ShipGate::new(1, &[], SYNC);
         g.add_catching_up(3);
         assert_eq!(g.backups().collect::<Vec<_>>(), vec![3]);
         g.on_shipped(1, 0);
@@ -286,7 +293,7 @@ mod tests {
 
     #[test]
     fn acknowledgements_from_strangers_are_ignored() {
-        let mut g = ShipGate::new(1, &[2], true);
+        let mut g = ShipGate::new(1, &[2], SYNC);
         g.on_results(results(1));
         assert!(g.on_ack(9, 1, 0).is_empty());
         assert_eq!(g.held(), 1);

@@ -54,7 +54,7 @@ pub fn no_alarms(sim: &Sim) -> Result<(), SimError> {
     // design, not an alarm.
     let events = sim.events();
     let recovered_later = |i: usize, partition: PartitionId| {
-        sim.mode() == wire::config::Mode::FullStack
+        sim.mode().replica_keeps_own_log()
             && events[i..].iter().any(|e| matches!(e, Event::RecoveredFromLog { partition: p, .. } if *p == partition))
     };
     let bad = events.iter().enumerate().find(|&(i, e)| match e {
@@ -86,7 +86,7 @@ pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateD
         expected.sort_unstable();
         // In the passive modes only the primary executes the digest batch: the backups'
         // digests are compared directly below, after they applied its shipment.
-        let passive = sim.mode().is_passive();
+        let passive = !sim.mode().every_replica_executes();
         if passive && nodes.len() != 1 || !passive && nodes != expected {
             return Err(SimError::MissingReplicas { partition, nodes, expected });
         }
@@ -139,7 +139,7 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
         sim.config().partitions.iter().map(|p| (p.id, p.warehouses, p.replicas[0])).collect();
     let mut acked = Acked::default();
     let ts_of = acknowledged_timestamps(sim);
-    let asynchronous = sim.config().shipping() == Some(wire::config::Shipping::Async);
+    let asynchronous = sim.config().replication.answers_may_outrun_backups();
     for (partition, warehouses, node) in partitions {
         let mut copy = None;
         let db = state(sim, node, partition, &mut copy)?;

@@ -37,7 +37,7 @@ impl Disks {
         db: LeanDb,
         role: ReplicaRole,
     ) -> Store {
-        if mode != Mode::FullStack {
+        if !mode.conventional_stack() {
             return Store::Lean(db);
         }
         let medium = MemoryMedium::new();

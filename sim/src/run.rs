@@ -120,7 +120,7 @@ impl fmt::Display for SeedFailure {
 pub fn replay_command(seed: u64, opts: &SimOptions) -> String {
     let d = SimOptions::default();
     let mut cmd = format!("glass sim --mode {} --seed {seed} --seeds 1", opts.mode);
-    if opts.mode.is_passive() {
+    if !opts.mode.every_replica_executes() {
         cmd += &format!(" --shipping {}", opts.shipping);
     }
     if opts.steps != d.steps {

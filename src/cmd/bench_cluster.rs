@@ -98,7 +98,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
     if let Some(p) = &b.ack_log {
         bench::check_writable_file(p).context("--ack-log")?;
     }
-    if config.mode() == wire::config::Mode::FullStack {
+    if config.mode().replica_keeps_own_log() {
         let what = format!("run_dir {} (where the full stack writes its log)", config.run_dir.display());
         b.record.check_durable(&config.run_dir, &what)?;
     }

@@ -193,7 +193,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         outages: false,
     };
     cfg.validate()?;
-    if a.modes.contains(&Mode::FullStack) {
+    if a.modes.iter().any(|m| m.replica_keeps_own_log()) {
         let what = format!("run_dir {} (where the full stack writes its log)", base.config.run_dir.display());
         a.record.check_durable(&base.config.run_dir, &what)?;
     }

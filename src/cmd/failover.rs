@@ -178,7 +178,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         outages: true,
     };
     cfg.validate()?;
-    if config.mode() == Mode::FullStack {
+    if config.mode().replica_keeps_own_log() {
         let what = format!("run_dir {} (where the full stack writes its log)", config.run_dir.display());
         a.record.check_durable(&config.run_dir, &what)?;
     }

@@ -131,7 +131,7 @@ impl From<RawClusterConfig> for ClusterConfig {
     fn from(raw: RawClusterConfig) -> ClusterConfig {
         let file = ModeSettings { shipping: raw.shipping, full_stack: raw.full_stack };
         ClusterConfig {
-            replication: Replication::of(raw.mode, file.shipping, file.full_stack.clone()),
+            replication: Replication::of(raw.mode, file.shipping, file.full_stack),
             agreement: raw.agreement,
             seed: raw.seed,
             run_dir: raw.run_dir,
@@ -168,7 +168,9 @@ impl From<ClusterConfig> for RawClusterConfig {
 }
 
 /// The replication mode with the settings only it uses (docs/design.md, "The three modes").
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the mode decides is asked of [`Mode`]'s methods (a [`Replication`] is a `Mode` with
+/// settings; [`Replication::mode`]); what the settings decide, of `Replication`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replication {
     /// Every replica executes every transaction in timestamp order; no log anywhere.
     ActiveActive,
@@ -219,7 +221,31 @@ impl Replication {
     pub fn full_stack(&self) -> Option<&FullStackConfig> {
         match self {
             Replication::FullStack { full_stack, .. } => Some(full_stack),
-            _ => None,
+            Replication::ActiveActive | Replication::ActivePassive { .. } => None,
+        }
+    }
+
+    /// Whether a primary answers a client only once every live backup holds the
+    /// transaction's log records (sync shipping); never in active-active, which has no
+    /// backups (every replica executes, and answers for itself).
+    pub fn answers_wait_for_backups(&self) -> bool {
+        match self {
+            Replication::ActiveActive => false,
+            Replication::ActivePassive { shipping } | Replication::FullStack { shipping, .. } => {
+                shipping.waits_for_backups()
+            }
+        }
+    }
+
+    /// Whether a primary may answer a client before its backups hold the transaction's log
+    /// records (async shipping): a failover may then lose the last answers, the window that
+    /// setting gives up. Never in active-active, which has no primary.
+    pub fn answers_may_outrun_backups(&self) -> bool {
+        match self {
+            Replication::ActiveActive => false,
+            Replication::ActivePassive { shipping } | Replication::FullStack { shipping, .. } => {
+                !shipping.waits_for_backups()
+            }
         }
     }
 }
@@ -241,6 +267,15 @@ impl Shipping {
         match self {
             Shipping::Sync => "sync",
             Shipping::Async => "async",
+        }
+    }
+
+    /// Whether the primary holds a transaction's answer until every live backup acknowledged
+    /// its log records.
+    pub fn waits_for_backups(self) -> bool {
+        match self {
+            Shipping::Sync => true,
+            Shipping::Async => false,
         }
     }
 }
@@ -309,7 +344,7 @@ impl std::str::FromStr for AgreementRule {
 pub const FULL_STACK_WORKERS_MAX: u32 = 64;
 
 /// The conventional stack each node runs in `full-stack` mode.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FullStackConfig {
     /// Worker threads executing one partition's transactions concurrently under two-phase
@@ -322,7 +357,9 @@ impl Default for FullStackConfig {
         FullStackConfig { workers: 4 }
     }
 }
-/// The replication mode (docs/design.md, "The three modes").
+/// The replication mode (docs/design.md, "The three modes"). Its behaviour lives here: every
+/// decision that depends on the mode asks one of the methods below, each an exhaustive `match`
+/// on the mode, so a new mode is a compile error in each of them and nowhere else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
@@ -347,9 +384,36 @@ impl Mode {
         }
     }
 
-    /// Whether one replica (the primary) executes and ships its log to the others.
-    pub fn is_passive(self) -> bool {
-        !matches!(self, Mode::ActiveActive)
+    /// Whether every replica of a partition executes every batch, in timestamp order
+    /// (active-active); otherwise one replica, the primary, executes and ships its log records
+    /// to the others, its backups, which apply them and execute nothing (the passive modes).
+    pub fn every_replica_executes(self) -> bool {
+        match self {
+            Mode::ActiveActive => true,
+            Mode::ActivePassive | Mode::FullStack => false,
+        }
+    }
+
+    /// Whether a replica keeps a durable log of its own (the conventional stack's write-ahead
+    /// log): a replica that comes back recovers from it, and an unavailable partition's last
+    /// primary alone may bring it back by restart recovery (docs/design.md §10). Otherwise
+    /// no replica keeps a log (active-active), or the primary's redo records live only in
+    /// the backups' memory (active-passive).
+    pub fn replica_keeps_own_log(self) -> bool {
+        match self {
+            Mode::FullStack => true,
+            Mode::ActiveActive | Mode::ActivePassive => false,
+        }
+    }
+
+    /// Whether a replica runs the conventional stack (buffer pool, B+trees, two-phase
+    /// locking, latches, write-ahead log: the paper's full Shore stack) rather than the lean
+    /// kernel.
+    pub fn conventional_stack(self) -> bool {
+        match self {
+            Mode::FullStack => true,
+            Mode::ActiveActive | Mode::ActivePassive => false,
+        }
     }
 }
 
@@ -880,7 +944,7 @@ impl ClusterConfig {
     fn settings(&self) -> ModeSettings {
         ModeSettings {
             shipping: self.shipping().unwrap_or(self.file.shipping),
-            full_stack: self.full_stack().unwrap_or(&self.file.full_stack).clone(),
+            full_stack: *self.full_stack().unwrap_or(&self.file.full_stack),
         }
     }
 
@@ -892,7 +956,7 @@ impl ClusterConfig {
         if let Some(s) = shipping {
             file.shipping = s;
         }
-        c.replication = Replication::of(mode, file.shipping, file.full_stack.clone());
+        c.replication = Replication::of(mode, file.shipping, file.full_stack);
         c.file = file;
         c
     }

@@ -456,9 +456,9 @@ pub async fn check(
         let (seq, mut digests) = digests(&mut coordinator, p.id).await?;
         // Backups (passive modes) are not in the ordered digest: ask each once it caught up.
         let mut behind = Vec::new();
-        let backups: Vec<NodeId> = match config.mode().is_passive() {
-            true => live.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
-            false => Vec::new(),
+        let backups: Vec<NodeId> = match config.mode().every_replica_executes() {
+            true => Vec::new(),
+            false => live.iter().copied().filter(|n| !digests.iter().any(|(d, _)| d == n)).collect(),
         };
         for backup in backups {
             let mut link = client.connect_node(backup).await?;

@@ -127,7 +127,7 @@ impl Coordinator {
     fn watch_lagging(&mut self, now_us: u64, out: &mut Vec<Output>) {
         let mut failing = Vec::new();
         for p in self.partitions.values_mut() {
-            let passive = p.passive().is_some();
+            let passive = !p.mode.every_replica_executes();
             let laggards = if passive { p.passive_laggards() } else { p.agreement.laggards() };
             p.lagging_since.retain(|n, _| laggards.iter().any(|(m, _)| m == n));
             for &(node, behind) in &laggards {

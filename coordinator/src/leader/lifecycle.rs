@@ -111,7 +111,7 @@ impl Partition {
                 return;
             }
         }
-        let primary_failed = self.passive().is_some() && self.agreement.live() == [node];
+        let primary_failed = !self.mode.every_replica_executes() && self.agreement.live() == [node];
         // A primary failing while the partition still loads is replaced too: its backups load
         // the same state (found by `glass sim --mode active-passive --seed 22`, where such a
         // partition was left with no live replica and never served).

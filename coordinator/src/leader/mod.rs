@@ -69,8 +69,10 @@ struct Partition {
     /// Replicas lagging past `replica_lag_batches_max` behind a majority's answers, since
     /// when (docs/cluster.md, "Agreement").
     lagging_since: BTreeMap<NodeId, u64>,
-    /// How the partition replicates, with the state only that way needs.
-    replication: Replication,
+    /// The cluster's replication mode: what the partition's decisions ask of it.
+    mode: Mode,
+    /// The state only the mode's way of replicating needs.
+    replication: ModeState,
     /// Nodes rejoining, from the batch `Seq` on: they count once they report `Rejoined`.
     /// In active-active they receive every batch from the `Seq` on; in the passive modes the
     /// primary ships to them instead.
@@ -96,9 +98,10 @@ struct Partition {
     pieces_done: Vec<(ClientRef, Timestamp)>,
 }
 
-/// How a partition replicates (`wire::config::Mode`), with the state only that way needs.
+/// The state only a partition's way of replicating needs, built from its mode
+/// ([`ModeState::of`]).
 #[derive(Debug)]
-enum Replication {
+enum ModeState {
     /// Every live replica executes every batch.
     ActiveActive {
         /// Replicas rejoining or just rejoined — they execute batches sent before they
@@ -112,21 +115,30 @@ enum Replication {
     Passive(Passive),
 }
 
-/// What a passive partition's primary ships to its backups (docs/design.md, "The three modes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ShippedLogKind {
-    /// Active-passive: the lean kernel's redo records.
-    Redo,
-    /// Full stack: the conventional stack's write-ahead log, from which the last primary
-    /// alone may bring an unavailable partition back by restart recovery.
-    Wal,
+impl ModeState {
+    /// The state of a partition placed on `replicas` (the first is a passive mode's primary)
+    /// under `mode`: the one place a partition's state depends on the mode.
+    fn of(mode: Mode, replicas: &[NodeId]) -> ModeState {
+        match mode.every_replica_executes() {
+            true => ModeState::ActiveActive { catching_up: BTreeMap::new() },
+            false => ModeState::Passive(Passive {
+                mode,
+                backups: replicas[1..].to_vec(),
+                confirming: Vec::new(),
+                unanswered: Default::default(),
+                backup_applied: BTreeMap::new(),
+                last_primary: None,
+                lost: Default::default(),
+            }),
+        }
+    }
 }
 
 /// A passive partition's replication state.
 #[derive(Debug)]
 struct Passive {
-    /// What the primary ships.
-    log: ShippedLogKind,
+    /// The mode (active-passive or full stack): whether a replica keeps a log of its own.
+    mode: Mode,
     /// The live backups (they receive log records from the primary, not batches from here).
     backups: Vec<NodeId>,
     /// Backups that rejoined, each with the first batch sent after the membership naming it:
@@ -160,16 +172,16 @@ impl Passive {
     /// replay in full-stack mode, dropped in active-passive (no replica can come back from a
     /// log there).
     fn lose_unanswered(&mut self) {
-        match self.log {
-            ShippedLogKind::Wal => self.lost.extend(self.unanswered.drain(..)),
-            ShippedLogKind::Redo => self.unanswered.clear(),
+        match self.mode.replica_keeps_own_log() {
+            true => self.lost.extend(self.unanswered.drain(..)),
+            false => self.unanswered.clear(),
         }
     }
 
     /// Whether the partition, unavailable, may come back from its last primary's log (and
     /// with it the pieces its failure left in doubt).
     fn may_resume(&self) -> bool {
-        self.log == ShippedLogKind::Wal && self.last_primary.is_some()
+        self.mode.replica_keeps_own_log() && self.last_primary.is_some()
     }
 }
 
@@ -214,6 +226,8 @@ struct NodeLiveness {
 /// The coordinator.
 #[derive(Debug)]
 pub struct Coordinator {
+    /// The cluster's replication mode (each partition holds it too).
+    mode: Mode,
     clock: TimestampClock,
     router: Router,
     partitions: BTreeMap<PartitionId, Partition>,
@@ -243,13 +257,12 @@ impl Coordinator {
         config.validate()?;
         let limits = SequencerLimits::from_config(&config.limits);
         let catch_up = CatchUpPolicy::from_config(&config.limits);
-        let passive = config.mode().is_passive();
-        let log = if config.mode() == Mode::FullStack { ShippedLogKind::Wal } else { ShippedLogKind::Redo };
+        let mode = config.mode();
         let partitions = config
             .partitions
             .iter()
             .map(|p| {
-                let executing = if passive { &p.replicas[..1] } else { &p.replicas[..] };
+                let executing = if mode.every_replica_executes() { &p.replicas[..] } else { &p.replicas[..1] };
                 let quorum = match config.agreement {
                     AgreementRule::All => Quorum::All,
                     AgreementRule::Majority => Quorum::Majority { replicas: p.replicas.len() },
@@ -264,18 +277,8 @@ impl Coordinator {
                     quorum,
                     lag_batches_max,
                     lagging_since: BTreeMap::new(),
-                    replication: match passive {
-                        true => Replication::Passive(Passive {
-                            log,
-                            backups: p.replicas[1..].to_vec(),
-                            confirming: Vec::new(),
-                            unanswered: Default::default(),
-                            backup_applied: BTreeMap::new(),
-                            last_primary: None,
-                            lost: Default::default(),
-                        }),
-                        false => Replication::ActiveActive { catching_up: BTreeMap::new() },
-                    },
+                    mode,
+                    replication: ModeState::of(mode, &p.replicas),
                     joining: Vec::new(),
                     deferred_rejoins: Vec::new(),
                     catch_up: CatchUp::new(catch_up),
@@ -298,6 +301,7 @@ impl Coordinator {
             .collect();
         let t = &config.timeouts;
         Ok(Coordinator {
+            mode,
             clock: TimestampClock::new(me),
             router: Router::new(config),
             partitions,
@@ -387,7 +391,7 @@ impl Coordinator {
                 let p = self
                     .partitions
                     .get_mut(&partition)
-                    .filter(|p| p.passive().is_some() && p.agreement.live().first() == Some(&from));
+                    .filter(|p| !p.mode.every_replica_executes() && p.agreement.live().first() == Some(&from));
                 if let Some(event) = p.and_then(|p| p.catch_up.slow_down(partition, backup, queued, now_us)) {
                     out.push(Output::Event(event));
                 }
@@ -424,8 +428,8 @@ impl Partition {
     /// The passive modes' replication state (`None` in active-active).
     fn passive(&self) -> Option<&Passive> {
         match &self.replication {
-            Replication::Passive(s) => Some(s),
-            Replication::ActiveActive { .. } => None,
+            ModeState::Passive(s) => Some(s),
+            ModeState::ActiveActive { .. } => None,
         }
     }
 
@@ -436,16 +440,16 @@ impl Partition {
 
     fn passive_mut(&mut self) -> Option<&mut Passive> {
         match &mut self.replication {
-            Replication::Passive(s) => Some(s),
-            Replication::ActiveActive { .. } => None,
+            ModeState::Passive(s) => Some(s),
+            ModeState::ActiveActive { .. } => None,
         }
     }
 
     /// Active-active: the replicas catching up (`None` in the passive modes).
     fn catching_up_mut(&mut self) -> Option<&mut BTreeMap<NodeId, (Seq, Seq)>> {
         match &mut self.replication {
-            Replication::ActiveActive { catching_up } => Some(catching_up),
-            Replication::Passive(_) => None,
+            ModeState::ActiveActive { catching_up } => Some(catching_up),
+            ModeState::Passive(_) => None,
         }
     }
 
@@ -457,7 +461,7 @@ impl Partition {
     /// The rejoining replicas that receive batches: active-active ones (a passive mode's
     /// get their primary's shipments).
     fn batch_joiners(&self) -> impl Iterator<Item = NodeId> + '_ {
-        let active = matches!(self.replication, Replication::ActiveActive { .. });
+        let active = self.mode.every_replica_executes();
         self.joining.iter().map(|(n, _)| *n).filter(move |_| active)
     }
 

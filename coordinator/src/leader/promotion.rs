@@ -21,7 +21,7 @@ use wire::channel::CoordinatorToNode;
 use wire::messages::{NodeId, PartitionId, PieceOutcome, PieceReads, Rejection, Seq, Timestamp};
 
 use super::admission::outcome_unknown;
-use super::{ClientRef, Coordinator, Event, Output, Partition, Phase, ShippedLogKind};
+use super::{ClientRef, Coordinator, Event, Output, Partition, Phase};
 use crate::agreement::Agreement;
 use crate::error::ResumeRefused;
 
@@ -198,7 +198,7 @@ impl Partition {
     /// left them half a transaction. (Found by `glass sim --mode full-stack --seed 649`: a
     /// Payment admitted 39 µs before its home partition's last replica failed.)
     pub(super) fn close_open_for_replay(&mut self, out: &mut Vec<Output>) {
-        if self.passive().is_some_and(|s| s.log == ShippedLogKind::Wal) {
+        if self.mode.replica_keeps_own_log() {
             if let Some(batch) = self.sequencer.flush() {
                 self.send(batch, out);
             }

@@ -14,7 +14,7 @@
 use wire::channel::CoordinatorToNode;
 use wire::messages::{NodeId, PartitionId, Seq};
 
-use super::{Coordinator, Event, Output, Phase, Replication, ShippedLogKind};
+use super::{Coordinator, Event, ModeState, Output, Phase};
 
 impl Coordinator {
     /// A restarted node asks to rejoin `partition`: in active-active a live replica will copy
@@ -34,7 +34,7 @@ impl Coordinator {
             out.push(refuse(format!("no partition {partition}")));
             return;
         };
-        if p.passive().is_some_and(|s| s.log == ShippedLogKind::Wal) && p.phase == Phase::Unavailable {
+        if p.mode.replica_keeps_own_log() && p.phase == Phase::Unavailable {
             self.membership_epoch += 1;
             let epoch = self.membership_epoch;
             let p = self.partitions.get_mut(&partition).expect("looked up above");
@@ -67,7 +67,7 @@ impl Coordinator {
         let from_seq = p.sequencer.next_seq();
         p.joining.retain(|(n, _)| *n != from);
         p.joining.push((from, from_seq));
-        if p.passive().is_some() {
+        if !p.mode.every_replica_executes() {
             // The primary ships to the joiner from the next batch on; the joiner copies the
             // primary's state as of the batch before and holds the shipments meanwhile.
             out.push(Output::ToNodes {
@@ -134,7 +134,7 @@ impl Coordinator {
             return;
         };
         let planned = p.joining[at].1;
-        if p.passive().is_some() && snapshot_seq + 1 < planned {
+        if !p.mode.every_replica_executes() && snapshot_seq + 1 < planned {
             // A copy taken under a plan a promotion replaced (the new plan was on its way):
             // the node rejoins again when the new plan reaches it.
             out.push(Output::Event(Event::Ignored {
@@ -150,7 +150,7 @@ impl Coordinator {
             *until = sent;
         }
         match &mut p.replication {
-            Replication::Passive(s) => {
+            ModeState::Passive(s) => {
                 if s.backups.contains(&from) || s.confirming.iter().any(|c| c.0 == from) || p.agreement.is_stopped() {
                     return;
                 }
@@ -159,7 +159,7 @@ impl Coordinator {
                 let applied = s.backup_applied.entry(from).or_default();
                 *applied = (*applied).max(snapshot_seq);
             }
-            Replication::ActiveActive { .. } => {
+            ModeState::ActiveActive { .. } => {
                 if p.agreement.is_stopped() || !p.agreement.add_replica(from) {
                     return;
                 }

@@ -15,13 +15,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use wire::channel::CoordinatorToNode;
-use wire::config::ClusterConfig;
+use wire::config::{ClusterConfig, Mode};
 use wire::messages::{
     Batch, CoordinatorId, Epoch, NodeId, Part, PartitionId, PieceReads, ReplicaStanding, ReplicationRole, Seq,
     Timestamp,
 };
 
-use super::{ClientRef, Coordinator, Detection, HeldReads, Output, Phase, Replication, NOBODY};
+use super::{ClientRef, Coordinator, Detection, HeldReads, Output, Phase, NOBODY};
 use crate::agreement::Agreement;
 use crate::error::CoordinatorError;
 use crate::group::{PartitionView, ViewState};
@@ -61,9 +61,9 @@ impl PartitionResume {
     /// would be answered "outcome unknown" by the promotion and never run. (Found by `glass
     /// sim --mode active-passive --coordinator-faults --seed 290`: the primary's batches came
     /// too late, and the half of a Payment they held was lost.)
-    pub fn resumed_from(&self, passive: bool, live_nodes: &BTreeSet<NodeId>) -> (Seq, &[Batch]) {
+    pub fn resumed_from(&self, mode: Mode, live_nodes: &BTreeSet<NodeId>) -> (Seq, &[Batch]) {
         let primary_live = self.view.replicas.first().is_some_and(|p| live_nodes.contains(p));
-        if !passive || primary_live {
+        if mode.every_replica_executes() || primary_live {
             return (self.adopted_after, &self.adopted);
         }
         let applied = self.standings.values().map(|s| s.executed_seq).max().unwrap_or(0);
@@ -77,10 +77,14 @@ impl PartitionResume {
     /// A serving passive partition whose membership names as its primary a live backup that
     /// never became one: the previous leader decided the promotion (its view puts the backup
     /// first) and died before its `Promote` reached the backup. The new leader promotes again.
-    pub fn unpromoted_primary(&self, passive: bool, live_nodes: &BTreeSet<NodeId>) -> Option<NodeId> {
+    pub fn unpromoted_primary(&self, mode: Mode, live_nodes: &BTreeSet<NodeId>) -> Option<NodeId> {
         let first = *self.view.replicas.first()?;
         let backup = self.standings.get(&first).is_some_and(|s| s.role == ReplicationRole::Backup);
-        (passive && self.view.state == ViewState::Serving && live_nodes.contains(&first) && backup).then_some(first)
+        (!mode.every_replica_executes()
+            && self.view.state == ViewState::Serving
+            && live_nodes.contains(&first)
+            && backup)
+            .then_some(first)
     }
 
     /// The latest timestamp any replica that answered saw.
@@ -138,18 +142,18 @@ impl Coordinator {
         let mut out = Vec::new();
         for (pid, r) in &resumed.partitions {
             let Some(p) = c.partitions.get_mut(pid) else { continue };
-            let passive = matches!(p.replication, Replication::Passive(_));
-            let executors: Vec<NodeId> = match passive {
-                true => r.view.replicas.first().copied().into_iter().collect(),
-                false => r.view.replicas.clone(),
+            let mode = p.mode;
+            let executors: Vec<NodeId> = match mode.every_replica_executes() {
+                true => r.view.replicas.clone(),
+                false => r.view.replicas.first().copied().into_iter().collect(),
             };
             // A promotion decided and never delivered is made again (the backup it names
             // stays a candidate, with every other backup; the furthest is asked).
-            let unpromoted = r.unpromoted_primary(passive, &resumed.live_nodes);
-            let backups: Vec<NodeId> = match (passive, unpromoted) {
-                (true, Some(_)) => r.view.replicas.clone(),
-                (true, None) => r.view.replicas.iter().skip(1).copied().collect(),
-                (false, _) => Vec::new(),
+            let unpromoted = r.unpromoted_primary(mode, &resumed.live_nodes);
+            let backups: Vec<NodeId> = match (mode.every_replica_executes(), unpromoted) {
+                (false, Some(_)) => r.view.replicas.clone(),
+                (false, None) => r.view.replicas.iter().skip(1).copied().collect(),
+                (true, _) => Vec::new(),
             };
             match &r.view.state {
                 ViewState::Stopped { reason } => {
@@ -173,7 +177,7 @@ impl Coordinator {
                     }
                 }
                 ViewState::Serving => {
-                    let (lo, adopted) = r.resumed_from(passive, &resumed.live_nodes);
+                    let (lo, adopted) = r.resumed_from(mode, &resumed.live_nodes);
                     let sent: Vec<&Batch> = adopted.iter().chain(recreated.get(pid)).collect();
                     let hi = lo + sent.len() as Seq;
                     p.agreement = Agreement::starting_at(*pid, executors.iter().copied(), lo + 1)
@@ -187,9 +191,9 @@ impl Coordinator {
                         // it and still keeps its results (it answers again).
                         // (A passive partition's primary keeps every batch adopted from it; a
                         // silent one is replaced by a promotion, which replays them.)
-                        let expected: Vec<NodeId> = match passive {
-                            true => executors.clone(),
-                            false => r
+                        let expected: Vec<NodeId> = match mode.every_replica_executes() {
+                            false => executors.clone(),
+                            true => r
                                 .standings
                                 .iter()
                                 .filter(|(n, s)| {
@@ -324,8 +328,7 @@ impl Coordinator {
             .into_iter()
             .map(|(x, txns)| {
                 let r = &resumed.partitions[&x];
-                let (lo, adopted) =
-                    r.resumed_from(self.partitions.get(&x).is_some_and(|p| p.passive().is_some()), &resumed.live_nodes);
+                let (lo, adopted) = r.resumed_from(self.mode, &resumed.live_nodes);
                 let seq = lo + adopted.len() as Seq + 1;
                 (x, Batch { partition: x, seq, txns: txns.into_values().collect(), digest_after: false })
             })
@@ -406,8 +409,6 @@ impl Coordinator {
 
 #[cfg(test)]
 mod tests {
-    use wire::config::Mode;
-
     use super::*;
 
     fn standing(role: ReplicationRole, executed: Seq) -> ReplicaStanding {

@@ -73,7 +73,7 @@ impl Plan {
             k,
             if k == 1 { "" } else { "s" },
             self.config.shipping().map_or(String::new(), |s| format!(", {s} shipping")),
-            if self.mode == Mode::ActiveActive && k >= 3 {
+            if self.mode.every_replica_executes() && k >= 3 {
                 format!(", agreement {}", self.config.agreement)
             } else {
                 String::new()
@@ -305,7 +305,7 @@ pub fn run_one(
         log_bytes_per_txn: log_bytes / committed,
         fsyncs: fsyncs as u64,
         disk_bytes,
-        backup_lag_ms: (plan.mode.is_passive() && acks_n > 0.0).then(|| ack_delay / acks_n / 1e3),
+        backup_lag_ms: (!plan.mode.every_replica_executes() && acks_n > 0.0).then(|| ack_delay / acks_n / 1e3),
         replica_reads_consistent: (replicas > 1 && reads_total > 0)
             .then(|| verdict.partitions.iter().all(|p| p.reads_agree())),
         digests_equal: verdict.partitions.iter().all(|p| p.agreed && p.copy_ok),

@@ -550,7 +550,9 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let watcher = events.watch(&cluster.config.run_dir);
     // A promotion follows only where a backup is left to promote.
     let promotes = match x.victim {
-        Kill::Node(n) => config.mode().is_passive() && config.partitions_on_node(n).all(|p| p.replicas.len() > 1),
+        Kill::Node(n) => {
+            !config.mode().every_replica_executes() && config.partitions_on_node(n).all(|p| p.replicas.len() > 1)
+        }
         Kill::Leader => false,
     };
     let signal = x.signal;
@@ -748,7 +750,7 @@ fn failover_report(
         mode: config.mode(),
         shipping: config.shipping(),
         replicas: config.replication_factor(),
-        agreement: (config.mode() == Mode::ActiveActive).then(|| config.agreement.name().to_string()),
+        agreement: config.mode().every_replica_executes().then(|| config.agreement.name().to_string()),
         killed: victim,
         signal: KillSignal::of(x.signal),
         killed_at_s: kill_offset.as_secs_f64(),
@@ -764,8 +766,8 @@ fn failover_report(
         recovery: match (ev.restarted.is_some(), promotes) {
             (true, _) if matches!(victim, report::Victim::Coordinator(_)) => Recovery::Standby,
             (false, _) if matches!(victim, report::Victim::Coordinator(_)) => Recovery::Election,
-            (true, false) if config.mode() == Mode::FullStack => Recovery::WalRecovery,
-            (true, true) if config.mode() == Mode::FullStack => Recovery::WalRecoveryCatchUp,
+            (true, false) if config.mode().replica_keeps_own_log() => Recovery::WalRecovery,
+            (true, true) if config.mode().replica_keeps_own_log() => Recovery::WalRecoveryCatchUp,
             (true, _) => Recovery::Rejoin,
             (false, true) => Recovery::Promotion,
             (false, false) => Recovery::None,

@@ -38,7 +38,7 @@ pub use partition::{
 use std::collections::BTreeMap;
 
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
-use wire::config::{ClusterConfig, Shipping};
+use wire::config::{ClusterConfig, Replication};
 use wire::messages::{CoordinatorId, Epoch, NodeId, PartitionId, Seq, Shipment};
 
 use crate::replica::{Emit, ReplicaRole};
@@ -93,8 +93,9 @@ struct Held {
 #[derive(Debug)]
 pub struct NodeMachine {
     id: NodeId,
-    sync: bool,
-    passive: bool,
+    /// The cluster's replication mode and settings: the ship gates' (whether results wait for
+    /// the backups), and the role a replica here comes back in.
+    replication: Replication,
     heartbeat_us: u64,
     held: BTreeMap<PartitionId, Held>,
     gates: BTreeMap<PartitionId, ShipGate>,
@@ -136,7 +137,6 @@ pub const UNSENT_MAX: usize = 4096;
 impl NodeMachine {
     /// Node `id` of `config` holding `partitions` in the roles it starts them in, at `now_us`.
     pub fn new(config: &ClusterConfig, id: NodeId, partitions: &[(PartitionId, ReplicaRole)], now_us: u64) -> Self {
-        let sync = config.shipping() == Some(Shipping::Sync);
         let mut gates = BTreeMap::new();
         for &(p, role) in partitions {
             if role == ReplicaRole::Primary {
@@ -146,13 +146,12 @@ impl NodeMachine {
                     .find(|c| c.id == p)
                     .map(|c| c.replicas.iter().copied().filter(|&n| n != id).collect())
                     .unwrap_or_default();
-                gates.insert(p, ShipGate::new(p, &backups, sync));
+                gates.insert(p, ShipGate::new(p, &backups, config.replication));
             }
         }
         NodeMachine {
             id,
-            sync,
-            passive: config.mode().is_passive(),
+            replication: config.replication,
             heartbeat_us: config.timeouts.heartbeat_ms.max(1) * 1_000,
             held: partitions.iter().map(|&(p, role)| (p, Held { role })).collect(),
             gates,
@@ -260,7 +259,7 @@ impl NodeMachine {
                     *newest = *epoch;
                     self.gates.remove(&partition);
                     if let Some(h) = self.held.get_mut(&partition) {
-                        h.role = if self.passive { ReplicaRole::Backup } else { ReplicaRole::Replica };
+                        h.role = ReplicaRole::rejoining(self.replication.mode());
                     }
                     out.push(NodeEffect::Rejoin { partition });
                     return out;
@@ -274,7 +273,8 @@ impl NodeMachine {
                 }
             }
             CoordinatorToNode::ShipTo { backup, .. } => {
-                let gate = self.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], self.sync));
+                let gate =
+                    self.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], self.replication));
                 let released = gate.add_catching_up(*backup);
                 out.extend(self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results)));
                 out.push(NodeEffect::OpenPeer { backup: *backup });
@@ -414,7 +414,7 @@ impl NodeMachine {
                 // here is current, and none is primary any more.
                 self.gates.clear();
                 for h in self.held.values_mut() {
-                    h.role = if self.passive { ReplicaRole::Backup } else { ReplicaRole::Replica };
+                    h.role = ReplicaRole::rejoining(self.replication.mode());
                 }
                 vec![NodeEffect::RejoinAll]
             }

@@ -559,17 +559,19 @@ impl<R> PartitionMachine<R> {
     /// that executes: dropped — the installed state carries the partition's membership, and
     /// the coordinator counts this replica only once it reports `Rejoined`).
     fn rejoin_step(&mut self, msg: CoordinatorToNode) -> Vec<Effect<R>> {
-        let full = self.mode == Mode::FullStack;
+        // A replica keeping a log of its own (full stack) starts from its primary's log base,
+        // or comes back from its own log; any other copies its source's rows.
+        let own_log = self.mode.replica_keeps_own_log();
         let State::Rejoining(j) = &mut self.state else { unreachable!("called while rejoining") };
         match msg {
             CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
                 j.plan = Some((source, from_seq));
                 j.attempts = 1;
-                j.kind = if full { FetchKind::LogBase } else { FetchKind::Copy };
+                j.kind = if own_log { FetchKind::LogBase } else { FetchKind::Copy };
                 let kind = j.kind;
                 vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0, retrying: None }]
             }
-            CoordinatorToNode::ResumeFromLog { from_seq, .. } if full => {
+            CoordinatorToNode::ResumeFromLog { from_seq, .. } if own_log => {
                 j.recovering = Some(Recovering::Resume { from_seq });
                 vec![Effect::Recover { restart: Restart::OwnLog }]
             }
@@ -618,7 +620,7 @@ impl<R> PartitionMachine<R> {
     where
         R: Clone,
     {
-        let passive = self.mode.is_passive();
+        let mode = self.mode;
         let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
         let State::Rejoining(j) = &mut self.state else { return Vec::new() };
         let Some((planned, from_seq)) = j.plan else { return Vec::new() };
@@ -630,9 +632,9 @@ impl<R> PartitionMachine<R> {
             Ok(Fetched::Copy { info, .. }) if info.seq < wanted => RejoinError::Stale { got: info.seq, wanted },
             Ok(Fetched::LogBase(base)) if base.seq < wanted => RejoinError::Stale { got: base.seq, wanted },
             Ok(Fetched::Copy { db, info }) => {
-                let replica = match passive {
-                    true => Replica::restored_backup(node, partition, *db, info.seq, pending),
-                    false => Replica::restored(node, partition, *db, info.seq, pending),
+                let replica = match mode.every_replica_executes() {
+                    true => Replica::restored(node, partition, *db, info.seq, pending),
+                    false => Replica::restored_backup(node, partition, *db, info.seq, pending),
                 };
                 let held = std::mem::take(&mut j.held);
                 let start = Began::Copy { seq: info.seq, held: 0 };
@@ -821,7 +823,7 @@ impl<R> PartitionMachine<R> {
         out.push(Effect::Ready { digest: start_digest, start });
         let partition = self.partition;
         out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Rejoined { partition, snapshot_seq })));
-        if self.mode.is_passive() {
+        if !self.mode.every_replica_executes() {
             // A rejoined backup replayed the shipments it held past its copy: said at once, the
             // coordinator does not count it thousands of batches behind (and report it
             // lagging) until its next heartbeat's report.

@@ -74,7 +74,7 @@ impl Executor {
             let path = PathBuf::from("/proc").join(me).join("schedstat");
             self.shared.schedstat.lock().unwrap_or_else(|e| e.into_inner()).push(path);
         }
-        let (mode, pending) = (self.storage.mode(), self.pending_batches_max);
+        let (mode, pending) = (self.config.mode(), self.pending_batches_max);
         let machine = match self.begin {
             Begin::Rejoin => {
                 let (machine, effects) = Machine::rejoining(mode, self.node, pid, pending);
@@ -97,10 +97,10 @@ impl Executor {
         let pid = self.partition.id;
         let t0 = Instant::now();
         let mut last_logged_rows = 0u64;
-        let (node, mode, seed, pending) = (self.node, self.storage.mode(), self.seed, self.pending_batches_max);
+        let (node, mode, seed, pending) = (self.node, self.config.mode(), self.seed, self.pending_batches_max);
         let (dir, workers) = match &self.storage {
             Storage::Full { dir, workers } => (dir.as_path(), *workers),
-            Storage::Lean { .. } => (std::path::Path::new(""), 0),
+            Storage::Lean => (std::path::Path::new(""), 0),
         };
         let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, dir, workers, &mut |p| {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
@@ -311,8 +311,7 @@ impl Executor {
                 *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
                 let pid = self.partition.id;
-                let (fresh, effects) =
-                    Machine::rejoining(self.storage.mode(), self.node, pid, self.pending_batches_max);
+                let (fresh, effects) = Machine::rejoining(self.config.mode(), self.node, pid, self.pending_batches_max);
                 let fresh = fresh.digesting_by_copy();
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));

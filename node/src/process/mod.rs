@@ -43,7 +43,7 @@ use tracing::{debug, error, info, warn};
 use wire::channel::{
     ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerReply, PeerRequest, ToolReply, ToolRequest,
 };
-use wire::config::{ClusterConfig, Mode, PartitionConfig, Replication};
+use wire::config::{ClusterConfig, PartitionConfig, Replication};
 use wire::messages::{
     CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
     ProcessStatus, ReplicationReport, Role, Seq, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
@@ -350,12 +350,12 @@ enum Begin {
     Rejoin,
 }
 
-/// What an executor's replica runs on (`wire::config::Mode`), with what only the
-/// conventional stack needs.
+/// What an executor's replica runs on (the cluster's `wire::config::Replication`), with what
+/// only the conventional stack needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Storage {
-    /// The lean kernel: active-active, or active-passive (`passive`).
-    Lean { passive: bool },
+    /// The lean kernel (active-active, active-passive).
+    Lean,
     /// The conventional stack (`full-stack`).
     Full {
         /// Where the replica keeps its database and log.
@@ -368,20 +368,11 @@ enum Storage {
 impl Storage {
     fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> Storage {
         match &config.replication {
-            Replication::ActiveActive => Storage::Lean { passive: false },
-            Replication::ActivePassive { .. } => Storage::Lean { passive: true },
+            Replication::ActiveActive | Replication::ActivePassive { .. } => Storage::Lean,
             Replication::FullStack { full_stack, .. } => Storage::Full {
                 dir: config.run_dir.join(format!("node-{node}")).join(format!("p{partition}")),
                 workers: full_stack.workers as usize,
             },
-        }
-    }
-
-    fn mode(&self) -> Mode {
-        match self {
-            Storage::Lean { passive: false } => Mode::ActiveActive,
-            Storage::Lean { passive: true } => Mode::ActivePassive,
-            Storage::Full { .. } => Mode::FullStack,
         }
     }
 }

@@ -71,7 +71,7 @@ impl Replica {
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Replica, ReplicaError> {
         let role = ReplicaRole::of(mode, partition, node);
-        let db = if mode == Mode::FullStack {
+        let db = if mode.conventional_stack() {
             let ship = role == ReplicaRole::Primary;
             Store::Full(Box::new(FullStack::load(dir, partition.warehouses.range(), seed, workers, ship, progress)?))
         } else {

@@ -76,11 +76,23 @@ impl ReplicaRole {
     /// replica listed is the primary; a passive partition's only replica has no one to ship
     /// to, and just executes.
     pub fn of(mode: Mode, partition: &PartitionConfig, node: NodeId) -> ReplicaRole {
-        match mode {
-            Mode::ActiveActive => ReplicaRole::Replica,
-            _ if partition.replicas.len() == 1 => ReplicaRole::Replica,
-            _ if partition.replicas.first() == Some(&node) => ReplicaRole::Primary,
-            _ => ReplicaRole::Backup,
+        if mode.every_replica_executes() || partition.replicas.len() == 1 {
+            ReplicaRole::Replica
+        } else if partition.replicas.first() == Some(&node) {
+            ReplicaRole::Primary
+        } else {
+            ReplicaRole::Backup
+        }
+    }
+
+    /// The role a replica comes back in under `mode` — rejoining (the partition went on
+    /// without it) or joining: a backup, fed by the primary's shipments, in the passive
+    /// modes; a replica executing every batch from the one it rejoined at in active-active.
+    pub fn rejoining(mode: Mode) -> ReplicaRole {
+        if mode.every_replica_executes() {
+            ReplicaRole::Replica
+        } else {
+            ReplicaRole::Backup
         }
     }
 
@@ -98,8 +110,7 @@ impl ReplicaRole {
         joined: bool,
     ) -> ReplicaRole {
         match ReplicaRole::of(mode, partition, node) {
-            _ if joined && mode.is_passive() => ReplicaRole::Backup,
-            _ if joined => ReplicaRole::Replica,
+            _ if joined => ReplicaRole::rejoining(mode),
             ReplicaRole::Primary if restarted => ReplicaRole::Backup,
             r => r,
         }

@@ -258,7 +258,7 @@ impl Sim {
         if !self.others_solid(node) {
             return false;
         }
-        if !self.mode.is_passive() {
+        if self.mode.every_replica_executes() {
             return true;
         }
         let Some((_, c)) = self.leader() else { return false };

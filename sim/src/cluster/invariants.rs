@@ -169,7 +169,7 @@ impl Sim {
     /// gives up (docs/cluster.md), and the final check counts them — or, in any mode,
     /// recovered from a full-stack replica's own log after losing every replica.
     fn in_async_window(&self, partition: PartitionId) -> bool {
-        let asynchronous = self.config.shipping() == Some(wire::config::Shipping::Async);
+        let asynchronous = self.config.replication.answers_may_outrun_backups();
         (asynchronous && self.checker.failed_over.contains(&partition)) || self.checker.recovered.contains(&partition)
     }
 
@@ -331,7 +331,7 @@ impl Sim {
             .collect();
         // In the passive modes a replica that executes and ships to no one — a promoted
         // backup — is its partition's primary too; in active-active every replica executes.
-        let passive = self.mode.is_passive();
+        let passive = !self.mode.every_replica_executes();
         let acts_as_primary = |role| role == ReplicaRole::Primary || (passive && role == ReplicaRole::Replica);
         let mut broken = Vec::new();
         for c in leaders {

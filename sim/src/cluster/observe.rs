@@ -282,7 +282,7 @@ impl Sim {
     }
 
     fn asynchronous(&self) -> bool {
-        self.config.shipping() == Some(wire::config::Shipping::Async)
+        self.config.replication.answers_may_outrun_backups()
     }
 
     /// Whether some promotion lost batches (async shipping: the failed primary answered

@@ -42,7 +42,7 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
         p.replicas = (0..nodes).map(|k| NodeId::from((i as u8 + k) % nodes + 1)).collect();
     }
     c.partitions.truncate(2);
-    c = c.with_mode(mode, mode.is_passive().then_some(shipping));
+    c = c.with_mode(mode, (!mode.every_replica_executes()).then_some(shipping));
     c.limits.batch_txns_max = 8;
     c.limits.batch_wait_us = 300;
     c.limits.inflight_txns_max = 64;
