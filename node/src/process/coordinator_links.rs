@@ -60,13 +60,13 @@ pub(super) enum DialFailure {
 /// failed ones before it, so that only every [`CONNECT_RETRIES_PER_LOG`]th is logged.
 pub(super) async fn dial_once(
     node: &Node,
-    peer: wire::tls::Role,
+    peer: wire::tls::Identity,
     what: &str,
     address: &str,
     attempt: u32,
 ) -> Result<Link, DialFailure> {
     let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
-    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
+    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Identity::Node(node.id)) {
         Ok(t) => t,
         Err(e) => {
             error!(error = %e, peer = what, "cannot read the node's certificates; not connecting");
@@ -84,7 +84,7 @@ pub(super) async fn dial_once(
         }
     };
     let limits = match peer {
-        wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
+        wire::tls::Identity::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
         _ => EndpointLimits::from_config(&node.config),
     };
     let connect = endpoint::connect_to(peer, addr, &server_name, tls, node.hello(), limits);
@@ -158,21 +158,22 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
             }
         }
         due = false;
-        let link = match dial_once(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address, failed).await {
-            Ok(link) => link,
-            Err(DialFailure::Unreachable) => {
-                failed = failed.wrapping_add(1);
-                node.machine().on_dial_failed(c, micros(&node));
-                continue;
-            }
-            Err(DialFailure::Stopped) => return,
-            Err(DialFailure::Refused) => {
-                if !*node.stopping.borrow() {
-                    node.stop(&format!("refused by coordinator {c}"));
+        let link =
+            match dial_once(&node, wire::tls::Identity::Coordinator(u16::from(c)), &field, &address, failed).await {
+                Ok(link) => link,
+                Err(DialFailure::Unreachable) => {
+                    failed = failed.wrapping_add(1);
+                    node.machine().on_dial_failed(c, micros(&node));
+                    continue;
                 }
-                return;
-            }
-        };
+                Err(DialFailure::Stopped) => return,
+                Err(DialFailure::Refused) => {
+                    if !*node.stopping.borrow() {
+                        node.stop(&format!("refused by coordinator {c}"));
+                    }
+                    return;
+                }
+            };
         failed = 0;
         conn += 1;
         info!(coordinator = c, %address, "joined coordinator {c}");

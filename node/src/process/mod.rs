@@ -45,8 +45,8 @@ use wire::channel::{
 };
 use wire::config::{ClusterConfig, Mode, PartitionConfig, Replication};
 use wire::messages::{
-    CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
-    ProcessStatus, ReplicationReport, Role, Seq, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
+    CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, PeerKind,
+    ProcessStatus, ReplicationReport, Seq, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
@@ -311,7 +311,7 @@ impl Node {
     fn hello(&self) -> Hello {
         Hello {
             protocol_version: PROTOCOL_VERSION,
-            role: Role::Node,
+            role: PeerKind::Node,
             id: self.id,
             config_fingerprint: self.config.fingerprint(),
         }
@@ -319,7 +319,7 @@ impl Node {
 
     fn status(&self) -> ProcessStatus {
         ProcessStatus {
-            role: Role::Node,
+            role: PeerKind::Node,
             id: self.id,
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
@@ -342,7 +342,7 @@ impl Node {
 }
 
 fn node_hello(config: &ClusterConfig, id: NodeId) -> Hello {
-    Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id, config_fingerprint: config.fingerprint() }
+    Hello { protocol_version: PROTOCOL_VERSION, role: PeerKind::Node, id, config_fingerprint: config.fingerprint() }
 }
 
 /// How a replica's executor gets its starting state.

@@ -126,8 +126,8 @@ async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result
         .map(|(h, _)| h.to_string())
         .map_err(|problem| RejoinError::Address { node: source, problem })?;
     let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address)?;
-    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me))?;
-    let peer = wire::tls::Role::Node(source);
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Identity::Node(me))?;
+    let peer = wire::tls::Identity::Node(source);
     let limits = EndpointLimits::from_config(config);
     Ok(endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), limits).await?)
 }

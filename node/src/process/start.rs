@@ -73,7 +73,7 @@ pub enum NodeError {
 /// with the node's certificate.
 pub async fn bind(config: &ClusterConfig, id: NodeId, address: SocketAddr) -> Result<Listener, NodeError> {
     let hello = node_hello(config, id);
-    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Node(id))?;
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Identity::Node(id))?;
     let mut limits = EndpointLimits::from_config(config);
     limits.connections_max = TOOL_CONNECTIONS_MAX;
     Ok(endpoint::listen(address, tls, hello, limits).await?)
