@@ -25,7 +25,8 @@ use wire::channel::{NodeToCoordinator, PeerReply, PeerRequest, ToolRequest};
 use wire::messages::LoadState;
 
 use super::{
-    copy, Begin, Executor, Machine, Reply, Storage, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK, TOOL_REPLY_PATIENCE,
+    copy, Begin, Executor, Machine, ReplicaStorage, Reply, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK,
+    TOOL_REPLY_PATIENCE,
 };
 use crate::machine::{Asked, Began, Effect, CATCH_UP_SLICE_IDLE};
 use crate::replica::{Emit, Replica, Store};
@@ -97,8 +98,8 @@ impl Executor {
         let mut last_logged_rows = 0u64;
         let (node, mode, seed, pending) = (self.node, self.storage.mode(), self.seed, self.pending_batches_max);
         let (dir, workers) = match &self.storage {
-            Storage::Full { dir, workers } => (dir.as_path(), *workers),
-            Storage::Lean { .. } => (std::path::Path::new(""), 0),
+            ReplicaStorage::Full { dir, workers } => (dir.as_path(), *workers),
+            ReplicaStorage::Lean { .. } => (std::path::Path::new(""), 0),
         };
         let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, dir, workers, &mut |p| {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };

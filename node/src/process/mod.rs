@@ -358,7 +358,7 @@ enum Begin {
 /// What an executor's replica runs on (`wire::config::Mode`), with what only the
 /// conventional stack needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Storage {
+enum ReplicaStorage {
     /// The lean kernel: active-active, or active-passive (`passive`).
     Lean { passive: bool },
     /// The conventional stack (`full-stack`).
@@ -370,12 +370,12 @@ enum Storage {
     },
 }
 
-impl Storage {
-    fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> Storage {
+impl ReplicaStorage {
+    fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> ReplicaStorage {
         match &config.replication {
-            Replication::ActiveActive => Storage::Lean { passive: false },
-            Replication::ActivePassive { .. } => Storage::Lean { passive: true },
-            Replication::FullStack { full_stack, .. } => Storage::Full {
+            Replication::ActiveActive => ReplicaStorage::Lean { passive: false },
+            Replication::ActivePassive { .. } => ReplicaStorage::Lean { passive: true },
+            Replication::FullStack { full_stack, .. } => ReplicaStorage::Full {
                 dir: config.run_dir.join(format!("node-{node}")).join(format!("p{partition}")),
                 workers: full_stack.workers as usize,
             },
@@ -384,9 +384,9 @@ impl Storage {
 
     fn mode(&self) -> Mode {
         match self {
-            Storage::Lean { passive: false } => Mode::ActiveActive,
-            Storage::Lean { passive: true } => Mode::ActivePassive,
-            Storage::Full { .. } => Mode::FullStack,
+            ReplicaStorage::Lean { passive: false } => Mode::ActiveActive,
+            ReplicaStorage::Lean { passive: true } => Mode::ActivePassive,
+            ReplicaStorage::Full { .. } => Mode::FullStack,
         }
     }
 }
@@ -398,7 +398,7 @@ struct Executor {
     config: ClusterConfig,
     /// This executor's own inbox, for the fetched copy.
     self_inbox: mpsc::Sender<Work>,
-    storage: Storage,
+    storage: ReplicaStorage,
     partition: PartitionConfig,
     seed: u64,
     pending_batches_max: usize,

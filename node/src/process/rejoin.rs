@@ -17,7 +17,7 @@ use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits};
 use wire::messages::{NodeId, Seq};
 
-use super::{node_hello, Executor, Storage, Work};
+use super::{node_hello, Executor, ReplicaStorage, Work};
 use crate::error::RejoinError;
 use crate::fullstack::Restart;
 use crate::machine::{FetchKind, Fetched};
@@ -73,7 +73,7 @@ impl Executor {
     /// `cut`), timed and logged; why not, if it failed.
     pub(super) fn restart_recovery(&self, restart: &Restart) -> Result<crate::fullstack::FullStack, RejoinError> {
         let pid = self.partition.id;
-        let Storage::Full { dir, workers } = &self.storage else {
+        let ReplicaStorage::Full { dir, workers } = &self.storage else {
             let what = "restart recovery (the lean kernel keeps no log)";
             return Err(RejoinError::Recovery(crate::error::ReplicaError::Unexpected { what }));
         };

@@ -31,8 +31,8 @@ use super::backup_links::open_peer;
 use super::coordinator_links::coordinator_links;
 use super::server::serve_tools;
 use super::{
-    node_hello, Begin, Executor, Node, Outgoing, ReplicaHandle, ReplicaShared, Storage, Work, COORDINATOR_OUTBOX_MAX,
-    LINKS_CLOSE_WAIT, OUTBOX_EVENTS_MAX, REPLICA_INBOX_MAX, TOOL_CONNECTIONS_MAX,
+    node_hello, Begin, Executor, Node, Outgoing, ReplicaHandle, ReplicaShared, ReplicaStorage, Work,
+    COORDINATOR_OUTBOX_MAX, LINKS_CLOSE_WAIT, OUTBOX_EVENTS_MAX, REPLICA_INBOX_MAX, TOOL_CONNECTIONS_MAX,
 };
 use crate::machine::NodeMachine;
 use crate::replica::ReplicaRole;
@@ -276,7 +276,7 @@ fn start_replica(
         begin,
         config: config.clone(),
         self_inbox: inbox.clone(),
-        storage: Storage::of(config, id, p.id),
+        storage: ReplicaStorage::of(config, id, p.id),
         partition: p.clone(),
         seed: config.seed,
         pending_batches_max: config.limits.replica_pending_batches_max as usize,
