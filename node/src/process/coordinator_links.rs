@@ -17,7 +17,7 @@
 //!   that never holds up the link; a coordinator that does not take it (an older build, its
 //!   port taken) still has the heartbeats.
 //!
-//! Guarantees: what an executor sent before a link came back (under an older link epoch) is
+//! Guarantees: what an executor sent before a link came back (under an older link generation) is
 //! dropped, never sent on the new link; a message for a coordinator whose link is down is
 //! dropped, as the node machine expects; a coordinator that refuses this node stops it; a
 //! stopping node closes each link with `CLOSE_NORMAL`.
@@ -192,8 +192,8 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         let effects = node.machine().on_link_up(c, micros(&node));
         let rejoin = effects.contains(&NodeEffect::RejoinAll);
         if rejoin {
-            let epoch = node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            warn!(epoch, "the coordinator link is back; every partition rejoins");
+            let link_generation = node.link_generation.fetch_add(1, Ordering::SeqCst) + 1;
+            warn!(link_generation, "the coordinator link is back; every partition rejoins");
         }
         node.first_link.send_replace(true);
         let stopped = tokio::select! {
@@ -290,9 +290,9 @@ async fn send_queued(
 /// back, every executor was told to rejoin).
 async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut endpoint::LinkReceiver, rejoin: bool) {
     if rejoin {
-        let epoch = node.epoch.load(Ordering::SeqCst);
+        let link_generation = node.link_generation.load(Ordering::SeqCst);
         for r in node.replicas.values() {
-            if r.inbox.send(Work::Rejoin { epoch, only_if_serving: false }).await.is_err() {
+            if r.inbox.send(Work::Rejoin { link_generation, only_if_serving: false }).await.is_err() {
                 return;
             }
         }
@@ -343,8 +343,8 @@ async fn read_from_coordinator(node: &Node, c: CoordinatorId, receiver: &mut end
                 }
                 NodeEffect::Rejoin { partition } => {
                     warn!(partition, "left out of the partition's membership; the replica rejoins");
-                    let epoch = node.epoch.load(Ordering::SeqCst);
-                    let work = Work::Rejoin { epoch, only_if_serving: true };
+                    let link_generation = node.link_generation.load(Ordering::SeqCst);
+                    let work = Work::Rejoin { link_generation, only_if_serving: true };
                     if let Some(r) = node.replicas.get(&partition) {
                         if r.inbox.send(work).await.is_err() {
                             return;
@@ -394,7 +394,7 @@ async fn write_to_coordinators(
             }
             m = from_executors.recv(), if linked => match m {
                 // A message of an executor not yet told the link came back: lost with the link.
-                Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
+                Some((generation, _)) if generation < node.link_generation.load(Ordering::SeqCst) => continue,
                 Some((_, emitted)) => node.machine().on_emit(emitted, micros(node)),
                 None => return,
             },

@@ -114,11 +114,11 @@ enum Work {
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
     /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
     Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
-    /// Drop the replica's state and rejoin; messages are sent under link epoch `epoch` from
-    /// now on. Either the only coordinator's link came back after breaking, or
+    /// Drop the replica's state and rejoin; messages are sent under link generation
+    /// `link_generation` from now on. Either the only coordinator's link came back after breaking, or
     /// (`only_if_serving`) the leader's membership left this replica out: a replica already
     /// rejoining goes on.
-    Rejoin { epoch: u64, only_if_serving: bool },
+    Rejoin { link_generation: u64, only_if_serving: bool },
     /// Room was made for a copy's chunks, or its forwarder ended (`copy::CopyTask`): the
     /// executor looks at its copy again.
     CopyRoom,
@@ -159,10 +159,11 @@ enum OutboxEvent {
     Effects(Vec<NodeEffect>),
 }
 
-/// What an executor sends the writer task: a message under the coordinator link's epoch it
-/// belongs to. The epoch grows each time the link comes back after breaking; the writer drops
-/// what an executor sent under an older one (it was lost with the old link, and the
-/// executor's state is being replaced by a rejoin).
+/// What an executor sends the writer task: `(link generation, message)`, the coordinator
+/// link's generation the message belongs to (docs/design.md §11, "Epochs, terms and
+/// generations"). The generation grows each time the link comes back after breaking and every
+/// partition rejoins; the writer drops what an executor sent under an older one (it was lost
+/// with the old link, and the executor's state is being replaced by a rejoin).
 type Outgoing = (u64, Emit);
 
 /// What the network side knows of a replica without asking its thread.
@@ -288,8 +289,8 @@ struct Node {
     /// The node's link-side decisions (routing, ship gates, heartbeats, reconnection), shared
     /// by the link's reader and writer; held only for a synchronous call.
     machine: Mutex<NodeMachine>,
-    /// The coordinator link's epoch (see [`Outgoing`]).
-    epoch: AtomicU64,
+    /// The coordinator link's generation (see [`Outgoing`]).
+    link_generation: AtomicU64,
     /// The sending queue of each coordinator link that is up.
     links: Mutex<BTreeMap<CoordinatorId, LinkOutbox>>,
     /// Woken when the node machine says to dial a coordinator again (`NodeEffect::Dial`).
@@ -405,8 +406,9 @@ struct Executor {
     frame_bytes_max: usize,
     shared: Arc<ReplicaShared>,
     to_coordinator: mpsc::Sender<Outgoing>,
-    /// The coordinator link's epoch this executor's messages belong to (see [`Outgoing`]).
-    epoch: std::cell::Cell<u64>,
+    /// The coordinator link's generation this executor's messages belong to (see
+    /// [`Outgoing`]).
+    link_generation: std::cell::Cell<u64>,
     /// Tool and peer connections that let their reply queue stay full for
     /// [`TOOL_REPLY_PATIENCE`]: their further replies are dropped at once (at most
     /// [`DEAF_TOOLS_MAX`] of each remembered).
