@@ -22,11 +22,11 @@
 //!   and both Hellos were exchanged; under TLS 1.3 a client whose certificate the server
 //!   refuses still sees its handshake complete, so [`connect`] waits for the reply Hello and
 //!   turns the refusal into [`EndpointError::CertificateRefused`];
-//! - identities (defect #14, item 3): every certificate is bound to one identity — the
-//!   coordinator, node N or the client ([`crate::tls::check_identity`]). A listener refuses a
+//! - identities (defect #14, item 3): every certificate is bound to one identity —
+//!   coordinator N, node N or the client ([`crate::tls::check_identity`]). A listener refuses a
 //!   Hello whose role (and, for a node, id) is not the identity of the certificate presented
 //!   ([`EndpointError::IdentityMismatch`]; the dialler gets
-//!   [`EndpointError::IdentityRefused`]), so a client can never act as a node or the
+//!   [`EndpointError::IdentityRefused`]), so a client can never act as a node or a
 //!   coordinator, nor node 1 as node 2; a dialler refuses a reply Hello that is not its
 //!   listener's certificate's identity, and [`connect_to`] refuses a listener that is not the
 //!   identity it meant to reach ([`EndpointError::WrongPeer`]) before sending anything;

@@ -115,9 +115,9 @@ enum Work {
     /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
     Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
     /// Drop the replica's state and rejoin; messages are sent under link generation
-    /// `link_generation` from now on. Either the only coordinator's link came back after breaking, or
-    /// (`only_if_serving`) the leader's membership left this replica out: a replica already
-    /// rejoining goes on.
+    /// `link_generation` from now on. Either the only coordinator's link came back after
+    /// breaking, or (`only_if_serving`) the leader's membership left this replica out: a
+    /// replica already rejoining goes on.
     Rejoin { link_generation: u64, only_if_serving: bool },
     /// Room was made for a copy's chunks, or its forwarder ended (`copy::CopyTask`): the
     /// executor looks at its copy again.
