@@ -83,7 +83,7 @@ pub struct Member {
     config: ClusterConfig,
     me: CoordinatorId,
     group: Group,
-    role: Role,
+    duty: Duty,
     failure_timeout_us: u64,
     /// `timeouts.load_timeout_s`: how long a take-over waits for replicas still loading.
     load_timeout_us: u64,
@@ -95,8 +95,10 @@ pub struct Member {
     connections: BTreeMap<NodeId, u64>,
 }
 
+/// What this member does for the cluster: stands by (another member leads, or none yet), takes
+/// the cluster over after the group elected it (docs/design.md §11), or leads it.
 #[derive(Debug)]
-enum Role {
+enum Duty {
     Standby,
     TakingOver(Box<TakingOver>),
     Leading(Box<Leading>),
@@ -170,7 +172,7 @@ impl Member {
             config: config.clone(),
             me,
             group,
-            role: Role::Standby,
+            duty: Duty::Standby,
             failure_timeout_us: t.failure_timeout_ms * 1_000,
             load_timeout_us: t.load_timeout_s * 1_000_000,
             open: std::collections::HashSet::new(),
@@ -184,15 +186,15 @@ impl Member {
 
     /// The epoch this member leads and acts in (taken over), if it does.
     pub fn leading(&self) -> Option<Epoch> {
-        match &self.role {
-            Role::Leading(l) => Some(l.epoch),
-            Role::Standby | Role::TakingOver(_) => None,
+        match &self.duty {
+            Duty::Leading(l) => Some(l.epoch),
+            Duty::Standby | Duty::TakingOver(_) => None,
         }
     }
 
     /// Whether this member is taking over.
     pub fn taking_over(&self) -> bool {
-        matches!(self.role, Role::TakingOver(_))
+        matches!(self.duty, Duty::TakingOver(_))
     }
 
     /// The leader this member knows of.
@@ -202,9 +204,9 @@ impl Member {
 
     /// The leading coordinator's state machine, while this member leads.
     pub fn coordinator(&self) -> Option<&Coordinator> {
-        match &self.role {
-            Role::Leading(l) => Some(&l.coordinator),
-            Role::Standby | Role::TakingOver(_) => None,
+        match &self.duty {
+            Duty::Leading(l) => Some(&l.coordinator),
+            Duty::Standby | Duty::TakingOver(_) => None,
         }
     }
 
@@ -221,15 +223,15 @@ impl Member {
     /// A message from client `client`.
     pub fn on_client_message(&mut self, client: ClientId, msg: ClientToCoordinator, now_us: u64) -> Vec<MemberOutput> {
         let mut out = Vec::new();
-        match &mut self.role {
-            Role::Leading(l) => {
+        match &mut self.duty {
+            Duty::Leading(l) => {
                 if let ClientToCoordinator::ClientRequests(requests) = &msg {
                     self.open.extend(requests.iter().map(|r| (client, r.request_id)));
                 }
                 let o = l.coordinator.on_client_message(client, msg, now_us);
                 self.gate(o, &mut out);
             }
-            Role::Standby | Role::TakingOver(_) => {
+            Duty::Standby | Duty::TakingOver(_) => {
                 let leader = if self.taking_over() { Some(self.me) } else { self.group.leader() };
                 let rejection = Rejection::NotLeader { leader };
                 match msg {
@@ -265,18 +267,18 @@ impl Member {
             self.after(&mut out, now_us);
             return out;
         }
-        if let Role::TakingOver(t) = &mut self.role {
+        if let Duty::TakingOver(t) = &mut self.duty {
             t.heard_us.insert(from, now_us);
             if let NodeToCoordinator::LoadStatus { state: wire::messages::LoadState::Loading { .. }, .. } = &msg {
                 t.loading.insert(from);
             }
         }
-        match &mut self.role {
-            Role::Leading(l) => {
+        match &mut self.duty {
+            Duty::Leading(l) => {
                 let o = l.coordinator.on_node_message(from, msg, now_us);
                 self.gate(o, &mut out);
             }
-            Role::TakingOver(t) => match msg {
+            Duty::TakingOver(t) => match msg {
                 NodeToCoordinator::Standing { epoch, partition, standing } if epoch == t.epoch => {
                     // The first standing counts (a node that connected again is sent the
                     // take-over again; what it executed since comes in its results), and none
@@ -319,7 +321,7 @@ impl Member {
                     t.kept.push_back((from, msg));
                 }
             },
-            Role::Standby => {}
+            Duty::Standby => {}
         }
         self.after(&mut out, now_us);
         out
@@ -330,7 +332,7 @@ impl Member {
     pub fn on_node_lost(&mut self, node: NodeId, detection: Detection, now_us: u64) -> Vec<MemberOutput> {
         *self.connections.entry(node).or_default() += 1;
         let mut out = Vec::new();
-        if let Role::Leading(l) = &mut self.role {
+        if let Duty::Leading(l) = &mut self.duty {
             let o = l.coordinator.on_node_lost(node, detection, now_us);
             self.gate(o, &mut out);
         }
@@ -352,7 +354,7 @@ impl Member {
     pub fn tick(&mut self, now_us: u64) -> Vec<MemberOutput> {
         let mut out = Vec::new();
         self.group.on_tick(now_us);
-        if let Role::Leading(l) = &mut self.role {
+        if let Duty::Leading(l) = &mut self.duty {
             if l.coordinator.next_deadline_us().is_some_and(|d| d <= now_us) {
                 let o = l.coordinator.tick(now_us);
                 self.gate(o, &mut out);
@@ -364,10 +366,10 @@ impl Member {
 
     /// When [`Member::tick`] must next be called.
     pub fn next_deadline_us(&self) -> u64 {
-        let own = match &self.role {
-            Role::Leading(l) => l.coordinator.next_deadline_us().unwrap_or(u64::MAX),
-            Role::TakingOver(t) => t.deadline_us,
-            Role::Standby => u64::MAX,
+        let own = match &self.duty {
+            Duty::Leading(l) => l.coordinator.next_deadline_us().unwrap_or(u64::MAX),
+            Duty::TakingOver(t) => t.deadline_us,
+            Duty::Standby => u64::MAX,
         };
         own.min(self.group.next_tick_us())
     }
@@ -377,8 +379,8 @@ impl Member {
     pub fn on_node_connected(&mut self, node: NodeId, now_us: u64) -> Vec<MemberOutput> {
         *self.connections.entry(node).or_default() += 1;
         let mut out = Vec::new();
-        match &self.role {
-            Role::Leading(l) => {
+        match &self.duty {
+            Duty::Leading(l) => {
                 let msg = CoordinatorToNode::Heartbeat { now_ms: now_us / 1_000 };
                 out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: l.epoch, msg });
                 // Its partitions' membership: one without it tells it to rejoin.
@@ -386,7 +388,7 @@ impl Member {
                     out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: l.epoch, msg });
                 }
             }
-            Role::TakingOver(t) => {
+            Duty::TakingOver(t) => {
                 let msg = CoordinatorToNode::TakeOver { epoch: t.epoch };
                 out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: t.epoch, msg });
                 // The batches asked of it went with its old connection: asked again, from
@@ -398,7 +400,7 @@ impl Member {
                     }
                 }
             }
-            Role::Standby => {}
+            Duty::Standby => {}
         }
         self.after(&mut out, now_us);
         out
@@ -406,10 +408,10 @@ impl Member {
 
     /// The epoch this member acts in, leading or taking over.
     fn acting_epoch(&self) -> Option<Epoch> {
-        match &self.role {
-            Role::Leading(l) => Some(l.epoch),
-            Role::TakingOver(t) => Some(t.epoch),
-            Role::Standby => None,
+        match &self.duty {
+            Duty::Leading(l) => Some(l.epoch),
+            Duty::TakingOver(t) => Some(t.epoch),
+            Duty::Standby => None,
         }
     }
 
@@ -417,7 +419,7 @@ impl Member {
     /// handed to the coordinator and not answered is answered "outcome unknown" (the next
     /// leader may have adopted it, or not).
     fn depose(&mut self, epoch: Epoch, why: String, out: &mut Vec<MemberOutput>) {
-        self.role = Role::Standby;
+        self.duty = Duty::Standby;
         let mut open: Vec<(ClientId, u64)> = self.open.drain().collect();
         open.sort_unstable();
         for (client, request_id) in open {
@@ -433,7 +435,7 @@ impl Member {
     /// Decide, then act: the coordinator's outputs go out now, or wait for the entry that
     /// records the views they follow (module comment).
     fn gate(&mut self, o: Vec<Output>, out: &mut Vec<MemberOutput>) {
-        let Role::Leading(l) = &mut self.role else { return };
+        let Duty::Leading(l) = &mut self.duty else { return };
         let views = l.coordinator.views();
         if views != l.proposed {
             let changed: Vec<PartitionView> = views.iter().filter(|v| !l.proposed.contains(v)).cloned().collect();
@@ -495,7 +497,7 @@ impl Member {
         }
         // Release what the committed entries allow.
         let applied = self.group.membership().applied();
-        if let Role::Leading(l) = &mut self.role {
+        if let Duty::Leading(l) = &mut self.duty {
             while l.held.front().is_some_and(|(index, _, _)| *index <= applied) {
                 let (_, mut o, meant) = l.held.pop_front().expect("checked");
                 // What was held back was for the connections of then: a node connected again
@@ -513,7 +515,7 @@ impl Member {
     fn begin_take_over(&mut self, epoch: Epoch, out: &mut Vec<MemberOutput>, now_us: u64) {
         out.push(MemberOutput::Event(Event::TakingOver { epoch }));
         let views = self.group.membership().views().map(|v| (v.partition, v.clone())).collect();
-        self.role = Role::TakingOver(Box::new(TakingOver {
+        self.duty = Duty::TakingOver(Box::new(TakingOver {
             epoch,
             started_us: now_us,
             deadline_us: now_us + self.failure_timeout_us,
@@ -531,7 +533,7 @@ impl Member {
 
     /// Moves a take-over on if it can; returns whether anything changed.
     fn progress(&mut self, out: &mut Vec<MemberOutput>, now_us: u64) -> bool {
-        let Role::TakingOver(t) = &mut self.role else { return false };
+        let Duty::TakingOver(t) = &mut self.duty else { return false };
         let expected = |t: &TakingOver| -> Vec<(PartitionId, NodeId)> {
             t.views
                 .values()
@@ -603,8 +605,8 @@ impl Member {
             }
         }
         let TakingOver { epoch, started_us, views, mut standings, answered, fetching, kept, .. } =
-            *match std::mem::replace(&mut self.role, Role::Standby) {
-                Role::TakingOver(t) => t,
+            *match std::mem::replace(&mut self.duty, Duty::Standby) {
+                Duty::TakingOver(t) => t,
                 _ => unreachable!("matched above"),
             };
         let mut fetching = fetching.expect("planned");
@@ -669,10 +671,10 @@ impl Member {
             took_us: now_us.saturating_sub(started_us),
         }));
         let proposed: Vec<PartitionView> = views.into_values().collect();
-        self.role = Role::Leading(Box::new(Leading { epoch, coordinator, proposed, held: VecDeque::new() }));
+        self.duty = Duty::Leading(Box::new(Leading { epoch, coordinator, proposed, held: VecDeque::new() }));
         self.gate(o, out);
         for (from, msg) in kept {
-            let Role::Leading(l) = &mut self.role else { break };
+            let Duty::Leading(l) = &mut self.duty else { break };
             let o = l.coordinator.on_node_message(from, msg, now_us);
             self.gate(o, out);
         }

@@ -344,11 +344,11 @@ impl Collector for PublishedCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wire::messages::{PartitionPhase, PartitionReport, Role};
+    use wire::messages::{PartitionPhase, PartitionReport, PeerKind};
 
     fn status(seq: Seq) -> ProcessStatus {
         ProcessStatus {
-            role: Role::Coordinator,
+            role: PeerKind::Coordinator,
             id: 0,
             pid: 1,
             uptime_ms: 5,

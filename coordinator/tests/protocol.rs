@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use wire::channel::{ClientToCoordinator, CoordinatorToClient};
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link, CLOSE_PROTOCOL_VIOLATION};
-use wire::messages::{Hello, Role, PROTOCOL_VERSION};
+use wire::messages::{Hello, PeerKind, PROTOCOL_VERSION};
 use wire::tls;
 use wire::ClusterConfig;
 
@@ -38,11 +38,11 @@ fn cluster(name: &str) -> (ClusterConfig, TempDir) {
 
 /// A client link to the coordinator at `addr`.
 async fn client(cfg: &ClusterConfig, addr: SocketAddr, id: u16) -> Link {
-    let tls = tls::client_config(&cfg.cert_dir, tls::Role::Client).unwrap();
+    let tls = tls::client_config(&cfg.cert_dir, tls::Identity::Client).unwrap();
     let hello =
-        Hello { protocol_version: PROTOCOL_VERSION, role: Role::Client, id, config_fingerprint: cfg.fingerprint() };
+        Hello { protocol_version: PROTOCOL_VERSION, role: PeerKind::Client, id, config_fingerprint: cfg.fingerprint() };
     let limits = EndpointLimits { handshake_timeout: WAIT, ..EndpointLimits::default() };
-    endpoint::connect_to(tls::Role::Coordinator(0), addr, "127.0.0.1", tls, hello, limits).await.unwrap()
+    endpoint::connect_to(tls::Identity::Coordinator(0), addr, "127.0.0.1", tls, hello, limits).await.unwrap()
 }
 
 /// The coordinator's status, asked on `link` (it answers before every node joined too).
@@ -51,7 +51,7 @@ async fn status(link: &mut Link, request_id: u64) {
     match tokio::time::timeout(WAIT, link.recv::<CoordinatorToClient>()).await.unwrap().unwrap() {
         Some(CoordinatorToClient::StatusReply { request_id: r, status }) => {
             assert_eq!(r, request_id);
-            assert_eq!(status.role, Role::Coordinator);
+            assert_eq!(status.role, PeerKind::Coordinator);
         }
         other => panic!("{other:?}"),
     }

@@ -29,28 +29,29 @@ use wire::codec;
 use wire::config::ClusterConfig;
 use wire::endpoint::{check_hello, HELLO_FRAME_BYTES_MAX};
 use wire::error::{CodecError, HelloMismatch};
-use wire::messages::{Hello, Role as HelloRole, PROTOCOL_VERSION};
-use wire::tls::{self, IdentityProblem, Role};
+use wire::messages::{Hello, PeerKind, PROTOCOL_VERSION};
+use wire::tls::{self, Identity, IdentityProblem};
 
 /// The fingerprints a listener may hold: the real cluster's and another.
 const OURS: [u64; 2] = [0x6c61_7373_2d66_757a, 7];
 
 /// The identities a real `glass cluster init` of the repository's `cluster.toml` issued, with
 /// their certificates (DER), made once per process.
-fn identities() -> &'static [(Role, CertificateDer<'static>)] {
-    static IDENTITIES: OnceLock<Vec<(Role, CertificateDer<'static>)>> = OnceLock::new();
+fn identities() -> &'static [(Identity, CertificateDer<'static>)] {
+    static IDENTITIES: OnceLock<Vec<(Identity, CertificateDer<'static>)>> = OnceLock::new();
     IDENTITIES.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("glass-fuzz-hello-{}", std::process::id()));
         let mut cfg = ClusterConfig::parse(include_str!("../../cluster.toml")).expect("the repository's cluster.toml");
         cfg.cert_dir = dir.clone();
         tls::init_cluster(&cfg, true).expect("cluster init into a temporary folder");
-        let mut roles: Vec<Role> = cfg.coordinators.iter().map(|c| Role::Coordinator(u16::from(c.id))).collect();
-        roles.extend(cfg.nodes.iter().map(|n| Role::Node(n.id)));
-        roles.push(Role::Client);
+        let mut roles: Vec<Identity> =
+            cfg.coordinators.iter().map(|c| Identity::Coordinator(u16::from(c.id))).collect();
+        roles.extend(cfg.nodes.iter().map(|n| Identity::Node(n.id)));
+        roles.push(Identity::Client);
         let out = roles
             .into_iter()
             .map(|role| {
-                let identity = tls::load_identity(&dir, role).expect("a freshly issued identity");
+                let identity = tls::load_credentials(&dir, role).expect("a freshly issued identity");
                 (role, identity.chain[0].clone())
             })
             .collect();
@@ -61,7 +62,7 @@ fn identities() -> &'static [(Role, CertificateDer<'static>)] {
 
 /// The certificate chain an input presents, and the identity it was issued to when it is an
 /// unmodified real one.
-fn presented(which: u8, rest: &[u8]) -> (Vec<CertificateDer<'static>>, Option<Role>, &[u8]) {
+fn presented(which: u8, rest: &[u8]) -> (Vec<CertificateDer<'static>>, Option<Identity>, &[u8]) {
     let ids = identities();
     let n = ids.len();
     let which = usize::from(which) % (2 * n + 2);
@@ -104,7 +105,7 @@ fn vet(ours: &Hello, frame: &[u8], chain: &[CertificateDer<'_>]) -> Verdict {
         Err(e) => return Verdict::Frame(e),
     };
     let Handshake::Hello(hello) = first else { return Verdict::NotHello };
-    if let Err(problem) = tls::check_peer_identity(chain, Role::claimed_by(&hello)) {
+    if let Err(problem) = tls::check_peer_identity(chain, Identity::claimed_by(&hello)) {
         return Verdict::Identity(problem);
     }
     match check_hello(ours, &hello) {
@@ -118,7 +119,7 @@ pub fn check(data: &[u8]) {
     let (chain, issued_to, frame) = presented(*which, rest);
     let ours = Hello {
         protocol_version: PROTOCOL_VERSION,
-        role: HelloRole::Node,
+        role: PeerKind::Node,
         id: 1,
         config_fingerprint: OURS[usize::from(*ours) % OURS.len()],
     };
@@ -134,7 +135,7 @@ pub fn check(data: &[u8]) {
             }
         }
         Verdict::Accepted(hello) => {
-            let claimed = Role::claimed_by(hello);
+            let claimed = Identity::claimed_by(hello);
             if let Some(role) = issued_to {
                 assert_eq!(claimed, role, "a Hello claiming {claimed} accepted with {role}'s certificate");
             }
@@ -157,13 +158,13 @@ pub fn check(data: &[u8]) {
         (issued_to, codec::decode::<Handshake>(frame, HELLO_FRAME_BYTES_MAX))
     {
         let ok = hello.protocol_version == PROTOCOL_VERSION && hello.config_fingerprint == ours.config_fingerprint;
-        let claimed_is_holder = Role::claimed_by(&hello) == role;
+        let claimed_is_holder = Identity::claimed_by(&hello) == role;
         assert_eq!(matches!(verdict, Verdict::Accepted(_)), ok && claimed_is_holder, "{verdict:?}");
     }
 }
 
 /// A Hello frame claiming `role`/`id`, of our cluster's fingerprint.
-fn hello_frame(role: HelloRole, id: u16, fingerprint: u64) -> Vec<u8> {
+fn hello_frame(role: PeerKind, id: u16, fingerprint: u64) -> Vec<u8> {
     let hello =
         Handshake::Hello(Hello { protocol_version: PROTOCOL_VERSION, role, id, config_fingerprint: fingerprint });
     codec::encode(&hello, HELLO_FRAME_BYTES_MAX).expect("a Hello encodes")
@@ -171,7 +172,7 @@ fn hello_frame(role: HelloRole, id: u16, fingerprint: u64) -> Vec<u8> {
 
 pub fn seeds() -> Vec<Vec<u8>> {
     let n = identities().len() as u8;
-    let claims = [(HelloRole::Coordinator, 0), (HelloRole::Node, 1), (HelloRole::Node, 2), (HelloRole::Client, 9)];
+    let claims = [(PeerKind::Coordinator, 0), (PeerKind::Node, 1), (PeerKind::Node, 2), (PeerKind::Client, 9)];
     let mut out = Vec::new();
     for which in 0..n {
         for (role, id) in claims {
@@ -181,7 +182,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
         }
         // A mutated copy of the certificate, one byte changed, claiming its own identity.
         let mut input = vec![which + n, 0, 1, 200, 0, 0x20];
-        input.extend(hello_frame(HelloRole::Node, 1, OURS[0]));
+        input.extend(hello_frame(PeerKind::Node, 1, OURS[0]));
         out.push(input);
     }
     let mut refused = vec![0, 0];
@@ -190,14 +191,14 @@ pub fn seeds() -> Vec<Vec<u8>> {
     );
     out.push(refused);
     let mut other_cluster = vec![1, 1];
-    other_cluster.extend(hello_frame(HelloRole::Node, 1, OURS[0]));
+    other_cluster.extend(hello_frame(PeerKind::Node, 1, OURS[0]));
     out.push(other_cluster);
     let mut raw = vec![2 * n, 0, 8];
     raw.extend([0x30, 0x82, 0x01, 0x00].repeat(8));
-    raw.extend(hello_frame(HelloRole::Node, 1, OURS[0]));
+    raw.extend(hello_frame(PeerKind::Node, 1, OURS[0]));
     out.push(raw);
     let mut none = vec![2 * n + 1, 0];
-    none.extend(hello_frame(HelloRole::Client, 3, OURS[0]));
+    none.extend(hello_frame(PeerKind::Client, 3, OURS[0]));
     out.push(none);
     out
 }
@@ -210,14 +211,14 @@ mod tests {
     #[test]
     fn another_identitys_certificate_is_refused() {
         let ours =
-            Hello { protocol_version: PROTOCOL_VERSION, role: HelloRole::Node, id: 1, config_fingerprint: OURS[0] };
-        let (_, cert) = identities().iter().find(|(r, _)| *r == Role::Node(1)).unwrap().clone();
-        let frame = hello_frame(HelloRole::Node, 2, OURS[0]);
+            Hello { protocol_version: PROTOCOL_VERSION, role: PeerKind::Node, id: 1, config_fingerprint: OURS[0] };
+        let (_, cert) = identities().iter().find(|(r, _)| *r == Identity::Node(1)).unwrap().clone();
+        let frame = hello_frame(PeerKind::Node, 2, OURS[0]);
         match vet(&ours, &frame, std::slice::from_ref(&cert)) {
             Verdict::Identity(IdentityProblem::Other { holder }) => assert_eq!(holder, "node 1"),
             v => panic!("{v:?}"),
         }
-        assert!(matches!(vet(&ours, &hello_frame(HelloRole::Node, 1, OURS[0]), &[cert]), Verdict::Accepted(_)));
+        assert!(matches!(vet(&ours, &hello_frame(PeerKind::Node, 1, OURS[0]), &[cert]), Verdict::Accepted(_)));
     }
 
     #[test]

@@ -22,11 +22,11 @@
 //!   and both Hellos were exchanged; under TLS 1.3 a client whose certificate the server
 //!   refuses still sees its handshake complete, so [`connect`] waits for the reply Hello and
 //!   turns the refusal into [`EndpointError::CertificateRefused`];
-//! - identities (defect #14, item 3): every certificate is bound to one identity — the
-//!   coordinator, node N or the client ([`crate::tls::check_identity`]). A listener refuses a
+//! - identities (defect #14, item 3): every certificate is bound to one identity —
+//!   coordinator N, node N or the client ([`crate::tls::check_identity`]). A listener refuses a
 //!   Hello whose role (and, for a node, id) is not the identity of the certificate presented
 //!   ([`EndpointError::IdentityMismatch`]; the dialler gets
-//!   [`EndpointError::IdentityRefused`]), so a client can never act as a node or the
+//!   [`EndpointError::IdentityRefused`]), so a client can never act as a node or a
 //!   coordinator, nor node 1 as node 2; a dialler refuses a reply Hello that is not its
 //!   listener's certificate's identity, and [`connect_to`] refuses a listener that is not the
 //!   identity it meant to reach ([`EndpointError::WrongPeer`]) before sending anything;
@@ -94,9 +94,9 @@ use crate::channel::{ChannelMessage, Handshake};
 use crate::codec::{self, FRAME_BYTES_MAX_DEFAULT, LENGTH_PREFIX_BYTES};
 use crate::config::{ClusterConfig, Limits};
 use crate::error::{CodecError, HelloMismatch};
-use crate::messages::{bounded_reason, Hello, Role, PROTOCOL_VERSION};
+use crate::messages::{bounded_reason, Hello, PeerKind, PROTOCOL_VERSION};
 use crate::tether::{self, TetherKey};
-use crate::tls::{self, IdentityProblem, Role as Identity};
+use crate::tls::{self, Identity, IdentityProblem};
 
 /// Application close code: the link is done (not an error).
 pub const CLOSE_NORMAL: u32 = 0;
@@ -258,7 +258,7 @@ pub enum EndpointError {
         "{server_name} ({addr}) refused this {role}'s certificate (is it from this cluster's CA? run `glass \
          cluster init`): {detail}"
     )]
-    CertificateRefused { addr: SocketAddr, server_name: String, role: Role, detail: String },
+    CertificateRefused { addr: SocketAddr, server_name: String, role: PeerKind, detail: String },
     /// The dialled peer's certificate is not valid for this cluster (another CA, or the dialled
     /// name is not among its names).
     #[error(
@@ -398,7 +398,7 @@ fn lost(addr: SocketAddr, e: ConnectionError) -> EndpointError {
 }
 
 /// The error a dialler sees when the connection fails after `connect()` succeeded.
-fn lost_while_dialling(addr: SocketAddr, server_name: &str, role: Role, e: ConnectionError) -> EndpointError {
+fn lost_while_dialling(addr: SocketAddr, server_name: &str, role: PeerKind, e: ConnectionError) -> EndpointError {
     match &e {
         ConnectionError::ConnectionClosed(close) if is_crypto_code(close.error_code.into()) => {
             EndpointError::CertificateRefused {
@@ -915,9 +915,9 @@ impl Link {
     pub fn peer_name(&self) -> String {
         let h = self.peer_hello();
         match h.role {
-            Role::Node => format!("node {}", h.id),
-            Role::Coordinator => format!("coordinator {}", h.id),
-            Role::Client => format!("client {}", h.id),
+            PeerKind::Node => format!("node {}", h.id),
+            PeerKind::Coordinator => format!("coordinator {}", h.id),
+            PeerKind::Client => format!("client {}", h.id),
         }
     }
 
@@ -1377,8 +1377,9 @@ mod tests {
 
     #[test]
     fn hellos_must_agree_on_version_and_cluster() {
-        let ours = Hello { protocol_version: PROTOCOL_VERSION, role: Role::Coordinator, id: 0, config_fingerprint: 7 };
-        let good = Hello { role: Role::Client, id: 9, ..ours.clone() };
+        let ours =
+            Hello { protocol_version: PROTOCOL_VERSION, role: PeerKind::Coordinator, id: 0, config_fingerprint: 7 };
+        let good = Hello { role: PeerKind::Client, id: 9, ..ours.clone() };
         assert!(check_hello(&ours, &good).is_ok());
         let other_cluster = Hello { config_fingerprint: 8, ..good.clone() };
         assert_eq!(check_hello(&ours, &other_cluster), Err(HelloMismatch::Fingerprint { theirs: 8, ours: 7 }));

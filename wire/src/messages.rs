@@ -134,18 +134,18 @@ impl fmt::Display for StateDigest {
 
 /// What kind of process a peer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
+pub enum PeerKind {
     Coordinator,
     Node,
     Client,
 }
 
-impl fmt::Display for Role {
+impl fmt::Display for PeerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Role::Coordinator => "coordinator",
-            Role::Node => "node",
-            Role::Client => "client",
+            PeerKind::Coordinator => "coordinator",
+            PeerKind::Node => "node",
+            PeerKind::Client => "client",
         })
     }
 }
@@ -157,8 +157,8 @@ impl fmt::Display for Role {
 pub struct Hello {
     /// [`PROTOCOL_VERSION`] of the sender.
     pub protocol_version: u8,
-    /// The sender's role.
-    pub role: Role,
+    /// The sender's kind of process.
+    pub role: PeerKind,
     /// The sender's id in `cluster.toml` (coordinator or node id; a client's own choice).
     pub id: u16,
     /// [`crate::config::ClusterConfig::fingerprint`] of the sender's `cluster.toml`.
@@ -612,7 +612,7 @@ pub struct ReplicationReport {
 /// A process's state, as `glass cluster status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStatus {
-    pub role: Role,
+    pub role: PeerKind,
     /// The coordinator's or node's id in `cluster.toml`.
     pub id: u16,
     /// The operating system's process id.

@@ -70,7 +70,7 @@ pub fn results() -> Results {
 
 pub fn status() -> ProcessStatus {
     ProcessStatus {
-        role: Role::Node,
+        role: PeerKind::Node,
         id: 3,
         pid: 77,
         uptime_ms: 9,
@@ -109,7 +109,12 @@ pub fn chunk() -> SnapshotChunk {
 
 pub fn handshakes() -> Vec<Handshake> {
     vec![
-        Handshake::Hello(Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id: 2, config_fingerprint: 9 }),
+        Handshake::Hello(Hello {
+            protocol_version: PROTOCOL_VERSION,
+            role: PeerKind::Node,
+            id: 2,
+            config_fingerprint: 9,
+        }),
         Handshake::HelloRefused { reason: "wrong cluster".into() },
     ]
 }

@@ -319,8 +319,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn both_ends_of_a_link_derive_its_key_and_no_other_link_has_it() {
         use crate::endpoint::{connect, listen, EndpointLimits};
-        use crate::messages::{Hello, Role};
-        use crate::tls::{self, Role as Identity};
+        use crate::messages::{Hello, PeerKind};
+        use crate::tls::{self, Identity};
 
         let dir = std::env::temp_dir().join(format!("glass-tether-keys-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -336,11 +336,14 @@ mod tests {
         let limits = EndpointLimits { handshake_timeout: Duration::from_secs(5), ..EndpointLimits::default() };
         let server = tls::server_config(&cfg.cert_dir, Identity::Coordinator(0)).unwrap();
         let mut listener =
-            listen("127.0.0.1:0".parse().unwrap(), server, hello(Role::Coordinator, 0), limits.clone()).await.unwrap();
+            listen("127.0.0.1:0".parse().unwrap(), server, hello(PeerKind::Coordinator, 0), limits.clone())
+                .await
+                .unwrap();
         let mut keys = Vec::new();
         for _ in 0..2 {
             let client = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
-            let dialled = connect(listener.local_addr(), "localhost", client, hello(Role::Client, 7), limits.clone());
+            let dialled =
+                connect(listener.local_addr(), "localhost", client, hello(PeerKind::Client, 7), limits.clone());
             let (dialled, accepted) = tokio::join!(dialled, listener.accept());
             let (dialled, accepted) = (dialled.unwrap(), accepted.unwrap());
             let key = dialled.tether_key().expect("TLS 1.3 exports keying material");

@@ -21,13 +21,13 @@
 //!   address (an IP address or a DNS name), plus `localhost`, `127.0.0.1` and `::1` when that
 //!   address is a loopback (or unspecified) one ([`names_for_address`]);
 //! - every leaf is bound to exactly one identity — coordinator N, node N or the client — by
-//!   one more DNS subject alternative name, [`Role::identity_name`], under the reserved
+//!   one more DNS subject alternative name, [`Identity::identity_name`], under the reserved
 //!   `.invalid` top-level domain (RFC 6761: never resolved, so never confused with an
 //!   address). [`check_identity`] tells whether a certificate is a given identity's (the
 //!   transport refuses a Hello claiming another one: `crate::endpoint`); a certificate issued
 //!   before identities were bound carries none and is refused everywhere with
 //!   [`IdentityProblem::NoIdentity`], which says to run `glass cluster init --force`;
-//! - [`load_identity`] refuses a process's own certificate when the CA in `cert_dir` did not
+//! - [`load_credentials`] refuses a process's own certificate when the CA in `cert_dir` did not
 //!   issue it or it is not that process's identity, and [`check_certificates`] (what `glass
 //!   cluster up` runs before starting anything) checks every certificate of `cert_dir`
 //!   against the CA, its identity and the current addresses of `cluster.toml`, naming the
@@ -71,14 +71,15 @@ pub const KEY_FILE_MODE: u32 = 0o600;
 pub const CERT_FILE_MODE: u32 = 0o644;
 /// Mode of `cert_dir` when [`init_cluster`] creates it.
 pub const CERT_DIR_MODE: u32 = 0o700;
-/// The domain under which every identity name lies ([`Role::identity_name`]): `.invalid` is
+/// The domain under which every identity name lies ([`Identity::identity_name`]): `.invalid` is
 /// reserved (RFC 6761) and never resolves, so an identity name can never be an address a
 /// process is dialled by.
 pub const IDENTITY_DOMAIN: &str = "identity.glass.invalid";
 
-/// Which process an identity belongs to.
+/// A certificate identity: which process a certificate and its key belong to (a peer's
+/// kind, [`crate::messages::PeerKind`], with its id).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
+pub enum Identity {
     /// Coordinator N (an id of `[[coordinators]]`; wide enough for any Hello's id).
     Coordinator(u16),
     Node(NodeId),
@@ -86,24 +87,24 @@ pub enum Role {
     Client,
 }
 
-impl Role {
-    /// The file name stem of the role's certificate and key: `coordinator`, `node-2`,
+impl Identity {
+    /// The file name stem of the identity's certificate and key: `coordinator`, `node-2`,
     /// `client`.
     pub fn file_stem(self) -> String {
         match self {
-            Role::Coordinator(id) => format!("coordinator-{id}"),
-            Role::Node(id) => format!("node-{id}"),
-            Role::Client => "client".to_string(),
+            Identity::Coordinator(id) => format!("coordinator-{id}"),
+            Identity::Node(id) => format!("node-{id}"),
+            Identity::Client => "client".to_string(),
         }
     }
 
-    /// The common name of the role's certificate: `glass coordinator`, `glass node 2`,
+    /// The common name of the identity's certificate: `glass coordinator`, `glass node 2`,
     /// `glass client`.
     pub fn common_name(self) -> String {
         match self {
-            Role::Coordinator(id) => format!("glass coordinator {id}"),
-            Role::Node(id) => format!("glass node {id}"),
-            Role::Client => "glass client".to_string(),
+            Identity::Coordinator(id) => format!("glass coordinator {id}"),
+            Identity::Node(id) => format!("glass node {id}"),
+            Identity::Client => "glass client".to_string(),
         }
     }
 
@@ -114,11 +115,11 @@ impl Role {
         format!("{}.{IDENTITY_DOMAIN}", self.file_stem())
     }
 
-    /// The identity an identity name (as [`Role::identity_name`] writes it) stands for.
-    pub fn from_identity_name(name: &str) -> Option<Role> {
+    /// The identity an identity name (as [`Identity::identity_name`] writes it) stands for.
+    pub fn from_identity_name(name: &str) -> Option<Identity> {
         let stem = name.strip_suffix(IDENTITY_DOMAIN)?.strip_suffix('.')?;
         if stem == "client" {
-            return Some(Role::Client);
+            return Some(Identity::Client);
         }
         // Exactly what `file_stem` writes: no sign, no leading zero.
         let number = |id: &str| -> Option<u16> {
@@ -128,38 +129,38 @@ impl Role {
             id.parse().ok()
         };
         match stem.strip_prefix("coordinator-") {
-            Some(id) => number(id).map(Role::Coordinator),
-            None => number(stem.strip_prefix("node-")?).map(Role::Node),
+            Some(id) => number(id).map(Identity::Coordinator),
+            None => number(stem.strip_prefix("node-")?).map(Identity::Node),
         }
     }
 
     /// The identity a Hello claims: its role, and for a node or a coordinator its id (a
     /// client's id is its own choice).
-    pub fn claimed_by(hello: &Hello) -> Role {
+    pub fn claimed_by(hello: &Hello) -> Identity {
         match hello.role {
-            messages::Role::Coordinator => Role::Coordinator(hello.id),
-            messages::Role::Node => Role::Node(hello.id),
-            messages::Role::Client => Role::Client,
+            messages::PeerKind::Coordinator => Identity::Coordinator(hello.id),
+            messages::PeerKind::Node => Identity::Node(hello.id),
+            messages::PeerKind::Client => Identity::Client,
         }
     }
 
-    /// Path of the role's certificate in `cert_dir`.
+    /// Path of the identity's certificate in `cert_dir`.
     pub fn cert_path(self, cert_dir: &Path) -> PathBuf {
         cert_dir.join(format!("{}.pem", self.file_stem()))
     }
 
-    /// Path of the role's private key in `cert_dir`.
+    /// Path of the identity's private key in `cert_dir`.
     pub fn key_path(self, cert_dir: &Path) -> PathBuf {
         cert_dir.join(format!("{}.key", self.file_stem()))
     }
 }
 
-impl std::fmt::Display for Role {
+impl std::fmt::Display for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Role::Coordinator(id) => write!(f, "coordinator {id}"),
-            Role::Node(id) => write!(f, "node {id}"),
-            Role::Client => f.write_str("client"),
+            Identity::Coordinator(id) => write!(f, "coordinator {id}"),
+            Identity::Node(id) => write!(f, "node {id}"),
+            Identity::Client => f.write_str("client"),
         }
     }
 }
@@ -196,23 +197,23 @@ pub enum TlsError {
     /// rustls refused the certificates or keys.
     #[error("TLS configuration for the {role}: {source}")]
     Rustls {
-        role: Role,
+        role: Identity,
         #[source]
         source: rustls::Error,
     },
     /// The client-certificate verifier could not be built from the CA.
     #[error("client certificate verifier for the {role}: {detail}")]
-    Verifier { role: Role, detail: String },
+    Verifier { role: Identity, detail: String },
     /// `cert_dir` holds a CA but no certificate or key for a process of `cluster.toml` (added
     /// after the certificates were issued).
     #[error(
         "{path} is missing: the CA in its directory issued no certificate for the {role} (added to cluster.toml \
          after `glass cluster init`?): run `glass cluster init --force` and copy cert_dir to every host"
     )]
-    Missing { path: PathBuf, role: Role },
+    Missing { path: PathBuf, role: Identity },
     /// A certificate in `cert_dir` is not the identity its file name says.
     #[error("{path} is not the {role}'s certificate: {problem}")]
-    WrongIdentity { path: PathBuf, role: Role, problem: IdentityProblem },
+    WrongIdentity { path: PathBuf, role: Identity, problem: IdentityProblem },
     /// A certificate in `cert_dir` was not issued by the CA there (a CA replaced without
     /// reissuing, or files mixed from two clusters).
     #[error(
@@ -237,7 +238,7 @@ pub struct AddressMismatch {
     /// The certificate's file.
     pub path: PathBuf,
     /// Whose certificate it is.
-    pub role: Role,
+    pub role: Identity,
     /// The field of `cluster.toml` holding the address (`nodes[0].address`).
     pub field: String,
     /// The address, as `cluster.toml` has it.
@@ -270,9 +271,9 @@ pub enum IdentityProblem {
 }
 
 /// Checks that `cert` is `role`'s certificate: that it carries `role`'s identity name
-/// ([`Role::identity_name`]). It does not check who issued it: the TLS handshake (or
-/// [`load_identity`]) checked that against the CA.
-pub fn check_identity(cert: &CertificateDer<'_>, role: Role) -> Result<(), IdentityProblem> {
+/// ([`Identity::identity_name`]). It does not check who issued it: the TLS handshake (or
+/// [`load_credentials`]) checked that against the CA.
+pub fn check_identity(cert: &CertificateDer<'_>, role: Identity) -> Result<(), IdentityProblem> {
     let parsed =
         ParsedCertificate::try_from(cert).map_err(|e| IdentityProblem::Unparsable { detail: e.to_string() })?;
     let name = ServerName::try_from(role.identity_name()).expect("identity names are DNS names");
@@ -282,13 +283,13 @@ pub fn check_identity(cert: &CertificateDer<'_>, role: Role) -> Result<(), Ident
     match identity_names_in(cert.as_ref()).first() {
         None => Err(IdentityProblem::NoIdentity),
         Some(other) => Err(IdentityProblem::Other {
-            holder: Role::from_identity_name(other).map_or_else(|| other.clone(), |r| r.to_string()),
+            holder: Identity::from_identity_name(other).map_or_else(|| other.clone(), |r| r.to_string()),
         }),
     }
 }
 
 /// [`check_identity`] for the leaf of a chain a peer presented.
-pub fn check_peer_identity(chain: &[CertificateDer<'_>], role: Role) -> Result<(), IdentityProblem> {
+pub fn check_peer_identity(chain: &[CertificateDer<'_>], role: Identity) -> Result<(), IdentityProblem> {
     check_identity(chain.first().ok_or(IdentityProblem::NoCertificate)?, role)
 }
 
@@ -323,14 +324,14 @@ fn identity_names_in(der: &[u8]) -> Vec<String> {
 /// One certificate and key [`init_cluster`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssuedIdentity {
-    pub role: Role,
+    pub role: Identity,
     /// The certificate's file.
     pub cert: PathBuf,
     /// The private key's file (mode 0600).
     pub key: PathBuf,
     /// The names it may be dialled by (subject alternative names besides its identity).
     pub names: Vec<String>,
-    /// Its identity name ([`Role::identity_name`]), a subject alternative name too.
+    /// Its identity name ([`Identity::identity_name`]), a subject alternative name too.
     pub identity: String,
 }
 
@@ -388,12 +389,12 @@ pub fn init_cluster(cfg: &ClusterConfig, force: bool) -> Result<InitReport, TlsE
     let mut leaves = Vec::new();
     for (i, c) in cfg.coordinators.iter().enumerate() {
         let field = cfg.coordinator_field(i);
-        leaves.push((Role::Coordinator(u16::from(c.id)), address_names(&field, &c.address)?));
+        leaves.push((Identity::Coordinator(u16::from(c.id)), address_names(&field, &c.address)?));
     }
     for (i, node) in cfg.nodes.iter().enumerate() {
-        leaves.push((Role::Node(node.id), address_names(&format!("nodes[{i}].address"), &node.address)?));
+        leaves.push((Identity::Node(node.id), address_names(&format!("nodes[{i}].address"), &node.address)?));
     }
-    leaves.push((Role::Client, Vec::new()));
+    leaves.push((Identity::Client, Vec::new()));
 
     let generate = |what: &str| {
         let what = what.to_string();
@@ -445,7 +446,7 @@ fn ca_params() -> CertificateParams {
     params
 }
 
-fn leaf_params(role: Role, names: &[String]) -> Result<CertificateParams, rcgen::Error> {
+fn leaf_params(role: Identity, names: &[String]) -> Result<CertificateParams, rcgen::Error> {
     let mut sans = names.to_vec();
     sans.push(role.identity_name());
     let mut params = CertificateParams::new(sans)?;
@@ -477,10 +478,10 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<(), TlsError> {
     file.sync_all().map_err(io)
 }
 
-/// A process's certificate chain and key, and the CA it trusts.
+/// A process's credentials: its certificate chain and key, and the CA it trusts.
 #[derive(Debug)]
-pub struct Identity {
-    pub role: Role,
+pub struct Credentials {
+    pub role: Identity,
     /// The CA certificate: the only trust anchor.
     pub ca: CertificateDer<'static>,
     /// The process's certificate (the CA is the issuer, not part of the chain).
@@ -488,7 +489,7 @@ pub struct Identity {
     pub key: PrivateKeyDer<'static>,
 }
 
-impl Identity {
+impl Credentials {
     /// The CA as a root store.
     pub fn roots(&self) -> Result<RootCertStore, TlsError> {
         let mut roots = RootCertStore::empty();
@@ -506,7 +507,7 @@ pub fn load_ca(cert_dir: &Path) -> Result<CertificateDer<'static>, TlsError> {
 /// certificate the CA did not issue or that is not `role`'s identity (one issued before
 /// identities were bound included), so that a process with stale certificates stops at start
 /// with an error that says what to run.
-pub fn load_identity(cert_dir: &Path, role: Role) -> Result<Identity, TlsError> {
+pub fn load_credentials(cert_dir: &Path, role: Identity) -> Result<Credentials, TlsError> {
     let ca = load_ca(cert_dir)?;
     let cert_path = role.cert_path(cert_dir);
     let cert = load_cert(&cert_path)?;
@@ -514,7 +515,7 @@ pub fn load_identity(cert_dir: &Path, role: Role) -> Result<Identity, TlsError> 
     check_identity(&cert, role).map_err(|problem| TlsError::WrongIdentity { path: cert_path, role, problem })?;
     let key_path = role.key_path(cert_dir);
     let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| pem_error(&key_path, e))?;
-    Ok(Identity { role, ca, chain: vec![cert], key })
+    Ok(Credentials { role, ca, chain: vec![cert], key })
 }
 
 /// Checks that the CA certificate `ca` (read from `ca_path`) issued `cert` (read from `path`).
@@ -523,7 +524,7 @@ fn check_issued_by(
     path: &Path,
     ca: &CertificateDer<'static>,
     ca_path: &Path,
-    role: Role,
+    role: Identity,
 ) -> Result<(), TlsError> {
     let not_from_ca =
         |detail: String| TlsError::NotFromCa { path: path.to_path_buf(), ca: ca_path.to_path_buf(), detail };
@@ -543,19 +544,19 @@ pub fn check_certificates(cfg: &ClusterConfig) -> Result<(), TlsError> {
     let dir = cfg.cert_dir.as_path();
     let mut processes = Vec::new();
     for (i, c) in cfg.coordinators.iter().enumerate() {
-        processes.push((Role::Coordinator(u16::from(c.id)), Some((cfg.coordinator_field(i), &c.address))));
+        processes.push((Identity::Coordinator(u16::from(c.id)), Some((cfg.coordinator_field(i), &c.address))));
     }
     for (i, node) in cfg.nodes.iter().enumerate() {
-        processes.push((Role::Node(node.id), Some((format!("nodes[{i}].address"), &node.address))));
+        processes.push((Identity::Node(node.id), Some((format!("nodes[{i}].address"), &node.address))));
     }
-    processes.push((Role::Client, None));
+    processes.push((Identity::Client, None));
     for (role, address) in processes {
         for path in [role.cert_path(dir), role.key_path(dir)] {
             if !path.exists() {
                 return Err(TlsError::Missing { path, role });
             }
         }
-        let identity = load_identity(dir, role)?;
+        let identity = load_credentials(dir, role)?;
         let Some((field, address)) = address else { continue };
         let path = role.cert_path(dir);
         let parsed = ParsedCertificate::try_from(&identity.chain[0]).map_err(|e| TlsError::WrongIdentity {
@@ -604,12 +605,12 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// The TLS configuration of a process accepting connections as `role`: TLS 1.3, ALPN
 /// [`ALPN`], and a client certificate issued by the cluster's CA required of every peer.
-pub fn server_config(cert_dir: &Path, role: Role) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    server_config_for(load_identity(cert_dir, role)?)
+pub fn server_config(cert_dir: &Path, role: Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+    server_config_for(load_credentials(cert_dir, role)?)
 }
 
-/// [`server_config`] from an identity already loaded.
-pub fn server_config_for(identity: Identity) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+/// [`server_config`] from credentials already loaded.
+pub fn server_config_for(identity: Credentials) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let role = identity.role;
     let rustls_error = |source| TlsError::Rustls { role, source };
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(identity.roots()?), provider())
@@ -627,12 +628,12 @@ pub fn server_config_for(identity: Identity) -> Result<Arc<rustls::ServerConfig>
 
 /// The TLS configuration of a process dialling others as `role`: TLS 1.3, ALPN [`ALPN`],
 /// trusting the cluster's CA alone and presenting `role`'s certificate.
-pub fn client_config(cert_dir: &Path, role: Role) -> Result<Arc<rustls::ClientConfig>, TlsError> {
-    client_config_for(load_identity(cert_dir, role)?)
+pub fn client_config(cert_dir: &Path, role: Identity) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    client_config_for(load_credentials(cert_dir, role)?)
 }
 
-/// [`client_config`] from an identity already loaded.
-pub fn client_config_for(identity: Identity) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+/// [`client_config`] from credentials already loaded.
+pub fn client_config_for(identity: Credentials) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let role = identity.role;
     let rustls_error = |source| TlsError::Rustls { role, source };
     let mut config = rustls::ClientConfig::builder_with_provider(provider())
@@ -682,7 +683,7 @@ mod tests {
 
     #[test]
     fn leaves_carry_both_usages_and_their_names() {
-        let params = leaf_params(Role::Node(2), &names("10.0.0.7:7000")).unwrap();
+        let params = leaf_params(Identity::Node(2), &names("10.0.0.7:7000")).unwrap();
         assert_eq!(
             params.extended_key_usages,
             [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth]
@@ -694,7 +695,7 @@ mod tests {
                 SanType::DnsName("node-2.identity.glass.invalid".try_into().unwrap())
             ]
         );
-        let params = leaf_params(Role::Coordinator(0), &names("coord.example:7000")).unwrap();
+        let params = leaf_params(Identity::Coordinator(0), &names("coord.example:7000")).unwrap();
         assert_eq!(
             params.subject_alt_names,
             [
@@ -702,21 +703,21 @@ mod tests {
                 SanType::DnsName("coordinator-0.identity.glass.invalid".try_into().unwrap())
             ]
         );
-        assert_eq!(Role::Node(2).common_name(), "glass node 2");
-        assert_eq!(Role::Node(2).file_stem(), "node-2");
+        assert_eq!(Identity::Node(2).common_name(), "glass node 2");
+        assert_eq!(Identity::Node(2).file_stem(), "node-2");
     }
 
     #[test]
     fn identity_names_round_trip_and_nothing_else_parses() {
         for role in [
-            Role::Coordinator(0),
-            Role::Coordinator(2),
-            Role::Client,
-            Role::Node(0),
-            Role::Node(7),
-            Role::Node(u16::MAX),
+            Identity::Coordinator(0),
+            Identity::Coordinator(2),
+            Identity::Client,
+            Identity::Node(0),
+            Identity::Node(7),
+            Identity::Node(u16::MAX),
         ] {
-            assert_eq!(Role::from_identity_name(&role.identity_name()), Some(role), "{role}");
+            assert_eq!(Identity::from_identity_name(&role.identity_name()), Some(role), "{role}");
         }
         for name in [
             "node-07.identity.glass.invalid",
@@ -727,7 +728,7 @@ mod tests {
             "xcoordinator.identity.glass.invalid",
             "coordinatoridentity.glass.invalid",
         ] {
-            assert_eq!(Role::from_identity_name(name), None, "{name}");
+            assert_eq!(Identity::from_identity_name(name), None, "{name}");
         }
     }
 
@@ -738,7 +739,7 @@ mod tests {
         let ca_key = KeyPair::generate().unwrap();
         let ca = ca_params();
         let issuer = Issuer::from_params(&ca, &ca_key);
-        let leaf = |role: Role, with_identity: bool| {
+        let leaf = |role: Identity, with_identity: bool| {
             let key = KeyPair::generate().unwrap();
             let mut params = leaf_params(role, &names("127.0.0.1:7000")).unwrap();
             if !with_identity {
@@ -746,22 +747,22 @@ mod tests {
             }
             params.signed_by(&key, &issuer).unwrap().der().clone()
         };
-        let node2 = leaf(Role::Node(2), true);
-        check_identity(&node2, Role::Node(2)).unwrap();
-        assert_eq!(check_identity(&node2, Role::Node(3)), Err(IdentityProblem::Other { holder: "node 2".into() }));
+        let node2 = leaf(Identity::Node(2), true);
+        check_identity(&node2, Identity::Node(2)).unwrap();
+        assert_eq!(check_identity(&node2, Identity::Node(3)), Err(IdentityProblem::Other { holder: "node 2".into() }));
         assert_eq!(
-            check_identity(&node2, Role::Coordinator(0)),
+            check_identity(&node2, Identity::Coordinator(0)),
             Err(IdentityProblem::Other { holder: "node 2".into() })
         );
-        let client = leaf(Role::Client, true);
-        check_identity(&client, Role::Client).unwrap();
-        let e = check_identity(&client, Role::Node(2)).unwrap_err();
+        let client = leaf(Identity::Client, true);
+        check_identity(&client, Identity::Client).unwrap();
+        let e = check_identity(&client, Identity::Node(2)).unwrap_err();
         assert_eq!(e, IdentityProblem::Other { holder: "client".into() });
         assert_eq!(e.to_string(), "the certificate is the client's");
-        let old = leaf(Role::Coordinator(0), false);
-        let e = check_identity(&old, Role::Coordinator(0)).unwrap_err();
+        let old = leaf(Identity::Coordinator(0), false);
+        let e = check_identity(&old, Identity::Coordinator(0)).unwrap_err();
         assert_eq!(e, IdentityProblem::NoIdentity);
         assert!(e.to_string().contains("glass cluster init --force"), "{e}");
-        assert_eq!(check_peer_identity(&[], Role::Client), Err(IdentityProblem::NoCertificate));
+        assert_eq!(check_peer_identity(&[], Identity::Client), Err(IdentityProblem::NoCertificate));
     }
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use wire::channel::{ClientToCoordinator, Handshake};
 use wire::codec::{self, FrameDecoder};
 use wire::endpoint::{listen, EndpointLimits};
-use wire::messages::{Hello, Role as PeerRole};
-use wire::tls::{self, init_cluster, Role};
+use wire::messages::{Hello, PeerKind};
+use wire::tls::{self, init_cluster, Identity};
 use wire::{ClusterConfig, PROTOCOL_VERSION};
 
 /// The child process reads its certificate directory from this variable.
@@ -59,7 +59,7 @@ fn committed_config() -> ClusterConfig {
     ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap()
 }
 
-fn hello(role: PeerRole, id: u16, cfg: &ClusterConfig) -> Hello {
+fn hello(role: PeerKind, id: u16, cfg: &ClusterConfig) -> Hello {
     Hello { protocol_version: PROTOCOL_VERSION, role, id, config_fingerprint: cfg.fingerprint() }
 }
 
@@ -92,10 +92,10 @@ fn stuffing_target_process() {
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
+        let tls = tls::server_config(&cfg.cert_dir, Identity::Coordinator(0)).unwrap();
         let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let limits = EndpointLimits::from_config(&cfg);
-        let mut listener = listen(addr, tls, hello(PeerRole::Coordinator, 0, &cfg), limits).await.unwrap();
+        let mut listener = listen(addr, tls, hello(PeerKind::Coordinator, 0, &cfg), limits).await.unwrap();
         println!("{LISTENING}{}", listener.local_addr());
         loop {
             match listener.accept().await {
@@ -151,7 +151,7 @@ impl Drop for Target {
 
 /// A quinn client endpoint presenting the cluster's client certificate.
 fn attacker_endpoint(cfg: &ClusterConfig) -> quinn::Endpoint {
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
@@ -189,7 +189,7 @@ async fn stuff_one(
     let conn = endpoint.connect(addr, "localhost").unwrap().await.unwrap();
     let (mut send, mut recv) = conn.open_bi().await.unwrap();
     let frame_bytes_max = cfg.limits.frame_bytes_max as usize;
-    let frame = codec::encode(&Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), frame_bytes_max).unwrap();
+    let frame = codec::encode(&Handshake::Hello(hello(PeerKind::Client, 7, &cfg)), frame_bytes_max).unwrap();
     send.write_all(&frame).await.unwrap();
     assert!(matches!(read_frame(&mut recv).await, Handshake::Hello(_)), "the target took the Hello");
 
@@ -251,7 +251,7 @@ fn a_peer_stuffing_unread_streams_stays_within_the_documented_bound() {
     rt.block_on(async {
         let conn = endpoint.connect(target.addr, "localhost").unwrap().await.unwrap();
         let (mut send, mut recv) = conn.open_bi().await.unwrap();
-        let frame = codec::encode(&Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), 1 << 20).unwrap();
+        let frame = codec::encode(&Handshake::Hello(hello(PeerKind::Client, 7, &cfg)), 1 << 20).unwrap();
         send.write_all(&frame).await.unwrap();
         assert!(matches!(read_frame(&mut recv).await, Handshake::Hello(_)));
         conn.close(0u32.into(), b"");

@@ -20,8 +20,8 @@ use wire::endpoint::{
     connect, connect_to, listen, EndpointError, EndpointLimits, Link, Listener, CLOSE_HELLO_REFUSED,
     CLOSE_HELLO_TIMEOUT, CLOSE_IDENTITY_REFUSED, CLOSE_PROTOCOL_VIOLATION,
 };
-use wire::messages::{Batch, BatchTxn, ClientRequest, Hello, Role as PeerRole};
-use wire::tls::{self, init_cluster, IdentityProblem, Role, TlsError};
+use wire::messages::{Batch, BatchTxn, ClientRequest, Hello, PeerKind};
+use wire::tls::{self, init_cluster, Identity, IdentityProblem, TlsError};
 use wire::{ChannelMessage, ClusterConfig, Timestamp, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -52,7 +52,7 @@ fn cluster(name: &str) -> (ClusterConfig, TempDir) {
     (cfg, dir)
 }
 
-fn hello(role: PeerRole, id: u16, cfg: &ClusterConfig) -> Hello {
+fn hello(role: PeerKind, id: u16, cfg: &ClusterConfig) -> Hello {
     Hello { protocol_version: PROTOCOL_VERSION, role, id, config_fingerprint: cfg.fingerprint() }
 }
 
@@ -61,13 +61,13 @@ fn limits() -> EndpointLimits {
 }
 
 async fn coordinator(cfg: &ClusterConfig, limits: EndpointLimits) -> Listener {
-    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
-    listen("127.0.0.1:0".parse().unwrap(), tls, hello(PeerRole::Coordinator, 0, cfg), limits).await.unwrap()
+    let tls = tls::server_config(&cfg.cert_dir, Identity::Coordinator(0)).unwrap();
+    listen("127.0.0.1:0".parse().unwrap(), tls, hello(PeerKind::Coordinator, 0, cfg), limits).await.unwrap()
 }
 
 async fn client(cfg: &ClusterConfig, addr: SocketAddr, server_name: &str) -> Result<Link, EndpointError> {
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
-    connect(addr, server_name, tls, hello(PeerRole::Client, 7, cfg), limits()).await
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+    connect(addr, server_name, tls, hello(PeerKind::Client, 7, cfg), limits()).await
 }
 
 async fn accept(listener: &mut Listener) -> Result<Link, EndpointError> {
@@ -136,8 +136,8 @@ async fn cluster_peers_exchange_hellos_and_messages_both_ways() {
     let (client_link, server_link) =
         tokio::join!(client(&cfg, listener.local_addr(), "localhost"), accept(&mut listener));
     let (mut c, mut s) = (client_link.unwrap(), server_link.unwrap());
-    assert_eq!(c.peer_hello(), &hello(PeerRole::Coordinator, 0, &cfg));
-    assert_eq!(s.peer_hello(), &hello(PeerRole::Client, 7, &cfg));
+    assert_eq!(c.peer_hello(), &hello(PeerKind::Coordinator, 0, &cfg));
+    assert_eq!(s.peer_hello(), &hello(PeerKind::Client, 7, &cfg));
     assert_eq!(c.remote_address(), listener.local_addr());
     assert!(s.remote_address().ip().is_loopback());
 
@@ -193,11 +193,11 @@ async fn a_client_certificate_from_another_ca_is_refused() {
     let (other, _other_dir) = cluster("foreign-other");
     let mut listener = coordinator(&cfg, limits()).await;
 
-    let mut identity = tls::load_identity(&other.cert_dir, Role::Client).unwrap();
+    let mut identity = tls::load_credentials(&other.cert_dir, Identity::Client).unwrap();
     identity.ca = tls::load_ca(&cfg.cert_dir).unwrap();
     let foreign = tls::client_config_for(identity).unwrap();
     let addr = listener.local_addr();
-    let refused = connect(addr, "127.0.0.1", foreign, hello(PeerRole::Client, 7, &cfg), limits()).await;
+    let refused = connect(addr, "127.0.0.1", foreign, hello(PeerKind::Client, 7, &cfg), limits()).await;
     let err = refused.expect_err("a foreign client certificate must be refused");
     assert!(matches!(err, EndpointError::CertificateRefused { .. }), "{err:?}");
     let text = err.to_string();
@@ -241,7 +241,7 @@ async fn a_server_certificate_from_another_ca_is_not_trusted() {
 async fn a_client_without_a_certificate_is_refused() {
     let (cfg, _cfg_dir) = cluster("anonymous");
     let mut listener = coordinator(&cfg, limits()).await;
-    let identity = tls::load_identity(&cfg.cert_dir, Role::Client).unwrap();
+    let identity = tls::load_credentials(&cfg.cert_dir, Identity::Client).unwrap();
     let mut anonymous = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
@@ -249,7 +249,7 @@ async fn a_client_without_a_certificate_is_refused() {
         .with_no_client_auth();
     anonymous.alpn_protocols = vec![tls::ALPN.to_vec()];
     let addr = listener.local_addr();
-    let err = connect(addr, "localhost", Arc::new(anonymous), hello(PeerRole::Client, 7, &cfg), limits())
+    let err = connect(addr, "localhost", Arc::new(anonymous), hello(PeerKind::Client, 7, &cfg), limits())
         .await
         .expect_err("a client without a certificate must be refused");
     assert!(matches!(err, EndpointError::CertificateRefused { .. }), "{err:?}");
@@ -328,7 +328,7 @@ async fn bad_frames_cost_only_their_sender_its_connection() {
 }
 
 async fn raw_client(cfg: &ClusterConfig, listener: &Listener) -> quinn::Connection {
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
     let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap();
     let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(crypto)));
@@ -346,8 +346,8 @@ async fn a_hello_in_another_protocol_version_is_refused() {
     let expected = wire::HelloMismatch::Version { theirs: PROTOCOL_VERSION + 1, ours: PROTOCOL_VERSION };
 
     // A Hello of this build's framing claiming another version.
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
-    let mut newer = hello(PeerRole::Client, 7, &cfg);
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+    let mut newer = hello(PeerKind::Client, 7, &cfg);
     newer.protocol_version = PROTOCOL_VERSION + 1;
     let (dialled, accepted) = tokio::join!(connect(addr, "localhost", tls, newer, limits()), accept(&mut listener));
     match dialled {
@@ -363,7 +363,7 @@ async fn a_hello_in_another_protocol_version_is_refused() {
     // reason naming both versions.
     let raw = raw_client(&cfg, &listener).await;
     let (mut send, recv_stream) = raw.open_bi().await.unwrap();
-    let mut frame = codec::encode(&wire::channel::Handshake::Hello(hello(PeerRole::Client, 7, &cfg)), 1 << 10).unwrap();
+    let mut frame = codec::encode(&wire::channel::Handshake::Hello(hello(PeerKind::Client, 7, &cfg)), 1 << 10).unwrap();
     frame[codec::LENGTH_PREFIX_BYTES] = PROTOCOL_VERSION + 1;
     send.write_all(&frame).await.unwrap();
     match accept(&mut listener).await {
@@ -389,8 +389,8 @@ async fn a_hello_in_another_protocol_version_is_refused() {
 async fn a_hello_from_another_cluster_is_refused() {
     let (cfg, _cfg_dir) = cluster("other-fingerprint");
     let mut listener = coordinator(&cfg, limits()).await;
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
-    let mut stranger = hello(PeerRole::Client, 7, &cfg);
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+    let mut stranger = hello(PeerKind::Client, 7, &cfg);
     stranger.config_fingerprint ^= 1;
     let addr = listener.local_addr();
     let (dialled, accepted) = tokio::join!(connect(addr, "localhost", tls, stranger, limits()), accept(&mut listener));
@@ -431,11 +431,18 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite_without_force() {
     cfg.cert_dir = dir.0.join("certs");
     let report = init_cluster(&cfg, false).unwrap();
     assert!(!report.replaced_ca);
-    let roles: Vec<Role> = report.identities.iter().map(|i| i.role).collect();
+    let roles: Vec<Identity> = report.identities.iter().map(|i| i.role).collect();
     // The default file's three coordinators, each its own identity.
     assert_eq!(
         roles,
-        [Role::Coordinator(0), Role::Coordinator(1), Role::Coordinator(2), Role::Node(1), Role::Node(2), Role::Client]
+        [
+            Identity::Coordinator(0),
+            Identity::Coordinator(1),
+            Identity::Coordinator(2),
+            Identity::Node(1),
+            Identity::Node(2),
+            Identity::Client
+        ]
     );
     let mut keys = vec![report.ca_key.clone()];
     keys.extend(report.identities.iter().map(|i| i.key.clone()));
@@ -472,9 +479,9 @@ fn init_writes_private_keys_0600_and_refuses_to_overwrite_without_force() {
     let mode = std::fs::metadata(&forced.ca_key).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     // And what it wrote loads.
-    tls::server_config(&cfg.cert_dir, Role::Node(2)).unwrap();
-    tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
-    assert!(matches!(tls::server_config(&cfg.cert_dir, Role::Node(9)), Err(TlsError::Pem { .. })));
+    tls::server_config(&cfg.cert_dir, Identity::Node(2)).unwrap();
+    tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+    assert!(matches!(tls::server_config(&cfg.cert_dir, Identity::Node(9)), Err(TlsError::Pem { .. })));
 }
 
 /// How long a refused peer may take to learn it before the test calls it waiting: far more
@@ -487,8 +494,8 @@ const PROMPT: Duration = Duration::from_secs(10);
 async fn dial_as(
     cfg: &ClusterConfig,
     addr: SocketAddr,
-    cert: Role,
-    role: PeerRole,
+    cert: Identity,
+    role: PeerKind,
     id: u16,
 ) -> Result<Link, EndpointError> {
     let tls = tls::client_config(&cfg.cert_dir, cert).unwrap();
@@ -506,13 +513,13 @@ async fn a_hello_claiming_another_identity_than_its_certificate_is_refused() {
     let mut listener = coordinator(&cfg, limits()).await;
     let addr = listener.local_addr();
     for (cert, role, id, holder) in [
-        (Role::Client, PeerRole::Node, 1, "client"),
-        (Role::Client, PeerRole::Coordinator, 0, "client"),
-        (Role::Node(1), PeerRole::Node, 2, "node 1"),
-        (Role::Node(1), PeerRole::Coordinator, 0, "node 1"),
-        (Role::Node(2), PeerRole::Client, 7, "node 2"),
+        (Identity::Client, PeerKind::Node, 1, "client"),
+        (Identity::Client, PeerKind::Coordinator, 0, "client"),
+        (Identity::Node(1), PeerKind::Node, 2, "node 1"),
+        (Identity::Node(1), PeerKind::Coordinator, 0, "node 1"),
+        (Identity::Node(2), PeerKind::Client, 7, "node 2"),
     ] {
-        let claimed = Role::claimed_by(&hello(role, id, &cfg));
+        let claimed = Identity::claimed_by(&hello(role, id, &cfg));
         let (dialled, accepted) = tokio::join!(dial_as(&cfg, addr, cert, role, id), accept(&mut listener));
         match dialled {
             Err(EndpointError::IdentityRefused { reason, .. }) => {
@@ -531,7 +538,7 @@ async fn a_hello_claiming_another_identity_than_its_certificate_is_refused() {
         }
     }
     // Each certificate's own identity is served.
-    for (cert, role, id) in [(Role::Node(1), PeerRole::Node, 1), (Role::Client, PeerRole::Client, 9)] {
+    for (cert, role, id) in [(Identity::Node(1), PeerKind::Node, 1), (Identity::Client, PeerKind::Client, 9)] {
         let (dialled, accepted) = tokio::join!(dial_as(&cfg, addr, cert, role, id), accept(&mut listener));
         dialled.unwrap();
         assert_eq!(accepted.unwrap().peer_hello(), &hello(role, id, &cfg));
@@ -544,16 +551,22 @@ async fn a_hello_claiming_another_identity_than_its_certificate_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
     let (cfg, _cfg_dir) = cluster("identity-dial");
-    let node1_tls = || tls::server_config(&cfg.cert_dir, Role::Node(1)).unwrap();
+    let node1_tls = || tls::server_config(&cfg.cert_dir, Identity::Node(1)).unwrap();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let mut node1 = listen(any, node1_tls(), hello(PeerRole::Node, 1, &cfg), limits()).await.unwrap();
-    let node2 = tls::client_config(&cfg.cert_dir, Role::Node(2)).unwrap();
+    let mut node1 = listen(any, node1_tls(), hello(PeerKind::Node, 1, &cfg), limits()).await.unwrap();
+    let node2 = tls::client_config(&cfg.cert_dir, Identity::Node(2)).unwrap();
     let addr = node1.local_addr();
-    let dialled =
-        connect_to(Role::Coordinator(0), addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits());
+    let dialled = connect_to(
+        Identity::Coordinator(0),
+        addr,
+        "127.0.0.1",
+        node2.clone(),
+        hello(PeerKind::Node, 2, &cfg),
+        limits(),
+    );
     let (dialled, accepted) = tokio::join!(tokio::time::timeout(PROMPT, dialled), accept(&mut node1));
     match dialled.expect("connect_to waited") {
-        Err(e @ EndpointError::WrongPeer { expected: Role::Coordinator(0), .. }) => {
+        Err(e @ EndpointError::WrongPeer { expected: Identity::Coordinator(0), .. }) => {
             assert!(e.to_string().contains("is not the coordinator 0: the certificate is the node 1's"), "{e}")
         }
         other => panic!("{other:?}"),
@@ -568,18 +581,18 @@ async fn a_dialler_refuses_a_listener_that_is_not_the_identity_it_meant() {
     }
     // connect_to node 1 reaches it.
     let (dialled, accepted) = tokio::join!(
-        connect_to(Role::Node(1), addr, "127.0.0.1", node2.clone(), hello(PeerRole::Node, 2, &cfg), limits()),
+        connect_to(Identity::Node(1), addr, "127.0.0.1", node2.clone(), hello(PeerKind::Node, 2, &cfg), limits()),
         accept(&mut node1)
     );
-    assert_eq!(dialled.unwrap().peer_hello(), &hello(PeerRole::Node, 1, &cfg));
+    assert_eq!(dialled.unwrap().peer_hello(), &hello(PeerKind::Node, 1, &cfg));
     accepted.unwrap();
 
     // Node 1's certificate answering with the coordinator's Hello.
-    let mut posing = listen(any, node1_tls(), hello(PeerRole::Coordinator, 0, &cfg), limits()).await.unwrap();
-    let dialled = connect(posing.local_addr(), "localhost", node2, hello(PeerRole::Node, 2, &cfg), limits());
+    let mut posing = listen(any, node1_tls(), hello(PeerKind::Coordinator, 0, &cfg), limits()).await.unwrap();
+    let dialled = connect(posing.local_addr(), "localhost", node2, hello(PeerKind::Node, 2, &cfg), limits());
     let (dialled, _) = tokio::join!(dialled, accept(&mut posing));
     match dialled {
-        Err(EndpointError::IdentityMismatch { claimed: Role::Coordinator(0), problem, .. }) => {
+        Err(EndpointError::IdentityMismatch { claimed: Identity::Coordinator(0), problem, .. }) => {
             assert_eq!(problem, IdentityProblem::Other { holder: "node 1".into() })
         }
         other => panic!("{other:?}"),
@@ -625,7 +638,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
     std::fs::write(old_dir.join("client.key"), key).unwrap();
 
     // Loaded as a process's own: refused.
-    match tls::load_identity(&old_dir, Role::Client) {
+    match tls::load_credentials(&old_dir, Identity::Client) {
         Err(e @ TlsError::WrongIdentity { problem: IdentityProblem::NoIdentity, .. }) => {
             assert!(e.to_string().contains("glass cluster init --force"), "{e}")
         }
@@ -635,7 +648,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
     let old = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_protocol_versions(&[&rustls::version::TLS13])
         .unwrap()
-        .with_root_certificates(tls::load_identity(&cfg.cert_dir, Role::Client).unwrap().roots().unwrap())
+        .with_root_certificates(tls::load_credentials(&cfg.cert_dir, Identity::Client).unwrap().roots().unwrap())
         .with_client_auth_cert(
             vec![rustls::pki_types::CertificateDer::from_pem_file(old_dir.join("client.pem")).unwrap()],
             rustls::pki_types::PrivateKeyDer::from_pem_file(old_dir.join("client.key")).unwrap(),
@@ -644,7 +657,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
     let mut old = old;
     old.alpn_protocols = vec![tls::ALPN.to_vec()];
     let dialled =
-        connect(listener.local_addr(), "localhost", Arc::new(old), hello(PeerRole::Client, 7, &cfg), limits());
+        connect(listener.local_addr(), "localhost", Arc::new(old), hello(PeerKind::Client, 7, &cfg), limits());
     let (dialled, accepted) = tokio::join!(tokio::time::timeout(PROMPT, dialled), accept(&mut listener));
     match dialled.expect("the refusal never reached the dialler") {
         Err(EndpointError::IdentityRefused { reason, .. }) => {
@@ -661,7 +674,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
     // Another CA's certificate as a process's own: refused when loaded.
     let (other, _other_dir) = cluster("identity-old-other");
     std::fs::copy(other.cert_dir.join("client.pem"), old_dir.join("client.pem")).unwrap();
-    match tls::load_identity(&old_dir, Role::Client) {
+    match tls::load_credentials(&old_dir, Identity::Client) {
         Err(e @ TlsError::NotFromCa { .. }) => assert!(e.to_string().contains("glass cluster init --force"), "{e}"),
         other => panic!("{other:?}"),
     }
@@ -674,7 +687,7 @@ async fn a_certificate_without_an_identity_is_refused_with_what_to_run() {
 async fn a_dialler_giving_up_tells_the_listener_at_once() {
     let (cfg, _cfg_dir) = cluster("dialler-gives-up");
     // A listener that takes the Hello and never answers it.
-    let tls = tls::server_config(&cfg.cert_dir, Role::Coordinator(0)).unwrap();
+    let tls = tls::server_config(&cfg.cert_dir, Identity::Coordinator(0)).unwrap();
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
     let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mute = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -687,8 +700,8 @@ async fn a_dialler_giving_up_tells_the_listener_at_once() {
         tokio::time::timeout(PROMPT, conn.closed()).await
     });
     let hasty = EndpointLimits { handshake_timeout: Duration::from_millis(500), ..limits() };
-    let tls = tls::client_config(&cfg.cert_dir, Role::Client).unwrap();
-    let err = connect(addr, "localhost", tls, hello(PeerRole::Client, 7, &cfg), hasty).await.unwrap_err();
+    let tls = tls::client_config(&cfg.cert_dir, Identity::Client).unwrap();
+    let err = connect(addr, "localhost", tls, hello(PeerKind::Client, 7, &cfg), hasty).await.unwrap_err();
     assert!(matches!(err, EndpointError::Timeout { .. }), "{err:?}");
     match serving.await.unwrap().expect("the dialler's close never reached the listener") {
         quinn::ConnectionError::ApplicationClosed(close) => {
@@ -772,7 +785,7 @@ fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
     let (mut grown, _grown_dir) = cluster("check-certificates-grown");
     grown.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7405".into(), metrics: None });
     match tls::check_certificates(&grown) {
-        Err(e @ TlsError::Missing { role: Role::Node(3), .. }) => {
+        Err(e @ TlsError::Missing { role: Identity::Node(3), .. }) => {
             assert!(e.to_string().contains("node-3.pem") && e.to_string().contains("init --force"), "{e}")
         }
         other => panic!("{other:?}"),

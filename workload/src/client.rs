@@ -36,7 +36,7 @@ use wire::channel::{ClientToCoordinator, CoordinatorToClient, ToolReply, ToolReq
 use wire::config::{resolve, split_address, ClusterConfig};
 use wire::endpoint::{self, recv_matching, EndpointError, EndpointLimits, Link, RecvError};
 use wire::messages::{
-    DigestOutcome, Hello, NodeId, PartitionId, ProcessStatus, Rejection, Role, Seq, StateDigest, PROTOCOL_VERSION,
+    DigestOutcome, Hello, NodeId, PartitionId, PeerKind, ProcessStatus, Rejection, Seq, StateDigest, PROTOCOL_VERSION,
 };
 
 /// How long a status or digest request may take.
@@ -118,22 +118,22 @@ impl ClusterClient {
     fn hello(&self) -> Hello {
         Hello {
             protocol_version: PROTOCOL_VERSION,
-            role: Role::Client,
+            role: PeerKind::Client,
             id: self.id,
             config_fingerprint: self.config.fingerprint(),
         }
     }
 
     /// A link to `peer` at `address`, refusing a listener that is not that identity.
-    async fn connect(&self, peer: wire::tls::Role, field: &str, address: &str) -> Result<Link, ClientError> {
+    async fn connect(&self, peer: wire::tls::Identity, field: &str, address: &str) -> Result<Link, ClientError> {
         let addr = resolve(field, address)?;
         let server_name = split_address(address)
             .map_err(|problem| wire::ConfigError::Invalid { field: field.to_string(), problem })?
             .0
             .to_string();
-        let tls = wire::tls::client_config(&self.config.cert_dir, wire::tls::Role::Client)?;
+        let tls = wire::tls::client_config(&self.config.cert_dir, wire::tls::Identity::Client)?;
         let limits = match peer {
-            wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&self.config),
+            wire::tls::Identity::Coordinator(_) => EndpointLimits::to_coordinator(&self.config),
             _ => EndpointLimits::from_config(&self.config),
         };
         Ok(endpoint::connect_to(peer, addr, &server_name, tls, self.hello(), limits).await?)
@@ -217,7 +217,7 @@ impl ClusterClient {
             peer: format!("coordinator {id}"),
             reason: "not in cluster.toml".into(),
         })?;
-        let role = wire::tls::Role::Coordinator(u16::from(coordinator.id));
+        let role = wire::tls::Identity::Coordinator(u16::from(coordinator.id));
         self.connect(role, &format!("the address of coordinator {id}"), &coordinator.address).await
     }
 
@@ -226,14 +226,14 @@ impl ClusterClient {
         let (i, n) = self.config.nodes.iter().enumerate().find(|(_, n)| n.id == node).ok_or_else(|| {
             ClientError::Refused { peer: format!("node {node}"), reason: "not in cluster.toml".into() }
         })?;
-        self.connect(wire::tls::Role::Node(node), &format!("nodes[{i}].address"), &n.address).await
+        self.connect(wire::tls::Identity::Node(node), &format!("nodes[{i}].address"), &n.address).await
     }
 }
 
 /// Whether `link` reaches the coordinator (the client channel) rather than a node (the tool
 /// channel).
 fn to_coordinator(link: &Link) -> bool {
-    link.peer_hello().role == Role::Coordinator
+    link.peer_hello().role == PeerKind::Coordinator
 }
 
 /// Asks the process at the other end of `link` for its status.

@@ -29,7 +29,7 @@ use tracing::{debug, error, info, warn};
 use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToCoordinator};
 use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
-use wire::messages::{CoordinatorId, NodeId, Role};
+use wire::messages::{CoordinatorId, NodeId, PeerKind};
 
 use super::{hello, CoreEvent, NodeOutbox, CLIENT_OUTBOX_MAX, CLOSE_NODE_FAILED, PEER_OUTBOX_MAX, PEER_REDIAL};
 use crate::carrier::ConnId;
@@ -65,7 +65,7 @@ pub(super) async fn accept_loop(
         next_conn += 1;
         let hello = link.peer_hello().clone();
         match hello.role {
-            Role::Node => {
+            PeerKind::Node => {
                 if config.node(hello.id).is_none() {
                     warn!(node = hello.id, "a node not in cluster.toml connected; refused");
                     tokio::spawn(link.refuse("this node id is not in the coordinator's cluster.toml"));
@@ -77,7 +77,7 @@ pub(super) async fn accept_loop(
                     drop(done);
                 });
             }
-            Role::Client => {
+            PeerKind::Client => {
                 let Ok(permit) = clients.clone().try_acquire_owned() else {
                     warn!(
                         limit = config.limits.client_connections_max,
@@ -93,7 +93,7 @@ pub(super) async fn accept_loop(
                     drop(done);
                 });
             }
-            Role::Coordinator => {
+            PeerKind::Coordinator => {
                 // The certificate was checked against the Hello's id: this is coordinator
                 // `hello.id`. Only a lower id dials (one link per pair).
                 let peer = u8::try_from(hello.id).ok().filter(|&p| p < me && config.coordinator_by_id(p).is_some());
@@ -126,7 +126,7 @@ pub(super) async fn dial_peer_loop(
     let _done = done;
     let Some(address) = config.coordinator_by_id(peer).map(|c| c.address.clone()) else { return };
     let field = format!("the address of coordinator {peer}");
-    let tls = match wire::tls::client_config(&config.cert_dir, wire::tls::Role::Coordinator(u16::from(me))) {
+    let tls = match wire::tls::client_config(&config.cert_dir, wire::tls::Identity::Coordinator(u16::from(me))) {
         Ok(t) => t,
         Err(e) => {
             error!(error = %e, peer, "cannot read this coordinator's certificates; not dialling the group");
@@ -144,7 +144,7 @@ pub(super) async fn dial_peer_loop(
         let link = match wire::config::resolve(&field, &address) {
             Ok(addr) => {
                 let limits = EndpointLimits::to_coordinator(&config);
-                let peer_role = wire::tls::Role::Coordinator(u16::from(peer));
+                let peer_role = wire::tls::Identity::Coordinator(u16::from(peer));
                 let attempt =
                     endpoint::connect_to(peer_role, addr, &server_name, tls.clone(), hello(&config, me), limits);
                 tokio::select! {

@@ -39,8 +39,8 @@ use wire::channel::{
     NodeToCoordinator,
 };
 use wire::messages::{
-    ClientReply, CoordinatorId, Epoch, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, ProcessStatus,
-    ReplicationRole, Role,
+    ClientReply, CoordinatorId, Epoch, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, PeerKind,
+    ProcessStatus, ReplicationRole,
 };
 
 use super::{
@@ -350,7 +350,7 @@ impl Core {
             (None, None) => self.unserved(PartitionPhase::WaitingForNodes { missing: self.carrier.missing_nodes() }),
         };
         ProcessStatus {
-            role: Role::Coordinator,
+            role: PeerKind::Coordinator,
             id: u16::from(self.me),
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,

@@ -51,7 +51,7 @@ use tracing::{info, warn};
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToCoordinator, NodeToCoordinator};
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Listener};
-use wire::messages::{CoordinatorId, Hello, NodeId, PartitionId, Role, PROTOCOL_VERSION};
+use wire::messages::{CoordinatorId, Hello, NodeId, PartitionId, PeerKind, PROTOCOL_VERSION};
 use wire::tether::TetherKey;
 
 use crate::carrier::{Carrier, ConnId};
@@ -156,7 +156,7 @@ impl Clock {
 pub fn hello(config: &ClusterConfig, me: CoordinatorId) -> Hello {
     Hello {
         protocol_version: PROTOCOL_VERSION,
-        role: Role::Coordinator,
+        role: PeerKind::Coordinator,
         id: u16::from(me),
         config_fingerprint: config.fingerprint(),
     }
@@ -173,7 +173,7 @@ pub fn check_id(config: &ClusterConfig, me: CoordinatorId) -> Result<(), Process
 /// Binds coordinator `me`'s listener on `address` with its certificate.
 pub async fn bind(config: &ClusterConfig, me: CoordinatorId, address: SocketAddr) -> Result<Listener, ProcessError> {
     check_id(config, me)?;
-    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Coordinator(u16::from(me)))?;
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Identity::Coordinator(u16::from(me)))?;
     let mut limits = EndpointLimits::from_config(config);
     // The nodes' and the other coordinators' links come on top of the clients'.
     limits.connections_max += config.nodes.len() + config.coordinators.len();

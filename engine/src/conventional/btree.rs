@@ -23,7 +23,9 @@
 
 use std::cmp::Ordering;
 
-use super::page::{get_u32, hdr, put_u32, PageNo, PageRead, PageWrite, Store, HEADER_BYTES, KIND_INTERNAL, KIND_LEAF};
+use super::page::{
+    get_u32, hdr, put_u32, PageNo, PageRead, PageStore, PageWrite, HEADER_BYTES, KIND_INTERNAL, KIND_LEAF,
+};
 use super::stats::Stats;
 
 /// Longest key any index uses (CUSTOMER's secondary key is 39 bytes).
@@ -176,7 +178,7 @@ struct Fences {
 
 /// A B+tree in its own store.
 pub(crate) struct BTree {
-    store: Store,
+    store: PageStore,
     key_len: usize,
     val_len: usize,
     cmp: Comparator,
@@ -184,7 +186,7 @@ pub(crate) struct BTree {
 
 impl BTree {
     /// An empty tree (its root leaf is page 1).
-    pub fn new(store: Store, key_len: usize, val_len: usize, cmp: Comparator, stats: &Stats) -> BTree {
+    pub fn new(store: PageStore, key_len: usize, val_len: usize, cmp: Comparator, stats: &Stats) -> BTree {
         assert!(key_len <= KEY_BYTES_MAX);
         let tree = BTree { store, key_len, val_len, cmp };
         let (no, mut root) = tree.store.allocate(stats);
@@ -196,7 +198,7 @@ impl BTree {
         tree
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &PageStore {
         &self.store
     }
 
@@ -729,7 +731,7 @@ mod tests {
     fn tree(generic: bool, val_len: usize) -> BTree {
         let stats = Stats::default();
         BTree::new(
-            Store::new(0, None, 8192, super::super::latch::LatchMode::Mutex),
+            PageStore::new(0, None, 8192, super::super::latch::LatchMode::Mutex),
             8,
             val_len,
             Comparator::new(generic, DESC, 8),

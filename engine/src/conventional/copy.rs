@@ -7,7 +7,7 @@
 //! without the checkpoint that would hold every transaction back while all pages are written.
 //!
 //! Owns: the copy's state ([`ImageCopy`], shared by the sender and every store), each
-//! store's copy-on-write hook ([`StoreCopy`], called by `Store::write`), the sender
+//! store's copy-on-write hook ([`StoreCopy`], called by `PageStore::write`), the sender
 //! ([`ConventionalDb::image_copy_step`]) and the receiver's rebuild
 //! ([`ConventionalDb::open_from_image`]).
 //!
@@ -24,7 +24,7 @@
 //!   backup, at least the end of the shipped records applied). It notes each store's page
 //!   count there and arms each store's hook, then lets transactions run again.
 //! - how the copy stays at its instant: the first time a page the copy has yet to send is
-//!   latched exclusive (`Store::write`: every change to an existing page, redo and undo
+//!   latched exclusive (`PageStore::write`: every change to an existing page, redo and undo
 //!   included, goes through it), the hook keeps the page's bytes aside before the caller can
 //!   change one; the sender sends the kept before-image instead of the page's current bytes.
 //!   The sender marks a page sent while it holds the page's shared latch, the hook checks and
@@ -55,7 +55,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::page::{PageNo, Store};
+use super::page::{PageNo, PageStore};
 use super::stats::Stats;
 use super::{install_image_on, Config, ConventionalDb, ConventionalError, Medium, MemoryMedium, SNAPSHOT_MAGIC};
 
@@ -170,7 +170,7 @@ impl ImageCopy {
     }
 }
 
-/// A store's copy-on-write hook (a field of every `Store`): disarmed unless an image copy
+/// A store's copy-on-write hook (a field of every `PageStore`): disarmed unless an image copy
 /// is under way and has yet to send some page of the store.
 #[derive(Default)]
 pub(crate) struct StoreCopy {
@@ -207,7 +207,7 @@ impl StoreCopy {
         self.armed.load(Ordering::Relaxed)
     }
 
-    /// The copy-on-write hook, called by `Store::write` with page `no` latched exclusive and
+    /// The copy-on-write hook, called by `PageStore::write` with page `no` latched exclusive and
     /// not yet changed: keeps its bytes when it is part of the image, not sent and not kept
     /// yet. Past the copy's bound the copy is given up instead, and this store's kept
     /// images dropped.
@@ -401,7 +401,7 @@ impl ConventionalDb {
     /// page's shared latch (see the module documentation). Refused when the store's hook is
     /// no longer armed for `copy` (the copy was aborted meanwhile).
     fn send_page(
-        store: &Store,
+        store: &PageStore,
         copy: &Arc<ImageCopy>,
         no: PageNo,
         stats: &Stats,
@@ -473,14 +473,14 @@ impl ConventionalDb {
     }
 
     /// Every store, in the snapshot's order (`write_snapshot`'s).
-    fn image_stores(&self) -> Vec<&Store> {
+    fn image_stores(&self) -> Vec<&PageStore> {
         self.tables.iter().flat_map(|e| e.stores()).collect()
     }
 
     /// The first store in the snapshot's order: its hook holds the copy under way (armed
     /// after every other store's when a copy begins, disarmed after every other store's when
     /// it ends).
-    fn first_store(&self) -> &Store {
+    fn first_store(&self) -> &PageStore {
         self.tables[0].heap.store()
     }
 

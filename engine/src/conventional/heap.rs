@@ -29,7 +29,7 @@
 use std::collections::BTreeSet;
 
 use super::latch::{Latch, LatchMode};
-use super::page::{hdr, PageNo, Store, HEADER_BYTES, KIND_HEAP};
+use super::page::{hdr, PageNo, PageStore, HEADER_BYTES, KIND_HEAP};
 use super::stats::Stats;
 
 /// A slot whose record was freed (the low bits keep its cell's offset).
@@ -60,7 +60,7 @@ struct FreeSpace {
 
 /// A heap file in its own store.
 pub(crate) struct HeapFile {
-    store: Store,
+    store: PageStore,
     row_len: usize,
     fsm: Latch<FreeSpace>,
 }
@@ -70,14 +70,14 @@ pub(crate) type HeapError = &'static str;
 
 impl HeapFile {
     /// An empty file (its first page formatted; at open, before any log record).
-    pub fn new(store: Store, row_len: usize, latch: LatchMode, stats: &Stats) -> HeapFile {
+    pub fn new(store: PageStore, row_len: usize, latch: LatchMode, stats: &Stats) -> HeapFile {
         let (no, mut p) = store.allocate(stats);
         hdr::init(&mut p, KIND_HEAP, 0);
         drop(p);
         HeapFile { store, row_len, fsm: Latch::new(FreeSpace { pages: BTreeSet::new(), last: no }, latch) }
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &PageStore {
         &self.store
     }
 

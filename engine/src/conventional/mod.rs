@@ -102,7 +102,7 @@ use self::latch::{Latch, LatchMode};
 use self::lock::LockManager;
 use self::log::{ClrAction, Kind, LogManager, LogScan, Record, Tail, LSN_FIRST};
 use self::medium::{CheckpointStore, FileCheckpoint};
-use self::page::{hdr, Backing, BufferPool, PageNo, PageShape, Store};
+use self::page::{hdr, Backing, BufferPool, PageNo, PageShape, PageStore};
 use self::stats::{SharedCounters, Stats};
 use self::txn::TxnManager;
 use crate::schema::{t, Organisation, SecondaryKey, Table, TableId};
@@ -150,7 +150,7 @@ fn primary_descriptor(id: TableId) -> &'static [KeyField] {
     }
 }
 
-/// Store ids: a table's primary file has its table id; secondary indexes follow.
+/// [`PageStore`] ids: a table's primary file has its table id; secondary indexes follow.
 fn secondary_store(id: TableId) -> (u16, &'static [KeyField]) {
     match id {
         TableId::Customer => (9, CUSTOMER_NAME_KEY),
@@ -201,7 +201,7 @@ impl TableEntry {
     fn new<T: Table>(pool: Option<&Arc<BufferPool>>, sw: &Switches, latch: LatchMode, stats: &Stats) -> TableEntry {
         let row_len = std::mem::size_of::<T::Row>();
         let page_bytes = sw.page_bytes();
-        let store = |id: u16| Store::new(id, pool, page_bytes, latch);
+        let store = |id: u16| PageStore::new(id, pool, page_bytes, latch);
         let heap = HeapFile::new(store(heap_store(T::ID)), row_len, latch, stats);
         let primary = match T::ORG {
             Organisation::Heap => None,
@@ -242,7 +242,7 @@ impl TableEntry {
     }
 
     /// Every store of the table, heap file first (the snapshot's order).
-    fn stores(&self) -> Vec<&Store> {
+    fn stores(&self) -> Vec<&PageStore> {
         let mut v = vec![self.heap.store()];
         v.extend(self.primary.as_ref().map(|t| t.store()));
         v.extend(self.secondary.as_ref().map(|s| s.tree.store()));
@@ -251,7 +251,7 @@ impl TableEntry {
 
     /// What the pages of `store` (one of [`TableEntry::stores`]) hold, the store having
     /// `pages` pages.
-    fn page_shape(&self, store: &Store, pages: PageNo) -> PageShape {
+    fn page_shape(&self, store: &PageStore, pages: PageNo) -> PageShape {
         let tree = [self.primary.as_ref(), self.secondary.as_ref().map(|s| &s.tree)]
             .into_iter()
             .flatten()
@@ -263,7 +263,7 @@ impl TableEntry {
     }
 
     /// The store of this table with id `id` (a page image's store).
-    fn store_by_id(&self, id: u64) -> Option<&Store> {
+    fn store_by_id(&self, id: u64) -> Option<&PageStore> {
         self.stores().into_iter().find(|s| u64::from(s.id()) == id)
     }
 }
@@ -925,7 +925,7 @@ fn write_snapshot(
     lsn: u64,
 ) -> Result<(), ConventionalError> {
     let stats = Stats::default();
-    let stores: Vec<&Store> = tables.iter().flat_map(|e| e.stores()).collect();
+    let stores: Vec<&PageStore> = tables.iter().flat_map(|e| e.stores()).collect();
     store.replace(&mut |out: &mut dyn Write| {
         let mut hasher = Xxh3::new();
         let mut put = |bytes: &[u8]| -> std::io::Result<()> {
@@ -971,7 +971,7 @@ fn load_snapshot(
     if found != page_bytes {
         return Err(ConventionalError::PageSizeMismatch { found, configured: page_bytes });
     }
-    let stores: Vec<(&TableEntry, &Store)> =
+    let stores: Vec<(&TableEntry, &PageStore)> =
         tables.iter().flat_map(|e| e.stores().into_iter().map(move |s| (&**e, s))).collect();
     if u32_at(12) as usize != stores.len() {
         return Err(bad("store count differs"));

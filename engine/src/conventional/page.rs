@@ -4,7 +4,7 @@
 //! index.
 //!
 //! Owns: the page header layout shared by B+tree and heap pages, the frame arena, the
-//! [`BufferPool`], where evicted pages go ([`Backing`]), and the per-file [`Store`] that hands
+//! [`BufferPool`], where evicted pages go ([`Backing`]), and the per-file [`PageStore`] that hands
 //! out fixed and latched pages.
 //!
 //! Page layout (all integers little-endian):
@@ -726,24 +726,24 @@ impl std::ops::DerefMut for PageWrite<'_> {
 }
 
 /// One file of pages (a B+tree or a heap file), numbered from 1.
-pub(crate) struct Store {
+pub(crate) struct PageStore {
     id: u16,
     next: AtomicU32,
     access: Access,
     page_bytes: usize,
     /// The copy-on-write hook of an image copy under way ([`super::copy`]): disarmed (one
-    /// relaxed load in [`Store::write`]) when none is.
+    /// relaxed load in [`PageStore::write`]) when none is.
     copy: StoreCopy,
 }
 
-impl Store {
+impl PageStore {
     /// A store in `pool`, or in its own heap memory when `pool` is `None`.
-    pub fn new(id: u16, pool: Option<&Arc<BufferPool>>, page_bytes: usize, latch: LatchMode) -> Store {
+    pub fn new(id: u16, pool: Option<&Arc<BufferPool>>, page_bytes: usize, latch: LatchMode) -> PageStore {
         let access = match pool {
             Some(p) => Access::Pool(Arc::clone(p)),
             None => Access::Direct(Arena::new(page_bytes, latch)),
         };
-        Store { id, next: AtomicU32::new(1), access, page_bytes, copy: StoreCopy::default() }
+        PageStore { id, next: AtomicU32::new(1), access, page_bytes, copy: StoreCopy::default() }
     }
 
     #[inline]
@@ -800,8 +800,8 @@ impl Store {
     }
 
     /// Fixes page `no`, latches it exclusive and marks it dirty. Every change to an existing
-    /// page goes through here (redo and undo too, by [`Store::write_logged`] and
-    /// [`Store::ensure`]; [`Store::allocate`] only makes new pages), so this is where an image
+    /// page goes through here (redo and undo too, by [`PageStore::write_logged`] and
+    /// [`PageStore::ensure`]; [`PageStore::allocate`] only makes new pages), so this is where an image
     /// copy under way keeps the page's before-image, under the exclusive latch and before the
     /// caller can change a byte ([`StoreCopy::before_write`]). With no copy under way that
     /// costs one relaxed atomic load.
@@ -871,8 +871,8 @@ mod tests {
     #[test]
     fn buffer_pool_fixes_through_the_page_table_and_pins() {
         let pool = Arc::new(BufferPool::new(8192, LatchMode::Mutex, None, Backing::memory()));
-        let a = Store::new(1, Some(&pool), 8192, LatchMode::Mutex);
-        let b = Store::new(2, Some(&pool), 8192, LatchMode::Mutex);
+        let a = PageStore::new(1, Some(&pool), 8192, LatchMode::Mutex);
+        let b = PageStore::new(2, Some(&pool), 8192, LatchMode::Mutex);
         let stats = Stats::default();
         for s in [&a, &b] {
             let (no, mut p) = s.allocate(&stats);
@@ -887,7 +887,7 @@ mod tests {
         drop(fixed);
         assert_eq!(stats.fixes.get(), 5);
 
-        let direct = Store::new(3, None, 8192, LatchMode::Mutex);
+        let direct = PageStore::new(3, None, 8192, LatchMode::Mutex);
         let stats = Stats::default();
         direct.allocate(&stats);
         direct.read(1, &stats);
@@ -899,7 +899,7 @@ mod tests {
     /// never taken.
     fn evicts_and_reads_back(backing: Backing) {
         let pool = Arc::new(BufferPool::new(8192, LatchMode::Mutex, Some(8), backing));
-        let s = Store::new(4, Some(&pool), 8192, LatchMode::Mutex);
+        let s = PageStore::new(4, Some(&pool), 8192, LatchMode::Mutex);
         let stats = Stats::default();
         for i in 1..=40u32 {
             let (no, mut p) = s.allocate(&stats);
@@ -957,7 +957,7 @@ mod tests {
     #[test]
     fn concurrent_fixes_under_eviction_keep_every_page() {
         let pool = Arc::new(BufferPool::new(8192, LatchMode::Mutex, Some(16), Backing::memory()));
-        let s = Arc::new(Store::new(5, Some(&pool), 8192, LatchMode::Mutex));
+        let s = Arc::new(PageStore::new(5, Some(&pool), 8192, LatchMode::Mutex));
         let stats = Stats::default();
         for _ in 0..64 {
             let (_, mut p) = s.allocate(&stats);

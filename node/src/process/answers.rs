@@ -164,12 +164,12 @@ impl Executor {
     /// the digest to the coordinator (docs/design.md §10, "Checks during traffic").
     pub(super) fn carry_digest_copy(&self, machine: &mut Machine) {
         let Some((copy, replica)) = machine.take_digest_copy() else { return };
-        let (partition, seq, epoch) = (self.partition.id, copy.seq(), self.epoch.get());
+        let (partition, seq, link_generation) = (self.partition.id, copy.seq(), self.link_generation.get());
         let to_coordinator = self.to_coordinator.clone();
         self.digest_from_copy(replica, Some(copy), move |digest| async move {
             let msg =
                 Emit::ToCoordinator(NodeToCoordinator::StateDigest { partition, seq, digest: digest.map(|d| d.1) });
-            let _ = to_coordinator.send((epoch, msg)).await;
+            let _ = to_coordinator.send((link_generation, msg)).await;
         });
     }
 

@@ -33,7 +33,7 @@ use crate::machine::NodeMachine;
 async fn dial_backup(node: &Node, peer: NodeId, what: &str, address: &str) -> Option<Link> {
     let mut attempt = 0u32;
     loop {
-        match dial_once(node, wire::tls::Role::Node(peer), what, address, attempt).await {
+        match dial_once(node, wire::tls::Identity::Node(peer), what, address, attempt).await {
             Ok(link) => return Some(link),
             Err(DialFailure::Refused | DialFailure::Stopped) => return None,
             Err(DialFailure::Unreachable) => attempt = attempt.wrapping_add(1),

@@ -20,7 +20,7 @@
 //!   that never holds up the link; a coordinator that does not take it (an older build, its
 //!   port taken) still has the heartbeats.
 //!
-//! Guarantees: what an executor sent before a link came back (under an older link epoch) is
+//! Guarantees: what an executor sent before a link came back (under an older link generation) is
 //! dropped, never sent on the new link; a message for a coordinator whose link is down is
 //! dropped, as the node machine expects; a coordinator that refuses this node stops it; a
 //! stopping node closes each link with `CLOSE_NORMAL`.
@@ -65,13 +65,13 @@ pub(super) enum DialFailure {
 /// failed ones before it, so that only every [`CONNECT_RETRIES_PER_LOG`]th is logged.
 pub(super) async fn dial_once(
     node: &Node,
-    peer: wire::tls::Role,
+    peer: wire::tls::Identity,
     what: &str,
     address: &str,
     attempt: u32,
 ) -> Result<Link, DialFailure> {
     let server_name = split_address(address).map(|(h, _)| h.to_string()).unwrap_or_default();
-    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Role::Node(node.id)) {
+    let tls = match wire::tls::client_config(&node.config.cert_dir, wire::tls::Identity::Node(node.id)) {
         Ok(t) => t,
         Err(e) => {
             error!(error = %e, peer = what, "cannot read the node's certificates; not connecting");
@@ -89,7 +89,7 @@ pub(super) async fn dial_once(
         }
     };
     let limits = match peer {
-        wire::tls::Role::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
+        wire::tls::Identity::Coordinator(_) => EndpointLimits::to_coordinator(&node.config),
         _ => EndpointLimits::from_config(&node.config),
     };
     let connect = endpoint::connect_to(peer, addr, &server_name, tls, node.hello(), limits);
@@ -163,21 +163,22 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
             }
         }
         due = false;
-        let link = match dial_once(&node, wire::tls::Role::Coordinator(u16::from(c)), &field, &address, failed).await {
-            Ok(link) => link,
-            Err(DialFailure::Unreachable) => {
-                failed = failed.wrapping_add(1);
-                node.machine().on_dial_failed(c, micros(&node));
-                continue;
-            }
-            Err(DialFailure::Stopped) => return,
-            Err(DialFailure::Refused) => {
-                if !*node.stopping.borrow() {
-                    node.stop(&format!("refused by coordinator {c}"));
+        let link =
+            match dial_once(&node, wire::tls::Identity::Coordinator(u16::from(c)), &field, &address, failed).await {
+                Ok(link) => link,
+                Err(DialFailure::Unreachable) => {
+                    failed = failed.wrapping_add(1);
+                    node.machine().on_dial_failed(c, micros(&node));
+                    continue;
                 }
-                return;
-            }
-        };
+                Err(DialFailure::Stopped) => return,
+                Err(DialFailure::Refused) => {
+                    if !*node.stopping.borrow() {
+                        node.stop(&format!("refused by coordinator {c}"));
+                    }
+                    return;
+                }
+            };
         failed = 0;
         conn += 1;
         info!(coordinator = c, %address, "joined coordinator {c}");
@@ -358,7 +359,7 @@ async fn write_to_coordinators(
             }
             m = from_executors.recv(), if linked => match m {
                 // A message of an executor not yet told the link came back: lost with the link.
-                Some((epoch, _)) if epoch < node.epoch.load(Ordering::SeqCst) => continue,
+                Some((generation, _)) if generation < node.link_generation.load(Ordering::SeqCst) => continue,
                 Some((_, emitted)) => Writes::Emitted(emitted),
                 None => return,
             },
@@ -520,17 +521,17 @@ impl crate::carrier::NodeLinks for ProcessLinks<'_> {
     }
 
     fn rejoin_all(&mut self) {
-        let epoch = self.node.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        warn!(epoch, "the coordinator link is back; every partition rejoins");
+        let link_generation = self.node.link_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        warn!(link_generation, "the coordinator link is back; every partition rejoins");
         for &partition in self.node.replicas.keys() {
-            self.for_executor(partition, Work::Rejoin { epoch, only_if_serving: false });
+            self.for_executor(partition, Work::Rejoin { link_generation, only_if_serving: false });
         }
     }
 
     fn rejoin(&mut self, partition: PartitionId) {
         warn!(partition, "left out of the partition's membership; the replica rejoins if it serves");
-        let epoch = self.node.epoch.load(Ordering::SeqCst);
-        self.for_executor(partition, Work::Rejoin { epoch, only_if_serving: true });
+        let link_generation = self.node.link_generation.load(Ordering::SeqCst);
+        self.for_executor(partition, Work::Rejoin { link_generation, only_if_serving: true });
     }
 
     fn shutdown(&mut self, reason: String) {

@@ -25,7 +25,8 @@ use wire::channel::{NodeToCoordinator, PeerReply, PeerRequest, ToolRequest};
 use wire::messages::{LoadState, NodeId, Seq, StateDigest};
 
 use super::{
-    copy, Begin, Executor, Machine, Reply, Storage, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK, TOOL_REPLY_PATIENCE,
+    copy, Begin, Executor, Machine, ReplicaStorage, Reply, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK,
+    TOOL_REPLY_PATIENCE,
 };
 use crate::error::{RejoinError, ReplicaError};
 use crate::fullstack::{FullStack, Restart};
@@ -99,8 +100,8 @@ impl Executor {
         let mut last_logged_rows = 0u64;
         let (node, mode, seed, pending) = (self.node, self.config.mode(), self.seed, self.pending_batches_max);
         let (dir, workers) = match &self.storage {
-            Storage::Full { dir, workers } => (dir.as_path(), *workers),
-            Storage::Lean => (std::path::Path::new(""), 0),
+            ReplicaStorage::Full { dir, workers } => (dir.as_path(), *workers),
+            ReplicaStorage::Lean => (std::path::Path::new(""), 0),
         };
         let loaded = Replica::load_for(mode, node, &self.partition, seed, pending, dir, workers, &mut |p| {
             let state = LoadState::Loading { rows_loaded: p.rows_loaded, rows_total: p.rows_total };
@@ -108,7 +109,7 @@ impl Executor {
             // Progress may be dropped when the link is backed up; the final state is not.
             let _ = self
                 .to_coordinator
-                .try_send((self.epoch.get(), Emit::ToCoordinator(Replica::progress_message(pid, p))));
+                .try_send((self.link_generation.get(), Emit::ToCoordinator(Replica::progress_message(pid, p))));
             if p.rows_loaded - last_logged_rows >= 250_000 || p.rows_loaded == p.rows_total {
                 last_logged_rows = p.rows_loaded;
                 debug!(partition = pid, rows_loaded = p.rows_loaded, rows_total = p.rows_total, "loading");
@@ -306,8 +307,8 @@ impl Executor {
             Work::Rejoin { only_if_serving: true, .. } if !machine.rejoins_when_left_out() => {
                 return;
             }
-            Work::Rejoin { epoch, .. } => {
-                self.epoch.set(epoch);
+            Work::Rejoin { link_generation, .. } => {
+                self.link_generation.set(link_generation);
                 *self.shared.stopped.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
                 let pid = self.partition.id;
@@ -315,7 +316,7 @@ impl Executor {
                 let fresh = fresh.digesting_by_copy();
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));
-                info!(partition = pid, epoch, "rejoining (the coordinator counted this replica failed)");
+                info!(partition = pid, link_generation, "rejoining (the coordinator counted this replica failed)");
                 effects
             }
             Work::Peer { req: PeerRequest::Ship(shipment), reply } => machine.on_shipment(shipment, reply),
@@ -362,9 +363,9 @@ impl Executor {
         crate::carrier::carry_partition(&mut ExecutorLinks { executor: self, machine }, effects);
     }
 
-    /// Sends `m` to the writer task, under this executor's link epoch.
+    /// Sends `m` to the writer task, under this executor's link generation.
     fn emit(&self, m: Emit) {
-        if self.to_coordinator.blocking_send((self.epoch.get(), m)).is_err() {
+        if self.to_coordinator.blocking_send((self.link_generation.get(), m)).is_err() {
             debug!(partition = self.partition.id, "the coordinator link is gone; message dropped");
         }
     }

@@ -45,8 +45,8 @@ use wire::channel::{
 };
 use wire::config::{ClusterConfig, PartitionConfig, Replication};
 use wire::messages::{
-    CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport,
-    ProcessStatus, ReplicationReport, Role, Seq, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
+    CoordinatorId, DigestOutcome, Hello, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, PeerKind,
+    ProcessStatus, ReplicationReport, Seq, SnapshotEnd, StateDigest, PROTOCOL_VERSION,
 };
 
 use crate::error::RejoinError;
@@ -112,11 +112,11 @@ enum Work {
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
     /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
     Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
-    /// Drop the replica's state and rejoin; messages are sent under link epoch `epoch` from
-    /// now on. Either the only coordinator's link came back after breaking, or
-    /// (`only_if_serving`) the leader's membership left this replica out: a replica already
-    /// rejoining goes on.
-    Rejoin { epoch: u64, only_if_serving: bool },
+    /// Drop the replica's state and rejoin; messages are sent under link generation
+    /// `link_generation` from now on. Either the only coordinator's link came back after
+    /// breaking, or (`only_if_serving`) the leader's membership left this replica out: a
+    /// replica already rejoining goes on.
+    Rejoin { link_generation: u64, only_if_serving: bool },
     /// Room was made for a copy's chunks, or its forwarder ended (`copy::CopyTask`): the
     /// executor looks at its copy again.
     CopyRoom,
@@ -154,10 +154,11 @@ enum OutboxEvent {
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
 }
 
-/// What an executor sends the writer task: a message under the coordinator link's epoch it
-/// belongs to. The epoch grows each time the link comes back after breaking; the writer drops
-/// what an executor sent under an older one (it was lost with the old link, and the
-/// executor's state is being replaced by a rejoin).
+/// What an executor sends the writer task: `(link generation, message)`, the coordinator
+/// link's generation the message belongs to (docs/design.md §11, "Epochs, terms and
+/// generations"). The generation grows each time the link comes back after breaking and every
+/// partition rejoins; the writer drops what an executor sent under an older one (it was lost
+/// with the old link, and the executor's state is being replaced by a rejoin).
 type Outgoing = (u64, Emit);
 
 /// What the network side knows of a replica without asking its thread.
@@ -283,8 +284,8 @@ struct Node {
     /// The node's link-side decisions (routing, ship gates, heartbeats, reconnection), shared
     /// by the link's reader and writer; held only for a synchronous call.
     machine: Mutex<NodeMachine>,
-    /// The coordinator link's epoch (see [`Outgoing`]).
-    epoch: AtomicU64,
+    /// The coordinator link's generation (see [`Outgoing`]).
+    link_generation: AtomicU64,
     /// The sending queue of each coordinator link that is up.
     links: Mutex<BTreeMap<CoordinatorId, LinkOutbox>>,
     /// Woken when the node machine says to dial a coordinator again (`NodeEffect::Dial`).
@@ -306,7 +307,7 @@ impl Node {
     fn hello(&self) -> Hello {
         Hello {
             protocol_version: PROTOCOL_VERSION,
-            role: Role::Node,
+            role: PeerKind::Node,
             id: self.id,
             config_fingerprint: self.config.fingerprint(),
         }
@@ -314,7 +315,7 @@ impl Node {
 
     fn status(&self) -> ProcessStatus {
         ProcessStatus {
-            role: Role::Node,
+            role: PeerKind::Node,
             id: self.id,
             pid: std::process::id(),
             uptime_ms: self.started.elapsed().as_millis() as u64,
@@ -337,7 +338,7 @@ impl Node {
 }
 
 fn node_hello(config: &ClusterConfig, id: NodeId) -> Hello {
-    Hello { protocol_version: PROTOCOL_VERSION, role: Role::Node, id, config_fingerprint: config.fingerprint() }
+    Hello { protocol_version: PROTOCOL_VERSION, role: PeerKind::Node, id, config_fingerprint: config.fingerprint() }
 }
 
 /// How a replica's executor gets its starting state.
@@ -353,7 +354,7 @@ enum Begin {
 /// What an executor's replica runs on (the cluster's `wire::config::Replication`), with what
 /// only the conventional stack needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Storage {
+enum ReplicaStorage {
     /// The lean kernel (active-active, active-passive).
     Lean,
     /// The conventional stack (`full-stack`).
@@ -365,11 +366,11 @@ enum Storage {
     },
 }
 
-impl Storage {
-    fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> Storage {
+impl ReplicaStorage {
+    fn of(config: &ClusterConfig, node: NodeId, partition: PartitionId) -> ReplicaStorage {
         match &config.replication {
-            Replication::ActiveActive | Replication::ActivePassive { .. } => Storage::Lean,
-            Replication::FullStack { full_stack, .. } => Storage::Full {
+            Replication::ActiveActive | Replication::ActivePassive { .. } => ReplicaStorage::Lean,
+            Replication::FullStack { full_stack, .. } => ReplicaStorage::Full {
                 dir: config.run_dir.join(format!("node-{node}")).join(format!("p{partition}")),
                 workers: full_stack.workers as usize,
             },
@@ -384,15 +385,16 @@ struct Executor {
     config: ClusterConfig,
     /// This executor's own inbox, for the fetched copy.
     self_inbox: mpsc::Sender<Work>,
-    storage: Storage,
+    storage: ReplicaStorage,
     partition: PartitionConfig,
     seed: u64,
     pending_batches_max: usize,
     frame_bytes_max: usize,
     shared: Arc<ReplicaShared>,
     to_coordinator: mpsc::Sender<Outgoing>,
-    /// The coordinator link's epoch this executor's messages belong to (see [`Outgoing`]).
-    epoch: std::cell::Cell<u64>,
+    /// The coordinator link's generation this executor's messages belong to (see
+    /// [`Outgoing`]).
+    link_generation: std::cell::Cell<u64>,
     /// Tool and peer connections that let their reply queue stay full for
     /// [`TOOL_REPLY_PATIENCE`]: their further replies are dropped at once (at most
     /// [`DEAF_TOOLS_MAX`] of each remembered).

@@ -17,7 +17,7 @@ use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits};
 use wire::messages::{NodeId, Seq};
 
-use super::{node_hello, Executor, Storage, Work};
+use super::{node_hello, Executor, ReplicaStorage, Work};
 use crate::error::RejoinError;
 use crate::fullstack::Restart;
 use crate::machine::{FetchKind, Fetched};
@@ -73,7 +73,7 @@ impl Executor {
     /// `cut`), timed and logged; why not, if it failed.
     pub(super) fn restart_recovery(&self, restart: &Restart) -> Result<crate::fullstack::FullStack, RejoinError> {
         let pid = self.partition.id;
-        let Storage::Full { dir, workers } = &self.storage else {
+        let ReplicaStorage::Full { dir, workers } = &self.storage else {
             let what = "restart recovery (the lean kernel keeps no log)";
             return Err(RejoinError::Recovery(crate::error::ReplicaError::Unexpected { what }));
         };
@@ -126,8 +126,8 @@ async fn dial_peer(config: &ClusterConfig, me: NodeId, source: NodeId) -> Result
         .map(|(h, _)| h.to_string())
         .map_err(|problem| RejoinError::Address { node: source, problem })?;
     let addr = wire::config::resolve(&format!("nodes[{source}].address"), &address)?;
-    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Role::Node(me))?;
-    let peer = wire::tls::Role::Node(source);
+    let tls = wire::tls::client_config(&config.cert_dir, wire::tls::Identity::Node(me))?;
+    let peer = wire::tls::Identity::Node(source);
     let limits = EndpointLimits::from_config(config);
     Ok(endpoint::connect_to(peer, addr, &server_name, tls, node_hello(config, me), limits).await?)
 }

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, info, warn};
 use wire::channel::{ChannelMessage, PeerReply, PeerRequest, ToolReply, ToolRequest};
 use wire::endpoint::{self, Link, Listener};
-use wire::messages::{DigestOutcome, LoadState, PartitionId, Rejection, Role};
+use wire::messages::{DigestOutcome, LoadState, PartitionId, PeerKind, Rejection};
 
 use super::{Node, Work, TOOL_CONNECTIONS_MAX, TOOL_OUTBOX_MAX};
 use crate::snapshot;
@@ -45,7 +45,7 @@ pub(super) async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
             }
         };
         let hello = link.peer_hello().clone();
-        if hello.role == Role::Coordinator {
+        if hello.role == PeerKind::Coordinator {
             warn!(id = hello.id, "the coordinator does not connect to nodes; refused");
             tokio::spawn(link.refuse("only tools and primaries connect to a node"));
             continue;
@@ -58,8 +58,8 @@ pub(super) async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
         let node = node.clone();
         tokio::spawn(async move {
             match hello.role {
-                Role::Node => serve_peer(node, link).await,
-                Role::Client | Role::Coordinator => serve_tool(node, link).await,
+                PeerKind::Node => serve_peer(node, link).await,
+                PeerKind::Client | PeerKind::Coordinator => serve_tool(node, link).await,
             }
             drop(permit);
         });

@@ -31,8 +31,8 @@ use super::backup_links::open_peer;
 use super::coordinator_links::coordinator_links;
 use super::server::serve_tools;
 use super::{
-    node_hello, Begin, Executor, Node, Outgoing, ReplicaHandle, ReplicaShared, Storage, Work, COORDINATOR_OUTBOX_MAX,
-    LINKS_CLOSE_WAIT, OUTBOX_EVENTS_MAX, REPLICA_INBOX_MAX, TOOL_CONNECTIONS_MAX,
+    node_hello, Begin, Executor, Node, Outgoing, ReplicaHandle, ReplicaShared, ReplicaStorage, Work,
+    COORDINATOR_OUTBOX_MAX, LINKS_CLOSE_WAIT, OUTBOX_EVENTS_MAX, REPLICA_INBOX_MAX, TOOL_CONNECTIONS_MAX,
 };
 use crate::machine::NodeMachine;
 use crate::replica::ReplicaRole;
@@ -73,7 +73,7 @@ pub enum NodeError {
 /// with the node's certificate.
 pub async fn bind(config: &ClusterConfig, id: NodeId, address: SocketAddr) -> Result<Listener, NodeError> {
     let hello = node_hello(config, id);
-    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Role::Node(id))?;
+    let tls = wire::tls::server_config(&config.cert_dir, wire::tls::Identity::Node(id))?;
     let mut limits = EndpointLimits::from_config(config);
     limits.connections_max = TOOL_CONNECTIONS_MAX;
     Ok(endpoint::listen(address, tls, hello, limits).await?)
@@ -143,7 +143,7 @@ pub async fn run(
         stopping: watch::Sender::new(false),
         events,
         machine: Mutex::new(machine),
-        epoch: AtomicU64::new(0),
+        link_generation: AtomicU64::new(0),
         links: Mutex::new(BTreeMap::new()),
         dial_due: config.coordinator_ids().into_iter().map(|c| (c, tokio::sync::Notify::new())).collect(),
         first_link: watch::Sender::new(false),
@@ -276,14 +276,14 @@ fn start_replica(
         begin,
         config: config.clone(),
         self_inbox: inbox.clone(),
-        storage: Storage::of(config, id, p.id),
+        storage: ReplicaStorage::of(config, id, p.id),
         partition: p.clone(),
         seed: config.seed,
         pending_batches_max: config.limits.replica_pending_batches_max as usize,
         frame_bytes_max: config.limits.frame_bytes_max as usize,
         shared: shared.clone(),
         to_coordinator: to_coordinator.clone(),
-        epoch: std::cell::Cell::new(0),
+        link_generation: std::cell::Cell::new(0),
         deaf_tools: Default::default(),
         deaf_peers: Default::default(),
         copy: Default::default(),

@@ -210,9 +210,9 @@ struct Executing {
     ship_after: Option<Seq>,
 }
 
-/// A replica's [`ReplicaRole`] with what only that role holds.
+/// A replica's [`ReplicaRole`] with the state only that role holds.
 #[derive(Debug)]
-enum Role {
+enum RoleState {
     Replica(Executing),
     Primary {
         executing: Executing,
@@ -230,36 +230,37 @@ enum Role {
     },
 }
 
-impl Role {
-    fn of(kind: ReplicaRole) -> Role {
+impl RoleState {
+    fn of(kind: ReplicaRole) -> RoleState {
         match kind {
-            ReplicaRole::Replica => Role::Replica(Executing::default()),
-            ReplicaRole::Primary => Role::Primary { executing: Executing::default(), log_base: None },
-            ReplicaRole::Backup => {
-                Role::Backup { waiting_shipments: Waiting::new(), applied_pieces: std::collections::VecDeque::new() }
-            }
+            ReplicaRole::Replica => RoleState::Replica(Executing::default()),
+            ReplicaRole::Primary => RoleState::Primary { executing: Executing::default(), log_base: None },
+            ReplicaRole::Backup => RoleState::Backup {
+                waiting_shipments: Waiting::new(),
+                applied_pieces: std::collections::VecDeque::new(),
+            },
         }
     }
 
     fn kind(&self) -> ReplicaRole {
         match self {
-            Role::Replica(_) => ReplicaRole::Replica,
-            Role::Primary { .. } => ReplicaRole::Primary,
-            Role::Backup { .. } => ReplicaRole::Backup,
+            RoleState::Replica(_) => ReplicaRole::Replica,
+            RoleState::Primary { .. } => ReplicaRole::Primary,
+            RoleState::Backup { .. } => ReplicaRole::Backup,
         }
     }
 
     fn executing_mut(&mut self) -> Option<&mut Executing> {
         match self {
-            Role::Replica(executing) | Role::Primary { executing, .. } => Some(executing),
-            Role::Backup { .. } => None,
+            RoleState::Replica(executing) | RoleState::Primary { executing, .. } => Some(executing),
+            RoleState::Backup { .. } => None,
         }
     }
 
     fn waiting_shipments_mut(&mut self) -> Option<&mut Waiting> {
         match self {
-            Role::Backup { waiting_shipments, .. } => Some(waiting_shipments),
-            Role::Replica(_) | Role::Primary { .. } => None,
+            RoleState::Backup { waiting_shipments, .. } => Some(waiting_shipments),
+            RoleState::Replica(_) | RoleState::Primary { .. } => None,
         }
     }
 }
@@ -269,7 +270,7 @@ impl Role {
 pub struct Replica {
     node: NodeId,
     partition: PartitionId,
-    role: Role,
+    role: RoleState,
     db: Store,
     /// The next batch to execute.
     next_seq: Seq,
@@ -338,7 +339,7 @@ impl Replica {
         Replica {
             node,
             partition,
-            role: Role::of(role),
+            role: RoleState::of(role),
             db,
             next_seq: 1,
             last_ts: None,

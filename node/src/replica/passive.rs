@@ -16,7 +16,7 @@
 use wire::channel::{NodeToCoordinator, PeerReply};
 use wire::messages::{Batch, NodeId, Seq, Shipment, ShippedLog, RECENT_SHIPMENTS_KEPT};
 
-use super::{Executing, Replica, ReplicaRole, Role, Store};
+use super::{Executing, Replica, ReplicaRole, RoleState, Store};
 use crate::error::ReplicaError;
 
 /// What a full-stack backup that rejoins starts from, besides its own log: its primary's log
@@ -181,7 +181,7 @@ impl Replica {
         }
         self.last_ts = self.last_ts.max(shipment.last_ts);
         if !shipment.pieces.is_empty() {
-            if let Role::Backup { applied_pieces, .. } = &mut self.role {
+            if let RoleState::Backup { applied_pieces, .. } = &mut self.role {
                 if applied_pieces.len() == RECENT_SHIPMENTS_KEPT {
                     applied_pieces.pop_front();
                 }
@@ -226,10 +226,12 @@ impl Replica {
             }
         };
         // The executing state moves into the primary's role.
-        self.role = match std::mem::replace(&mut self.role, Role::Replica(Executing::default())) {
-            Role::Replica(executing) => Role::Primary { executing, log_base: new_base },
-            Role::Primary { executing, log_base } => Role::Primary { executing, log_base: new_base.or(log_base) },
-            backup @ Role::Backup { .. } => backup,
+        self.role = match std::mem::replace(&mut self.role, RoleState::Replica(Executing::default())) {
+            RoleState::Replica(executing) => RoleState::Primary { executing, log_base: new_base },
+            RoleState::Primary { executing, log_base } => {
+                RoleState::Primary { executing, log_base: new_base.or(log_base) }
+            }
+            backup @ RoleState::Backup { .. } => backup,
         };
         Ok(())
     }
@@ -237,8 +239,8 @@ impl Replica {
     /// A full-stack primary's [`LogBase`] for a rejoining backup, once it has one.
     pub fn log_base(&self) -> Option<&LogBaseSource> {
         match &self.role {
-            Role::Primary { log_base, .. } => log_base.as_ref(),
-            Role::Replica(_) | Role::Backup { .. } => None,
+            RoleState::Primary { log_base, .. } => log_base.as_ref(),
+            RoleState::Replica(_) | RoleState::Backup { .. } => None,
         }
     }
 
@@ -253,9 +255,9 @@ impl Replica {
             return Err("the replica is stopped");
         }
         match &self.role {
-            Role::Backup { .. } => Err("a backup has no log base"),
-            Role::Primary { log_base, .. } => Ok(log_base.as_ref().filter(|b| b.seq >= after_seq)),
-            Role::Replica(_) => Ok(None),
+            RoleState::Backup { .. } => Err("a backup has no log base"),
+            RoleState::Primary { log_base, .. } => Ok(log_base.as_ref().filter(|b| b.seq >= after_seq)),
+            RoleState::Replica(_) => Ok(None),
         }
     }
 
@@ -282,7 +284,7 @@ impl Replica {
         let applied_seq = self.applied_seq();
         self.next_seq = (applied_seq + 1).max(first_unanswered);
         // The shipments held ahead of a gap go with the backup's role.
-        self.role = Role::Replica(Executing { log_fork, ship_after: None });
+        self.role = RoleState::Replica(Executing { log_fork, ship_after: None });
         Ok(NodeToCoordinator::Promoted { partition: self.partition, applied_seq, next_seq: self.next_seq })
     }
 }

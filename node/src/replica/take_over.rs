@@ -9,7 +9,7 @@
 
 use wire::messages::{Batch, PieceReads, ReplicaStanding, Seq};
 
-use super::{Replica, ReplicaRole, Role};
+use super::{Replica, ReplicaRole, RoleState};
 
 /// Executed batches a replica keeps for a new leader ([`Replica::held_batches`]); a replica
 /// further behind than that copies the partition instead.
@@ -34,8 +34,8 @@ impl Replica {
                 stopped: self.stopped.is_some(),
                 held_reads: Vec::new(),
                 pieces: match &self.role {
-                    Role::Backup { applied_pieces, .. } => applied_pieces.iter().cloned().collect(),
-                    Role::Replica(_) | Role::Primary { .. } => Vec::new(),
+                    RoleState::Backup { applied_pieces, .. } => applied_pieces.iter().cloned().collect(),
+                    RoleState::Replica(_) | RoleState::Primary { .. } => Vec::new(),
                 },
             };
         }
