@@ -210,15 +210,7 @@ fn losing_a_backup_tells_the_primary_and_the_partition_keeps_serving() {
     let now = START_US + 50 * MS;
     let out = c.on_node_lost(2, link_lost(), now);
     assert!(events(&out).contains(&Event::NodeDown { node: 2, silent_ms: 50, detection: link_lost() }));
-    let memberships: Vec<(Vec<NodeId>, Vec<NodeId>)> = out
-        .iter()
-        .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: CoordinatorToNode::Membership { partition: 1, live, .. } } => {
-                Some((nodes.clone(), live.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let memberships = common::memberships(&out, 1);
     assert_eq!(memberships, vec![(vec![1], vec![1])], "the primary's node learns its backup is gone: {out:?}");
     assert!(replies(&out).is_empty(), "the primary has not answered yet");
     assert_eq!(phase(&c, 1), Phase::Serving);

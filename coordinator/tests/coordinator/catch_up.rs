@@ -270,15 +270,7 @@ fn a_rejoined_the_coordinator_gave_up_on_is_told_it_is_left_out() {
     let out = c.on_node_message(2, rejoined, START_US + 3_000 * MS);
     assert!(events(&out).iter().any(|e| matches!(e, Event::Ignored { node: 2, .. })), "{out:?}");
     assert!(!events(&out).iter().any(|e| matches!(e, Event::Rejoined { .. })), "not counted live: {out:?}");
-    let told: Vec<_> = out
-        .iter()
-        .filter_map(|o| match o {
-            Output::ToNodes { nodes, msg: CoordinatorToNode::Membership { partition: 1, live, .. } } => {
-                Some((nodes.clone(), live.clone()))
-            }
-            _ => None,
-        })
-        .collect();
+    let told = crate::common::memberships(&out, 1);
     assert_eq!(told, vec![(vec![2], vec![1])], "node 2 is told partition 1's membership, without it");
 }
 
