@@ -279,7 +279,7 @@ struct Node {
     replicas: BTreeMap<PartitionId, ReplicaHandle>,
     /// Set once the node is shutting down.
     stopping: watch::Sender<bool>,
-    /// To the writer task: acknowledgements from backups, the reader's effects.
+    /// To the writer task: acknowledgements from backups (the reader carries its own effects).
     events: mpsc::Sender<OutboxEvent>,
     /// The node's link-side decisions (routing, ship gates, heartbeats, reconnection), shared
     /// by the link's reader and writer; held only for a synchronous call.
