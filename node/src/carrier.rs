@@ -63,8 +63,14 @@ pub trait NodeLinks {
     /// Queues `shipment` on the link to each of `backups`, pushing onto `queued` what became
     /// of it for each, in the order of `backups`.
     fn ship(&mut self, backups: &[NodeId], shipment: Shipment, queued: &mut Vec<(NodeId, Queued)>);
-    /// Opens a new link to backup `backup`'s node, replacing any older one.
-    fn open_peer(&mut self, backup: NodeId);
+    /// Opens a new link to backup `backup`'s node, replacing any older one, and dials it;
+    /// shipments queued on it meanwhile wait for the dial. The outcome goes to
+    /// [`NodeMachine::on_peer_dial`] with `generation`.
+    fn open_peer(&mut self, backup: NodeId, generation: u64);
+    /// Dials the link to backup `backup` again, if it is still the link of `generation`.
+    fn dial_peer(&mut self, backup: NodeId, generation: u64);
+    /// Closes the link to backup `backup` (what is queued on it may still be sent).
+    fn close_peer(&mut self, backup: NodeId);
     /// Dials coordinator `coordinator`; the outcome goes to [`NodeMachine::on_link_up`] or
     /// [`NodeMachine::on_dial_failed`].
     fn dial(&mut self, coordinator: CoordinatorId);
@@ -106,7 +112,9 @@ pub fn carry<L: NodeLinks + ?Sized>(links: &mut L, effects: Vec<NodeEffect>) {
                 }
                 links.gates_changed();
             }
-            NodeEffect::OpenPeer { backup } => links.open_peer(backup),
+            NodeEffect::OpenPeer { backup, generation } => links.open_peer(backup, generation),
+            NodeEffect::DialPeer { backup, generation } => links.dial_peer(backup, generation),
+            NodeEffect::ClosePeer { backup } => links.close_peer(backup),
             NodeEffect::Dial { coordinator } => links.dial(coordinator),
             NodeEffect::RejoinAll => links.rejoin_all(),
             NodeEffect::Rejoin { partition } => links.rejoin(partition),
@@ -208,7 +216,9 @@ mod tests {
         fn ship(&mut self, backups: &[NodeId], _: Shipment, queued: &mut Vec<(NodeId, Queued)>) {
             queued.extend(backups.iter().map(|&b| (b, self.queue)));
         }
-        fn open_peer(&mut self, _: NodeId) {}
+        fn open_peer(&mut self, _: NodeId, _: u64) {}
+        fn dial_peer(&mut self, _: NodeId, _: u64) {}
+        fn close_peer(&mut self, _: NodeId) {}
         fn dial(&mut self, _: CoordinatorId) {}
         fn rejoin_all(&mut self) {}
         fn rejoin(&mut self, _: PartitionId) {}
@@ -299,5 +309,58 @@ mod tests {
         let ship = ship_and_hold(&mut w, 1);
         carry(&mut w, ship);
         assert!(w.sent.is_empty(), "{:?}", w.sent);
+    }
+
+    /// The link to a backup's node is the node machine's (docs/design.md §14): opened at
+    /// start, dialled again `CONNECT_RETRY_MS` after a failed dial (never before), an
+    /// outcome for a link replaced since ignored, and closed once no gate ships to it.
+    #[test]
+    fn a_backup_link_is_redialled_when_the_machine_says_and_closed_when_unneeded() {
+        use crate::machine::{PeerDial, PeerState, CONNECT_RETRY_MS};
+        let mut w = primary(Queued::Holds(1));
+        let m = &mut w.machine;
+        let opened = m.start();
+        let generation = match &opened[..] {
+            [NodeEffect::OpenPeer { backup: BACKUP, generation }] => *generation,
+            other => panic!("one link, to the backup: {other:?}"),
+        };
+        assert_eq!(m.peer(BACKUP), Some(PeerState::Dialing));
+        assert!(m.on_peer_dial(BACKUP, generation, PeerDial::Unreachable, 1_000).is_empty());
+        let due = 1_000 + CONNECT_RETRY_MS * 1_000;
+        assert_eq!(m.peer(BACKUP), Some(PeerState::Down { redial_at_us: due }));
+        assert!(m.next_deadline_us() <= due);
+        let dials = |effects: &[NodeEffect]| {
+            effects.iter().filter(|e| matches!(e, NodeEffect::DialPeer { backup: BACKUP, .. })).count()
+        };
+        assert_eq!(dials(&m.tick(due - 1, |_| None)), 0, "not before the retry is due");
+        let again = m.tick(due, |_| None);
+        assert!(again.contains(&NodeEffect::DialPeer { backup: BACKUP, generation }), "{again:?}");
+        assert_eq!(dials(&m.tick(due + 1, |_| None)), 0, "one dial at a time");
+        // A stale link's outcome changes nothing.
+        assert!(m.on_peer_dial(BACKUP, generation + 7, PeerDial::Up, due).is_empty());
+        assert_eq!(m.peer(BACKUP), Some(PeerState::Dialing));
+        m.on_peer_dial(BACKUP, generation, PeerDial::Up, due);
+        assert_eq!(m.peer(BACKUP), Some(PeerState::Up));
+        // A membership without the backup: no gate ships to it, so its link closes.
+        let membership = CoordinatorToNode::Membership { partition: P, epoch: 5, live: vec![ME] };
+        let effects = m.on_coordinator(0, 1, membership);
+        assert!(effects.contains(&NodeEffect::ClosePeer { backup: BACKUP }), "{effects:?}");
+        assert_eq!(m.peer(BACKUP), None);
+        assert_eq!(dials(&m.tick(due * 10, |_| None)), 0, "a closed link is not dialled");
+    }
+
+    /// A backup's node that refuses this one (not who the configuration says) is lost: no
+    /// longer shipped to nor waited for, and its link closed.
+    #[test]
+    fn a_refused_backup_link_loses_the_backup() {
+        use crate::machine::PeerDial;
+        let mut w = primary(Queued::Holds(1));
+        let [NodeEffect::OpenPeer { generation, .. }] = w.machine.start()[..] else { panic!("one link") };
+        ship_and_hold(&mut w, 1);
+        let effects = w.machine.on_peer_dial(BACKUP, generation, PeerDial::Refused, 1_000);
+        assert!(effects.contains(&NodeEffect::ClosePeer { backup: BACKUP }), "{effects:?}");
+        carry(&mut w, effects);
+        assert!(matches!(&w.sent[..], [NodeToCoordinator::Results(r)] if r.seq == 1), "{:?}", w.sent);
+        assert!(w.machine.backups().get(&P).is_none_or(|b| b.is_empty()));
     }
 }

@@ -173,8 +173,24 @@ struct SimNode {
     mute_until_us: u64,
     machine: NodeMachine,
     partitions: BTreeMap<PartitionId, Partition>,
-    /// The peer links this process opened: backup → the backup's process it reached.
-    peers: BTreeMap<NodeId, u64>,
+    /// The peer links this process opened, by backup node.
+    peers: BTreeMap<NodeId, SimPeer>,
+    /// When the process listens for other nodes from (a dial of it before fails): at the
+    /// cluster's start, possibly late (`Faults::late_listen_per_10k`); a restarted process
+    /// listens before it connects to the coordinators.
+    listening_from_us: u64,
+}
+
+/// A link a node process opened to a backup's node (`NodeEffect::OpenPeer`).
+#[derive(Debug, Clone)]
+struct SimPeer {
+    /// The link's generation, as the node machine numbered it.
+    generation: u64,
+    /// The backup's process the last dial reached; `None` until a dial succeeds.
+    reached: Option<u64>,
+    /// Shipments queued while the link is not up, sent in order once it is (the process's
+    /// link queue holds them while it dials).
+    held: Vec<wire::messages::Shipment>,
 }
 
 /// A node's link to one coordinator: the connection's id, and whether it is connected.
@@ -299,6 +315,9 @@ impl Sim {
         let pending_max = config.limits.replica_pending_batches_max as usize;
         let mode = config.mode();
         let mut rng = Rng::new(seed);
+        // The processes' start order draws from a stream of its own, so that the run's other
+        // draws do not depend on it.
+        let mut start_order = Rng::new(seed ^ 0x6c69_7374_656e);
         let mut nodes = BTreeMap::new();
         let mut disks = Disks::default();
         let mut next_id = 1;
@@ -345,16 +364,14 @@ impl Sim {
                 partitions.insert(pid, digesting(Partition::serving(mode, r, pending_max)));
             }
             let peers = BTreeMap::new();
-            let node = SimNode { up: true, process, links, mute_until_us: 0, machine, partitions, peers };
+            let listening_from_us = if start_order.below(10_000) < faults.late_listen_per_10k {
+                START_US + 1 + start_order.below(setup::LATE_LISTEN_US_MAX)
+            } else {
+                START_US
+            };
+            let node =
+                SimNode { up: true, process, links, mute_until_us: 0, machine, partitions, peers, listening_from_us };
             nodes.insert(n.id, node);
-        }
-        // Every primary's links to its backups, as its process opens them at start.
-        let processes: BTreeMap<NodeId, u64> = nodes.iter().map(|(&id, n)| (id, n.process)).collect();
-        for n in nodes.values_mut() {
-            let backups: Vec<NodeId> = n.machine.backups().into_values().flatten().collect();
-            for b in backups {
-                n.peers.insert(b, processes[&b]);
-            }
         }
         let gen =
             GenConfig::for_profile(Profile::Standard, 1..=config.warehouses_total()).with_scale(population::SCALE);
@@ -394,6 +411,11 @@ impl Sim {
             checker: Default::default(),
             config: config.clone(),
         };
+        // Every primary's links to its backups, as its process opens them at start.
+        for node in sim.node_ids() {
+            let effects = sim.node_mut(node).machine.start();
+            sim.perform(node, effects);
+        }
         // Every node connects to every coordinator; each builds its member once all came.
         for node in sim.node_ids() {
             for c in sim.coordinator_ids() {

@@ -267,7 +267,11 @@ pub fn heal(sim: &mut Sim) -> Result<(), SimError> {
     let nodes = sim.node_ids();
     let mut stuck: Vec<u32> = vec![0; nodes.len()];
     for _ in 0..HEAL_ROUNDS_MAX {
-        let healed = |sim: &Sim| nodes.iter().all(|&n| sim.is_full_member(n)) && !sim.is_rejoining();
+        // A backup counts as a member while its primary's link to it still dials (it is
+        // live; the shipments wait on the link): healed once that link is up too.
+        let healed = |sim: &Sim| {
+            nodes.iter().all(|&n| sim.is_full_member(n)) && !sim.is_rejoining() && !sim.is_redialing_a_backup()
+        };
         if healed(sim) {
             // Delivered to the end, the backlog may still fail a replica the majority left
             // more than `limits.replica_lag_batches_max` behind (docs/cluster.md, "Agreement"):

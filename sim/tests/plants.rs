@@ -51,3 +51,13 @@ fn a_node_machine_that_never_redials_fails_the_simulator() {
 fn a_carrier_that_keeps_a_failed_node_linked_fails_the_simulator() {
     fails_without(Plant::KeepFailedNodeLinked, Mode::ActivePassive);
 }
+
+/// The node machine decides when a primary's node dials a backup's node again
+/// (`NodeEffect::DialPeer`); the node process once retried in its peer link's own loop, and
+/// the simulator's link reached the backup at once or never. Without the machine's redial, a
+/// link whose first dial found the backup's process down never comes up: what is shipped on
+/// it waits there for good.
+#[test]
+fn a_node_machine_that_never_redials_a_backup_fails_the_simulator() {
+    fails_without(Plant::NoPeerRedial, Mode::ActivePassive);
+}

@@ -52,8 +52,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = SimOptions::default().lag_batches, value_parser = clap::value_parser!(u32).range(1..))]
     pub lag_batches: u32,
     /// Which faults to draw: `all` (reordering, duplicates, delays, broken links, lost
-    /// heartbeats, crashes and restarts), `network` (reordering, duplicates and delays
-    /// only) or `none`.
+    /// heartbeats, crashes and restarts, nodes that start listening late), `network`
+    /// (reordering, duplicates and delays only) or `none`.
     #[arg(long, value_enum, default_value_t = FaultSet::All)]
     pub faults: FaultSet,
     /// Which replication modes to simulate: `active-active`, `active-passive`, `full-stack`,
@@ -280,8 +280,8 @@ fn summarise(
         totals.crashes, totals.crashes_while_rejoining, totals.crashes_of_rejoin_source, totals.drops, totals.mutes
     );
     println!(
-        "recovery         {} nodes declared down ({} lagging), {} restarts, {} rejoins ({} given up and restarted), {} reconnections after a broken link",
-        totals.nodes_down, totals.lagging, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects
+        "recovery         {} nodes declared down ({} lagging), {} restarts, {} rejoins ({} given up and restarted), {} reconnections after a broken link, {} failed dials of a backup's node (dialled again)",
+        totals.nodes_down, totals.lagging, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects, totals.peer_dials_failed
     );
     println!(
         "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up)",

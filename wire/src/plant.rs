@@ -16,6 +16,10 @@ pub enum Plant {
     /// dial or a broken link (`NodeMachine::tick` emits no `NodeEffect::Dial`): the rule the
     /// node process once kept on a timer of its own.
     NoRedial,
+    /// The node machine never dials a backup's node again after a failed dial
+    /// (`NodeMachine::tick` emits no `NodeEffect::DialPeer`): the rule the node process once
+    /// kept in its peer link's own retry loop.
+    NoPeerRedial,
     /// The coordinator's carrier keeps the link of a node it declared failed (it closed only
     /// a lagging node's link): the rule the simulator once kept apart from the process.
     KeepFailedNodeLinked,

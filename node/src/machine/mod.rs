@@ -11,6 +11,9 @@
 //!   dropped when its link fails, and the rejoining backups `ShipTo` adds;
 //! - membership changes, as far as the gates are concerned;
 //! - what each heartbeat reports (the backups' progress, for choosing whom to promote);
+//! - the links to the backups' nodes (passive modes, at a primary): opened for the backups
+//!   its gates ship to, dialled again [`CONNECT_RETRY_MS`] after a failed dial, closed when
+//!   no gate ships to that backup any more (docs/design.md §14);
 //! - the coordinator links, one per coordinator: when to dial again after one broke, and that
 //!   a node whose link to the leader came back, with no newer leader meanwhile, rejoins every
 //!   partition (the leader counted it failed and executed on without it: its replicas are
@@ -54,9 +57,15 @@ pub enum NodeEffect {
     /// Send the shipment to these backups' nodes (on the peer channel); a backup whose link
     /// cannot take it is reported back with [`NodeMachine::on_backup_lost`].
     Ship { backups: Vec<NodeId>, shipment: Shipment },
-    /// Open a new link to backup `backup` (it restarted: a link to its previous process may
-    /// hang until its connection times out).
-    OpenPeer { backup: NodeId },
+    /// Open a new link to backup `backup`'s node, replacing any older one (it restarted: a
+    /// link to its previous process may hang until its connection times out), and dial it;
+    /// the shipments queued meanwhile wait for the dial. The outcome goes to
+    /// [`NodeMachine::on_peer_dial`] with `generation`.
+    OpenPeer { backup: NodeId, generation: u64 },
+    /// Dial the link to backup `backup` (of that `generation`) again.
+    DialPeer { backup: NodeId, generation: u64 },
+    /// Close the link to backup `backup`: no gate ships to it any more.
+    ClosePeer { backup: NodeId },
     /// Dial coordinator `coordinator` (again).
     Dial { coordinator: CoordinatorId },
     /// Every partition rejoins: drop its state and ask the leader, as a restarted node.
@@ -81,6 +90,36 @@ pub enum LinkState {
         since_us: u64,
         redial_at_us: u64,
     },
+}
+
+/// A link to a backup's node, as the node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// Being dialled (the shipments queued for it wait).
+    Dialing,
+    /// The last dial failed; dial again at `redial_at_us`.
+    Down {
+        redial_at_us: u64,
+    },
+    Up,
+}
+
+/// How a dial of a backup's node ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerDial {
+    Up,
+    /// No answer: dial again after [`CONNECT_RETRY_MS`].
+    Unreachable,
+    /// The node refused this one (it is not who the configuration says): the backup is lost.
+    Refused,
+}
+
+/// One link to a backup's node: its generation (a dial's outcome for an older link, one
+/// replaced since, is ignored) and state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PeerLink {
+    generation: u64,
+    state: PeerState,
 }
 
 /// What the node holds of one partition, as the link side sees it.
@@ -116,6 +155,10 @@ pub struct NodeMachine {
     /// When each backup's long shipping queue was last reported to the leader
     /// ([`NodeMachine::on_peer_queue`]).
     behind_reported_us: BTreeMap<NodeId, u64>,
+    /// One link per backup node some gate ships to.
+    peers: BTreeMap<NodeId, PeerLink>,
+    /// The newest peer link's generation.
+    peer_generation: u64,
 }
 
 /// One coordinator link: its state, and the epoch when it broke (if the same coordinator
@@ -169,7 +212,66 @@ impl NodeMachine {
             next_heartbeat_us: now_us,
             reconnects: 0,
             behind_reported_us: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            peer_generation: 0,
         }
+    }
+
+    /// The node starts: a link to every backup node of the partitions it starts as primary
+    /// of.
+    pub fn start(&mut self) -> Vec<NodeEffect> {
+        let backups: std::collections::BTreeSet<NodeId> = self.gates.values().flat_map(ShipGate::backups).collect();
+        let mut out = Vec::new();
+        for backup in backups {
+            self.open_peer(backup, &mut out);
+        }
+        out
+    }
+
+    /// A new link to backup `backup`, replacing any older one, dialled at once.
+    fn open_peer(&mut self, backup: NodeId, out: &mut Vec<NodeEffect>) {
+        self.peer_generation += 1;
+        let generation = self.peer_generation;
+        self.peers.insert(backup, PeerLink { generation, state: PeerState::Dialing });
+        out.push(NodeEffect::OpenPeer { backup, generation });
+    }
+
+    /// Closes the links to the backups no gate ships to any more.
+    fn close_unneeded_peers(&mut self, out: &mut Vec<NodeEffect>) {
+        let needed: std::collections::BTreeSet<NodeId> = self.gates.values().flat_map(ShipGate::backups).collect();
+        let unneeded: Vec<NodeId> = self.peers.keys().copied().filter(|b| !needed.contains(b)).collect();
+        for backup in unneeded {
+            self.peers.remove(&backup);
+            out.push(NodeEffect::ClosePeer { backup });
+        }
+    }
+
+    /// The link to backup `backup`'s node, if one is open.
+    pub fn peer(&self, backup: NodeId) -> Option<PeerState> {
+        self.peers.get(&backup).map(|l| l.state)
+    }
+
+    /// The open links to backups' nodes, by backup.
+    pub fn peers(&self) -> impl Iterator<Item = (NodeId, PeerState)> + '_ {
+        self.peers.iter().map(|(&b, l)| (b, l.state))
+    }
+
+    /// A dial of the link to backup `backup` (of `generation`) ended at `now_us`: up; or
+    /// dialled again after [`CONNECT_RETRY_MS`]; or, refused, the backup is lost. The outcome
+    /// of a dial of a link replaced or closed since is ignored.
+    pub fn on_peer_dial(&mut self, backup: NodeId, generation: u64, outcome: PeerDial, now_us: u64) -> Vec<NodeEffect> {
+        let Some(link) = self.peers.get_mut(&backup) else { return Vec::new() };
+        if link.generation != generation || link.state != PeerState::Dialing {
+            return Vec::new();
+        }
+        match outcome {
+            PeerDial::Up => link.state = PeerState::Up,
+            PeerDial::Unreachable => {
+                link.state = PeerState::Down { redial_at_us: now_us + CONNECT_RETRY_MS * 1_000 };
+            }
+            PeerDial::Refused => return self.on_backup_lost(backup),
+        }
+        Vec::new()
     }
 
     pub fn id(&self) -> NodeId {
@@ -258,6 +360,7 @@ impl NodeMachine {
                     // backup): a serving replica here is stale, and comes back by rejoining.
                     *newest = *epoch;
                     self.gates.remove(&partition);
+                    self.close_unneeded_peers(&mut out);
                     if let Some(h) = self.held.get_mut(&partition) {
                         h.role = ReplicaRole::rejoining(self.replication.mode());
                     }
@@ -269,6 +372,7 @@ impl NodeMachine {
                     if let Some(gate) = self.gates.get_mut(&partition) {
                         let released = gate.on_membership(live);
                         out.extend(self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results)));
+                        self.close_unneeded_peers(&mut out);
                     }
                 }
             }
@@ -277,7 +381,7 @@ impl NodeMachine {
                     self.gates.entry(partition).or_insert_with(|| ShipGate::new(partition, &[], self.replication));
                 let released = gate.add_catching_up(*backup);
                 out.extend(self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results)));
-                out.push(NodeEffect::OpenPeer { backup: *backup });
+                self.open_peer(*backup, &mut out);
             }
             _ => {}
         }
@@ -382,13 +486,15 @@ impl NodeMachine {
     }
 
     /// The link to backup `backup` failed or fell too far behind: it is no longer shipped to
-    /// nor waited for, by any partition.
+    /// nor waited for, by any partition, and its link is closed.
     pub fn on_backup_lost(&mut self, backup: NodeId) -> Vec<NodeEffect> {
         let mut released = Vec::new();
         for gate in self.gates.values_mut() {
             released.extend(gate.drop_backup(backup));
         }
-        self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results))
+        let mut out = self.send_to_leader(released.into_iter().map(NodeToCoordinator::Results));
+        self.close_unneeded_peers(&mut out);
+        out
     }
 
     /// The link to coordinator `coordinator` is up (first connected, or again after
@@ -416,7 +522,10 @@ impl NodeMachine {
                 for h in self.held.values_mut() {
                     h.role = ReplicaRole::rejoining(self.replication.mode());
                 }
-                vec![NodeEffect::RejoinAll]
+                let mut out = Vec::new();
+                self.close_unneeded_peers(&mut out);
+                out.push(NodeEffect::RejoinAll);
+                out
             }
             LinkState::Down { .. } | LinkState::Starting | LinkState::Connected => Vec::new(),
         }
@@ -462,14 +571,31 @@ impl NodeMachine {
             })
             .min()
             .unwrap_or(u64::MAX);
-        heartbeat.min(redial)
+        let redial_peer = self
+            .peers
+            .values()
+            .filter_map(|l| match l.state {
+                PeerState::Down { redial_at_us } => Some(redial_at_us),
+                PeerState::Dialing | PeerState::Up => None,
+            })
+            .min()
+            .unwrap_or(u64::MAX);
+        heartbeat.min(redial).min(redial_peer)
     }
 
     /// Time passes to `now_us`: a heartbeat to the leader when one is due (with each backup's
     /// progress, `applied(partition)`, for choosing whom to promote), and a dial of each
-    /// coordinator whose link is down and whose retry is due.
+    /// coordinator and backup whose link is down and whose retry is due.
     pub fn tick(&mut self, now_us: u64, applied: impl Fn(PartitionId) -> Option<Seq>) -> Vec<NodeEffect> {
         let mut out = Vec::new();
+        for (&backup, link) in self.peers.iter_mut() {
+            if let PeerState::Down { redial_at_us } = link.state {
+                if now_us >= redial_at_us && !wire::plant::planted(wire::plant::Plant::NoPeerRedial) {
+                    link.state = PeerState::Dialing;
+                    out.push(NodeEffect::DialPeer { backup, generation: link.generation });
+                }
+            }
+        }
         for (&coordinator, link) in self.links.iter_mut() {
             if let LinkState::Down { since_us, redial_at_us } = link.state {
                 if now_us >= redial_at_us && !wire::plant::planted(wire::plant::Plant::NoRedial) {

@@ -7,14 +7,16 @@
 //!
 //! Guarantees: queuing a shipment never waits (a backup whose queue is full or whose link is
 //! gone is dropped from shipping instead); a backup's acknowledgements reach the writer task,
-//! in the order the backup sent them; a backup is dialed, again every [`CONNECT_RETRY_MS`],
-//! until it answers, refuses this node or the node stops.
+//! in the order the backup sent them; a backup is dialled when the node machine says so
+//! (`NodeEffect::OpenPeer`, `NodeEffect::DialPeer`: at first, then [`CONNECT_RETRY_MS`] after
+//! each failed dial), and each dial's outcome goes back to the machine
+//! (`NodeMachine::on_peer_dial`); a link the machine closes, or replaces, ends once what was
+//! queued on it is sent.
 //!
 //! [`ShipGate`]: crate::shipping::ShipGate
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
@@ -23,24 +25,56 @@ use wire::endpoint::Link;
 use wire::messages::{NodeId, Shipment};
 
 use super::coordinator_links::{dial_once, DialFailure};
-use super::{Node, OutboxEvent, CONNECT_RETRY_MS};
+use super::{Node, OutboxEvent};
 use crate::carrier::{Queued, PEER_QUEUE_MAX};
-use crate::machine::NodeMachine;
+use crate::machine::{NodeMachine, PeerDial};
 
-/// Dials backup node `address`, retrying every [`CONNECT_RETRY_MS`] until it answers, refuses
-/// this node (`None`) or the node stops. (Coordinators are dialed when the node machine says
-/// so: `coordinator_links::coordinator_link`.)
-async fn dial_backup(node: &Node, peer: NodeId, what: &str, address: &str) -> Option<Link> {
+#[cfg(doc)]
+use super::CONNECT_RETRY_MS;
+
+/// The node's link to one backup's node, as the writer task queues on it.
+#[derive(Debug)]
+pub(super) struct PeerQueue {
+    /// The link's generation (`NodeEffect::OpenPeer`).
+    generation: u64,
+    /// Encoded shipments, sent once the link is up.
+    frames: mpsc::Sender<Arc<Vec<u8>>>,
+    /// A dial the node machine asked for (`NodeEffect::DialPeer`); dropped with the link,
+    /// which ends its task.
+    dial: mpsc::Sender<()>,
+}
+
+/// Dials backup node `peer` each time the node machine says so, telling the machine how each
+/// dial ended, until one is up (the link), the node is refused (`None`), the link is closed
+/// or replaced, or the node stops.
+async fn dial_backup(node: &Node, peer: NodeId, generation: u64, dials: &mut mpsc::Receiver<()>) -> Option<Link> {
+    let address = node.config.node(peer).map(|n| n.address.clone())?;
+    let what = format!("nodes[{peer}].address");
     let mut attempt = 0u32;
     loop {
-        match dial_once(node, wire::tls::Identity::Node(peer), what, address, attempt).await {
-            Ok(link) => return Some(link),
-            Err(DialFailure::Refused | DialFailure::Stopped) => return None,
-            Err(DialFailure::Unreachable) => attempt = attempt.wrapping_add(1),
-        }
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(CONNECT_RETRY_MS)) => {}
+            d = dials.recv() => d?,
             () = node.stopped() => return None,
+        }
+        let (outcome, link) = match dial_once(node, wire::tls::Identity::Node(peer), &what, &address, attempt).await {
+            Ok(link) => (PeerDial::Up, Some(link)),
+            Err(DialFailure::Stopped) => return None,
+            Err(DialFailure::Refused) => (PeerDial::Refused, None),
+            Err(DialFailure::Unreachable) => {
+                attempt = attempt.wrapping_add(1);
+                (PeerDial::Unreachable, None)
+            }
+        };
+        if node.events.send(OutboxEvent::PeerDial { backup: peer, generation, outcome }).await.is_err() {
+            return None;
+        }
+        match (outcome, link) {
+            (PeerDial::Up, Some(link)) => {
+                info!(backup = peer, %address, "shipping to backup");
+                return Some(link);
+            }
+            (PeerDial::Refused, _) => return None,
+            _ => {}
         }
     }
 }
@@ -61,7 +95,7 @@ pub(super) fn ship(node: &Node, backups: &[NodeId], shipment: Shipment, queued: 
     let peers = node.peers.lock().unwrap_or_else(|e| e.into_inner());
     let mut sent = 0u64;
     for &backup in backups {
-        let peer = peers.get(&backup);
+        let peer = peers.get(&backup).map(|p| &p.frames);
         let q = match peer.map(|p| (p, p.try_send(frame.clone()))) {
             Some((p, Ok(()))) => {
                 sent += 1;
@@ -83,12 +117,34 @@ pub(super) fn ship(node: &Node, backups: &[NodeId], shipment: Shipment, queued: 
     }
 }
 
-/// A new link to backup node `backup` (replacing any older one).
-pub(super) fn open_peer(node: &Node, backup: NodeId) {
-    let (tx, rx) = mpsc::channel(PEER_QUEUE_MAX);
-    node.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(backup, tx);
+/// A new link to backup node `backup` (replacing any older one), dialled at once.
+pub(super) fn open_peer(node: &Node, backup: NodeId, generation: u64) {
+    let (frames, rx) = mpsc::channel(PEER_QUEUE_MAX);
+    let (dial, mut dials) = mpsc::channel(1);
+    let _ = dial.try_send(());
+    node.peers.lock().unwrap_or_else(|e| e.into_inner()).insert(backup, PeerQueue { generation, frames, dial });
     let Some(me) = node.me.upgrade() else { return };
-    tokio::spawn(peer_link(me, backup, rx));
+    tokio::spawn(async move {
+        if let Some(link) = dial_backup(&me, backup, generation, &mut dials).await {
+            peer_link(me, backup, link, rx).await;
+        }
+    });
+}
+
+/// Dials the link to backup node `backup` again, if it is still the link of `generation`.
+pub(super) fn dial_peer(node: &Node, backup: NodeId, generation: u64) {
+    if let Some(p) = node.peers.lock().unwrap_or_else(|e| e.into_inner()).get(&backup) {
+        if p.generation == generation {
+            // Full: a dial is already due.
+            let _ = p.dial.try_send(());
+        }
+    }
+}
+
+/// Closes the link to backup node `backup`: its task ends once what is queued is sent (or
+/// at once, if it is not up).
+pub(super) fn close_peer(node: &Node, backup: NodeId) {
+    node.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&backup);
 }
 
 /// Copies the gates' lag figures to their replicas' shared state.
@@ -102,13 +158,9 @@ pub(super) fn publish_gates(node: &Node, machine: &NodeMachine) {
     }
 }
 
-/// The link to backup node `peer`: dials it, sends the shipments queued on `rx`, and hands
+/// The link to backup node `peer`, once up: sends the shipments queued on `rx`, and hands
 /// its acknowledgements to the writer task.
-async fn peer_link(node: Arc<Node>, peer: NodeId, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
-    let Some(address) = node.config.node(peer).map(|n| n.address.clone()) else { return };
-    let what = format!("nodes[{peer}].address");
-    let Some(link) = dial_backup(&node, peer, &what, &address).await else { return };
-    info!(backup = peer, %address, "shipping to backup");
+async fn peer_link(node: Arc<Node>, peer: NodeId, link: Link, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
     let (mut sender, mut receiver) = link.split();
     let events = node.events.clone();
     let reader = tokio::spawn(async move {

@@ -40,7 +40,7 @@ use wire::config::split_address;
 use wire::endpoint::{self, EndpointError, EndpointLimits, Link};
 use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment};
 
-use super::backup_links::{open_peer, publish_gates, ship};
+use super::backup_links::{close_peer, dial_peer, open_peer, publish_gates, ship};
 use super::{
     LinkOutbox, Node, OutboxEvent, Outgoing, Work, CONNECT_RETRIES_PER_LOG, LINK_OUTBOX_MAX, SLOW_WORK,
     TETHER_OPEN_TIMEOUT, TETHER_STOP_LINGER,
@@ -365,6 +365,9 @@ async fn write_to_coordinators(
             },
             e = events.recv() => match e {
                 Some(OutboxEvent::Ack { from, partition, seq }) => Writes::Ack { from, partition, seq },
+                Some(OutboxEvent::PeerDial { backup, generation, outcome }) => {
+                    Writes::PeerDial { backup, generation, outcome }
+                }
                 None => return,
             },
             () = &mut wake => {
@@ -380,6 +383,7 @@ async fn write_to_coordinators(
         let carried = carry(node, |m, now| match event {
             Writes::Emitted(emitted) => m.on_emit(emitted, now),
             Writes::Ack { from, partition, seq } => m.on_ack(from, partition, seq, now),
+            Writes::PeerDial { backup, generation, outcome } => m.on_peer_dial(backup, generation, outcome, now),
             Writes::Tick => {
                 let applied =
                     |p: PartitionId| node.replicas.get(&p).map(|r| r.shared.applied_seq.load(Ordering::Relaxed));
@@ -402,6 +406,8 @@ enum Writes {
     Emitted(Emit),
     /// A backup's acknowledgement.
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
+    /// How a dial of a backup's link ended.
+    PeerDial { backup: NodeId, generation: u64, outcome: crate::machine::PeerDial },
     /// The node machine's deadline (a heartbeat, a redial).
     Tick,
 }
@@ -509,8 +515,16 @@ impl crate::carrier::NodeLinks for ProcessLinks<'_> {
         ship(self.node, backups, shipment, queued);
     }
 
-    fn open_peer(&mut self, backup: NodeId) {
-        open_peer(self.node, backup);
+    fn open_peer(&mut self, backup: NodeId, generation: u64) {
+        open_peer(self.node, backup, generation);
+    }
+
+    fn dial_peer(&mut self, backup: NodeId, generation: u64) {
+        dial_peer(self.node, backup, generation);
+    }
+
+    fn close_peer(&mut self, backup: NodeId) {
+        close_peer(self.node, backup);
     }
 
     fn dial(&mut self, coordinator: CoordinatorId) {

@@ -152,6 +152,8 @@ type Machine = PartitionMachine<mpsc::Sender<PeerReply>>;
 enum OutboxEvent {
     /// A backup acknowledged shipments up to `seq`.
     Ack { from: NodeId, partition: PartitionId, seq: Seq },
+    /// A dial of backup `backup`'s link (of `generation`) ended.
+    PeerDial { backup: NodeId, generation: u64, outcome: crate::machine::PeerDial },
 }
 
 /// What an executor sends the writer task: `(link generation, message)`, the coordinator
@@ -279,7 +281,8 @@ struct Node {
     replicas: BTreeMap<PartitionId, ReplicaHandle>,
     /// Set once the node is shutting down.
     stopping: watch::Sender<bool>,
-    /// To the writer task: acknowledgements from backups (the reader carries its own effects).
+    /// To the writer task: acknowledgements from backups and how their links' dials ended
+    /// (the reader carries its own effects).
     events: mpsc::Sender<OutboxEvent>,
     /// The node's link-side decisions (routing, ship gates, heartbeats, reconnection), shared
     /// by the link's reader and writer; held only for a synchronous call.
@@ -293,8 +296,8 @@ struct Node {
     /// Set once the first coordinator link is up: until then what the executors send waits
     /// in their queue (a load report must not be lost to a link not yet made).
     first_link: watch::Sender<bool>,
-    /// Encoded shipments to each backup node's link.
-    peers: Mutex<BTreeMap<NodeId, mpsc::Sender<Arc<Vec<u8>>>>>,
+    /// Each backup node's link, as the writer task queues shipments on it.
+    peers: Mutex<BTreeMap<NodeId, backup_links::PeerQueue>>,
     /// This node, for tasks started later (links to rejoining backups).
     me: std::sync::Weak<Node>,
 }

@@ -27,7 +27,6 @@ use wire::config::{ClusterConfig, PartitionConfig};
 use wire::endpoint::{self, EndpointLimits, Listener};
 use wire::messages::{LoadState, NodeId, PartitionId};
 
-use super::backup_links::open_peer;
 use super::coordinator_links::coordinator_links;
 use super::server::serve_tools;
 use super::{
@@ -151,11 +150,9 @@ pub async fn run(
         me: me.clone(),
     });
 
-    // A link to every node backing up a partition this node is primary of.
-    let backups: std::collections::BTreeSet<NodeId> = node.machine().backups().into_values().flatten().collect();
-    for backup in backups {
-        open_peer(&node, backup);
-    }
+    // A link to every node backing up a partition this node is primary of (nothing of it
+    // waits: no coordinator link is up yet).
+    let _ = super::coordinator_links::carry(&node, |m, _| m.start()).await;
     let mut link_task = tokio::spawn(coordinator_links(node.clone(), from_executors, events_rx));
     let tools_task = tokio::spawn(serve_tools(node.clone(), listener));
     if let Some(listener) = metrics {

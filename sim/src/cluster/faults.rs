@@ -178,6 +178,11 @@ impl Sim {
         let n = &self.nodes[&node];
         n.up && self.leader().is_some_and(|(c, _)| n.links.get(&c).is_some_and(|l| !l.alive))
     }
+    /// Whether a running process has a link to a backup's node that is not up (its dials
+    /// failed so far: what it ships waits on the link until a redial reaches the backup).
+    pub fn is_redialing_a_backup(&self) -> bool {
+        self.nodes.values().any(|n| n.up && n.machine.peers().any(|(_, s)| s != node::machine::PeerState::Up))
+    }
     /// Whether `node` may be restarted: the coordinator counts it failed.
     pub fn can_restart(&self, node: NodeId) -> bool {
         self.leader().is_some_and(|(_, c)| !c.is_node_live(node))
@@ -218,12 +223,15 @@ impl Sim {
         n.machine = machine;
         n.partitions.clear();
         n.peers.clear();
+        n.listening_from_us = now;
         let (mode, pending) = (self.mode, self.pending_max);
         for (p, _) in roles {
             let (m, effects) = Partition::rejoining(mode, node, p, pending);
             self.node_mut(node).partitions.insert(p, digesting(m));
             self.perform_partition(node, p, effects);
         }
+        let effects = self.node_mut(node).machine.start();
+        self.perform(node, effects);
         for c in self.coordinator_ids() {
             self.connected(node, c);
         }

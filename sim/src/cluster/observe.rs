@@ -52,6 +52,9 @@ pub struct SimStats {
     pub promotions: u64,
     /// Coordinator links a node's machine re-established after a drop.
     pub reconnects: u64,
+    /// Dials of a backup's node that failed (its process down, or not listening yet): the
+    /// node machine dials again.
+    pub peer_dials_failed: u64,
     /// Restart recoveries of a node's full-stack database (from its own log, or over an
     /// image).
     pub recoveries: u64,
@@ -104,6 +107,7 @@ impl SimStats {
         self.messages_lost += other.messages_lost;
         self.promotions += other.promotions;
         self.reconnects += other.reconnects;
+        self.peer_dials_failed += other.peer_dials_failed;
         self.recoveries += other.recoveries;
         self.base_backups += other.base_backups;
         self.fetches += other.fetches;

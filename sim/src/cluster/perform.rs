@@ -5,10 +5,14 @@
 //!   link that is down, as in the process);
 //! - a coordinator message for a partition runs its machine at once (an executor's inbox
 //!   that always has room);
-//! - a shipment reaches a backup only on the peer link its primary's process opened, to that
-//!   backup's process; a backup's queue is the shipments in flight or held to it, bounded by
-//!   `node::carrier::PEER_QUEUE_MAX` as the process's link queue is;
-//! - a dial is answered at once: the link is up if the coordinator runs, else the dial failed;
+//! - a shipment reaches a backup only on the peer link its primary's process opened, to the
+//!   backup's process that link's dial reached; while the link is not up (its last dial
+//!   failed: the backup's process was down) shipments wait on it and go out, in order, once a
+//!   redial reaches the backup; a backup's queue is the shipments held or in flight to it,
+//!   bounded by `node::carrier::PEER_QUEUE_MAX` as the process's link queue is;
+//! - a dial (of a coordinator or of a backup's node) is answered at once: the link is up if
+//!   the peer's process runs (and, for a node, listens: at the cluster's start a process may
+//!   listen late), else the dial failed;
 //! - a full-stack restart recovery runs on the node's simulated disk;
 //! - a fetch is scheduled (`transfer`) after the delay the machine asked for.
 //!
@@ -19,12 +23,12 @@
 use node::carrier::{NodeLinks, PartitionLinks, Queued};
 use node::error::{RejoinError, ReplicaError};
 use node::fullstack::{FullStack, Restart};
-use node::machine::{Began, Effect, FetchKind, NodeEffect, NodeMachine};
+use node::machine::{Began, Effect, FetchKind, NodeEffect, NodeMachine, PeerDial};
 use node::replica::Emit;
 use wire::channel::{ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerReply};
 use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment, StateDigest};
 
-use super::{Partition, PeerAddr, PendingFetch, Sim};
+use super::{Partition, PeerAddr, PendingFetch, Sim, SimPeer};
 use crate::error::Violation;
 use crate::net::{Carried, Envelope, PeerMsg};
 
@@ -71,31 +75,70 @@ impl NodeLinks for NodeWorld<'_> {
         sim.trace_line(|| format!("node {node} ships p{} batch {} to {backups:?}", shipment.partition, shipment.seq));
         let from_process = sim.nodes[&node].process;
         for &b in backups {
-            let reached = sim.nodes[&node].peers.get(&b).copied();
-            let to = &sim.nodes[&b];
-            if to.up && reached == Some(to.process) {
-                let link = to.process;
-                let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
-                sim.net.send(Envelope { node: b, link, msg });
-                let on_link = |e: &Envelope| {
-                    e.node == b
-                        && e.link == link
-                        && matches!(&e.msg, Carried::Peer { from, from_process: p, msg: PeerMsg::Ship(_) }
-                            if *from == node && *p == from_process)
-                };
-                queued.push((b, Queued::Holds(sim.net.count(on_link))));
-            } else {
-                // The link to the backup's process is gone: its task ended.
-                sim.trace_line(|| format!("node {node} lost its link to backup {b}"));
-                queued.push((b, Queued::Lost));
-            }
+            let to = (sim.nodes[&b].up, sim.nodes[&b].process);
+            let q = match sim.node_mut(node).peers.get_mut(&b) {
+                // Not up yet: queued on the link while it dials.
+                Some(SimPeer { reached: None, held, .. }) => {
+                    held.push(shipment.clone());
+                    Queued::Holds(held.len())
+                }
+                Some(SimPeer { reached: Some(process), .. }) if to == (true, *process) => {
+                    let link = *process;
+                    let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
+                    sim.net.send(Envelope { node: b, link, msg });
+                    let on_link = |e: &Envelope| {
+                        e.node == b
+                            && e.link == link
+                            && matches!(&e.msg, Carried::Peer { from, from_process: p, msg: PeerMsg::Ship(_) }
+                                if *from == node && *p == from_process)
+                    };
+                    Queued::Holds(sim.net.count(on_link))
+                }
+                // The link to the backup's process is gone (it ended, or was never opened).
+                _ => {
+                    sim.trace_line(|| format!("node {node} lost its link to backup {b}"));
+                    Queued::Lost
+                }
+            };
+            queued.push((b, q));
         }
     }
 
-    fn open_peer(&mut self, backup: NodeId) {
-        let to = &self.sim.nodes[&backup];
-        let process = if to.up { to.process } else { 0 };
-        self.sim.node_mut(self.node).peers.insert(backup, process);
+    fn open_peer(&mut self, backup: NodeId, generation: u64) {
+        let link = SimPeer { generation, reached: None, held: Vec::new() };
+        self.sim.node_mut(self.node).peers.insert(backup, link);
+        self.dial_peer(backup, generation);
+    }
+
+    /// Answered at once: up if the backup's process runs (the shipments queued meanwhile go
+    /// out, in order), else the dial failed.
+    fn dial_peer(&mut self, backup: NodeId, generation: u64) {
+        let (sim, node) = (&mut *self.sim, self.node);
+        let b = &sim.nodes[&backup];
+        let to = (b.up && sim.now_us >= b.listening_from_us, b.process);
+        let from_process = sim.nodes[&node].process;
+        let Some(link) = sim.node_mut(node).peers.get_mut(&backup).filter(|l| l.generation == generation) else {
+            return;
+        };
+        let outcome = if to.0 {
+            link.reached = Some(to.1);
+            for shipment in std::mem::take(&mut link.held) {
+                let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment) };
+                sim.net.send(Envelope { node: backup, link: to.1, msg });
+            }
+            PeerDial::Up
+        } else {
+            sim.trace_line(|| format!("node {node} cannot reach backup {backup}"));
+            sim.stats.peer_dials_failed += 1;
+            PeerDial::Unreachable
+        };
+        let now = sim.now_us;
+        let effects = sim.node_mut(node).machine.on_peer_dial(backup, generation, outcome, now);
+        sim.perform(node, effects);
+    }
+
+    fn close_peer(&mut self, backup: NodeId) {
+        self.sim.node_mut(self.node).peers.remove(&backup);
     }
 
     fn dial(&mut self, coordinator: CoordinatorId) {

@@ -81,7 +81,15 @@ pub struct Faults {
     pub restart_per_10k: u64,
     /// A coordinator crashes or is cut off from the others (with three or more).
     pub coordinator_per_10k: u64,
+    /// A node's process, at the cluster's start, listens for other nodes only after
+    /// [`LATE_LISTEN_US_MAX`] at most (processes start in any order): a primary's first dials
+    /// of it fail, and the node machine dials again.
+    pub late_listen_per_10k: u64,
 }
+
+/// How late, at most, a node's process starts listening for other nodes at the cluster's
+/// start ([`Faults::late_listen_per_10k`]): two of the node machine's redial periods.
+pub const LATE_LISTEN_US_MAX: u64 = 2 * node::machine::CONNECT_RETRY_MS * 1_000;
 
 impl Faults {
     /// No faults at all.
@@ -92,6 +100,7 @@ impl Faults {
         mute_per_10k: 0,
         restart_per_10k: 0,
         coordinator_per_10k: 0,
+        late_listen_per_10k: 0,
     };
     /// Reordering, duplication and delays, no node faults.
     pub const NETWORK: Faults = Faults { net: NetFaults::ADVERSARIAL, ..Faults::NONE };
@@ -104,6 +113,9 @@ impl Faults {
         mute_per_10k: 6,
         restart_per_10k: 60,
         coordinator_per_10k: 8,
+        // Rare: a failed dial stalls a sync primary for a redial period, most of a run's
+        // fault phase.
+        late_listen_per_10k: 500,
     };
 
     pub(super) fn any_node_faults(&self) -> bool {
