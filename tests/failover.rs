@@ -411,6 +411,55 @@ fn a_tool_stopped_mid_copy_does_not_hold_up_a_rejoin() {
     check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
 }
 
+/// Attack, "a peer that never reads", in active-passive with synchronous shipping: node 2 is
+/// stopped (SIGSTOP), so partition 1's backup reads none of its shipments and partition 2's
+/// primary goes silent. The leader counts it failed, promotes node 1's replica of partition 2
+/// and drops node 2 from partition 1's shipping; node 1's machine then closes its link to
+/// node 2 (docs/design.md §14), so nothing stays queued for, or blocked on, a backup that
+/// reads nothing, and the cluster goes on committing on node 1 alone. Continued, node 2
+/// finds it was counted failed and rejoins both partitions; the digests agree again.
+#[test]
+fn a_backup_that_stops_reading_is_dropped_and_rejoins_when_continued() {
+    let _machine = one_cluster_at_a_time();
+    let dir = scratch("failover-stopped-backup");
+    let config = quick_cluster(&dir);
+    let toml =
+        std::fs::read_to_string(&config).unwrap().replace("mode = \"active-active\"", "mode = \"active-passive\"");
+    assert!(toml.contains("mode = \"active-passive\"") && toml.contains("shipping = \"sync\""), "{toml}");
+    std::fs::write(&config, toml).unwrap();
+    let _guard = Teardown(config.clone());
+    let cfg = config.to_str().unwrap();
+    let bench = ["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--quiet", "--inflight", "8"];
+    let o = glass(&["cluster", "up", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = glass(&bench);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let mut s = String::new();
+    std::fs::File::open(dir.join("run/node-2.pid")).unwrap().read_to_string(&mut s).unwrap();
+    let node_2 = s.trim().to_string();
+    assert!(Command::new("kill").args(["-STOP", &node_2]).status().unwrap().success());
+    wait_for_log(&dir.join("run/coordinator.log"), "node 2 failed", 1, Duration::from_secs(20));
+    let primary_log = dir.join("run/node-1.log");
+    wait_for_log(&primary_log, "its link is closed", 1, Duration::from_secs(20));
+    // Node 1 alone: partition 1 no longer waits for node 2, partition 2 is promoted.
+    let json = dir.join("alone.json");
+    let mut alone = bench.to_vec();
+    alone.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let o = glass(&alone);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(v["committed"].as_u64().unwrap() > 0, "node 1 alone commits: {v}");
+
+    assert!(Command::new("kill").args(["-CONT", &node_2]).status().unwrap().success());
+    wait_for_log(&dir.join("run/node-2.log"), "rejoined", 2, Duration::from_secs(60));
+    let o = glass(&["check", "--config", cfg]);
+    let out = text(&o);
+    assert!(o.status.success() && !out.contains("DIFFER"), "{out}");
+    let o = glass(&["cluster", "down", "--config", cfg]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 /// Issue 6, logless rejoin "a restarted node (or a new one)": a spare node the file places
 /// no replica on (so `cluster up` leaves it alone) joins partition 1 of a running
 /// active-active cluster with `glass node --join 1`: it copies a live replica, executes

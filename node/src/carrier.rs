@@ -69,7 +69,7 @@ pub trait NodeLinks {
     fn open_peer(&mut self, backup: NodeId, generation: u64);
     /// Dials the link to backup `backup` again, if it is still the link of `generation`.
     fn dial_peer(&mut self, backup: NodeId, generation: u64);
-    /// Closes the link to backup `backup` (what is queued on it may still be sent).
+    /// Closes the link to backup `backup`; what is queued on it is dropped.
     fn close_peer(&mut self, backup: NodeId);
     /// Dials coordinator `coordinator`; the outcome goes to [`NodeMachine::on_link_up`] or
     /// [`NodeMachine::on_dial_failed`].

@@ -10,8 +10,9 @@
 //! in the order the backup sent them; a backup is dialled when the node machine says so
 //! (`NodeEffect::OpenPeer`, `NodeEffect::DialPeer`: at first, then [`CONNECT_RETRY_MS`] after
 //! each failed dial), and each dial's outcome goes back to the machine
-//! (`NodeMachine::on_peer_dial`); a link the machine closes, or replaces, ends once what was
-//! queued on it is sent.
+//! (`NodeMachine::on_peer_dial`); a link the machine closes, or replaces, ends at once — a
+//! send blocked on a backup that does not read included — and what was queued on it is
+//! dropped.
 //!
 //! [`ShipGate`]: crate::shipping::ShipGate
 
@@ -126,7 +127,7 @@ pub(super) fn open_peer(node: &Node, backup: NodeId, generation: u64) {
     let Some(me) = node.me.upgrade() else { return };
     tokio::spawn(async move {
         if let Some(link) = dial_backup(&me, backup, generation, &mut dials).await {
-            peer_link(me, backup, link, rx).await;
+            peer_link(me, backup, link, rx, dials).await;
         }
     });
 }
@@ -141,10 +142,12 @@ pub(super) fn dial_peer(node: &Node, backup: NodeId, generation: u64) {
     }
 }
 
-/// Closes the link to backup node `backup`: its task ends once what is queued is sent (or
-/// at once, if it is not up).
+/// Closes the link to backup node `backup`: its task ends at once, and what is queued on it
+/// is dropped.
 pub(super) fn close_peer(node: &Node, backup: NodeId) {
-    node.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&backup);
+    if node.peers.lock().unwrap_or_else(|e| e.into_inner()).remove(&backup).is_some() {
+        info!(backup, "no partition ships to the backup any more; its link is closed");
+    }
 }
 
 /// Copies the gates' lag figures to their replicas' shared state.
@@ -160,7 +163,15 @@ pub(super) fn publish_gates(node: &Node, machine: &NodeMachine) {
 
 /// The link to backup node `peer`, once up: sends the shipments queued on `rx`, and hands
 /// its acknowledgements to the writer task.
-async fn peer_link(node: Arc<Node>, peer: NodeId, link: Link, mut rx: mpsc::Receiver<Arc<Vec<u8>>>) {
+/// It ends at once when the node machine closes or replaces the link (its [`PeerQueue`] is
+/// dropped), a send blocked on a backup that does not read included.
+async fn peer_link(
+    node: Arc<Node>,
+    peer: NodeId,
+    link: Link,
+    mut rx: mpsc::Receiver<Arc<Vec<u8>>>,
+    mut dials: mpsc::Receiver<()>,
+) {
     let (mut sender, mut receiver) = link.split();
     let events = node.events.clone();
     let reader = tokio::spawn(async move {
@@ -187,19 +198,29 @@ async fn peer_link(node: Arc<Node>, peer: NodeId, link: Link, mut rx: mpsc::Rece
             }
         }
     });
+    // Ends when the link's `PeerQueue` is dropped (a dial asked for after it came up is moot).
+    let closed = async { while dials.recv().await.is_some() {} };
+    tokio::pin!(closed);
     loop {
         let frame = tokio::select! {
             f = rx.recv() => match f {
                 Some(f) => f,
                 None => break,
             },
+            () = &mut closed => break,
             () = node.stopped() => break,
         };
-        if let Err(e) = sender.send_encoded(&frame).await {
-            if !*node.stopping.borrow() {
-                error!(backup = peer, error = %e, "the link to the backup failed");
+        tokio::select! {
+            sent = sender.send_encoded(&frame) => if let Err(e) = sent {
+                if !*node.stopping.borrow() {
+                    error!(backup = peer, error = %e, "the link to the backup failed");
+                }
+                break;
+            },
+            () = &mut closed => {
+                debug!(backup = peer, "the link to the backup is closed while a shipment waits for it to read");
+                break;
             }
-            break;
         }
     }
     reader.abort();
