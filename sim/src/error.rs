@@ -126,6 +126,9 @@ pub enum Violation {
     /// An invariant checked at every step broke (docs/design.md §14).
     #[error("step {step}: {invariant}: {detail}")]
     Invariant { step: u64, invariant: crate::cluster::Invariant, detail: String },
+    /// A membership names a replica more than once.
+    #[error("node {node}: partition {partition}'s membership names a replica twice: {live:?}")]
+    MembershipRepeats { node: NodeId, partition: PartitionId, live: Vec<NodeId> },
     /// A coordinator's carrier asked its process to stop (its state could not be stored).
     #[error("coordinator {coordinator} stopped: {reason}")]
     CoordinatorStopped { coordinator: wire::messages::CoordinatorId, reason: String },

@@ -465,10 +465,13 @@ impl Partition {
         self.joining.iter().map(|(n, _)| *n).filter(move |_| active)
     }
 
-    /// The live replicas: the executing ones (the primary, in the passive modes), then the
-    /// backups.
+    /// The live replicas, each once: the executing ones (the primary, in the passive modes),
+    /// then the backups (a backup being promoted is named where it is first found: a new
+    /// leader that re-issues a take-over's promotion holds it both as executing and as
+    /// confirming).
     fn members(&self) -> impl Iterator<Item = NodeId> + '_ {
         let confirming = self.passive().into_iter().flat_map(|s| s.confirming.iter().map(|c| c.0));
-        self.agreement.live().iter().chain(self.backups()).copied().chain(confirming)
+        let mut named = std::collections::BTreeSet::new();
+        self.agreement.live().iter().chain(self.backups()).copied().chain(confirming).filter(move |&n| named.insert(n))
     }
 }

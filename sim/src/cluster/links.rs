@@ -273,6 +273,12 @@ impl Sim {
                 ) {
                     self.trace_line(|| format!("node {} gets {msg:?} from coordinator {from}", e.node));
                 }
+                if let CoordinatorToNode::Membership { partition, live, .. } = &msg {
+                    if live.iter().collect::<std::collections::BTreeSet<_>>().len() != live.len() {
+                        let (node, partition, live) = (e.node, *partition, live.clone());
+                        self.violations.push(Violation::MembershipRepeats { node, partition, live });
+                    }
+                }
                 let effects = self.node_mut(e.node).machine.on_coordinator(from, epoch, msg);
                 self.perform(e.node, effects);
             }
