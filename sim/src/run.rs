@@ -92,6 +92,9 @@ pub struct SeedReport {
     /// Acknowledged NewOrders and Payments lost in an async-shipping failover (the promoted
     /// backup had not applied them): 0 unless shipping is async.
     pub acks_lost_async: u64,
+    /// Acknowledged NewOrders found under another order number after such a failover (see
+    /// [`check::acknowledged_present`]): 0 unless shipping is async.
+    pub acks_renumbered_async: u64,
     /// Such a failover lost batches, so the consistency conditions across partitions were
     /// not required of this run.
     pub consistency_waived: bool,
@@ -180,7 +183,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         return Err(fail(&sim, e.to_string()));
     }
     let checked = check_healed(&mut sim);
-    let Checked { digests, acks_checked, acks_lost_async, consistency_waived } =
+    let Checked { digests, acks_checked, acks_lost_async, acks_renumbered_async, consistency_waived } =
         checked.map_err(|e| fail(&sim, e.to_string()))?;
     let count = |f: fn(&ClientResult) -> bool| sim.count(f) as u64;
     let span = spans(&sim);
@@ -197,6 +200,7 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         failed: count(|r| matches!(r, ClientResult::Failed { .. })),
         acks_checked,
         acks_lost_async,
+        acks_renumbered_async,
         consistency_waived,
         digests,
         answer_log: sim.answer_log_digest(),
@@ -212,6 +216,8 @@ pub struct Checked {
     pub acks_checked: u64,
     /// Of those, lost in an async-shipping failover (see [`check::acknowledged_present`]).
     pub acks_lost_async: u64,
+    /// Of those, NewOrders found under another order number (the same place).
+    pub acks_renumbered_async: u64,
     /// An async-shipping failover lost batches, so the consistency conditions across
     /// partitions were not required.
     pub consistency_waived: bool,
@@ -243,7 +249,13 @@ pub fn check_healed(sim: &mut Sim) -> Result<Checked, SimError> {
         check::consistency(sim)?;
         check::stock_agrees_with_order_lines(sim)?;
     }
-    Ok(Checked { digests, acks_checked: acked.checked, acks_lost_async: acked.lost_async, consistency_waived: waived })
+    Ok(Checked {
+        digests,
+        acks_checked: acked.checked,
+        acks_lost_async: acked.lost_async,
+        acks_renumbered_async: acked.renumbered_async,
+        consistency_waived: waived,
+    })
 }
 
 /// The liveness phase: no more faults; every failed node is restarted once the coordinator

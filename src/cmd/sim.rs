@@ -226,7 +226,7 @@ fn summarise(
 ) -> Result<ExitCode> {
     let mut totals = SimStats::default();
     let (mut committed, mut aborted, mut refused, mut unknown, mut acks) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let (mut acks_lost, mut waived) = (0u64, 0u64);
+    let (mut acks_lost, mut acks_renumbered, mut waived) = (0u64, 0u64, 0u64);
     let (mut committed_multi, mut committed_single, mut multi_requests) = (0u64, 0u64, 0u64);
     let mut failures = Vec::new();
     let ran = results.len() as u64;
@@ -243,6 +243,7 @@ fn summarise(
                 unknown += r.outcome_unknown;
                 acks += r.acks_checked;
                 acks_lost += r.acks_lost_async;
+                acks_renumbered += r.acks_renumbered_async;
                 waived += u64::from(r.consistency_waived);
             }
             Err(f) => {
@@ -267,7 +268,7 @@ fn summarise(
         "multi-partition  {committed_multi} committed of {multi_requests} requests spanning partitions ({committed_single} single-partition commits)"
     );
     println!(
-        "acks verified    {acks} acknowledged NewOrders and Payments looked up in the final state: {} found, {acks_lost} lost in async-shipping failovers (allowed only there, each in a promotion's window)",
+        "acks verified    {acks} acknowledged NewOrders and Payments looked up in the final state: {} found ({acks_renumbered} of them NewOrders under another order number, run again after an async-shipping failover lost an earlier one of their district), {acks_lost} lost in async-shipping failovers (allowed only there, each in a promotion's window)",
         acks - acks_lost
     );
     if waived > 0 {

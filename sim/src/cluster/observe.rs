@@ -285,6 +285,20 @@ impl Sim {
         })
     }
 
+    /// Whether the transaction at `ts` was sent again, in `partition`, by a later leader
+    /// after its first execution lay in a promotion's window (async shipping: the promoted
+    /// backup had not applied that batch). It then ran again from a state without the
+    /// window's earlier batches, so its outputs may differ from those its client was given.
+    pub fn renumbered_in_failover(&self, partition: PartitionId, ts: wire::messages::Timestamp) -> bool {
+        let Some(&(seq, sent_in)) = self.batch_of.get(&(partition, ts)) else { return false };
+        self.asynchronous()
+            && self.resent.contains(&(partition, ts))
+            && self
+                .promotions
+                .iter()
+                .any(|&(epoch, p, applied_seq, _)| p == partition && applied_seq < seq && epoch > sent_in)
+    }
+
     fn asynchronous(&self) -> bool {
         self.config.replication.answers_may_outrun_backups()
     }
