@@ -172,19 +172,17 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
         // Async shipping: a transaction the failed primary answered and the promoted backup
         // had not applied is lost by design — allowed, and counted, only if its batch lies in
         // such a promotion's window.
-        let lost = |key: Ack| {
-            asynchronous && ts_of.get(&key).is_some_and(|ts| ts.iter().any(|&ts| sim.lost_in_failover(partition, ts)))
+        let any_ts = |key: Ack, f: fn(&Sim, PartitionId, wire::messages::Timestamp) -> bool| {
+            asynchronous && ts_of.get(&key).is_some_and(|ts| ts.iter().any(|&ts| f(sim, partition, ts)))
         };
+        let lost = |key: Ack| any_ts(key, Sim::lost_in_failover);
         // Async shipping: a transaction a later leader sent again after its first execution
         // lay in such a window runs again from a state that lost the window's earlier
         // batches, so its answer's numbers may differ from the ones its client was given
         // (a NewOrder's order number: an earlier NewOrder of its district was lost). It
         // counts as found if its order is there under another number — the same customer,
         // the same entry date.
-        let renumbered = |key: Ack| {
-            asynchronous
-                && ts_of.get(&key).is_some_and(|ts| ts.iter().any(|&ts| sim.renumbered_in_failover(partition, ts)))
-        };
+        let renumbered = |key: Ack| any_ts(key, Sim::renumbered_in_failover);
         for &ack in &gone.new_orders {
             if lost(Ack::NewOrder(ack)) {
                 acked.lost_async += 1;
