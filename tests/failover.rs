@@ -366,6 +366,37 @@ fn a_damaged_rejoin_copy_is_rejected_and_fetched_again() {
     check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
 }
 
+/// Issue 36, "every protocol timeout is a named timeout in the machine's tick", on real
+/// processes: the live replica's node hangs the first copy it serves after its first chunk,
+/// the stream left open (`GLASS_FAULTS=stall-snapshot`). The rejoining partition's machine
+/// hears nothing more of that fetch for its patience (`timeouts.transfer_patience_ms`, 1.5 s
+/// here), abandons it — its thread stops and its connection closes, which ends the stalled
+/// copy on the source — and fetches again; the node rejoins with its peer's digest.
+#[test]
+fn a_rejoin_copy_that_stalls_is_abandoned_and_fetched_again() {
+    let _machine = one_cluster_at_a_time();
+    let dir = scratch("failover-stalled-copy");
+    let config = quick_cluster(&dir);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("transfer_patience_ms = 30000", "transfer_patience_ms = 1500");
+    assert!(text.contains("transfer_patience_ms = 1500"), "{text}");
+    std::fs::write(&config, text).unwrap();
+    let _guard = Teardown(config.clone());
+    let cfg = config.to_str().unwrap();
+    up_and_kill_node_1(&dir, &config, &[("GLASS_FAULTS", "stall-snapshot")], false);
+
+    let log = dir.join("rejoin.log");
+    let joiner = rejoining_node(&config, &log);
+    wait_for_log(&log, "rejoined", 2, Duration::from_secs(60));
+    let joined = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(joined.matches("fetch abandoned").count(), 1, "{joined}");
+    assert_eq!(joined.matches("nothing of the transfer arrived for 1500 ms").count(), 1, "{joined}");
+    let source = std::fs::read_to_string(dir.join("run/node-2.log")).unwrap();
+    assert_eq!(source.matches("fault injected").count(), 1, "{source}");
+    check_equal_and_down(cfg, &["node 1", "node 2"], joiner);
+}
+
 /// Attack, "a tool that never reads": a `glass dump` copying a partition from the only live
 /// replica is stopped (SIGSTOP) mid-copy, so it reads nothing more; then the killed node
 /// rejoins. The rejoining node's request ends the tool's copy (docs/design.md §10, "Copying

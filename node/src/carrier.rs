@@ -28,11 +28,11 @@
 use std::collections::VecDeque;
 
 use wire::channel::{CoordinatorToNode, NodeToCoordinator, PeerReply};
-use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment, StateDigest};
+use wire::messages::{CoordinatorId, NodeId, PartitionId, Shipment, StateDigest};
 
 use crate::error::{RejoinError, ReplicaError};
 use crate::fullstack::{FullStack, Restart};
-use crate::machine::{Began, Effect, FetchKind, NodeEffect, NodeMachine, PartitionMachine};
+use crate::machine::{Began, Effect, FetchOrder, NodeEffect, NodeMachine, PartitionMachine};
 use crate::replica::Emit;
 
 /// Shipments a primary queues for one backup's link before it drops that backup from
@@ -137,10 +137,12 @@ pub trait PartitionLinks<R> {
     fn emit(&mut self, emitted: Emit);
     /// A reply to the peer `to` that sent a shipment.
     fn reply(&mut self, to: R, msg: PeerReply);
-    /// Starts fetching the partition's starting state from node `source`, as of batch
-    /// `after_seq` or later, after `delay_ms`; the outcome goes to
-    /// [`PartitionMachine::on_fetched`]. `retrying` says why the last attempt failed.
-    fn fetch(&mut self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String>);
+    /// Starts fetching the partition's starting state as `order` says; what arrives so far
+    /// goes to [`PartitionMachine::on_fetch_progress`], the outcome to
+    /// [`PartitionMachine::on_fetched`], both under the order's id.
+    fn fetch(&mut self, order: FetchOrder);
+    /// Stops fetch `id` (the machine no longer waits for it).
+    fn abandon_fetch(&mut self, id: u64);
     /// Restarts the partition's full-stack database as `restart` says.
     fn recover(&mut self, restart: &Restart) -> Result<FullStack, RejoinError>;
     /// The replica serves, from `start`, with starting state `digest`.
@@ -161,9 +163,8 @@ pub fn carry_partition<R: Clone, L: PartitionLinks<R> + ?Sized>(links: &mut L, e
         match effect {
             Effect::Emit(emitted) => links.emit(emitted),
             Effect::Reply { to, msg } => links.reply(to, msg),
-            Effect::Fetch { source, after_seq, kind, delay_ms, retrying } => {
-                links.fetch(source, after_seq, kind, delay_ms, retrying)
-            }
+            Effect::Fetch(order) => links.fetch(order),
+            Effect::AbandonFetch { id } => links.abandon_fetch(id),
             Effect::Recover { restart } => {
                 let recovered = links.recover(&restart);
                 let Some(m) = links.machine() else { return };
@@ -184,7 +185,7 @@ mod tests {
     //! is asked and answers a shipment as the test says; the machine is the real one.
 
     use wire::config::{ClusterConfig, Mode, Shipping};
-    use wire::messages::{Results, ShippedLog};
+    use wire::messages::{Results, Seq, ShippedLog};
 
     use super::*;
     use crate::replica::ReplicaRole;

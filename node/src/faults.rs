@@ -7,6 +7,10 @@
 //! - `corrupt-snapshot`: the first snapshot this process serves has one byte of its first
 //!   non-empty chunk flipped after the chunk's checksum was computed — what a damaged
 //!   transfer looks like to the receiver, which must reject the copy and fetch it again.
+//! - `stall-snapshot`: the first copy this process serves stops after its first chunk, its
+//!   stream left open, until the receiver goes away (or the copy's own receiver patience
+//!   passes) — a source hung mid-copy, as its joiner sees it: the joiner's machine must
+//!   abandon the fetch for its silence and fetch again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -19,7 +23,11 @@ pub const ENV: &str = "GLASS_FAULTS";
 #[derive(Debug, Default)]
 struct Faults {
     corrupt_snapshot: AtomicBool,
+    stall_snapshot: AtomicBool,
 }
+
+/// Every fault's name.
+const KNOWN: [&str; 2] = ["corrupt-snapshot", "stall-snapshot"];
 
 fn faults() -> &'static Faults {
     static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -27,11 +35,14 @@ fn faults() -> &'static Faults {
         let wanted = std::env::var(ENV).unwrap_or_default();
         let names: Vec<&str> = wanted.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
         for n in &names {
-            if *n != "corrupt-snapshot" {
+            if !KNOWN.contains(n) {
                 tracing::warn!(fault = n, "unknown fault in {ENV}; ignored");
             }
         }
-        Faults { corrupt_snapshot: AtomicBool::new(names.contains(&"corrupt-snapshot")) }
+        Faults {
+            corrupt_snapshot: AtomicBool::new(names.contains(&"corrupt-snapshot")),
+            stall_snapshot: AtomicBool::new(names.contains(&"stall-snapshot")),
+        }
     })
 }
 
@@ -49,4 +60,14 @@ pub fn corrupt_snapshot(chunks: &mut [SnapshotChunk]) -> bool {
         }
     }
     false
+}
+
+/// Whether the copy whose first chunk just went out stalls now (`stall-snapshot` armed; once
+/// per process). Logs that it does.
+pub fn stall_snapshot() -> bool {
+    if !faults().stall_snapshot.swap(false, Ordering::Relaxed) {
+        return false;
+    }
+    tracing::warn!("fault injected ({ENV}): a copy stalls after its first chunk");
+    true
 }

@@ -395,7 +395,9 @@ pub fn refusal(request_id: u64, partition: PartitionId, reason: String) -> Snaps
 
 // --- The receiving side.
 
-/// How long one snapshot chunk may take to arrive.
+/// How long one chunk of a tool's copy may take to arrive, and how long a copy's source
+/// waits for its receiver to take one (a rejoining partition's patience is its machine's:
+/// `PartitionMachine::tick`).
 pub const SNAPSHOT_CHUNK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a snapshot transfer brought.
@@ -462,7 +464,7 @@ pub async fn snapshot_into(
     db: &mut LeanDb,
     skip: &[TableId],
 ) -> Result<SnapshotInfo, TransferError> {
-    snapshot_after::<ToolChannel>(link, partition, 0, db, skip, &Default::default()).await
+    snapshot_after::<ToolChannel>(link, partition, 0, db, skip, SNAPSHOT_CHUNK_TIMEOUT, &|_| {}).await
 }
 
 /// What a full-stack primary's node sent for a rejoining backup: its log from its last
@@ -551,25 +553,28 @@ impl LogBaseReceiver {
 
 /// Asks the node at the other end of `link` (a full-stack primary's, dialled by a node: the
 /// peer channel) for its log base as of batch `after_seq` or later, headed by its checkpoint
-/// image if `checkpoint`, and collects the pieces ([`LogBaseReceiver`]). The records' own
-/// checksums are checked when applied, the image's when installed.
+/// image if `checkpoint`, and collects the pieces ([`LogBaseReceiver`]), telling `progress`
+/// the bytes of each. The records' own checksums are checked when applied, the image's when
+/// installed. A piece that takes longer than `guard` fails the transfer (the rejoining
+/// partition's machine abandons a silent fetch first: `PartitionMachine::tick`).
 pub async fn log_base(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
     checkpoint: bool,
-    received: &std::sync::atomic::AtomicU64,
+    guard: Duration,
+    progress: &dyn Fn(u64),
 ) -> Result<LogBaseReceived, TransferError> {
     let request_id = u64::from(partition) + 3_000;
     link.send(&PeerRequest::LogBaseRequest { request_id, partition, after_seq, checkpoint }).await?;
     let mut receiver = LogBaseReceiver::new(partition, link.peer_name(), after_seq, checkpoint);
     loop {
-        let piece = recv_matching(link, "a log base piece", SNAPSHOT_CHUNK_TIMEOUT, |m| match m {
+        let piece = recv_matching(link, "a log base piece", guard, |m| match m {
             PeerReply::LogBaseChunk(c) if c.request_id == request_id => Some(c),
             _ => None,
         })
         .await?;
-        received.fetch_add(piece.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        progress(piece.records.len() as u64);
         if let Some(base) = receiver.accept(piece)? {
             return Ok(base);
         }
@@ -690,24 +695,28 @@ impl SnapshotReceiver {
 }
 
 /// [`snapshot_into`] of the replica's state after batch `after_seq` or later (what a
-/// rejoining node asks for), on channel `C` (a tool's, or a node's: [`SnapshotChannel`]).
+/// rejoining node asks for), on channel `C` (a tool's, or a node's: [`SnapshotChannel`]),
+/// telling `progress` the bytes of each chunk. A chunk that takes longer than `guard` fails
+/// the transfer (a rejoining partition's machine abandons a silent fetch first).
+#[allow(clippy::too_many_arguments)]
 pub async fn snapshot_after<C: SnapshotChannel>(
     link: &mut Link,
     partition: PartitionId,
     after_seq: Seq,
     db: &mut LeanDb,
     skip: &[TableId],
-    received: &std::sync::atomic::AtomicU64,
+    guard: Duration,
+    progress: &dyn Fn(u64),
 ) -> Result<SnapshotInfo, TransferError> {
     let request_id = u64::from(partition) + 2_000;
     link.send(&C::snapshot_request(request_id, partition, after_seq)).await?;
     let mut receiver = SnapshotReceiver::new(partition, link.peer_name()).skipping(skip);
     loop {
-        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", SNAPSHOT_CHUNK_TIMEOUT, |m: C::Reply| {
+        let chunk: SnapshotChunk = recv_matching(link, "a snapshot chunk", guard, |m: C::Reply| {
             C::snapshot_chunk(m).filter(|c| c.request_id == request_id)
         })
         .await?;
-        received.fetch_add(chunk.rows_bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        progress(chunk.rows_bytes.len() as u64);
         if let Some(info) = receiver.accept(chunk, db)? {
             return Ok(info);
         }

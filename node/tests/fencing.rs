@@ -5,7 +5,7 @@
 
 use engine::loader::{load_database_scaled, Scale};
 use engine::LeanDb;
-use node::machine::{Effect, NodeEffect, NodeMachine, PartitionMachine, UNSENT_MAX};
+use node::machine::{Effect, FetchOrder, NodeEffect, NodeMachine, PartitionMachine, UNSENT_MAX};
 use node::replica::{Emit, ReplicaRole};
 use node::Replica;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
@@ -245,14 +245,17 @@ fn a_rejoin_under_way_asks_the_new_leader_again() {
     let (mut m, first) = PartitionMachine::<NodeId>::rejoining(Mode::ActiveActive, ME, P, 64);
     assert!(matches!(&first[..], [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { .. }))]));
     let plan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 4 });
-    assert!(matches!(&plan[..], [Effect::Fetch { source: 2, .. }]));
+    let old = m.fetch_under_way().expect("a fetch under way");
+    assert!(matches!(&plan[..], [Effect::Fetch(FetchOrder { source: 2, id, .. })] if *id == old));
     let again = m.on_coordinator(CoordinatorToNode::TakeOver { epoch: 9 });
     assert!(matches!(
         &again[..],
-        [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: P }))]
+        [Effect::AbandonFetch { id }, Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: P }))]
+            if *id == old
     ));
-    // The old plan's copy, arriving late, is not installed.
-    let late = m.on_fetched(2, Err(node::error::RejoinError::Stale { got: 0, wanted: 3 }));
+    assert_eq!(m.fetch_under_way(), None);
+    // The old plan's fetch, failing late, is not retried.
+    let late = m.on_fetched(old, Err(node::error::RejoinError::Stale { got: 0, wanted: 3 }));
     assert!(late.is_empty(), "{late:?}");
 }
 

@@ -11,7 +11,7 @@ use engine::loader::{load_database_scaled, Scale};
 use engine::LeanDb;
 use node::error::RejoinError;
 use node::machine::{
-    Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS,
+    Began, Effect, FetchKind, FetchOrder, Fetched, PartitionMachine, Standing, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS,
 };
 use node::replica::{Emit, ReplicaRole, Store};
 use node::snapshot::{SnapshotInfo, SnapshotReceiver};
@@ -78,6 +78,11 @@ fn fetched(r: &mut Replica) -> Result<Fetched, RejoinError> {
     Ok(Fetched::Copy { db: Box::new(db), info })
 }
 
+/// The id of the fetch `m` has under way.
+fn fetching(m: &Machine) -> u64 {
+    m.fetch_under_way().expect("a fetch under way")
+}
+
 fn emitted(effects: &[Effect<NodeId>]) -> Vec<&NodeToCoordinator> {
     effects
         .iter()
@@ -101,14 +106,21 @@ fn a_rejoin_holds_batches_installs_the_copy_and_executes_them() {
     assert!(
         matches!(
             plan[..],
-            [Effect::Fetch { source: 2, after_seq: 4, kind: FetchKind::Copy, delay_ms: 0, retrying: None }]
+            [Effect::Fetch(FetchOrder {
+                source: 2,
+                after_seq: 4,
+                kind: FetchKind::Copy,
+                delay_ms: 0,
+                retrying: None,
+                ..
+            })]
         ),
         "{plan:?}"
     );
     assert_eq!(m.refusal().as_deref(), Some("rejoining"), "tools are refused meanwhile");
 
     let mut src = source(4);
-    let mut done = m.on_fetched(2, fetched(&mut src));
+    let mut done = m.on_fetched(fetching(&m), fetched(&mut src));
     done.extend(m.catch_up(usize::MAX, true));
     let msgs = emitted(&done);
     let results = result_seqs(&msgs);
@@ -134,16 +146,16 @@ fn a_source_that_dies_mid_copy_is_retried_then_given_up() {
         })))
     };
     for attempt in 2..=REJOIN_FETCH_ATTEMPTS {
-        let retry = m.on_fetched(2, died());
+        let retry = m.on_fetched(fetching(&m), died());
         match &retry[..] {
-            [Effect::Fetch { source: 2, after_seq: 4, delay_ms, retrying: Some(why), .. }] => {
+            [Effect::Fetch(FetchOrder { source: 2, after_seq: 4, delay_ms, retrying: Some(why), .. })] => {
                 assert_eq!(*delay_ms, CONNECT_RETRY_MS, "attempt {attempt}");
                 assert!(why.contains("closed") || why.contains("node 2"), "{why}");
             }
             other => panic!("attempt {attempt}: {other:?}"),
         }
     }
-    let gave_up = m.on_fetched(2, died());
+    let gave_up = m.on_fetched(fetching(&m), died());
     let told = |out: &[Effect<_>]| {
         matches!(
             out,
@@ -166,6 +178,69 @@ fn a_source_that_dies_mid_copy_is_retried_then_given_up() {
     assert!(m.on_coordinator(batch(5)).is_empty(), "a failed partition takes nothing more");
 }
 
+/// Issue 36, "every protocol timeout is a named timeout in the machine's tick": a fetch that
+/// brings nothing for the transfer's patience — counted from its order's delay, restarted by
+/// each piece that arrives — is abandoned and ordered again; the abandoned fetch's late
+/// outcome and progress change nothing; and the last attempt's silence gives the rejoin up,
+/// its fetch abandoned with it.
+#[test]
+fn a_fetch_that_brings_nothing_for_its_patience_is_abandoned_and_fetched_again() {
+    let patience_us = 1_000_000;
+    let (m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    let mut m = m.with_transfer_patience(patience_us / 1_000);
+    assert_eq!(m.next_deadline_us(), None, "nothing is timed before a plan");
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    let first = fetching(&m);
+    assert_eq!(m.next_deadline_us(), Some(0), "the patience starts at the next tick");
+    let t0 = 5_000_000;
+    assert!(m.tick(t0).is_empty());
+    assert_eq!(m.next_deadline_us(), Some(t0 + patience_us));
+    // A piece arrives: the patience starts again from it. A report that does not grow, or of
+    // another fetch, does not.
+    m.on_fetch_progress(first, 64 * 1024, t0 + 900_000);
+    m.on_fetch_progress(first, 64 * 1024, t0 + 1_500_000);
+    m.on_fetch_progress(first + 7, 1 << 20, t0 + 1_600_000);
+    assert_eq!(m.next_deadline_us(), Some(t0 + 900_000 + patience_us));
+    assert!(m.tick(t0 + 900_000 + patience_us - 1).is_empty(), "not a microsecond early");
+    let again = m.tick(t0 + 900_000 + patience_us);
+    let second = match &again[..] {
+        [Effect::AbandonFetch { id }, Effect::Fetch(FetchOrder { id: second, source: 2, after_seq: 4, delay_ms, retrying: Some(why), .. })]
+            if *id == first =>
+        {
+            assert_eq!(*delay_ms, CONNECT_RETRY_MS);
+            assert!(why.contains("nothing of the transfer arrived for 1000 ms"), "{why}");
+            *second
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_ne!(second, first);
+    let mut src = source(4);
+    assert!(m.on_fetched(first, fetched(&mut src)).is_empty(), "the abandoned fetch's late outcome is ignored");
+    assert!(matches!(m.standing(), Standing::Rejoining { .. }));
+    // The retry's patience counts from after its delay.
+    let t1 = t0 + 3_000_000;
+    assert!(m.tick(t1).is_empty());
+    assert_eq!(m.next_deadline_us(), Some(t1 + CONNECT_RETRY_MS * 1_000 + patience_us));
+    // Every attempt silent: the last one's patience gives the rejoin up.
+    let mut now = t1;
+    let mut gave_up = Vec::new();
+    for _ in 0..REJOIN_FETCH_ATTEMPTS {
+        now = m.next_deadline_us().expect("a fetch is watched");
+        gave_up = m.tick(now);
+        // The next tick starts the new fetch's patience.
+        m.tick(now);
+        if matches!(m.standing(), Standing::Failed { .. }) {
+            break;
+        }
+    }
+    assert!(
+        matches!(&gave_up[..], [Effect::AbandonFetch { .. }, Effect::Failed { reason }, Effect::Emit(_)]
+            if reason.contains("after 10 attempts") && reason.contains("nothing of the transfer arrived")),
+        "at {now}: {gave_up:?}"
+    );
+    assert_eq!(m.next_deadline_us(), None);
+}
+
 /// Issue 16, "a corrupt copy": the receiver rejects a chunk whose rows do not match its
 /// checksum; the machine fetches again, and the good copy is installed.
 #[test]
@@ -175,9 +250,12 @@ fn a_damaged_copy_is_rejected_and_fetched_again() {
     let mut src = source(2);
     let damaged = copy_of(&mut src, true).map(|_| unreachable!("a damaged chunk is refused")).unwrap_err();
     assert!(damaged.to_string().contains("checksum"), "{damaged}");
-    let retry = m.on_fetched(2, Err(RejoinError::Transfer(damaged)));
-    assert!(matches!(&retry[..], [Effect::Fetch { retrying: Some(why), .. }] if why.contains("checksum")), "{retry:?}");
-    let mut done = m.on_fetched(2, fetched(&mut src));
+    let retry = m.on_fetched(fetching(&m), Err(RejoinError::Transfer(damaged)));
+    assert!(
+        matches!(&retry[..], [Effect::Fetch(FetchOrder { retrying: Some(why), .. })] if why.contains("checksum")),
+        "{retry:?}"
+    );
+    let mut done = m.on_fetched(fetching(&m), fetched(&mut src));
     done.extend(m.catch_up(usize::MAX, true));
     assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 2, .. })));
     assert_eq!(m.replica_mut().unwrap().state_digest(), src.state_digest(), "the copy is the source's state");
@@ -194,7 +272,7 @@ fn a_joiner_catches_up_in_slices_and_rejoins_only_when_nothing_waits() {
         m.on_coordinator(batch(seq));
     }
     let mut src = source(4);
-    let mut out = m.on_fetched(2, fetched(&mut src));
+    let mut out = m.on_fetched(fetching(&m), fetched(&mut src));
     assert!(m.catching_up(), "eight batches held: more than the first slice");
     assert_eq!(m.refusal().as_deref(), Some("rejoining"), "not serving while it catches up");
     assert!(m.on_coordinator(batch(13)).is_empty(), "a batch arriving meanwhile is held");
@@ -234,9 +312,9 @@ fn a_stale_copy_is_refused_and_fetched_again() {
     let (mut m, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
     m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
     let mut old = source(3);
-    let retry = m.on_fetched(2, fetched(&mut old));
+    let retry = m.on_fetched(fetching(&m), fetched(&mut old));
     assert!(
-        matches!(&retry[..], [Effect::Fetch { retrying: Some(why), .. }] if why.contains("batch 3, before batch 8")),
+        matches!(&retry[..], [Effect::Fetch(FetchOrder { retrying: Some(why), .. })] if why.contains("batch 3, before batch 8")),
         "{retry:?}"
     );
     assert!(m.replica().is_none());
@@ -249,13 +327,17 @@ fn a_stale_copy_is_refused_and_fetched_again() {
 fn a_copy_from_a_replaced_source_is_dropped() {
     let (mut m, _) = Machine::rejoining(Mode::ActivePassive, ME, P, PENDING);
     m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 3 });
+    let first = fetching(&m);
     let replan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
-    assert!(matches!(replan[..], [Effect::Fetch { source: 2, after_seq: 4, .. }]));
+    assert!(
+        matches!(replan[..], [Effect::AbandonFetch { id }, Effect::Fetch(FetchOrder { source: 2, after_seq: 4, .. })] if id == first),
+        "the old plan's fetch is abandoned: {replan:?}"
+    );
     let mut deposed = source(4);
-    assert!(m.on_fetched(1, fetched(&mut deposed)).is_empty(), "the old source's copy is not used");
+    assert!(m.on_fetched(first, fetched(&mut deposed)).is_empty(), "the old source's copy is not used");
     assert!(m.replica().is_none());
     let mut new_primary = source(4);
-    let mut done = m.on_fetched(2, fetched(&mut new_primary));
+    let mut done = m.on_fetched(fetching(&m), fetched(&mut new_primary));
     done.extend(m.catch_up(usize::MAX, true));
     assert!(emitted(&done).iter().any(|m| matches!(m, NodeToCoordinator::Rejoined { snapshot_seq: 4, .. })));
     assert_eq!(m.replica().unwrap().role(), ReplicaRole::Backup, "a passive mode's rejoiner is a backup");
@@ -314,14 +396,17 @@ fn a_newer_plan_than_the_installed_copy_starts_the_rejoin_over() {
     let (mut m, _) = Machine::rejoining(Mode::ActivePassive, ME, P, PENDING);
     m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 3 });
     let mut old = source(2);
-    m.on_fetched(1, fetched(&mut old));
+    m.on_fetched(fetching(&m), fetched(&mut old));
     m.catch_up(usize::MAX, true);
     assert_eq!(m.standing(), Standing::Serving);
     let over = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
-    assert!(matches!(over[..], [Effect::Fetch { source: 2, after_seq: 8, .. }]), "{over:?}");
+    assert!(matches!(over[..], [Effect::Fetch(FetchOrder { source: 2, after_seq: 8, .. })]), "{over:?}");
     assert!(matches!(m.standing(), Standing::Rejoining { .. }));
     let late = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 9 });
-    assert!(matches!(late[..], [Effect::Fetch { .. }]), "a duplicate plan restarts the fetch: {late:?}");
+    assert!(
+        matches!(late[..], [Effect::AbandonFetch { .. }, Effect::Fetch(FetchOrder { .. })]),
+        "a duplicate plan restarts the fetch: {late:?}"
+    );
 }
 
 /// docs/design.md §10, "A full-stack backup that rejoins": the backup's own log follows its
@@ -369,8 +454,8 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
 
     let (mut m, _) = Machine::rejoining(Mode::FullStack, ME, P, PENDING);
     let plan = m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 1 });
-    assert!(matches!(plan[..], [Effect::Fetch { kind: FetchKind::LogBase, .. }]), "{plan:?}");
-    let restart = match &m.on_fetched(2, Ok(Fetched::LogBase(receive(None))))[..] {
+    assert!(matches!(plan[..], [Effect::Fetch(FetchOrder { kind: FetchKind::LogBase, .. })]), "{plan:?}");
+    let restart = match &m.on_fetched(fetching(&m), Ok(Fetched::LogBase(receive(None))))[..] {
         [Effect::Recover { restart: restart @ Restart::FollowBase { cut, .. } }] => {
             assert_eq!(*cut, engine::conventional::CutAt::Checkpoint, "the primary never was a backup");
             restart.clone()
@@ -383,7 +468,7 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
     assert!(refused.to_string().contains("does not reach the point"), "{refused}");
     let again = m.on_recovered(Err(RejoinError::Recovery(refused)));
     assert!(
-        matches!(&again[..], [Effect::Fetch { kind: FetchKind::BaseBackup, delay_ms: 0, retrying: Some(why), .. }]
+        matches!(&again[..], [Effect::Fetch(FetchOrder { kind: FetchKind::BaseBackup, delay_ms: 0, retrying: Some(why), .. })]
             if why.contains("checkpoint image")),
         "{again:?}"
     );
@@ -392,14 +477,14 @@ fn a_full_stack_backup_whose_log_cannot_follow_installs_the_primarys_checkpoint_
     let image = primary.log_base().unwrap().read(true).unwrap().1.expect("the checkpoint image");
     let mut damaged = image.clone();
     damaged[64] ^= 1;
-    let retry = m.on_fetched(2, Ok(Fetched::LogBase(receive(Some(&damaged)))));
+    let retry = m.on_fetched(fetching(&m), Ok(Fetched::LogBase(receive(Some(&damaged)))));
     assert!(
-        matches!(&retry[..], [Effect::Fetch { kind: FetchKind::BaseBackup, retrying: Some(why), .. }]
+        matches!(&retry[..], [Effect::Fetch(FetchOrder { kind: FetchKind::BaseBackup, retrying: Some(why), .. })]
             if why.contains("checksum")),
         "{retry:?}"
     );
 
-    let restart = match &m.on_fetched(2, Ok(Fetched::LogBase(receive(Some(&image)))))[..] {
+    let restart = match &m.on_fetched(fetching(&m), Ok(Fetched::LogBase(receive(Some(&image)))))[..] {
         [Effect::Recover { restart: restart @ Restart::Image(_) }] => restart.clone(),
         other => panic!("{other:?}"),
     };

@@ -92,11 +92,12 @@ pub struct PeerAddr {
 /// A partition's machine as the simulator drives it.
 type Partition = PartitionMachine<PeerAddr>;
 
-/// `machine`, taking the state digests a batch asks for from a copy stepped while it executes
-/// on, as a node process does: a lean replica's rows, or a full-stack replica's page image
-/// (which the simulator rebuilds in place once it is whole, where a node has a thread do it).
-fn digesting(machine: Partition) -> Partition {
-    machine.digesting_by_copy()
+/// `machine` as a node's executor equips it: taking the state digests a batch asks for from a
+/// copy stepped while it executes on (a lean replica's rows, or a full-stack replica's page
+/// image, which the simulator rebuilds in place once it is whole, where a node has a thread do
+/// it), and abandoning a fetch after `config`'s `timeouts.transfer_patience_ms`.
+fn equipped(machine: Partition, config: &ClusterConfig) -> Partition {
+    machine.digesting_by_copy().with_transfer_patience(config.timeouts.transfer_patience_ms)
 }
 
 /// A fetch a rejoining replica started (`node::machine::Effect::Fetch`), not yet completed.
@@ -104,6 +105,8 @@ fn digesting(machine: Partition) -> Partition {
 struct PendingFetch {
     /// The simulator's name for the fetch (its copy under way, if any, is filed under it).
     id: u64,
+    /// The partition machine's name for it (`node::machine::FetchOrder::id`).
+    order: u64,
     node: NodeId,
     /// The fetching process: a fetch dies with it.
     process: u64,
@@ -113,9 +116,6 @@ struct PendingFetch {
     kind: FetchKind,
     /// Not before this time (a retry's delay).
     at_us: u64,
-    /// The source is waited for until then, as the fetching thread waits for the first
-    /// chunk (`node::snapshot::SNAPSHOT_CHUNK_TIMEOUT`).
-    patience_until_us: u64,
 }
 
 /// A copy under way for a fetch (docs/design.md §10, "Copying without stopping"): the
@@ -128,6 +128,8 @@ struct InCopy {
     sender: node::snapshot::CopySender,
     receiver: node::snapshot::SnapshotReceiver,
     db: engine::LeanDb,
+    /// Chunks received so far (the joiner's machine hears of each: its patience).
+    chunks: u64,
 }
 
 /// A copy under way that takes a replica's state digest after batch `seq`, as a node's
@@ -361,7 +363,7 @@ impl Sim {
                 let r = Replica::with_role(n.id, pid, role, store, pending_max);
                 let state = wire::messages::LoadState::Ready { digest };
                 loaded.push((n.id, NodeToCoordinator::LoadStatus { partition: pid, state }));
-                partitions.insert(pid, digesting(Partition::serving(mode, r, pending_max)));
+                partitions.insert(pid, equipped(Partition::serving(mode, r, pending_max), config));
             }
             let peers = BTreeMap::new();
             let listening_from_us = if start_order.below(10_000) < faults.late_listen_per_10k {

@@ -44,6 +44,10 @@ fn a_fixed_set_of_seeds_survives_every_fault() {
     // Issue 35: copies taken while their source executed, racing its batches, and copies cut
     // mid-copy by a crash of the joiner or of the source (docs/design.md §10).
     assert!(totals.copies > seeds && totals.copies_raced > 0 && totals.copies_cut > 0, "{totals:?}");
+    // Issue 36: fetches that brought nothing for the joiner's patience (their source busy
+    // copying for another joiner, or behind the plan's batch), abandoned and ordered again
+    // by the joiner's machine (`PartitionMachine::tick`).
+    assert!(totals.fetches_out_of_patience > 0, "{totals:?}");
     // Issue 35: state digests asked for during the run, taken from copies that raced the
     // batches after theirs ("Checks during traffic").
     assert!(totals.digest_requests > seeds && totals.digest_copies_raced > 0, "{totals:?}");

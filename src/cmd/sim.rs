@@ -285,8 +285,8 @@ fn summarise(
         totals.nodes_down, totals.lagging, totals.restarts, totals.rejoins, totals.rejoins_given_up, totals.reconnects, totals.peer_dials_failed
     );
     println!(
-        "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up)",
-        totals.promotions, totals.recoveries, totals.base_backups, totals.fetches, totals.fetches_failed
+        "failover         {} promotions, {} restart recoveries (of them {} rejoining backups whose own log could not follow, over the primary's checkpoint image), {} starting-state fetches ({} failed and retried or given up, {} abandoned by the joiner, {} of them for its patience)",
+        totals.promotions, totals.recoveries, totals.base_backups, totals.fetches, totals.fetches_failed, totals.fetches_abandoned, totals.fetches_out_of_patience
     );
     println!(
         "copies           {} taken while their source executed ({} raced its batches), {} cut mid-copy by a crash, restart or rejoin",

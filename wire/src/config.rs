@@ -604,6 +604,10 @@ pub struct Timeouts {
     pub connect_timeout_ms: u64,
     /// Time a process waits for in-flight work to drain when shutting down, in milliseconds.
     pub shutdown_timeout_ms: u64,
+    /// Time a rejoining replica waits for the next piece of its starting state (a copy's
+    /// chunk, a log base's piece) before it abandons that fetch and fetches again, in
+    /// milliseconds.
+    pub transfer_patience_ms: u64,
 }
 
 impl Default for Timeouts {
@@ -614,6 +618,7 @@ impl Default for Timeouts {
             load_timeout_s: 600,
             connect_timeout_ms: 5_000,
             shutdown_timeout_ms: 5_000,
+            transfer_patience_ms: 30_000,
         }
     }
 }
@@ -849,6 +854,7 @@ impl ClusterConfig {
             ("timeouts.heartbeat_ms", self.timeouts.heartbeat_ms),
             ("timeouts.load_timeout_s", self.timeouts.load_timeout_s),
             ("timeouts.connect_timeout_ms", self.timeouts.connect_timeout_ms),
+            ("timeouts.transfer_patience_ms", self.timeouts.transfer_patience_ms),
         ] {
             if value == 0 {
                 return invalid(field, Problem::Zero);

@@ -811,6 +811,12 @@ impl LinkSender {
         close(&self.conn, code, reason);
     }
 
+    /// Resolves once the connection is closed, by either side or by its idle timeout (a
+    /// sender with nothing to send learns it here, not at its next send).
+    pub async fn closed(&self) {
+        self.conn.closed().await;
+    }
+
     /// The peer's Hello.
     pub fn peer_hello(&self) -> &Hello {
         &self.shared.peer_hello
@@ -890,6 +896,19 @@ impl LinkReceiver {
 }
 
 impl Link {
+    /// Closes the connection with [`CLOSE_NORMAL`] and `reason`, and waits (at most
+    /// [`LINGER_MS`]) until a dialler's endpoint has sent the close: for a dialler whose
+    /// runtime ends next, which would otherwise drop the close with it and leave the peer to
+    /// wait out its idle timeout.
+    pub async fn close_and_drain(self, reason: &str) {
+        self.sender.close(CLOSE_NORMAL, reason);
+        let endpoint = self.sender.shared.endpoint.clone();
+        drop(self);
+        if let Some(endpoint) = endpoint {
+            let _ = tokio::time::timeout(Duration::from_millis(LINGER_MS), endpoint.wait_idle()).await;
+        }
+    }
+
     /// Encodes `msg` (a message of the link's channel) as one frame and sends it.
     pub async fn send<M: ChannelMessage>(&mut self, msg: &M) -> Result<(), EndpointError> {
         self.sender.send(msg).await

@@ -34,8 +34,9 @@
 mod partition;
 
 pub use partition::{
-    base_restart, Asked, Began, Effect, FetchKind, Fetched, PartitionMachine, Standing, CATCH_UP_SLICE_BUSY,
-    CATCH_UP_SLICE_IDLE, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX,
+    base_restart, Asked, Began, Effect, FetchKind, FetchOrder, Fetched, PartitionMachine, Standing,
+    CATCH_UP_SLICE_BUSY, CATCH_UP_SLICE_IDLE, CONNECT_RETRY_MS, REJOIN_FETCH_ATTEMPTS, REJOIN_HELD_BATCHES_MAX,
+    TRANSFER_PATIENCE_MS,
 };
 
 use std::collections::BTreeMap;

@@ -9,7 +9,8 @@
 //!   from the live replica the plan names, verify it is recent enough, retry a failed fetch
 //!   [`REJOIN_FETCH_ATTEMPTS`] times [`CONNECT_RETRY_MS`] apart, give up past that or past
 //!   [`REJOIN_HELD_BATCHES_MAX`] held batches, install it, execute or apply what it held, and
-//!   report `Rejoined`;
+//!   report `Rejoined`; and abandon a fetch that brings nothing for the transfer's patience
+//!   ([`PartitionMachine::tick`], [`TRANSFER_PATIENCE_MS`]) and fetch again;
 //! - full stack: when restart recovery from the node's own log runs, and where its log is cut
 //!   first (the fork point of a promoted successor's copy of it), then what is applied on top;
 //!   and, when its own log cannot reach the point its primary's log base starts from, the
@@ -42,6 +43,26 @@ pub const REJOIN_HELD_BATCHES_MAX: usize = 65_536;
 pub const REJOIN_FETCH_ATTEMPTS: u32 = 10;
 /// Milliseconds between two attempts to reach a peer (a dial, a fetch).
 pub const CONNECT_RETRY_MS: u64 = 200;
+/// How long a fetch may bring nothing — no chunk of a copy, no piece of a log base — before
+/// the machine abandons it and fetches again, by default (`timeouts.transfer_patience_ms`).
+pub const TRANSFER_PATIENCE_MS: u64 = 30_000;
+
+/// A fetch of a rejoin's starting state, as the machine orders it ([`Effect::Fetch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchOrder {
+    /// The machine's name for this fetch: its outcome and progress are reported under it,
+    /// and those of a fetch the machine abandoned or replaced are ignored.
+    pub id: u64,
+    /// The node whose live replica is fetched from.
+    pub source: NodeId,
+    /// As of this batch or later.
+    pub after_seq: Seq,
+    pub kind: FetchKind,
+    /// Wait this long first (0 on the first attempt).
+    pub delay_ms: u64,
+    /// Why the last attempt failed, on a retry.
+    pub retrying: Option<String>,
+}
 
 /// What a rejoining replica fetches from the live replica its plan names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,10 +92,13 @@ pub enum Effect<R> {
     Emit(Emit),
     /// A reply to the peer that sent a shipment (its acknowledgement).
     Reply { to: R, msg: PeerReply },
-    /// Fetch the starting state from node `source`, as of batch `after_seq` or later, after
-    /// waiting `delay_ms` (0 on the first attempt; a retry says why the last one failed in
-    /// `retrying`); hand the outcome to [`PartitionMachine::on_fetched`].
-    Fetch { source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String> },
+    /// Fetch the starting state as `FetchOrder` says; report what arrives so far to
+    /// [`PartitionMachine::on_fetch_progress`] and hand the outcome to
+    /// [`PartitionMachine::on_fetched`], both under the order's id.
+    Fetch(FetchOrder),
+    /// Stop fetch `id` (it brought nothing for the transfer's patience, or a new plan or
+    /// leader replaced it); its outcome, should one still come, is ignored.
+    AbandonFetch { id: u64 },
     /// Restart this node's full-stack database as `restart` says (recovery from its own log,
     /// cut first to follow a primary's log base, or over the primary's checkpoint image:
     /// [`FullStack::restart_on`]); hand the outcome to [`PartitionMachine::on_recovered`].
@@ -147,6 +171,19 @@ enum Recovering {
     Resume { from_seq: Seq },
 }
 
+/// A fetch under way, watched for progress ([`PartitionMachine::tick`]).
+#[derive(Debug, Clone, Copy)]
+struct FetchWatch {
+    id: u64,
+    /// The fetch starts after this long (a retry's delay).
+    delay_us: u64,
+    /// What arrived so far, as the carrier last reported it (bytes, or any measure that grows
+    /// with each piece).
+    received: u64,
+    /// Abandoned if nothing more arrives by then; set at the first tick after the order.
+    patience_until_us: Option<u64>,
+}
+
 /// A rejoin under way.
 #[derive(Debug)]
 struct Rejoin<R> {
@@ -154,6 +191,8 @@ struct Rejoin<R> {
     plan: Option<(NodeId, Seq)>,
     /// Fetches started for the current plan.
     attempts: u32,
+    /// The fetch under way, if any.
+    fetch: Option<FetchWatch>,
     /// What the fetches of the current plan ask for.
     kind: FetchKind,
     held: Held<R>,
@@ -163,7 +202,7 @@ struct Rejoin<R> {
 
 impl<R> Default for Rejoin<R> {
     fn default() -> Self {
-        Rejoin { plan: None, attempts: 0, kind: FetchKind::Copy, held: Held::default(), recovering: None }
+        Rejoin { plan: None, attempts: 0, fetch: None, kind: FetchKind::Copy, held: Held::default(), recovering: None }
     }
 }
 
@@ -230,6 +269,10 @@ pub struct PartitionMachine<R> {
     /// Whether the replicas this machine installs take a state digest by a copy the carrier
     /// steps ([`Replica::set_digest_by_copy`], [`PartitionMachine::take_digest_copy`]).
     digest_by_copy: bool,
+    /// How long a fetch may bring nothing before it is abandoned, in microseconds.
+    transfer_patience_us: u64,
+    /// The id of the next fetch ordered.
+    next_fetch_id: u64,
 }
 
 /// A passive backup's fence during a coordinator take-over. The new leader builds on where
@@ -263,6 +306,8 @@ impl<R> PartitionMachine<R> {
             state: State::Serving(Box::new(replica)),
             fence: None,
             digest_by_copy: false,
+            transfer_patience_us: TRANSFER_PATIENCE_MS * 1_000,
+            next_fetch_id: 1,
         }
     }
 
@@ -278,6 +323,13 @@ impl<R> PartitionMachine<R> {
             State::CatchingUp(c) => c.replica.set_digest_by_copy(true),
             State::Rejoining(_) | State::Failed(_) => {}
         }
+        self
+    }
+
+    /// This machine, abandoning a fetch that brings nothing for `patience_ms` (the
+    /// configuration's `timeouts.transfer_patience_ms`; [`TRANSFER_PATIENCE_MS`] otherwise).
+    pub fn with_transfer_patience(mut self, patience_ms: u64) -> PartitionMachine<R> {
+        self.transfer_patience_us = patience_ms.saturating_mul(1_000);
         self
     }
 
@@ -316,6 +368,8 @@ impl<R> PartitionMachine<R> {
             state: State::Rejoining(Rejoin::default()),
             fence: None,
             digest_by_copy: false,
+            transfer_patience_us: TRANSFER_PATIENCE_MS * 1_000,
+            next_fetch_id: 1,
         };
         let ask = Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition }));
         (m, vec![ask])
@@ -330,8 +384,17 @@ impl<R> PartitionMachine<R> {
         pending_batches_max: usize,
         reason: String,
     ) -> PartitionMachine<R> {
-        let state = State::Failed(reason);
-        PartitionMachine { node, partition, mode, pending_batches_max, state, fence: None, digest_by_copy: false }
+        PartitionMachine {
+            node,
+            partition,
+            mode,
+            pending_batches_max,
+            state: State::Failed(reason),
+            fence: None,
+            digest_by_copy: false,
+            transfer_patience_us: TRANSFER_PATIENCE_MS * 1_000,
+            next_fetch_id: 1,
+        }
     }
 
     pub fn partition(&self) -> PartitionId {
@@ -565,11 +628,15 @@ impl<R> PartitionMachine<R> {
         let State::Rejoining(j) = &mut self.state else { unreachable!("called while rejoining") };
         match msg {
             CoordinatorToNode::RejoinPlan { source, from_seq, .. } => {
+                // A plan replacing one under way: its fetch may bring a state the new plan's
+                // source never had (docs/design.md §11).
+                let mut out: Vec<Effect<R>> =
+                    j.fetch.take().map(|w| Effect::AbandonFetch { id: w.id }).into_iter().collect();
                 j.plan = Some((source, from_seq));
                 j.attempts = 1;
                 j.kind = if own_log { FetchKind::LogBase } else { FetchKind::Copy };
-                let kind = j.kind;
-                vec![Effect::Fetch { source, after_seq: from_seq.saturating_sub(1), kind, delay_ms: 0, retrying: None }]
+                out.extend(self.order_fetch(0, None));
+                out
             }
             CoordinatorToNode::ResumeFromLog { from_seq, .. } if own_log => {
                 j.recovering = Some(Recovering::Resume { from_seq });
@@ -581,8 +648,12 @@ impl<R> PartitionMachine<R> {
             // A new leader knows nothing of the old one's plan, nor streams the batches it
             // promised: the rejoin starts over, asked of the new leader (docs/design.md §11).
             CoordinatorToNode::TakeOver { .. } => {
-                *j = Rejoin::default();
-                vec![Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition: self.partition }))]
+                let old = std::mem::take(j);
+                let mut out: Vec<Effect<R>> =
+                    old.fetch.map(|w| Effect::AbandonFetch { id: w.id }).into_iter().collect();
+                let partition = self.partition;
+                out.push(Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::RejoinRequest { partition })));
+                out
             }
             msg @ CoordinatorToNode::Batch(_) => {
                 j.held.batches += 1;
@@ -610,23 +681,24 @@ impl<R> PartitionMachine<R> {
         }
     }
 
-    /// The outcome of an [`Effect::Fetch`] from node `source`: a verified starting state is
-    /// installed (lean) or recovery is asked for (full stack); a failure is retried, or ends
-    /// the rejoin after [`REJOIN_FETCH_ATTEMPTS`] attempts. A completion for a partition no
-    /// longer rejoining (a late duplicate), or from a source the current plan does not name
-    /// (the coordinator planned again from a new primary: the old one's state may hold
-    /// batches the new one never executed), is dropped.
-    pub fn on_fetched(&mut self, source: NodeId, fetched: Result<Fetched, RejoinError>) -> Vec<Effect<R>>
+    /// The outcome of fetch `id` ([`Effect::Fetch`]): a verified starting state is installed
+    /// (lean) or recovery is asked for (full stack); a failure is retried, or ends the rejoin
+    /// after [`REJOIN_FETCH_ATTEMPTS`] attempts. The outcome of any fetch but the one under
+    /// way is dropped: a late duplicate, one abandoned for its silence, or one of a replaced
+    /// plan (the coordinator planned again from a new primary: the old one's state may hold
+    /// batches the new one never executed).
+    pub fn on_fetched(&mut self, id: u64, fetched: Result<Fetched, RejoinError>) -> Vec<Effect<R>>
     where
         R: Clone,
     {
         let mode = self.mode;
         let (node, partition, pending) = (self.node, self.partition, self.pending_batches_max);
         let State::Rejoining(j) = &mut self.state else { return Vec::new() };
-        let Some((planned, from_seq)) = j.plan else { return Vec::new() };
-        if j.recovering.is_some() || planned != source {
+        if j.recovering.is_some() || j.fetch.is_none_or(|w| w.id != id) {
             return Vec::new();
         }
+        j.fetch = None;
+        let Some((_, from_seq)) = j.plan else { return Vec::new() };
         let wanted = from_seq.saturating_sub(1);
         let failure = match fetched {
             Ok(Fetched::Copy { info, .. }) if info.seq < wanted => RejoinError::Stale { got: info.seq, wanted },
@@ -656,14 +728,84 @@ impl<R> PartitionMachine<R> {
     /// `why`), after `delay_ms`, or gives up after [`REJOIN_FETCH_ATTEMPTS`] attempts.
     fn fetch_again(&mut self, why: String, delay_ms: u64) -> Vec<Effect<R>> {
         let State::Rejoining(j) = &mut self.state else { return Vec::new() };
-        let Some((source, from_seq)) = j.plan else { return Vec::new() };
+        if j.plan.is_none() {
+            return Vec::new();
+        }
         if j.attempts >= REJOIN_FETCH_ATTEMPTS {
             let attempts = j.attempts;
             return self.give_up(format!("no usable starting state after {attempts} attempts: {why}"));
         }
         j.attempts += 1;
-        let (kind, after_seq) = (j.kind, from_seq.saturating_sub(1));
-        vec![Effect::Fetch { source, after_seq, kind, delay_ms, retrying: Some(why) }]
+        self.order_fetch(delay_ms, Some(why)).into_iter().collect()
+    }
+
+    /// Orders a fetch of the current plan's starting state, of the kind the plan asks for,
+    /// and watches it from now on; `None` without a plan.
+    fn order_fetch(&mut self, delay_ms: u64, retrying: Option<String>) -> Option<Effect<R>> {
+        let State::Rejoining(j) = &mut self.state else { return None };
+        let (source, from_seq) = j.plan?;
+        let id = self.next_fetch_id;
+        self.next_fetch_id += 1;
+        let delay_us = delay_ms.saturating_mul(1_000);
+        j.fetch = Some(FetchWatch { id, delay_us, received: 0, patience_until_us: None });
+        let after_seq = from_seq.saturating_sub(1);
+        Some(Effect::Fetch(FetchOrder { id, source, after_seq, kind: j.kind, delay_ms, retrying }))
+    }
+
+    /// The id of the fetch under way, if any.
+    pub fn fetch_under_way(&self) -> Option<u64> {
+        match &self.state {
+            State::Rejoining(Rejoin { fetch: Some(w), .. }) => Some(w.id),
+            State::Rejoining(_) | State::Serving(_) | State::CatchingUp(_) | State::Failed(_) => None,
+        }
+    }
+
+    /// What fetch `id` brought so far, at `now_us` (`received` grows with every piece that
+    /// arrives: bytes, or pieces): progress restarts its patience. Reports of any other fetch,
+    /// or that do not grow, change nothing.
+    pub fn on_fetch_progress(&mut self, id: u64, received: u64, now_us: u64) {
+        let patience = self.transfer_patience_us;
+        if let State::Rejoining(Rejoin { fetch: Some(w), .. }) = &mut self.state {
+            if w.id == id && received > w.received {
+                w.received = received;
+                w.patience_until_us = Some(now_us.saturating_add(patience));
+            }
+        }
+    }
+
+    /// When [`PartitionMachine::tick`] must next run: a fetch's patience runs out then (`0`:
+    /// a fetch just ordered, whose patience starts at the next tick). `None`: nothing is timed.
+    pub fn next_deadline_us(&self) -> Option<u64> {
+        match &self.state {
+            State::Rejoining(Rejoin { fetch: Some(w), .. }) => Some(w.patience_until_us.unwrap_or(0)),
+            State::Rejoining(_) | State::Serving(_) | State::CatchingUp(_) | State::Failed(_) => None,
+        }
+    }
+
+    /// The machine's clock at `now_us`: a fetch that brought nothing for the transfer's
+    /// patience ([`TRANSFER_PATIENCE_MS`], counted from its order's delay, or its last
+    /// progress) is abandoned and the starting state fetched again, [`CONNECT_RETRY_MS`]
+    /// later — within the plan's [`REJOIN_FETCH_ATTEMPTS`]. A source that stalls mid-copy
+    /// (a hung process, a link that carries nothing) thus costs a rejoin one patience, not
+    /// the rejoin.
+    pub fn tick(&mut self, now_us: u64) -> Vec<Effect<R>> {
+        let patience = self.transfer_patience_us;
+        let State::Rejoining(Rejoin { fetch: Some(w), .. }) = &mut self.state else { return Vec::new() };
+        let Some(until) = w.patience_until_us else {
+            w.patience_until_us = Some(now_us.saturating_add(w.delay_us).saturating_add(patience));
+            return Vec::new();
+        };
+        if now_us < until {
+            return Vec::new();
+        }
+        let id = w.id;
+        if let State::Rejoining(j) = &mut self.state {
+            j.fetch = None;
+        }
+        let mut out = vec![Effect::AbandonFetch { id }];
+        let why = format!("nothing of the transfer arrived for {} ms", patience / 1_000);
+        out.extend(self.fetch_again(why, CONNECT_RETRY_MS));
+        out
     }
 
     /// The outcome of an [`Effect::Recover`] (full stack): the primary's log base applied on
@@ -839,10 +981,11 @@ impl<R> PartitionMachine<R> {
     /// failed), so it stops counting this replica as rejoining — and stops holding the
     /// partition's admission back for it — while the node stays connected.
     fn give_up(&mut self, reason: String) -> Vec<Effect<R>> {
+        let abandon = self.fetch_under_way().map(|id| Effect::AbandonFetch { id });
         self.state = State::Failed(reason.clone());
         let state = LoadState::Failed { reason: wire::messages::bounded_reason(reason.clone()) };
         let told = NodeToCoordinator::LoadStatus { partition: self.partition, state };
-        vec![Effect::Failed { reason }, Effect::Emit(Emit::ToCoordinator(told))]
+        abandon.into_iter().chain([Effect::Failed { reason }, Effect::Emit(Emit::ToCoordinator(told))]).collect()
     }
 }
 

@@ -129,6 +129,12 @@ pub(super) fn forward<R: Send + 'static>(
             if last {
                 break;
             }
+            if crate::faults::stall_snapshot() {
+                // `GLASS_FAULTS=stall-snapshot`: the stream stays open and silent until its
+                // receiver goes away.
+                let _ = tokio::time::timeout(COPY_RECEIVER_PATIENCE, reply.closed()).await;
+                break;
+            }
         }
         drop(rx);
         sent_one(true);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tracing::{debug, error, info, warn};
 use wire::channel::{NodeToCoordinator, PeerReply, PeerRequest, ToolRequest};
-use wire::messages::{LoadState, NodeId, Seq, StateDigest};
+use wire::messages::{LoadState, StateDigest};
 
 use super::{
     copy, Begin, Executor, Machine, ReplicaStorage, Reply, Work, DEAF_TOOLS_MAX, DEFERRED_MAX, SLOW_WORK,
@@ -30,7 +30,7 @@ use super::{
 };
 use crate::error::{RejoinError, ReplicaError};
 use crate::fullstack::{FullStack, Restart};
-use crate::machine::{Asked, Began, Effect, FetchKind, CATCH_UP_SLICE_IDLE};
+use crate::machine::{Asked, Began, Effect, FetchOrder, CATCH_UP_SLICE_IDLE};
 use crate::replica::{Emit, Replica, Store};
 
 impl Executor {
@@ -79,13 +79,13 @@ impl Executor {
         let machine = match self.begin {
             Begin::Rejoin => {
                 let (machine, effects) = Machine::rejoining(mode, self.node, pid, pending);
-                let mut machine = machine.digesting_by_copy();
+                let mut machine = self.equipped(machine);
                 info!(partition = pid, "asking the coordinator to rejoin");
                 self.carry(&mut machine, effects);
                 machine
             }
             Begin::Load => match self.load() {
-                Ok(replica) => Machine::serving(mode, replica, pending).digesting_by_copy(),
+                Ok(replica) => self.equipped(Machine::serving(mode, replica, pending)),
                 Err(reason) => Machine::failed(mode, self.node, pid, pending, reason),
             },
         };
@@ -303,7 +303,15 @@ impl Executor {
         let effects = match work {
             Work::Stop | Work::CopyRoom => return,
             Work::Coordinator(msg) => machine.on_coordinator(msg),
-            Work::Fetched { source, fetched } => machine.on_fetched(source, *fetched),
+            Work::Fetched { id, fetched } => {
+                self.fetches.borrow_mut().remove(&id);
+                machine.on_fetched(id, *fetched)
+            }
+            Work::FetchProgress { id, received } => {
+                let now_us = self.now_us();
+                machine.on_fetch_progress(id, received, now_us);
+                machine.tick(now_us)
+            }
             Work::Rejoin { only_if_serving: true, .. } if !machine.rejoins_when_left_out() => {
                 return;
             }
@@ -313,7 +321,7 @@ impl Executor {
                 self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
                 let pid = self.partition.id;
                 let (fresh, effects) = Machine::rejoining(self.config.mode(), self.node, pid, self.pending_batches_max);
-                let fresh = fresh.digesting_by_copy();
+                let fresh = self.equipped(fresh);
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));
                 info!(partition = pid, link_generation, "rejoining (the coordinator counted this replica failed)");
@@ -355,6 +363,17 @@ impl Executor {
             }
         };
         self.carry(machine, effects);
+    }
+
+    /// `machine` as this executor drives it: digests taken by a copy stepped between batches,
+    /// and fetches abandoned after the configuration's `timeouts.transfer_patience_ms`.
+    fn equipped(&self, machine: Machine) -> Machine {
+        machine.digesting_by_copy().with_transfer_patience(self.config.timeouts.transfer_patience_ms)
+    }
+
+    /// The partition machine's clock: microseconds since this executor started.
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
     }
 
     /// Performs the machine's effects, handing it the outcome of those that have one (a
@@ -407,6 +426,7 @@ fn asked(work: &Work) -> Asked {
         | Work::Peer { req: PeerRequest::Ship(_), .. }
         | Work::Coordinator(_)
         | Work::Fetched { .. }
+        | Work::FetchProgress { .. }
         | Work::Rejoin { .. }
         | Work::CopyRoom
         | Work::Stop => Asked::Other,
@@ -438,13 +458,20 @@ impl crate::carrier::PartitionLinks<mpsc::Sender<PeerReply>> for ExecutorLinks<'
         self.executor.reply_to(&to, msg);
     }
 
-    fn fetch(&mut self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, retrying: Option<String>) {
+    fn fetch(&mut self, order: FetchOrder) {
         let pid = self.executor.partition.id;
-        match retrying {
+        let (source, after_seq, kind) = (order.source, order.after_seq, order.kind);
+        match &order.retrying {
             None => info!(partition = pid, source, after_seq, ?kind, "fetching the starting state from a live replica"),
             Some(error) => warn!(partition = pid, source, error, "copy rejected; fetching it again"),
         }
-        self.executor.fetch(source, after_seq, kind, delay_ms);
+        self.executor.fetch(order);
+    }
+
+    fn abandon_fetch(&mut self, id: u64) {
+        if self.executor.fetches.borrow_mut().remove(&id).is_some() {
+            info!(partition = self.executor.partition.id, fetch = id, "fetch abandoned");
+        }
     }
 
     fn recover(&mut self, restart: &Restart) -> Result<FullStack, RejoinError> {

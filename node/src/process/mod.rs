@@ -110,8 +110,12 @@ enum Work {
     Tool { req: ToolRequest, reply: mpsc::Sender<ToolReply> },
     /// A peer node's shipment, snapshot or log base request; replies go to `reply`.
     Peer { req: PeerRequest, reply: mpsc::Sender<PeerReply> },
-    /// Rejoin: the starting state fetched from live replica `source` (or why it failed).
-    Fetched { source: NodeId, fetched: Box<Result<Fetched, RejoinError>> },
+    /// Rejoin: the starting state fetch `id` brought (or why it failed).
+    Fetched { id: u64, fetched: Box<Result<Fetched, RejoinError>> },
+    /// Rejoin: fetch `id` has received `received` bytes so far (its thread says so every
+    /// [`rejoin::FETCH_PROGRESS_PERIOD_MAX`] or sooner, progress or not: the partition's
+    /// machine keeps its patience by these).
+    FetchProgress { id: u64, received: u64 },
     /// Drop the replica's state and rejoin; messages are sent under link generation
     /// `link_generation` from now on. Either the only coordinator's link came back after
     /// breaking, or (`only_if_serving`) the leader's membership left this replica out: a
@@ -132,6 +136,7 @@ impl Work {
             Work::Tool { .. } => "a tool's request",
             Work::Peer { .. } => "a peer's request",
             Work::Fetched { .. } => "a fetched starting state",
+            Work::FetchProgress { .. } => "a fetch's progress",
             Work::Rejoin { .. } => "a rejoin",
             Work::CopyRoom => "a copy's step",
             Work::Stop => "stop",
@@ -419,6 +424,11 @@ struct Executor {
     copy_share_pct: u32,
     /// The node's runtime, where a copy's forwarder runs.
     runtime: tokio::runtime::Handle,
+    /// The fetches under way (rejoin), by the machine's id: dropping one's sender stops its
+    /// thread.
+    fetches: std::cell::RefCell<BTreeMap<u64, tokio::sync::oneshot::Sender<()>>>,
+    /// The executor's clock for its partition's machine (`PartitionMachine::tick`).
+    started: Instant,
 }
 
 /// The replies of a channel an executor answers on (a tool's or a peer's), with the list of

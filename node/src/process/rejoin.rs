@@ -6,8 +6,10 @@
 //!
 //! Guarantees: a fetch's outcome, a failure included (its thread could not start, the live
 //! replica's node could not be reached, the transfer broke off), comes back to the executor's
-//! inbox as `Work::Fetched`; what follows (installing it, fetching again) is the partition's
-//! machine's to decide.
+//! inbox as `Work::Fetched`, and while it runs its progress comes as `Work::FetchProgress`
+//! at least every [`FETCH_PROGRESS_PERIOD_MAX`]; what follows (installing it, fetching again,
+//! abandoning a fetch that brings nothing) is the partition's machine's to decide. A fetch
+//! the machine abandoned stops at once and reports nothing more.
 
 use std::time::{Duration, Instant};
 
@@ -15,57 +17,113 @@ use tracing::info;
 use wire::channel::PeerChannel;
 use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits};
-use wire::messages::{NodeId, Seq};
+use wire::messages::NodeId;
 
 use super::{node_hello, Executor, ReplicaStorage, Work};
 use crate::error::RejoinError;
 use crate::fullstack::Restart;
-use crate::machine::{FetchKind, Fetched};
+use crate::machine::{FetchKind, FetchOrder, Fetched};
 use crate::snapshot;
 
+/// The longest time between two progress reports of a fetch (shorter with a short
+/// `timeouts.transfer_patience_ms`: an eighth of it, at least 10 ms).
+pub const FETCH_PROGRESS_PERIOD_MAX: Duration = Duration::from_secs(1);
+
 impl Executor {
-    /// Fetches the starting state of a rejoin from node `source` after `delay_ms`, on a
-    /// thread of its own (so this node's heartbeats go on), its result arriving in this
-    /// executor's inbox.
-    pub(super) fn fetch(&self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64) {
+    /// Fetches the starting state of a rejoin as `order` says, on a thread of its own (so
+    /// this node's heartbeats go on): its progress and its result arrive in this executor's
+    /// inbox under the order's id, until the machine abandons it
+    /// (`ExecutorLinks::abandon_fetch` drops its stop sender).
+    pub(super) fn fetch(&self, order: FetchOrder) {
+        let FetchOrder { id, source, after_seq, kind, delay_ms, .. } = order;
         let (config, me, pid) = (self.config.clone(), self.node, self.partition.id);
         let shared = self.shared.clone();
         let inbox = self.self_inbox.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        self.fetches.borrow_mut().insert(id, stop_tx);
+        let patience = Duration::from_millis(config.timeouts.transfer_patience_ms);
+        let period = (patience / 8).clamp(Duration::from_millis(10), FETCH_PROGRESS_PERIOD_MAX);
         let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
-            std::thread::sleep(Duration::from_millis(delay_ms));
-            let fetch = async move {
-                let mut link = dial_peer(&config, me, source).await?;
-                Ok(match kind {
-                    FetchKind::Copy => {
-                        let mut db = engine::LeanDb::new();
-                        let info = snapshot::snapshot_after::<PeerChannel>(
-                            &mut link,
-                            pid,
-                            after_seq,
-                            &mut db,
-                            &[],
-                            &shared.copy_received_bytes,
-                        )
-                        .await?;
-                        Fetched::Copy { db: Box::new(db), info }
-                    }
-                    FetchKind::LogBase | FetchKind::BaseBackup => {
-                        let image = kind == FetchKind::BaseBackup;
-                        let received = &shared.copy_received_bytes;
-                        Fetched::LogBase(snapshot::log_base(&mut link, pid, after_seq, image, received).await?)
-                    }
-                })
+            let received = std::sync::atomic::AtomicU64::new(0);
+            let progress = |bytes: u64| {
+                received.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+                shared.copy_received_bytes.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
             };
-            let result = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(RejoinError::Thread)
-                .and_then(|rt| rt.block_on(fetch));
-            let _ = inbox.blocking_send(Work::Fetched { source, fetched: Box::new(result) });
+            // A guard should the executor stop ticking: the machine abandons the fetch first.
+            let guard = patience.saturating_mul(2);
+            // `None`: abandoned (the stop sender dropped); then nothing more is reported.
+            let fetch = async {
+                let mut stop = stop_rx;
+                let dialled = tokio::select! {
+                    link = async {
+                        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                        dial_peer(&config, me, source).await
+                    } => link,
+                    _ = &mut stop => return None,
+                };
+                let mut link = match dialled {
+                    Ok(link) => link,
+                    Err(e) => return Some(Err(e)),
+                };
+                let transfer = async {
+                    Ok(match kind {
+                        FetchKind::Copy => {
+                            let mut db = engine::LeanDb::new();
+                            let info = snapshot::snapshot_after::<PeerChannel>(
+                                &mut link,
+                                pid,
+                                after_seq,
+                                &mut db,
+                                &[],
+                                guard,
+                                &progress,
+                            )
+                            .await?;
+                            Fetched::Copy { db: Box::new(db), info }
+                        }
+                        FetchKind::LogBase | FetchKind::BaseBackup => {
+                            let image = kind == FetchKind::BaseBackup;
+                            Fetched::LogBase(
+                                snapshot::log_base(&mut link, pid, after_seq, image, guard, &progress).await?,
+                            )
+                        }
+                    })
+                };
+                tokio::select! {
+                    result = transfer => Some(result),
+                    _ = &mut stop => {
+                        // Closed at once: the source ends its copy for this fetch now, not
+                        // after its idle timeout, and serves the next request.
+                        link.close_and_drain("the rejoining partition abandoned this fetch").await;
+                        None
+                    }
+                }
+            };
+            let ticking = async {
+                let mut every = tokio::time::interval(period);
+                loop {
+                    every.tick().await;
+                    let received = received.load(std::sync::atomic::Ordering::Relaxed);
+                    // A full inbox skips a report: the next one carries the same count.
+                    let _ = inbox.try_send(Work::FetchProgress { id, received });
+                }
+            };
+            let outcome = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Err(e) => Some(Err(RejoinError::Thread(e))),
+                Ok(rt) => rt.block_on(async {
+                    tokio::select! {
+                        outcome = fetch => outcome,
+                        never = ticking => never,
+                    }
+                }),
+            };
+            if let Some(result) = outcome {
+                let _ = inbox.blocking_send(Work::Fetched { id, fetched: Box::new(result) });
+            }
         });
         if let Err(e) = spawned {
             let failed = Box::new(Err(RejoinError::Thread(e)));
-            let _ = self.self_inbox.try_send(Work::Fetched { source, fetched: failed });
+            let _ = self.self_inbox.try_send(Work::Fetched { id, fetched: failed });
         }
     }
 

@@ -67,11 +67,18 @@ pub(super) async fn serve_tools(node: Arc<Node>, mut listener: Listener) {
 }
 
 /// The writer of one connection's replies: sends what the queue returned holds until every
-/// sender is gone, then finishes the stream.
+/// sender is gone, then finishes the stream. Once the connection is closed it drops the
+/// queue at once, even with nothing to send: whoever still feeds it (a copy's forwarder
+/// stalled on its executor) learns that its requester is gone (`mpsc::Sender::closed`).
 fn reply_writer<R: ChannelMessage>(mut sender: endpoint::LinkSender) -> (mpsc::Sender<R>, tokio::task::JoinHandle<()>) {
     let (reply_tx, mut reply_rx) = mpsc::channel::<R>(TOOL_OUTBOX_MAX);
     let writer = tokio::spawn(async move {
-        while let Some(m) = reply_rx.recv().await {
+        loop {
+            let next = tokio::select! {
+                m = reply_rx.recv() => m,
+                () = sender.closed() => return,
+            };
+            let Some(m) = next else { break };
             if sender.send(&m).await.is_err() {
                 return;
             }

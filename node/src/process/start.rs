@@ -288,6 +288,8 @@ fn start_replica(
         tool_rebuilds: Default::default(),
         copy_share_pct: config.limits.copy_share_pct,
         runtime: tokio::runtime::Handle::current(),
+        fetches: Default::default(),
+        started: Instant::now(),
     };
     std::thread::Builder::new()
         .name(format!("replica-p{}", p.id))

@@ -35,7 +35,7 @@ use coordinator::ClientId;
 use node::machine::{NodeMachine, Standing};
 use wire::messages::{ClientResult, CoordinatorId, NodeId, PartitionId};
 
-use super::{digesting, roles, CoordLink, Partition, Sim, START_US, TORN_BYTES_MAX};
+use super::{equipped, roles, CoordLink, Partition, Sim, START_US, TORN_BYTES_MAX};
 
 impl Sim {
     // ----- faults -----
@@ -146,7 +146,8 @@ impl Sim {
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
         let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
-        drop(self.node_mut(node).partitions.insert(partition, digesting(fresh)));
+        let fresh = equipped(fresh, &self.config);
+        drop(self.node_mut(node).partitions.insert(partition, fresh));
         self.perform_partition(node, partition, effects);
     }
     /// Every partition of `node` drops its state and rejoins (its link came back).
@@ -159,7 +160,8 @@ impl Sim {
         for p in pids {
             let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
             // The old state (a full stack's database) goes first.
-            drop(self.node_mut(node).partitions.insert(p, digesting(fresh)));
+            let fresh = equipped(fresh, &self.config);
+            drop(self.node_mut(node).partitions.insert(p, fresh));
             self.perform_partition(node, p, effects);
         }
     }
@@ -227,7 +229,8 @@ impl Sim {
         let (mode, pending) = (self.mode, self.pending_max);
         for (p, _) in roles {
             let (m, effects) = Partition::rejoining(mode, node, p, pending);
-            self.node_mut(node).partitions.insert(p, digesting(m));
+            let m = equipped(m, &self.config);
+            self.node_mut(node).partitions.insert(p, m);
             self.perform_partition(node, p, effects);
         }
         let effects = self.node_mut(node).machine.start();

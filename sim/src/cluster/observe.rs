@@ -61,9 +61,13 @@ pub struct SimStats {
     /// Of those, rejoining backups whose own log could not follow the primary's log base and
     /// that installed the primary's checkpoint image instead (a base backup).
     pub base_backups: u64,
-    /// Starting-state fetches begun by rejoining replicas, and those that failed.
+    /// Starting-state fetches begun by rejoining replicas, those that failed, those the
+    /// joiner's machine abandoned (a new plan replaced them, or nothing arrived for its
+    /// patience), and of those the ones abandoned for the patience.
     pub fetches: u64,
     pub fetches_failed: u64,
+    pub fetches_abandoned: u64,
+    pub fetches_out_of_patience: u64,
     /// Copies of a lean replica taken while it executed (docs/design.md §10): installed, of
     /// them those during which the source executed batches (the copy raced them), and those
     /// cut mid-copy (the joiner or the source crashed, restarted or rejoined).
@@ -112,6 +116,8 @@ impl SimStats {
         self.base_backups += other.base_backups;
         self.fetches += other.fetches;
         self.fetches_failed += other.fetches_failed;
+        self.fetches_abandoned += other.fetches_abandoned;
+        self.fetches_out_of_patience += other.fetches_out_of_patience;
         self.copies += other.copies;
         self.copies_raced += other.copies_raced;
         self.copies_cut += other.copies_cut;

@@ -23,10 +23,10 @@
 use node::carrier::{NodeLinks, PartitionLinks, Queued};
 use node::error::{RejoinError, ReplicaError};
 use node::fullstack::{FullStack, Restart};
-use node::machine::{Began, Effect, FetchKind, NodeEffect, NodeMachine, PeerDial};
+use node::machine::{Began, Effect, FetchOrder, NodeEffect, NodeMachine, PeerDial};
 use node::replica::Emit;
 use wire::channel::{ChannelMessage, CoordinatorToNode, NodeToCoordinator, PeerReply};
-use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment, StateDigest};
+use wire::messages::{CoordinatorId, NodeId, PartitionId, Shipment, StateDigest};
 
 use super::{Partition, PeerAddr, PendingFetch, Sim, SimPeer};
 use crate::error::Violation;
@@ -199,15 +199,16 @@ impl PartitionLinks<PeerAddr> for PartitionWorld<'_> {
         }
     }
 
-    fn fetch(&mut self, source: NodeId, after_seq: Seq, kind: FetchKind, delay_ms: u64, _retrying: Option<String>) {
+    fn fetch(&mut self, order: FetchOrder) {
         let sim = &mut *self.sim;
         let process = sim.nodes[&self.node].process;
+        let FetchOrder { id: order, source, after_seq, kind, delay_ms, .. } = order;
         let at_us = sim.now_us + delay_ms * 1_000;
-        let patience_until_us = at_us + node::snapshot::SNAPSHOT_CHUNK_TIMEOUT.as_micros() as u64;
         let id = sim.next_id;
         sim.next_id += 1;
         let f = PendingFetch {
             id,
+            order,
             node: self.node,
             process,
             partition: self.partition,
@@ -215,10 +216,19 @@ impl PartitionLinks<PeerAddr> for PartitionWorld<'_> {
             after_seq,
             kind,
             at_us,
-            patience_until_us,
         };
         sim.fetches.push(f);
         sim.stats.fetches += 1;
+    }
+
+    fn abandon_fetch(&mut self, order: u64) {
+        let (node, partition) = (self.node, self.partition);
+        let before = self.sim.fetches.len();
+        self.sim.fetches.retain(|f| !(f.node == node && f.partition == partition && f.order == order));
+        if self.sim.fetches.len() < before {
+            self.sim.stats.fetches_abandoned += 1;
+            self.sim.trace_line(|| format!("node {node} abandons p{partition}'s fetch {order}"));
+        }
     }
 
     fn recover(&mut self, restart: &Restart) -> Result<FullStack, RejoinError> {

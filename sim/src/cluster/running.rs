@@ -47,6 +47,7 @@ impl Sim {
             }
             self.perform(id, effects);
         }
+        self.tick_partitions();
         let due: Vec<CoordinatorId> = self
             .coordinators
             .iter()
@@ -64,6 +65,30 @@ impl Sim {
         self.progress_fetches();
         self.progress_catch_ups();
         self.progress_digest_copies();
+    }
+
+    /// Every partition machine of a node that runs whose deadline came ticks (a fetch's
+    /// patience: `PartitionMachine::tick`), as its executor's clock does.
+    fn tick_partitions(&mut self) {
+        let now = self.now_us;
+        let due: Vec<(NodeId, PartitionId)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.up)
+            .flat_map(|(&id, n)| {
+                n.partitions
+                    .iter()
+                    .filter(|(_, m)| m.next_deadline_us().is_some_and(|d| d <= now))
+                    .map(move |(&p, _)| (id, p))
+            })
+            .collect();
+        for (node, partition) in due {
+            let Some(m) = self.node_mut(node).partitions.get_mut(&partition) else { continue };
+            let effects = m.tick(now);
+            let expired = effects.iter().filter(|e| matches!(e, node::machine::Effect::AbandonFetch { .. })).count();
+            self.stats.fetches_out_of_patience += expired as u64;
+            self.perform_partition(node, partition, effects);
+        }
     }
 
     // ----- running -----

@@ -19,8 +19,8 @@ pub fn config(nodes: u8, seed: u64) -> ClusterConfig {
 /// every partition replicated on every node, in `mode` (the passive modes with `shipping`;
 /// the full stack's workers run inline, deterministically, whatever the file's `workers`:
 /// [`crate::disk`]); short timeouts (a 5 ms
-/// heartbeat, failure after 40 ms of silence) so that crashes are detected within a few
-/// hundred steps; small batches. In the passive modes the primaries are spread: partition
+/// heartbeat, failure after 40 ms of silence, a fetch abandoned after 100 ms without a piece)
+/// so that crashes are detected within a few hundred steps; small batches. In the passive modes the primaries are spread: partition
 /// `i`'s first replica is node `i + 1`.
 pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> ClusterConfig {
     assert!(nodes >= 2, "a simulated cluster has at least two nodes");
@@ -48,6 +48,9 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
     c.limits.inflight_txns_max = 64;
     c.timeouts.heartbeat_ms = 5;
     c.timeouts.failure_timeout_ms = 40;
+    // A copy arrives within a few hundred steps: a fetch silent for many times that was
+    // abandoned by a node's machine too, at the simulator's scale.
+    c.timeouts.transfer_patience_ms = 100;
     c.validate().expect("the simulated cluster's configuration is valid");
     c
 }

@@ -158,26 +158,18 @@ impl Sim {
                 i += 1;
                 continue;
             }
-            let outcome = match self.try_fetch(f) {
-                Some(outcome) => outcome,
-                None if self.now_us >= f.patience_until_us => {
-                    Err(RejoinError::Transfer(TransferError::Recv(wire::endpoint::RecvError::Timeout {
-                        peer: format!("node {}", f.source),
-                        what: "a transfer piece",
-                        timeout: node::snapshot::SNAPSHOT_CHUNK_TIMEOUT,
-                    })))
-                }
-                None => {
-                    i += 1;
-                    continue;
-                }
+            // A fetch waits for its source as long as the joiner's machine lets it: its
+            // patience abandons one that brings nothing (`PartitionMachine::tick`).
+            let Some(outcome) = self.try_fetch(f) else {
+                i += 1;
+                continue;
             };
             self.fetches.swap_remove(i);
             if outcome.is_err() {
                 self.stats.fetches_failed += 1;
             }
             let Some(m) = self.node_mut(f.node).partitions.get_mut(&f.partition) else { continue };
-            let effects = m.on_fetched(f.source, outcome);
+            let effects = m.on_fetched(f.order, outcome);
             self.perform_partition(f.node, f.partition, effects);
         }
     }
@@ -282,7 +274,7 @@ impl Sim {
             let sender = node::snapshot::CopySender::begin(db, *next_id, 1, f.partition, seq, SIM_COPY_FRAME_BYTES)?;
             let receiver = node::snapshot::SnapshotReceiver::new(f.partition, format!("node {}", f.source));
             let db = engine::LeanDb::new();
-            let c = InCopy { source: f.source, source_process, begun_seq: seq, sender, receiver, db };
+            let c = InCopy { source: f.source, source_process, begun_seq: seq, sender, receiver, db, chunks: 0 };
             copies.insert(f.id, c);
             return None;
         };
@@ -291,8 +283,10 @@ impl Sim {
             stats.copies_cut += 1;
             return refused("the source's state was replaced");
         }
+        let chunks_before = c.chunks;
         for _ in 0..steps {
-            let node::snapshot::CopyNext::Chunk(chunk) = c.sender.next(db) else { return None };
+            let node::snapshot::CopyNext::Chunk(chunk) = c.sender.next(db) else { break };
+            c.chunks += 1;
             match c.receiver.accept(chunk, &mut c.db) {
                 Ok(None) => {}
                 Ok(Some(info)) => {
@@ -310,6 +304,15 @@ impl Sim {
                     violations.push(Violation::BadSnapshot { node: f.node, partition: f.partition, error });
                     return refused("the copy did not arrive whole");
                 }
+            }
+        }
+        // The joiner's machine hears of the chunks that arrived, as a fetching thread reports
+        // them (its patience restarts).
+        let chunks = c.chunks;
+        if chunks > chunks_before {
+            let now = self.now_us;
+            if let Some(m) = self.node_mut(f.node).partitions.get_mut(&f.partition) {
+                m.on_fetch_progress(f.order, chunks, now);
             }
         }
         None
