@@ -96,7 +96,27 @@ pub struct Envelope {
     pub msg: Carried,
 }
 
+/// A peer link as its shipments name it: to node `to`'s process `link`, from node `from`'s
+/// process `from_process`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ShipLink {
+    pub to: NodeId,
+    pub link: u64,
+    pub from: NodeId,
+    pub from_process: u64,
+}
+
 impl Envelope {
+    /// The peer link this envelope is a shipment on, if it is one.
+    fn ship_link(&self) -> Option<ShipLink> {
+        match &self.msg {
+            Carried::Peer { from, from_process, msg: PeerMsg::Ship(_) } => {
+                Some(ShipLink { to: self.node, link: self.link, from: *from, from_process: *from_process })
+            }
+            _ => None,
+        }
+    }
+
     /// Which end of the link the message goes to.
     pub fn direction(&self) -> Direction {
         match self.msg {
@@ -181,12 +201,39 @@ pub struct Network {
     sent: u64,
     /// Messages lost to broken links so far.
     pub lost: u64,
+    /// Shipments in flight or held, per peer link (a primary's queue to a backup, without a
+    /// scan of the network per shipment).
+    shipments: std::collections::BTreeMap<ShipLink, usize>,
 }
 
 impl Network {
     pub fn send(&mut self, envelope: Envelope) {
         self.sent += 1;
+        self.counted(&envelope, true);
         self.in_flight.push(Sent { n: self.sent, e: envelope });
+    }
+
+    /// Counts `e` in (or out of) its peer link's shipments.
+    fn counted(&mut self, e: &Envelope, added: bool) {
+        let Some(link) = e.ship_link() else { return };
+        if added {
+            *self.shipments.entry(link).or_insert(0) += 1;
+            return;
+        }
+        self.uncount(link);
+    }
+
+    fn uncount(&mut self, link: ShipLink) {
+        let n = self.shipments.get_mut(&link).expect("counted when sent");
+        *n -= 1;
+        if *n == 0 {
+            self.shipments.remove(&link);
+        }
+    }
+
+    /// Shipments in flight or held on peer link `link`.
+    pub fn shipments_on(&self, link: ShipLink) -> usize {
+        self.shipments.get(&link).copied().unwrap_or(0)
     }
 
     /// Whether in-flight message `i` may be delivered now: no barrier sent before it on its
@@ -221,14 +268,18 @@ impl Network {
             }
             i = oldest;
         }
-        let sent = if rng.below(100) < faults.duplicate_pct && self.in_flight[i].e.may_duplicate() {
-            self.in_flight[i].clone()
-        } else {
-            self.in_flight.swap_remove(i)
-        };
+        let duplicated = rng.below(100) < faults.duplicate_pct && self.in_flight[i].e.may_duplicate();
+        let sent = if duplicated { self.in_flight[i].clone() } else { self.in_flight.swap_remove(i) };
         if rng.below(100) < faults.hold_pct {
+            if duplicated {
+                // The copy left in flight and the one held back.
+                self.counted(&sent.e, true);
+            }
             self.held.push((step + faults.hold_steps, sent));
             return None;
+        }
+        if !duplicated {
+            self.counted(&sent.e, false);
         }
         Some(sent.e)
     }
@@ -253,6 +304,16 @@ impl Network {
     pub fn cut(&mut self, node: NodeId, link: u64, direction: Option<Direction>) -> usize {
         let on_link = |s: &Sent| s.e.node == node && s.e.link == link && direction.is_none_or(|d| d == s.e.direction());
         let before = self.in_flight.len() + self.held.len();
+        let cut: Vec<ShipLink> = self
+            .in_flight
+            .iter()
+            .chain(self.held.iter().map(|(_, s)| s))
+            .filter(|s| on_link(s))
+            .filter_map(|s| s.e.ship_link())
+            .collect();
+        for link in cut {
+            self.uncount(link);
+        }
         self.in_flight.retain(|s| !on_link(s));
         self.held.retain(|(_, s)| !on_link(s));
         let lost = before - self.in_flight.len() - self.held.len();
@@ -278,15 +339,75 @@ impl Network {
     pub fn clear(&mut self) {
         self.in_flight.clear();
         self.held.clear();
+        self.shipments.clear();
     }
 
     /// How many messages in flight or held satisfy `f`.
-    pub fn count(&self, f: impl Fn(&Envelope) -> bool) -> usize {
+    #[cfg(test)]
+    fn count(&self, f: impl Fn(&Envelope) -> bool) -> usize {
         self.in_flight.iter().filter(|s| f(&s.e)).count() + self.held.iter().filter(|(_, s)| f(&s.e)).count()
     }
 
     /// Whether a message satisfying `f` is in flight or held.
     pub fn any(&self, f: impl Fn(&Envelope) -> bool) -> bool {
         !self.all(|e| !f(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipment(seq: Seq) -> Shipment {
+        Shipment {
+            partition: 1,
+            primary: 1,
+            seq,
+            last_ts: None,
+            pieces: Vec::new(),
+            log: wire::messages::ShippedLog::Wal(Vec::new()),
+        }
+    }
+
+    /// The per-link count of shipments a primary's queue length is read from agrees with a
+    /// scan of the network after every send, delivery (held back or not), release and cut.
+    #[test]
+    fn the_shipments_counted_per_link_are_those_in_flight_or_held() {
+        let mut rng = Rng::new(7);
+        let mut net = Network::default();
+        let faults = NetFaults { hold_pct: 20, hold_steps: 5, ..NetFaults::ADVERSARIAL };
+        let links = [
+            ShipLink { to: 2, link: 1, from: 1, from_process: 1 },
+            ShipLink { to: 3, link: 4, from: 1, from_process: 2 },
+        ];
+        for step in 0..5_000u64 {
+            match rng.below(10) {
+                0..=3 => {
+                    let l = links[rng.below(2) as usize];
+                    let msg = Carried::Peer {
+                        from: l.from,
+                        from_process: l.from_process,
+                        msg: PeerMsg::Ship(shipment(step)),
+                    };
+                    net.send(Envelope { node: l.to, link: l.link, msg });
+                }
+                4 => {
+                    let msg = Carried::ToCoordinator { to: 0, msg: NodeToCoordinator::Heartbeat { now_ms: step } };
+                    net.send(Envelope { node: 2, link: 1, msg });
+                }
+                5..=7 => {
+                    net.deliver(&mut rng, &faults, step);
+                }
+                8 => net.release(step),
+                _ if rng.below(20) == 0 => {
+                    net.cut(2, 1, None);
+                }
+                _ => {}
+            }
+            for l in links {
+                let scanned = net.count(|e| e.ship_link() == Some(l));
+                assert_eq!(net.shipments_on(l), scanned, "step {step}, {l:?}");
+            }
+        }
     }
 }

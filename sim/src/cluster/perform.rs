@@ -30,7 +30,7 @@ use wire::messages::{CoordinatorId, NodeId, PartitionId, Shipment, StateDigest};
 
 use super::{Partition, PeerAddr, PendingFetch, Sim, SimPeer};
 use crate::error::Violation;
-use crate::net::{Carried, Envelope, PeerMsg};
+use crate::net::{Carried, Envelope, PeerMsg, ShipLink};
 
 impl Sim {
     /// Carries out node `node`'s machine's effects, through the node's carrier.
@@ -86,13 +86,7 @@ impl NodeLinks for NodeWorld<'_> {
                     let link = *process;
                     let msg = Carried::Peer { from: node, from_process, msg: PeerMsg::Ship(shipment.clone()) };
                     sim.net.send(Envelope { node: b, link, msg });
-                    let on_link = |e: &Envelope| {
-                        e.node == b
-                            && e.link == link
-                            && matches!(&e.msg, Carried::Peer { from, from_process: p, msg: PeerMsg::Ship(_) }
-                                if *from == node && *p == from_process)
-                    };
-                    Queued::Holds(sim.net.count(on_link))
+                    Queued::Holds(sim.net.shipments_on(ShipLink { to: b, link, from: node, from_process }))
                 }
                 // The link to the backup's process is gone (it ended, or was never opened).
                 _ => {
