@@ -116,21 +116,24 @@ pub fn replicas_converged(sim: &mut Sim) -> Result<Vec<(PartitionId, Seq, StateD
     Ok(out)
 }
 
-/// The acknowledged (committed and answered) NewOrders and Payments (`engine::acks`).
-pub fn acknowledgements(sim: &Sim) -> (Vec<NewOrderAck>, Vec<PaymentAck>) {
+/// The acknowledged (committed and answered) NewOrders, each with its customer and entry
+/// date (which name its order whatever number it was given), and Payments (`engine::acks`).
+pub fn acknowledgements(sim: &Sim) -> (Vec<(NewOrderAck, u32, i64)>, Vec<PaymentAck>) {
     let (mut orders, mut payments) = (Vec::new(), Vec::new());
     for (&(_, id), (result, _)) in sim.answers() {
         let ClientResult::Committed { output, .. } = result else { continue };
-        match Ack::of(&sim.inputs()[id as usize], output) {
-            Some(Ack::NewOrder(a)) => orders.push(a),
-            Some(Ack::Payment(a)) => payments.push(a),
-            None => {}
+        let input = &sim.inputs()[id as usize];
+        match (input, Ack::of(input, output)) {
+            (engine::procedures::TxnInput::NewOrder(i), Some(Ack::NewOrder(a))) => orders.push((a, i.c_id, i.entry_d)),
+            (_, Some(Ack::Payment(a))) => payments.push(a),
+            _ => {}
         }
     }
     (orders, payments)
 }
 
-/// Every acknowledged NewOrder's ORDER row and every acknowledged Payment's HISTORY row is
+/// Every acknowledged NewOrder's ORDER row — under the number its client was given, for the
+/// customer and entry date it was given for — and every acknowledged Payment's HISTORY row is
 /// in the final state of its home warehouse's partition (checked on each replica's first
 /// node; [`replicas_converged`] showed the others equal). Returns the number checked.
 pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
@@ -140,31 +143,30 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
     let mut acked = Acked::default();
     let ts_of = acknowledged_timestamps(sim);
     let asynchronous = sim.config().replication.answers_may_outrun_backups();
-    // Each acknowledged NewOrder's customer and entry date, which name its order whatever
-    // number a re-execution gave it.
-    let mut identity: std::collections::BTreeMap<NewOrderAck, Vec<(u32, i64)>> = Default::default();
-    for (&(_, id), (result, _)) in sim.answers() {
-        let ClientResult::Committed { output, .. } = result else { continue };
-        let input = &sim.inputs()[id as usize];
-        if let (engine::procedures::TxnInput::NewOrder(i), Some(Ack::NewOrder(a))) = (input, Ack::of(input, output)) {
-            identity.entry(a).or_default().push((i.c_id, i.entry_d));
-        }
-    }
     for (partition, warehouses, node) in partitions {
         let mut copy = None;
         let db = state(sim, node, partition, &mut copy)?;
-        let mine_orders: Vec<&NewOrderAck> = orders.iter().filter(|a| warehouses.contains(a.w)).collect();
+        let storage = |source| SimError::Storage { partition, node, source };
+        let mine_orders: Vec<&(NewOrderAck, u32, i64)> =
+            orders.iter().filter(|(a, _, _)| warehouses.contains(a.w)).collect();
         let mine_payments: Vec<&PaymentAck> = payments.iter().filter(|a| warehouses.contains(a.w)).collect();
         acked.checked += (mine_orders.len() + mine_payments.len()) as u64;
-        let gone = engine::acks::missing(db, mine_orders, mine_payments).map_err(|source| SimError::Storage {
-            partition,
-            node,
-            source,
-        })?;
-        // The orders of the NewOrders not found under their numbers, by customer and entry
-        // date (looked up only if some are missing).
+        // By identity, not by number alone: an order renumbered onto a number another client
+        // was given must not pass for that client's order.
+        let mut gone_orders = Vec::new();
+        for &&(ack, c_id, entry_d) in &mine_orders {
+            let key = engine::schema::keys::order(ack.w, ack.d, ack.o_id);
+            let row =
+                engine::storage::Storage::get::<engine::schema::t::Orders, _>(db, key, |o| (o.o_c_id, o.o_entry_d))
+                    .map_err(storage)?;
+            if row != Some((c_id, entry_d)) {
+                gone_orders.push((ack, c_id, entry_d));
+            }
+        }
+        let gone = engine::acks::missing(db, [], mine_payments).map_err(storage)?;
+        // The orders by customer and entry date (looked up only if some are missing).
         let mut orders_by_identity: std::collections::BTreeSet<(u16, u8, u32, i64)> = Default::default();
-        if asynchronous && !gone.new_orders.is_empty() {
+        if asynchronous && !gone_orders.is_empty() {
             engine::storage::Storage::for_each::<engine::schema::t::Orders>(db, |o| {
                 orders_by_identity.insert((o.o_w_id, o.o_d_id, o.o_c_id, o.o_entry_d));
             });
@@ -183,15 +185,13 @@ pub fn acknowledged_present(sim: &mut Sim) -> Result<Acked, SimError> {
         // counts as found if its order is there under another number — the same customer,
         // the same entry date.
         let renumbered = |key: Ack| any_ts(key, Sim::renumbered_in_failover);
-        for &ack in &gone.new_orders {
+        for (ack, c_id, entry_d) in gone_orders {
             if lost(Ack::NewOrder(ack)) {
                 acked.lost_async += 1;
                 continue;
             }
-            let found_renumbered = renumbered(Ack::NewOrder(ack))
-                && identity
-                    .get(&ack)
-                    .is_some_and(|ids| ids.iter().any(|&(c, at)| orders_by_identity.contains(&(ack.w, ack.d, c, at))));
+            let found_renumbered =
+                renumbered(Ack::NewOrder(ack)) && orders_by_identity.contains(&(ack.w, ack.d, c_id, entry_d));
             if !found_renumbered {
                 return Err(SimError::NewOrderMissing { ack, partition });
             }

@@ -426,12 +426,13 @@ fn lose_remote_at(seed: u64, step: Step) -> Result<Option<ClientResult>, String>
     let home_db = sim.db_mut(kept[0], t.home).ok_or_else(|| fail("the home partition does not serve".into()))?;
     dbs.insert(t.home, home_db);
     dbs.insert(t.remote, &mut remote_db);
-    for a in &orders {
+    for (a, c_id, entry_d) in &orders {
         let p = if home_range.contains(a.w) { t.home } else { t.remote };
         let db = dbs.get_mut(&p).expect("both");
         let key = engine::schema::keys::order(a.w, a.d, a.o_id);
-        if engine::Storage::get::<engine::schema::t::Orders, ()>(&mut **db, key, |_| ()).ok().flatten().is_none() {
-            return Err(fail(format!("acknowledged {a} is missing from partition {p}")));
+        let row = engine::Storage::get::<engine::schema::t::Orders, _>(&mut **db, key, |o| (o.o_c_id, o.o_entry_d));
+        if row.ok().flatten() != Some((*c_id, *entry_d)) {
+            return Err(fail(format!("acknowledged {a} (customer {c_id}) is missing from partition {p}")));
         }
     }
     let mut histories: BTreeMap<engine::acks::PaymentAck, u32> = BTreeMap::new();
