@@ -241,6 +241,23 @@ fn a_fetch_that_brings_nothing_for_its_patience_is_abandoned_and_fetched_again()
     assert_eq!(m.next_deadline_us(), None);
 }
 
+/// A machine that replaces another (its node drops the partition's state and rejoins)
+/// numbers its fetches after the replaced one's: the replaced machine's fetch, answering
+/// late, cannot pass for the new machine's first.
+#[test]
+fn a_replacing_machine_ignores_the_replaced_ones_late_fetch() {
+    let (mut old, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    old.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 1, from_seq: 5 });
+    let stale = fetching(&old);
+    let (fresh, _) = Machine::rejoining(Mode::ActiveActive, ME, P, PENDING);
+    let mut m = fresh.numbering_fetches_after(&old);
+    m.on_coordinator(CoordinatorToNode::RejoinPlan { partition: P, source: 2, from_seq: 5 });
+    assert_ne!(fetching(&m), stale);
+    let mut deposed = source(4);
+    assert!(m.on_fetched(stale, fetched(&mut deposed)).is_empty(), "the replaced machine's copy is not installed");
+    assert!(matches!(m.standing(), Standing::Rejoining { .. }));
+}
+
 /// Issue 16, "a corrupt copy": the receiver rejects a chunk whose rows do not match its
 /// checksum; the machine fetches again, and the good copy is installed.
 #[test]

@@ -333,6 +333,14 @@ impl<R> PartitionMachine<R> {
         self
     }
 
+    /// This machine, replacing `previous` (its node drops the partition's state and rejoins):
+    /// it numbers its fetches after `previous`'s, so that a fetch of the replaced machine
+    /// that still answers cannot pass for one of this machine's.
+    pub fn numbering_fetches_after(mut self, previous: &PartitionMachine<R>) -> PartitionMachine<R> {
+        self.next_fetch_id = self.next_fetch_id.max(previous.next_fetch_id);
+        self
+    }
+
     /// The digest copy a batch that asked for the state digest began, with the replica it
     /// copies (serving, or catching up after a rejoin).
     pub fn take_digest_copy(&mut self) -> Option<(crate::replica::DigestCopy, &mut Replica)> {

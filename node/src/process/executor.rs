@@ -321,7 +321,9 @@ impl Executor {
                 self.shared.load.send_replace(LoadState::Loading { rows_loaded: 0, rows_total: 0 });
                 let pid = self.partition.id;
                 let (fresh, effects) = Machine::rejoining(self.config.mode(), self.node, pid, self.pending_batches_max);
-                let fresh = self.equipped(fresh);
+                let fresh = self.equipped(fresh).numbering_fetches_after(machine);
+                // The replaced machine's fetches stop (their outcomes would be ignored).
+                self.fetches.borrow_mut().clear();
                 // The old state (a full stack's database and workers) goes first.
                 drop(std::mem::replace(machine, fresh));
                 info!(partition = pid, link_generation, "rejoining (the coordinator counted this replica failed)");

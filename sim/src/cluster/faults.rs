@@ -146,7 +146,10 @@ impl Sim {
         let process = self.nodes[&node].process;
         self.fetches.retain(|f| !(f.node == node && f.process == process && f.partition == partition));
         let (fresh, effects) = Partition::rejoining(mode, node, partition, pending);
-        let fresh = equipped(fresh, &self.config);
+        let mut fresh = equipped(fresh, &self.config);
+        if let Some(old) = self.nodes[&node].partitions.get(&partition) {
+            fresh = fresh.numbering_fetches_after(old);
+        }
         drop(self.node_mut(node).partitions.insert(partition, fresh));
         self.perform_partition(node, partition, effects);
     }
@@ -160,7 +163,10 @@ impl Sim {
         for p in pids {
             let (fresh, effects) = Partition::rejoining(mode, node, p, pending);
             // The old state (a full stack's database) goes first.
-            let fresh = equipped(fresh, &self.config);
+            let mut fresh = equipped(fresh, &self.config);
+            if let Some(old) = self.nodes[&node].partitions.get(&p) {
+                fresh = fresh.numbering_fetches_after(old);
+            }
             drop(self.node_mut(node).partitions.insert(p, fresh));
             self.perform_partition(node, p, effects);
         }
