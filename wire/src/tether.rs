@@ -1,5 +1,7 @@
-//! The liveness tether: a TCP connection from a node to a coordinator whose only job is to
-//! close when the node's process ends (docs/cluster.md, "Failure detection").
+//! The liveness tether: a TCP connection whose only job is to close when the process at
+//! either end ends (docs/cluster.md, "Failure detection"). A node holds one to every
+//! coordinator, a coordinator to every coordinator of a higher id, and a client to the
+//! coordinator it uses; both ends watch it.
 //!
 //! QUIC runs over UDP, and a process killed with SIGKILL leaves no trace on UDP: its socket
 //! just disappears, and the coordinator learns of it only when heartbeats stop
@@ -8,11 +10,18 @@
 //! as its link to a coordinator lives tells that coordinator, within a round trip, that the
 //! process is gone.
 //!
-//! Protocol: the node connects over TCP to the coordinator's address (the IP and port number
-//! of the coordinator's QUIC socket: TCP and UDP ports are separate spaces) and writes one
-//! [`HEADER_BYTES`]-byte [`Header`] — [`MAGIC`], its node id (u64, little-endian) and a
-//! [`TetherKey`] — then never writes again, and closes the stream when its link to that
-//! coordinator ends. The coordinator never writes either.
+//! A coordinator's death is seen the same way, from the other end: the standbys learn within
+//! a round trip that the leader's process is gone and elect another at once, and a client
+//! stops waiting for answers from it (docs/design.md §11, "A leader's death").
+//!
+//! Protocol: the holder connects over TCP to the coordinator's address (the IP and port
+//! number of the coordinator's QUIC socket: TCP and UDP ports are separate spaces) and writes
+//! one [`HEADER_BYTES`]-byte [`Header`] — a magic naming who holds it ([`MAGIC`] for a node,
+//! [`MAGIC_COORDINATOR`], [`MAGIC_CLIENT`]), its id (u64, little-endian; 0 for a client) and
+//! a [`TetherKey`] — then never writes again, and closes the stream when its link to that
+//! coordinator ends. The coordinator, once it matched the key to the holder's current link,
+//! writes one byte, [`ACCEPTED`], and nothing after: an end before that byte is a refusal, an
+//! end after it the coordinator's death ([`hold`]).
 //!
 //! Guarantees:
 //! - the key binds the tether to one authenticated QUIC connection: both ends derive it from
@@ -37,13 +46,26 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::messages::NodeId;
+use crate::messages::{CoordinatorId, NodeId};
 
-/// The first bytes of every tether.
+/// The first bytes of a node's tether.
 pub const MAGIC: [u8; 8] = *b"glasstth";
+/// The first bytes of a coordinator's tether to another coordinator.
+pub const MAGIC_COORDINATOR: [u8; 8] = *b"glasstco";
+/// The first bytes of a client's tether.
+pub const MAGIC_CLIENT: [u8; 8] = *b"glasstcl";
+/// How long a holder may take to connect a tether and send its header.
+pub const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a coordinator reads a tether's header and matches it to the holder's link (which
+/// it may learn of a moment after the holder opened the tether).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a holder waits for [`ACCEPTED`]: past the coordinator's [`HEADER_TIMEOUT`].
+pub const ACCEPT_TIMEOUT: Duration = Duration::from_secs(3);
+/// The one byte a coordinator writes on a tether it accepted.
+pub const ACCEPTED: u8 = 0x01;
 /// Bytes of a tether's key.
 pub const KEY_BYTES: usize = 32;
-/// Bytes of a tether's header: magic, node id (u64 LE), key.
+/// Bytes of a tether's header: magic, holder's id (u64 LE), key.
 pub const HEADER_BYTES: usize = MAGIC.len() + 8 + KEY_BYTES;
 /// The label under which both ends export a tether's key from their QUIC connection's TLS
 /// session (with an empty context).
@@ -67,11 +89,52 @@ impl std::fmt::Debug for TetherKey {
     }
 }
 
+/// Who holds a tether.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    Node(NodeId),
+    Coordinator(CoordinatorId),
+    /// A client (a bench's terminal, a tool): its link has no id the client knows.
+    Client,
+}
+
+impl Holder {
+    fn magic(self) -> [u8; 8] {
+        match self {
+            Holder::Node(_) => MAGIC,
+            Holder::Coordinator(_) => MAGIC_COORDINATOR,
+            Holder::Client => MAGIC_CLIENT,
+        }
+    }
+
+    fn id(self) -> u64 {
+        match self {
+            Holder::Node(n) => u64::from(n),
+            Holder::Coordinator(c) => u64::from(c),
+            Holder::Client => 0,
+        }
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Holder::Node(n) => write!(f, "node {n}"),
+            Holder::Coordinator(c) => write!(f, "coordinator {c}"),
+            Holder::Client => f.write_str("a client"),
+        }
+    }
+}
+
 /// The one message of a tether: who holds it, and the key of its link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
-    pub node: NodeId,
+    pub holder: Holder,
     pub key: TetherKey,
+}
+
+fn known_magic(found: &[u8; 8]) -> bool {
+    [MAGIC, MAGIC_COORDINATOR, MAGIC_CLIENT].contains(found)
 }
 
 /// Why a tether's header was refused, or a tether could not be opened.
@@ -83,6 +146,10 @@ pub enum TetherError {
     Short { got: usize },
     #[error("the tether names node {node}, which no node id can be")]
     NodeOutOfRange { node: u64 },
+    #[error("the tether names coordinator {coordinator}, which no coordinator id can be")]
+    CoordinatorOutOfRange { coordinator: u64 },
+    #[error("a client's tether names id {id}; a client's is 0")]
+    ClientWithId { id: u64 },
     #[error("no complete tether header within {ms} ms")]
     Timeout { ms: u64 },
     #[error("cannot read the tether's header: {0}")]
@@ -98,11 +165,11 @@ pub enum TetherError {
 }
 
 impl Header {
-    /// The header's bytes: magic, node id (u64 little-endian), key.
+    /// The header's bytes: magic, holder's id (u64 little-endian), key.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut out = [0u8; HEADER_BYTES];
-        out[..8].copy_from_slice(&MAGIC);
-        out[8..16].copy_from_slice(&u64::from(self.node).to_le_bytes());
+        out[..8].copy_from_slice(&self.holder.magic());
+        out[8..16].copy_from_slice(&self.holder.id().to_le_bytes());
         out[16..].copy_from_slice(&self.key.0);
         out
     }
@@ -111,7 +178,7 @@ impl Header {
     /// reported as soon as its 8 bytes are there).
     pub fn decode(bytes: &[u8]) -> Result<Header, TetherError> {
         if let Some(found) = bytes.first_chunk::<8>() {
-            if *found != MAGIC {
+            if !known_magic(found) {
                 return Err(TetherError::WrongMagic { found: *found });
             }
         }
@@ -121,10 +188,17 @@ impl Header {
         let mut id = [0u8; 8];
         id.copy_from_slice(&bytes[8..16]);
         let id = u64::from_le_bytes(id);
-        let node = NodeId::try_from(id).map_err(|_| TetherError::NodeOutOfRange { node: id })?;
+        let holder = match bytes.first_chunk::<8>().copied() {
+            Some(MAGIC) => Holder::Node(NodeId::try_from(id).map_err(|_| TetherError::NodeOutOfRange { node: id })?),
+            Some(MAGIC_COORDINATOR) => Holder::Coordinator(
+                CoordinatorId::try_from(id).map_err(|_| TetherError::CoordinatorOutOfRange { coordinator: id })?,
+            ),
+            _ if id != 0 => return Err(TetherError::ClientWithId { id }),
+            _ => Holder::Client,
+        };
         let mut key = [0u8; KEY_BYTES];
         key.copy_from_slice(&bytes[16..]);
-        Ok(Header { node, key: TetherKey(key) })
+        Ok(Header { holder, key: TetherKey(key) })
     }
 }
 
@@ -159,7 +233,7 @@ pub async fn read_header(stream: &mut TcpStream, timeout: Duration) -> Result<He
             }
             // A wrong magic is refused without waiting for the rest.
             if let Some(found) = buf[..got].first_chunk::<8>() {
-                if *found != MAGIC {
+                if !known_magic(found) {
                     return Err(TetherError::WrongMagic { found: *found });
                 }
             }
@@ -170,6 +244,65 @@ pub async fn read_header(stream: &mut TcpStream, timeout: Duration) -> Result<He
         Ok(r) => r,
         Err(_) => Err(TetherError::Timeout { ms: timeout.as_millis() as u64 }),
     }
+}
+
+/// What became of a tether [`hold`] held.
+#[derive(Debug)]
+pub enum Held {
+    /// It could not be opened, or the coordinator did not accept it (its key matches no
+    /// current link, or the coordinator is of a build without tethers): it says nothing about
+    /// the coordinator's process.
+    NotAccepted(String),
+    /// The holder let go of it (its link ended); the stream, if it was open, to drop when the
+    /// holder likes (a stopping node keeps it a moment: its link's clean close goes first).
+    Released(Option<TcpStream>),
+    /// The coordinator's end closed after it accepted the tether: its process ended.
+    Ended(Cut),
+}
+
+/// Opens a tether to `addr` with `header` (within `open_timeout`), waits up to
+/// `accept_timeout` for the coordinator to accept it ([`ACCEPTED`]), then holds it until
+/// `released` completes or the coordinator's end closes.
+pub async fn hold(
+    addr: SocketAddr,
+    header: &Header,
+    open_timeout: Duration,
+    accept_timeout: Duration,
+    released: impl std::future::Future<Output = ()>,
+) -> Held {
+    tokio::pin!(released);
+    let mut stream = tokio::select! {
+        opened = open(addr, header, open_timeout) => match opened {
+            Ok(s) => s,
+            Err(e) => return Held::NotAccepted(e.to_string()),
+        },
+        () = &mut released => return Held::Released(None),
+    };
+    let mut byte = [0u8; 1];
+    let accepted = tokio::select! {
+        read = tokio::time::timeout(accept_timeout, stream.read(&mut byte)) => read,
+        () = &mut released => return Held::Released(Some(stream)),
+    };
+    match accepted {
+        Ok(Ok(1)) if byte[0] == ACCEPTED => {}
+        Ok(Ok(1)) => {
+            return Held::NotAccepted(format!("the coordinator answered {:#04x}, not {ACCEPTED:#04x}", byte[0]))
+        }
+        Ok(Ok(_)) => return Held::NotAccepted("the coordinator ended it without accepting it".into()),
+        Ok(Err(e)) => return Held::NotAccepted(format!("the coordinator ended it without accepting it: {e}")),
+        Err(_) => {
+            return Held::NotAccepted(format!("not accepted within {} ms", accept_timeout.as_millis()));
+        }
+    }
+    tokio::select! {
+        end = cut(&mut stream) => Held::Ended(end),
+        () = &mut released => Held::Released(Some(stream)),
+    }
+}
+
+/// Tells the holder of `stream` that its tether is accepted ([`ACCEPTED`]).
+pub async fn accept(stream: &mut TcpStream) -> std::io::Result<()> {
+    stream.write_all(&[ACCEPTED]).await
 }
 
 /// How a tether ended.
@@ -226,7 +359,7 @@ mod tests {
         for (i, b) in key.iter_mut().enumerate() {
             *b = i as u8;
         }
-        Header { node: 7, key: TetherKey(key) }
+        Header { holder: Holder::Node(7), key: TetherKey(key) }
     }
 
     #[test]
@@ -264,6 +397,22 @@ mod tests {
         let mut bytes = header().encode();
         bytes[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
         assert!(matches!(Header::decode(&bytes), Err(TetherError::NodeOutOfRange { .. })));
+    }
+
+    #[test]
+    fn coordinators_and_clients_hold_tethers_of_their_own_kind() {
+        let key = header().key;
+        for holder in [Holder::Coordinator(2), Holder::Client, Holder::Node(u16::MAX)] {
+            let bytes = Header { holder, key }.encode();
+            assert_eq!(Header::decode(&bytes).unwrap(), Header { holder, key });
+        }
+        assert_eq!(&Header { holder: Holder::Client, key }.encode()[..8], b"glasstcl");
+        let mut bytes = Header { holder: Holder::Coordinator(2), key }.encode();
+        bytes[8..16].copy_from_slice(&256u64.to_le_bytes());
+        assert!(matches!(Header::decode(&bytes), Err(TetherError::CoordinatorOutOfRange { coordinator: 256 })));
+        let mut bytes = Header { holder: Holder::Client, key }.encode();
+        bytes[8..16].copy_from_slice(&1u64.to_le_bytes());
+        assert!(matches!(Header::decode(&bytes), Err(TetherError::ClientWithId { id: 1 })));
     }
 
     #[test]
@@ -354,6 +503,51 @@ mod tests {
         }
         assert!(!keys[0].matches(&keys[1]), "two links, two keys");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_held_tether_ends_as_refused_released_or_cut() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let second = Duration::from_secs(5);
+        let never = std::future::pending::<()>();
+        let h = header();
+
+        // Dropped without the accepting byte: a refusal, not a death.
+        let refusing = async {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_header(&mut s, second).await.unwrap();
+        };
+        let (held, ()) = tokio::join!(hold(addr, &h, second, second, never), refusing);
+        assert!(matches!(held, Held::NotAccepted(_)), "{held:?}");
+
+        // Accepted, then its end closes: the coordinator's process ended.
+        let dying = async {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_header(&mut s, second).await.unwrap();
+            accept(&mut s).await.unwrap();
+        };
+        let (held, ()) = tokio::join!(hold(addr, &h, second, second, std::future::pending()), dying);
+        assert!(matches!(held, Held::Ended(Cut::Closed)), "{held:?}");
+
+        // Accepted and let go of by the holder: the coordinator sees the close.
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let watching = async {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_header(&mut s, second).await.unwrap();
+            accept(&mut s).await.unwrap();
+            let _ = release.send(());
+            cut(&mut s).await
+        };
+        let (held, end) = tokio::join!(
+            hold(addr, &h, second, second, async {
+                let _ = released.await;
+            }),
+            watching
+        );
+        assert!(matches!(held, Held::Released(Some(_))), "{held:?}");
+        drop(held);
+        assert!(matches!(end, Cut::Closed), "{end:?}");
     }
 
     #[tokio::test]

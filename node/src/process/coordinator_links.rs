@@ -43,7 +43,7 @@ use wire::messages::{CoordinatorId, NodeId, PartitionId, Seq, Shipment};
 use super::backup_links::{close_peer, dial_peer, open_peer, publish_gates, ship};
 use super::{
     LinkOutbox, Node, OutboxEvent, Outgoing, Work, CONNECT_RETRIES_PER_LOG, LINK_OUTBOX_MAX, SLOW_WORK,
-    TETHER_OPEN_TIMEOUT, TETHER_STOP_LINGER,
+    TETHER_STOP_LINGER,
 };
 use crate::carrier::Queued;
 use crate::machine::{NodeEffect, NodeMachine};
@@ -184,13 +184,21 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         info!(coordinator = c, %address, "joined coordinator {c}");
         // Dropped when this link ends, and the tether with it.
         let (tether_held, link_ended) = tokio::sync::oneshot::channel::<()>();
+        // Told when the coordinator's end of the tether closes: its process ended.
+        let (died, mut coordinator_died) = tokio::sync::oneshot::channel::<()>();
         match link.tether_key() {
             Some(key) => {
-                let tether = hold_tether(node.id, c, link.remote_address(), key, link_ended, node.stopping.subscribe());
+                let stopping = node.stopping.subscribe();
+                let tether = hold_tether(node.id, c, link.remote_address(), key, link_ended, died, stopping);
                 tokio::spawn(tether);
             }
             None => debug!(coordinator = c, "the link's TLS session exports no key; no liveness tether"),
         }
+        let coordinator_died = async {
+            if (&mut coordinator_died).await.is_err() {
+                std::future::pending::<()>().await; // no tether: the link's idle timeout tells
+            }
+        };
         let (mut sender, mut receiver) = link.split();
         let (out, out_rx) = mpsc::channel(LINK_OUTBOX_MAX);
         node.links.lock().unwrap_or_else(|e| e.into_inner()).insert(c, LinkOutbox { conn, out });
@@ -204,6 +212,11 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
         let stopped = tokio::select! {
             () = read_from_coordinator(&node, c, &mut receiver), if told => false,
             () = send_queued(&node, c, &mut sender, out_rx) => false,
+            // Its link, over UDP, would go silent until QUIC's idle timeout.
+            () = coordinator_died => {
+                info!(coordinator = c, "coordinator {c}'s process ended (its liveness tether closed); its link is dropped");
+                false
+            }
             () = node.stopped() => true,
         };
         if stopped {
@@ -237,36 +250,37 @@ async fn coordinator_link(node: Arc<Node>, c: CoordinatorId) {
 /// Node `me`'s liveness tether to coordinator `c` at `addr` ([`wire::tether`]), keyed to
 /// the link that just came up: opened, then held — never written to again — until
 /// `link_ended` fires (the link ended) or the coordinator ends it (it refused the tether, or
-/// stopped). A node that is stopping keeps it [`TETHER_STOP_LINGER`] longer: its link's
-/// clean close must reach the coordinator first. Failing to open it costs nothing but the
-/// faster detection (logged at debug).
+/// stopped: `died` is told). A node that is stopping keeps it [`TETHER_STOP_LINGER`]
+/// longer: its link's clean close must reach the coordinator first. Failing to open it costs
+/// nothing but the faster detection (logged at debug).
 async fn hold_tether(
     me: NodeId,
     c: CoordinatorId,
     addr: SocketAddr,
     key: wire::tether::TetherKey,
     mut link_ended: tokio::sync::oneshot::Receiver<()>,
+    died: tokio::sync::oneshot::Sender<()>,
     stopping: watch::Receiver<bool>,
 ) {
-    let header = wire::tether::Header { node: me, key };
-    let mut stream = tokio::select! {
-        opened = wire::tether::open(addr, &header, TETHER_OPEN_TIMEOUT) => match opened {
-            Ok(s) => s,
-            Err(e) => {
-                debug!(coordinator = c, error = %e, "no liveness tether; the coordinator relies on heartbeats");
-                return;
-            }
-        },
-        _ = &mut link_ended => return,
+    let header = wire::tether::Header { holder: wire::tether::Holder::Node(me), key };
+    let released = async {
+        let _ = (&mut link_ended).await;
     };
-    debug!(coordinator = c, %addr, "liveness tether up");
-    tokio::select! {
-        cut = wire::tether::cut(&mut stream) => {
-            debug!(coordinator = c, end = ?cut, "the coordinator ended the liveness tether");
+    let held = wire::tether::hold(addr, &header, wire::tether::OPEN_TIMEOUT, wire::tether::ACCEPT_TIMEOUT, released);
+    let _stream = match held.await {
+        wire::tether::Held::NotAccepted(why) => {
+            debug!(coordinator = c, %addr, why, "no liveness tether; the coordinator relies on heartbeats");
             return;
         }
-        _ = &mut link_ended => {}
-    }
+        wire::tether::Held::Ended(end) => {
+            // The coordinator's process ended: its link is dropped now, not at QUIC's idle
+            // timeout.
+            debug!(coordinator = c, end = ?end, "the coordinator ended the liveness tether");
+            let _ = died.send(());
+            return;
+        }
+        wire::tether::Held::Released(stream) => stream,
+    };
     if *stopping.borrow() {
         // (Dropped sooner if the runtime ends first: the process is ending then.)
         tokio::time::sleep(TETHER_STOP_LINGER).await;

@@ -88,8 +88,6 @@ pub const DEFERRED_MAX: usize = 64;
 pub const LINK_OUTBOX_MAX: usize = 1_024;
 /// Acknowledgements and membership changes queued for the writer task.
 const OUTBOX_EVENTS_MAX: usize = 4_096;
-/// How long a tether may take to connect and send its header.
-const TETHER_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a stopping node keeps its tethers after closing its coordinator links, so that
 /// each coordinator reads the clean close (a death notice) before the tether's end (the
 /// process ends sooner, and the tethers with it).
