@@ -14,7 +14,8 @@ use common::*;
 use serde_json::Value;
 
 /// `glass failover` with `args` on the default cluster (three coordinators), 16 requests in
-/// flight per connection, the kill 2 s into the measured phase: its record, and its output.
+/// flight per connection, the kill 2 s into the measured phase: its record, and its output
+/// (the coordinators' logs appended to its standard error).
 fn failover(name: &str, args: &[&str]) -> (Value, std::process::Output) {
     let _machine = one_cluster_at_a_time();
     let dir = scratch(name);
@@ -24,8 +25,15 @@ fn failover(name: &str, args: &[&str]) -> (Value, std::process::Output) {
     let mut all = vec!["failover", "--config", config.to_str().unwrap(), "--at", "2", "--inflight", "16", "--quiet"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--json", json.to_str().unwrap()]);
-    let o = glass(&all);
+    let mut o = glass(&all);
     assert!(o.status.success(), "{}", text(&o));
+    let coordinators = logs_under(&dir)
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("coordinator-")));
+    for log in coordinators {
+        o.stderr.extend(format!("\n--- {}\n", log.display()).into_bytes());
+        o.stderr.extend(std::fs::read(&log).unwrap_or_default());
+    }
     (serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap(), o)
 }
 
@@ -48,6 +56,11 @@ fn check_record(r: &Value, o: &std::process::Output) {
     // standby following it.
     assert!(r["detection_ms"].as_f64().is_some(), "{}", text(o));
     let election = r["election_ms"].as_f64().expect("a new leader served within the run");
+    // The standbys saw the killed leader's process end through its liveness tether and
+    // elected at once, not at raft's election timeout (docs/design.md §11, "A leader's
+    // death"). (The new leader's clean stop at the end is seen so too: it is another peer.)
+    let seen = format!("electing another at once peer={}", killed.unwrap());
+    assert!(text(o).contains(&seen), "no standby saw the killed leader's tether end: {}", text(o));
     assert_eq!(r["recovery"], "standby", "{}", text(o));
     assert!(r["recovery_ms"].as_f64().is_some(), "the restarted coordinator followed the new leader: {}", text(o));
     // The cluster commits again after the election: commits in the timeline after it.

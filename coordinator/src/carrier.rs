@@ -355,6 +355,19 @@ impl Carrier {
         self.dispatch(out, now_us, links)
     }
 
+    /// Coordinator `peer`'s process ended (the process saw its liveness tether end): if it
+    /// led, the member stands for election at once (docs/design.md §11, "A leader's death").
+    pub fn on_coordinator_died(
+        &mut self,
+        peer: CoordinatorId,
+        now_us: u64,
+        links: &mut dyn Links,
+    ) -> Result<(), CarrierStop> {
+        let Some(m) = &mut self.member else { return Ok(()) };
+        let out = m.on_coordinator_died(peer, now_us);
+        self.dispatch(out, now_us, links)
+    }
+
     /// Time passes to `now_us`: the member ticks if its deadline came.
     pub fn tick(&mut self, now_us: u64, links: &mut dyn Links) -> Result<(), CarrierStop> {
         let Some(m) = &mut self.member else { return Ok(()) };

@@ -244,6 +244,16 @@ pub struct Group {
     led_epoch: Option<Epoch>,
     decided: Vec<(u64, Decision)>,
     messages: Vec<(CoordinatorId, Vec<u8>)>,
+    /// An election this member stands in because the leader's process was seen to end
+    /// ([`Group::on_peer_died`]): when, and whose death.
+    death_election: Option<DeathElection>,
+}
+
+/// An election planned after the leader's death was observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DeathElection {
+    dead: CoordinatorId,
+    at_us: u64,
 }
 
 impl std::fmt::Debug for Group {
@@ -353,14 +363,15 @@ impl Group {
             led_epoch: None,
             decided: Vec::new(),
             messages: Vec::new(),
+            death_election: None,
         };
         group.drive();
         Ok(group)
     }
 
-    /// When [`Group::on_tick`] next has a tick to make.
+    /// When [`Group::on_tick`] next has a tick to make (or an election to stand in).
     pub fn next_tick_us(&self) -> u64 {
-        self.next_tick_us
+        self.death_election.map_or(self.next_tick_us, |d| d.at_us.min(self.next_tick_us))
     }
 
     pub fn me(&self) -> CoordinatorId {
@@ -409,7 +420,51 @@ impl Group {
             self.raw.tick();
             self.next_tick_us += self.timing.tick_us;
         }
+        self.stand_if_due(now_us);
         self.drive();
+    }
+
+    /// Coordinator `peer`'s process ended: its liveness tether's end said so, which a network
+    /// cut never does (a cut stalls a TCP connection; only the end of a process, or of its
+    /// host, closes it). If `peer` is the leader this member follows, the member stands for
+    /// election without waiting for the election timeout: the surviving member of the lowest
+    /// id at once, each next one half a tick later if no leader has appeared by then. The
+    /// election is raft's leader transfer (a `MsgTimeoutNow` as if from the dead leader): it
+    /// skips the pre-vote, and voters grant it although the dead leader's lease has not run
+    /// out — the lease protects a leader that is alive, and this one is not. Raft's own
+    /// rules still hold: one leader per term, and only a member with every committed entry
+    /// is elected. Two leaders can never both acknowledge for another reason too: the nodes
+    /// refuse an older epoch once a newer leader has fenced them (docs/design.md §11).
+    pub fn on_peer_died(&mut self, peer: CoordinatorId, now_us: u64) {
+        let leads = self.leader() == Some(peer) && self.raw.raft.state != StateRole::Leader;
+        if peer == self.me || !self.members.contains(&peer) || !leads {
+            return;
+        }
+        let rank = self.members.iter().filter(|&&m| m != peer && m < self.me).count() as u64;
+        let at_us = now_us.saturating_add(rank * (self.timing.tick_us / 2));
+        self.death_election = Some(DeathElection { dead: peer, at_us });
+        self.stand_if_due(now_us);
+        self.drive();
+    }
+
+    /// Stands in the election [`Group::on_peer_died`] planned, if its time came and no other
+    /// leader appeared, nor did this member vote for another, meanwhile.
+    fn stand_if_due(&mut self, now_us: u64) {
+        let Some(d) = self.death_election.filter(|d| d.at_us <= now_us) else { return };
+        self.death_election = None;
+        let leaderless = self.leader().is_none_or(|l| l == d.dead);
+        let raft = &self.raw.raft;
+        let vote_free = [0, raft_id(self.me), raft_id(d.dead)].contains(&raft.vote);
+        if raft.state != StateRole::Follower || !leaderless || !vote_free {
+            return;
+        }
+        let mut notice = Message::default();
+        notice.set_msg_type(MessageType::MsgTimeoutNow);
+        notice.from = raft_id(d.dead);
+        notice.to = raft_id(self.me);
+        notice.term = raft.term;
+        // Refused only by a member that cannot be elected, which every member here can.
+        let _ = self.raw.step(notice);
     }
 
     /// A raft message from coordinator `from` (the network code authenticated it).

@@ -123,6 +123,8 @@ struct TakingOver {
     fetching: Option<BTreeMap<PartitionId, Fetching>>,
     /// Node messages to handle once resumed.
     kept: VecDeque<(NodeId, NodeToCoordinator)>,
+    /// How long after the start every standing was in.
+    standings_us: u64,
 }
 
 #[derive(Debug, Default)]
@@ -292,6 +294,7 @@ impl Member {
                     let next = t.fetching.as_mut().and_then(|f| f.get_mut(&partition)).and_then(|f| {
                         f.reads.extend(reads);
                         let (after, last) = f.asked.get(&from).copied()?;
+                        let whole_after = f.lo;
                         let mut got = after;
                         for b in batches {
                             if b.seq != got + 1 {
@@ -306,10 +309,10 @@ impl Member {
                         } else {
                             f.asked.remove(&from);
                         }
-                        more.then_some(got)
+                        more.then_some((got, whole_after))
                     });
-                    if let Some(after) = next {
-                        let msg = CoordinatorToNode::SendBatches { partition, after };
+                    if let Some((after, whole_after)) = next {
+                        let msg = CoordinatorToNode::SendBatches { partition, after, whole_after };
                         out.push(MemberOutput::ToNodes { nodes: vec![from], epoch: t.epoch, msg });
                     }
                 }
@@ -346,6 +349,16 @@ impl Member {
         if let Err(e) = self.group.on_message(from, bytes) {
             out.push(MemberOutput::Event(Event::GroupRefused { problem: e.to_string() }));
         }
+        self.after(&mut out, now_us);
+        out
+    }
+
+    /// Coordinator `peer`'s process ended, as its liveness tether told: if it led, this member
+    /// stands for election now, or after the surviving members of lower ids had their turn
+    /// ([`Group::on_peer_died`]).
+    pub fn on_coordinator_died(&mut self, peer: CoordinatorId, now_us: u64) -> Vec<MemberOutput> {
+        let mut out = Vec::new();
+        self.group.on_peer_died(peer, now_us);
         self.after(&mut out, now_us);
         out
     }
@@ -395,7 +408,7 @@ impl Member {
                 // where its answers stopped (those that arrived are kept).
                 for (&partition, f) in t.fetching.iter().flatten() {
                     if let Some(&(after, _)) = f.asked.get(&node) {
-                        let msg = CoordinatorToNode::SendBatches { partition, after };
+                        let msg = CoordinatorToNode::SendBatches { partition, after, whole_after: f.lo };
                         out.push(MemberOutput::ToNodes { nodes: vec![node], epoch: t.epoch, msg });
                     }
                 }
@@ -526,6 +539,7 @@ impl Member {
             heard_us: BTreeMap::new(),
             loading: BTreeSet::new(),
             kept: VecDeque::new(),
+            standings_us: 0,
         }));
         let nodes: Vec<NodeId> = self.config.nodes.iter().map(|n| n.id).collect();
         out.push(MemberOutput::ToNodes { nodes, epoch, msg: CoordinatorToNode::TakeOver { epoch } });
@@ -581,6 +595,7 @@ impl Member {
             }
             t.fetching = Some(plan_fetch(t, self.config.mode(), out));
             t.deadline_us = now_us + self.failure_timeout_us;
+            t.standings_us = now_us.saturating_sub(t.started_us);
             return true;
         }
         let fetching = t.fetching.as_ref().expect("planned");
@@ -604,7 +619,7 @@ impl Member {
                 return false;
             }
         }
-        let TakingOver { epoch, started_us, views, mut standings, answered, fetching, kept, .. } =
+        let TakingOver { epoch, started_us, views, mut standings, answered, fetching, kept, standings_us, .. } =
             *match std::mem::replace(&mut self.duty, Duty::Standby) {
                 Duty::TakingOver(t) => t,
                 _ => unreachable!("matched above"),
@@ -669,6 +684,7 @@ impl Member {
             adopted: adopted_total,
             silent,
             took_us: now_us.saturating_sub(started_us),
+            standings_us,
         }));
         let proposed: Vec<PartitionView> = views.into_values().collect();
         self.duty = Duty::Leading(Box::new(Leading { epoch, coordinator, proposed, held: VecDeque::new() }));
@@ -729,7 +745,7 @@ fn plan_fetch(t: &TakingOver, mode: Mode, out: &mut Vec<MemberOutput>) -> BTreeM
             let after = f.lo.min(s.kept_from.saturating_sub(1));
             if s.held_seq > after {
                 f.asked.insert(*n, (after, s.held_seq));
-                let msg = CoordinatorToNode::SendBatches { partition: *pid, after };
+                let msg = CoordinatorToNode::SendBatches { partition: *pid, after, whole_after: f.lo };
                 out.push(MemberOutput::ToNodes { nodes: vec![*n], epoch: t.epoch, msg });
             }
         }

@@ -350,3 +350,100 @@ fn seeded_faults_never_split_the_history() {
     eprintln!("{epochs} epochs led, {decisions} decisions over 40 seeds");
     assert!(epochs > 80 && decisions > 40 * 50, "{epochs} epochs, {decisions} decisions");
 }
+
+/// The survivors' view of the time: the election timeout is 10 ticks (plus 3 per id), so a
+/// leader elected within a tick of the death notice was not elected by the timeout.
+fn survivors(dead: CoordinatorId) -> Vec<CoordinatorId> {
+    MEMBERS.iter().copied().filter(|&m| m != dead).collect()
+}
+
+/// docs/design.md §11, "A leader's death": the survivors learn of the leader's death from its
+/// liveness tether and elect another at once — within a tick, not raft's election timeout —
+/// although the dead leader's lease has not run out.
+#[test]
+fn a_dead_leader_is_replaced_at_once_when_its_death_is_seen() {
+    let mut bus = Bus::new(11);
+    bus.run(60);
+    let old = bus.leader().unwrap();
+    let old_epoch = bus.group(old).leading().unwrap();
+    bus.group(old).propose(&serving(1, &[2])).unwrap();
+    bus.run(3);
+    bus.crash(old);
+    let now = bus.now_us;
+    for m in survivors(old) {
+        bus.group(m).on_peer_died(old, now);
+        bus.collect(m);
+    }
+    // Messages delivered without a tick passing: the election is not the timeout's.
+    for _ in 0..4 {
+        bus.step(0);
+    }
+    let new = bus.leader().expect("a survivor leads before a single tick passed");
+    assert_eq!(new, survivors(old)[0], "the survivor of the lowest id stands first");
+    assert!(bus.group(new).leading().unwrap() > old_epoch);
+    assert_eq!(bus.group(new).membership().view(1).unwrap().replicas, vec![2], "committed decisions survive");
+    bus.group(new).propose(&serving(2, &[1])).unwrap();
+    bus.run(3);
+    bus.restart(old);
+    bus.run(40);
+    bus.check_one_history();
+    assert_eq!(bus.leader(), Some(new), "the dead leader comes back as a follower");
+}
+
+/// If the survivor of the lowest id does not stand (its notice never came, or it cannot win),
+/// the next one stands half a tick later; one that sees a leader by then does not.
+#[test]
+fn the_next_survivor_stands_if_the_first_does_not() {
+    let mut bus = Bus::new(12);
+    bus.run(60);
+    let old = bus.leader().unwrap();
+    let second = *survivors(old).last().unwrap();
+    bus.crash(old);
+    let now = bus.now_us;
+    bus.group(second).on_peer_died(old, now);
+    bus.collect(second);
+    bus.step(0);
+    assert_eq!(bus.leader(), None, "the second survivor waits its turn");
+    bus.step(TICK_US / 2);
+    for _ in 0..3 {
+        bus.step(0);
+    }
+    assert_eq!(bus.leader(), Some(second));
+    bus.check_one_history();
+
+    // With a leader elected, a late notice of the dead one changes nothing.
+    let first = survivors(old)[0];
+    let term = bus.group(first).term();
+    let now = bus.now_us;
+    bus.group(first).on_peer_died(old, now);
+    bus.run(2);
+    assert_eq!((bus.leader(), bus.group(first).term()), (Some(second), term));
+}
+
+/// The lease still holds for a leader that is alive: a death notice of a follower, or a
+/// follower's own cut from a live leader, never starts an election before the timeout, and
+/// a member's notice about itself or a stranger is ignored.
+#[test]
+fn only_the_leaders_death_starts_an_election_early() {
+    let mut bus = Bus::new(13);
+    bus.run(60);
+    let leader = bus.leader().unwrap();
+    let epoch = bus.group(leader).leading().unwrap();
+    let [a, b] = survivors(leader)[..] else { unreachable!() };
+    let now = bus.now_us;
+    bus.group(a).on_peer_died(b, now);
+    bus.group(b).on_peer_died(b, now);
+    bus.group(b).on_peer_died(9, now);
+    bus.group(leader).on_peer_died(a, now);
+    bus.run(5);
+    assert_eq!((bus.leader(), bus.group(leader).leading()), (Some(leader), Some(epoch)));
+
+    // A cut, not a death: the followers wait out the election timeout (10 ticks and more).
+    bus.isolate(leader);
+    bus.run(5);
+    assert!(survivors(leader).iter().all(|&m| bus.group(m).leading().is_none()));
+    assert_eq!(bus.group(a).term(), epoch, "no election within the lease");
+    bus.run(60);
+    assert_ne!(bus.leader(), Some(leader));
+    bus.check_one_history();
+}

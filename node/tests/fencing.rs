@@ -211,16 +211,24 @@ fn a_replica_reports_its_standing_drops_batches_past_a_gap_and_sends_its_recent_
     assert!(!standing.stopped);
     assert_eq!(m.replica().unwrap().stats().batches_dropped_at_take_over, 2);
 
-    let held = |m: &mut PartitionMachine<NodeId>, after: Seq| -> Vec<Seq> {
-        let out = m.on_coordinator(CoordinatorToNode::SendBatches { partition: P, after });
+    let held_with = |m: &mut PartitionMachine<NodeId>, after: Seq, whole_after: Seq| -> Vec<(Seq, usize)> {
+        let out = m.on_coordinator(CoordinatorToNode::SendBatches { partition: P, after, whole_after });
         match &out[..] {
             [Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition: P, batches, .. }))] => {
-                batches.iter().map(|b| b.seq).collect()
+                batches.iter().map(|b| (b.seq, b.txns.len())).collect()
             }
             other => panic!("{other:?}"),
         }
     };
+    let held = |m: &mut PartitionMachine<NodeId>, after: Seq| -> Vec<Seq> {
+        held_with(m, after, 0).into_iter().map(|(seq, _)| seq).collect()
+    };
     assert_eq!(held(&mut m, 0), vec![1, 2, 3]);
+    // Batches every replica that counts executed come with their multi-partition pieces
+    // only: these have none.
+    let whole = held_with(&mut m, 0, 0)[2].1;
+    assert!(whole > 0);
+    assert_eq!(held_with(&mut m, 0, 2), vec![(1, 0), (2, 0), (3, whole)]);
     assert_eq!(held(&mut m, 2), vec![3]);
     assert_eq!(held(&mut m, 3), Vec::<Seq>::new());
     // The new leader sends batch 2 again: it has not seen its results, which come again,

@@ -134,15 +134,18 @@ fn a_leader_cut_off_from_the_group_is_deposed_and_one_history_remains() {
 fn active_active_seeds_with_coordinator_faults_pass() {
     let n = seeds();
     let opts = SimOptions { mode: Mode::ActiveActive, ..SimOptions::default() };
-    let (mut crashes, mut cuts, mut take_overs) = (0, 0, 0);
+    let (mut crashes, mut seen, mut cuts, mut take_overs) = (0, 0, 0, 0);
     for seed in 1..=n {
         let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         crashes += report.stats.coordinator_crashes;
+        seen += report.stats.coordinator_deaths_seen;
         cuts += report.stats.coordinator_cuts;
         take_overs += report.stats.take_overs;
     }
-    eprintln!("{n} seeds: {crashes} coordinator crashes, {cuts} cuts, {take_overs} take-overs");
+    eprintln!("{n} seeds: {crashes} coordinator crashes ({seen} seen at once), {cuts} cuts, {take_overs} take-overs");
     assert!(crashes > n / 20 && cuts > n / 10 && take_overs > n, "{crashes} {cuts} {take_overs}");
+    // Both ways of noticing a dead leader ran: its tethers' end, and raft's timeout.
+    assert!(seen > 0 && seen < crashes, "{seen} of {crashes} crashes seen at once");
 }
 
 /// docs/design.md §14: `glass sim --mode all --coordinators 1` and `--coordinators 3` with the

@@ -297,8 +297,8 @@ fn summarise(
         totals.digest_requests, totals.digest_copies, totals.digest_copies_raced, totals.digest_copies_refused
     );
     println!(
-        "coordinators     {} crashes, {} cut off from the others, {} take-overs, {} leaders deposed",
-        totals.coordinator_crashes, totals.coordinator_cuts, totals.take_overs, totals.deposed
+        "coordinators     {} crashes ({} seen at once by the others), {} cut off from the others, {} take-overs, {} leaders deposed",
+        totals.coordinator_crashes, totals.coordinator_deaths_seen, totals.coordinator_cuts, totals.take_overs, totals.deposed
     );
     println!("outcome unknown  {unknown} (answered \"outcome unknown\": executed by a failed primary or replica, never dropped)");
     println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);

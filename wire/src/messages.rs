@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 /// and a coordinator's status names the leader it knows; 12: a batch's state digest comes
 /// apart from its [`Results`], in `NodeToCoordinator::StateDigest`; 13: a status report's
 /// partitions carry their latency buckets.
-pub const PROTOCOL_VERSION: u8 = 13;
+pub const PROTOCOL_VERSION: u8 = 14;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].

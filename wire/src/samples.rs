@@ -160,7 +160,7 @@ pub fn to_nodes() -> Vec<CoordinatorToNode> {
         CoordinatorToNode::PieceReads(reads),
         CoordinatorToNode::RederivePiece { partition: 2, home: 1, seq: 3, ts: ts(), input: payment() },
         CoordinatorToNode::TakeOver { epoch: 7 },
-        CoordinatorToNode::SendBatches { partition: 1, after: 4 },
+        CoordinatorToNode::SendBatches { partition: 1, after: 4, whole_after: 6 },
     ]
 }
 

@@ -208,6 +208,8 @@ pub enum Event {
         adopted: usize,
         silent: Vec<NodeId>,
         took_us: u64,
+        /// Of which: until every replica's standing was in (the rest levelled the replicas).
+        standings_us: u64,
     },
     /// This coordinator no longer leads (a newer epoch exists, or it lost the majority):
     /// whatever it held back is dropped, and it stands by.
@@ -371,11 +373,12 @@ impl fmt::Display for Event {
             ),
             Event::Ignored { node, what } => write!(f, "ignored from node {node}: {what}"),
             Event::TakingOver { epoch } => write!(f, "leading epoch {epoch}: taking over from the replicas' standing"),
-            Event::TookOver { epoch, adopted, silent, took_us } => write!(
+            Event::TookOver { epoch, adopted, silent, took_us, standings_us } => write!(
                 f,
-                "took over epoch {epoch} in {} ms: {adopted} batches of the previous leader adopted; \
-                 silent nodes {silent:?}",
-                took_us / 1_000
+                "took over epoch {epoch} in {} ms ({} ms until every standing was in): {adopted} batches of \
+                 the previous leader adopted; silent nodes {silent:?}",
+                took_us / 1_000,
+                standings_us / 1_000
             ),
             Event::Deposed { epoch, why } => write!(f, "no longer leading epoch {epoch}: {why}"),
             Event::GroupRefused { problem } => write!(f, "coordinator group: {problem}"),

@@ -24,12 +24,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tracing::{debug, error, info, warn};
 use wire::channel::{ChannelMessage, CoordinatorToClient, CoordinatorToCoordinator};
 use wire::config::{split_address, ClusterConfig};
 use wire::endpoint::{self, EndpointLimits, Link, LinkReceiver, Listener};
 use wire::messages::{CoordinatorId, NodeId, PeerKind};
+use wire::tether;
 
 use super::{hello, CoreEvent, NodeOutbox, CLIENT_OUTBOX_MAX, CLOSE_NODE_FAILED, PEER_OUTBOX_MAX, PEER_REDIAL};
 use crate::carrier::ConnId;
@@ -104,7 +105,7 @@ pub(super) async fn accept_loop(
                 };
                 let (core, stopping, done) = (core.clone(), stopping.clone(), done.clone());
                 tokio::spawn(async move {
-                    peer_connection(peer, conn, link, core, stopping).await;
+                    peer_connection(peer, conn, link, None, core, stopping).await;
                     drop(done);
                 });
             }
@@ -148,17 +149,18 @@ pub(super) async fn dial_peer_loop(
                 let attempt =
                     endpoint::connect_to(peer_role, addr, &server_name, tls.clone(), hello(&config, me), limits);
                 tokio::select! {
-                    r = attempt => r.map_err(|e| e.to_string()),
+                    r = attempt => r.map(|link| (link, addr)).map_err(|e| e.to_string()),
                     _ = stopping.wait_for(|s| *s) => return,
                 }
             }
             Err(e) => Err(e.to_string()),
         };
         match link {
-            Ok(link) => {
+            Ok((link, addr)) => {
                 attempts = 0;
                 conn += 1;
-                peer_connection(peer, conn, link, core.clone(), stopping.clone()).await;
+                let tether = Some((me, addr));
+                peer_connection(peer, conn, link, tether, core.clone(), stopping.clone()).await;
             }
             Err(e) => {
                 if attempts % 50 == 0 {
@@ -170,6 +172,34 @@ pub(super) async fn dial_peer_loop(
         tokio::select! {
             () = tokio::time::sleep(PEER_REDIAL) => {}
             _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Holds this coordinator's liveness tether to coordinator `peer` at `addr`, keyed to link
+/// `conn`, until the link ends; if the peer's end closes after it accepted the tether, the
+/// peer's process is gone ([`CoreEvent::PeerDied`]).
+async fn hold_peer_tether(
+    me: CoordinatorId,
+    peer: CoordinatorId,
+    conn: ConnId,
+    addr: std::net::SocketAddr,
+    key: wire::tether::TetherKey,
+    link_ended: oneshot::Receiver<()>,
+    core: mpsc::Sender<CoreEvent>,
+) {
+    let header = tether::Header { holder: tether::Holder::Coordinator(me), key };
+    let released = async {
+        let _ = link_ended.await;
+    };
+    match tether::hold(addr, &header, tether::OPEN_TIMEOUT, tether::ACCEPT_TIMEOUT, released).await {
+        tether::Held::NotAccepted(why) => {
+            debug!(peer, why, "no liveness tether to coordinator {peer}; its death is raft's to notice")
+        }
+        tether::Held::Released(_) => {}
+        tether::Held::Ended(end) => {
+            let how = end.how().unwrap_or_else(|| "its liveness tether ended".into());
+            let _ = core.send(CoreEvent::PeerDied { peer, conn, how }).await;
         }
     }
 }
@@ -190,18 +220,28 @@ fn spawn_writer<M: ChannelMessage>(
     })
 }
 
-/// One other coordinator's link: a writer of its queue, and a reader feeding the core.
+/// One other coordinator's link: a writer of its queue, and a reader feeding the core. The
+/// end that dialled (`tether`: its own id, and the address it dialled) holds the link's
+/// liveness tether and watches it; the other end watches it through its tether listener.
 async fn peer_connection(
     peer: CoordinatorId,
     conn: ConnId,
     link: Link,
+    tether: Option<(CoordinatorId, std::net::SocketAddr)>,
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    let key = link.tether_key();
     let (sender, mut receiver) = link.split();
     let (out, out_rx) = mpsc::channel::<CoordinatorToCoordinator>(PEER_OUTBOX_MAX);
-    if core.send(CoreEvent::PeerUp { peer, conn, out }).await.is_err() {
+    let expected = if tether.is_none() { key } else { None };
+    if core.send(CoreEvent::PeerUp { peer, conn, out, tether_key: expected }).await.is_err() {
         return;
+    }
+    // Dropped when this link ends: lets go of the tether.
+    let (_link_alive, link_ended) = oneshot::channel::<()>();
+    if let (Some((me, addr)), Some(key)) = (tether, key) {
+        tokio::spawn(hold_peer_tether(me, peer, conn, addr, key, link_ended, core.clone()));
     }
     let writer = spawn_writer(sender, out_rx);
     match feed_core(&mut receiver, &core, &mut stopping, |msg| CoreEvent::FromPeer { peer, conn, msg }).await {
@@ -340,9 +380,10 @@ async fn client_connection(
     core: mpsc::Sender<CoreEvent>,
     mut stopping: watch::Receiver<bool>,
 ) {
+    let tether_key = link.tether_key();
     let (sender, mut receiver) = link.split();
     let (out, out_rx) = mpsc::channel::<CoordinatorToClient>(CLIENT_OUTBOX_MAX);
-    if core.send(CoreEvent::ClientUp { client, out }).await.is_err() {
+    if core.send(CoreEvent::ClientUp { client, out, tether_key }).await.is_err() {
         return;
     }
     let writer = spawn_writer(sender, out_rx);

@@ -42,12 +42,16 @@ use wire::messages::{
     ClientReply, CoordinatorId, Epoch, LoadState, NodeId, PartitionId, PartitionPhase, PartitionReport, PeerKind,
     ProcessStatus, ReplicationRole,
 };
+use wire::tether::{Holder, TetherKey};
 
 use super::{
-    Core, CoreEvent, NodeOutbox, PeerOutbox, CLIENT_OUTBOX_MAX, CORE_DRAIN_MAX, TOKIO_TIMER_RESOLUTION,
+    ClientTether, Core, CoreEvent, NodeOutbox, PeerOutbox, CLIENT_OUTBOX_MAX, CORE_DRAIN_MAX, TOKIO_TIMER_RESOLUTION,
     WAITING_LOG_INTERVAL,
 };
-use crate::carrier::{ConnId, Links};
+use crate::carrier::{CarrierStop, ConnId, Links};
+
+/// A store of the group's state slower than this is logged.
+const SLOW_STORE: std::time::Duration = std::time::Duration::from_millis(20);
 use crate::leader::{ClientId, Event, Phase};
 use crate::store::GroupStore;
 
@@ -124,7 +128,13 @@ impl Links for ProcessLinks<'_> {
     }
 
     fn persist(&mut self, state: &crate::group::GroupState) -> Result<(), String> {
-        self.store.save(state).map_err(|e| e.to_string())
+        let started = Instant::now();
+        let saved = self.store.save(state).map_err(|e| e.to_string());
+        // Every election and decision waits for this: a slow disk shows here.
+        if started.elapsed() >= SLOW_STORE {
+            info!(took_ms = started.elapsed().as_millis() as u64, "storing the coordinator group's state was slow");
+        }
+        saved
     }
 
     fn event(&mut self, e: &Event) {
@@ -248,30 +258,34 @@ impl Core {
                 }
                 self.carrier.on_node_lost(node, conn, detection, now, links!(self))
             }
-            CoreEvent::Tether { node, key, reply } => {
-                let current = self.carrier.connection(node).and_then(|conn| self.outboxes.get_mut(&conn));
-                let accepted = match current {
-                    Some(o) if o.tether.is_none() && o.tether_key.is_some_and(|k| k.matches(&key)) => {
-                        let (held, gone) = oneshot::channel();
-                        o.tether = Some(held);
-                        debug!(node, conn = o.conn, "the node's liveness tether is up");
-                        Some((o.conn, gone))
-                    }
-                    _ => None,
-                };
-                let _ = reply.send(accepted);
+            CoreEvent::Tether { holder, key, reply } => {
+                let _ = reply.send(self.offer_tether(holder, &key));
                 Ok(())
             }
-            CoreEvent::TetherCut { node, conn, how } => self.carrier.on_tether_cut(node, conn, how, now, links!(self)),
-            CoreEvent::ClientUp { client, out } => {
+            CoreEvent::TetherCut { holder: Holder::Node(node), conn, how } => {
+                self.carrier.on_tether_cut(node, conn, how, now, links!(self))
+            }
+            CoreEvent::TetherCut { holder: Holder::Coordinator(peer), conn, how } => {
+                self.peer_died(peer, conn, how, now)
+            }
+            CoreEvent::TetherCut { holder: Holder::Client, conn, .. } => {
+                debug!(client = conn, "the client's liveness tether ended");
+                Ok(())
+            }
+            CoreEvent::PeerDied { peer, conn, how } => self.peer_died(peer, conn, how, now),
+            CoreEvent::ClientUp { client, out, tether_key } => {
                 debug!(client, "client connected");
                 self.clients.insert(client, out);
+                if let Some(key) = tether_key {
+                    self.client_tethers.insert(client, ClientTether { key, held: None });
+                }
                 Ok(())
             }
             CoreEvent::Tick => Ok(()),
             CoreEvent::ClientGone { client } => {
                 debug!(client, "client disconnected");
                 self.clients.remove(&client);
+                self.client_tethers.remove(&client);
                 self.carrier.on_client_gone(client);
                 Ok(())
             }
@@ -286,9 +300,9 @@ impl Core {
                 }
                 msg => self.carrier.on_client_message(client, msg, now, links!(self)),
             },
-            CoreEvent::PeerUp { peer, conn, out } => {
+            CoreEvent::PeerUp { peer, conn, out, tether_key } => {
                 info!(peer, conn, "linked to coordinator {peer}");
-                self.peers.insert(peer, PeerOutbox { conn, out });
+                self.peers.insert(peer, PeerOutbox { conn, out, tether_key, tether: None });
                 Ok(())
             }
             CoreEvent::FromPeer { peer, conn, msg } => {
@@ -312,6 +326,50 @@ impl Core {
             }
         };
         done.err().map(|e| e.to_string())
+    }
+
+    /// A liveness tether offered by `holder` with `key`: accepted if the key is that of the
+    /// holder's current link and that link holds no tether yet (its connection, and a
+    /// receiver that ends once the core forgets the link), refused otherwise.
+    fn offer_tether(&mut self, holder: Holder, key: &TetherKey) -> Option<(ConnId, oneshot::Receiver<()>)> {
+        let (conn, held) = match holder {
+            Holder::Node(node) => {
+                let o = self.carrier.connection(node).and_then(|conn| self.outboxes.get_mut(&conn))?;
+                (o.tether.is_none() && o.tether_key.is_some_and(|k| k.matches(key)))
+                    .then_some((o.conn, &mut o.tether))?
+            }
+            Holder::Coordinator(peer) => {
+                let o = self.peers.get_mut(&peer)?;
+                (o.tether.is_none() && o.tether_key.is_some_and(|k| k.matches(key)))
+                    .then_some((o.conn, &mut o.tether))?
+            }
+            Holder::Client => {
+                // Every current client's key is compared, each in constant time.
+                let matching = self.client_tethers.iter_mut().filter(|(_, t)| t.key.matches(key)).last();
+                let (&client, t) = matching.filter(|(_, t)| t.held.is_none())?;
+                (client, &mut t.held)
+            }
+        };
+        let (hold, gone) = oneshot::channel();
+        *held = Some(hold);
+        debug!(%holder, conn, "a liveness tether is up");
+        Some((conn, gone))
+    }
+
+    /// Coordinator `peer`'s process ended (its tether for link `conn` ended after it was
+    /// accepted): its link is dropped, and the member learns of the death — an election at
+    /// once if `peer` led (docs/design.md §11, "A leader's death").
+    fn peer_died(&mut self, peer: CoordinatorId, conn: ConnId, how: String, now: u64) -> Result<(), CarrierStop> {
+        if self.peers.get(&peer).is_none_or(|o| o.conn != conn) || *self.stopping.borrow() {
+            return Ok(());
+        }
+        self.peers.remove(&peer);
+        let leader = self.carrier.leader() == Some(peer);
+        match leader {
+            true => warn!(peer, how = %how, "the leading coordinator's process ended; electing another at once"),
+            false => info!(peer, how = %how, "coordinator {peer}'s process ended"),
+        }
+        self.carrier.on_coordinator_died(peer, now, links!(self))
     }
 
     fn status(&self) -> ProcessStatus {

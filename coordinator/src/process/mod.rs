@@ -52,7 +52,7 @@ use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToCoord
 use wire::config::ClusterConfig;
 use wire::endpoint::{self, EndpointLimits, Listener};
 use wire::messages::{CoordinatorId, Hello, NodeId, PartitionId, PeerKind, PROTOCOL_VERSION};
-use wire::tether::TetherKey;
+use wire::tether::{Holder, TetherKey};
 
 use crate::carrier::{Carrier, ConnId};
 use crate::error::CoordinatorError;
@@ -90,9 +90,8 @@ pub const PEER_REDIAL: Duration = Duration::from_millis(200);
 /// Liveness tethers whose header is being read at once; further ones wait in the kernel's
 /// backlog.
 pub const TETHERS_READING_MAX: usize = 64;
-/// How long a liveness tether may take to send its header and be matched to its node's link
-/// (which may be registered a moment after the node opened the tether).
-pub const TETHER_HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a liveness tether may take to send its header and be matched to its holder's link.
+pub const TETHER_HEADER_TIMEOUT: Duration = wire::tether::HEADER_TIMEOUT;
 /// How long a tether whose link is not registered yet waits before it is offered again.
 const TETHER_RETRY: Duration = Duration::from_millis(20);
 /// The resolution of tokio's timer; nearer deadlines go to [`PreciseTimer`].
@@ -244,6 +243,7 @@ enum CoreEvent {
     ClientUp {
         client: ClientId,
         out: mpsc::Sender<CoordinatorToClient>,
+        tether_key: Option<TetherKey>,
     },
     FromClient {
         client: ClientId,
@@ -257,6 +257,8 @@ enum CoreEvent {
         peer: CoordinatorId,
         conn: ConnId,
         out: mpsc::Sender<CoordinatorToCoordinator>,
+        /// The key its tether will present, when the peer dialled (it holds the tether).
+        tether_key: Option<TetherKey>,
     },
     FromPeer {
         peer: CoordinatorId,
@@ -267,17 +269,24 @@ enum CoreEvent {
         peer: CoordinatorId,
         conn: ConnId,
     },
-    /// A liveness tether naming `node` with `key`: the core answers with the connection it
+    /// The tether of the link `conn` to coordinator `peer` ended after it was accepted: the
+    /// peer's process is gone (docs/design.md §11, "A leader's death").
+    PeerDied {
+        peer: CoordinatorId,
+        conn: ConnId,
+        how: String,
+    },
+    /// A liveness tether held by `holder` with `key`: the core answers with the connection it
     /// stands for, and a receiver that ends once the core forgets that connection — or
-    /// `None` (not the key of the node's current link, or that link has a tether already).
+    /// `None` (not the key of the holder's current link, or that link has a tether already).
     Tether {
-        node: NodeId,
+        holder: Holder,
         key: TetherKey,
         reply: oneshot::Sender<Option<(ConnId, oneshot::Receiver<()>)>>,
     },
-    /// Node `node`'s tether for connection `conn` ended: its process is gone.
+    /// `holder`'s tether for connection `conn` ended: its process is gone.
     TetherCut {
-        node: NodeId,
+        holder: Holder,
         conn: ConnId,
         how: String,
     },
@@ -331,6 +340,7 @@ pub async fn run(
         store,
         outboxes: BTreeMap::new(),
         clients: HashMap::new(),
+        client_tethers: HashMap::new(),
         peers: BTreeMap::new(),
         frame_bytes_max: config.limits.frame_bytes_max as usize,
         batch_bytes: BTreeMap::new(),
@@ -386,6 +396,19 @@ pub async fn run(
 struct PeerOutbox {
     conn: ConnId,
     out: mpsc::Sender<CoordinatorToCoordinator>,
+    /// The key the peer's liveness tether must present (`None`: this end dialled, and holds
+    /// the tether itself, or the link has no key).
+    tether_key: Option<TetherKey>,
+    /// Held while the peer's tether is watched (as [`NodeOutbox::tether`]).
+    tether: Option<oneshot::Sender<()>>,
+}
+
+/// A client link's liveness tether, as the core sees it: the client watches it to learn at
+/// once that this coordinator died; the core only holds it.
+#[derive(Debug)]
+struct ClientTether {
+    key: TetherKey,
+    held: Option<oneshot::Sender<()>>,
 }
 
 struct Core {
@@ -401,6 +424,8 @@ struct Core {
     /// it replaces may both be here for a moment).
     outboxes: BTreeMap<ConnId, NodeOutbox>,
     clients: HashMap<ClientId, mpsc::Sender<CoordinatorToClient>>,
+    /// The keys of the clients' links, and their tethers once held.
+    client_tethers: HashMap<ClientId, ClientTether>,
     /// The links to the other coordinators.
     peers: BTreeMap<CoordinatorId, PeerOutbox>,
     frame_bytes_max: usize,

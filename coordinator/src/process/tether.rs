@@ -1,13 +1,18 @@
-//! The nodes' liveness tethers ([`wire::tether`]): each node also holds a TCP connection to
-//! this coordinator's address (the TCP port of the QUIC socket's number), keyed to its QUIC
-//! link, which the kernel closes the moment the node's process ends — SIGKILL included — where
-//! a dead process's UDP socket says nothing. A second listener takes them: at most
-//! [`TETHERS_READING_MAX`] headers are read at once, each within [`TETHER_HEADER_TIMEOUT`].
+//! The liveness tethers held to this coordinator ([`wire::tether`]): each node, each client
+//! and each coordinator of a lower id also holds a TCP connection to this coordinator's
+//! address (the TCP port of the QUIC socket's number), keyed to its QUIC link, which the
+//! kernel closes the moment either process ends — SIGKILL included — where a dead process's
+//! UDP socket says nothing. A second listener takes them: at most [`TETHERS_READING_MAX`]
+//! headers are read at once, each within [`TETHER_HEADER_TIMEOUT`]; once matched to its link,
+//! the tether is told it is accepted ([`wire::tether::accept`]), so that its holder can tell
+//! this coordinator's death from a refusal.
 //!
-//! Guarantees: a header whose key is not that of the node's current link is refused; an
-//! accepted tether is watched until it ends (the node is then lost:
-//! `Detection::ConnectionLost`, its link closed at once) or its link is forgotten. Without the
-//! listener (its port taken) nodes are still detected by their heartbeats.
+//! Guarantees: a header whose key is not that of the holder's current link is refused; an
+//! accepted tether is watched until it ends or its link is forgotten. A node's end means the
+//! node is lost (`Detection::ConnectionLost`, its link closed at once); a coordinator's, that
+//! the peer died (an election at once if it led: docs/design.md §11, "A leader's death"); a
+//! client's, nothing (its link ends by itself). Without the listener (its port taken) nodes
+//! are still detected by their heartbeats, and a dead leader by raft's election timeout.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,18 +74,18 @@ async fn tether_connection(
             return;
         }
     };
-    let node = header.node;
-    // The node opens its tether once its link is up, which the core may learn a moment later.
+    let holder = header.holder;
+    // The holder opens its tether once its link is up, which the core may learn a moment later.
     let (conn, mut forgotten) = loop {
         let (reply, answer) = oneshot::channel();
-        if core.send(CoreEvent::Tether { node, key: header.key, reply }).await.is_err() {
+        if core.send(CoreEvent::Tether { holder, key: header.key, reply }).await.is_err() {
             return;
         }
         if let Ok(Some(accepted)) = answer.await {
             break accepted;
         }
         if tokio::time::Instant::now() + TETHER_RETRY > deadline {
-            debug!(node, %from, "a liveness tether matching no current link of the node; dropped");
+            debug!(%holder, %from, "a liveness tether matching no current link of its holder; dropped");
             return;
         }
         tokio::select! {
@@ -89,6 +94,10 @@ async fn tether_connection(
         }
     };
     drop(permit);
+    if let Err(e) = tether::accept(&mut stream).await {
+        debug!(%holder, error = %e, "cannot accept a liveness tether; dropped");
+        return;
+    }
     let cut = tokio::select! {
         cut = tether::cut(&mut stream) => cut,
         _ = &mut forgotten => return,
@@ -96,8 +105,8 @@ async fn tether_connection(
     };
     match cut.how() {
         Some(how) => {
-            let _ = core.send(CoreEvent::TetherCut { node, conn, how }).await;
+            let _ = core.send(CoreEvent::TetherCut { holder, conn, how }).await;
         }
-        None => warn!(node, "the node wrote on its liveness tether, which it must not; no longer watched"),
+        None => warn!(%holder, "{holder} wrote on its liveness tether, which it must not; no longer watched"),
     }
 }

@@ -432,9 +432,9 @@ impl Replica {
                 }
                 Ok(out)
             }
-            CoordinatorToNode::SendBatches { partition, after } => {
+            CoordinatorToNode::SendBatches { partition, after, whole_after } => {
                 self.check_partition(partition)?;
-                let (batches, reads) = self.held_batches(after);
+                let (batches, reads) = self.held_batches(after, whole_after);
                 Ok(vec![Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition, batches, reads })])
             }
             CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),

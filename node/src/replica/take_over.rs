@@ -7,7 +7,7 @@
 //! batches are kept with their results, answered again once if the new leader sends one
 //! again; the batches returned follow each other without gaps.
 
-use wire::messages::{Batch, PieceReads, ReplicaStanding, Seq};
+use wire::messages::{Batch, Part, PieceReads, ReplicaStanding, Seq};
 
 use super::{Replica, ReplicaRole, RoleState};
 
@@ -77,21 +77,28 @@ impl Replica {
     }
 
     /// The batches after `after` this replica executed recently or holds, in order and
-    /// without gaps, at most [`wire::channel::control::HELD_BATCHES_PER_REPLY_MAX`] (none if
-    /// it no longer keeps batch `after + 1`), with the remote pieces' outcomes their home
-    /// pieces ran with or will run with, as far as this replica has them.
-    pub fn held_batches(&self, after: Seq) -> (Vec<Batch>, Vec<PieceReads>) {
+    /// without gaps, at most [`wire::channel::control::HELD_BATCHES_PER_REPLY_MAX`] of them
+    /// with transactions (none if it no longer keeps batch `after + 1`), with the remote
+    /// pieces' outcomes their home pieces ran with or will run with, as far as this replica
+    /// has them. Batches through `whole_after` carry only their multi-partition pieces.
+    pub fn held_batches(&self, after: Seq, whole_after: Seq) -> (Vec<Batch>, Vec<PieceReads>) {
         let executed = self.recent.iter().map(|r| (&r.batch, Some(&r.used_reads)));
         let under_way = self.parked.iter().map(|p| (&p.batch, Some(&p.used_reads)));
         let held = under_way.chain(self.waiting.values().map(|b| (b, None)));
         let (mut batches, mut reads): (Vec<Batch>, Vec<PieceReads>) = (Vec::new(), Vec::new());
+        let mut whole = 0;
         for (b, used) in executed.chain(held).skip_while(|(b, _)| b.seq <= after) {
             let next = after + 1 + batches.len() as u64;
-            if b.seq != next || batches.len() == wire::channel::control::HELD_BATCHES_PER_REPLY_MAX {
+            if b.seq != next || whole == wire::channel::control::HELD_BATCHES_PER_REPLY_MAX {
                 break;
             }
             reads.extend(used.into_iter().flatten().cloned());
-            batches.push(b.clone());
+            let b = match b.seq <= whole_after {
+                true => Batch { txns: b.txns.iter().filter(|t| t.part != Part::Whole).cloned().collect(), ..b.clone() },
+                false => b.clone(),
+            };
+            whole += usize::from(!b.txns.is_empty());
+            batches.push(b);
         }
         // Outcomes held for home pieces not yet run.
         let first = batches.first().and_then(|b| b.txns.first()).map(|t| t.ts);

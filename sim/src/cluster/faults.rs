@@ -333,8 +333,9 @@ impl Sim {
     // ----- coordinator faults (docs/design.md §11) -----
 
     /// Crashes coordinator `c`'s process: its memory goes (its stored group state stays),
-    /// its links break — its nodes see them close, and its clients' requests in flight are
-    /// answered "outcome unknown" by their client library.
+    /// its links break — its nodes see them close, the other coordinators usually see its
+    /// tethers end, and its clients' requests in flight are answered "outcome unknown" by
+    /// their client library.
     pub fn crash_coordinator(&mut self, c: CoordinatorId) {
         if !self.is_coordinator_up(c) {
             return;
@@ -362,6 +363,17 @@ impl Sim {
             self.net.cut(node, link, None);
         }
         self.stats.coordinator_crashes += 1;
+        // The others see its liveness tethers end (docs/design.md §11, "A leader's death"):
+        // if it led, a survivor stands for election at once. One crash in four it held none
+        // (a port taken, say), and raft's election timeout must notice instead.
+        if self.rng.below(4) != 0 {
+            let survivors: Vec<CoordinatorId> =
+                self.coordinator_ids().into_iter().filter(|&o| o != c && self.is_coordinator_up(o)).collect();
+            for o in survivors {
+                self.with_carrier(o, |k, now, links| k.on_coordinator_died(c, now, links));
+            }
+            self.stats.coordinator_deaths_seen += 1;
+        }
     }
 
     /// Restarts coordinator `c` from the group state it stored; the nodes dial it again on

@@ -86,6 +86,8 @@ pub struct SimStats {
     /// Coordinator processes crashed, and coordinators cut off from the others.
     pub coordinator_crashes: u64,
     pub coordinator_cuts: u64,
+    /// Coordinator crashes the other coordinators saw at once (its tethers ended).
+    pub coordinator_deaths_seen: u64,
     /// Take-overs done by a new leader, and leaders deposed (docs/design.md §11).
     pub take_overs: u64,
     pub deposed: u64,
@@ -127,6 +129,7 @@ impl SimStats {
         self.digest_copies_refused += other.digest_copies_refused;
         self.coordinator_crashes += other.coordinator_crashes;
         self.coordinator_cuts += other.coordinator_cuts;
+        self.coordinator_deaths_seen += other.coordinator_deaths_seen;
         self.take_overs += other.take_overs;
         self.deposed += other.deposed;
         self.invariant_checks += other.invariant_checks;

@@ -63,8 +63,10 @@ channel_enum! {
         TakeOver { epoch: Epoch },
         /// A new leader bringing `partition` level: send the batches after `after` that you
         /// executed recently or hold ([`NodeToCoordinator::HeldBatches`]), at most
-        /// [`HELD_BATCHES_PER_REPLY_MAX`] of them.
-        SendBatches { partition: PartitionId, after: Seq },
+        /// [`HELD_BATCHES_PER_REPLY_MAX`] of them with transactions. Those through
+        /// `whole_after` every replica that counts executed: the leader needs only where
+        /// their multi-partition pieces are, and they come with those alone.
+        SendBatches { partition: PartitionId, after: Seq, whole_after: Seq },
     }
 }
 
