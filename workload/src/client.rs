@@ -87,7 +87,7 @@ pub enum ClientError {
 /// group before it gives up (an election takes about `timeouts.failure_timeout_ms`).
 pub const LEADER_SEARCH_TIMEOUT: Duration = Duration::from_secs(20);
 /// Pause between two rounds over the coordinators while none leads.
-const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(25);
+const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(10);
 /// How long one coordinator may take to say whether it leads.
 const LEADER_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -227,6 +227,53 @@ impl ClusterClient {
             ClientError::Refused { peer: format!("node {node}"), reason: "not in cluster.toml".into() }
         })?;
         self.connect(wire::tls::Identity::Node(node), &format!("nodes[{i}].address"), &n.address).await
+    }
+}
+
+/// A client's liveness tether to the coordinator at the other end of a link
+/// ([`wire::tether`]): it learns within a round trip that the coordinator's process ended,
+/// where the link itself, over UDP, would wait for QUIC's idle timeout. Dropping the watch
+/// lets go of the tether.
+#[derive(Debug)]
+pub struct CoordinatorWatch {
+    died: Option<tokio::sync::oneshot::Receiver<String>>,
+    _held: tokio::sync::oneshot::Sender<()>,
+}
+
+impl CoordinatorWatch {
+    /// Starts holding a tether to `link`'s coordinator (on the runtime of the caller). A
+    /// coordinator that does not accept one leaves the watch silent: its death is then the
+    /// link's to notice.
+    pub fn start(link: &Link) -> CoordinatorWatch {
+        let (held, released) = tokio::sync::oneshot::channel::<()>();
+        let (tell, died) = tokio::sync::oneshot::channel();
+        if let Some(key) = link.tether_key().filter(|_| to_coordinator(link)) {
+            let addr = link.remote_address();
+            tokio::spawn(async move {
+                let header = wire::tether::Header { holder: wire::tether::Holder::Client, key };
+                let released = async {
+                    let _ = released.await;
+                };
+                let (open, accept) = (wire::tether::OPEN_TIMEOUT, wire::tether::ACCEPT_TIMEOUT);
+                if let wire::tether::Held::Ended(end) = wire::tether::hold(addr, &header, open, accept, released).await
+                {
+                    let how = end.how().unwrap_or_else(|| "its liveness tether ended".into());
+                    let _ = tell.send(format!("the coordinator's process ended ({how})"));
+                }
+            });
+        }
+        CoordinatorWatch { died: Some(died), _held: held }
+    }
+
+    /// Completes when the coordinator's process ended, saying how; never otherwise.
+    pub async fn died(&mut self) -> String {
+        if let Some(died) = self.died.as_mut() {
+            if let Ok(how) = died.await {
+                return how;
+            }
+            self.died = None;
+        }
+        std::future::pending().await
     }
 }
 

@@ -820,12 +820,13 @@ impl Terminal {
             // The requests outstanding on the lost connection: their outcome is unknown.
             self.shared.unknown.fetch_add(self.pending.len() as u64, Ordering::Relaxed);
             self.pending.clear();
+            // At once: a new leader may already serve (docs/design.md §11, "A leader's death").
             while self.phase.load(Ordering::Relaxed) != PHASE_DRAIN {
-                tokio::time::sleep(RECONNECT_PAUSE).await;
                 if let Ok(l) = self.client.connect_coordinator().await {
                     link = Some(l);
                     break;
                 }
+                tokio::time::sleep(RECONNECT_PAUSE).await;
             }
         }
         *self.shared.buckets.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.buckets);
@@ -838,6 +839,8 @@ impl Terminal {
     /// Runs the terminal on one connection; returns whether the connection was lost (rather
     /// than the run ending).
     async fn serve(&mut self, link: wire::endpoint::Link) -> bool {
+        // With outages, the coordinator's death is learnt from its tether at once.
+        let mut watch = self.outages.then(|| super::CoordinatorWatch::start(&link));
         let (mut tx, mut rx) = link.split();
         let started = Instant::now();
         let mut issued = 0u64;
@@ -891,6 +894,15 @@ impl Terminal {
             }
             let received = tokio::select! {
                 r = rx.recv::<CoordinatorToClient>() => r,
+                how = async {
+                    match watch.as_mut() {
+                        Some(w) => w.died().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    debug!(how, "the coordinator died; finding the next leader");
+                    return true;
+                }
                 _ = ticker.tick(), if self.rate.is_some() || phase == PHASE_DRAIN => continue,
                 _ = tokio::time::sleep_until(backing_off.unwrap_or_else(Instant::now).into()), if backing_off.is_some() => continue,
             };
