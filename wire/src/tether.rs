@@ -21,7 +21,9 @@
 //! a [`TetherKey`] — then never writes again, and closes the stream when its link to that
 //! coordinator ends. The coordinator, once it matched the key to the holder's current link,
 //! writes one byte, [`ACCEPTED`], and nothing after: an end before that byte is a refusal, an
-//! end after it the coordinator's death ([`hold`]).
+//! end after it the coordinator's death ([`hold`]). A holder that lets go of its tether on
+//! purpose (its link ended) writes [`RELEASED`] before it closes, so that the other end does
+//! not take a link's end for a process's ([`Cut::Released`]).
 //!
 //! Guarantees:
 //! - the key binds the tether to one authenticated QUIC connection: both ends derive it from
@@ -54,6 +56,8 @@ pub const MAGIC: [u8; 8] = *b"glasstth";
 pub const MAGIC_COORDINATOR: [u8; 8] = *b"glasstco";
 /// The first bytes of a client's tether.
 pub const MAGIC_CLIENT: [u8; 8] = *b"glasstcl";
+/// The one byte a holder writes when it lets go of its tether on purpose.
+pub const RELEASED: u8 = 0x02;
 /// How long a holder may take to connect a tether and send its header.
 pub const OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a coordinator reads a tether's header and matches it to the holder's link (which
@@ -281,7 +285,7 @@ pub async fn hold(
     let mut byte = [0u8; 1];
     let accepted = tokio::select! {
         read = tokio::time::timeout(accept_timeout, stream.read(&mut byte)) => read,
-        () = &mut released => return Held::Released(Some(stream)),
+        () = &mut released => return Held::Released(Some(let_go(stream).await)),
     };
     match accepted {
         Ok(Ok(1)) if byte[0] == ACCEPTED => {}
@@ -296,8 +300,19 @@ pub async fn hold(
     }
     tokio::select! {
         end = cut(&mut stream) => Held::Ended(end),
-        () = &mut released => Held::Released(Some(stream)),
+        () = &mut released => Held::Released(Some(let_go(stream).await)),
     }
+}
+
+/// Lets go of a held tether: [`RELEASED`], then the end of the holder's writing; what the
+/// coordinator sent is read first (a socket closed with unread bytes is reset, which could
+/// overtake the byte).
+async fn let_go(mut stream: TcpStream) -> TcpStream {
+    let mut sink = [0u8; 8];
+    while matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {}
+    let _ = stream.write_all(&[RELEASED]).await;
+    let _ = stream.shutdown().await;
+    stream
 }
 
 /// Tells the holder of `stream` that its tether is accepted ([`ACCEPTED`]).
@@ -315,6 +330,8 @@ pub enum Cut {
     Reset,
     /// Another error of the connection.
     Failed(std::io::Error),
+    /// The holder let go of it on purpose ([`RELEASED`]): its link ended, not its process.
+    Released,
     /// The peer sent bytes after the header: not a tether any more (its end says nothing
     /// about the process).
     Spoke,
@@ -330,7 +347,7 @@ impl Cut {
                 Some("its process ended: the kernel reset its liveness tether (connection reset)".to_string())
             }
             Cut::Failed(e) => Some(format!("its liveness tether failed: {e}")),
-            Cut::Spoke => None,
+            Cut::Released | Cut::Spoke => None,
         }
     }
 }
@@ -342,6 +359,7 @@ pub async fn cut(stream: &mut TcpStream) -> Cut {
     loop {
         return match stream.read(&mut byte).await {
             Ok(0) => Cut::Closed,
+            Ok(_) if byte[0] == RELEASED => Cut::Released,
             Ok(_) => Cut::Spoke,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Cut::Reset,
@@ -539,15 +557,17 @@ mod tests {
             let _ = release.send(());
             cut(&mut s).await
         };
-        let (held, end) = tokio::join!(
-            hold(addr, &h, second, second, async {
+        // (The stream it hands back is dropped at once, which the coordinator sees.)
+        let holding = async {
+            let held = hold(addr, &h, second, second, async {
                 let _ = released.await;
-            }),
-            watching
-        );
-        assert!(matches!(held, Held::Released(Some(_))), "{held:?}");
-        drop(held);
-        assert!(matches!(end, Cut::Closed), "{end:?}");
+            });
+            matches!(held.await, Held::Released(Some(_)))
+        };
+        let (released_with_stream, end) = tokio::join!(holding, watching);
+        assert!(released_with_stream);
+        assert!(matches!(end, Cut::Released), "a link's end, not a death: {end:?}");
+        assert!(end.how().is_none());
     }
 
     #[tokio::test]

@@ -107,6 +107,7 @@ async fn tether_connection(
         Some(how) => {
             let _ = core.send(CoreEvent::TetherCut { holder, conn, how }).await;
         }
+        None if matches!(cut, tether::Cut::Released) => debug!(%holder, "{holder} let go of its liveness tether"),
         None => warn!(%holder, "{holder} wrote on its liveness tether, which it must not; no longer watched"),
     }
 }
