@@ -257,8 +257,9 @@ pub enum Held {
     /// current link, or the coordinator is of a build without tethers): it says nothing about
     /// the coordinator's process.
     NotAccepted(String),
-    /// The holder let go of it (its link ended); the stream, if it was open, to drop when the
-    /// holder likes (a stopping node keeps it a moment: its link's clean close goes first).
+    /// The holder let go of it (its link ended; the stream, if it was open, to drop when the
+    /// holder likes: a stopping node keeps it a moment, its link's clean close goes first),
+    /// or the coordinator did (it forgot the link; no stream then).
     Released(Option<TcpStream>),
     /// The coordinator's end closed after it accepted the tether: its process ended.
     Ended(Cut),
@@ -299,15 +300,20 @@ pub async fn hold(
         }
     }
     tokio::select! {
-        end = cut(&mut stream) => Held::Ended(end),
+        // The coordinator let go of it (it forgot the link), or broke the protocol: that says
+        // nothing about its process.
+        end = cut(&mut stream) => match end.how() {
+            Some(_) => Held::Ended(end),
+            None => Held::Released(None),
+        },
         () = &mut released => Held::Released(Some(let_go(stream).await)),
     }
 }
 
-/// Lets go of a held tether: [`RELEASED`], then the end of the holder's writing; what the
-/// coordinator sent is read first (a socket closed with unread bytes is reset, which could
-/// overtake the byte).
-async fn let_go(mut stream: TcpStream) -> TcpStream {
+/// Lets go of a tether on purpose, either end: [`RELEASED`], then the end of this side's
+/// writing; what the other end sent is read first (a socket closed with unread bytes is
+/// reset, which could overtake the byte).
+pub async fn let_go(mut stream: TcpStream) -> TcpStream {
     let mut sink = [0u8; 8];
     while matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {}
     let _ = stream.write_all(&[RELEASED]).await;
@@ -330,7 +336,7 @@ pub enum Cut {
     Reset,
     /// Another error of the connection.
     Failed(std::io::Error),
-    /// The holder let go of it on purpose ([`RELEASED`]): its link ended, not its process.
+    /// The other end let go of it on purpose ([`RELEASED`]): its link ended, not its process.
     Released,
     /// The peer sent bytes after the header: not a tether any more (its end says nothing
     /// about the process).
@@ -547,6 +553,16 @@ mod tests {
         };
         let (held, ()) = tokio::join!(hold(addr, &h, second, second, std::future::pending()), dying);
         assert!(matches!(held, Held::Ended(Cut::Closed)), "{held:?}");
+
+        // Accepted, then let go of by the coordinator (it forgot the link): no death.
+        let forgetting = async {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_header(&mut s, second).await.unwrap();
+            accept(&mut s).await.unwrap();
+            drop(let_go(s).await);
+        };
+        let (held, ()) = tokio::join!(hold(addr, &h, second, second, std::future::pending()), forgetting);
+        assert!(matches!(held, Held::Released(None)), "{held:?}");
 
         // Accepted and let go of by the holder: the coordinator sees the close.
         let (release, released) = tokio::sync::oneshot::channel::<()>();

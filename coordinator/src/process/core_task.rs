@@ -49,11 +49,11 @@ use super::{
     WAITING_LOG_INTERVAL,
 };
 use crate::carrier::{CarrierStop, ConnId, Links};
+use crate::leader::{ClientId, Event, Phase};
+use crate::store::GroupStore;
 
 /// A store of the group's state slower than this is logged.
 const SLOW_STORE: std::time::Duration = std::time::Duration::from_millis(20);
-use crate::leader::{ClientId, Event, Phase};
-use crate::store::GroupStore;
 
 /// The process's [`Links`]: QUIC links through their bounded queues, and the raft state's
 /// file.

@@ -99,9 +99,15 @@ async fn tether_connection(
         return;
     }
     let cut = tokio::select! {
-        cut = tether::cut(&mut stream) => cut,
-        _ = &mut forgotten => return,
+        cut = tether::cut(&mut stream) => Some(cut),
+        _ = &mut forgotten => None,
+        // A clean stop ends the tether as a death would: the standbys elect at once.
         _ = stopping.wait_for(|s| *s) => return,
+    };
+    let Some(cut) = cut else {
+        // The link is forgotten, not this process's end: the holder must not read a death.
+        drop(tether::let_go(stream).await);
+        return;
     };
     match cut.how() {
         Some(how) => {
