@@ -303,7 +303,10 @@ async fn new_orders(
     use wire::channel::{ClientToCoordinator, CoordinatorToClient};
     use wire::messages::{ClientRequest, ClientResult};
     let requests: Vec<ClientRequest> = (first..first + n)
-        .map(|id| ClientRequest { request_id: id, input: new_order(1 + (id % 2) as u16, 1 + (id % 10) as u8) })
+        .map(|id| {
+            let input = new_order(1 + (id % 2) as u16, 1 + (id % 10) as u8);
+            ClientRequest::new(0, id, wire::messages::Timestamp(0), input)
+        })
         .collect();
     let inputs: std::collections::HashMap<u64, (u16, u8)> = requests
         .iter()

@@ -12,7 +12,7 @@
 //!   must next be called.
 
 use engine::procedures::TxnInput;
-use wire::messages::{Batch, BatchTxn, Part, PartitionId, Seq, Timestamp};
+use wire::messages::{Batch, BatchTxn, Part, PartitionId, RequestId, Seq, Timestamp};
 
 /// The partition is at its in-flight limit: answer the client "busy".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +74,8 @@ impl Sequencer {
 
     /// Admits transaction `ts` (timestamps must increase across calls). Returns the batch
     /// this closed, if it filled it; [`Busy`] when the partition is at its in-flight limit.
-    pub fn admit(&mut self, ts: Timestamp, input: TxnInput, now_us: u64) -> Result<Option<Batch>, Busy> {
-        self.admit_part(ts, input, Part::Whole, now_us)
+    pub fn admit(&mut self, ts: Timestamp, input: TxnInput, id: RequestId, now_us: u64) -> Result<Option<Batch>, Busy> {
+        self.admit_part(ts, input, Part::Whole, id, now_us)
     }
 
     /// Whether [`Sequencer::admit`] would admit a transaction now (a multi-partition
@@ -91,6 +91,7 @@ impl Sequencer {
         ts: Timestamp,
         input: TxnInput,
         part: Part,
+        id: RequestId,
         now_us: u64,
     ) -> Result<Option<Batch>, Busy> {
         if !self.has_room() {
@@ -99,7 +100,7 @@ impl Sequencer {
         assert!(self.last_ts.is_none_or(|l| ts > l), "timestamp {ts} admitted after {:?}", self.last_ts);
         self.last_ts = Some(ts);
         self.inflight_txns += 1;
-        self.open.push(BatchTxn { ts, input, part });
+        self.open.push(BatchTxn { ts, input, part, id });
         self.opened_at_us.get_or_insert(now_us);
         if self.open.len() >= self.limits.batch_txns_max {
             Ok(Some(self.close(false)))
@@ -203,9 +204,9 @@ mod tests {
     #[test]
     fn a_batch_closes_when_full() {
         let mut s = Sequencer::new(1, limits(3, 1_000, 100));
-        assert_eq!(s.admit(Timestamp(1), input(), 0), Ok(None));
-        assert_eq!(s.admit(Timestamp(2), input(), 0), Ok(None));
-        let b = s.admit(Timestamp(3), input(), 0).unwrap().unwrap();
+        assert_eq!(s.admit(Timestamp(1), input(), RequestId::NONE, 0), Ok(None));
+        assert_eq!(s.admit(Timestamp(2), input(), RequestId::NONE, 0), Ok(None));
+        let b = s.admit(Timestamp(3), input(), RequestId::NONE, 0).unwrap().unwrap();
         assert_eq!((b.partition, b.seq, b.txns.len(), b.digest_after), (1, 1, 3, false));
         assert_eq!(b.txns.iter().map(|t| t.ts.0).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(s.deadline_us(), None);
@@ -216,13 +217,13 @@ mod tests {
     fn a_batch_closes_when_its_wait_is_over() {
         let mut s = Sequencer::new(1, limits(100, 500, 1_000));
         assert_eq!(s.tick(10_000), None, "nothing open, nothing sent");
-        s.admit(Timestamp(1), input(), 1_000).unwrap();
-        s.admit(Timestamp(2), input(), 1_400).unwrap();
+        s.admit(Timestamp(1), input(), RequestId::NONE, 1_000).unwrap();
+        s.admit(Timestamp(2), input(), RequestId::NONE, 1_400).unwrap();
         assert_eq!(s.deadline_us(), Some(1_500), "the wait counts from the first transaction");
         assert_eq!(s.tick(1_499), None);
         let b = s.tick(1_500).unwrap();
         assert_eq!((b.seq, b.txns.len()), (1, 2));
-        s.admit(Timestamp(3), input(), 2_000).unwrap();
+        s.admit(Timestamp(3), input(), RequestId::NONE, 2_000).unwrap();
         assert_eq!(s.tick(2_600).unwrap().seq, 2);
     }
 
@@ -230,13 +231,13 @@ mod tests {
     fn in_flight_work_is_bounded_and_busy_keeps_nothing() {
         let mut s = Sequencer::new(1, limits(2, 500, 4));
         for ts in 1..=4 {
-            s.admit(Timestamp(ts), input(), 0).unwrap();
+            s.admit(Timestamp(ts), input(), RequestId::NONE, 0).unwrap();
         }
-        assert_eq!(s.admit(Timestamp(5), input(), 0), Err(Busy));
+        assert_eq!(s.admit(Timestamp(5), input(), RequestId::NONE, 0), Err(Busy));
         assert_eq!(s.inflight_txns(), 4);
         assert_eq!(s.open_txns(), 0);
         s.complete(2);
-        assert_eq!(s.admit(Timestamp(6), input(), 0), Ok(None));
+        assert_eq!(s.admit(Timestamp(6), input(), RequestId::NONE, 0), Ok(None));
         assert_eq!(s.inflight_txns(), 3);
     }
 
@@ -245,7 +246,7 @@ mod tests {
         let mut s = Sequencer::new(7, limits(10, 500, 100));
         let b = s.close_with_digest();
         assert_eq!((b.seq, b.txns.len(), b.digest_after), (1, 0, true));
-        s.admit(Timestamp(1), input(), 0).unwrap();
+        s.admit(Timestamp(1), input(), RequestId::NONE, 0).unwrap();
         let b = s.close_with_digest();
         assert_eq!((b.seq, b.txns.len(), b.digest_after), (2, 1, true));
         assert_eq!(s.flush(), None);
@@ -255,7 +256,7 @@ mod tests {
     #[should_panic(expected = "admitted after")]
     fn timestamps_must_increase() {
         let mut s = Sequencer::new(1, limits(10, 500, 100));
-        s.admit(Timestamp(5), input(), 0).unwrap();
-        let _ = s.admit(Timestamp(5), input(), 0);
+        s.admit(Timestamp(5), input(), RequestId::NONE, 0).unwrap();
+        let _ = s.admit(Timestamp(5), input(), RequestId::NONE, 0);
     }
 }

@@ -86,7 +86,7 @@ fn execute(batch: &Batch) -> Results {
 }
 
 fn request(request_id: u64, input: TxnInput) -> ClientRequest {
-    ClientRequest { request_id, input }
+    ClientRequest::new(7, request_id, Timestamp(0), input)
 }
 
 /// A coordinator whose two partitions are loaded on both nodes.

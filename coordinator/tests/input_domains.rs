@@ -140,7 +140,7 @@ fn out_of_domain_requests_are_refused_with_the_typed_reason_and_never_sent() {
     let mut c = serving();
     for (n, (input, reason)) in out_of_domain().into_iter().enumerate() {
         let request_id = n as u64 + 1;
-        let out = c.on_client_request(1, ClientRequest { request_id, input }, START_US);
+        let out = c.on_client_request(1, ClientRequest::new(7, request_id, Timestamp(0), input), START_US);
         let r = replies(&out);
         assert_eq!(r.len(), 1, "{input:?}: {out:?}");
         assert_eq!(r[0].1.request_id, request_id);
@@ -167,7 +167,7 @@ fn the_same_requests_in_domain_are_sent() {
         TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: CARRIERS, date: DATE_MAX }),
     ];
     for (n, input) in inputs.into_iter().enumerate() {
-        let out = c.on_client_request(1, ClientRequest { request_id: n as u64 + 1, input }, START_US);
+        let out = c.on_client_request(1, ClientRequest::new(7, n as u64 + 1, Timestamp(0), input), START_US);
         assert!(replies(&out).is_empty(), "{input:?}: {out:?}");
         let sent = batches(&out);
         assert!(!sent.is_empty(), "{input:?} was not sent: {out:?}");

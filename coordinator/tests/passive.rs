@@ -47,7 +47,7 @@ fn payment(w_id: u16, c_id: u32) -> TxnInput {
 }
 
 fn request(request_id: u64, input: TxnInput) -> ClientRequest {
-    ClientRequest { request_id, input }
+    ClientRequest::new(7, request_id, Timestamp(0), input)
 }
 
 fn ready(partition: PartitionId, digest: StateDigest) -> NodeToCoordinator {

@@ -614,7 +614,8 @@ fn wal_edits(body: &[u8]) {
 
 /// One `PeerRequest::Ship` frame.
 fn ship_frame(seq: u64, log: ShippedLog) -> Vec<u8> {
-    let shipment = Shipment { partition: 0, primary: 1, seq, last_ts: None, pieces: Vec::new(), log };
+    let shipment =
+        Shipment { partition: 0, primary: 1, seq, last_ts: None, pieces: Vec::new(), log, answers: Vec::new() };
     wire::codec::encode(&PeerRequest::Ship(shipment), FRAME_BYTES_MAX_DEFAULT).expect("a shipment encodes")
 }
 

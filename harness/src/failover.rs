@@ -328,8 +328,18 @@ pub struct RunChecks {
     /// Acknowledged NewOrders and Payments checked, and those missing from the data.
     pub acknowledged_checked: u64,
     pub lost_acknowledged: u64,
-    /// Requests whose connection was lost before their answer.
+    /// Requests whose outcome the run never learnt: lost with a connection (without
+    /// retries), answered "outcome unknown", or forgotten when asked again.
     pub outcome_unknown: u64,
+    /// Of those, asked again and answered "outcome forgotten".
+    pub forgotten: u64,
+    /// Requests sent again after a failure took their answer (each time counts), and the
+    /// answers those retries brought (docs/design.md §11, "Exactly-once answers").
+    pub resent: u64,
+    pub answers_from_retries: u64,
+    /// ORDER and HISTORY rows added since the load that no acknowledgement accounts for; more
+    /// than `outcome_unknown` means some transaction ran twice.
+    pub unaccounted_rows: u64,
     /// Answers that a partition had no live replica (or was stopped).
     pub unavailable_answers: u64,
     pub digests_equal: bool,
@@ -343,7 +353,14 @@ impl RunChecks {
             lost_acknowledged: self.lost_acknowledged,
             digests_equal: self.digests_equal,
             consistent: self.consistent,
+            ran_twice: self.ran_twice(),
         }
+    }
+
+    /// The data holds more rows than the acknowledgements and the requests of unknown
+    /// outcome account for.
+    pub fn ran_twice(&self) -> bool {
+        self.unaccounted_rows > self.outcome_unknown
     }
 }
 
@@ -353,6 +370,15 @@ impl std::fmt::Display for RunChecks {
             f,
             "  acknowledged         {} checked, {} LOST; {} outcome unknown; {} unavailable answers",
             self.acknowledged_checked, self.lost_acknowledged, self.outcome_unknown, self.unavailable_answers
+        )?;
+        writeln!(
+            f,
+            "  asked again          {} requests resent, {} answers from retries, {} forgotten; {} rows without an answer: {}",
+            self.resent,
+            self.answers_from_retries,
+            self.forgotten,
+            self.unaccounted_rows,
+            if self.ran_twice() { "SOME TRANSACTION RAN TWICE" } else { "nothing ran twice" }
         )?;
         writeln!(
             f,

@@ -254,6 +254,7 @@ mod tests {
             last_ts: None,
             pieces: Vec::new(),
             log: ShippedLog::Wal(Vec::new()),
+            answers: Vec::new(),
         })
     }
 

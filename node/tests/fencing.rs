@@ -10,7 +10,9 @@ use node::replica::{Emit, ReplicaRole};
 use node::Replica;
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
 use wire::config::{ClusterConfig, CoordinatorConfig, Mode};
-use wire::messages::{Batch, BatchTxn, LoadState, NodeId, Part, PartitionId, ReplicationRole, Results, Seq, Timestamp};
+use wire::messages::{
+    Batch, BatchTxn, LoadState, NodeId, Part, PartitionId, ReplicationRole, RequestId, Results, Seq, Timestamp,
+};
 
 const P: PartitionId = 1;
 const ME: NodeId = 1;
@@ -173,7 +175,12 @@ fn ts(millis: u64) -> Timestamp {
 /// timestamp is checked).
 fn batch(seq: Seq) -> Batch {
     let input = stock_level();
-    Batch { partition: P, seq, txns: vec![BatchTxn { ts: ts(seq), input, part: Part::Whole }], digest_after: false }
+    Batch {
+        partition: P,
+        seq,
+        txns: vec![BatchTxn { ts: ts(seq), input, part: Part::Whole, id: RequestId::NONE }],
+        digest_after: false,
+    }
 }
 
 /// A StockLevel of warehouse 1, district 1: a read, valid on every replica.

@@ -174,7 +174,7 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
 
     let mut remote = Replica::new(2, 2, loaded(3..=3), 16);
     let before = remote.state_digest();
-    let txns = vec![BatchTxn { ts, input, part: Part::Remote { home: 1 } }];
+    let txns = vec![BatchTxn { ts, input, part: Part::Remote { home: 1 }, id: RequestId::NONE }];
     let out =
         remote.on_control(CoordinatorToNode::Batch(Batch { partition: 2, seq: 1, txns, digest_after: false })).unwrap();
     let [Emit::ToCoordinator(NodeToCoordinator::PieceReads(reads)), Emit::ToCoordinator(NodeToCoordinator::Results(results))] =
@@ -189,7 +189,7 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
 
     let mut home = Replica::new(1, 1, loaded(1..=2), 16);
     let before = home.state_digest();
-    let txns = vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 } }];
+    let txns = vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 }, id: RequestId::NONE }];
     assert!(home
         .on_control(CoordinatorToNode::Batch(Batch { partition: 1, seq: 1, txns, digest_after: false }))
         .unwrap()

@@ -249,6 +249,59 @@ fn state<'a>(
     sim.db_mut(node, partition).ok_or(SimError::NotServing { partition, node })
 }
 
+/// No transaction ran twice, read from the data (docs/design.md §11, "Exactly-once
+/// answers"): in every district, the ORDER rows and the HISTORY rows the run added are no
+/// more than the NewOrders and Payments of that district answered "committed", plus those
+/// whose outcome stayed unknown. A request asked again after a failure that ran a second
+/// time adds a row no answer accounts for. Returns the districts checked.
+pub fn executed_at_most_once(sim: &mut Sim) -> Result<u64, SimError> {
+    use engine::procedures::TxnInput;
+    use std::collections::BTreeMap;
+    // (table, warehouse, district) → (answered committed, unknown)
+    let mut answered: BTreeMap<(&'static str, u16, u8), (u64, u64)> = BTreeMap::new();
+    for (&(_, id), (result, _)) in sim.answers() {
+        let key = match &sim.inputs()[id as usize] {
+            TxnInput::NewOrder(i) => ("orders", i.w_id, i.d_id),
+            TxnInput::Payment(i) => ("history", i.w_id, i.d_id),
+            _ => continue,
+        };
+        let e = answered.entry(key).or_default();
+        if matches!(result, ClientResult::Committed { .. }) {
+            e.0 += 1;
+        } else if crate::run::is_outcome_unknown(result) {
+            e.1 += 1;
+        }
+    }
+    let seed = sim.config().seed;
+    let partitions: Vec<(wire::config::PartitionConfig, wire::messages::NodeId)> =
+        sim.config().partitions.iter().map(|p| (p.clone(), p.replicas[0])).collect();
+    let mut districts = 0;
+    for (p, node) in partitions {
+        let count = |db: &mut engine::LeanDb| {
+            let mut rows: BTreeMap<(&'static str, u16, u8), u64> = BTreeMap::new();
+            engine::storage::Storage::for_each::<engine::schema::t::Orders>(db, |o| {
+                *rows.entry(("orders", o.o_w_id, o.o_d_id)).or_default() += 1;
+            });
+            engine::storage::Storage::for_each::<engine::schema::t::Histories>(db, |h| {
+                *rows.entry(("history", h.h_w_id, h.h_d_id)).or_default() += 1;
+            });
+            rows
+        };
+        let loaded = count(&mut crate::population::partition_db(&p, seed).0);
+        let mut copy = None;
+        let now = count(state(sim, node, p.id, &mut copy)?);
+        for (&key @ (table, w, d), &rows) in &now {
+            let added = rows - loaded.get(&key).copied().unwrap_or(0).min(rows);
+            let (committed, unknown) = answered.get(&key).copied().unwrap_or_default();
+            districts += 1;
+            if added > committed + unknown {
+                return Err(SimError::RanTwice { table, w, d, added, committed, unknown });
+            }
+        }
+    }
+    Ok(districts / 2)
+}
+
 /// The TPC-C consistency conditions over every partition's final state (its first replica).
 pub fn consistency(sim: &mut Sim) -> Result<(), SimError> {
     let partitions: Vec<(PartitionId, wire::messages::NodeId)> =

@@ -267,6 +267,15 @@ pub struct Sim {
     answered: Vec<bool>,
     /// Request ids below this were all answered.
     answered_below: u64,
+    /// The latest timestamp of any answer: a request submitted now ran, if it ever runs,
+    /// after it (`ClientRequest::not_before`).
+    seen_ts: wire::messages::Timestamp,
+    /// Requests whose answer a failure took, to ask again about (docs/design.md §11,
+    /// "Exactly-once answers"), and how often each was asked again.
+    retry_queue: std::collections::BTreeSet<(ClientId, u64)>,
+    retried: BTreeMap<u64, u32>,
+    /// Each request's `not_before`, by request id.
+    not_befores: Vec<wire::messages::Timestamp>,
     /// Hash of every reply in arrival order.
     answer_log: xxhash_rust::xxh3::Xxh3,
     digest_replies: BTreeMap<u64, DigestOutcome>,
@@ -401,6 +410,10 @@ impl Sim {
             answers: BTreeMap::new(),
             answered: Vec::new(),
             answered_below: 0,
+            seen_ts: wire::messages::Timestamp(0),
+            retry_queue: Default::default(),
+            retried: BTreeMap::new(),
+            not_befores: Vec::new(),
             answer_log: xxhash_rust::xxh3::Xxh3::new(),
             digest_replies: BTreeMap::new(),
             next_digest_request: 1 << 40,

@@ -64,6 +64,10 @@ pub enum SimError {
     /// An acknowledged NewOrder's ORDER row is missing.
     #[error("acknowledged {ack} is missing from partition {partition}")]
     NewOrderMissing { ack: NewOrderAck, partition: PartitionId },
+    /// A district holds more rows the run added than its answered transactions account for:
+    /// some transaction ran twice (docs/design.md §11, "Exactly-once answers").
+    #[error("district {d} of warehouse {w}: {added} {table} rows added by the run, but only {committed} answered committed and {unknown} of unknown outcome: a transaction ran twice")]
+    RanTwice { table: &'static str, w: u16, d: u8, added: u64, committed: u64, unknown: u64 },
     /// An acknowledged Payment's HISTORY row is missing.
     #[error("acknowledged payment {ack:?} has no HISTORY row in partition {partition}")]
     PaymentMissing { ack: PaymentAck, partition: PartitionId },

@@ -366,6 +366,7 @@ mod tests {
             last_ts: None,
             pieces: Vec::new(),
             log: wire::messages::ShippedLog::Wal(Vec::new()),
+            answers: Vec::new(),
         }
     }
 

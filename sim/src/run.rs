@@ -195,8 +195,10 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         committed_multi: span.committed_multi,
         multi_requests: span.multi_requests,
         aborted: count(|r| matches!(r, ClientResult::Aborted { .. })),
-        refused: count(|r| matches!(r, ClientResult::Rejected(_) | ClientResult::Busy { .. })),
-        outcome_unknown: count(|r| matches!(r, ClientResult::OutcomeUnknown { .. })),
+        refused: count(|r| {
+            matches!(r, ClientResult::Rejected(_) | ClientResult::Busy { .. }) && !is_outcome_unknown(r)
+        }),
+        outcome_unknown: count(is_outcome_unknown),
         failed: count(|r| matches!(r, ClientResult::Failed { .. })),
         acks_checked,
         acks_lost_async,
@@ -205,6 +207,16 @@ pub fn run_seed(seed: u64, opts: &SimOptions) -> Result<SeedReport, Box<SeedFail
         digests,
         answer_log: sim.answer_log_digest(),
     })
+}
+
+/// Whether a request's final answer leaves its outcome unknown: "outcome unknown", or a
+/// retry whose outcome the cluster had forgotten (docs/design.md §11, "Exactly-once answers").
+pub fn is_outcome_unknown(r: &ClientResult) -> bool {
+    matches!(
+        r,
+        ClientResult::OutcomeUnknown { .. }
+            | ClientResult::Rejected(wire::messages::Rejection::OutcomeForgotten { .. })
+    )
 }
 
 /// What [`check_healed`] verified.
@@ -224,7 +236,8 @@ pub struct Checked {
 }
 
 /// Every check [`run_seed`] makes on a healed cluster, in its order: drain, every request
-/// answered once, no alarms, replicas converged, every acknowledgement present, TPC-C
+/// answered once, no alarms, replicas converged, every acknowledgement present, nothing ran
+/// twice, TPC-C
 /// consistency over every partition together, stock agreeing with the order lines it
 /// supplied across partitions.
 pub fn check_healed(sim: &mut Sim) -> Result<Checked, SimError> {
@@ -237,6 +250,7 @@ pub fn check_healed(sim: &mut Sim) -> Result<Checked, SimError> {
         Ok(()) => e,
     })?;
     let acked = check::acknowledged_present(sim)?;
+    check::executed_at_most_once(sim)?;
     // Async shipping may lose, in a failover, the batch the promoted backup had not applied —
     // and with it one partition's half of a multi-partition transaction whose other half
     // stays (a Payment's HISTORY row without its customer's balance, a NewOrder's lines

@@ -222,12 +222,14 @@ fn the_seeds_that_found_imprecise_step_invariants_pass() {
 /// and the new leader sent again the transactions of the batches it adopted. One of them, a
 /// NewOrder, ran again after a NewOrder of its district that the window lost, so it got the
 /// lost one's order number, and the number its client was given was nowhere. The check now
-/// finds such an order by its customer and entry date.
+/// finds such an order by its customer and entry date. (Seeds 2302, 4508 and 6123 then; once
+/// clients asked again about answers failures took, the draws moved, and 1466 of the first
+/// 6,000 seeds shows it.)
 #[test]
 fn a_neworder_run_again_after_an_async_failover_is_found_under_its_new_number() {
     let opts =
         SimOptions { mode: Mode::FullStack, shipping: Shipping::Async, coordinators: 3, ..SimOptions::default() };
-    for seed in [2302, 4508, 6123] {
+    for seed in [1466] {
         let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
         assert!(report.acks_renumbered_async >= 1, "seed {seed}: {:?}", report.stats);
     }

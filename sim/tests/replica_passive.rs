@@ -288,6 +288,7 @@ fn roles_refuse_the_wrong_stream_and_damaged_shipments_stop_the_backup() {
         last_ts: None,
         pieces: Vec::new(),
         log: ShippedLog::Wal(vec![1, 2, 3]),
+        answers: Vec::new(),
     };
     assert!(matches!(ship(&mut empty, wal), Err(ReplicaError::BadShipment { .. })));
     assert!(empty.stopped().is_some());

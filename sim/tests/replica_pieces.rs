@@ -22,7 +22,7 @@ use engine::schema::TableId;
 use engine::LeanDb;
 use node::replica::{Emit, Replica, Store};
 use wire::channel::{CoordinatorToNode, NodeToCoordinator};
-use wire::messages::{Batch, BatchTxn, Part, Results, Timestamp, TxnOutcome};
+use wire::messages::{Batch, BatchTxn, Part, RequestId, Results, Timestamp, TxnOutcome};
 use workload::gen::{GenConfig, Generator, Profile};
 
 const LOAD_SEED: u64 = 99;
@@ -52,9 +52,14 @@ fn batches(inputs: &[TxnInput]) -> [Vec<Batch>; 2] {
         if w.iter().all(|&x| usize::from(x) - 1 == home) {
             open[home].push(BatchTxn::whole(ts, *input));
         } else {
-            open[home].push(BatchTxn { ts, input: *input, part: Part::Home { remotes: 1 } });
+            open[home].push(BatchTxn { ts, input: *input, part: Part::Home { remotes: 1 }, id: RequestId::NONE });
             let home_id = home as u16 + 1;
-            open[1 - home].push(BatchTxn { ts, input: *input, part: Part::Remote { home: home_id } });
+            open[1 - home].push(BatchTxn {
+                ts,
+                input: *input,
+                part: Part::Remote { home: home_id },
+                id: RequestId::NONE,
+            });
         }
         for p in 0..2 {
             if open[p].len() >= BATCH_TXNS {
@@ -186,13 +191,13 @@ fn one_multi_partition_new_order() -> (TxnInput, Batch, Batch) {
     let home = Batch {
         partition: 1,
         seq: 1,
-        txns: vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 } }],
+        txns: vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 }, id: RequestId::NONE }],
         digest_after: false,
     };
     let remote = Batch {
         partition: 2,
         seq: 1,
-        txns: vec![BatchTxn { ts, input, part: Part::Remote { home: 1 } }],
+        txns: vec![BatchTxn { ts, input, part: Part::Remote { home: 1 }, id: RequestId::NONE }],
         digest_after: false,
     };
     (input, home, remote)

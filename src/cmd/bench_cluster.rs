@@ -83,6 +83,7 @@ pub fn run(b: ClusterBench) -> Result<ExitCode> {
         },
         seed: b.seed,
         outages: false,
+        retries: true,
     };
     cfg.validate()?;
     let shares = RemoteShares {

@@ -191,6 +191,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         stop: StopAfter::Seconds(a.duration),
         seed: a.seed,
         outages: false,
+        retries: true,
     };
     cfg.validate()?;
     if a.modes.iter().any(|m| m.replica_keeps_own_log()) {

@@ -140,6 +140,13 @@ pub struct FailoverArgs {
     /// Do not print the once-a-second lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Do not ask again about requests a failure took the answer of (count them "outcome
+    /// unknown" instead): the behaviour before request ids, for comparison. By default the
+    /// load driver asks again, with the same request id, and the cluster answers the original
+    /// outcome or runs the transaction if it never ran (docs/design.md §11, "Exactly-once
+    /// answers").
+    #[arg(long)]
+    pub no_retries: bool,
     #[command(flatten)]
     pub record: RecordArgs,
 }
@@ -176,6 +183,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         stop: StopAfter::Seconds(a.duration),
         seed: a.seed,
         outages: true,
+        retries: !a.no_retries,
     };
     cfg.validate()?;
     if config.mode().replica_keeps_own_log() {

@@ -300,7 +300,13 @@ fn summarise(
         "coordinators     {} crashes ({} seen at once by the others), {} cut off from the others, {} take-overs, {} leaders deposed",
         totals.coordinator_crashes, totals.coordinator_deaths_seen, totals.coordinator_cuts, totals.take_overs, totals.deposed
     );
-    println!("outcome unknown  {unknown} (answered \"outcome unknown\": executed by a failed primary or replica, never dropped)");
+    println!(
+        "retries          {} requests asked again after a failure took their answer; {} answers came from a retry",
+        totals.retries, totals.answers_from_retries
+    );
+    println!(
+        "outcome unknown  {unknown} (still unknown after asking again: \"outcome unknown\", or an outcome the replicas had forgotten)"
+    );
     println!("messages lost    {} (with broken links and crashed processes)", totals.messages_lost);
     println!(
         "invariants       {} checks at every step ({} a run; docs/design.md §14)",

@@ -238,10 +238,11 @@ mod tests {
         channel_checks(&client_replies());
         channel_checks(&to_nodes());
         channel_checks(&from_coordinator());
-        // The first sample's variant (LoadStatus) and the last's (StateDigest) have a second
-        // sample each, for their other forms; `round_trips` below covers them.
-        let nodes = from_nodes();
-        channel_checks(&nodes[1..nodes.len() - 1]);
+        // Some variants (LoadStatus, StateDigest) have a second sample each, for their other
+        // forms; `round_trips` below covers them, `channel_checks` the first of each.
+        let mut nodes = from_nodes();
+        nodes.dedup_by(|b, a| a.name() == b.name());
+        channel_checks(&nodes);
         round_trips(&from_nodes());
         channel_checks(&peer_requests());
         channel_checks(&peer_replies());
@@ -276,7 +277,10 @@ mod tests {
             CoordinatorToNode::Batch(Batch {
                 partition: u16::MAX,
                 seq: u64::MAX,
-                txns: vec![BatchTxn::whole(ts, input)],
+                txns: vec![BatchTxn {
+                    id: RequestId { client: u64::MAX, seq: u64::MAX },
+                    ..BatchTxn::whole(ts, input)
+                }],
                 digest_after: true,
             })
         };

@@ -33,8 +33,10 @@ use serde::{Deserialize, Serialize};
 /// a typed [`PartitionPhase`] and [`ReplicationRole`]; 11: the coordinator group's channel,
 /// and a coordinator's status names the leader it knows; 12: a batch's state digest comes
 /// apart from its [`Results`], in `NodeToCoordinator::StateDigest`; 13: a status report's
-/// partitions carry their latency buckets.
-pub const PROTOCOL_VERSION: u8 = 14;
+/// partitions carry their latency buckets; 15: requests carry a [`RequestId`] (the client's id
+/// and sequence number), which batches carry on to the replicas, and a new leader recalls
+/// outcomes from them (docs/design.md §11, "Exactly-once answers").
+pub const PROTOCOL_VERSION: u8 = 15;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -184,13 +186,51 @@ pub struct BatchTxn {
     pub ts: Timestamp,
     pub input: TxnInput,
     pub part: Part,
+    /// The request it answers ([`RequestId::NONE`] for one no client can ask again about).
+    pub id: RequestId,
 }
 
 impl BatchTxn {
-    /// A single-partition transaction, run whole.
+    /// A single-partition transaction, run whole, that no client can ask again about.
     pub fn whole(ts: Timestamp, input: TxnInput) -> BatchTxn {
-        BatchTxn { ts, input, part: Part::Whole }
+        BatchTxn { ts, input, part: Part::Whole, id: RequestId::NONE }
     }
+}
+
+/// A client request's identity (docs/design.md §11, "Exactly-once answers"): the client's own
+/// id, drawn at random once per client, and the client's sequence number for the request.
+/// A client that lost an answer asks again with the same id, and is answered the original
+/// outcome; the transaction never runs twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+pub struct RequestId {
+    pub client: u64,
+    pub seq: u64,
+}
+
+impl RequestId {
+    /// No identity: a transaction no client can ask again about (client 0 is never drawn).
+    pub const NONE: RequestId = RequestId { client: 0, seq: 0 };
+
+    /// Whether this is an identity a client can ask again about.
+    pub fn is_some(self) -> bool {
+        self.client != 0
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request {} of client {:016x}", self.seq, self.client)
+    }
+}
+
+/// A remembered outcome a replica recalled for a new leader ([`crate::channel::control::NodeToCoordinator::Recalled`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecalledOutcome {
+    pub id: RequestId,
+    pub ts: Timestamp,
+    /// What it returned; `None` when it ran and its outcome was lost: a full-stack partition
+    /// back alone from its log found its commit record, and does not run it again.
+    pub outcome: Option<TxnOutcome>,
 }
 
 /// Which part of a transaction a partition runs (`engine::distributed`): a multi-partition
@@ -380,9 +420,31 @@ pub struct Results {
 /// A client's transaction request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientRequest {
-    /// Chosen by the client; echoed in the reply.
+    /// The client's sequence number for the request; echoed in the reply.
     pub request_id: u64,
+    /// The client's id, drawn at random once per client (never 0); with `request_id`, the
+    /// request's [`RequestId`]. Client 0 has no identity: it cannot ask again about a request.
+    pub client: u64,
+    /// The client sent this request before and lost its answer (its connection, or its
+    /// leader, died): the leader answers the original outcome if it ran, and runs it only if
+    /// it never did (docs/design.md §11, "Exactly-once answers").
+    pub retry: bool,
+    /// The latest timestamp of any answer the client had received when it first sent the
+    /// request (0 before any): if the request ever ran, it ran after this.
+    pub not_before: Timestamp,
     pub input: TxnInput,
+}
+
+impl ClientRequest {
+    /// A first request: sequence number `request_id` of client `client`.
+    pub fn new(client: u64, request_id: u64, not_before: Timestamp, input: TxnInput) -> ClientRequest {
+        ClientRequest { request_id, client, retry: false, not_before, input }
+    }
+
+    /// The request's identity.
+    pub fn id(&self) -> RequestId {
+        RequestId { client: self.client, seq: self.request_id }
+    }
 }
 
 /// Why the coordinator refused a request without executing it.
@@ -410,6 +472,15 @@ pub enum Rejection {
     /// (itself while it takes over: ask again shortly), or none is known yet.
     #[error("this coordinator does not lead{}", match leader { Some(c) => format!(" (coordinator {c} does)"), None => " (no leader is known yet)".to_string() })]
     NotLeader { leader: Option<CoordinatorId> },
+    /// A retried request whose outcome is no longer remembered: it may have run before
+    /// `remembered_after`, the oldest timestamp the partition's replicas still remember
+    /// outcomes after, and it is not run again (docs/design.md §11, "Exactly-once answers").
+    #[error("{id}: its outcome is forgotten (it was first sent after timestamp {not_before}, and partition {partition}'s replicas remember outcomes only after {remembered_after}); it is not run again")]
+    OutcomeForgotten { id: RequestId, partition: PartitionId, not_before: Timestamp, remembered_after: Timestamp },
+    /// A retry without a client id ([`ClientRequest::client`] 0): nothing can tell whether it
+    /// ran, so it is not run.
+    #[error("a retried request must carry a client id (client 0 cannot ask again)")]
+    RetryWithoutId,
 }
 
 /// What became of a client's request.
@@ -490,6 +561,11 @@ pub struct Shipment {
     /// other pieces a failed primary took with it (docs/design.md §11, take-over step 3).
     pub pieces: Vec<BatchTxn>,
     pub log: ShippedLog,
+    /// What the batch's transactions returned that a client can ask again about (a whole
+    /// transaction's, or a home piece's, with a request id): a backup remembers them, so that
+    /// once promoted it answers a client whose answer died with the primary (docs/design.md
+    /// §11, "Exactly-once answers").
+    pub answers: Vec<RecalledOutcome>,
 }
 
 /// What a process does for a partition, as its status report says.

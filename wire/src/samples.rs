@@ -41,7 +41,10 @@ pub fn batch() -> Batch {
     Batch {
         partition: 2,
         seq: 41,
-        txns: vec![BatchTxn::whole(ts(), worst_new_order()), BatchTxn::whole(ts(), payment())],
+        txns: vec![
+            BatchTxn { id: RequestId { client: u64::MAX, seq: u64::MAX }, ..BatchTxn::whole(ts(), worst_new_order()) },
+            BatchTxn::whole(ts(), payment()),
+        ],
         digest_after: true,
     }
 }
@@ -121,7 +124,10 @@ pub fn handshakes() -> Vec<Handshake> {
 
 pub fn client_requests() -> Vec<ClientToCoordinator> {
     vec![
-        ClientToCoordinator::ClientRequests(vec![ClientRequest { request_id: 3, input: payment() }]),
+        ClientToCoordinator::ClientRequests(vec![
+            ClientRequest::new(u64::MAX, 3, ts(), payment()),
+            ClientRequest { retry: true, ..ClientRequest::new(7, u64::MAX, Timestamp(u64::MAX), payment()) },
+        ]),
         ClientToCoordinator::DigestRequest { request_id: 8, partition: 1 },
         ClientToCoordinator::StatusRequest { request_id: 1 },
         ClientToCoordinator::Shutdown { reason: "done".into() },
@@ -133,6 +139,15 @@ pub fn client_replies() -> Vec<CoordinatorToClient> {
         CoordinatorToClient::ClientReplies(vec![
             ClientReply { request_id: 3, result: ClientResult::Busy { partition: 1 } },
             ClientReply { request_id: 4, result: ClientResult::Rejected(Rejection::NotReady { partition: 2 }) },
+            ClientReply {
+                request_id: 5,
+                result: ClientResult::Rejected(Rejection::OutcomeForgotten {
+                    id: RequestId { client: 9, seq: 5 },
+                    partition: 1,
+                    not_before: ts(),
+                    remembered_after: Timestamp(u64::MAX),
+                }),
+            },
         ]),
         CoordinatorToClient::DigestReply {
             request_id: 8,
@@ -161,6 +176,12 @@ pub fn to_nodes() -> Vec<CoordinatorToNode> {
         CoordinatorToNode::RederivePiece { partition: 2, home: 1, seq: 3, ts: ts(), input: payment() },
         CoordinatorToNode::TakeOver { epoch: 7 },
         CoordinatorToNode::SendBatches { partition: 1, after: 4, whole_after: 6 },
+        CoordinatorToNode::RecallOutcomes {
+            partition: 1,
+            recall: 2,
+            through: 9,
+            ids: vec![RequestId { client: 3, seq: 4 }, RequestId { client: u64::MAX, seq: u64::MAX }],
+        },
     ]
 }
 
@@ -212,6 +233,17 @@ pub fn from_nodes() -> Vec<NodeToCoordinator> {
         NodeToCoordinator::ShippingBehind { partition: 1, backup: 2, queued: u32::MAX },
         NodeToCoordinator::StateDigest { partition: 1, seq: 9, digest: Ok(StateDigest(42)) },
         NodeToCoordinator::StateDigest { partition: 1, seq: 10, digest: Err("stopped".into()) },
+        NodeToCoordinator::Recalled {
+            partition: 1,
+            recall: 2,
+            executed_seq: 9,
+            remembered_after: ts(),
+            found: vec![RecalledOutcome {
+                id: RequestId { client: 3, seq: 4 },
+                ts: ts(),
+                outcome: Some(results().results[0].outcome.clone()),
+            }],
+        },
     ]
 }
 
@@ -224,6 +256,11 @@ pub fn peer_requests() -> Vec<PeerRequest> {
             last_ts: Some(ts()),
             pieces: batch().txns,
             log: ShippedLog::Wal(vec![1, 2, 3]),
+            answers: vec![RecalledOutcome {
+                id: RequestId { client: 3, seq: 4 },
+                ts: ts(),
+                outcome: Some(results().results[0].outcome.clone()),
+            }],
         }),
         PeerRequest::SnapshotRequest { request_id: 1, partition: 1, after_seq: 2 },
         PeerRequest::LogBaseRequest { request_id: 1, partition: 1, after_seq: 2, checkpoint: true },

@@ -142,7 +142,7 @@ async fn cluster_peers_exchange_hellos_and_messages_both_ways() {
     assert!(s.remote_address().ip().is_loopback());
 
     // Client → coordinator.
-    let requests = ClientToCoordinator::ClientRequests(vec![ClientRequest { request_id: 1, input: payment(1) }]);
+    let requests = ClientToCoordinator::ClientRequests(vec![ClientRequest::new(7, 1, Timestamp(0), payment(1))]);
     c.send(&requests).await.unwrap();
     assert_eq!(recv(&mut s).await, Some(requests));
 

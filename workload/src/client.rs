@@ -397,6 +397,33 @@ pub struct ClusterCheck {
     /// Acknowledged Payments looked up, and those whose HISTORY row is missing.
     pub payments_checked: u64,
     pub payments_missing: Vec<PaymentAck>,
+    /// The districts holding more ORDER or HISTORY rows added since the load than the
+    /// acknowledgements given account for: transactions that ran without a "committed"
+    /// answer — of unknown outcome, or run twice (docs/design.md §11, "Exactly-once
+    /// answers"). Meaningful after a run on a freshly loaded cluster whose every client's
+    /// acknowledgements were given.
+    pub unaccounted: Vec<Unaccounted>,
+}
+
+/// A district whose rows added since the load outnumber its acknowledgements
+/// ([`ClusterCheck::unaccounted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Unaccounted {
+    /// `"orders"` (NewOrders) or `"history"` (Payments).
+    pub table: &'static str,
+    pub w: u16,
+    pub d: u8,
+    /// Rows added since the load.
+    pub added: u64,
+    /// Acknowledgements of transactions that added one.
+    pub acknowledged: u64,
+}
+
+impl ClusterCheck {
+    /// Rows added that no acknowledgement accounts for, over every district.
+    pub fn unaccounted_rows(&self) -> u64 {
+        self.unaccounted.iter().map(|u| u.added - u.acknowledged).sum()
+    }
 }
 
 impl ClusterCheck {
@@ -491,6 +518,7 @@ pub async fn check(
     let mut acks_missing = Vec::new();
     let mut payments_checked = 0u64;
     let mut payments_missing = Vec::new();
+    let mut unaccounted = Vec::new();
     // Failed replicas (a killed node) are left out: only live ones are compared and read.
     let live_of = status(&mut coordinator).await?;
     for p in &config.partitions {
@@ -542,6 +570,7 @@ pub async fn check(
         let mine_payments: Vec<&PaymentAck> = payments.iter().filter(|a| p.warehouses.contains(a.w)).collect();
         acks_checked += mine_orders.len() as u64;
         payments_checked += mine_payments.len() as u64;
+        unaccounted.extend(unaccounted_rows(&mut db, &mine_orders, &mine_payments));
         let gone = engine::acks::missing(&mut db, mine_orders, mine_payments)?;
         acks_missing.extend(gone.new_orders);
         payments_missing.extend(gone.payments);
@@ -572,7 +601,37 @@ pub async fn check(
         acks_missing,
         payments_checked,
         payments_missing,
+        unaccounted,
     })
+}
+
+/// The districts of `db` (one partition's state) whose ORDER or HISTORY rows added since the
+/// load (clause 4.3.3.1: 3,000 of each per district) outnumber the acknowledgements.
+fn unaccounted_rows(db: &mut LeanDb, orders: &[&NewOrderAck], payments: &[&PaymentAck]) -> Vec<Unaccounted> {
+    use std::collections::BTreeMap;
+    let mut rows: BTreeMap<(&'static str, u16, u8), (u64, u64)> = BTreeMap::new();
+    engine::storage::Storage::for_each::<engine::schema::t::Orders>(db, |o| {
+        rows.entry(("orders", o.o_w_id, o.o_d_id)).or_default().0 += 1;
+    });
+    engine::storage::Storage::for_each::<engine::schema::t::Histories>(db, |h| {
+        rows.entry(("history", h.h_w_id, h.h_d_id)).or_default().0 += 1;
+    });
+    for a in orders {
+        rows.entry(("orders", a.w, a.d)).or_default().1 += 1;
+    }
+    for a in payments {
+        rows.entry(("history", a.w, a.d)).or_default().1 += 1;
+    }
+    let loaded = |table| match table {
+        "orders" => u64::from(engine::loader::ORDERS_PER_DISTRICT),
+        _ => u64::from(engine::loader::CUSTOMERS_PER_DISTRICT),
+    };
+    rows.into_iter()
+        .filter_map(|((table, w, d), (count, acknowledged))| {
+            let added = count.saturating_sub(loaded(table));
+            (added > acknowledged).then_some(Unaccounted { table, w, d, added, acknowledged })
+        })
+        .collect()
 }
 
 /// Runs [`REPLICA_READS_PER_PARTITION`] read-only transactions (OrderStatus and StockLevel,

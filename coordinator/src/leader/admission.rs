@@ -32,17 +32,30 @@ use crate::sequencer::Busy;
 impl Coordinator {
     /// A client's transaction request.
     pub fn on_client_request(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
-        let out = self.on_client_request_unsettled(client, request, now_us);
+        let mut out = self.on_client_request_unsettled(client, request, now_us);
+        self.send_recalls(&mut out);
         self.settle(out)
     }
 
     fn on_client_request_unsettled(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
+        if request.retry || self.retries.was_retried(request.id()) {
+            // Asked again (or first sent on a connection the client gave up, overtaken by its
+            // retry): answered what became of it, run only if it never ran (`retries`).
+            let mut out = Vec::new();
+            self.on_retry(client, request, &mut out);
+            return out;
+        }
+        self.admit_request(client, request, now_us)
+    }
+
+    /// Admits a request as a transaction that never ran: routed, stamped and batched.
+    pub(super) fn admit_request(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
         let mut out = Vec::new();
         let tag = ClientRef { client, request_id: request.request_id };
         let reply = |result| Output::Reply { client, reply: ClientReply { request_id: request.request_id, result } };
         let pid = match self.router.route(&request.input) {
             Ok(Route { home, remotes }) if remotes.is_empty() => home,
-            Ok(route) => return self.admit_multi(tag, request.input, route, now_us),
+            Ok(route) => return self.admit_multi(tag, request.input, request.id(), route, now_us),
             Err(e) => return vec![reply(ClientResult::Rejected(e.into()))],
         };
         let p = self.partitions.get_mut(&pid).expect("the router only names configured partitions");
@@ -53,7 +66,7 @@ impl Coordinator {
             return vec![reply(ClientResult::Busy { partition: pid })];
         }
         let ts = self.clock.next(now_us / 1_000);
-        match p.sequencer.admit(ts, request.input, now_us) {
+        match p.sequencer.admit(ts, request.input, request.id(), now_us) {
             Err(Busy) => return vec![reply(ClientResult::Busy { partition: pid })],
             Ok(closed) => {
                 p.catch_up.admitted(now_us);
@@ -75,8 +88,11 @@ impl Coordinator {
             ClientToCoordinator::ClientRequests(requests) => {
                 let mut out = Vec::new();
                 for request in requests {
-                    out.extend(self.on_client_request(client, request, now_us));
+                    let o = self.on_client_request_unsettled(client, request, now_us);
+                    out.extend(self.settle(o));
                 }
+                // The frame's retries, asked together of each partition.
+                self.send_recalls(&mut out);
                 out
             }
             ClientToCoordinator::DigestRequest { request_id, partition } => {

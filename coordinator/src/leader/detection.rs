@@ -187,6 +187,7 @@ impl Coordinator {
                 p.replica_down(node, &mut self.membership_epoch, out);
             }
         }
+        self.recalls_lose(node, out);
     }
 }
 

@@ -38,10 +38,12 @@ mod multi_partition;
 mod promotion;
 mod rejoin;
 mod resume;
+mod retries;
 mod status;
 mod types;
 
 pub use resume::{PartitionResume, Resumed};
+pub use retries::{RetryStats, RETRIED_KEPT, RETRIES_WAITING_MAX};
 pub use types::{
     ClientId, ClientRef, Detection, Event, Output, PartitionStatus, Phase, DIGEST_REQUESTS_INFLIGHT_MAX,
     JOINER_PATIENCE_TIMEOUTS, NOBODY,
@@ -242,6 +244,8 @@ pub struct Coordinator {
     multi: HashMap<ClientRef, MultiTxn>,
     /// The nodes each partition's replicas are placed on in `cluster.toml`.
     placement: BTreeMap<PartitionId, Vec<NodeId>>,
+    /// Retried requests being answered (`retries`).
+    retries: retries::Retries,
 }
 
 impl Coordinator {
@@ -314,6 +318,7 @@ impl Coordinator {
             last_ts: None,
             multi: HashMap::new(),
             placement: config.partitions.iter().map(|p| (p.id, p.replicas.clone())).collect(),
+            retries: retries::Retries::default(),
         })
     }
 
@@ -376,6 +381,10 @@ impl Coordinator {
             NodeToCoordinator::PieceReads(reads) => {
                 self.deliver_reads(reads, &mut out);
             }
+            NodeToCoordinator::Recalled { partition: _, recall, executed_seq, remembered_after, found } => {
+                let answer = retries::RecallAnswer { recall, executed_seq, remembered_after, found };
+                self.on_recalled(from, answer, now_us, &mut out)
+            }
             NodeToCoordinator::LoadStatus { partition, state } => self.on_load_status(from, partition, state, &mut out),
             NodeToCoordinator::Heartbeat { .. } => {}
             // Take-over reports and fencing concern the coordinator group (docs/design.md
@@ -412,6 +421,11 @@ impl Coordinator {
     /// The last timestamp issued (for a restart to resume after).
     pub fn last_timestamp(&self) -> Option<Timestamp> {
         self.last_ts
+    }
+
+    /// What retried requests met so far (docs/design.md §11, "Exactly-once answers").
+    pub fn retry_stats(&self) -> RetryStats {
+        self.retries.stats()
     }
 
     /// Whether node `node` counts as alive.

@@ -30,6 +30,7 @@ impl Coordinator {
         &mut self,
         tag: ClientRef,
         input: engine::procedures::TxnInput,
+        id: wire::messages::RequestId,
         route: Route,
         now_us: u64,
     ) -> Vec<Output> {
@@ -66,7 +67,7 @@ impl Coordinator {
                 let remotes = remote_seqs.clone();
                 p.piece_reads.insert(ts, HeldReads { seq, tag, input, remotes, outcomes: Vec::new() });
             }
-            let closed = p.sequencer.admit_part(ts, input, part, now_us).expect("room checked above");
+            let closed = p.sequencer.admit_part(ts, input, part, id, now_us).expect("room checked above");
             p.catch_up.admitted(now_us);
             p.open_tags.push(tag);
             if let Some(batch) = closed {
@@ -103,6 +104,7 @@ impl Coordinator {
     /// aborts the home pieces still waiting for its piece.
     pub(super) fn settle(&mut self, mut out: Vec<Output>) -> Vec<Output> {
         self.answer_deferred_rejoins(&mut out);
+        self.release_answers(&mut out);
         if self.multi.is_empty() {
             for p in self.partitions.values_mut() {
                 p.pieces_done.clear();

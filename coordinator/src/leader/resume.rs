@@ -320,7 +320,7 @@ impl Coordinator {
                     missing
                         .entry(x)
                         .or_default()
-                        .insert(t.ts, wire::messages::BatchTxn { ts: t.ts, input: t.input, part });
+                        .insert(t.ts, wire::messages::BatchTxn { ts: t.ts, input: t.input, part, id: t.id });
                 }
             }
         }

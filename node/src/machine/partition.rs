@@ -620,6 +620,16 @@ impl<R> PartitionMachine<R> {
             | CoordinatorToNode::Promote { .. }
             | CoordinatorToNode::SendBatches { .. }
             | CoordinatorToNode::ShipTo { .. } => Vec::new(),
+            // Remembers nothing yet: "not found", and trusted by no leader.
+            CoordinatorToNode::RecallOutcomes { partition, recall, .. } => {
+                vec![Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Recalled {
+                    partition,
+                    recall,
+                    executed_seq: 0,
+                    remembered_after: wire::messages::Timestamp(u64::MAX),
+                    found: Vec::new(),
+                }))]
+            }
         }
     }
 

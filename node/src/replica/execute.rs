@@ -154,7 +154,7 @@ impl Replica {
     /// A remote piece's outcome derived from the current state, which includes the piece's
     /// effects ([`engine::distributed::rederive_reads`]); `None` if the replica stopped.
     fn derive_reads(&mut self, home: PartitionId, ts: Timestamp, input: &TxnInput) -> Option<PieceReads> {
-        let t = BatchTxn { ts, input: *input, part: Part::Remote { home } };
+        let t = BatchTxn { ts, input: *input, part: Part::Remote { home }, id: wire::messages::RequestId::NONE };
         let result = match &mut self.db {
             Store::Lean(db) => rederive(db, &t),
             Store::Full(f) => {
@@ -280,6 +280,7 @@ impl Replica {
             let seq = results.seq;
             out.extend(shipment.map(Emit::Ship));
             out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
+            self.answer_recalls(out);
             if digest_after {
                 if let Some(digest) = self.begin_digest(seq) {
                     let partition = self.partition;
@@ -457,7 +458,9 @@ impl Replica {
                 },
             };
             let pieces = batch.txns.iter().filter(|t| t.part != Part::Whole).cloned().collect();
-            Some(Shipment { partition: self.partition, primary: self.node, seq, last_ts: self.last_ts, pieces, log })
+            let answers = super::recall::answers_of(&batch, &results);
+            let (partition, primary, last_ts) = (self.partition, self.node, self.last_ts);
+            Some(Shipment { partition, primary, seq, last_ts, pieces, log, answers })
         } else {
             None
         };
@@ -465,6 +468,10 @@ impl Replica {
         if self.recent.len() == RECENT_BATCHES_KEPT {
             let forgotten = self.recent.pop_front().expect("full");
             self.answer_again.remove(&forgotten.batch.seq);
+            self.remembers_since_load = false;
+            // A promoted backup's shipped outcomes are older still: what lies between them
+            // and the kept batches is forgotten with them.
+            self.shipped_answers.clear();
         }
         self.recent.push_back(Recent { batch, results: results.clone(), used_reads: p.used_reads });
         Ok((results, shipment))

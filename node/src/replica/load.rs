@@ -27,6 +27,7 @@ impl Replica {
     pub fn restored(node: NodeId, partition: PartitionId, db: LeanDb, seq: Seq, pending_batches_max: usize) -> Replica {
         let mut r = Replica::new(node, partition, db, pending_batches_max);
         r.next_seq = seq + 1;
+        r.remembers_since_load = false;
         r
     }
 
@@ -113,6 +114,7 @@ impl Replica {
     ) -> Replica {
         let mut r = Replica::with_role(node, partition, ReplicaRole::Backup, Store::Lean(db), pending_batches_max);
         r.next_seq = seq + 1;
+        r.remembers_since_load = false;
         r
     }
 
@@ -130,6 +132,7 @@ impl Replica {
         let mut r =
             Replica::with_role(node, partition, ReplicaRole::Backup, Store::Full(Box::new(db)), pending_batches_max);
         r.next_seq = seq + 1;
+        r.remembers_since_load = false;
         r
     }
 
@@ -142,6 +145,7 @@ impl Replica {
         let mut r =
             Replica::with_role(node, partition, ReplicaRole::Replica, Store::Full(Box::new(db)), pending_batches_max);
         r.committed_before_restart = committed;
+        r.remembers_since_load = false;
         r
     }
 

@@ -41,6 +41,7 @@ mod digest;
 mod execute;
 mod load;
 mod passive;
+mod recall;
 mod take_over;
 #[cfg(test)]
 mod tests;
@@ -49,6 +50,7 @@ pub use digest::DigestCopy;
 pub(crate) use execute::holds_warehouse;
 pub use execute::{committed_before_restart, PIECE_READS_HELD_MAX};
 pub use passive::{LogBase, LogBaseSource};
+pub use recall::RECALLS_HELD_MAX;
 pub use take_over::RECENT_BATCHES_KEPT;
 
 /// What a replica emits while it takes its partition's stream: messages for the coordinator
@@ -305,6 +307,14 @@ pub struct Replica {
     /// Batches executed before a new leader took over whose results that leader has not
     /// seen: when it sends one again, its kept results are sent again (once).
     answer_again: std::collections::BTreeSet<Seq>,
+    /// Whether `recent` holds every batch executed since the partition was loaded, and this
+    /// replica executed them all (`recall`: what it remembers).
+    remembers_since_load: bool,
+    /// A leader's recalls waiting for a batch to be executed (`recall`).
+    pending_recalls: Vec<recall::PendingRecall>,
+    /// A backup (and once promoted, until they age out): the outcomes its primary shipped
+    /// with the last [`RECENT_BATCHES_KEPT`] shipments it applied, oldest first (`recall`).
+    shipped_answers: std::collections::VecDeque<(Seq, Vec<wire::messages::RecalledOutcome>)>,
     /// Whether a batch that asks for the state digest begins a copy of the state after it
     /// for its carrier to digest off the executor ([`Replica::take_digest_copy`]); else (and
     /// when a copy is under way already) the digest is taken here, at once.
@@ -354,6 +364,10 @@ impl Replica {
             copied_from: None,
             recent: std::collections::VecDeque::new(),
             answer_again: std::collections::BTreeSet::new(),
+            // Over a freshly loaded database (a copy, a log's recovery: see `load`).
+            remembers_since_load: true,
+            pending_recalls: Vec::new(),
+            shipped_answers: std::collections::VecDeque::new(),
             digest_by_copy: false,
             digest_copy: None,
             load_digest: None,
@@ -436,6 +450,15 @@ impl Replica {
                 self.check_partition(partition)?;
                 let (batches, reads) = self.held_batches(after, whole_after);
                 Ok(vec![Emit::ToCoordinator(NodeToCoordinator::HeldBatches { partition, batches, reads })])
+            }
+            CoordinatorToNode::RecallOutcomes { partition, recall, through, ids } => {
+                self.check_partition(partition)?;
+                if ids.len() > wire::channel::control::RECALL_IDS_MAX {
+                    return Err(ReplicaError::Unexpected { what: "a recall of more request ids than RECALL_IDS_MAX" });
+                }
+                let mut out = Vec::new();
+                self.on_recall(recall, through, ids, &mut out);
+                Ok(out)
             }
             CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),
             CoordinatorToNode::Shutdown { .. } => {

@@ -180,6 +180,7 @@ impl Replica {
             return Err(self.stop(e));
         }
         self.last_ts = self.last_ts.max(shipment.last_ts);
+        self.remember_shipped(shipment.seq, shipment.answers);
         if !shipment.pieces.is_empty() {
             if let RoleState::Backup { applied_pieces, .. } = &mut self.role {
                 if applied_pieces.len() == RECENT_SHIPMENTS_KEPT {

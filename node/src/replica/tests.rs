@@ -12,6 +12,7 @@ fn batch(seq: Seq, ts: &[u64]) -> Batch {
         .iter()
         .map(|&t| BatchTxn {
             part: wire::messages::Part::Whole,
+            id: wire::messages::RequestId::NONE,
             ts: Timestamp(t),
             input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 1 }),
         })

@@ -283,7 +283,15 @@ impl Sim {
                 let Some(m) = n.partitions.get(&partition).filter(|m| m.standing() == Standing::Serving) else {
                     continue;
                 };
-                m.replica().and_then(|r| r.last_ts()).is_some_and(|last| last >= ts)
+                let Some(r) = m.replica() else { continue };
+                match r.last_ts() {
+                    Some(last) => last >= ts,
+                    // Restored from a copy and nothing executed since: its state is the
+                    // source's after batch `applied_seq`, which holds `ts` if the batch that
+                    // carried it is no later (a retried request is answered long after its
+                    // batch ran, when such a replica may be the only one left).
+                    None => self.batch_of.get(&(partition, ts)).is_some_and(|&(seq, _)| r.applied_seq() >= seq),
+                }
             } else {
                 let held = self.checker.crashed.get(&(*id, n.process, partition)).is_some_and(|&last| last >= ts);
                 if !held {

@@ -20,6 +20,10 @@ use wire::channel::{CoordinatorToClient, CoordinatorToNode, NodeToCoordinator};
 use wire::messages::{ClientResult, CoordinatorId, Epoch, NodeId};
 
 use super::{PeerAddr, Sim, SimCoord, START_US};
+
+/// Times a simulated client asks again about one request before it gives up: its outcome is
+/// then unknown to it.
+const RETRIES_PER_REQUEST_MAX: u32 = 1_000;
 use crate::error::Violation;
 use crate::net::{Carried, Envelope, PeerMsg, RAFT_NODE};
 
@@ -194,8 +198,39 @@ impl Sim {
     /// A client's reply (from coordinator `c`, or "outcome unknown" from the client library
     /// when `c`'s connection went).
     pub(super) fn answer(&mut self, c: CoordinatorId, client: ClientId, reply: wire::messages::ClientReply) {
+        use wire::messages::Rejection;
         if let Some(sc) = self.coordinators.get_mut(&c) {
             sc.open.remove(&(client, reply.request_id));
+        }
+        // What a failure took the answer of — an "outcome unknown", or a retry this
+        // coordinator could not answer now — is asked again, as the load driver does
+        // (docs/design.md §11, "Exactly-once answers"), up to RETRIES_PER_REQUEST_MAX times.
+        let retried = self.retried.get(&reply.request_id).copied().unwrap_or(0);
+        let ask_again = match &reply.result {
+            ClientResult::OutcomeUnknown { .. } => true,
+            ClientResult::Rejected(
+                Rejection::NotLeader { .. } | Rejection::NotReady { .. } | Rejection::NoLiveReplica { .. },
+            ) => retried > 0,
+            _ => false,
+        };
+        if ask_again && retried < RETRIES_PER_REQUEST_MAX {
+            self.retried.insert(reply.request_id, retried + 1);
+            self.retry_queue.insert((client, reply.request_id));
+            return;
+        }
+        let mut reply = reply;
+        if ask_again {
+            // Given up: what became of it is unknown to the client.
+            let reason = format!("asked again {retried} times without an answer");
+            reply.result = ClientResult::OutcomeUnknown { ts: wire::messages::Timestamp(0), reason };
+        }
+        if let ClientResult::Committed { ts, .. } | ClientResult::Aborted { ts, .. } | ClientResult::Failed { ts, .. } =
+            &reply.result
+        {
+            self.seen_ts = self.seen_ts.max(*ts);
+            if retried > 0 {
+                self.stats.answers_from_retries += 1;
+            }
         }
         let line = format!("{client} {} {:?}\n", reply.request_id, reply.result);
         self.answer_log.update(line.as_bytes());
@@ -324,6 +359,7 @@ impl Sim {
         let input: TxnInput = self.generator.next((self.now_us / 1_000_000) as i64);
         let request_id = self.inputs.len() as u64;
         self.inputs.push(input);
+        self.not_befores.push(self.seen_ts);
         self.answered.push(false);
         let up: Vec<CoordinatorId> =
             self.coordinators.iter().filter(|(_, sc)| sc.carrier.is_some()).map(|(&c, _)| c).collect();
@@ -341,10 +377,29 @@ impl Sim {
         };
         let sc = self.coordinators.get_mut(&target).expect("chosen among them");
         sc.open.insert((client, request_id));
-        let msg = wire::channel::ClientToCoordinator::ClientRequests(vec![wire::messages::ClientRequest {
-            request_id,
-            input,
-        }]);
+        let request = wire::messages::ClientRequest::new(client + 1, request_id, self.seen_ts, input);
+        let msg = wire::channel::ClientToCoordinator::ClientRequests(vec![request]);
         self.with_carrier(target, |k, now, links| k.on_client_message(client, msg, now, links));
+    }
+
+    /// The clients ask the leading coordinator again about every request a failure took the
+    /// answer of (nothing while none leads).
+    pub(super) fn ask_again(&mut self) {
+        let Some((target, _)) = self.leader() else { return };
+        let queued: Vec<(ClientId, u64)> = std::mem::take(&mut self.retry_queue).into_iter().collect();
+        let mut by_client: std::collections::BTreeMap<ClientId, Vec<wire::messages::ClientRequest>> =
+            Default::default();
+        for (client, request_id) in queued {
+            let input = self.inputs[request_id as usize];
+            let not_before = self.not_befores[request_id as usize];
+            let first = wire::messages::ClientRequest::new(client + 1, request_id, not_before, input);
+            by_client.entry(client).or_default().push(wire::messages::ClientRequest { retry: true, ..first });
+            self.coordinators.get_mut(&target).expect("leads").open.insert((client, request_id));
+            self.stats.retries += 1;
+        }
+        for (client, requests) in by_client {
+            let msg = wire::channel::ClientToCoordinator::ClientRequests(requests);
+            self.with_carrier(target, |k, now, links| k.on_client_message(client, msg, now, links));
+        }
     }
 }

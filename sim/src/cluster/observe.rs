@@ -93,6 +93,11 @@ pub struct SimStats {
     pub deposed: u64,
     /// Invariant checks made during the run, at every step (docs/design.md §14).
     pub invariant_checks: u64,
+    /// Requests the clients asked again about after a failure took their answer (each time
+    /// counts), and the answers those retries brought (docs/design.md §11, "Exactly-once
+    /// answers").
+    pub retries: u64,
+    pub answers_from_retries: u64,
 }
 
 impl SimStats {
@@ -133,6 +138,8 @@ impl SimStats {
         self.take_overs += other.take_overs;
         self.deposed += other.deposed;
         self.invariant_checks += other.invariant_checks;
+        self.retries += other.retries;
+        self.answers_from_retries += other.answers_from_retries;
     }
 }
 

@@ -101,7 +101,9 @@ impl Sim {
             self.net.release(self.step);
             match self.rng.below(10) {
                 0..=2 => {
-                    if self.submitting && self.rng.below(DIGEST_REQUEST_ONE_IN) == 0 {
+                    if !self.retry_queue.is_empty() && self.rng.below(2) == 0 {
+                        self.ask_again();
+                    } else if self.submitting && self.rng.below(DIGEST_REQUEST_ONE_IN) == 0 {
                         self.ask_digests();
                     } else if self.submitting {
                         let client = self.rng.below(CLIENTS);
@@ -141,8 +143,12 @@ impl Sim {
         self.net.release_all();
         let mut drained = false;
         for _ in 0..DRAIN_DELIVERIES_MAX {
+            if !self.retry_queue.is_empty() {
+                self.ask_again();
+            }
             let settled = self.leader().is_some_and(|(_, c)| c.status().iter().all(|p| p.inflight_txns == 0));
-            if self.net.all(|e| !self.deliverable(e)) && settled && self.digest_copies.is_empty() {
+            let asked = self.retry_queue.is_empty();
+            if self.net.all(|e| !self.deliverable(e)) && settled && asked && self.digest_copies.is_empty() {
                 self.net.clear();
                 drained = true;
                 break;

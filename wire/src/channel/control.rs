@@ -10,7 +10,8 @@ use engine::procedures::TxnInput;
 
 use crate::channel::channel_enum;
 use crate::messages::{
-    Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, ReplicaStanding, Results, Seq, StateDigest, Timestamp,
+    Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, RecalledOutcome, ReplicaStanding, RequestId, Results,
+    Seq, StateDigest, Timestamp,
 };
 
 channel_enum! {
@@ -67,8 +68,16 @@ channel_enum! {
         /// `whole_after` every replica that counts executed: the leader needs only where
         /// their multi-partition pieces are, and they come with those alone.
         SendBatches { partition: PartitionId, after: Seq, whole_after: Seq },
+        /// To an executing replica of `partition`, for retried requests whose answers were
+        /// lost (docs/design.md §11, "Exactly-once answers"): once you executed every batch
+        /// through `through`, answer [`NodeToCoordinator::Recalled`] with the outcomes you
+        /// remember of `ids` (at most [`RECALL_IDS_MAX`]).
+        RecallOutcomes { partition: PartitionId, recall: u64, through: Seq, ids: Vec<RequestId> },
     }
 }
+
+/// Request ids one [`CoordinatorToNode::RecallOutcomes`] asks about, at most.
+pub const RECALL_IDS_MAX: usize = 1_024;
 
 /// Batches one [`NodeToCoordinator::HeldBatches`] carries, at most.
 pub const HELD_BATCHES_PER_REPLY_MAX: usize = 64;
@@ -109,7 +118,9 @@ impl CoordinatorToNode {
             | CoordinatorToNode::Promote { partition, .. }
             | CoordinatorToNode::ShipTo { partition, .. }
             | CoordinatorToNode::RederivePiece { partition, .. } => Some(*partition),
-            CoordinatorToNode::SendBatches { partition, .. } => Some(*partition),
+            CoordinatorToNode::SendBatches { partition, .. } | CoordinatorToNode::RecallOutcomes { partition, .. } => {
+                Some(*partition)
+            }
             CoordinatorToNode::Heartbeat { .. }
             | CoordinatorToNode::Shutdown { .. }
             | CoordinatorToNode::TakeOver { .. } => None,
@@ -164,6 +175,17 @@ channel_enum! {
         /// of the state begun right after the batch, while the partition executes on (docs/
         /// design.md §10, "Checks during traffic"), so it comes after the batch's results.
         StateDigest { partition: PartitionId, seq: Seq, digest: Result<StateDigest, String> },
+        /// The answer to [`CoordinatorToNode::RecallOutcomes`]: the outcomes this replica
+        /// remembers of the ids asked about. Of the others, none ran after
+        /// `remembered_after` through batch `executed_seq` here; what ran before it is
+        /// forgotten.
+        Recalled {
+            partition: PartitionId,
+            recall: u64,
+            executed_seq: Seq,
+            remembered_after: Timestamp,
+            found: Vec<RecalledOutcome>,
+        },
     }
 }
 

@@ -30,10 +30,17 @@
 //! refusing).
 //!
 //! With `outages` (what `glass failover` runs) a connection lost to the coordinator does not end
-//! the run: its outstanding requests are counted as *outcome unknown* (never silently
-//! dropped), the terminal reconnects and goes on; answers that a partition is unavailable
-//! (no live replica, stopped, not ready) are counted, not fatal. Commits are also counted per
-//! 100 ms per partition, so an outage shows in the timeline.
+//! the run: the terminal reconnects, to the leader, and goes on; answers that a partition is
+//! unavailable (no live replica, stopped, not ready) are counted, not fatal. Every request
+//! carries its id (the terminal's random client id and its sequence number), and with
+//! `retries` (the default) the terminal asks again about each request a failure took the
+//! answer of — outstanding on the lost connection, or answered "outcome unknown" — until it
+//! has a definite answer (docs/design.md §11, "Exactly-once answers"); a retry the cluster
+//! cannot answer yet ("not the leader", "not ready") is asked again. What stays unknown —
+//! forgotten by the replicas, unanswered when the run ended, or (without `retries`)
+//! outstanding on a lost connection — is counted as *outcome unknown*, never silently
+//! dropped. Commits are also counted per 100 ms per partition, so an outage shows in the
+//! timeline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -101,6 +108,10 @@ pub struct DriverConfig {
     pub seed: u64,
     /// Keep going through failures (see the module documentation).
     pub outages: bool,
+    /// Ask again, with the same request id, about every request whose answer a failure
+    /// took (docs/design.md §11, "Exactly-once answers"); without it, such requests count
+    /// as outcome unknown.
+    pub retries: bool,
 }
 
 impl DriverConfig {
@@ -222,8 +233,18 @@ pub struct DriverOutcome {
     pub acks: Vec<NewOrderAck>,
     /// Every Payment answered "committed", warm-up included.
     pub payments: Vec<PaymentAck>,
-    /// Requests outstanding on a connection that was lost (`outages`).
+    /// Requests whose outcome the run never learnt (`outages`): outstanding on a connection
+    /// that was lost (without `retries`), answered "outcome unknown" and not asked again,
+    /// never answered before the run ended, or whose outcome the cluster had forgotten when
+    /// asked again (`forgotten`, counted here too).
     pub outcome_unknown: u64,
+    /// Requests asked again that the cluster answered "outcome forgotten".
+    pub forgotten: u64,
+    /// Answers (committed, aborted or failed) to a request asked again after a failure took
+    /// its first answer.
+    pub answers_from_retries: u64,
+    /// Requests sent again (each time counts).
+    pub resent: u64,
     /// Answers that the partition had no live replica, was stopped or not ready (`outages`).
     pub unavailable: u64,
     /// Commits per [`BUCKET`] from `origin`, per partition (in `cluster.toml` order):
@@ -255,6 +276,9 @@ struct Shared {
     acks: Mutex<Vec<NewOrderAck>>,
     payments: Mutex<Vec<PaymentAck>>,
     unknown: AtomicU64,
+    forgotten: AtomicU64,
+    answers_from_retries: AtomicU64,
+    resent: AtomicU64,
     unavailable: AtomicU64,
     /// Measured phase: commits classified by partitions touched.
     committed_single: AtomicU64,
@@ -280,6 +304,10 @@ struct TerminalSpan {
 /// One request on its way.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
+    /// As first sent (sent again with `retry` set).
+    request: ClientRequest,
+    /// Sent again at least once: a failure took an answer to it.
+    retried: bool,
     start: Instant,
     kind: TxnKind,
     w: u16,
@@ -395,6 +423,9 @@ pub fn run_with(
     }
     let Collected { acks, payments, fine, gaps, silences } = collect(&shared, &partition_of, config.partitions.len());
     let outcome_unknown = shared.iter().map(|s| s.unknown.load(Ordering::Relaxed)).sum();
+    let forgotten = shared.iter().map(|s| s.forgotten.load(Ordering::Relaxed)).sum();
+    let answers_from_retries = shared.iter().map(|s| s.answers_from_retries.load(Ordering::Relaxed)).sum();
+    let resent = shared.iter().map(|s| s.resent.load(Ordering::Relaxed)).sum();
     let unavailable = shared.iter().map(|s| s.unavailable.load(Ordering::Relaxed)).sum();
     let sum = |f: fn(&Shared) -> &AtomicU64| shared.iter().map(|s| f(s).load(Ordering::Relaxed)).sum::<u64>();
     let (committed_single, committed_multi) = (sum(|s| &s.committed_single), sum(|s| &s.committed_multi));
@@ -432,7 +463,20 @@ pub fn run_with(
         committed_single_partition: committed_single,
         committed_multi_partition: committed_multi,
     });
-    Ok(DriverOutcome { report, acks, payments, outcome_unknown, unavailable, fine, origin, gaps, silences })
+    Ok(DriverOutcome {
+        report,
+        acks,
+        payments,
+        outcome_unknown,
+        forgotten,
+        answers_from_retries,
+        resent,
+        unavailable,
+        fine,
+        origin,
+        gaps,
+        silences,
+    })
 }
 
 /// The terminals [`run_with`] started, and what their generators chose.
@@ -444,6 +488,18 @@ struct Terminals {
     mix: Option<[u32; 5]>,
     gen_shares: Option<(u32, u32, u32)>,
     origin: Instant,
+}
+
+/// A client id for terminal `terminal` (docs/design.md §11, "Exactly-once answers"): random —
+/// two runs against one cluster must not share ids — and never 0 (no identity). It names the
+/// client only; no replica's state depends on it.
+fn random_client_id(terminal: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library seeds each `RandomState` from the operating system's randomness.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(terminal);
+    h.write_u32(std::process::id());
+    h.finish().max(1)
 }
 
 /// Starts one terminal per link on `rt`, each bound to its home warehouse (terminal `i`'s is
@@ -501,6 +557,10 @@ fn spawn_terminals(
             shared: s,
             phase: phase.clone(),
             next_id: 1,
+            client_id: random_client_id(i),
+            retries: cfg.retries,
+            seen_ts: wire::messages::Timestamp(0),
+            resend: std::collections::BTreeSet::new(),
             pending: HashMap::with_capacity(cfg.inflight),
             backoff_until: None,
             busy_backoff: BUSY_BACKOFF_MIN,
@@ -693,6 +753,16 @@ struct Terminal {
     shared: Arc<Shared>,
     phase: Arc<AtomicU8>,
     next_id: u64,
+    /// This client's id in every request's [`wire::messages::RequestId`]: drawn at random,
+    /// never 0 (docs/design.md §11, "Exactly-once answers").
+    client_id: u64,
+    /// Ask again about outstanding requests a failure took the answer of (`retries`).
+    retries: bool,
+    /// The latest timestamp of any answer received: a request first sent now ran, if it ever
+    /// runs, after it ([`ClientRequest::not_before`]).
+    seen_ts: wire::messages::Timestamp,
+    /// Outstanding requests to ask again about with the next frame.
+    resend: std::collections::BTreeSet<u64>,
     pending: HashMap<u64, Pending>,
     /// No request is issued before this ([`UNAVAILABLE_BACKOFF`], [`BUSY_BACKOFF_MIN`]).
     backoff_until: Option<Instant>,
@@ -722,13 +792,44 @@ impl Terminal {
             _ => None,
         };
         let multi = self.partitions.is_multi(&input);
-        self.pending.insert(request_id, Pending { start, kind: input.kind(), w, d, payment, multi });
-        ClientRequest { request_id, input }
+        let request = ClientRequest::new(self.client_id, request_id, self.seen_ts, input);
+        let pending = Pending { request, retried: false, start, kind: input.kind(), w, d, payment, multi };
+        self.pending.insert(request_id, pending);
+        request
+    }
+
+    /// Asks again about request `request_id` (outstanding): with the next frame, or once
+    /// the terminal found the leader.
+    fn ask_again(&mut self, request_id: u64) {
+        if let Some(p) = self.pending.get_mut(&request_id) {
+            p.retried = true;
+            self.resend.insert(request_id);
+        }
+    }
+
+    /// The requests to ask again about now, marked as retries.
+    fn resends(&mut self) -> Vec<ClientRequest> {
+        let out: Vec<ClientRequest> = std::mem::take(&mut self.resend)
+            .into_iter()
+            .filter_map(|id| self.pending.get(&id))
+            .map(|p| ClientRequest { retry: true, ..p.request })
+            .collect();
+        self.shared.resent.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
     }
 
     fn on_reply(&mut self, reply: ClientReply, now: Instant, measuring: bool, stats: &mut Stats) {
         let Some(p) = self.pending.remove(&reply.request_id) else { return };
         let ns = now.saturating_duration_since(p.start).as_nanos() as u64;
+        if let ClientResult::Committed { ts, .. } | ClientResult::Aborted { ts, .. } | ClientResult::Failed { ts, .. } =
+            &reply.result
+        {
+            self.seen_ts = self.seen_ts.max(*ts);
+            if p.retried {
+                self.shared.answers_from_retries.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let retrying = self.outages && self.retries;
         match reply.result {
             ClientResult::Committed { output, .. } => {
                 match output {
@@ -781,8 +882,32 @@ impl Terminal {
                 }
             }
             ClientResult::Failed { ts, reason } => self.failure(format!("{} failed at {ts}: {reason}", p.kind.name())),
+            // A leader deposed before answering, or a batch whose replicas all failed: ask
+            // again (the next leader recalls it, or knows it is unknowable).
+            ClientResult::OutcomeUnknown { .. } if retrying => {
+                self.pending.insert(reply.request_id, p);
+                self.ask_again(reply.request_id);
+            }
             ClientResult::OutcomeUnknown { .. } if self.outages => {
                 self.shared.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            ClientResult::Rejected(Rejection::OutcomeForgotten { .. }) if self.outages => {
+                self.shared.forgotten.fetch_add(1, Ordering::Relaxed);
+                self.shared.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            // A retry this coordinator cannot answer now (it does not lead, or the partition
+            // cannot say yet): the first send may have run, so ask again, of the leader.
+            ClientResult::Rejected(Rejection::NotLeader { .. }) if retrying && p.retried => {
+                self.pending.insert(reply.request_id, p);
+                self.ask_again(reply.request_id);
+                self.not_leader = true;
+            }
+            ClientResult::Rejected(
+                Rejection::NoLiveReplica { .. } | Rejection::PartitionStopped { .. } | Rejection::NotReady { .. },
+            ) if retrying && p.retried => {
+                self.pending.insert(reply.request_id, p);
+                self.ask_again(reply.request_id);
+                self.backoff_until = Some(now + UNAVAILABLE_BACKOFF);
             }
             ClientResult::OutcomeUnknown { ts, reason } => {
                 self.failure(format!("{} outcome unknown at {ts}: {reason}", p.kind.name()))
@@ -817,17 +942,35 @@ impl Terminal {
             if !(lost && self.outages) {
                 break;
             }
-            // The requests outstanding on the lost connection: their outcome is unknown.
-            self.shared.unknown.fetch_add(self.pending.len() as u64, Ordering::Relaxed);
-            self.pending.clear();
+            if self.retries {
+                // The requests outstanding on the lost connection: asked again, of the leader.
+                let ids: Vec<u64> = self.pending.keys().copied().collect();
+                for id in ids {
+                    self.ask_again(id);
+                }
+            } else {
+                // Their outcome is unknown.
+                self.shared.unknown.fetch_add(self.pending.len() as u64, Ordering::Relaxed);
+                self.pending.clear();
+            }
             // At once: a new leader may already serve (docs/design.md §11, "A leader's death").
-            while self.phase.load(Ordering::Relaxed) != PHASE_DRAIN {
+            // While draining, only to learn what became of the requests outstanding.
+            let drain_end = Instant::now() + DRAIN_TIMEOUT;
+            loop {
+                let draining = self.phase.load(Ordering::Relaxed) == PHASE_DRAIN;
+                if draining && (self.pending.is_empty() || Instant::now() >= drain_end) {
+                    break;
+                }
                 if let Ok(l) = self.client.connect_coordinator().await {
                     link = Some(l);
                     break;
                 }
                 tokio::time::sleep(RECONNECT_PAUSE).await;
             }
+        }
+        if self.outages {
+            // Never answered: the run ended first.
+            self.shared.unknown.fetch_add(self.pending.len() as u64, Ordering::Relaxed);
         }
         *self.shared.buckets.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.buckets);
         *self.shared.gaps.lock().unwrap_or_else(|e| e.into_inner()) = std::mem::take(&mut self.gaps);
@@ -858,15 +1001,19 @@ impl Terminal {
                     break;
                 }
             }
-            if self.not_leader && self.pending.is_empty() {
-                // Find the leader again (`run`), with nothing outstanding here.
+            if self.not_leader && self.pending.len() == self.resend.len() {
+                // Find the leader again (`run`), with nothing outstanding here (what is to be
+                // asked again is asked of it).
                 self.not_leader = false;
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 return true;
             }
-            // Issue what is due, in one frame.
+            // Issue what is due, in one frame: first what to ask again about.
             let mut batch = Vec::new();
             let backing_off = self.backoff_until.filter(|&t| t > Instant::now());
+            if backing_off.is_none() && !self.not_leader && !self.resend.is_empty() {
+                batch = self.resends();
+            }
             if phase != PHASE_DRAIN && backing_off.is_none() && !self.not_leader {
                 let room = self.inflight_max.saturating_sub(self.pending.len()).min(REQUESTS_PER_FRAME_MAX);
                 match self.rate {
