@@ -128,6 +128,90 @@ fn a_leader_cut_off_from_the_group_is_deposed_and_one_history_remains() {
     }
 }
 
+/// Every request's final answer is definite: none "outcome unknown" or forgotten.
+fn no_unknown(sim: &Sim) -> usize {
+    sim.count(sim::run::is_outcome_unknown)
+}
+
+/// docs/design.md §11, "Exactly-once answers": the leader dies between a batch's execution
+/// and its answer — a replica executed a batch whose results the leader had not decided —
+/// with no other fault. The clients ask again about every answer its death took; the new
+/// leader answers each with the outcome the replicas remember (or runs it, if it never ran).
+/// No request stays "outcome unknown", and the data shows nothing ran twice
+/// (`check_healed` ends with `executed_at_most_once`).
+#[test]
+fn a_leader_dying_between_execution_and_answer_leaves_no_outcome_unknown() {
+    for (mode, shipping) in MODES {
+        for seed in [21, 22, 23] {
+            let mut sim = Sim::new(&cluster(mode, shipping), seed, Faults::NONE);
+            settle(&mut sim);
+            sim.run(400);
+            // Deliver until some executing replica ran a batch the leader has not decided.
+            let executed_unanswered = |sim: &Sim| {
+                let Some((_, c)) = sim.leader() else { return false };
+                c.status().iter().any(|p| {
+                    p.inflight_txns > 0
+                        && p.live_replicas
+                            .iter()
+                            .any(|&n| sim.replica(n, p.partition).is_some_and(|r| r.applied_seq() > p.decided_through))
+                })
+            };
+            let mut steps = 0;
+            while !executed_unanswered(&sim) {
+                sim.deliver_one();
+                steps += 1;
+                assert!(steps < 100_000, "{mode} seed {seed}: no executed, unanswered batch");
+            }
+            let (old, _) = sim.leader().expect("a leader");
+            sim.crash_coordinator(old);
+            for _ in 0..60 {
+                sim.run(40);
+                sim.advance(2_000);
+            }
+            sim.restart_coordinator(old);
+            sim.run(1_000);
+            heal(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            check_healed(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            let stats = sim.stats();
+            assert!(stats.retries > 0 && stats.answers_from_retries > 0, "{mode} seed {seed}: {stats:?}");
+            assert_eq!(no_unknown(&sim), 0, "{mode} seed {seed}: a single failure leaves nothing unknown");
+        }
+    }
+}
+
+/// docs/design.md §11: a leader cut off from the other coordinators (its node links up) must
+/// not acknowledge once the new leader serves — the step invariants check that a deposed
+/// coordinator answers nothing committed — and the requests its clients lost are asked again
+/// of the new leader and answered: nothing stays unknown, nothing runs twice.
+#[test]
+fn a_partitioned_leader_acknowledges_nothing_and_its_clients_get_definite_answers() {
+    for (mode, shipping) in MODES {
+        for (one_way, seed) in [(false, 31), (true, 32)] {
+            let mut sim = Sim::new(&cluster(mode, shipping), seed, Faults::NONE);
+            settle(&mut sim);
+            sim.run(500);
+            let (old, _) = sim.leader().expect("a leader");
+            sim.cut_coordinator(old, one_way);
+            for _ in 0..100 {
+                sim.run(40);
+                sim.advance(2_000);
+                if sim.leader().is_some_and(|(c, _)| c != old) {
+                    break;
+                }
+            }
+            sim.run(800);
+            sim.end_coordinator_fault();
+            heal(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            check_healed(&mut sim).unwrap_or_else(|e| panic!("{mode} seed {seed}: {e}"));
+            assert!(sim.violations().is_empty(), "{mode} seed {seed}: {:?}", sim.violations());
+            let stats = sim.stats();
+            assert!(stats.deposed >= 1, "{mode} seed {seed}: the old leader was deposed: {stats:?}");
+            assert!(stats.answers_from_retries > 0, "{mode} seed {seed}: its clients asked again: {stats:?}");
+            assert_eq!(no_unknown(&sim), 0, "{mode} seed {seed}: {stats:?}");
+        }
+    }
+}
+
 /// Issue 17: a few hundred active-active seeds drawing coordinator crashes and cuts among
 /// every node fault; every run heals and checks clean, and the take-overs happened.
 #[test]
