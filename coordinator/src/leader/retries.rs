@@ -132,6 +132,15 @@ impl Retries {
         self.stats
     }
 
+    /// The retry of `id` waiting for recall `recall`, taken out (one waiting for another
+    /// recall stays).
+    fn take_waiting(&mut self, id: RequestId, recall: u64) -> Option<Waiting> {
+        match self.waiting.get(&id) {
+            Some(w) if w.recall == recall => self.waiting.remove(&id),
+            _ => None,
+        }
+    }
+
     fn remember(&mut self, id: RequestId) {
         if self.retried_set.insert(id) {
             self.retried.push_back(id);
@@ -251,7 +260,7 @@ impl Coordinator {
         let ids = rc.ids.clone();
         let mut admit = Vec::new();
         for f in &found {
-            let Some(w) = self.retries.waiting.remove(&f.id).filter(|w| w.recall == recall) else { continue };
+            let Some(w) = self.retries.take_waiting(f.id, recall) else { continue };
             self.retries.stats.recalled += 1;
             let touched = match self.router.route(&w.request.input) {
                 Ok(Route { home, remotes }) => std::iter::once(home).chain(remotes).collect(),
@@ -344,7 +353,7 @@ impl Coordinator {
         let rc = r.recalls.remove(&recall).expect("just seen");
         let answers: Vec<(Timestamp, bool)> = rc.asked.values().flatten().copied().collect();
         for id in &rc.ids {
-            let Some(w) = r.waiting.remove(id).filter(|w| w.recall == recall) else { continue };
+            let Some(w) = r.take_waiting(*id, recall) else { continue };
             // The earliest a replica that got there remembers from.
             let remembered = answers.iter().filter(|(_, reached)| *reached).map(|(after, _)| *after).min();
             let result = match remembered {
