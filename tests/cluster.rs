@@ -240,6 +240,22 @@ fn a_bench_without_a_running_cluster_starts_one_and_stops_it() {
     assert!(stdout.contains("committed txn/s"), "{stdout}");
     assert!(stdout.contains("no process left"), "{stdout}");
     assert!(processes_of(&config).is_empty(), "processes left: {:?}", processes_of(&config));
+
+    // Again, in another mode, in the same run folder: a new cluster, whose coordinators do not
+    // resume the memberships the first one's stored (they put both passive primaries on one
+    // node, found measuring; every node keeps the primaries cluster.toml gives it).
+    let text_before = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text_before.replace("mode = \"active-active\"", "mode = \"active-passive\"")).unwrap();
+    let o = glass(&["bench", "--config", cfg, "--duration", "1", "--warmup", "0", "--clients", "2", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let coordinator = std::fs::read_to_string(dir.join("run/coordinator-0.log")).unwrap();
+    let last_start = coordinator.lines().rfind(|l| l.contains("coordinator starting")).unwrap();
+    assert!(last_start.contains("restart=false"), "a new cluster starts afresh: {last_start}");
+    for n in 1..=2 {
+        let log = std::fs::read_to_string(dir.join(format!("run/node-{n}.log"))).unwrap();
+        assert!(!log.contains("left out of the partition's membership"), "node {n}: {log}");
+    }
+    assert!(processes_of(&config).is_empty(), "processes left: {:?}", processes_of(&config));
 }
 
 /// The value of the sample of `name` (a counter's with or without `_total`) whose labels

@@ -340,6 +340,19 @@ impl Cluster {
         }
         fs::create_dir_all(&self.config.run_dir)
             .map_err(|e| HarnessError::io(format!("create run_dir {}", self.config.run_dir.display()), e))?;
+        // A new cluster: every node loads its partitions from the seed, so the memberships an
+        // earlier run's coordinators stored describe replicas that no longer exist — and,
+        // under another cluster.toml (a mode changed), name primaries the nodes do not have
+        // (measured: both passive primaries on one node, half the throughput). Only a
+        // coordinator started alone (`glass coordinator --id N`) resumes its stored state.
+        for c in self.config.coordinator_ids() {
+            let state = wire::config::coordinator_state_file(&self.config.run_dir, c);
+            match fs::remove_file(&state) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(HarnessError::io(format!("remove {}", state.display()), e)),
+            }
+        }
         if !has_ca {
             let r = wire::tls::init_cluster(&self.config, false)?;
             progress.certificates_created(&r.cert_dir);

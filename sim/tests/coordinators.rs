@@ -313,8 +313,7 @@ fn the_seeds_that_found_imprecise_step_invariants_pass() {
 fn a_neworder_run_again_after_an_async_failover_is_found_under_its_new_number() {
     let opts =
         SimOptions { mode: Mode::FullStack, shipping: Shipping::Async, coordinators: 3, ..SimOptions::default() };
-    for seed in [1466] {
-        let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
-        assert!(report.acks_renumbered_async >= 1, "seed {seed}: {:?}", report.stats);
-    }
+    let seed = 1466;
+    let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.acks_renumbered_async >= 1, "seed {seed}: {:?}", report.stats);
 }
