@@ -317,3 +317,18 @@ fn a_neworder_run_again_after_an_async_failover_is_found_under_its_new_number() 
     let report = run_seed(seed, &opts).unwrap_or_else(|f| panic!("{f}"));
     assert!(report.acks_renumbered_async >= 1, "seed {seed}: {:?}", report.stats);
 }
+
+/// Found by `glass sim --mode full-stack --shipping async --seeds 4000` (seed 2798; docs/design.md
+/// §11, "Exactly-once answers"): two leaders killed one after the other. A replica answered
+/// the first one's recall after the second took over, and the answer — "not found", for that
+/// leader's ids — matched a recall of the same number at the new leader, which admitted its
+/// own retries as never run: a Payment ran twice, as `executed_at_most_once` found. Recalls
+/// are numbered by the leader's clock now, which no other leader issues, and a replica drops
+/// the recalls it holds at a take-over.
+#[test]
+fn a_deposed_leaders_recall_answer_proves_nothing_to_the_next() {
+    let opts =
+        SimOptions { mode: Mode::FullStack, shipping: Shipping::Async, coordinators: 3, ..SimOptions::default() };
+    let report = run_seed(2798, &opts).unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.stats.take_overs >= 3 && report.stats.retries > 0, "{:?}", report.stats);
+}

@@ -33,7 +33,7 @@ impl Coordinator {
     /// A client's transaction request.
     pub fn on_client_request(&mut self, client: ClientId, request: ClientRequest, now_us: u64) -> Vec<Output> {
         let mut out = self.on_client_request_unsettled(client, request, now_us);
-        self.send_recalls(&mut out);
+        self.send_recalls(now_us, &mut out);
         self.settle(out)
     }
 
@@ -92,7 +92,7 @@ impl Coordinator {
                     out.extend(self.settle(o));
                 }
                 // The frame's retries, asked together of each partition.
-                self.send_recalls(&mut out);
+                self.send_recalls(now_us, &mut out);
                 out
             }
             ClientToCoordinator::DigestRequest { request_id, partition } => {

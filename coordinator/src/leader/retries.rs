@@ -71,7 +71,6 @@ pub(super) struct Retries {
     waiting: HashMap<RequestId, Waiting>,
     /// Recalls sent, by number.
     recalls: HashMap<u64, Recall>,
-    next_recall: u64,
     /// Retries of the current call not yet asked of their partition's replicas.
     unsent: BTreeMap<PartitionId, Vec<RequestId>>,
     /// Recalled answers waiting for their partitions' decisions.
@@ -220,8 +219,13 @@ impl Coordinator {
     }
 
     /// Asks each partition's executing replicas about the retries readied since the last
-    /// call, in recalls of at most [`wire::channel::control::RECALL_IDS_MAX`] ids.
-    pub(super) fn send_recalls(&mut self, out: &mut Vec<Output>) {
+    /// call, in recalls of at most [`wire::channel::control::RECALL_IDS_MAX`] ids. A recall is
+    /// numbered with a timestamp of this leader's clock, which no other leader ever issues:
+    /// a replica's answer to a deposed leader's recall, reaching this one, names no recall of
+    /// this one's. (Numbered by a counter, such an answer — its ids another leader's, "not
+    /// found" — matched a recall of the same number here, and proved this one's ids absent:
+    /// a Payment ran twice, `glass sim --mode full-stack --shipping async --seed 2798`.)
+    pub(super) fn send_recalls(&mut self, now_us: u64, out: &mut Vec<Output>) {
         if self.retries.unsent.is_empty() {
             return;
         }
@@ -232,9 +236,8 @@ impl Coordinator {
             let through = if p.sequencer.open_txns() > 0 { next } else { next - 1 };
             let executors: Vec<NodeId> = p.agreement.live().to_vec();
             for chunk in ids.chunks(wire::channel::control::RECALL_IDS_MAX) {
+                let recall = self.clock.next(now_us / 1_000).0;
                 let r = &mut self.retries;
-                r.next_recall += 1;
-                let recall = r.next_recall;
                 for id in chunk {
                     r.waiting.get_mut(id).expect("readied retries wait").recall = recall;
                 }

@@ -23,6 +23,8 @@ impl Replica {
     pub fn take_over(&mut self) -> ReplicaStanding {
         let role = self.role();
         let executed_seq = self.applied_seq();
+        // The old leader's recalls: nobody waits for their answers any more.
+        self.pending_recalls.clear();
         if role == ReplicaRole::Backup {
             // Shipments come from the primary, whose numbering the take-over does not change.
             return ReplicaStanding {
