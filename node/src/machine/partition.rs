@@ -363,6 +363,30 @@ impl<R> PartitionMachine<R> {
         }
     }
 
+    /// Holds batches rather than executing them while a new leader's take-over or fetch waits
+    /// behind them in the carrier's inbox (`true`), or lets the held ones run (`false`):
+    /// [`Replica::set_holding`]. Only a serving replica holds.
+    pub fn set_holding(&mut self, on: bool) {
+        if let State::Serving(r) = &mut self.state {
+            r.set_holding(on);
+        }
+    }
+
+    /// Whether a held batch can run now: the carrier calls [`PartitionMachine::run_held`]
+    /// before it takes anything else from its inbox (it came after the held batches).
+    pub fn has_held_to_run(&self) -> bool {
+        self.replica().is_some_and(Replica::has_held_to_run)
+    }
+
+    /// Runs the next held batch.
+    pub fn run_held(&mut self) -> Vec<Effect<R>> {
+        let State::Serving(replica) = &mut self.state else { return Vec::new() };
+        emitted(replica, |r| {
+            let mut out = Vec::new();
+            r.run_held(&mut out).map(|()| out)
+        })
+    }
+
     /// Whether the rejoin's starting state is installed and the replica is catching up: the
     /// carrier calls [`PartitionMachine::catch_up`] until it is not.
     pub fn catching_up(&self) -> bool {
@@ -816,8 +840,17 @@ impl<R> PartitionMachine<R> {
 
 /// A coordinator message for a serving replica.
 fn serve<R>(replica: &mut Replica, msg: CoordinatorToNode) -> Vec<Effect<R>> {
+    emitted(replica, |r| r.on_control(msg))
+}
+
+/// What `step` made the replica emit, as effects: a refusal if it failed, and the replica's
+/// stop if it stopped now.
+fn emitted<R>(
+    replica: &mut Replica,
+    step: impl FnOnce(&mut Replica) -> Result<Vec<Emit>, ReplicaError>,
+) -> Vec<Effect<R>> {
     let was_stopped = replica.stopped().is_some();
-    let mut out: Vec<Effect<R>> = match replica.on_control(msg) {
+    let mut out: Vec<Effect<R>> = match step(replica) {
         Ok(emitted) => emitted.into_iter().map(Effect::Emit).collect(),
         Err(error) => vec![Effect::Refused { error, rejoining: false }],
     };

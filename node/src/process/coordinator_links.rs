@@ -522,6 +522,11 @@ impl crate::carrier::NodeLinks for ProcessLinks<'_> {
     }
 
     fn to_partition(&mut self, partition: PartitionId, msg: CoordinatorToNode) {
+        if super::is_urgent(&msg) {
+            if let Some(r) = self.node.replicas.get(&partition) {
+                r.shared.urgent_queued.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         self.for_executor(partition, Work::Coordinator(msg));
     }
 

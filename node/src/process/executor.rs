@@ -156,6 +156,20 @@ impl Executor {
         // Snapshot, digest and log base requests waiting for the replica to reach their batch.
         let mut deferred: Vec<Work> = Vec::new();
         loop {
+            // A new leader's take-over (or fetch) waits in the inbox: the batches ahead of it
+            // are held, not executed, and it is answered at once; then the held batches run,
+            // one a turn, before anything that came after them (docs/design.md §11).
+            let urgent = self.shared.urgent_queued.load(Ordering::SeqCst) > 0;
+            machine.set_holding(urgent);
+            if !urgent && machine.has_held_to_run() {
+                let t0 = Instant::now();
+                let effects = machine.run_held();
+                self.carry(&mut machine, effects);
+                self.shared.batch_seconds.observe(t0.elapsed());
+                self.retry_deferred(&mut machine, &mut deferred);
+                self.publish(&mut machine);
+                continue;
+            }
             let work = if self.copy_can_move() || machine.catching_up() {
                 match inbox.try_recv() {
                     Ok(w) => w,
@@ -180,6 +194,10 @@ impl Executor {
             if let Work::Stop = work {
                 break;
             }
+            if urgent && !work.taken_while_holding() {
+                self.run_every_held(&mut machine);
+            }
+            let urgent_work = matches!(&work, Work::Coordinator(m) if super::is_urgent(m));
             let woken = matches!(work, Work::CopyRoom);
             let (what, t0) = (work.name(), Instant::now());
             if !woken {
@@ -188,6 +206,9 @@ impl Executor {
                 // reader, and with it the node's other partitions.
                 self.on_work(&mut machine, work, &mut deferred);
                 self.retry_deferred(&mut machine, &mut deferred);
+            }
+            if urgent_work {
+                self.shared.urgent_queued.fetch_sub(1, Ordering::SeqCst);
             }
             if woken && !deferred.is_empty() {
                 // A tool's rebuilding thread may have ended.
@@ -224,6 +245,16 @@ impl Executor {
                 "executor finished"
             );
         }
+    }
+
+    /// Runs every batch held for an urgent message (`serve`) that can run, and holds again.
+    fn run_every_held(&self, machine: &mut Machine) {
+        machine.set_holding(false);
+        while machine.has_held_to_run() {
+            let effects = machine.run_held();
+            self.carry(machine, effects);
+        }
+        machine.set_holding(true);
     }
 
     /// Once a copy is over, frees a little of what it kept (a few maps and segments a piece of

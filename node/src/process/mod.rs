@@ -126,7 +126,33 @@ enum Work {
     Stop,
 }
 
+/// Whether `msg` is a new leader's take-over or fetch, answered ahead of the batches queued
+/// before it (docs/design.md §11, "A leader's death").
+fn is_urgent(msg: &CoordinatorToNode) -> bool {
+    matches!(msg, CoordinatorToNode::TakeOver { .. } | CoordinatorToNode::SendBatches { .. })
+}
+
 impl Work {
+    /// Whether the executor may take this while it holds batches for something urgent behind
+    /// it: a batch (held), the urgent message itself, and what neither depends on nor changes
+    /// the batches' execution. Anything else first lets the held batches run, so that it
+    /// finds the replica where the coordinator's order put it.
+    fn taken_while_holding(&self) -> bool {
+        matches!(
+            self,
+            Work::Coordinator(
+                CoordinatorToNode::Batch(_)
+                    | CoordinatorToNode::TakeOver { .. }
+                    | CoordinatorToNode::SendBatches { .. }
+                    | CoordinatorToNode::Heartbeat { .. }
+                    | CoordinatorToNode::Membership { .. }
+                    | CoordinatorToNode::PieceReads(_)
+                    | CoordinatorToNode::RecallOutcomes { .. }
+            ) | Work::CopyRoom
+                | Work::FetchProgress { .. }
+        )
+    }
+
     /// What it is, for the executor's log.
     fn name(&self) -> &'static str {
         match self {
@@ -194,6 +220,10 @@ struct ReplicaShared {
     copy_sent_bytes: AtomicU64,
     copy_received_bytes: AtomicU64,
     batch_seconds: Arc<wire::metrics::Latencies>,
+    /// A new leader's `TakeOver`s and `SendBatches` put on the inbox and not yet taken by the
+    /// executor: while any waits, the batches ahead of it are held, not executed, so that it
+    /// is answered at once (`executor`; docs/design.md §11, "A leader's death").
+    urgent_queued: std::sync::atomic::AtomicUsize,
 }
 
 impl ReplicaShared {

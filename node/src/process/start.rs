@@ -266,6 +266,7 @@ fn start_replica(
         copy_sent_bytes: zero(),
         copy_received_bytes: zero(),
         batch_seconds: Default::default(),
+        urgent_queued: Default::default(),
     });
     let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
     let executor = Executor {

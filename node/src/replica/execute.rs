@@ -37,7 +37,7 @@ use wire::messages::{
     Timestamp, TxnOutcome, TxnResult, WarehouseId,
 };
 
-use super::{Emit, Parked, Recent, Replica, ReplicaRole, Store, RECENT_BATCHES_KEPT};
+use super::{Emit, Parked, Recent, Replica, ReplicaRole, Store};
 use crate::error::ReplicaError;
 
 /// Remote pieces' outcomes a replica holds for home pieces it has not run yet, at most (one
@@ -93,6 +93,7 @@ impl Replica {
             out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
             return Ok(());
         }
+        let Some(batch) = self.hold_batch(batch)? else { return Ok(()) };
         let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(()) };
         self.start(batch)?;
         self.advance(out)
@@ -179,7 +180,7 @@ impl Replica {
 
     /// Checks batch `next_seq`'s timestamps follow those executed, runs its single-partition
     /// transactions on the worker pool in `full-stack`, and parks it ready to run the rest.
-    fn start(&mut self, batch: Batch) -> Result<(), ReplicaError> {
+    pub(super) fn start(&mut self, batch: Batch) -> Result<(), ReplicaError> {
         assert_eq!(batch.seq, self.next_seq, "a batch starts only as the next one");
         assert!(self.parked.is_none(), "one batch under way at a time");
         let mut last = self.last_ts;
@@ -222,7 +223,7 @@ impl Replica {
 
     /// Runs the parked batch on from where it stopped, then every batch waiting behind it,
     /// until one parks at a home piece or none is left.
-    fn advance(&mut self, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
+    pub(super) fn advance(&mut self, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
         loop {
             let Some(mut p) = self.parked.take() else { return Ok(()) };
             while let Some(&i) = p.order.get(p.pos) {
@@ -295,6 +296,10 @@ impl Replica {
             if let Some(e) = self.role.executing_mut().filter(|e| e.ship_after.is_some_and(|s| s <= applied)) {
                 e.ship_after = None;
                 self.ship_from_now_on()?;
+            }
+            if !self.chains_waiting() {
+                // Held batches run one at a time (`take_over`).
+                return Ok(());
             }
             let Some(next) = self.waiting.remove(&self.next_seq) else { return Ok(()) };
             self.start(next)?;
@@ -465,7 +470,7 @@ impl Replica {
             None
         };
         let results = Results { partition: self.partition, seq, results };
-        if self.recent.len() == RECENT_BATCHES_KEPT {
+        while self.recent.len() >= self.recent_kept_max() {
             let forgotten = self.recent.pop_front().expect("full");
             self.answer_again.remove(&forgotten.batch.seq);
             self.remembers_since_load = false;

@@ -160,6 +160,8 @@ pub struct ReplicaStats {
     pub duplicate_batches: u64,
     /// Batches held past a gap and dropped when a new leader took over (docs/design.md §11).
     pub batches_dropped_at_take_over: u64,
+    /// Batches held unexecuted while a new leader's take-over was answered ahead of them.
+    pub batches_held_for_take_over: u64,
     /// Shipments dropped because their primary was no longer live in the membership (a
     /// deposed primary's), or held at a take-over for a primary the new leader left out.
     pub shipments_refused: u64,
@@ -323,6 +325,13 @@ pub struct Replica {
     digest_copy: Option<DigestCopy>,
     /// The state digest announced when the replica was ready, kept while no batch has run.
     load_digest: Option<StateDigest>,
+    /// Whether batches are held rather than executed, for a new leader's take-over waiting
+    /// behind them (`take_over`: [`Replica::set_holding`]).
+    hold: take_over::Hold,
+    /// From a take-over until the new leader's first membership: the kept batches are not
+    /// aged out, so that the leader's fetch finds the window its standing announced while
+    /// held batches run (`take_over`).
+    window_held: bool,
     stats: ReplicaStats,
 }
 
@@ -370,6 +379,8 @@ impl Replica {
             shipped_answers: std::collections::VecDeque::new(),
             digest_by_copy: false,
             digest_copy: None,
+            hold: take_over::Hold::Off,
+            window_held: false,
             load_digest: None,
             stats: ReplicaStats::default(),
         }
@@ -404,6 +415,8 @@ impl Replica {
             }
             CoordinatorToNode::Membership { partition, epoch, live } => {
                 self.check_partition(partition)?;
+                // The new leader took over: its fetch is over (`take_over`).
+                self.window_held = false;
                 if self.membership.as_ref().is_none_or(|(e, _)| epoch > *e) {
                     self.membership = Some((epoch, live));
                 }

@@ -6,16 +6,112 @@
 //! its own from after the furthest replica's); the last [`RECENT_BATCHES_KEPT`] executed
 //! batches are kept with their results, answered again once if the new leader sends one
 //! again; the batches returned follow each other without gaps.
+//!
+//! The take-over is answered ahead of the batches queued before it: a carrier that knows a
+//! `TakeOver` (or the leader's `SendBatches`) waits in the replica's inbox sets
+//! [`Replica::set_holding`], and the batches taken meanwhile are held, unexecuted, among the
+//! waiting ones — which the standing counts, so the new leader adopts them and this replica
+//! executes each once. Once nothing urgent waits, the carrier runs the held batches one at a
+//! time ([`Replica::run_held`]), in order, before anything that came after them. (A
+//! full-stack primary's queue held ~90 ms of batches when its leader died, and the new
+//! leader's take-over waited for all of them: docs/design.md §11, "A leader's death".)
 
 use wire::messages::{Batch, Part, PieceReads, ReplicaStanding, Seq};
 
-use super::{Replica, ReplicaRole, RoleState};
+use super::{Emit, Replica, ReplicaRole, RoleState};
+use crate::error::ReplicaError;
 
 /// Executed batches a replica keeps for a new leader ([`Replica::held_batches`]); a replica
 /// further behind than that copies the partition instead.
 pub const RECENT_BATCHES_KEPT: usize = 256;
 
+/// Whether batches run as they come ([`Replica::set_holding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// Batches run as they come (and each runs the ones waiting behind it).
+    Off,
+    /// Something urgent waits behind the batches: each is held among the waiting ones.
+    Holding,
+    /// Held batches remain: the carrier runs them one at a time ([`Replica::run_held`]), and
+    /// no batch runs the ones waiting behind it.
+    Stepping,
+}
+
 impl Replica {
+    /// Holds batches (`true`) rather than executing them, while a new leader's take-over or
+    /// fetch waits behind them in the carrier's inbox; `false` lets the held ones run, one at
+    /// a time through [`Replica::run_held`]. Only a replica that executes holds.
+    pub fn set_holding(&mut self, on: bool) {
+        self.hold = match (on, self.hold) {
+            (true, _) if self.role() != ReplicaRole::Backup && self.stopped.is_none() => Hold::Holding,
+            (true, h) => h,
+            (false, Hold::Holding) => Hold::Stepping,
+            (false, h) => h,
+        };
+    }
+
+    /// Whether a held batch can run now ([`Replica::run_held`]).
+    pub fn has_held_to_run(&self) -> bool {
+        self.hold == Hold::Stepping
+            && self.stopped.is_none()
+            && self.parked.is_none()
+            && self.waiting.contains_key(&self.next_seq)
+    }
+
+    /// Runs the next held batch (until it ends or parks at a home piece), appending what it
+    /// emits to `out`; once none is left to run, batches run as they come again.
+    pub fn run_held(&mut self, out: &mut Vec<Emit>) -> Result<(), ReplicaError> {
+        if self.has_held_to_run() {
+            let next = self.waiting.remove(&self.next_seq).expect("checked: held");
+            self.start(next)?;
+            self.advance(out)?;
+        }
+        if self.hold == Hold::Stepping && self.parked.is_none() && !self.waiting.contains_key(&self.next_seq) {
+            self.hold = Hold::Off;
+        }
+        Ok(())
+    }
+
+    /// Takes `batch` while holding: among the waiting ones even if it is the next, unless it
+    /// is a duplicate (of a held one included) or too far ahead. `None`: taken.
+    pub(super) fn hold_batch(&mut self, batch: Batch) -> Result<Option<Batch>, ReplicaError> {
+        let seq = batch.seq;
+        if let Some(held) = self.waiting.get(&seq) {
+            if *held != batch {
+                return Err(self.stop(ReplicaError::ConflictingDuplicate { seq }));
+            }
+            self.stats.duplicate_batches += 1;
+            return Ok(None);
+        }
+        let ahead = seq.checked_sub(self.next_seq);
+        if self.hold != Hold::Holding
+            || self.parked.is_some()
+            || ahead.is_none_or(|a| a >= self.pending_batches_max as u64)
+        {
+            // Run now, or refused as too far ahead, or dropped as a duplicate (`in_order`).
+            return Ok(Some(batch));
+        }
+        self.stats.batches_held_for_take_over += 1;
+        self.waiting.insert(seq, batch);
+        Ok(None)
+    }
+
+    /// How many executed batches are kept: [`RECENT_BATCHES_KEPT`], and while a new leader
+    /// takes over, those executed since too (at most the batches that may wait), so that the
+    /// window its standing announced is still kept when the leader fetches it.
+    pub(super) fn recent_kept_max(&self) -> usize {
+        match self.window_held {
+            true => RECENT_BATCHES_KEPT + self.pending_batches_max,
+            false => RECENT_BATCHES_KEPT,
+        }
+    }
+
+    /// Whether a batch that ends runs the ones waiting behind it (not while held ones are
+    /// stepped through).
+    pub(super) fn chains_waiting(&self) -> bool {
+        self.hold == Hold::Off
+    }
+
     /// A new leader took over (docs/design.md §11): batches held past a gap are dropped —
     /// the old leader's batch of that number may never reach anyone, and the new leader
     /// numbers its own from after the furthest replica's — and where the replica now stands
@@ -56,6 +152,7 @@ impl Replica {
             .chain(self.last_ts)
             .max();
         let kept_from = self.recent.front().map_or(executed_seq + 1, |r| r.batch.seq);
+        self.window_held = true;
         // The new leader has seen none of their results.
         self.answer_again = self.recent.iter().map(|r| r.batch.seq).collect();
         let home = self.partition;

@@ -139,3 +139,80 @@ fn messages_digests_membership_and_stop() {
         Err(ReplicaError::Unexpected { .. })
     ));
 }
+
+/// docs/design.md §11, "A leader's death": batches taken while a take-over waits behind them
+/// are held, not run; the standing counts them (the new leader adopts them), a resent copy of
+/// one is a duplicate, and they run once, in order, one a step, before batches run as they
+/// come again.
+#[test]
+fn batches_held_for_a_take_over_are_counted_and_run_once_in_order() {
+    let mut r = replica();
+    r.on_batch(batch(1, &[10])).unwrap();
+    r.set_holding(true);
+    assert!(r.on_batch(batch(2, &[20])).unwrap().is_empty());
+    assert!(r.on_batch(batch(3, &[30])).unwrap().is_empty());
+    assert!(!r.has_held_to_run(), "nothing runs while something urgent waits");
+    let standing = r.take_over();
+    assert_eq!((standing.executed_seq, standing.held_seq, standing.last_ts), (1, 3, Some(Timestamp(30))));
+    let (held, _) = r.held_batches(0, 0);
+    assert_eq!(held.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1, 2, 3]);
+    // The new leader sends batch 2 again as its own: the held copy is the same batch.
+    assert!(r.on_batch(batch(2, &[20])).unwrap().is_empty());
+    assert_eq!(r.on_batch(batch(3, &[31])), Err(ReplicaError::ConflictingDuplicate { seq: 3 }));
+
+    let mut r = replica();
+    r.set_holding(true);
+    r.on_batch(batch(1, &[10])).unwrap();
+    r.on_batch(batch(2, &[20])).unwrap();
+    r.set_holding(false);
+    // A batch after the held ones waits for them.
+    assert!(r.on_batch(batch(3, &[30])).unwrap().is_empty());
+    let mut ran = Vec::new();
+    while r.has_held_to_run() {
+        let mut out = Vec::new();
+        r.run_held(&mut out).unwrap();
+        let results: Vec<Results> = out
+            .into_iter()
+            .filter_map(|e| match e {
+                Emit::ToCoordinator(NodeToCoordinator::Results(res)) => Some(res),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 1, "one batch a step");
+        ran.extend(seqs(&results));
+    }
+    assert_eq!(ran, vec![1, 2, 3]);
+    assert_eq!((r.applied_seq(), r.waiting_batches(), r.stats().batches_held_for_take_over), (3, 0, 2));
+    // Batches run as they come again, and run what waits behind them.
+    r.on_batch(batch(5, &[50])).unwrap();
+    assert_eq!(seqs(&r.on_batch(batch(4, &[40])).unwrap()), vec![4, 5]);
+}
+
+/// docs/design.md §11: between a take-over and the new leader's first membership, the batches
+/// held for it run without aging the kept window out, so the leader's fetch finds every batch
+/// the standing announced; the membership ends that.
+#[test]
+fn the_kept_window_holds_still_until_the_new_leaders_membership() {
+    let mut r = replica();
+    let n = RECENT_BATCHES_KEPT as u64;
+    for seq in 1..=n {
+        r.on_batch(batch(seq, &[seq * 10])).unwrap();
+    }
+    r.set_holding(true);
+    r.on_batch(batch(n + 1, &[(n + 1) * 10])).unwrap();
+    let standing = r.take_over();
+    assert_eq!((standing.kept_from, standing.held_seq), (1, n + 1));
+    r.set_holding(false);
+    r.run_held(&mut Vec::new()).unwrap();
+    r.on_batch(batch(n + 2, &[(n + 2) * 10])).unwrap();
+    let (kept, _) = r.held_batches(0, 0);
+    assert_eq!(kept.first().map(|b| b.seq), Some(1), "nothing aged out");
+    let (kept, _) = r.held_batches(n - 1, 0);
+    assert_eq!(kept.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![n, n + 1, n + 2]);
+    r.on_control(CoordinatorToNode::Membership { partition: 1, epoch: 2 << 32, live: vec![1] }).unwrap();
+    r.on_batch(batch(n + 3, &[(n + 3) * 10])).unwrap();
+    let (kept, _) = r.held_batches(0, 0);
+    assert!(kept.is_empty(), "batch 1 is no longer kept");
+    let (kept, _) = r.held_batches(3, 0);
+    assert_eq!(kept.first().map(|b| b.seq), Some(4), "aged out to the last {RECENT_BATCHES_KEPT} again");
+}
