@@ -12,10 +12,12 @@
 //!   committed;
 //! - a [`Decision`] takes effect in [`Group::membership`] only once committed by a majority:
 //!   a coordinator cut off from the majority can propose but never decide;
-//! - what must survive a crash — the raft hard state (term, vote, commit) and the log's
-//!   entries — is handed out as a [`GroupState`] with every [`GroupReady`] that changed it;
-//!   the caller stores it before it sends that ready's messages (raft's contract), and
-//!   [`Group::restore`] rebuilds the group (its membership replayed from the log) from it;
+//! - what must survive a crash — the raft term and vote and the log's entries — is handed out
+//!   as a [`GroupState`] with every [`GroupReady`] that changed it; the caller stores it
+//!   before it sends that ready's messages (raft's contract), and [`Group::restore`] rebuilds
+//!   the group (its membership replayed from the log) from it. The commit index rides along
+//!   with the next such store (a change of it alone asks for none: what is committed is
+//!   durable on a majority, and a restarted member learns the index again);
 //! - a malformed or misaddressed message, or one whose sender is not the authenticated peer
 //!   it came from, is refused with a [`GroupError`] and changes nothing;
 //! - no clock and no hidden randomness: time comes in as `now_us`, and each member's
@@ -556,17 +558,24 @@ impl Group {
             }
             if let Some(hs) = rd.hs() {
                 self.raw.mut_store().wl().set_hardstate(hs.clone());
+                // A new commit index alone is not worth a store before anything may go on: a
+                // committed entry is durable on a majority already, and a member restarted
+                // with an older commit index learns the newer one from the leader (or commits
+                // its log with its own first entry, if it leads). Term and vote are stored
+                // before any message that depends on them. The index goes out with the next
+                // store.
+                if (hs.term, hs.vote) != (self.state.term, self.state.vote) {
+                    self.state_dirty = true;
+                }
                 self.state.term = hs.term;
                 self.state.vote = hs.vote;
                 self.state.commit = hs.commit;
-                self.state_dirty = true;
             }
             self.queue_messages(rd.take_persisted_messages());
             let mut light = self.raw.advance(rd);
             if let Some(commit) = light.commit_index() {
                 self.raw.mut_store().wl().mut_hard_state().set_commit(commit);
                 self.state.commit = commit;
-                self.state_dirty = true;
             }
             self.queue_messages(light.take_messages());
             self.apply(light.take_committed_entries());
