@@ -86,8 +86,10 @@ pub enum ClientError {
 /// How long [`ClusterClient::connect_coordinator`] looks for the leading coordinator of a
 /// group before it gives up (an election takes about `timeouts.failure_timeout_ms`).
 pub const LEADER_SEARCH_TIMEOUT: Duration = Duration::from_secs(20);
-/// Pause between two rounds over the coordinators while none leads.
-const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(10);
+/// Pause between two rounds over the coordinators while none leads: a status request and
+/// its answer on a link already open, a few hundred bytes — short, because a new leader that
+/// took over serves as soon as a client knows (docs/design.md §11, "A leader's death").
+const LEADER_SEARCH_PAUSE: Duration = Duration::from_millis(2);
 /// How long one coordinator may take to say whether it leads.
 const LEADER_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
