@@ -93,7 +93,6 @@ impl Replica {
             out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
             return Ok(());
         }
-        let Some(batch) = self.hold_batch(batch)? else { return Ok(()) };
         let Some(batch) = self.in_order(seq, batch, |r| &mut r.waiting)? else { return Ok(()) };
         self.start(batch)?;
         self.advance(out)
@@ -366,9 +365,10 @@ impl Replica {
     }
 
     /// The ordering rule batches and shipments share: `item` numbered `seq` is returned when it
-    /// is the next to run; a duplicate of one run or held is dropped; one ahead of a gap is
-    /// held in `held(self)` (at most `pending_batches_max` ahead); a different item under a
-    /// number already held stops the replica.
+    /// is the next to run (unless batches are held for a take-over: `take_over`); a duplicate
+    /// of one run or held is dropped; one ahead of a gap is held in `held(self)` (at most
+    /// `pending_batches_max` ahead); a different item under a number already held stops the
+    /// replica.
     pub(super) fn in_order<T: PartialEq>(
         &mut self,
         seq: Seq,
@@ -386,14 +386,18 @@ impl Replica {
                 pending_batches_max: self.pending_batches_max,
             });
         }
-        if seq == self.next_seq {
-            return Ok(Some(item));
-        }
+        // A held copy of this number (the next one included, while held batches are run a
+        // turn at a time: `take_over`).
+        let runs_now = seq == self.next_seq && !self.holding();
         match held(self).get(&seq) {
             Some(h) if *h == item => self.stats.duplicate_batches += 1,
             Some(_) => return Err(self.stop(ReplicaError::ConflictingDuplicate { seq })),
+            None if runs_now => return Ok(Some(item)),
             None => {
-                self.stats.batches_waited += 1;
+                match self.holding() {
+                    true => self.stats.batches_held_for_take_over += 1,
+                    false => self.stats.batches_waited += 1,
+                }
                 held(self).insert(seq, item);
             }
         }

@@ -72,28 +72,9 @@ impl Replica {
         Ok(())
     }
 
-    /// Takes `batch` while holding: among the waiting ones even if it is the next, unless it
-    /// is a duplicate (of a held one included) or too far ahead. `None`: taken.
-    pub(super) fn hold_batch(&mut self, batch: Batch) -> Result<Option<Batch>, ReplicaError> {
-        let seq = batch.seq;
-        if let Some(held) = self.waiting.get(&seq) {
-            if *held != batch {
-                return Err(self.stop(ReplicaError::ConflictingDuplicate { seq }));
-            }
-            self.stats.duplicate_batches += 1;
-            return Ok(None);
-        }
-        let ahead = seq.checked_sub(self.next_seq);
-        if self.hold != Hold::Holding
-            || self.parked.is_some()
-            || ahead.is_none_or(|a| a >= self.pending_batches_max as u64)
-        {
-            // Run now, or refused as too far ahead, or dropped as a duplicate (`in_order`).
-            return Ok(Some(batch));
-        }
-        self.stats.batches_held_for_take_over += 1;
-        self.waiting.insert(seq, batch);
-        Ok(None)
+    /// Whether a batch that could run now is held instead (`in_order`).
+    pub(super) fn holding(&self) -> bool {
+        self.hold == Hold::Holding
     }
 
     /// How many executed batches are kept: [`RECENT_BATCHES_KEPT`], and while a new leader
