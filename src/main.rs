@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "glass",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GLASS_GIT_COMMIT"), ")"),
     about = "OLTP Through the Looking Glass, measured: a lean single-threaded main-memory TPC-C kernel, \
              the conventional stack, and the replication modes of the paper's Section 5.3"
 )]

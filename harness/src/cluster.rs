@@ -8,8 +8,9 @@
 //! process, its partitions, their state and digests, and whether that is healthy; `down`
 //! asks each process to shut down, then sends SIGTERM, then SIGKILL after
 //! `timeouts.shutdown_timeout_ms`, and checks that no process is left. Processes on other
-//! hosts are started by hand (`glass coordinator`, `glass node`; see docs/cluster.md);
-//! `status` and `down` reach them through the network too.
+//! hosts named by a process's `ssh` key are started, watched and signalled through ssh
+//! (`crate::remote`; docs/cluster.md, "Several hosts"); `status` and `down` reach processes
+//! started by hand elsewhere through the network too.
 //!
 //! A pid file is trusted only when `/proc/PID/cmdline` shows the binary's subcommand and the
 //! same `cluster.toml`: a recycled pid is never signalled.
@@ -139,6 +140,21 @@ pub enum Up {
     AlreadyRunning(Vec<Running>),
 }
 
+/// A process `up` started: a child of this process, or a process on another host.
+enum Launched {
+    Here(Child),
+    There { host: crate::hosts::SshHost, pid: u32 },
+}
+
+impl Launched {
+    fn pid(&self) -> u32 {
+        match self {
+            Launched::Here(child) => child.id(),
+            Launched::There { pid, .. } => *pid,
+        }
+    }
+}
+
 /// A cluster described by a `cluster.toml`.
 #[derive(Debug)]
 pub struct Cluster {
@@ -180,7 +196,11 @@ pub fn render_init(r: &wire::tls::InitReport) -> String {
         let names = if id.names.is_empty() { String::new() } else { format!(" for {}", id.names.join(", ")) };
         s.push_str(&format!("  {:<12} {}{names} (identity {})\n", id.role.to_string(), id.cert.display(), id.identity));
     }
-    s.push_str(&format!("copy {} to every host of the cluster (keys are private: mode 0600)\n", r.cert_dir.display()));
+    s.push_str(&format!(
+        "on several hosts, `glass cluster deploy` copies to each host only ca.pem and its own processes' \
+         certificates and keys ({} keeps the CA's key)\n",
+        r.cert_dir.display()
+    ));
     s
 }
 
@@ -207,6 +227,14 @@ impl Cluster {
     /// there, headed by `note`.
     pub fn derived(config: &ClusterConfig, note: &str) -> Result<Cluster> {
         config.validate()?;
+        // The experiments that derive clusters (`compare`, `failover`) start, kill and
+        // measure processes on this host only, so far.
+        let remote = config.coordinators.iter().map(|c| (format!("coordinator {}", c.id), &c.ssh));
+        let remote = remote.chain(config.nodes.iter().map(|n| (format!("node {}", n.id), &n.ssh)));
+        if let Some((process, Some(ssh))) = remote.into_iter().find(|(_, ssh)| ssh.is_some()) {
+            let what = "this experiment";
+            return Err(HarnessError::LocalOnly { what, process, host: ssh.to_string() });
+        }
         let dir = &config.run_dir;
         // An earlier run's processes may still run from here (their `glass` was killed):
         // removing their pid files would leave them beyond `cluster down`'s reach.
@@ -286,7 +314,12 @@ impl Cluster {
     fn running(&self, p: &Proc) -> Option<u32> {
         let file = self.pid_file(p);
         let pid: u32 = fs::read_to_string(&file).ok()?.trim().parse().ok()?;
-        if is_ours(pid, p, &self.path) {
+        let ours = match self.ssh_of(p) {
+            None => is_ours(pid, p, &self.path),
+            // A host that cannot be reached keeps its pid file: the process may well live.
+            Some(host) => self.remote_is_ours(&host, pid, p).ok()?,
+        };
+        if ours {
             Some(pid)
         } else {
             let _ = fs::remove_file(&file);
@@ -294,9 +327,66 @@ impl Cluster {
         }
     }
 
+    /// Whether `r` still runs (on its host).
+    fn alive(&self, r: &Running) -> bool {
+        match self.ssh_of(&r.proc) {
+            None => is_ours(r.pid, &r.proc, &self.path),
+            // Unreachable is not gone: `down` then says the process survived.
+            Some(host) => self.remote_is_ours(&host, r.pid, &r.proc).unwrap_or(true),
+        }
+    }
+
+    /// Sends `sig` to `r` (on its host), if it is still the process its pid file names.
+    fn signal_proc(&self, r: &Running, sig: libc::c_int) {
+        match self.ssh_of(&r.proc) {
+            None => signal(r.pid, sig),
+            Some(host) => {
+                let _ = self.remote_signal(&host, r, sig);
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the processes to exit (each on its host); those still alive.
+    fn wait_gone_anywhere(&self, procs: &[Running], limit: Duration) -> Vec<Running> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let alive: Vec<Running> = procs.iter().filter(|r| self.alive(r)).cloned().collect();
+            if alive.is_empty() || Instant::now() >= deadline {
+                return alive;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The addresses of the processes `up` starts on this host, with the fields naming them.
+    fn local_addresses(&self) -> Vec<(String, String)> {
+        let c = &self.config;
+        let mut out = Vec::new();
+        for (i, co) in c.coordinators.iter().enumerate().filter(|(_, co)| co.ssh.is_none()) {
+            out.push((c.coordinator_field(i), co.address.clone()));
+            if let Some(m) = &co.metrics {
+                out.push((c.coordinator_field(i).replace(".address", ".metrics"), m.clone()));
+            }
+        }
+        for (i, n) in c.nodes.iter().enumerate().filter(|(_, n)| n.ssh.is_none()) {
+            out.push((format!("nodes[{i}].address"), n.address.clone()));
+            if let Some(m) = &n.metrics {
+                out.push((format!("nodes[{i}].metrics"), m.clone()));
+            }
+        }
+        out
+    }
+
     /// The processes of this cluster running here, by their pid files.
     pub fn running_procs(&self) -> Vec<Running> {
         self.procs().into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
+    }
+
+    /// The processes of this cluster running on this host (none of another host's pids,
+    /// which mean nothing in this host's `/proc`).
+    pub fn running_here(&self) -> Vec<Running> {
+        let here = self.procs().into_iter().filter(|p| self.ssh_of(p).is_none());
+        here.filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
     }
 
     /// Refuses to start an experiment's own clusters while this one runs here (`given`: the
@@ -328,8 +418,11 @@ impl Cluster {
         // Everything is checked before anything is created (defect #14, item 5): every address
         // resolves and can be bound here, and certificates already issued fit the addresses
         // and identities of this cluster.toml; a refused `up` leaves no file behind.
-        wire::check_ports_free(&self.config)
+        let here = self.local_addresses();
+        wire::config::check_addresses_free(here.iter().map(|(f, a)| (f.as_str(), a.as_str())))
             .map_err(|e| HarnessError::config("cannot start the processes of cluster.toml here", e))?;
+        // Every other host runs this build (`glass cluster deploy` installs it).
+        self.check_builds(exe)?;
         let cert_dir = &self.config.cert_dir;
         let has_ca = cert_dir.join(wire::tls::CA_CERT_FILE).exists();
         if has_ca {
@@ -358,12 +451,16 @@ impl Cluster {
             progress.certificates_created(&r.cert_dir);
         }
         let t0 = Instant::now();
-        let mut children: Vec<(Proc, Child)> = Vec::new();
+        let mut children: Vec<(Proc, Launched)> = Vec::new();
         for p in all {
-            match self.spawn_with(exe, &p, &[], false) {
-                Ok(child) => {
-                    self.write_pid(&p, &child)?;
-                    children.push((p, child));
+            let launched = match self.ssh_of(&p) {
+                None => self.spawn_with(exe, &p, &[], false).map(Launched::Here),
+                Some(host) => self.spawn_remote(&host, &p, &[]).map(|pid| Launched::There { host, pid }),
+            };
+            match launched {
+                Ok(launched) => {
+                    self.write_pid(&p, launched.pid())?;
+                    children.push((p, launched));
                 }
                 Err(e) => {
                     self.abandon(&mut children);
@@ -376,9 +473,13 @@ impl Cluster {
         match ready {
             Ok(()) => {
                 let started: Vec<Running> =
-                    children.iter().map(|(p, c)| Running { proc: p.clone(), pid: c.id() }).collect();
+                    children.iter().map(|(p, c)| Running { proc: p.clone(), pid: c.pid() }).collect();
                 progress.up(t0.elapsed(), &started, &self.config.run_dir);
-                Ok(Up::Started(children.drain(..).map(|(_, c)| c).collect()))
+                let here = children.drain(..).filter_map(|(_, c)| match c {
+                    Launched::Here(child) => Some(child),
+                    Launched::There { .. } => None,
+                });
+                Ok(Up::Started(here.collect()))
             }
             Err(e) => {
                 self.abandon(&mut children);
@@ -397,14 +498,13 @@ impl Cluster {
     /// `extra` flags, and writes its pid file.
     pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Child> {
         let child = self.spawn_with(exe, p, extra, true)?;
-        self.write_pid(p, &child)?;
+        self.write_pid(p, child.id())?;
         Ok(child)
     }
 
-    fn write_pid(&self, p: &Proc, child: &Child) -> Result<()> {
+    fn write_pid(&self, p: &Proc, pid: u32) -> Result<()> {
         let file = self.pid_file(p);
-        fs::write(&file, format!("{}\n", child.id()))
-            .map_err(|e| HarnessError::io(format!("write {}", file.display()), e))
+        fs::write(&file, format!("{pid}\n")).map_err(|e| HarnessError::io(format!("write {}", file.display()), e))
     }
 
     fn spawn_with(&self, exe: &Path, p: &Proc, extra: &[&str], append: bool) -> Result<Child> {
@@ -439,10 +539,17 @@ impl Cluster {
     }
 
     /// Stops what `up` started after a failure, and removes their pid files.
-    fn abandon(&self, children: &mut Vec<(Proc, Child)>) {
-        for (p, child) in children.iter_mut() {
-            signal(child.id(), libc::SIGKILL);
-            let _ = child.wait();
+    fn abandon(&self, children: &mut Vec<(Proc, Launched)>) {
+        for (p, launched) in children.iter_mut() {
+            match launched {
+                Launched::Here(child) => {
+                    signal(child.id(), libc::SIGKILL);
+                    let _ = child.wait();
+                }
+                Launched::There { pid, .. } => {
+                    self.signal_proc(&Running { proc: p.clone(), pid: *pid }, libc::SIGKILL);
+                }
+            }
             let _ = fs::remove_file(self.pid_file(p));
         }
         children.clear();
@@ -450,7 +557,7 @@ impl Cluster {
 
     /// Polls until every partition serves; fails when a process exits, a partition stops or
     /// time runs out.
-    fn wait_ready(&self, children: &mut [(Proc, Child)], progress: &mut dyn Progress) -> Result<()> {
+    fn wait_ready(&self, children: &mut [(Proc, Launched)], progress: &mut dyn Progress) -> Result<()> {
         let rt = runtime()?;
         let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(self.config.timeouts.load_timeout_s) + READY_SLACK;
@@ -459,11 +566,22 @@ impl Cluster {
             let mut nodes: Vec<(NodeId, Option<wire::endpoint::Link>)> =
                 self.config.nodes.iter().map(|n| (n.id, None)).collect();
             loop {
-                for (p, child) in children.iter_mut() {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        let log = self.log_file(p);
-                        let tail = log_tail(&log, LOG_TAIL_LINES);
-                        return Err(HarnessError::Exited { process: p.label(), status, log, tail });
+                for (p, launched) in children.iter_mut() {
+                    match launched {
+                        Launched::Here(child) => {
+                            if let Ok(Some(status)) = child.try_wait() {
+                                let log = self.log_file(p);
+                                let tail = log_tail(&log, LOG_TAIL_LINES);
+                                return Err(HarnessError::Exited { process: p.label(), status, log, tail });
+                            }
+                        }
+                        Launched::There { host, pid } => {
+                            if !self.remote_is_ours(host, *pid, p)? {
+                                let tail = self.remote_log_tail(host, p, LOG_TAIL_LINES);
+                                let host = host.config.to_string();
+                                return Err(HarnessError::ExitedThere { process: p.label(), host, tail });
+                            }
+                        }
                     }
                 }
                 if Instant::now() > deadline {
@@ -672,7 +790,7 @@ impl Cluster {
             for n in &self.config.nodes {
                 let p = Proc::Node(n.id);
                 if let Some(r) = running.iter().find(|r| r.proc == p) {
-                    if wait_gone(std::slice::from_ref(r), NODE_GONE_WAIT, &self.path).is_empty() {
+                    if self.wait_gone_anywhere(std::slice::from_ref(r), NODE_GONE_WAIT).is_empty() {
                         continue;
                     }
                 }
@@ -696,7 +814,7 @@ impl Cluster {
         }
         let grace = Duration::from_millis(self.config.timeouts.shutdown_timeout_ms);
         let mut how = Vec::new();
-        let mut left = wait_gone(&running, grace, &self.path);
+        let mut left = self.wait_gone_anywhere(&running, grace);
         for r in &running {
             if !left.iter().any(|l| l.pid == r.pid) {
                 how.push(format!("{} (pid {}) shut down", r.proc.label(), r.pid));
@@ -704,9 +822,9 @@ impl Cluster {
         }
         if !left.is_empty() {
             for r in &left {
-                signal(r.pid, libc::SIGTERM);
+                self.signal_proc(r, libc::SIGTERM);
             }
-            let after_term = wait_gone(&left, grace, &self.path);
+            let after_term = self.wait_gone_anywhere(&left, grace);
             for r in &left {
                 if !after_term.iter().any(|l| l.pid == r.pid) {
                     how.push(format!("{} (pid {}) stopped by SIGTERM", r.proc.label(), r.pid));
@@ -716,9 +834,9 @@ impl Cluster {
         }
         if !left.is_empty() {
             for r in &left {
-                signal(r.pid, libc::SIGKILL);
+                self.signal_proc(r, libc::SIGKILL);
             }
-            let after_kill = wait_gone(&left, KILL_WAIT, &self.path);
+            let after_kill = self.wait_gone_anywhere(&left, KILL_WAIT);
             for r in &left {
                 if !after_kill.iter().any(|l| l.pid == r.pid) {
                     how.push(format!("{} (pid {}) killed", r.proc.label(), r.pid));

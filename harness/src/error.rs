@@ -22,6 +22,15 @@ pub enum HarnessError {
         #[source]
         source: std::io::Error,
     },
+    /// A host of the cluster could not be reached through SSH, or a command there failed.
+    #[error("host {host}: {what}: {problem}")]
+    Host { host: String, what: String, problem: String },
+    /// What was asked cannot be done with processes on other hosts yet.
+    #[error("{what} runs processes on this host only; {process} runs on {host} (cluster.toml's `ssh`)")]
+    LocalOnly { what: &'static str, process: String, host: String },
+    /// A host runs another build of glass than this one.
+    #[error("host {host} runs {remote}, this is {local}: run `glass cluster deploy` first")]
+    OtherBuild { host: String, remote: String, local: String },
     /// A `cluster.toml` cannot be read, is refused, or a derived one cannot be made.
     #[error("{what}")]
     Config {
@@ -103,6 +112,9 @@ pub enum HarnessError {
     /// A process exited while `up` waited for the cluster to serve.
     #[error("the {process} exited ({status}) before the cluster was ready; its log ({}) ends with:\n{tail}", log.display())]
     Exited { process: String, status: ExitStatus, log: PathBuf, tail: String },
+    /// A process on another host was gone while `up` waited for the cluster to serve.
+    #[error("the {process} on {host} exited before the cluster was ready; its log there ends with:\n{tail}")]
+    ExitedThere { process: String, host: String, tail: String },
     /// The cluster did not serve in time.
     #[error(
         "the cluster was not ready within timeouts.load_timeout_s ({load_timeout_s} s) plus {slack_s} s; see the logs in {}",

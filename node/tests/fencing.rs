@@ -21,7 +21,12 @@ const ME: NodeId = 1;
 fn three_coordinators() -> ClusterConfig {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
     c.coordinators = (0..3u8)
-        .map(|id| CoordinatorConfig { id, address: format!("127.0.0.1:{}", 7410 + u16::from(id)), metrics: None })
+        .map(|id| CoordinatorConfig {
+            id,
+            address: format!("127.0.0.1:{}", 7410 + u16::from(id)),
+            metrics: None,
+            ssh: None,
+        })
         .collect();
     c.validate().unwrap();
     c

@@ -130,7 +130,7 @@ fn bench(
             println!("cluster: using the running cluster of {path}");
         }
     })?;
-    let local = cluster.running_procs();
+    let local = cluster.running_here();
 
     let echo = harness::measure::Echo { quiet: b.quiet, per_type: b.per_type };
     let Measurement { mut report, acks, payments, time_lines, .. } =

@@ -32,8 +32,35 @@ enum ClusterCommand {
         #[arg(long)]
         force: bool,
     },
-    /// Start the coordinator and every node here, in the background, and wait until every
-    /// partition serves.
+    /// Issue one process's certificate again, from the cluster's CA, for its address in
+    /// cluster.toml now (after that process moved); every other certificate and key stays.
+    /// Then `glass cluster deploy` sends it to its host.
+    #[command(group(clap::ArgGroup::new("process").required(true).args(["node", "coordinator", "client"])))]
+    Cert {
+        #[arg(long, default_value = "cluster.toml")]
+        config: PathBuf,
+        /// The node whose certificate to reissue.
+        #[arg(long)]
+        node: Option<u16>,
+        /// The coordinator (its id) whose certificate to reissue.
+        #[arg(long)]
+        coordinator: Option<u16>,
+        /// The client's certificate (the tools' and benchmark's).
+        #[arg(long)]
+        client: bool,
+    },
+    /// Install this build of glass, cluster.toml and each host's certificates on every host
+    /// named by an `ssh` key of cluster.toml (through the system's ssh and scp), then check
+    /// that each runs this build. A host gets the CA's certificate and its own processes'
+    /// certificates and keys, never the CA's key. Creates the certificates first if
+    /// `cert_dir` holds none.
+    Deploy {
+        #[arg(long, default_value = "cluster.toml")]
+        config: PathBuf,
+    },
+    /// Start the coordinators and every node, in the background — here, or through ssh on
+    /// the host a process's `ssh` key names (after `glass cluster deploy`) — and wait until
+    /// every partition serves.
     Up {
         #[arg(long, default_value = "cluster.toml")]
         config: PathBuf,
@@ -59,6 +86,24 @@ enum ClusterCommand {
 pub fn run(a: ClusterArgs) -> Result<ExitCode> {
     match a.command {
         ClusterCommand::Init { config, force } => init(&config, force),
+        ClusterCommand::Cert { config, node, coordinator, client } => {
+            let role = match (node, coordinator, client) {
+                (Some(n), _, _) => wire::tls::Identity::Node(n),
+                (_, Some(c), _) => wire::tls::Identity::Coordinator(c),
+                _ => wire::tls::Identity::Client,
+            };
+            let cfg = ClusterConfig::load(&config).with_context(|| format!("read {}", config.display()))?;
+            let issued = wire::tls::reissue(&cfg, role)?;
+            let names =
+                if issued.names.is_empty() { String::new() } else { format!(" for {}", issued.names.join(", ")) };
+            println!(
+                "reissued the {role}'s certificate{names}: {} and {}",
+                issued.cert.display(),
+                issued.key.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCommand::Deploy { config } => deploy(&Cluster::open(&config)?),
         ClusterCommand::Up { config } => {
             let c = Cluster::open(&config)?;
             match c.up(&glass_exe()?, &mut Console::new(true))? {
@@ -87,6 +132,21 @@ pub fn run(a: ClusterArgs) -> Result<ExitCode> {
 fn init(config: &Path, force: bool) -> Result<ExitCode> {
     let cfg = ClusterConfig::load(config).with_context(|| format!("read {}", config.display()))?;
     print!("{}", harness::cluster::render_init(&wire::tls::init_cluster(&cfg, force)?));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `glass cluster deploy`.
+fn deploy(c: &Cluster) -> Result<ExitCode> {
+    let hosts = c.remote_hosts();
+    if hosts.is_empty() {
+        println!("no process of {} names another host (an `ssh` key): nothing to deploy", c.path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("deploying to {} host{}…", hosts.len(), if hosts.len() == 1 { "" } else { "s" });
+    c.deploy(&glass_exe()?, &mut |d| {
+        println!("  {:<24} {} in {}: {} ({} files)", d.host, d.processes.join(", "), d.dir, d.version, d.files.len());
+    })?;
+    println!("every host runs this build; start the cluster with `glass cluster up --config {}`", c.path.display());
     Ok(ExitCode::SUCCESS)
 }
 

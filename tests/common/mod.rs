@@ -4,6 +4,8 @@
 //! that leaves none behind.
 #![allow(dead_code)] // each test crate uses its own subset
 
+pub mod netns;
+
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

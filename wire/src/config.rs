@@ -28,6 +28,9 @@ use crate::codec::{FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_HEADE
 use crate::error::{ConfigError, Problem};
 use crate::messages::{CoordinatorId, NodeId, PartitionId, WarehouseId, BATCH_OVERHEAD_BYTES_MAX, TXN_ENTRY_BYTES_MAX};
 
+mod ssh;
+pub use ssh::{SshConfig, DEFAULT_REMOTE_DIR};
+
 /// Where the glass binary looks for the cluster description by default.
 pub const DEFAULT_PATH: &str = "cluster.toml";
 
@@ -448,6 +451,10 @@ pub struct CoordinatorConfig {
     /// (`GET /metrics`; docs/usage.md, "Metrics"); none when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// The SSH destination of the host that runs the coordinator ([`SshConfig`]); none: the
+    /// host that runs `glass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshConfig>,
 }
 
 /// A node process.
@@ -463,6 +470,10 @@ pub struct NodeConfig {
     /// docs/usage.md, "Metrics"); none when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// The SSH destination of the host that runs the node ([`SshConfig`]); none: the host
+    /// that runs `glass`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<SshConfig>,
 }
 
 /// A partition: a contiguous range of warehouses and the nodes holding its replicas.
@@ -695,6 +706,26 @@ impl ClusterConfig {
             std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         let mut config = ClusterConfig::parse(&text)?;
         let base = path.parent().unwrap_or(Path::new(""));
+        // On another host the file sits in the process's `ssh.dir`: its directories must mean
+        // the same there, relative to it.
+        if config.any_ssh() {
+            for (field, dir) in [("run_dir", &config.run_dir), ("cert_dir", &config.cert_dir)] {
+                if dir.is_absolute() {
+                    let problem = Problem::AbsoluteWithSsh { path: dir.display().to_string() };
+                    return Err(ConfigError::Invalid { field: field.to_string(), problem });
+                }
+            }
+        }
+        let identities = config
+            .coordinators
+            .iter_mut()
+            .filter_map(|c| c.ssh.as_mut())
+            .chain(config.nodes.iter_mut().filter_map(|n| n.ssh.as_mut()));
+        for ssh in identities {
+            if let Some(key) = ssh.identity.as_mut().filter(|k| k.is_relative() && !k.as_os_str().is_empty()) {
+                *key = base.join(&*key);
+            }
+        }
         for dir in [&mut config.run_dir, &mut config.cert_dir] {
             if dir.is_relative() && !dir.as_os_str().is_empty() {
                 *dir = base.join(&*dir);
@@ -764,6 +795,14 @@ impl ClusterConfig {
                 );
             }
             check_address(format!("nodes[{i}].address"), &node.address)?;
+        }
+        let ssh = self.coordinators.iter().enumerate().map(|(i, c)| (self.coordinator_field(i), c.ssh.as_ref()));
+        let ssh =
+            ssh.chain(self.nodes.iter().enumerate().map(|(i, n)| (format!("nodes[{i}].address"), n.ssh.as_ref())));
+        for (field, ssh) in ssh {
+            if let Some((key, problem)) = ssh.and_then(SshConfig::problem) {
+                return invalid(field.replace("address", key), problem);
+            }
         }
         // A metrics endpoint is TCP, as a coordinator's liveness tethers are on its address:
         // it shares no address with a process or another endpoint.
@@ -1051,6 +1090,11 @@ impl ClusterConfig {
         out
     }
 
+    /// Whether any process runs on another host (has an `ssh` key).
+    pub fn any_ssh(&self) -> bool {
+        self.coordinators.iter().any(|c| c.ssh.is_some()) || self.nodes.iter().any(|n| n.ssh.is_some())
+    }
+
     /// Every metrics endpoint with the field naming it (`coordinators[0].metrics`, …).
     pub fn metrics_addresses(&self) -> Vec<(String, &str)> {
         let coordinators = self.coordinators.iter().enumerate().filter_map(|(i, c)| {
@@ -1070,10 +1114,11 @@ impl ClusterConfig {
     /// `cluster.toml` is refused.
     pub fn fingerprint(&self) -> u64 {
         let settings = self.settings();
-        // A process's metrics endpoint is its own business: the others need not agree on it.
+        // A process's metrics endpoint and the way to its host are its own business: the others need not agree on it.
         let coordinators: Vec<CoordinatorConfig> =
-            self.coordinators.iter().map(|c| CoordinatorConfig { metrics: None, ..c.clone() }).collect();
-        let nodes: Vec<NodeConfig> = self.nodes.iter().map(|n| NodeConfig { metrics: None, ..n.clone() }).collect();
+            self.coordinators.iter().map(|c| CoordinatorConfig { metrics: None, ssh: None, ..c.clone() }).collect();
+        let nodes: Vec<NodeConfig> =
+            self.nodes.iter().map(|n| NodeConfig { metrics: None, ssh: None, ..n.clone() }).collect();
         let shared =
             (self.mode(), settings.shipping, self.seed, &coordinators, &nodes, &self.partitions, &settings.full_stack);
         let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())

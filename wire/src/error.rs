@@ -105,6 +105,13 @@ pub enum Problem {
          that directory itself)"
     )]
     EmptyPath,
+    #[error("`{value}` is not a usable SSH destination: {why}")]
+    BadSsh { value: String, why: &'static str },
+    #[error(
+        "is absolute ({path}), but processes run on other hosts (an `ssh` key): make it relative to the \
+         directory holding cluster.toml, as it is on every host"
+    )]
+    AbsoluteWithSsh { path: String },
     #[error("{value} is more than limits.inflight_txns_max ({inflight_txns_max}): a batch could never be admitted")]
     BatchAboveInflight { value: u32, inflight_txns_max: u32 },
     #[error(

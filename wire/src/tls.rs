@@ -56,8 +56,11 @@ use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
 use rustls::RootCertStore;
 
 use crate::config::{split_address, ClusterConfig};
+
+mod reissue;
 use crate::error::Problem;
 use crate::messages::{self, Hello, NodeId};
+pub use reissue::reissue;
 
 /// The ALPN protocol every glass connection negotiates.
 pub const ALPN: &[u8] = b"glass/1";
@@ -225,11 +228,14 @@ pub enum TlsError {
     /// `cluster.toml` changed after the certificates were issued).
     #[error(
         "{} (the {}'s certificate) is not valid for `{}`, the host of {} = \"{}\" ({}); the certificates were \
-         issued for other addresses: run `glass cluster init --force --config <this cluster.toml>` and copy \
-         cert_dir to every host",
+         issued for other addresses: run `glass cluster cert --config <this cluster.toml>` for that process \
+         (or `glass cluster init --force` for all), then `glass cluster deploy` to hosts reached over SSH",
         .0.path.display(), .0.role, .0.name, .0.field, .0.address, .0.detail
     )]
     NotForAddress(Box<AddressMismatch>),
+    /// A process cluster.toml does not name.
+    #[error("the {role} is not a process of this cluster.toml")]
+    UnknownProcess { role: Identity },
 }
 
 /// A certificate and the current address it is not valid for ([`TlsError::NotForAddress`]).

@@ -232,7 +232,7 @@ pub fn run_one(
     let load_seconds = t0.elapsed().as_secs_f64();
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_procs();
+    let local = cluster.running_here();
     let Measurement { mut report, acks, payments, start, end, .. } =
         measure_with(&rt, &cluster, &client, cfg, shares, &local, echo, None)?;
     report.load_seconds = load_seconds;

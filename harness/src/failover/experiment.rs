@@ -533,7 +533,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_procs();
+    let local = cluster.running_here();
     let victim_pid = match x.victim {
         Kill::Node(n) => {
             Some(local.iter().find(|r| r.proc == Proc::Node(n)).map(|r| r.pid).ok_or(HarnessError::NotHere(n))?)
@@ -847,7 +847,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_procs();
+    let local = cluster.running_here();
     let pids: std::collections::BTreeMap<NodeId, u32> = local
         .iter()
         .filter_map(|r| match r.proc {

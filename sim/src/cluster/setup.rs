@@ -34,6 +34,7 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
             // Apart from the default file's coordinators (7400, 7403, 7404).
             address: format!("127.0.0.1:{}", 7500 + u16::from(id)),
             metrics: None,
+            ssh: None,
         })
         .collect();
     for (i, p) in c.partitions.iter_mut().enumerate() {
@@ -64,6 +65,7 @@ pub fn with_coordinators(mut config: ClusterConfig, k: u8) -> ClusterConfig {
             id,
             address: format!("127.0.0.1:{}", 7410 + u16::from(id)),
             metrics: None,
+            ssh: None,
         })
         .collect();
     config.validate().expect("the simulated cluster's configuration is valid");
