@@ -4,7 +4,8 @@
 //! `ssh` keys. `glass cluster deploy` installs the binary, the file and each host's own
 //! certificates (never the CA's key, never another host's key); `cluster up` refuses a host
 //! that runs another build and starts nothing, then starts every process through ssh; `bench
-//! --config` measures it from the control host; `check` finds the replicas equal and every
+//! --config` measures it from the control host, with each host's CPU, memory and network read
+//! through ssh; `check` finds the replicas equal and every
 //! acknowledged NewOrder present; `cluster down` leaves no process on any host.
 //!
 //! Needs root, iproute2 and OpenSSH's server (installed by `scripts/setup-test-tools sshd`
@@ -205,6 +206,16 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
         glass(&["bench", "--config", cfg_s, "--duration", "2", "--warmup", "0", "--ack-log", acks.to_str().unwrap()]);
     let bench_out = text(&bench);
     assert!(bench.status.success(), "bench: {bench_out}");
+    eprintln!("bench: {bench_out}");
+    // Per-host figures: this host (the client) and each of the five, read through ssh.
+    let table = bench_out.split("per host (").nth(1).unwrap_or_else(|| panic!("no per-host table: {bench_out}"));
+    for i in 0..5 {
+        let row = table.lines().find(|l| l.contains(&format!("root@{} ", hosts.address(i))));
+        let row = row.unwrap_or_else(|| panic!("no row for host {i}: {table}"));
+        let cpu: f64 = row.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap();
+        assert!(cpu > 0.0, "host {i} used no CPU: {row}");
+    }
+    assert!(table.lines().any(|l| l.trim_start().starts_with("this host")), "{table}");
     let check = glass(&["check", "--config", cfg_s, "--ack-log", acks.to_str().unwrap()]);
     assert!(check.status.success(), "check: {}", text(&check));
 

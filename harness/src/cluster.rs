@@ -311,7 +311,7 @@ impl Cluster {
 
     /// The pid in `p`'s pid file, if the file exists and names a live process of this
     /// cluster; a stale file is removed.
-    fn running(&self, p: &Proc) -> Option<u32> {
+    pub(crate) fn running(&self, p: &Proc) -> Option<u32> {
         let file = self.pid_file(p);
         let pid: u32 = fs::read_to_string(&file).ok()?.trim().parse().ok()?;
         let ours = match self.ssh_of(p) {

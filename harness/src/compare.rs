@@ -79,6 +79,10 @@ pub struct CompareRow {
     pub backup_cpu_s_per_1000: Option<f64>,
     /// The same for the whole node processes (all threads), from /proc.
     pub node_cpu_s_per_1000: f64,
+    /// CPU microseconds per committed transaction summed over every process of the run —
+    /// coordinators, nodes and the client (`None` in records made before it was kept).
+    #[serde(default)]
+    pub cpu_us_per_txn: Option<f64>,
     /// Bytes sent between nodes (replication traffic: shipments to backups) per committed
     /// transaction.
     pub net_bytes_per_txn: f64,
@@ -348,7 +352,7 @@ pub(crate) fn ms(us: f64) -> String {
 /// The table's lines: (metric with its unit, the cell of a run).
 type Metric = (&'static str, fn(&CompareRow) -> String);
 
-const METRICS: [Metric; 41] = [
+const METRICS: [Metric; 42] = [
     ("nodes", |r| r.nodes.to_string()),
     ("warehouses", |r| r.warehouses.to_string()),
     ("clients", |r| r.clients.to_string()),
@@ -376,6 +380,7 @@ const METRICS: [Metric; 41] = [
     ("primary CPU (s/1k txn)", |r| format!("{:.4}", r.primary_cpu_s_per_1000)),
     ("backup CPU (s/1k txn)", |r| opt(r.backup_cpu_s_per_1000.map(|v| format!("{v:.4}")))),
     ("node CPU (s/1k txn)", |r| format!("{:.4}", r.node_cpu_s_per_1000)),
+    ("all processes' CPU (µs/txn)", |r| opt(r.cpu_us_per_txn.map(|v| format!("{v:.2}")))),
     ("node→node bytes (B/txn)", |r| format!("{:.0}", r.net_bytes_per_txn)),
     ("coord→replica bytes (B/txn)", |r| format!("{:.0}", r.batch_bytes_per_txn)),
     ("log (B/txn)", |r| format!("{:.0}", r.log_bytes_per_txn)),
@@ -535,7 +540,7 @@ fn csv_opt<T: ToString>(v: &Option<T>) -> String {
     v.as_ref().map(T::to_string).unwrap_or_default()
 }
 
-const CSV_COLUMNS: [Column; 46] = [
+const CSV_COLUMNS: [Column; 47] = [
     ("mode", |r| r.mode.name().to_string()),
     ("shipping", |r| csv_opt(&r.shipping)),
     ("replicas", |r| r.replicas.to_string()),
@@ -557,6 +562,7 @@ const CSV_COLUMNS: [Column; 46] = [
     ("primary_cpu_s_per_1000", |r| r.primary_cpu_s_per_1000.to_string()),
     ("backup_cpu_s_per_1000", |r| csv_opt(&r.backup_cpu_s_per_1000)),
     ("node_cpu_s_per_1000", |r| r.node_cpu_s_per_1000.to_string()),
+    ("cpu_us_per_txn", |r| csv_opt(&r.cpu_us_per_txn)),
     ("net_bytes_per_txn", |r| r.net_bytes_per_txn.to_string()),
     ("batch_bytes_per_txn", |r| r.batch_bytes_per_txn.to_string()),
     ("log_bytes_per_txn", |r| r.log_bytes_per_txn.to_string()),
@@ -860,6 +866,7 @@ pub(crate) mod tests {
             primary_cpu_s_per_1000: 0.4,
             backup_cpu_s_per_1000: (replicas > 1).then_some(0.1),
             node_cpu_s_per_1000: 0.9,
+            cpu_us_per_txn: Some(5.5),
             net_bytes_per_txn: 512.0,
             batch_bytes_per_txn: 300.0,
             disk_bytes: 0,

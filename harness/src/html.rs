@@ -245,7 +245,7 @@ pub type Figures = Vec<(String, Vec<Figure>)>;
 /// The figures compared between records: the numeric fields of each run of `compare.json`
 /// (one entry per run label), `sweep.json` (one per point) or `bench.json` (one entry).
 pub fn figures(dir: &Path) -> Result<Figures> {
-    const FIELDS: [&str; 14] = [
+    const FIELDS: [&str; 15] = [
         "txn_per_sec",
         "tpmc",
         "neworder_per_sec",
@@ -256,6 +256,7 @@ pub fn figures(dir: &Path) -> Result<Figures> {
         "primary_cpu_s_per_1000",
         "backup_cpu_s_per_1000",
         "node_cpu_s_per_1000",
+        "cpu_us_per_txn",
         "net_bytes_per_txn",
         "log_bytes_per_txn",
         "fsyncs",
@@ -386,6 +387,7 @@ pub fn figure_name(field: &str) -> String {
         "primary_cpu_s_per_1000" => "primary CPU per 1000 txns (s)",
         "backup_cpu_s_per_1000" => "backup CPU per 1000 txns (s)",
         "node_cpu_s_per_1000" => "node CPU per 1000 txns (s)",
+        "cpu_us_per_txn" => "CPU per txn, every process (µs)",
         "net_bytes_per_txn" => "network bytes per txn",
         "log_bytes_per_txn" => "log bytes per txn",
         "fsyncs" => "fsync calls",

@@ -18,14 +18,14 @@ use tokio::runtime::Runtime;
 use wire::endpoint::Link;
 use wire::messages::{NodeId, PartitionPhase, PartitionReport, ProcessStatus};
 use workload::bench::{self, IntervalLine, Observer, StopAfter};
-use workload::client::driver::{self, DriverConfig, RemoteShares};
+use workload::client::driver::{self, DriverConfig, HostFigures, RemoteShares};
 use workload::client::{self, ClusterClient};
 use workload::report::ConsoleObserver;
 
 use crate::cluster::{Cluster, Proc, Progress, Running, Up};
 use crate::error::{chain, HarnessError};
 use crate::html::Check;
-use crate::procfs::{process_cpu_seconds, process_rss_bytes, thread_cpu_seconds};
+use crate::procfs::{local_net_bytes, process_cpu_seconds, process_rss_bytes, thread_cpu_seconds};
 use crate::Result;
 
 /// Requests each connection keeps outstanding by default: with one connection per warehouse,
@@ -270,7 +270,7 @@ pub fn measure_with(
     let config = &cluster.config;
     let echo = echo.into();
     let console = ConsoleObserver::new(echo.quiet).per_type(echo.per_type);
-    let mut obs = Sampler::new(rt, client, config, local, console)?;
+    let mut obs = Sampler::new(rt, client, config, local, cluster.running_remote(), console)?;
     obs.clock = clock;
     let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
     let mut report = outcome.report;
@@ -306,7 +306,12 @@ pub fn measure_with(
         if let Some(c) = report.cluster.as_mut() {
             c.batches = Some(batches);
         }
+        let hosts = host_figures(s, e, &report);
         time_lines = where_the_time_goes(s, e, &report, batches, executions);
+        time_lines.extend(host_lines(&hosts));
+        if let Some(c) = report.cluster.as_mut() {
+            c.hosts = hosts;
+        }
     }
     Ok(Measurement {
         report,
@@ -369,7 +374,7 @@ pub fn executor_cpu_unmeasured(s: &Sample, e: &Sample, executor_cpu_s: f64) -> O
 }
 
 /// CPU seconds per thread name.
-type ThreadCpu = Vec<(String, f64)>;
+pub type ThreadCpu = Vec<(String, f64)>;
 
 /// Figures sampled at the start and the end of the measured phase.
 #[derive(Debug, Clone, Default)]
@@ -381,8 +386,12 @@ pub struct Sample {
     pub node_executor_cpu_s: Vec<(NodeId, f64)>,
     /// Per node: (id, the pid its status reported; `None`: it did not answer).
     pub node_pids: Vec<(NodeId, Option<u32>)>,
-    /// Local processes' CPU seconds: (label, seconds, per thread name).
+    /// Processes' CPU seconds: (label, seconds, per thread name); a process on another host
+    /// is labelled `node 1 @ host`.
     pub process_cpu_s: Vec<(String, f64, ThreadCpu)>,
+    /// Each host's processes and counters (this host first; a host that could not be read
+    /// is absent).
+    pub hosts: Vec<HostSample>,
     pub nodes_rss_bytes: u64,
     /// Batches the coordinator sent, over all partitions.
     pub batches: u64,
@@ -392,6 +401,21 @@ pub struct Sample {
     pub coordinator: Vec<PartitionReport>,
 }
 
+/// One host at one moment: its cluster processes' CPU seconds and resident memory, and its
+/// network counters.
+#[derive(Debug, Clone, Default)]
+pub struct HostSample {
+    pub host: String,
+    pub processes: Vec<String>,
+    pub cpu_s: f64,
+    pub rss_bytes: u64,
+    /// Bytes received and sent so far over every interface.
+    pub net: Option<(u64, u64)>,
+}
+
+/// The name of the control host in the per-host figures.
+pub const THIS_HOST: &str = "this host";
+
 /// The console observer, plus samples of the cluster at the measured phase's start and end.
 struct Sampler<'a> {
     rt: &'a Runtime,
@@ -400,6 +424,8 @@ struct Sampler<'a> {
     coordinator: Option<Link>,
     nodes: Vec<(NodeId, Option<Link>)>,
     local: &'a [Running],
+    /// The cluster's processes on other hosts, read through ssh at each sample.
+    remote: Vec<(crate::hosts::SshHost, Vec<Running>)>,
     start: Option<Sample>,
     end: Option<Sample>,
     /// Started at the driver's first phase (see [`measure_with`]).
@@ -412,6 +438,7 @@ impl<'a> Sampler<'a> {
         client: &ClusterClient,
         config: &wire::ClusterConfig,
         local: &'a [Running],
+        remote: Vec<(crate::hosts::SshHost, Vec<Running>)>,
         inner: ConsoleObserver,
     ) -> Result<Sampler<'a>> {
         let (coordinator, nodes) = rt.block_on(async {
@@ -429,6 +456,7 @@ impl<'a> Sampler<'a> {
             coordinator,
             nodes,
             local,
+            remote,
             start: None,
             end: None,
             clock: None,
@@ -437,13 +465,37 @@ impl<'a> Sampler<'a> {
 
     fn sample(&mut self) -> Sample {
         let mut s = Sample { at: Some(Instant::now()), ..Sample::default() };
+        let mut here = HostSample { host: THIS_HOST.to_string(), net: local_net_bytes(), ..HostSample::default() };
         for r in self.local {
             if let Some(cpu) = process_cpu_seconds(r.pid) {
                 s.process_cpu_s.push((r.proc.label(), cpu, thread_cpu_seconds(r.pid)));
+                here.cpu_s += cpu;
             }
+            let rss = process_rss_bytes(r.pid).unwrap_or(0);
+            here.rss_bytes += rss;
+            here.processes.push(r.proc.label());
             if matches!(r.proc, Proc::Node(_)) {
-                s.nodes_rss_bytes += process_rss_bytes(r.pid).unwrap_or(0);
+                s.nodes_rss_bytes += rss;
             }
+        }
+        // This process is the client.
+        here.rss_bytes += process_rss_bytes(std::process::id()).unwrap_or(0);
+        here.processes.push("client".to_string());
+        s.hosts.push(here);
+        for (host, procs) in &self.remote {
+            // A host that cannot be read now is left out of this sample, and so of the figures.
+            let Ok(reading) = crate::remote::read_host(host, procs) else { continue };
+            let mut h = HostSample { host: host.config.to_string(), net: reading.net, ..HostSample::default() };
+            for (label, cpu, threads, rss) in reading.processes {
+                if label.starts_with("node") {
+                    s.nodes_rss_bytes += rss;
+                }
+                h.cpu_s += cpu;
+                h.rss_bytes += rss;
+                s.process_cpu_s.push((format!("{label} @ {}", host.config.to), cpu, threads));
+                h.processes.push(label);
+            }
+            s.hosts.push(h);
         }
         let statuses: Vec<(NodeId, Option<ProcessStatus>)> = self.rt.block_on(async {
             let mut out = Vec::new();
@@ -507,6 +559,88 @@ impl Observer for Sampler<'_> {
     }
 }
 
+/// Each host's figures between samples `s` and `e` (a host read at both); the client's CPU
+/// is this host's.
+fn host_figures(s: &Sample, e: &Sample, r: &bench::BenchReport) -> Vec<HostFigures> {
+    // The samples' window is a little wider than the measured phase: CPU per second of the
+    // window over transactions per second of the phase.
+    let wall = match (s.at, e.at) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64().max(1e-9),
+        _ => return Vec::new(),
+    };
+    let txn_per_s = r.committed as f64 / r.seconds.max(1e-9);
+    let client = r.cluster.as_ref().map_or(0.0, |c| c.client_cpu_seconds);
+    e.hosts
+        .iter()
+        .filter_map(|end| {
+            let start = s.hosts.iter().find(|h| h.host == end.host)?;
+            let cpu = (end.cpu_s - start.cpu_s).max(0.0) + if end.host == THIS_HOST { client } else { 0.0 };
+            let net = match (start.net, end.net) {
+                (Some(a), Some(b)) => Some((b.0.saturating_sub(a.0), b.1.saturating_sub(a.1))),
+                _ => None,
+            };
+            Some(HostFigures {
+                host: end.host.clone(),
+                processes: end.processes.clone(),
+                cpu_seconds: cpu,
+                cpu_seconds_per_1000_txn: 1000.0 * (cpu / wall) / txn_per_s.max(1e-9),
+                rss_bytes: end.rss_bytes,
+                net_rx_bytes: net.map(|n| n.0),
+                net_tx_bytes: net.map(|n| n.1),
+            })
+        })
+        .collect()
+}
+
+/// The per-host table, when the cluster runs on more than this host.
+fn host_lines(hosts: &[HostFigures]) -> Vec<String> {
+    if hosts.len() < 2 {
+        return Vec::new();
+    }
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut lines = vec![
+        "
+per host (measured phase; network over every interface, loopback included):"
+            .to_string(),
+        format!(
+            "  {:<24} {:>8} {:>18} {:>9} {:>11} {:>11}  processes",
+            "host", "CPU s", "CPU ms/1,000 txn", "RSS MiB", "net in MiB", "net out MiB"
+        ),
+    ];
+    for h in hosts {
+        let net = |v: Option<u64>| v.map_or("-".to_string(), |b| format!("{:.1}", mib(b)));
+        lines.push(format!(
+            "  {:<24} {:>8.2} {:>18.2} {:>9.1} {:>11} {:>11}  {}",
+            h.host,
+            h.cpu_seconds,
+            1000.0 * h.cpu_seconds_per_1000_txn,
+            mib(h.rss_bytes),
+            net(h.net_rx_bytes),
+            net(h.net_tx_bytes),
+            h.processes.join(", ")
+        ));
+    }
+    lines
+}
+
+/// CPU microseconds per committed transaction, summed over every process sampled and the
+/// client: CPU per second of the samples' window (a little wider than the measured phase)
+/// over transactions per second of the phase. `None` when nothing committed or the window is
+/// unknown.
+pub fn cpu_us_per_txn(s: &Sample, e: &Sample, r: &bench::BenchReport) -> Option<f64> {
+    let wall = (e.at? - s.at?).as_secs_f64();
+    if r.committed == 0 || r.seconds <= 0.0 || wall <= 0.0 {
+        return None;
+    }
+    let mut total: f64 = e
+        .process_cpu_s
+        .iter()
+        .filter_map(|(name, end, _)| Some(end - s.process_cpu_s.iter().find(|(n, _, _)| n == name)?.1))
+        .sum();
+    total += r.cluster.as_ref().map_or(0.0, |c| c.client_cpu_seconds);
+    Some(1e6 * (total / wall) / (r.committed as f64 / r.seconds))
+}
+
 /// Lines saying where the CPU went during the measured phase.
 fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: u64, executions: usize) -> Vec<String> {
     let wall = match (s.at, e.at) {
@@ -519,6 +653,7 @@ fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: 
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )];
     let mut total = 0.0;
+    let width = e.process_cpu_s.iter().map(|(n, _, _)| n.chars().count()).max().unwrap_or(0).max(12);
     for (name, end_cpu, end_threads) in &e.process_cpu_s {
         let Some((_, start_cpu, start_threads)) = s.process_cpu_s.iter().find(|(n, _, _)| n == name) else { continue };
         let cpu = end_cpu - start_cpu;
@@ -534,18 +669,21 @@ fn where_the_time_goes(s: &Sample, e: &Sample, r: &bench::BenchReport, batches: 
         threads.sort_by(|a, b| b.1.total_cmp(&a.1));
         let parts: Vec<String> =
             threads.iter().map(|(t, c)| format!("{t} {c:.2} s ({:.0}%)", 100.0 * c / wall)).collect();
-        lines.push(format!("  {name:<12} {cpu:>7.2} s  {:>5.0}%   {}", 100.0 * cpu / wall, parts.join(", ")));
+        lines.push(format!("  {name:<width$} {cpu:>7.2} s  {:>5.0}%   {}", 100.0 * cpu / wall, parts.join(", ")));
     }
     if let Some(c) = &r.cluster {
         total += c.client_cpu_seconds;
         lines.push(format!(
-            "  {:<12} {:>7.2} s  {:>5.0}%",
+            "  {:<width$} {:>7.2} s  {:>5.0}%",
             "client",
             c.client_cpu_seconds,
             100.0 * c.client_cpu_seconds / wall
         ));
     }
-    lines.push(format!("  {:<12} {total:>7.2} s  {:>5.0}%", "total", 100.0 * total / wall));
+    lines.push(format!("  {:<width$} {total:>7.2} s  {:>5.0}%", "total", 100.0 * total / wall));
+    if let Some(us) = cpu_us_per_txn(s, e, r) {
+        lines.push(format!("  CPU per committed transaction: {us:.2} µs, every process above (the client's included)"));
+    }
     if let (true, Some(executor_cpu)) = (batches > 0, r.executor_cpu_seconds) {
         let txns = r.committed + r.aborted;
         lines.push(format!(

@@ -1,5 +1,6 @@
-//! Reading local processes through `/proc`: CPU seconds of a process and of each of its
-//! threads (by thread name), and resident memory. A process that is gone, or a file that does
+//! Reading processes through `/proc`: CPU seconds of a process and of each of its threads (by
+//! thread name), resident memory, and a host's network bytes — read here, or parsed from what
+//! another host's `/proc` said (`crate::remote`). A process that is gone, or a file that does
 //! not parse, yields `None` (or nothing), never a guess.
 
 use std::fs;
@@ -7,14 +8,41 @@ use std::fs;
 /// CPU seconds (user + system) a local process has used, from `/proc/PID/stat`.
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(stat_cpu_ticks(&stat)?.1 / ticks.max(1.0))
+}
+
+/// The command name and the CPU ticks (user + system) of one `/proc/PID/stat` (or
+/// `/proc/PID/task/TID/stat`) line.
+pub fn stat_cpu_ticks(stat: &str) -> Option<(String, f64)> {
+    let open = stat.find('(')?;
     let (_, rest) = stat.rsplit_once(") ")?;
+    let name = stat.get(open + 1..stat.len() - rest.len() - 2)?.to_string();
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the state (field 3), utime and stime are fields 14 and 15 of stat(5).
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Some((utime + stime) / ticks.max(1.0))
+    Some((name, utime + stime))
+}
+
+/// Bytes received and sent over every interface, loopback included, from `/proc/net/dev`.
+pub fn net_dev_bytes(text: &str) -> Option<(u64, u64)> {
+    let (mut rx, mut tx, mut any) = (0u64, 0u64, false);
+    for line in text.lines().skip(2) {
+        let (_, counters) = line.split_once(':')?;
+        let f: Vec<&str> = counters.split_whitespace().collect();
+        // Receive: bytes packets errs drop fifo frame compressed multicast; then transmit.
+        rx += f.first()?.parse::<u64>().ok()?;
+        tx += f.get(8)?.parse::<u64>().ok()?;
+        any = true;
+    }
+    any.then_some((rx, tx))
+}
+
+/// [`net_dev_bytes`] of this host.
+pub fn local_net_bytes() -> Option<(u64, u64)> {
+    net_dev_bytes(&fs::read_to_string("/proc/net/dev").ok()?)
 }
 
 /// CPU seconds of a local process's threads, summed per thread name (`/proc/PID/task`).
@@ -25,22 +53,18 @@ pub fn thread_cpu_seconds(pid: u32) -> Vec<(String, f64)> {
     let ticks = (unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64).max(1.0);
     for task in tasks.flatten() {
         let Ok(stat) = fs::read_to_string(task.path().join("stat")) else { continue };
-        let (Some(open), Some((_, rest))) = (stat.find('('), stat.rsplit_once(") ")) else { continue };
-        let name = stat[open + 1..stat.len() - rest.len() - 2].to_string();
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let cpu = match (
-            fields.get(11).and_then(|f| f.parse::<f64>().ok()),
-            fields.get(12).and_then(|f| f.parse::<f64>().ok()),
-        ) {
-            (Some(u), Some(s)) => (u + s) / ticks,
-            _ => continue,
-        };
-        match out.iter_mut().find(|(n, _)| *n == name) {
-            Some(e) => e.1 += cpu,
-            None => out.push((name, cpu)),
-        }
+        let Some((name, cpu)) = stat_cpu_ticks(&stat) else { continue };
+        add_thread(&mut out, name, cpu / ticks);
     }
     out
+}
+
+/// Adds `cpu` seconds to thread name `name` in `out`.
+pub fn add_thread(out: &mut Vec<(String, f64)>, name: String, cpu: f64) {
+    match out.iter_mut().find(|(n, _)| *n == name) {
+        Some(e) => e.1 += cpu,
+        None => out.push((name, cpu)),
+    }
 }
 
 /// Resident memory of a local process in bytes, from `/proc/PID/statm`.
@@ -140,6 +164,20 @@ mod tests {
         assert_eq!(trace.stolen_pct(at(0), at(60)), Some(25.0));
         assert_eq!(trace.stolen_pct(at(0), at(61)), None, "no sample after the window");
         assert_eq!(StealTrace::default().stolen_pct(at(0), at(1)), None);
+    }
+
+    /// A thread name may hold spaces and parentheses: the name is what lies between the first
+    /// `(` and the last `) `.
+    #[test]
+    fn stat_lines_and_net_dev_parse() {
+        let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1 1 1";
+        assert_eq!(stat_cpu_ticks(stat), Some(("tokio (rt) w".to_string(), 300.0)));
+        assert_eq!(stat_cpu_ticks("garbage"), None);
+        let dev =
+            "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes\n\
+                       lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  eth0: 5000 9 0 0 0 0 0 0 7000 8 0 0 0 0 0 0\n";
+        assert_eq!(net_dev_bytes(dev), Some((5_100, 7_100)));
+        assert!(local_net_bytes().is_some(), "this host's /proc/net/dev");
     }
 
     /// Where the kernel reports steal (every Linux since 2.6.11), the figures read.

@@ -267,3 +267,95 @@ pub fn local_version(exe: &Path) -> Result<String> {
         .map_err(|e| HarnessError::io(format!("run {} --version", exe.display()), e))?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// What one host's `/proc` said of the cluster's processes there, at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct HostReading {
+    /// Per process found: its label, CPU seconds, CPU seconds per thread name, resident bytes.
+    pub processes: Vec<(String, f64, crate::measure::ThreadCpu, u64)>,
+    /// Bytes received and sent over every interface of the host so far.
+    pub net: Option<(u64, u64)>,
+}
+
+impl Cluster {
+    /// The processes of this cluster on other hosts, by their pid files, grouped by host.
+    pub fn running_remote(&self) -> Vec<(SshHost, Vec<Running>)> {
+        self.remote_hosts()
+            .into_iter()
+            .map(|(host, procs)| {
+                let running = procs.into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid }));
+                (host, running.collect())
+            })
+            .collect()
+    }
+}
+
+/// Reads `procs` and the network counters on `host` in one call (see [`HostReading`]).
+pub fn read_host(host: &SshHost, procs: &[Running]) -> Result<HostReading> {
+    let pids: Vec<String> = procs.iter().map(|r| r.pid.to_string()).collect();
+    let line = format!(
+        "getconf CLK_TCK; getconf PAGESIZE; for p in {}; do echo \"== $p\"; cat /proc/$p/stat /proc/$p/statm \
+         2>/dev/null; cat /proc/$p/task/*/stat 2>/dev/null; done; echo '== net'; cat /proc/net/dev",
+        pids.join(" ")
+    );
+    let text = host.run(&line, COMMAND_TIMEOUT)?;
+    Ok(parse_reading(&text, procs))
+}
+
+/// Parses what [`read_host`]'s command printed.
+fn parse_reading(text: &str, procs: &[Running]) -> HostReading {
+    use crate::procfs::{add_thread, net_dev_bytes, stat_cpu_ticks};
+    let mut lines = text.lines();
+    let ticks: f64 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(100.0_f64).max(1.0);
+    let page: u64 = lines.next().and_then(|l| l.trim().parse().ok()).unwrap_or(4096);
+    let rest: Vec<&str> = lines.collect();
+    let mut reading = HostReading::default();
+    let mut i = 0;
+    while i < rest.len() {
+        let Some(head) = rest[i].strip_prefix("== ") else {
+            i += 1;
+            continue;
+        };
+        let end = rest[i + 1..].iter().position(|l| l.starts_with("== ")).map_or(rest.len(), |k| i + 1 + k);
+        let body = &rest[i + 1..end];
+        if head == "net" {
+            reading.net = net_dev_bytes(&body.join("\n"));
+        } else if let Some(r) = head.parse::<u32>().ok().and_then(|pid| procs.iter().find(|r| r.pid == pid)) {
+            if let (Some(stat), Some(statm)) = (body.first(), body.get(1)) {
+                let cpu = stat_cpu_ticks(stat).map(|(_, t)| t / ticks);
+                let rss = statm.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).map(|p| p * page);
+                if let (Some(cpu), Some(rss)) = (cpu, rss) {
+                    let mut threads = Vec::new();
+                    for (name, t) in body[2..].iter().filter_map(|l| stat_cpu_ticks(l)) {
+                        add_thread(&mut threads, name, t / ticks);
+                    }
+                    reading.processes.push((r.proc.label(), cpu, threads, rss));
+                }
+            }
+        }
+        i = end;
+    }
+    reading
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One call's output: the clock and page sizes, then each process's stat, statm and
+    /// threads, then the network counters; a process that is gone reads as absent.
+    #[test]
+    fn a_host_reading_parses() {
+        let text = "100\n4096\n== 7\n7 (glass) S 1 7 7 0 -1 0 0 0 0 0 300 100 0 0 20 0 3 0 1 1 1\n1000 250 0 0 0 0 0\n\
+                    7 (glass) S 1 7 7 0 -1 0 0 0 0 0 100 0 0 0 20 0 3 0 1 1 1\n\
+                    8 (replica-p1) S 1 7 7 0 -1 0 0 0 0 0 200 100 0 0 20 0 3 0 1 1 1\n\
+                    == 9\n== net\nInter-| Receive | Transmit\n face |bytes\n  eth0: 10 1 0 0 0 0 0 0 20 1 0 0 0 0 0 0\n";
+        let procs = [Running { proc: Proc::Node(1), pid: 7 }, Running { proc: Proc::Node(2), pid: 9 }];
+        let r = parse_reading(text, &procs);
+        assert_eq!(r.net, Some((10, 20)));
+        assert_eq!(r.processes.len(), 1, "node 2 is gone");
+        let (label, cpu, threads, rss) = &r.processes[0];
+        assert_eq!((label.as_str(), *cpu, *rss), ("node 1", 4.0, 250 * 4096));
+        assert_eq!(threads, &vec![("glass".to_string(), 1.0), ("replica-p1".to_string(), 3.0)]);
+    }
+}

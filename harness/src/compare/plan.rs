@@ -300,6 +300,7 @@ pub fn run_one(
         primary_cpu_s_per_1000: per_1000(primary_cpu),
         backup_cpu_s_per_1000: (replicas > 1).then(|| per_1000(backup_cpu)),
         node_cpu_s_per_1000: per_1000(node_cpu),
+        cpu_us_per_txn: crate::measure::cpu_us_per_txn(&s, &e, &report),
         net_bytes_per_txn: shipped / committed,
         batch_bytes_per_txn: (batch_bytes(&e) - batch_bytes(&s)) / committed,
         log_bytes_per_txn: log_bytes / committed,

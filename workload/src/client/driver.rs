@@ -223,6 +223,31 @@ pub struct ClusterInfo {
     /// Committed transactions of the measured phase touching warehouses of more than one
     /// partition.
     pub committed_multi_partition: u64,
+    /// Per host of the cluster, the figures of the measured phase (filled in by the harness,
+    /// which reads the hosts; empty when not read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostFigures>,
+}
+
+/// One host's share of a measured phase (docs/cluster.md, "Several hosts").
+#[derive(Debug, Clone, Serialize)]
+pub struct HostFigures {
+    /// `this host` (the control host, which also runs the client), or an SSH destination.
+    pub host: String,
+    /// The cluster's processes on it (and `client` on this host).
+    pub processes: Vec<String>,
+    /// CPU seconds its processes used during the measured phase.
+    pub cpu_seconds: f64,
+    /// The same per 1,000 committed transactions.
+    pub cpu_seconds_per_1000_txn: f64,
+    /// Resident memory of its cluster processes at the end.
+    pub rss_bytes: u64,
+    /// Bytes received and sent over every interface of the host (loopback included) during
+    /// the measured phase; absent when not read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_rx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_tx_bytes: Option<u64>,
 }
 
 /// What a cluster bench produced.
@@ -462,6 +487,7 @@ pub fn run_with(
         multi_partition_pct,
         committed_single_partition: committed_single,
         committed_multi_partition: committed_multi,
+        hosts: Vec::new(),
     });
     Ok(DriverOutcome {
         report,
