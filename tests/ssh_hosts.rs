@@ -6,7 +6,8 @@
 //! that runs another build and starts nothing, then starts every process through ssh; `bench
 //! --config` measures it from the control host, with each host's CPU, memory and network read
 //! through ssh; `check` finds the replicas equal and every
-//! acknowledged NewOrder present; `cluster down` leaves no process on any host.
+//! acknowledged NewOrder present; `cluster down` leaves no process on any host; `failover`
+//! kills a node, then the leading coordinator, on their hosts through ssh, and loses nothing.
 //!
 //! Needs root, iproute2 and OpenSSH's server (installed by `scripts/setup-test-tools sshd`
 //! when missing). Without them the test says why on stderr and returns: it cannot build the
@@ -224,6 +225,45 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     eprintln!("down: {}", text(&down));
     for i in 0..5 {
         assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after down");
+    }
+
+    // A failover across the hosts: node 1 SIGKILLed on its host through ssh, restarted there,
+    // rejoins; nothing acknowledged lost, the replicas equal (the run's own checks).
+    let failover = glass(&[
+        "failover",
+        "--config",
+        cfg_s,
+        "--duration",
+        "5",
+        "--at",
+        "1",
+        "--restart-after",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    let out = text(&failover);
+    eprintln!("failover: {out}");
+    assert!(failover.status.success(), "failover across hosts: {out}");
+    // And the leading coordinator, on its own host.
+    let failover = glass(&[
+        "failover",
+        "--config",
+        cfg_s,
+        "--kill",
+        "coordinator",
+        "--duration",
+        "4",
+        "--at",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    let out = text(&failover);
+    eprintln!("coordinator failover: {out}");
+    assert!(failover.status.success(), "coordinator failover across hosts: {out}");
+    for i in 0..5 {
+        assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after the failover runs");
     }
     drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);

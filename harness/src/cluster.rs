@@ -225,15 +225,18 @@ impl Cluster {
     /// A cluster derived from another's description (another mode or placement) with
     /// `config.run_dir` as its own, emptied, run directory; its `cluster.toml` is written
     /// there, headed by `note`.
-    pub fn derived(config: &ClusterConfig, note: &str) -> Result<Cluster> {
+    /// `what`: the experiment, named in a refusal when it runs processes on this host only
+    /// and `config` places some elsewhere; `None` when it runs them anywhere — then each other
+    /// host gets the derived cluster in its own directory under the process's `ssh.dir`
+    /// ([`crate::remote`]).
+    pub fn derived(config: &ClusterConfig, note: &str, remote: Option<&'static str>) -> Result<Cluster> {
         config.validate()?;
-        // The experiments that derive clusters (`compare`, `failover`) start, kill and
-        // measure processes on this host only, so far.
-        let remote = config.coordinators.iter().map(|c| (format!("coordinator {}", c.id), &c.ssh));
-        let remote = remote.chain(config.nodes.iter().map(|n| (format!("node {}", n.id), &n.ssh)));
-        if let Some((process, Some(ssh))) = remote.into_iter().find(|(_, ssh)| ssh.is_some()) {
-            let what = "this experiment";
-            return Err(HarnessError::LocalOnly { what, process, host: ssh.to_string() });
+        if let Some(what) = remote {
+            let procs = config.coordinators.iter().map(|c| (format!("coordinator {}", c.id), &c.ssh));
+            let mut procs = procs.chain(config.nodes.iter().map(|n| (format!("node {}", n.id), &n.ssh)));
+            if let Some((process, Some(ssh))) = procs.find(|(_, ssh)| ssh.is_some()) {
+                return Err(HarnessError::LocalOnly { what, process, host: ssh.to_string() });
+            }
         }
         let dir = &config.run_dir;
         // An earlier run's processes may still run from here (their `glass` was killed):
@@ -249,9 +252,12 @@ impl Cluster {
         }
         fs::create_dir_all(dir).map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
         let path = dir.join("cluster.toml");
-        let text = format!("# {note}\n{}", toml::to_string(config).map_err(HarnessError::Toml)?);
+        let (written, moves) = crate::remote::place_derived(config, dir)?;
+        let text = format!("# {note}\n{}", toml::to_string(&written).map_err(HarnessError::Toml)?);
         fs::write(&path, text).map_err(|e| HarnessError::io(format!("write {}", path.display()), e))?;
-        Cluster::open(&path)
+        let cluster = Cluster::open(&path)?;
+        cluster.prepare_derived_hosts(&moves)?;
+        Ok(cluster)
     }
 
     /// The clusters `compare` and `failover` derived from this one that still have
@@ -337,11 +343,39 @@ impl Cluster {
     }
 
     /// Sends `sig` to `r` (on its host), if it is still the process its pid file names.
-    fn signal_proc(&self, r: &Running, sig: libc::c_int) {
+    pub fn signal_proc(&self, r: &Running, sig: libc::c_int) {
         match self.ssh_of(&r.proc) {
             None => signal(r.pid, sig),
             Some(host) => {
                 let _ = self.remote_signal(&host, r, sig);
+            }
+        }
+    }
+
+    /// Sends `sig` to `r` for an experiment (a kill, a freeze): the instant it was sent — on
+    /// another host, the middle of the ssh call that sent it (docs/cluster.md, "Several
+    /// hosts"); an error when the process is gone or cannot be signalled.
+    pub fn kill(&self, r: &Running, sig: libc::c_int) -> Result<Instant> {
+        match self.ssh_of(&r.proc) {
+            None => {
+                // SAFETY: kill(2) with a pid of this cluster (its pid file); no memory is involved.
+                if unsafe { libc::kill(r.pid as libc::pid_t, sig) } != 0 {
+                    let e = std::io::Error::last_os_error();
+                    return Err(HarnessError::io(format!("signal the {} (pid {})", r.proc.label(), r.pid), e));
+                }
+                Ok(Instant::now())
+            }
+            Some(host) => {
+                if !self.remote_is_ours(&host, r.pid, &r.proc)? {
+                    return Err(HarnessError::Host {
+                        host: host.config.to_string(),
+                        what: format!("signal the {} (pid {})", r.proc.label(), r.pid),
+                        problem: "it no longer runs".into(),
+                    });
+                }
+                let sent = Instant::now();
+                host.run(&format!("kill -{sig} {}", r.pid), crate::hosts::COMMAND_TIMEOUT)?;
+                Ok(sent + (Instant::now() - sent) / 2)
             }
         }
     }
@@ -489,17 +523,23 @@ impl Cluster {
     }
 
     /// Starts node `id` again in the background from `exe` (its log appended to), with
-    /// `extra` flags (`--rejoin`), and writes its pid file.
-    pub fn restart_node(&self, exe: &Path, id: NodeId, extra: &[&str]) -> Result<Child> {
+    /// `extra` flags (`--rejoin`), and writes its pid file; its child, when it runs here.
+    pub fn restart_node(&self, exe: &Path, id: NodeId, extra: &[&str]) -> Result<Option<Child>> {
         self.restart(exe, &Proc::Node(id), extra)
     }
 
-    /// Starts process `p` again in the background from `exe` (its log appended to), with
-    /// `extra` flags, and writes its pid file.
-    pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Child> {
+    /// Starts process `p` again in the background — from `exe` here, or on its host through
+    /// ssh — (its log appended to), with `extra` flags, and writes its pid file; its child,
+    /// when it runs here.
+    pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Option<Child>> {
+        if let Some(host) = self.ssh_of(p) {
+            let pid = self.spawn_remote(&host, p, extra)?;
+            self.write_pid(p, pid)?;
+            return Ok(None);
+        }
         let child = self.spawn_with(exe, p, extra, true)?;
         self.write_pid(p, child.id())?;
-        Ok(child)
+        Ok(Some(child))
     }
 
     fn write_pid(&self, p: &Proc, pid: u32) -> Result<()> {

@@ -139,7 +139,7 @@ pub enum HarnessError {
     )]
     NotAnswering { path: PathBuf },
     /// A node an experiment acts on is not one of the processes it started here.
-    #[error("node {0} is not running here")]
+    #[error("node {0} is not running (no live pid file)")]
     NotHere(NodeId),
     #[error("no node of {} runs here", path.display())]
     NoNodeHere { path: PathBuf },

@@ -129,6 +129,20 @@ impl SshHost {
         Err(self.failed(&what, &out))
     }
 
+    /// Copies `from` on the host (relative to the remote home) to the local file `to`, within
+    /// [`COPY_TIMEOUT`].
+    pub fn copy_from(&self, from: &str, to: &Path) -> Result<()> {
+        let mut cmd = Command::new("scp");
+        cmd.args(self.options("-P")?).arg("-q").arg("--").arg(format!("{}:{from}", self.config.to)).arg(to);
+        cmd.stdin(Stdio::null());
+        let what = format!("scp {}:{from} {}", self.config.to, to.display());
+        let out = run_bounded(cmd, COPY_TIMEOUT).map_err(|e| self.error(&what, e))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(self.failed(&what, &out))
+    }
+
     fn error(&self, what: &str, source: std::io::Error) -> HarnessError {
         HarnessError::Host { host: self.config.to_string(), what: what.to_string(), problem: source.to_string() }
     }

@@ -15,10 +15,10 @@
 //! started; a host that cannot be reached is an error naming it, never taken for a process
 //! that is gone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use wire::config::SshConfig;
+use wire::config::{ClusterConfig, SshConfig};
 use wire::tls::Identity;
 
 use crate::cluster::{Cluster, Proc, Running};
@@ -357,5 +357,102 @@ mod tests {
         let (label, cpu, threads, rss) = &r.processes[0];
         assert_eq!((label.as_str(), *cpu, *rss), ("node 1", 4.0, 250 * 4096));
         assert_eq!(threads, &vec![("glass".to_string(), 1.0), ("replica-p1".to_string(), 3.0)]);
+    }
+}
+
+/// One host's move for a derived cluster: its processes' files go from `from` (the
+/// directory `glass cluster deploy` filled) to `to` (the derived cluster's, under it).
+#[derive(Debug, Clone)]
+pub struct DerivedMove {
+    pub host: SshConfig,
+    pub from: String,
+    pub to: String,
+}
+
+/// What a derived cluster's file says, written in `dir`: on other hosts each process's
+/// directory is its own one's, followed by the path of `dir` under the directory of the file
+/// `config` was read from, so the derived run directory is `.` and the certificates are
+/// those `deploy` installed; the moves [`Cluster::prepare_derived_hosts`] makes. A cluster
+/// with no process elsewhere is written as it is.
+pub fn place_derived(config: &ClusterConfig, dir: &Path) -> Result<(ClusterConfig, Vec<DerivedMove>)> {
+    let mut written = config.clone();
+    if !config.any_ssh() {
+        return Ok((written, Vec::new()));
+    }
+    let unplaced = |why: String| HarnessError::io(why, std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    let source = config.source_dir.clone().ok_or_else(|| unplaced("a derived cluster's file has no source".into()))?;
+    let rel = dir.strip_prefix(&source).map_err(|_| {
+        unplaced(format!("{} is not under {}, the directory of cluster.toml", dir.display(), source.display()))
+    })?;
+    let rel = rel.to_string_lossy().into_owned();
+    if rel.is_empty() {
+        return Err(unplaced(format!(
+            "a derived cluster cannot run in {}, the directory of cluster.toml",
+            dir.display()
+        )));
+    }
+    written.run_dir = PathBuf::from(".");
+    written.cert_dir = relative_path(dir, &config.cert_dir);
+    let mut moves: Vec<DerivedMove> = Vec::new();
+    let ssh = written.coordinators.iter_mut().filter_map(|c| c.ssh.as_mut());
+    for s in ssh.chain(written.nodes.iter_mut().filter_map(|n| n.ssh.as_mut())) {
+        let from = s.dir.clone();
+        s.dir = format!("{}/{rel}", s.dir.trim_end_matches('/'));
+        if !moves.iter().any(|m| m.host.to == s.to && m.host.port == s.port && m.to == s.dir) {
+            moves.push(DerivedMove { host: s.clone(), from, to: s.dir.clone() });
+        }
+    }
+    Ok((written, moves))
+}
+
+/// `to` as seen from directory `from` (both absolute): `../../certs`.
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let (f, t): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for c in &t[common..] {
+        out.push(c);
+    }
+    if out.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+impl Cluster {
+    /// Gives each other host a derived cluster's directory ([`place_derived`]): emptied, with
+    /// `glass` linked (or copied) from the deployed directory and this cluster.toml.
+    pub fn prepare_derived_hosts(&self, moves: &[DerivedMove]) -> Result<()> {
+        for m in moves {
+            let host = SshHost::new(&m.host, &self.config.run_dir);
+            let (from, to) = (quote(&format!("{}/glass", m.from)), quote(&m.to));
+            host.run(
+                &format!(
+                    "rm -rf -- {to} && mkdir -p -- {to} && {{ ln -f -- {from} {to}/glass 2>/dev/null || cp -- {from} \
+                     {to}/glass; }}"
+                ),
+                COMMAND_TIMEOUT,
+            )?;
+            host.copy_to(&self.path, &format!("{}/cluster.toml", m.to))?;
+        }
+        Ok(())
+    }
+}
+
+impl Cluster {
+    /// Copies each remote process's log into this host's `run_dir` (`node-1.log`, …),
+    /// replacing what is there, for the figures read from logs; a log that cannot be fetched
+    /// is left out.
+    pub fn fetch_remote_logs(&self) {
+        let Ok(run_rel) = self.relative(&self.config.run_dir) else { return };
+        for (host, procs) in self.remote_hosts() {
+            for p in procs {
+                let from = format!("{}/{run_rel}/{}.log", host.config.dir, p.name());
+                let _ = host.copy_from(&from, &self.log_file(&p));
+            }
+        }
     }
 }

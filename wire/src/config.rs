@@ -79,6 +79,10 @@ pub struct ClusterConfig {
     /// [`ClusterConfig::with_mode`] gives a mode whose settings `replication` does not hold,
     /// and what the file form writes for them.
     file: ModeSettings,
+    /// The directory of the file this was read from ([`ClusterConfig::from_file`]); not a key
+    /// of the file. A cluster derived from this one on other hosts places its processes'
+    /// directories relative to it (`harness::cluster::Cluster::derived`).
+    pub source_dir: Option<PathBuf>,
 }
 
 /// `shipping` and `[full_stack]` as the file gives them, whatever the mode.
@@ -145,6 +149,7 @@ impl From<RawClusterConfig> for ClusterConfig {
             limits: raw.limits,
             timeouts: raw.timeouts,
             file,
+            source_dir: None,
         }
     }
 }
@@ -716,6 +721,7 @@ impl ClusterConfig {
                 }
             }
         }
+        config.source_dir = Some(base.to_path_buf());
         let identities = config
             .coordinators
             .iter_mut()

@@ -226,7 +226,7 @@ pub fn run_one(
         plan.mode,
         plan.config.replication_factor()
     );
-    let cluster = Cluster::derived(&plan.config, &note)?;
+    let cluster = Cluster::derived(&plan.config, &note, Some("glass compare"))?;
     let t0 = Instant::now();
     let guard = up_guarded(&cluster, exe, progress)?;
     let load_seconds = t0.elapsed().as_secs_f64();

@@ -27,7 +27,7 @@ use workload::client::{self, ClusterCheck, ClusterClient};
 
 use super::events::{EventLog, RunClock};
 use super::{self as report, FailoverReport, KillLoopReport, KillSignal, Recovery, RunChecks};
-use crate::cluster::{runtime, Cluster, Proc, Progress};
+use crate::cluster::{runtime, Cluster, Proc, Progress, Running};
 use crate::error::{chain, HarnessError};
 use crate::html::Check;
 use crate::measure::{check_and_down, measure_with, up_guarded, Measurement};
@@ -375,18 +375,17 @@ impl CoordinatorKiller {
             }
         };
         let proc = Proc::Coordinator(Some(leader));
-        let Some(pid) = cluster.running_procs().into_iter().find(|r| r.proc == proc).map(|r| r.pid) else {
-            ev.error = Some(format!("coordinator {leader} leads but does not run here"));
+        let Some(running) = cluster.running_procs().into_iter().find(|r| r.proc == proc) else {
+            ev.error = Some(format!("coordinator {leader} leads but runs on no host of this cluster"));
             return ev;
         };
-        // SAFETY: kill(2) with a pid this experiment started (checked through its pid file);
-        // no memory is involved.
-        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-            let e = std::io::Error::last_os_error();
-            ev.error = Some(format!("cannot signal coordinator {leader} (pid {pid}): {e}"));
-            return ev;
-        }
-        let killed = Instant::now();
+        let killed = match cluster.kill(&running, signal) {
+            Ok(at) => at,
+            Err(e) => {
+                ev.error = Some(format!("cannot signal coordinator {leader}: {}", chain(&e)));
+                return ev;
+            }
+        };
         ev.killed = Some(killed);
         ev.victim = Some(report::Victim::Coordinator(leader));
         self.events.note(format!("{} coordinator {leader} (the leader)", report::KillSignal::of(signal)));
@@ -453,15 +452,21 @@ impl Killer {
         self.handle.block_on(wait_status(&self.client, self.victim, until, holds))
     }
 
-    fn restart(&self) -> Result<std::process::Child> {
+    /// Restarts the victim with `--rejoin`: its child when it runs here, `None` on another host.
+    fn restart(&self) -> Result<Option<std::process::Child>> {
         Cluster::open(&self.path).and_then(|c| c.restart_node(&self.exe, self.victim, &["--rejoin"]))
+    }
+
+    /// [`Killer::restart`] of a victim that runs here (the kill loop kills its child itself).
+    fn restart_here(&self) -> Result<std::process::Child> {
+        self.restart()?.ok_or(HarnessError::NotHere(self.victim))
     }
 
     /// Signals the victim (`pid`) at `kill_at`, watches detection and promotion (when
     /// `promotes`), restarts it `restart_after` the kill if asked and watches it recover.
     fn kill_once(
         &self,
-        pid: u32,
+        victim_proc: Running,
         signal: libc::c_int,
         kill_at_s: f64,
         promotes: bool,
@@ -473,12 +478,13 @@ impl Killer {
             ev.error = Some("the load never started: nothing was killed".into());
             return ev;
         }
-        // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
-        if unsafe { libc::kill(pid as libc::pid_t, signal) } != 0 {
-            ev.error = Some(format!("cannot signal node {victim} (pid {pid}): {}", std::io::Error::last_os_error()));
-            return ev;
-        }
-        let killed = Instant::now();
+        let killed = match Cluster::open(&self.path).and_then(|c| c.kill(&victim_proc, signal)) {
+            Ok(at) => at,
+            Err(e) => {
+                ev.error = Some(format!("cannot signal node {victim}: {}", chain(&e)));
+                return ev;
+            }
+        };
         ev.killed = Some(killed);
         ev.victim = Some(report::Victim::Node(victim));
         self.events.note(format!("{} node {victim}", report::KillSignal::of(signal)));
@@ -504,22 +510,22 @@ impl Killer {
             }
         }
         if let (Some(second), Some(_)) = (self.then_kill, ev.recovered) {
-            match self.pid_of(second) {
-                Some(pid) => {
-                    crate::cluster::signal(pid, libc::SIGKILL);
-                    ev.then_killed = Some(Instant::now());
-                    self.events.note(format!("SIGKILL node {second}, the other replica"));
-                }
-                None => ev.error = Some(format!("node {second} runs no process here to kill")),
+            let second_proc = Proc::Node(second);
+            let cluster = Cluster::open(&self.path);
+            let running =
+                cluster.as_ref().ok().and_then(|c| c.running_procs().into_iter().find(|r| r.proc == second_proc));
+            match (cluster, running) {
+                (Ok(c), Some(r)) => match c.kill(&r, libc::SIGKILL) {
+                    Ok(at) => {
+                        ev.then_killed = Some(at);
+                        self.events.note(format!("SIGKILL node {second}, the other replica"));
+                    }
+                    Err(e) => ev.error = Some(format!("cannot SIGKILL node {second}: {}", chain(&e))),
+                },
+                _ => ev.error = Some(format!("node {second} runs no process to kill")),
             }
         }
         ev
-    }
-
-    /// The pid node `node`'s process wrote.
-    fn pid_of(&self, node: NodeId) -> Option<u32> {
-        let c = Cluster::open(&self.path).ok()?;
-        std::fs::read_to_string(c.pid_file(&Proc::Node(node))).ok()?.trim().parse().ok()
     }
 }
 
@@ -529,15 +535,15 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let StopAfter::Seconds(duration_s) = x.cfg.stop else {
         return Err(HarnessError::Invalid("a failover experiment runs for a time".into()));
     };
-    let cluster = Cluster::derived(config, "Derived by `glass failover`.")?;
+    let cluster = Cluster::derived(config, "Derived by `glass failover`.", None)?;
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_here();
-    let victim_pid = match x.victim {
-        Kill::Node(n) => {
-            Some(local.iter().find(|r| r.proc == Proc::Node(n)).map(|r| r.pid).ok_or(HarnessError::NotHere(n))?)
-        }
+    let victim_proc = match x.victim {
+        Kill::Node(n) => Some(
+            cluster.running_procs().into_iter().find(|r| r.proc == Proc::Node(n)).ok_or(HarnessError::NotHere(n))?,
+        ),
         Kill::Leader => None,
     };
 
@@ -557,12 +563,12 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     };
     let signal = x.signal;
     let (handle, path, exe) = (rt.handle().clone(), cluster.path.clone(), x.exe.clone());
-    let killer = match (x.victim, victim_pid) {
-        (Kill::Node(victim), Some(pid)) => {
+    let killer = match (x.victim, victim_proc.clone()) {
+        (Kill::Node(victim), Some(running)) => {
             let then_kill = x.then_kill;
             let events = events.clone();
             let killer = Killer { handle, client: client.clone(), path, exe, victim, then_kill, run_end, events };
-            std::thread::spawn(move || killer.kill_once(pid, signal, kill_at_s, promotes, restart_after))
+            std::thread::spawn(move || killer.kill_once(running, signal, kill_at_s, promotes, restart_after))
         }
         _ => {
             let events = events.clone();
@@ -576,12 +582,14 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let steal = steal.map(crate::procfs::StealSampler::finish).unwrap_or_default();
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let run_events = events.finish(Some(watcher));
-    if let (libc::SIGSTOP, Some(pid)) = (x.signal, victim_pid) {
+    if let (libc::SIGSTOP, Some(running)) = (x.signal, &victim_proc) {
         // The frozen node never comes back within the run: it ends here, before the checks
         // (which read the live replicas) and the cluster's stop.
-        // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        let _ = cluster.kill(running, libc::SIGKILL);
     }
+    // What the processes on other hosts logged, beside the local logs, for the figures read
+    // from logs (how a failure was detected, batches replayed).
+    cluster.fetch_remote_logs();
     let m = measured?;
     if let Some(e) = ev.error {
         return Err(HarnessError::Killer(e));
@@ -843,7 +851,8 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let StopAfter::Seconds(duration_s) = x.cfg.stop else {
         return Err(HarnessError::Invalid("a kill loop runs for a time".into()));
     };
-    let cluster = Cluster::derived(config, "Derived by `glass failover --kill-loop`.")?;
+    let cluster =
+        Cluster::derived(config, "Derived by `glass failover --kill-loop`.", Some("glass failover --kill-loop"))?;
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
@@ -957,7 +966,7 @@ impl Cycles {
             k.wait(k.run_end, |p| !p.replicas.contains(&victim));
             std::thread::sleep(restart_after);
             // Restarted, then killed again in the middle of its rejoin.
-            let mut joiner = match k.restart() {
+            let mut joiner = match k.restart_here() {
                 Ok(c) => {
                     k.events.note(format!("restarted node {victim} (it rejoins)"));
                     c
@@ -975,7 +984,7 @@ impl Cycles {
             k.events.note(format!("SIGKILL node {victim} during its rejoin"));
             ev.kills.push((victim, Instant::now(), rejoined.is_none()));
             std::thread::sleep(restart_after);
-            match k.restart() {
+            match k.restart_here() {
                 Ok(child) => {
                     k.events.note(format!("restarted node {victim} (it rejoins)"));
                     pids.insert(victim, child.id());
