@@ -456,3 +456,24 @@ impl Cluster {
         }
     }
 }
+
+impl Cluster {
+    /// Bytes of the files this cluster's processes left in their directories on other hosts
+    /// besides what the launcher writes (logs, the raft state, cluster.toml, `glass`): the
+    /// nodes' databases, logs and checkpoints, as `compare` counts them here; removed unless
+    /// `keep`.
+    pub fn remote_data_bytes(&self, keep: bool) -> Result<u64> {
+        let filter = "-type f ! -name '*.log' ! -name '*.log.[0-9]*' ! -name '*.raft' ! -name cluster.toml \
+                      ! -name glass ! -name glass.new";
+        let mut bytes = 0u64;
+        for (host, _) in self.remote_hosts() {
+            let dir = quote(&host.config.dir);
+            let out = host.run(&format!("cd -- {dir} && find . {filter} -printf '%s\\n'"), COMMAND_TIMEOUT)?;
+            bytes += out.lines().filter_map(|l| l.trim().parse::<u64>().ok()).sum::<u64>();
+            if !keep {
+                host.run(&format!("cd -- {dir} && find . {filter} -delete"), COMMAND_TIMEOUT)?;
+            }
+        }
+        Ok(bytes)
+    }
+}

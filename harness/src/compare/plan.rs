@@ -226,7 +226,7 @@ pub fn run_one(
         plan.mode,
         plan.config.replication_factor()
     );
-    let cluster = Cluster::derived(&plan.config, &note, Some("glass compare"))?;
+    let cluster = Cluster::derived(&plan.config, &note, None)?;
     let t0 = Instant::now();
     let guard = up_guarded(&cluster, exe, progress)?;
     let load_seconds = t0.elapsed().as_secs_f64();
@@ -424,7 +424,8 @@ fn same_file_name(a: &Path, b: &Path) -> bool {
 /// phase. Returns the bytes measured.
 pub fn remove_data(dir: &Path, cluster: &Cluster, keep_logs: bool) -> Result<u64> {
     let files = data_files(dir, cluster)?;
-    let bytes = files.iter().map(|(_, n)| n).sum();
+    // The nodes on other hosts left theirs there.
+    let bytes = files.iter().map(|(_, n)| n).sum::<u64>() + cluster.remote_data_bytes(keep_logs)?;
     if keep_logs {
         if bytes > 0 {
             // SAFETY: sync(2) takes no arguments and cannot fail.

@@ -101,7 +101,7 @@ pub fn run_sweep(
         plan.mode,
         plan.config.replication_factor()
     );
-    let cluster = Cluster::derived(&plan.config, &note, Some("glass compare"))?;
+    let cluster = Cluster::derived(&plan.config, &note, None)?;
     let guard = up_guarded(&cluster, exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
