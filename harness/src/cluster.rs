@@ -416,6 +416,25 @@ impl Cluster {
         self.procs().into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
     }
 
+    /// The processes whose pid file names a pid on another host that cannot be reached now
+    /// (they may well run), with why.
+    pub fn unreachable_procs(&self) -> Vec<(Running, String)> {
+        let mut out = Vec::new();
+        for p in self.procs() {
+            let Some(host) = self.ssh_of(&p) else { continue };
+            let Ok(text) = fs::read_to_string(self.pid_file(&p)) else { continue };
+            let Ok(pid) = text.trim().parse::<u32>() else { continue };
+            if let Err(e) = self.remote_is_ours(&host, pid, &p) {
+                let why = match e {
+                    HarnessError::Host { host, problem, .. } => format!("{host}: {problem}"),
+                    e => crate::error::chain(&e),
+                };
+                out.push((Running { proc: p, pid }, why));
+            }
+        }
+        out
+    }
+
     /// The processes of this cluster running on this host (none of another host's pids,
     /// which mean nothing in this host's `/proc`).
     pub fn running_here(&self) -> Vec<Running> {
@@ -800,6 +819,20 @@ impl Cluster {
 
     /// Stops the cluster (see the module documentation); says what it stopped and how.
     pub fn down(&self) -> Result<Down> {
+        // A host that cannot be reached may still run its process: `down` stops the others,
+        // then says so and keeps its pid file, rather than report a cluster stopped.
+        let unreachable = self.unreachable_procs();
+        let down = self.down_reachable()?;
+        if !unreachable.is_empty() {
+            let each: Vec<String> =
+                unreachable.iter().map(|(r, why)| format!("{} (pid {}, {why})", r.proc.label(), r.pid)).collect();
+            return Err(HarnessError::Unreachable { each: each.join("; "), rest: down.line(&self.config.run_dir) });
+        }
+        Ok(down)
+    }
+
+    /// [`Cluster::down`] of the processes whose hosts answer.
+    fn down_reachable(&self) -> Result<Down> {
         let running = self.running_procs();
         let rt = runtime()?;
         let client = self.client();

@@ -132,6 +132,13 @@ pub enum HarnessError {
     /// Processes outlived `down`'s SIGKILL.
     #[error("processes survived SIGKILL: {0}")]
     Survived(String),
+    /// Processes on hosts that cannot be reached (`each`), after the others were stopped
+    /// (`rest`: what `down` did to them).
+    #[error(
+        "cannot reach the host of {each}: it may still run (reach the host and run this again, or stop it there \
+         and remove its pid file); of the others: {rest}"
+    )]
+    Unreachable { each: String, rest: String },
     /// The cluster's processes run here but its coordinator does not answer.
     #[error(
         "the cluster's processes run here but the coordinator does not answer; see `glass cluster status --config {}`",

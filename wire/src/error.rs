@@ -105,6 +105,11 @@ pub enum Problem {
          that directory itself)"
     )]
     EmptyPath,
+    #[error(
+        "`{value}` holds `{found:?}`: a remote directory may hold only letters, digits and `._-/+@:=,` (a relative \
+         one is relative to the remote user's home)"
+    )]
+    BadRemoteDir { value: String, found: char },
     #[error("`{value}` is not a usable SSH destination: {why}")]
     BadSsh { value: String, why: &'static str },
     #[error(

@@ -67,6 +67,11 @@ impl SshConfig {
         if self.dir.is_empty() {
             return Some(("ssh.dir", Problem::EmptyPath));
         }
+        // The directory travels through `scp` and a remote shell: only characters neither
+        // reads as syntax.
+        if let Some(c) = self.dir.chars().find(|c| !(c.is_ascii_alphanumeric() || "._-/+@:=,".contains(*c))) {
+            return Some(("ssh.dir", Problem::BadRemoteDir { value: self.dir.clone(), found: c }));
+        }
         if self.identity.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
             return Some(("ssh.identity", Problem::EmptyPath));
         }
@@ -173,6 +178,9 @@ mod tests {
             ("ssh = \"\"", "nodes[0].ssh.to", "empty"),
             ("ssh = { to = \"h\", port = 0 }", "nodes[0].ssh.port", "at least 1"),
             ("ssh = { to = \"h\", dir = \"\" }", "nodes[0].ssh.dir", "is empty"),
+            ("ssh = { to = \"h\", dir = \"my glass\" }", "nodes[0].ssh.dir", "holds `' '`"),
+            ("ssh = { to = \"h\", dir = \"g'$(id)\" }", "nodes[0].ssh.dir", "holds `'\\''`"),
+            ("ssh = { to = \"h\", dir = \"~/glass\" }", "nodes[0].ssh.dir", "holds `'~'`"),
             ("ssh = { to = \"h\", user = \"x\" }", "nodes[0].ssh.user", "unknown field `user`"),
             ("ssh = { port = 22 }", "nodes[0].ssh", "missing field `to`"),
             ("ssh = 7", "nodes[0].ssh", "an SSH destination"),
