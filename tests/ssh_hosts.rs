@@ -294,6 +294,27 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     let out = text(&failover);
     eprintln!("coordinator failover: {out}");
     assert!(failover.status.success(), "coordinator failover across hosts: {out}");
+    // A kill loop: a node killed, restarted, killed again mid-rejoin and restarted, on its host.
+    let kill_loop = glass(&[
+        "failover",
+        "--config",
+        cfg_s,
+        "--kill-loop",
+        "1",
+        "--every",
+        "3",
+        "--at",
+        "1",
+        "--restart-after",
+        "1",
+        "--duration",
+        "6",
+        "--warmup",
+        "0",
+    ]);
+    let out = text(&kill_loop);
+    eprintln!("kill loop: {out}");
+    assert!(kill_loop.status.success(), "kill loop across hosts: {out}");
     for i in 0..5 {
         assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after the failover runs");
     }

@@ -148,7 +148,7 @@ pub enum HarnessError {
     /// A node an experiment acts on is not one of the processes it started here.
     #[error("node {0} is not running (no live pid file)")]
     NotHere(NodeId),
-    #[error("no node of {} runs here", path.display())]
+    #[error("no node of {} runs (no live pid file)", path.display())]
     NoNodeHere { path: PathBuf },
     /// The thread that kills and restarts nodes failed (its message) or panicked.
     #[error("{0}")]

@@ -457,11 +457,6 @@ impl Killer {
         Cluster::open(&self.path).and_then(|c| c.restart_node(&self.exe, self.victim, &["--rejoin"]))
     }
 
-    /// [`Killer::restart`] of a victim that runs here (the kill loop kills its child itself).
-    fn restart_here(&self) -> Result<std::process::Child> {
-        self.restart()?.ok_or(HarnessError::NotHere(self.victim))
-    }
-
     /// Signals the victim (`pid`) at `kill_at`, watches detection and promotion (when
     /// `promotes`), restarts it `restart_after` the kill if asked and watches it recover.
     fn kill_once(
@@ -851,13 +846,13 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let StopAfter::Seconds(duration_s) = x.cfg.stop else {
         return Err(HarnessError::Invalid("a kill loop runs for a time".into()));
     };
-    let cluster =
-        Cluster::derived(config, "Derived by `glass failover --kill-loop`.", Some("glass failover --kill-loop"))?;
+    let cluster = Cluster::derived(config, "Derived by `glass failover --kill-loop`.", None)?;
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
     let local = cluster.running_here();
-    let pids: std::collections::BTreeMap<NodeId, u32> = local
+    let pids: std::collections::BTreeMap<NodeId, u32> = cluster
+        .running_procs()
         .iter()
         .filter_map(|r| match r.proc {
             Proc::Node(id) => Some((id, r.pid)),
@@ -956,17 +951,26 @@ impl Cycles {
             ev.cycles += 1;
             let victim = nodes[rng.below(nodes.len() as u64) as usize];
             k.victim = victim;
-            // SAFETY: kill(2) with a pid this experiment started; no memory is involved.
-            if unsafe { libc::kill(pids[&victim] as libc::pid_t, libc::SIGKILL) } != 0 {
-                ev.error = Some(format!("cannot SIGKILL node {victim}: {}", std::io::Error::last_os_error()));
-                return ev;
+            let cluster = match Cluster::open(&k.path) {
+                Ok(c) => c,
+                Err(e) => {
+                    ev.error = Some(chain(&e));
+                    return ev;
+                }
+            };
+            let running = Running { proc: Proc::Node(victim), pid: pids[&victim] };
+            match cluster.kill(&running, libc::SIGKILL) {
+                Ok(at) => ev.kills.push((victim, at, false)),
+                Err(e) => {
+                    ev.error = Some(format!("cannot SIGKILL node {victim}: {}", chain(&e)));
+                    return ev;
+                }
             }
-            ev.kills.push((victim, Instant::now(), false));
             k.events.note(format!("SIGKILL node {victim}"));
             k.wait(k.run_end, |p| !p.replicas.contains(&victim));
             std::thread::sleep(restart_after);
             // Restarted, then killed again in the middle of its rejoin.
-            let mut joiner = match k.restart_here() {
+            let mut joiner = match k.restart() {
                 Ok(c) => {
                     k.events.note(format!("restarted node {victim} (it rejoins)"));
                     c
@@ -979,15 +983,40 @@ impl Cycles {
             std::thread::sleep(Duration::from_millis(rng.uniform(50, 500)));
             // One look (the window closes after the first poll): is it counted live yet?
             let rejoined = k.wait(Instant::now() + Duration::from_millis(1), |p| p.replicas.contains(&victim));
-            let _ = joiner.kill();
-            let _ = joiner.wait();
+            // Its pid, here or on its host, from the pid file the restart wrote.
+            let joining = std::fs::read_to_string(cluster.pid_file(&Proc::Node(victim)))
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .map(|pid| Running { proc: Proc::Node(victim), pid });
+            let killed = match (joining, joiner.as_mut()) {
+                // A child of this process is reaped here.
+                (_, Some(child)) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Ok(Instant::now())
+                }
+                (Some(r), None) => cluster.kill(&r, libc::SIGKILL),
+                (None, None) => Err(HarnessError::NotHere(victim)),
+            };
+            let killed = match killed {
+                Ok(at) => at,
+                Err(e) => {
+                    ev.error = Some(format!("cannot SIGKILL node {victim} during its rejoin: {}", chain(&e)));
+                    return ev;
+                }
+            };
             k.events.note(format!("SIGKILL node {victim} during its rejoin"));
-            ev.kills.push((victim, Instant::now(), rejoined.is_none()));
+            ev.kills.push((victim, killed, rejoined.is_none()));
             std::thread::sleep(restart_after);
-            match k.restart_here() {
+            match k.restart() {
                 Ok(child) => {
                     k.events.note(format!("restarted node {victim} (it rejoins)"));
-                    pids.insert(victim, child.id());
+                    let pid = std::fs::read_to_string(cluster.pid_file(&Proc::Node(victim)))
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u32>().ok());
+                    if let Some(pid) = pid {
+                        pids.insert(victim, pid);
+                    }
                     std::mem::forget(child); // reaped by `cluster down`'s wait, not here
                 }
                 Err(e) => {
