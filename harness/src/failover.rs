@@ -22,6 +22,7 @@ use wire::config::{Mode, Shipping};
 
 pub mod events;
 pub mod experiment;
+pub mod partition;
 
 /// One partition's outage.
 #[derive(Debug, Clone, Serialize, PartialEq)]

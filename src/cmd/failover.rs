@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 use harness::failover::experiment::{self as failover, Experiment, KillLoop};
+use harness::failover::partition::{Cut, CutExperiment};
 use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
 use harness::Cluster;
@@ -78,6 +79,19 @@ pub struct FailoverArgs {
     /// partition committed, and checks that nothing acknowledged was lost.
     #[arg(long, value_name = "CYCLES", conflicts_with_all = ["stop", "kill"])]
     pub kill_loop: Option<u32>,
+    /// Cut the network between two groups of processes instead of killing one, then heal it:
+    /// `A/B`, each group comma-separated, `c<id>` a coordinator and `n<id>` a node (e.g.
+    /// `c0/c1,c2`: the first coordinator cut off from the other two; `c0,n1/c1,c2,n2`).
+    /// Processes in neither group, and the client, keep every link. The cut is `ip route add
+    /// prohibit` on each side's hosts (through ssh for a process with an `ssh` key): it needs
+    /// root there. Reports who led, when the side with a majority of the coordinators served,
+    /// what a leader cut off in the minority still sent, and the heal (docs/cluster.md,
+    /// "Network partitions").
+    #[arg(long, value_name = "A/B", conflicts_with_all = ["kill", "stop", "freeze", "kill_loop", "restart_after", "then_kill"])]
+    pub partition: Option<String>,
+    /// --partition: seconds the cut lasts before it is healed.
+    #[arg(long, default_value_t = 2.0, requires = "partition")]
+    pub heal_after: f64,
     /// Kill loop: seconds from one cycle's first kill to the next's (a cycle that runs longer
     /// delays the next).
     #[arg(long, default_value_t = 8.0, requires = "kill_loop")]
@@ -155,6 +169,13 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     let base = Cluster::open(&a.config)?;
     base.refuse_running(&a.config, "failover starts its own", false)?;
     let config = failover::derive(&base.config, a.mode, a.shipping, a.replicas, a.agreement)?;
+    let cut = a.partition.as_deref().map(|spec| Cut::parse(spec, &config)).transpose()?;
+    if cut.is_some() && !(a.heal_after > 0.0 && a.at + a.heal_after < a.duration) {
+        anyhow::bail!(
+            "--heal-after {} must be positive and the heal inside the measured phase (at + heal-after < duration)",
+            a.heal_after
+        );
+    }
     let (victim, signal) = failover::victim(
         &config,
         a.kill,
@@ -192,7 +213,10 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
     }
     let mut record = a.record.open("failover", &config.run_dir)?;
     record.copy_config(&base.path, "cluster.toml")?;
-    let outcome = failover(&a, &config, victim, signal, cfg, shares, &record);
+    let outcome = match cut {
+        Some(cut) => run_cut(&a, &config, cut, cfg, shares, &record),
+        None => failover(&a, &config, victim, signal, cfg, shares, &record),
+    };
     let outcome = outcome.and_then(|code| {
         record.copy_config(&config.run_dir.join("cluster.toml"), "cluster-failover.toml")?;
         harness::compare::plan::remove_derived_data(&config.run_dir, a.record.keep_logs)?;
@@ -235,6 +259,44 @@ fn failover(
     finish_record(record, &summary, &checks)?;
     if !checks[0].passed {
         eprintln!("glass: error: the failover lost acknowledged transactions or left replicas inconsistent");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--partition A/B`.
+fn run_cut(
+    a: &FailoverArgs,
+    config: &ClusterConfig,
+    cut: Cut,
+    cfg: DriverConfig,
+    shares: RemoteShares,
+    record: &Record,
+) -> Result<ExitCode> {
+    println!(
+        "failover: {} on {}; the network between {} cut {:.1} s into the measured phase, healed {:.1} s later",
+        config.mode(),
+        a.config.display(),
+        cut.describe(),
+        a.at,
+        a.heal_after
+    );
+    let x = CutExperiment { exe: glass_exe()?, cut, at: a.at, heal_after: a.heal_after, cfg, shares, quiet: a.quiet };
+    let r = harness::failover::partition::experiment(config, &x, &mut Console::new(!a.quiet))?;
+    println!();
+    let summary = r.to_string();
+    print!("{summary}");
+    record.write_result("failover.json", "failover", &r, a.json.as_deref(), &mut wrote)?;
+    let passed = harness::verdict::failure_passed(&config.replication, r.checks.outcome()) && r.heal_errors.is_empty();
+    let checks = [harness::html::Check {
+        what: "nothing acknowledged lost, replicas equal and consistent, every route healed".into(),
+        passed,
+    }];
+    finish_record(record, &summary, &checks)?;
+    if !passed {
+        eprintln!(
+            "glass: error: the partition lost acknowledged transactions, left replicas inconsistent, or left a route"
+        );
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

@@ -326,7 +326,7 @@ struct CoordinatorKiller {
 
 /// Waits until the run's clock started and then until `at_s` seconds on it: the instant
 /// reached, or `None` if the clock had not started [`CONNECT_MARGIN`] past `run_end`.
-fn sleep_until_on_clock(events: &EventLog, at_s: f64, run_end: Instant) -> Option<Instant> {
+pub(super) fn sleep_until_on_clock(events: &EventLog, at_s: f64, run_end: Instant) -> Option<Instant> {
     let start = loop {
         if let Some(&(start, _)) = events.clock().get() {
             break start;
@@ -710,7 +710,7 @@ pub fn detected_by(run_dir: &Path, node: NodeId) -> Option<String> {
 }
 
 /// What the check after a run found, for its record.
-fn run_checks(verdict: &ClusterCheck, m: &Measurement) -> RunChecks {
+pub(super) fn run_checks(verdict: &ClusterCheck, m: &Measurement) -> RunChecks {
     RunChecks {
         acknowledged_checked: verdict.acks_checked + verdict.payments_checked,
         lost_acknowledged: (verdict.acks_missing.len() + verdict.payments_missing.len()) as u64,
