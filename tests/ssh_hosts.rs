@@ -7,7 +7,8 @@
 //! --config` measures it from the control host, with each host's CPU, memory and network read
 //! through ssh; `check` finds the replicas equal and every
 //! acknowledged NewOrder present; `cluster down` leaves no process on any host; `failover`
-//! kills a node, then the leading coordinator, on their hosts through ssh, and loses nothing.
+//! kills a node, then the leading coordinator, on their hosts through ssh, and loses nothing;
+//! a kill loop and a network partition run across them; Ctrl-C stops what a run started there.
 //!
 //! Needs root, iproute2 and OpenSSH's server (installed by `scripts/setup-test-tools sshd`
 //! when missing). Without them the test says why on stderr and returns: it cannot build the
@@ -358,6 +359,32 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     }
     for i in 0..5 {
         assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after the failover runs");
+    }
+
+    // Ctrl-C in the middle of a run stops what it started on the other hosts too.
+    let log = control.join("interrupted.log");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_glass"))
+        .env("GLASS_RESULTS_DIR", std::env::temp_dir().join("glass-test-results"))
+        .args(["failover", "--config", cfg_s, "--duration", "30", "--warmup", "0"])
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(control.join("interrupted.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("cluster up in") {
+        if std::time::Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("the run never came up: {}", std::fs::read_to_string(&log).unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: kill(2) with our own child's pid.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    let err = std::fs::read_to_string(control.join("interrupted.err")).unwrap_or_default();
+    assert_eq!(status.code(), Some(130), "{err}");
+    for i in 0..5 {
+        assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after Ctrl-C: {err}");
     }
     drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);

@@ -381,7 +381,7 @@ impl Cluster {
     }
 
     /// Waits up to `limit` for the processes to exit (each on its host); those still alive.
-    fn wait_gone_anywhere(&self, procs: &[Running], limit: Duration) -> Vec<Running> {
+    pub(crate) fn wait_gone_anywhere(&self, procs: &[Running], limit: Duration) -> Vec<Running> {
         let deadline = Instant::now() + limit;
         loop {
             let alive: Vec<Running> = procs.iter().filter(|r| self.alive(r)).cloned().collect();
@@ -508,7 +508,7 @@ impl Cluster {
         for p in all {
             let launched = match self.ssh_of(&p) {
                 None => self.spawn_with(exe, &p, &[], false).map(Launched::Here),
-                Some(host) => self.spawn_remote(&host, &p, &[]).map(|pid| Launched::There { host, pid }),
+                Some(host) => self.spawn_remote_registered(&host, &p, &[]).map(|pid| Launched::There { host, pid }),
             };
             match launched {
                 Ok(launched) => {
@@ -552,13 +552,22 @@ impl Cluster {
     /// when it runs here.
     pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Option<Child>> {
         if let Some(host) = self.ssh_of(p) {
-            let pid = self.spawn_remote(&host, p, extra)?;
+            let pid = self.spawn_remote_registered(&host, p, extra)?;
             self.write_pid(p, pid)?;
             return Ok(None);
         }
         let child = self.spawn_with(exe, p, extra, true)?;
         self.write_pid(p, child.id())?;
         Ok(Some(child))
+    }
+
+    /// [`Cluster::spawn_remote`], registered for Ctrl-C (`crate::interrupt`); refused once a
+    /// signal was taken.
+    fn spawn_remote_registered(&self, host: &crate::hosts::SshHost, p: &Proc, extra: &[&str]) -> Result<u32> {
+        crate::interrupt::spawn_registered_remote(p, self.path.clone(), self.pid_file(p), || {
+            self.spawn_remote(host, p, extra)
+        })
+        .ok_or(HarnessError::Interrupted)?
     }
 
     fn write_pid(&self, p: &Proc, pid: u32) -> Result<()> {

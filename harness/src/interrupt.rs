@@ -37,6 +37,8 @@ struct Started {
     /// Its `cluster.toml` (what `/proc/PID/cmdline` must show) and pid file.
     config: PathBuf,
     pid_file: PathBuf,
+    /// It runs on another host (`crate::remote`): stopped through ssh.
+    remote: bool,
 }
 
 #[derive(Default)]
@@ -182,9 +184,28 @@ pub fn spawn_registered<E>(
     }
     let child = spawn();
     if let Ok(c) = &child {
-        r.started.push(Started { proc: proc.clone(), pid: c.id(), config, pid_file });
+        r.started.push(Started { proc: proc.clone(), pid: c.id(), config, pid_file, remote: false });
     }
     Some(child)
+}
+
+/// [`spawn_registered`] for a process started on another host through ssh (`spawn` returns
+/// its pid there): the sweep stops it through ssh.
+pub fn spawn_registered_remote<E>(
+    proc: &Proc,
+    config: PathBuf,
+    pid_file: PathBuf,
+    spawn: impl FnOnce() -> Result<u32, E>,
+) -> Option<Result<u32, E>> {
+    let mut r = registry();
+    if r.interrupted {
+        return None;
+    }
+    let pid = spawn();
+    if let Ok(pid) = &pid {
+        r.started.push(Started { proc: proc.clone(), pid: *pid, config, pid_file, remote: true });
+    }
+    Some(pid)
 }
 
 /// Whether a signal was taken (the run is being stopped).
@@ -221,6 +242,30 @@ pub fn clear_record() {
     registry().record = None;
 }
 
+/// Stops the registered processes on other hosts: what stopped, and what is left.
+fn stop_remote(remote: &[Started]) -> (Vec<String>, Vec<String>) {
+    let (mut stopped, mut left) = (Vec::new(), Vec::new());
+    let configs: std::collections::BTreeSet<&PathBuf> = remote.iter().map(|s| &s.config).collect();
+    for config in configs {
+        let mine: Vec<Running> = remote
+            .iter()
+            .filter(|s| &s.config == config)
+            .map(|s| Running { proc: s.proc.clone(), pid: s.pid })
+            .collect();
+        let Ok(cluster) = crate::cluster::Cluster::open(config) else {
+            left.extend(mine.iter().map(|r| format!("{} pid {} (on another host)", r.proc.label(), r.pid)));
+            continue;
+        };
+        let (gone, still) = cluster.stop_remote(&mine, TERM_GRACE);
+        stopped.extend(gone.iter().map(|r| format!("{} pid {} on its host", r.proc.label(), r.pid)));
+        left.extend(still.iter().map(|r| format!("{} pid {} on its host", r.proc.label(), r.pid)));
+        for r in &gone {
+            let _ = std::fs::remove_file(cluster.pid_file(&r.proc));
+        }
+    }
+    (stopped, left)
+}
+
 /// Stops every registered process still running, removes their pid files and the temporary
 /// folders, marks the record. Runs on the signal thread.
 fn stop_everything(sig: libc::c_int) -> Interrupted {
@@ -229,6 +274,9 @@ fn stop_everything(sig: libc::c_int) -> Interrupted {
         r.interrupted = true;
         (r.started.clone(), std::mem::take(&mut r.temporary), r.record.take())
     };
+    // Those on other hosts first, through ssh, each cluster at once (SIGTERM, a grace, SIGKILL).
+    let (remote, started): (Vec<Started>, Vec<Started>) = started.into_iter().partition(|s| s.remote);
+    let (mut stopped, mut left) = stop_remote(&remote);
     let alive: Vec<&Started> = started.iter().filter(|s| is_ours(s.pid, &s.proc, &s.config)).collect();
     for s in &alive {
         signal(s.pid, libc::SIGTERM);
@@ -238,7 +286,6 @@ fn stop_everything(sig: libc::c_int) -> Interrupted {
     };
     // All at once: one grace period, not one per process.
     let mut killed = Vec::new();
-    let mut left = Vec::new();
     let configs: std::collections::BTreeSet<&PathBuf> = alive.iter().map(|s| &s.config).collect();
     for config in configs {
         let mine: Vec<&Started> = alive.iter().copied().filter(|s| &s.config == config).collect();
@@ -251,7 +298,6 @@ fn stop_everything(sig: libc::c_int) -> Interrupted {
             wait_gone(&after_term, KILL_WAIT, config).iter().map(|r| format!("{} pid {}", r.proc.label(), r.pid)),
         );
     }
-    let mut stopped = Vec::new();
     for s in &alive {
         if left.iter().any(|l| l.ends_with(&format!(" pid {}", s.pid))) {
             continue;

@@ -360,6 +360,25 @@ mod tests {
     }
 }
 
+impl Cluster {
+    /// Stops `procs` on their hosts (Ctrl-C's sweep, `crate::interrupt`): SIGTERM, then
+    /// SIGKILL after `grace`; those that went, and those still there.
+    pub fn stop_remote(&self, procs: &[Running], grace: std::time::Duration) -> (Vec<Running>, Vec<Running>) {
+        for r in procs {
+            self.signal_proc(r, libc::SIGTERM);
+        }
+        let mut left = self.wait_gone_anywhere(procs, grace);
+        if !left.is_empty() {
+            for r in &left {
+                self.signal_proc(r, libc::SIGKILL);
+            }
+            left = self.wait_gone_anywhere(&left, std::time::Duration::from_secs(2));
+        }
+        let gone = procs.iter().filter(|r| !left.iter().any(|l| l.pid == r.pid && l.proc == r.proc)).cloned().collect();
+        (gone, left)
+    }
+}
+
 /// One host's move for a derived cluster: its processes' files go from `from` (the
 /// directory `glass cluster deploy` filled) to `to` (the derived cluster's, under it).
 #[derive(Debug, Clone)]
