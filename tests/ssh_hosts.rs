@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use common::netns::Hosts;
-use common::{glass, text};
+use common::{files_under, glass, text};
 
 /// Installs OpenSSH's server if missing; why not, when it cannot.
 fn sshd_installed() -> Result<(), String> {
@@ -88,24 +88,6 @@ fn cluster_toml(dir: &Path, hosts_root: &Path, hosts: &Hosts, key: &Path) -> Pat
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Every file under `dir`, relative to it.
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The pids running in host `i`'s namespace, but its SSH server's.
@@ -193,7 +175,9 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     // never a key of a process it does not run.
     let own = ["coordinator-0", "coordinator-1", "coordinator-2", "node-1", "node-2"];
     for (i, name) in own.iter().enumerate() {
-        let files = files_under(&dir.join(format!("host-{i}")));
+        let host_dir = dir.join(format!("host-{i}"));
+        let files: Vec<String> =
+            files_under(&host_dir).iter().map(|p| p.strip_prefix(&host_dir).unwrap().display().to_string()).collect();
         let want: Vec<String> = vec![
             "cluster.toml".into(),
             "glass".into(),

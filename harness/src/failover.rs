@@ -277,6 +277,15 @@ pub struct KillLoopReport {
     pub timeline: Vec<TimelinePoint>,
 }
 
+/// [`longest_silences`] of the measured phase only (`warmup_s` to `warmup_s + duration_s` on
+/// the run's clock): not the warm-up, nor the answers that trickle in after the terminals
+/// stopped.
+pub fn measured_silences(fine: &[Vec<u64>], warmup_s: f64, duration_s: f64) -> (Vec<f64>, f64) {
+    let bucket_s = workload::client::driver::BUCKET.as_secs_f64();
+    let at = |s: f64| ((s / bucket_s) as usize).min(fine.len());
+    longest_silences(&fine[at(warmup_s)..at(warmup_s + duration_s)], workload::client::driver::BUCKET)
+}
+
 /// The longest run of buckets of `fine` (commits per bucket and partition) in which nothing
 /// committed: per partition, and in all partitions at once; in milliseconds.
 pub fn longest_silences(fine: &[Vec<u64>], bucket: Duration) -> (Vec<f64>, f64) {
@@ -662,6 +671,19 @@ mod tests {
         assert_eq!(per, vec![300.0, 400.0]);
         assert_eq!(all, 200.0, "only where every partition is silent");
         assert_eq!(longest_silences(&[], ms(100)), (Vec::new(), 0.0));
+    }
+
+    /// Only the measured phase counts: a silence in the warm-up or after the end does not,
+    /// and a timeline shorter than the phase is read as far as it goes.
+    #[test]
+    fn measured_silences_leave_out_the_warm_up_and_the_tail() {
+        let bucket_s = workload::client::driver::BUCKET.as_secs_f64();
+        // Warm-up of 2 buckets (silent), 3 measured (one silent), 2 after (silent).
+        let fine = vec![vec![0], vec![0], vec![1], vec![0], vec![1], vec![0], vec![0]];
+        let bucket_ms = bucket_s * 1e3;
+        let (per, all) = measured_silences(&fine, 2.0 * bucket_s, 3.0 * bucket_s);
+        assert_eq!((per, all), (vec![bucket_ms], bucket_ms));
+        assert_eq!(measured_silences(&fine[..3], 2.0 * bucket_s, 3.0 * bucket_s).1, 0.0);
     }
 
     #[test]

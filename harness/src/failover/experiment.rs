@@ -896,13 +896,8 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     }
     let verdict = check_and_down(&rt, guard, &client, &m.acks, &m.payments, progress)?;
 
-    // Silences count inside the measured phase only: not the warm-up, nor the answers that
-    // trickle in after the terminals stopped.
-    let (first, last) = (x.cfg.warmup_s, x.cfg.warmup_s + duration_s);
-    let bucket_s = BUCKET.as_secs_f64();
+    let (per_partition, all) = report::measured_silences(&m.fine, x.cfg.warmup_s, duration_s);
     let fine = &m.fine;
-    let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
-    let (per_partition, all) = report::longest_silences(measured, BUCKET);
     Ok(KillLoopReport {
         mode: config.mode(),
         shipping: config.shipping(),

@@ -492,11 +492,8 @@ pub fn experiment(config: &ClusterConfig, x: &CutExperiment, progress: &mut dyn 
             }
         }
     }
-    let (first, last) = (x.cfg.warmup_s, x.cfg.warmup_s + duration_s);
-    let bucket_s = BUCKET.as_secs_f64();
+    let (per_partition, _) = report::measured_silences(&m.fine, x.cfg.warmup_s, duration_s);
     let fine = &m.fine;
-    let measured = &fine[((first / bucket_s) as usize).min(fine.len())..((last / bucket_s) as usize).min(fine.len())];
-    let (per_partition, _) = report::longest_silences(measured, BUCKET);
     Ok(CutReport {
         mode: config.mode(),
         shipping: config.shipping(),
