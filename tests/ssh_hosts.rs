@@ -3,12 +3,14 @@
 //! server listening in it, three coordinators and two nodes placed on them by cluster.toml's
 //! `ssh` keys. `glass cluster deploy` installs the binary, the file and each host's own
 //! certificates (never the CA's key, never another host's key); `cluster up` refuses a host
-//! that runs another build and starts nothing, then starts every process through ssh; `bench
+//! that runs another build, none, or another cluster's glass process, and starts nothing,
+//! then starts every process through ssh; `bench
 //! --config` measures it from the control host, with each host's CPU, memory and network read
 //! through ssh; `check` finds the replicas equal and every
 //! acknowledged NewOrder present; `cluster down` leaves no process on any host; `failover`
-//! kills a node, then the leading coordinator, on their hosts through ssh, and loses nothing;
-//! a kill loop and a network partition run across them; Ctrl-C stops what a run started there.
+//! kills a node, then the leading coordinator (in the full stack, whose logs the runs remove
+//! from the nodes' hosts), on their hosts through ssh, and loses nothing; a kill loop and a
+//! network partition run across them; Ctrl-C stops what a run started there.
 //!
 //! Needs root, iproute2 and OpenSSH's server (installed by `scripts/setup-test-tools sshd`
 //! when missing). Without them the test says why on stderr and returns: it cannot build the
@@ -254,6 +256,49 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
         assert!(glass_pids(&hosts, i).is_empty(), "host {i} runs glass after a failed up");
     }
 
+    // A host that already runs a glass node of another cluster (on this cluster's node
+    // address): up refuses before it starts anything, naming the host and the process.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other_cfg = other.join("cluster.toml");
+    std::fs::write(
+        &other_cfg,
+        format!(
+            "mode = \"active-active\"\nseed = 5\nrun_dir = \"run\"\ncert_dir = \"run/certs\"\n\n\
+             [[coordinators]]\nid = 0\naddress = \"{a}:7500\"\n\n[[nodes]]\nid = 1\naddress = \"{a}:7401\"\n\n\
+             [[partitions]]\nid = 1\nwarehouses = {{ first = 1, last = 1 }}\nreplicas = [1]\n",
+            a = hosts.address(3)
+        ),
+    )
+    .unwrap();
+    let init = glass(&["cluster", "init", "--config", other_cfg.to_str().unwrap()]);
+    assert!(init.status.success(), "init of the other cluster: {}", text(&init));
+    let mut stranger_node = hosts.spawn_program(
+        3,
+        env!("CARGO_BIN_EXE_glass"),
+        &["node", "--config", other_cfg.to_str().unwrap(), "--id", "1"],
+        &control.join("other-node.log"),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while glass_pids(&hosts, 3).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the other cluster's node never ran");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let up = glass(&["cluster", "up", "--config", cfg_s]);
+    let said = String::from_utf8_lossy(&up.stderr).into_owned();
+    let _ = stranger_node.kill();
+    let _ = stranger_node.wait();
+    assert!(!up.status.success(), "up beside another cluster's node: {}", text(&up));
+    assert!(
+        said.contains(&format!("root@{}", hosts.address(3)))
+            && said.contains("not this cluster's")
+            && said.contains(&format!("node --config {}", other_cfg.display())),
+        "{said}"
+    );
+    for i in 0..5 {
+        assert!(glass_pids(&hosts, i).is_empty(), "host {i} runs glass after a refused up");
+    }
+
     let up = glass(&["cluster", "up", "--config", cfg_s]);
     assert!(up.status.success(), "up: {}", text(&up));
     for i in 0..5 {
@@ -327,11 +372,14 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     let out = text(&failover);
     eprintln!("failover: {out}");
     assert!(failover.status.success(), "failover across hosts: {out}");
-    // And the leading coordinator, on its own host.
+    // And the leading coordinator, on its own host, in the full stack: its nodes write their
+    // write-ahead logs on their own hosts, which the run removes when it ends.
     let failover = glass(&[
         "failover",
         "--config",
         cfg_s,
+        "--mode",
+        "full-stack",
         "--kill",
         "coordinator",
         "--duration",
@@ -412,6 +460,25 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     }
     for i in 0..5 {
         assert!(glass_pids(&hosts, i).is_empty(), "host {i} still runs glass after the failover runs");
+    }
+    // What the runs' nodes wrote on their hosts (the full stack's logs and checkpoints) is
+    // gone with the runs: only what `deploy` installed and the processes' logs and raft
+    // state remain.
+    for i in 0..5 {
+        let left: Vec<PathBuf> = files_under(&dir.join(format!("host-{i}")))
+            .into_iter()
+            .filter(|f| {
+                let name = f.file_name().unwrap().to_string_lossy();
+                let kept = name.ends_with(".log")
+                    || name.contains(".log.")
+                    || name.ends_with(".raft")
+                    || name.ends_with(".pem")
+                    || name.ends_with(".key")
+                    || ["cluster.toml", "glass"].contains(&name.as_ref());
+                !kept
+            })
+            .collect();
+        assert!(left.is_empty(), "host {i} keeps the runs' data: {left:?}");
     }
 
     // Ctrl-C in the middle of a run stops what it started on the other hosts too.

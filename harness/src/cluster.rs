@@ -37,10 +37,11 @@ use wire::messages::{CoordinatorId, LoadState, NodeId, PartitionId, PartitionPha
 use workload::client::{self, ClusterClient};
 
 use crate::error::HarnessError;
+use crate::place::{Launched, Local, ProcessHost};
 use crate::Result;
 
 /// Lines of a failed process's log shown.
-const LOG_TAIL_LINES: usize = 20;
+pub(crate) const LOG_TAIL_LINES: usize = 20;
 /// Period of `up`'s readiness polls.
 const READY_POLL: Duration = Duration::from_millis(250);
 /// Time `up` allows beyond `timeouts.load_timeout_s` (process start, connections).
@@ -140,20 +141,8 @@ pub enum Up {
     AlreadyRunning(Vec<Running>),
 }
 
-/// A process `up` started: a child of this process, or a process on another host.
-enum Launched {
-    Here(Child),
-    There { host: crate::hosts::SshHost, pid: u32 },
-}
-
-impl Launched {
-    fn pid(&self) -> u32 {
-        match self {
-            Launched::Here(child) => child.id(),
-            Launched::There { pid, .. } => *pid,
-        }
-    }
-}
+/// A process `up` started, on its host.
+type Started = (Proc, Box<dyn ProcessHost>, Launched);
 
 /// A cluster described by a `cluster.toml`.
 #[derive(Debug)]
@@ -320,11 +309,8 @@ impl Cluster {
     pub(crate) fn running(&self, p: &Proc) -> Option<u32> {
         let file = self.pid_file(p);
         let pid: u32 = fs::read_to_string(&file).ok()?.trim().parse().ok()?;
-        let ours = match self.ssh_of(p) {
-            None => is_ours(pid, p, &self.path),
-            // A host that cannot be reached keeps its pid file: the process may well live.
-            Some(host) => self.remote_is_ours(&host, pid, p).ok()?,
-        };
+        // A host that cannot be reached keeps its pid file: the process may well live.
+        let ours = self.host_of(p).is_ours(self, pid, p).ok()?;
         if ours {
             Some(pid)
         } else {
@@ -335,48 +321,29 @@ impl Cluster {
 
     /// Whether `r` still runs (on its host).
     fn alive(&self, r: &Running) -> bool {
-        match self.ssh_of(&r.proc) {
-            None => is_ours(r.pid, &r.proc, &self.path),
-            // Unreachable is not gone: `down` then says the process survived.
-            Some(host) => self.remote_is_ours(&host, r.pid, &r.proc).unwrap_or(true),
-        }
+        // Unreachable is not gone: `down` then says the process survived.
+        self.host_of(&r.proc).is_ours(self, r.pid, &r.proc).unwrap_or(true)
     }
 
     /// Sends `sig` to `r` (on its host), if it is still the process its pid file names.
     pub fn signal_proc(&self, r: &Running, sig: libc::c_int) {
-        match self.ssh_of(&r.proc) {
-            None => signal(r.pid, sig),
-            Some(host) => {
-                let _ = self.remote_signal(&host, r, sig);
-            }
-        }
+        let _ = self.host_of(&r.proc).signal(self, r, sig);
     }
 
-    /// Sends `sig` to `r` for an experiment (a kill, a freeze): the instant it was sent — on
-    /// another host, the middle of the ssh call that sent it (docs/cluster.md, "Several
-    /// hosts"); an error when the process is gone or cannot be signalled.
+    /// Sends `sig` to `r` for an experiment (a kill, a freeze): the instant it was sent, read
+    /// on its host ([`crate::place::Signalled`]); an error when the process is gone or cannot
+    /// be signalled.
     pub fn kill(&self, r: &Running, sig: libc::c_int) -> Result<Instant> {
-        match self.ssh_of(&r.proc) {
-            None => {
-                // SAFETY: kill(2) with a pid of this cluster (its pid file); no memory is involved.
-                if unsafe { libc::kill(r.pid as libc::pid_t, sig) } != 0 {
-                    let e = std::io::Error::last_os_error();
-                    return Err(HarnessError::io(format!("signal the {} (pid {})", r.proc.label(), r.pid), e));
-                }
-                Ok(Instant::now())
-            }
-            Some(host) => {
-                if !self.remote_is_ours(&host, r.pid, &r.proc)? {
-                    return Err(HarnessError::Host {
-                        host: host.config.to_string(),
-                        what: format!("signal the {} (pid {})", r.proc.label(), r.pid),
-                        problem: "it no longer runs".into(),
-                    });
-                }
-                let sent = Instant::now();
-                host.run(&format!("kill -{sig} {}", r.pid), crate::hosts::COMMAND_TIMEOUT)?;
-                Ok(sent + (Instant::now() - sent) / 2)
-            }
+        self.host_of(&r.proc).signal(self, r, sig).map(|s| s.at)
+    }
+
+    /// Where process `p` runs: this host, or the one its `ssh` key names — the one interface
+    /// through which the harness starts, watches, signals and reads it
+    /// ([`crate::place`]).
+    pub fn host_of(&self, p: &Proc) -> Box<dyn ProcessHost> {
+        match self.ssh_of(p) {
+            None => Box::new(Local),
+            Some(host) => Box::new(host),
         }
     }
 
@@ -421,10 +388,9 @@ impl Cluster {
     pub fn unreachable_procs(&self) -> Vec<(Running, String)> {
         let mut out = Vec::new();
         for p in self.procs() {
-            let Some(host) = self.ssh_of(&p) else { continue };
             let Ok(text) = fs::read_to_string(self.pid_file(&p)) else { continue };
             let Ok(pid) = text.trim().parse::<u32>() else { continue };
-            if let Err(e) = self.remote_is_ours(&host, pid, &p) {
+            if let Err(e) = self.host_of(&p).is_ours(self, pid, &p) {
                 let why = match e {
                     HarnessError::Host { host, problem, .. } => format!("{host}: {problem}"),
                     e => crate::error::chain(&e),
@@ -438,7 +404,7 @@ impl Cluster {
     /// The processes of this cluster running on this host (none of another host's pids,
     /// which mean nothing in this host's `/proc`).
     pub fn running_here(&self) -> Vec<Running> {
-        let here = self.procs().into_iter().filter(|p| self.ssh_of(p).is_none());
+        let here = self.procs().into_iter().filter(|p| self.host_of(p).is_local());
         here.filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid })).collect()
     }
 
@@ -474,8 +440,10 @@ impl Cluster {
         let here = self.local_addresses();
         wire::config::check_addresses_free(here.iter().map(|(f, a)| (f.as_str(), a.as_str())))
             .map_err(|e| HarnessError::config("cannot start the processes of cluster.toml here", e))?;
-        // Every other host runs this build (`glass cluster deploy` installs it).
+        // Every other host runs this build (`glass cluster deploy` installs it), and no
+        // other cluster's process.
         self.check_builds(exe)?;
+        self.check_hosts_free()?;
         let cert_dir = &self.config.cert_dir;
         let has_ca = cert_dir.join(wire::tls::CA_CERT_FILE).exists();
         if has_ca {
@@ -504,16 +472,13 @@ impl Cluster {
             progress.certificates_created(&r.cert_dir);
         }
         let t0 = Instant::now();
-        let mut children: Vec<(Proc, Launched)> = Vec::new();
+        let mut children: Vec<Started> = Vec::new();
         for p in all {
-            let launched = match self.ssh_of(&p) {
-                None => self.spawn_with(exe, &p, &[], false).map(Launched::Here),
-                Some(host) => self.spawn_remote_registered(&host, &p, &[]).map(|pid| Launched::There { host, pid }),
-            };
-            match launched {
+            let host = self.host_of(&p);
+            match host.start(self, exe, &p, &[], true) {
                 Ok(launched) => {
-                    self.write_pid(&p, launched.pid())?;
-                    children.push((p, launched));
+                    self.write_pid(&p, launched.pid)?;
+                    children.push((p, host, launched));
                 }
                 Err(e) => {
                     self.abandon(&mut children);
@@ -526,13 +491,9 @@ impl Cluster {
         match ready {
             Ok(()) => {
                 let started: Vec<Running> =
-                    children.iter().map(|(p, c)| Running { proc: p.clone(), pid: c.pid() }).collect();
+                    children.iter().map(|(p, _, c)| Running { proc: p.clone(), pid: c.pid }).collect();
                 progress.up(t0.elapsed(), &started, &self.config.run_dir);
-                let here = children.drain(..).filter_map(|(_, c)| match c {
-                    Launched::Here(child) => Some(child),
-                    Launched::There { .. } => None,
-                });
-                Ok(Up::Started(here.collect()))
+                Ok(Up::Started(children.drain(..).filter_map(|(_, _, c)| c.child).collect()))
             }
             Err(e) => {
                 self.abandon(&mut children);
@@ -547,27 +508,12 @@ impl Cluster {
         self.restart(exe, &Proc::Node(id), extra)
     }
 
-    /// Starts process `p` again in the background — from `exe` here, or on its host through
-    /// ssh — (its log appended to), with `extra` flags, and writes its pid file; its child,
-    /// when it runs here.
+    /// Starts process `p` again in the background, on its host (its log appended to), with
+    /// `extra` flags, and writes its pid file; its child, when it runs here.
     pub fn restart(&self, exe: &Path, p: &Proc, extra: &[&str]) -> Result<Option<Child>> {
-        if let Some(host) = self.ssh_of(p) {
-            let pid = self.spawn_remote_registered(&host, p, extra)?;
-            self.write_pid(p, pid)?;
-            return Ok(None);
-        }
-        let child = self.spawn_with(exe, p, extra, true)?;
-        self.write_pid(p, child.id())?;
-        Ok(Some(child))
-    }
-
-    /// [`Cluster::spawn_remote`], registered for Ctrl-C (`crate::interrupt`); refused once a
-    /// signal was taken.
-    fn spawn_remote_registered(&self, host: &crate::hosts::SshHost, p: &Proc, extra: &[&str]) -> Result<u32> {
-        crate::interrupt::spawn_registered_remote(p, self.path.clone(), self.pid_file(p), || {
-            self.spawn_remote(host, p, extra)
-        })
-        .ok_or(HarnessError::Interrupted)?
+        let launched = self.host_of(p).start(self, exe, p, extra, false)?;
+        self.write_pid(p, launched.pid)?;
+        Ok(launched.child)
     }
 
     fn write_pid(&self, p: &Proc, pid: u32) -> Result<()> {
@@ -575,10 +521,12 @@ impl Cluster {
         fs::write(&file, format!("{pid}\n")).map_err(|e| HarnessError::io(format!("write {}", file.display()), e))
     }
 
-    fn spawn_with(&self, exe: &Path, p: &Proc, extra: &[&str], append: bool) -> Result<Child> {
+    /// Starts `p` on this host from `exe` ([`crate::place::Local`]), its log moved aside
+    /// first when `fresh`.
+    pub(crate) fn spawn_here(&self, exe: &Path, p: &Proc, extra: &[&str], fresh: bool) -> Result<Child> {
         use std::os::unix::process::CommandExt;
         let log_path = self.log_file(p);
-        if !append {
+        if fresh {
             rotate_log(&log_path)?;
         }
         let log = fs::OpenOptions::new()
@@ -607,15 +555,15 @@ impl Cluster {
     }
 
     /// Stops what `up` started after a failure, and removes their pid files.
-    fn abandon(&self, children: &mut Vec<(Proc, Launched)>) {
-        for (p, launched) in children.iter_mut() {
-            match launched {
-                Launched::Here(child) => {
+    fn abandon(&self, children: &mut Vec<Started>) {
+        for (p, host, launched) in children.iter_mut() {
+            match launched.child.as_mut() {
+                Some(child) => {
                     signal(child.id(), libc::SIGKILL);
                     let _ = child.wait();
                 }
-                Launched::There { pid, .. } => {
-                    self.signal_proc(&Running { proc: p.clone(), pid: *pid }, libc::SIGKILL);
+                None => {
+                    let _ = host.signal(self, &Running { proc: p.clone(), pid: launched.pid }, libc::SIGKILL);
                 }
             }
             let _ = fs::remove_file(self.pid_file(p));
@@ -625,7 +573,7 @@ impl Cluster {
 
     /// Polls until every partition serves; fails when a process exits, a partition stops or
     /// time runs out.
-    fn wait_ready(&self, children: &mut [(Proc, Launched)], progress: &mut dyn Progress) -> Result<()> {
+    fn wait_ready(&self, children: &mut [Started], progress: &mut dyn Progress) -> Result<()> {
         let rt = runtime()?;
         let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(self.config.timeouts.load_timeout_s) + READY_SLACK;
@@ -634,22 +582,9 @@ impl Cluster {
             let mut nodes: Vec<(NodeId, Option<wire::endpoint::Link>)> =
                 self.config.nodes.iter().map(|n| (n.id, None)).collect();
             loop {
-                for (p, launched) in children.iter_mut() {
-                    match launched {
-                        Launched::Here(child) => {
-                            if let Ok(Some(status)) = child.try_wait() {
-                                let log = self.log_file(p);
-                                let tail = log_tail(&log, LOG_TAIL_LINES);
-                                return Err(HarnessError::Exited { process: p.label(), status, log, tail });
-                            }
-                        }
-                        Launched::There { host, pid } => {
-                            if !self.remote_is_ours(host, *pid, p)? {
-                                let tail = self.remote_log_tail(host, p, LOG_TAIL_LINES);
-                                let host = host.config.to_string();
-                                return Err(HarnessError::ExitedThere { process: p.label(), host, tail });
-                            }
-                        }
+                for (p, host, launched) in children.iter_mut() {
+                    if let Some(e) = host.exited(self, p, launched)? {
+                        return Err(e);
                     }
                 }
                 if Instant::now() > deadline {

@@ -28,6 +28,12 @@ pub enum HarnessError {
     /// What was asked cannot be done with processes on other hosts yet.
     #[error("{what} runs processes on this host only; {process} runs on {host} (cluster.toml's `ssh`)")]
     LocalOnly { what: &'static str, process: String, host: String },
+    /// A host already runs glass processes that are not this cluster's (by its pid files).
+    #[error(
+        "host {host} already runs glass processes that are not this cluster's: {each}; stop them first (`glass \
+         cluster down --config` with their cluster.toml)"
+    )]
+    Occupied { host: String, each: String },
     /// A host runs another build of glass than this one.
     #[error("host {host} runs {remote}, this is {local}: run `glass cluster deploy` first")]
     OtherBuild { host: String, remote: String, local: String },

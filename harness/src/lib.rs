@@ -29,6 +29,7 @@ pub mod hosts;
 pub mod html;
 pub mod interrupt;
 pub mod measure;
+pub mod place;
 pub mod procfs;
 pub mod record;
 pub mod remote;

@@ -22,10 +22,10 @@ use workload::client::driver::{self, DriverConfig, HostFigures, RemoteShares};
 use workload::client::{self, ClusterClient};
 use workload::report::ConsoleObserver;
 
-use crate::cluster::{Cluster, Proc, Progress, Running, Up};
+use crate::cluster::{Cluster, Progress, Running, Up};
 use crate::error::{chain, HarnessError};
 use crate::html::Check;
-use crate::procfs::{local_net_bytes, process_cpu_seconds, process_rss_bytes, thread_cpu_seconds};
+use crate::procfs::process_rss_bytes;
 use crate::Result;
 
 /// Requests each connection keeps outstanding by default: with one connection per warehouse,
@@ -252,8 +252,8 @@ pub struct Measurement {
     pub time_lines: Vec<String>,
 }
 
-/// Runs the driver with `shares` against a serving cluster (`local`: its processes on this
-/// machine) and fills in what the nodes report; starts `clock`, if given, when the driver
+/// Runs the driver with `shares` against a serving cluster (its processes read on their
+/// hosts, [`Cluster::running_by_host`]) and fills in what the nodes report; starts `clock`, if given, when the driver
 /// starts its run's clock (the origin of the timeline, as the driver's terminals begin:
 /// [`crate::failover::events`]).
 #[allow(clippy::too_many_arguments)]
@@ -263,14 +263,13 @@ pub fn measure_with(
     client: &ClusterClient,
     cfg: &DriverConfig,
     shares: &RemoteShares,
-    local: &[Running],
     echo: impl Into<Echo>,
     clock: Option<crate::failover::events::RunClock>,
 ) -> Result<Measurement> {
     let config = &cluster.config;
     let echo = echo.into();
     let console = ConsoleObserver::new(echo.quiet).per_type(echo.per_type);
-    let mut obs = Sampler::new(rt, client, config, local, cluster.running_remote(), console)?;
+    let mut obs = Sampler::new(rt, client, config, cluster.running_by_host(), console)?;
     obs.clock = clock;
     let outcome = driver::run_with(client, rt.handle(), cfg, shares, &mut obs)?;
     let mut report = outcome.report;
@@ -414,7 +413,7 @@ pub struct HostSample {
 }
 
 /// The name of the control host in the per-host figures.
-pub const THIS_HOST: &str = "this host";
+pub use crate::place::THIS_HOST;
 
 /// The console observer, plus samples of the cluster at the measured phase's start and end.
 struct Sampler<'a> {
@@ -423,9 +422,8 @@ struct Sampler<'a> {
     client: ClusterClient,
     coordinator: Option<Link>,
     nodes: Vec<(NodeId, Option<Link>)>,
-    local: &'a [Running],
-    /// The cluster's processes on other hosts, read through ssh at each sample.
-    remote: Vec<(crate::hosts::SshHost, Vec<Running>)>,
+    /// Each host and the cluster's processes there (this host first), read at each sample.
+    hosts: Vec<(Box<dyn crate::place::ProcessHost>, Vec<Running>)>,
     start: Option<Sample>,
     end: Option<Sample>,
     /// Started at the driver's first phase (see [`measure_with`]).
@@ -437,8 +435,7 @@ impl<'a> Sampler<'a> {
         rt: &'a Runtime,
         client: &ClusterClient,
         config: &wire::ClusterConfig,
-        local: &'a [Running],
-        remote: Vec<(crate::hosts::SshHost, Vec<Running>)>,
+        hosts: Vec<(Box<dyn crate::place::ProcessHost>, Vec<Running>)>,
         inner: ConsoleObserver,
     ) -> Result<Sampler<'a>> {
         let (coordinator, nodes) = rt.block_on(async {
@@ -455,8 +452,7 @@ impl<'a> Sampler<'a> {
             client: client.clone(),
             coordinator,
             nodes,
-            local,
-            remote,
+            hosts,
             start: None,
             end: None,
             clock: None,
@@ -465,35 +461,24 @@ impl<'a> Sampler<'a> {
 
     fn sample(&mut self) -> Sample {
         let mut s = Sample { at: Some(Instant::now()), ..Sample::default() };
-        let mut here = HostSample { host: THIS_HOST.to_string(), net: local_net_bytes(), ..HostSample::default() };
-        for r in self.local {
-            if let Some(cpu) = process_cpu_seconds(r.pid) {
-                s.process_cpu_s.push((r.proc.label(), cpu, thread_cpu_seconds(r.pid)));
-                here.cpu_s += cpu;
-            }
-            let rss = process_rss_bytes(r.pid).unwrap_or(0);
-            here.rss_bytes += rss;
-            here.processes.push(r.proc.label());
-            if matches!(r.proc, Proc::Node(_)) {
-                s.nodes_rss_bytes += rss;
-            }
-        }
-        // This process is the client.
-        here.rss_bytes += process_rss_bytes(std::process::id()).unwrap_or(0);
-        here.processes.push("client".to_string());
-        s.hosts.push(here);
-        for (host, procs) in &self.remote {
+        for (host, procs) in &self.hosts {
             // A host that cannot be read now is left out of this sample, and so of the figures.
-            let Ok(reading) = crate::remote::read_host(host, procs) else { continue };
-            let mut h = HostSample { host: host.config.to_string(), net: reading.net, ..HostSample::default() };
+            let Ok(reading) = host.read(procs) else { continue };
+            let mut h = HostSample { host: host.name(), net: reading.net, ..HostSample::default() };
             for (label, cpu, threads, rss) in reading.processes {
                 if label.starts_with("node") {
                     s.nodes_rss_bytes += rss;
                 }
                 h.cpu_s += cpu;
                 h.rss_bytes += rss;
-                s.process_cpu_s.push((format!("{label} @ {}", host.config.to), cpu, threads));
+                let named = if host.is_local() { label.clone() } else { format!("{label} @ {}", host.name()) };
+                s.process_cpu_s.push((named, cpu, threads));
                 h.processes.push(label);
+            }
+            if host.is_local() {
+                // This process is the client.
+                h.rss_bytes += process_rss_bytes(std::process::id()).unwrap_or(0);
+                h.processes.push("client".to_string());
             }
             s.hosts.push(h);
         }

@@ -24,7 +24,24 @@ use wire::tls::Identity;
 use crate::cluster::{Cluster, Proc, Running};
 use crate::error::HarnessError;
 use crate::hosts::{quote, SshHost, COMMAND_TIMEOUT};
+use crate::place::{Local, ProcessHost};
 use crate::Result;
+
+/// The folder under `cert_dir` holding one bundle per other host.
+pub const BUNDLES_DIR: &str = "hosts";
+
+/// One host's bundle of certificates (see [`Cluster::write_host_bundles`]).
+#[derive(Debug, Clone)]
+pub struct HostBundle {
+    /// The host, as cluster.toml names it (`root@10.0.0.3`, its port and directory).
+    pub host: String,
+    /// The bundle's folder, `cert_dir/hosts/<name>`.
+    pub dir: PathBuf,
+    /// Its files' names: `ca.pem`, then each process's certificate and key.
+    pub files: Vec<String>,
+    /// The processes whose keys it holds (`coordinator 1`, `node 2`).
+    pub processes: Vec<String>,
+}
 
 /// What `deploy` installed on one host.
 #[derive(Debug, Clone)]
@@ -90,9 +107,79 @@ impl Cluster {
         })
     }
 
-    /// Installs on every other host this build of glass (`exe`), cluster.toml and the
-    /// certificates of the processes it runs (see the module documentation); `done` hears of
-    /// each host as it is finished.
+    /// Writes, for each other host, the bundle of what it may hold in `cert_dir/hosts/<name>/`
+    /// (`<name>`: its destination, port and a number where two hosts would share one): the
+    /// CA's certificate and the certificate and key of each process it runs — never the CA's
+    /// key, never another host's key. Written again whole each time (after `glass cluster
+    /// cert` reissued one), so a bundle never keeps a key its host no longer runs; none when
+    /// every process runs here. `deploy` copies each host's bundle and nothing else.
+    pub fn write_host_bundles(&self) -> Result<Vec<HostBundle>> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let cert_dir = &self.config.cert_dir;
+        let root = cert_dir.join(BUNDLES_DIR);
+        match std::fs::remove_dir_all(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(HarnessError::io(format!("remove {}", root.display()), e)),
+        }
+        let hosts = self.remote_hosts();
+        let mut out: Vec<HostBundle> = Vec::new();
+        for (host, procs) in hosts {
+            let c = &host.config;
+            let mut name: String =
+                c.to.chars()
+                    .map(|ch| if ch.is_ascii_alphanumeric() || "._@-".contains(ch) { ch } else { '_' })
+                    .collect();
+            if let Some(port) = c.port {
+                name.push_str(&format!("-p{port}"));
+            }
+            let base = name.clone();
+            let mut k = 1;
+            while out.iter().any(|b| b.dir.file_name().is_some_and(|n| n.to_string_lossy() == name)) {
+                k += 1;
+                name = format!("{base}-{k}");
+            }
+            let dir = root.join(&name);
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| HarnessError::io(format!("create {}", dir.display()), e))?;
+            let mut sources = vec![cert_dir.join(wire::tls::CA_CERT_FILE)];
+            for p in &procs {
+                let id = self.identity(p);
+                sources.push(id.cert_path(cert_dir));
+                sources.push(id.key_path(cert_dir));
+            }
+            let mut files = Vec::new();
+            for from in &sources {
+                let file = from.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let to = dir.join(&file);
+                let text = std::fs::read(from).map_err(|e| HarnessError::io(format!("read {}", from.display()), e))?;
+                let mode = if file.ends_with(".key") { 0o600 } else { 0o644 };
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(&to)
+                    .map_err(|e| HarnessError::io(format!("create {}", to.display()), e))?;
+                std::io::Write::write_all(&mut f, &text)
+                    .map_err(|e| HarnessError::io(format!("write {}", to.display()), e))?;
+                files.push(file);
+            }
+            out.push(HostBundle {
+                host: c.to_string(),
+                dir,
+                files,
+                processes: procs.iter().map(Proc::label).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Installs on every other host this build of glass (`exe`), cluster.toml and its bundle
+    /// of certificates ([`Cluster::write_host_bundles`], written again first; see the module
+    /// documentation); `done` hears of each host as it is finished.
     pub fn deploy(&self, exe: &Path, done: &mut dyn FnMut(&Deployed)) -> Result<Vec<Deployed>> {
         let local = local_version(exe)?;
         let run_rel = self.relative(&self.config.run_dir)?;
@@ -105,8 +192,9 @@ impl Cluster {
             what: format!("the certificates in {} do not fit {}", cert_dir.display(), self.path.display()),
             source,
         })?;
+        let bundles = self.write_host_bundles()?;
         let mut out = Vec::new();
-        for (host, procs) in self.remote_hosts() {
+        for ((host, procs), bundle) in self.remote_hosts().into_iter().zip(bundles) {
             let dir = host.config.dir.clone();
             let q = |rel: &str| quote(&format!("{dir}/{rel}"));
             host.run(
@@ -129,16 +217,9 @@ impl Cluster {
             files.push("glass".to_string());
             host.copy_to(&self.path, &format!("{dir}/cluster.toml"))?;
             files.push("cluster.toml".to_string());
-            let mut bundle = vec![cert_dir.join(wire::tls::CA_CERT_FILE)];
-            for p in &procs {
-                let id = self.identity(p);
-                bundle.push(id.cert_path(cert_dir));
-                bundle.push(id.key_path(cert_dir));
-            }
-            for f in &bundle {
-                let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            for name in &bundle.files {
                 let to = format!("{cert_rel}/{name}");
-                host.copy_to(f, &format!("{dir}/{to}"))?;
+                host.copy_to(&bundle.dir.join(name), &format!("{dir}/{to}"))?;
                 let mode = if name.ends_with(".key") { "600" } else { "644" };
                 host.run(&format!("chmod {mode} -- {}", q(&to)), COMMAND_TIMEOUT)?;
                 files.push(to);
@@ -178,6 +259,40 @@ impl Cluster {
         let local = local_version(exe)?;
         for (host, _) in hosts {
             self.check_build(&host, &local)?;
+        }
+        Ok(())
+    }
+
+    /// Opens (or keeps open) the shared ssh connection of each other host running one of
+    /// `procs`, so that a signal timed by an experiment waits for no key exchange (seconds on
+    /// a loaded machine); a host that does not answer is left to the signal to report.
+    pub fn warm(&self, procs: &[Proc]) {
+        for p in procs {
+            if let Some(h) = self.ssh_of(p) {
+                let _ = h.run("true", COMMAND_TIMEOUT);
+            }
+        }
+    }
+
+    /// Refuses `up` on a host that already runs a glass node or coordinator in its network
+    /// namespace (the one its ports live in) while none of this cluster's pid files names a
+    /// live process: another cluster's, or one left by hand — it would hold this cluster's
+    /// ports, or answer for its addresses. Each is named with its pid, command line and
+    /// directory.
+    pub(crate) fn check_hosts_free(&self) -> Result<()> {
+        // Read through /proc so no tool beyond a POSIX shell is needed; `/proc/self` is the
+        // readlink itself, in the host's namespace.
+        let line = "me=$(readlink /proc/self/ns/net); for d in /proc/[0-9]*; do \
+                    [ \"$(cat $d/comm 2>/dev/null)\" = glass ] || continue; \
+                    [ \"$(readlink $d/ns/net 2>/dev/null)\" = \"$me\" ] || continue; \
+                    printf '%s\\t%s\\t' \"${d#/proc/}\" \"$(readlink $d/cwd 2>/dev/null)\"; \
+                    tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done";
+        for (host, _) in self.remote_hosts() {
+            let out = host.run(line, COMMAND_TIMEOUT)?;
+            let each = foreign_glass(&out);
+            if !each.is_empty() {
+                return Err(HarnessError::Occupied { host: host.config.to_string(), each: each.join("; ") });
+            }
         }
         Ok(())
     }
@@ -227,14 +342,6 @@ impl Cluster {
         Ok(args.len() > want.len() && args[1..=want.len()] == want[..])
     }
 
-    /// Sends `sig` to `r` on `host`, if it is still the process its pid file names.
-    pub(crate) fn remote_signal(&self, host: &SshHost, r: &Running, sig: libc::c_int) -> Result<()> {
-        if self.remote_is_ours(host, r.pid, &r.proc)? {
-            host.probe(&format!("kill -{sig} {}", r.pid), COMMAND_TIMEOUT)?;
-        }
-        Ok(())
-    }
-
     /// The last lines of `p`'s log on `host` (for an error).
     pub(crate) fn remote_log_tail(&self, host: &SshHost, p: &Proc, n: usize) -> String {
         let Ok(run_rel) = self.relative(&self.config.run_dir) else { return String::new() };
@@ -259,6 +366,21 @@ impl Cluster {
     }
 }
 
+/// The glass nodes and coordinators in what [`Cluster::check_hosts_free`]'s command printed
+/// (`pid<TAB>cwd<TAB>argv…` per process), each as `pid N (`argv`) in cwd`: not the `glass`
+/// running a command of the tools (`cluster up` itself, when the control host is one of the
+/// hosts).
+fn foreign_glass(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, '\t');
+            let (pid, cwd, argv) = (f.next()?, f.next()?, f.next()?.trim());
+            let sub = argv.split(' ').nth(1)?;
+            matches!(sub, "node" | "coordinator").then(|| format!("pid {pid} (`{argv}`) in {cwd}"))
+        })
+        .collect()
+}
+
 /// What `exe --version` prints (the build: version and commit).
 pub fn local_version(exe: &Path) -> Result<String> {
     let out = Command::new(exe)
@@ -278,15 +400,16 @@ pub struct HostReading {
 }
 
 impl Cluster {
-    /// The processes of this cluster on other hosts, by their pid files, grouped by host.
-    pub fn running_remote(&self) -> Vec<(SshHost, Vec<Running>)> {
-        self.remote_hosts()
-            .into_iter()
-            .map(|(host, procs)| {
-                let running = procs.into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid }));
-                (host, running.collect())
-            })
-            .collect()
+    /// The processes of this cluster, by their pid files, grouped by the host that runs
+    /// them: this host first (always, even with none: the client runs here), then each other
+    /// host in the order of cluster.toml.
+    pub fn running_by_host(&self) -> Vec<(Box<dyn ProcessHost>, Vec<Running>)> {
+        let mut out: Vec<(Box<dyn ProcessHost>, Vec<Running>)> = vec![(Box::new(Local), self.running_here())];
+        for (host, procs) in self.remote_hosts() {
+            let running = procs.into_iter().filter_map(|p| self.running(&p).map(|pid| Running { proc: p, pid }));
+            out.push((Box::new(host), running.collect()));
+        }
+        out
     }
 }
 
@@ -341,6 +464,21 @@ fn parse_reading(text: &str, procs: &[Running]) -> HostReading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host's glass processes: nodes and coordinators count, a tool's `glass` does not.
+    #[test]
+    fn only_glass_nodes_and_coordinators_occupy_a_host() {
+        let out = "41\t/srv/other\t./glass node --config cluster.toml --id 1 \n\
+                   42\t/home/me\tglass cluster up --config cluster.toml \n\
+                   43\t\t/usr/bin/glass coordinator --config /etc/c.toml --id 2 \n";
+        assert_eq!(
+            foreign_glass(out),
+            [
+                "pid 41 (`./glass node --config cluster.toml --id 1`) in /srv/other",
+                "pid 43 (`/usr/bin/glass coordinator --config /etc/c.toml --id 2`) in "
+            ]
+        );
+    }
 
     /// One call's output: the clock and page sizes, then each process's stat, statm and
     /// threads, then the network counters; a process that is gone reads as absent.
@@ -494,5 +632,74 @@ impl Cluster {
             }
         }
         Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod bundle_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// `glass cluster init` on a cluster spread over hosts (issue 37, "Certificates per
+    /// host"): one bundle per host with `ca.pem` and its own processes' certificates and keys,
+    /// no bundle for this host, never the CA's key, keys readable by their owner only; written
+    /// again, a bundle follows a reissued certificate and drops what its host no longer runs.
+    #[test]
+    fn init_writes_one_bundle_per_host_with_only_its_own_keys() {
+        let dir = std::env::temp_dir().join(format!("glass-bundles-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let toml = |node2_ssh: &str| {
+            format!(
+                "mode = \"active-active\"\nseed = 1\nrun_dir = \"run\"\ncert_dir = \"run/certs\"\n\n\
+                 [[coordinators]]\nid = 0\naddress = \"10.9.0.1:7400\"\nssh = \"glass@10.9.0.1\"\n\n\
+                 [[nodes]]\nid = 1\naddress = \"10.9.0.2:7401\"\nssh = {{ to = \"glass@10.9.0.2\", port = 2222 }}\n\n\
+                 [[nodes]]\nid = 2\naddress = \"10.9.0.2:7402\"\n{node2_ssh}\n\n\
+                 [[nodes]]\nid = 3\naddress = \"127.0.0.1:7403\"\n\n\
+                 [[partitions]]\nid = 1\nwarehouses = {{ first = 1, last = 1 }}\nreplicas = [1, 2, 3]\n"
+            )
+        };
+        let path = dir.join("cluster.toml");
+        std::fs::write(&path, toml("ssh = { to = \"glass@10.9.0.2\", port = 2222 }")).unwrap();
+        let c = Cluster::open(&path).unwrap();
+        wire::tls::init_cluster(&c.config, false).unwrap();
+        let bundles = c.write_host_bundles().unwrap();
+        let hosts: Vec<(&str, Vec<&str>)> =
+            bundles.iter().map(|b| (b.host.as_str(), b.files.iter().map(String::as_str).collect())).collect();
+        assert_eq!(bundles.len(), 2, "{bundles:?}");
+        assert_eq!(hosts[0].1, ["ca.pem", "coordinator-0.pem", "coordinator-0.key"], "{hosts:?}");
+        assert_eq!(hosts[1].1, ["ca.pem", "node-1.pem", "node-1.key", "node-2.pem", "node-2.key"], "{hosts:?}");
+        let certs = c.config.cert_dir.clone();
+        for b in &bundles {
+            assert!(b.dir.starts_with(certs.join(BUNDLES_DIR)), "{b:?}");
+            assert_eq!(std::fs::metadata(&b.dir).unwrap().permissions().mode() & 0o777, 0o700);
+            let mut on_disk: Vec<String> =
+                std::fs::read_dir(&b.dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+            on_disk.sort();
+            let mut listed = b.files.clone();
+            listed.sort();
+            assert_eq!(on_disk, listed, "nothing else in {}", b.dir.display());
+            assert!(!on_disk.iter().any(|f| f == wire::tls::CA_KEY_FILE), "the CA's key in {}", b.dir.display());
+            for f in &b.files {
+                let copy = std::fs::read(b.dir.join(f)).unwrap();
+                assert_eq!(copy, std::fs::read(certs.join(f)).unwrap(), "{f} as issued");
+                let mode = std::fs::metadata(b.dir.join(f)).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, if f.ends_with(".key") { 0o600 } else { 0o644 }, "{f}");
+            }
+        }
+        // Node 2 moves to this host and node 1's certificate is reissued: written again, the
+        // second host's bundle holds node 1's new key and no longer node 2's.
+        std::fs::write(&path, toml("")).unwrap();
+        let c = Cluster::open(&path).unwrap();
+        wire::tls::reissue(&c.config, Identity::Node(1)).unwrap();
+        let bundles = c.write_host_bundles().unwrap();
+        assert_eq!(bundles[1].files, ["ca.pem", "node-1.pem", "node-1.key"]);
+        assert!(!bundles[1].dir.join("node-2.key").exists());
+        assert_eq!(
+            std::fs::read(bundles[1].dir.join("node-1.key")).unwrap(),
+            std::fs::read(certs.join("node-1.key")).unwrap()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

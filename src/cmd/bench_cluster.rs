@@ -130,11 +130,10 @@ fn bench(
             println!("cluster: using the running cluster of {path}");
         }
     })?;
-    let local = cluster.running_here();
 
     let echo = harness::measure::Echo { quiet: b.quiet, per_type: b.per_type };
     let Measurement { mut report, acks, payments, time_lines, .. } =
-        measure_with(&rt, cluster, &client, &cfg, &shares, &local, echo, None)?;
+        measure_with(&rt, cluster, &client, &cfg, &shares, echo, None)?;
     report.load_seconds = attached.load_seconds;
     let mut summary = render_report(&report, &time_lines);
     print!("{summary}");

@@ -24,7 +24,9 @@ pub struct ClusterArgs {
 #[derive(Subcommand, Debug)]
 enum ClusterCommand {
     /// Create the cluster's CA and a certificate for the coordinator, each node and the
-    /// client, in `cert_dir`; each certificate is bound to its process's identity.
+    /// client, in `cert_dir`; each certificate is bound to its process's identity. When
+    /// processes run on other hosts (`ssh` keys), also write one bundle per host in
+    /// `cert_dir/hosts/`: `ca.pem` and that host's own processes' certificates and keys.
     Init {
         #[arg(long, default_value = "cluster.toml")]
         config: PathBuf,
@@ -101,6 +103,7 @@ pub fn run(a: ClusterArgs) -> Result<ExitCode> {
                 issued.cert.display(),
                 issued.key.display()
             );
+            print_bundles(&Cluster::open(&config)?)?;
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Deploy { config } => deploy(&Cluster::open(&config)?),
@@ -132,7 +135,21 @@ pub fn run(a: ClusterArgs) -> Result<ExitCode> {
 fn init(config: &Path, force: bool) -> Result<ExitCode> {
     let cfg = ClusterConfig::load(config).with_context(|| format!("read {}", config.display()))?;
     print!("{}", harness::cluster::render_init(&wire::tls::init_cluster(&cfg, force)?));
+    print_bundles(&Cluster::open(config)?)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes each other host's bundle of certificates (`Cluster::write_host_bundles`) and says
+/// what each holds; nothing when every process runs here.
+fn print_bundles(c: &Cluster) -> Result<()> {
+    let bundles = c.write_host_bundles()?;
+    if !bundles.is_empty() {
+        println!("a bundle per host, for `glass cluster deploy` to copy (never the CA's key):");
+    }
+    for b in bundles {
+        println!("  {:<24} {} ({}: {})", b.host, b.dir.display(), b.processes.join(", "), b.files.join(", "));
+    }
+    Ok(())
 }
 
 /// `glass cluster deploy`.

@@ -232,9 +232,8 @@ pub fn run_one(
     let load_seconds = t0.elapsed().as_secs_f64();
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_here();
     let Measurement { mut report, acks, payments, start, end, .. } =
-        measure_with(&rt, &cluster, &client, cfg, shares, &local, echo, None)?;
+        measure_with(&rt, &cluster, &client, cfg, shares, echo, None)?;
     report.load_seconds = load_seconds;
     let verdict = check_and_down(&rt, guard, &client, &acks, &payments, progress)?;
     let disk_bytes = remove_data(&plan.dir, &cluster, keep_logs)?;

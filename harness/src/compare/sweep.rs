@@ -105,7 +105,6 @@ pub fn run_sweep(
     let guard = up_guarded(&cluster, exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_procs();
     let series = super::CompareRow::series_of(plan.mode, plan.config.shipping(), plan.config.replication_factor());
     let mut acks = Vec::new();
     let mut payments = Vec::new();
@@ -115,7 +114,7 @@ pub fn run_sweep(
         let cfg = DriverConfig { rate, seed: cfg.seed.wrapping_add(phase), ..cfg.clone() };
         phase += 1;
         let Measurement { report, acks: a, payments: p, .. } =
-            measure_with(&rt, &cluster, &client, &cfg, shares, &local, echo, None)?;
+            measure_with(&rt, &cluster, &client, &cfg, shares, echo, None)?;
         acks.extend(a);
         payments.extend(p);
         let max_us = report.per_txn.iter().map(|k| k.max_us).fold(0.0, f64::max);

@@ -348,6 +348,9 @@ impl CoordinatorKiller {
     /// it `restart_after` the kill if asked and watches it follow the new leader.
     fn kill_once(&self, signal: libc::c_int, kill_at_s: f64, restart_after: Option<Duration>) -> Events {
         let mut ev = Events::default();
+        if let Ok(c) = Cluster::open(&self.path) {
+            c.warm(&c.coordinator_procs());
+        }
         if sleep_until_on_clock(&self.events, kill_at_s, self.run_end).is_none() {
             ev.error = Some("the load never started: nothing was killed".into());
             return ev;
@@ -375,7 +378,8 @@ impl CoordinatorKiller {
             }
         };
         let proc = Proc::Coordinator(Some(leader));
-        let Some(running) = cluster.running_procs().into_iter().find(|r| r.proc == proc) else {
+        // Only the leader's host is asked (each host asked costs an ssh call at the kill).
+        let Some(running) = cluster.running(&proc).map(|pid| Running { proc: proc.clone(), pid }) else {
             ev.error = Some(format!("coordinator {leader} leads but runs on no host of this cluster"));
             return ev;
         };
@@ -469,6 +473,10 @@ impl Killer {
     ) -> Events {
         let (victim, run_end) = (self.victim, self.run_end);
         let mut ev = Events::default();
+        if let Ok(c) = Cluster::open(&self.path) {
+            let second = self.then_kill.map(Proc::Node);
+            c.warm(&std::iter::once(victim_proc.proc.clone()).chain(second).collect::<Vec<_>>());
+        }
         if sleep_until_on_clock(&self.events, kill_at_s, run_end).is_none() {
             ev.error = Some("the load never started: nothing was killed".into());
             return ev;
@@ -507,8 +515,10 @@ impl Killer {
         if let (Some(second), Some(_)) = (self.then_kill, ev.recovered) {
             let second_proc = Proc::Node(second);
             let cluster = Cluster::open(&self.path);
-            let running =
-                cluster.as_ref().ok().and_then(|c| c.running_procs().into_iter().find(|r| r.proc == second_proc));
+            let running = cluster
+                .as_ref()
+                .ok()
+                .and_then(|c| c.running(&second_proc).map(|pid| Running { proc: second_proc, pid }));
             match (cluster, running) {
                 (Ok(c), Some(r)) => match c.kill(&r, libc::SIGKILL) {
                     Ok(at) => {
@@ -534,7 +544,6 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_here();
     let victim_proc = match x.victim {
         Kill::Node(n) => Some(
             cluster.running_procs().into_iter().find(|r| r.proc == Proc::Node(n)).ok_or(HarnessError::NotHere(n))?,
@@ -573,7 +582,7 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     };
     let clock = Some(events.clock().clone());
     let steal = crate::procfs::StealSampler::start();
-    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, x.quiet, clock);
     let steal = steal.map(crate::procfs::StealSampler::finish).unwrap_or_default();
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let run_events = events.finish(Some(watcher));
@@ -850,7 +859,6 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_here();
     let pids: std::collections::BTreeMap<NodeId, u32> = cluster
         .running_procs()
         .iter()
@@ -887,7 +895,7 @@ pub fn kill_loop(config: &ClusterConfig, x: &KillLoop, progress: &mut dyn Progre
     };
     let thread = std::thread::spawn(move || cycles.run(killer, nodes, pids));
     let clock = Some(events.clock().clone());
-    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, x.quiet, clock);
     let ev = thread.join().map_err(|_| HarnessError::Killer("the kill loop's thread panicked".into()))?;
     events.finish(Some(watcher));
     let m = measured?;
@@ -939,6 +947,9 @@ impl Cycles {
         let mut next = self.first;
         let restart_after = self.restart_after;
         for _ in 0..self.cycles {
+            if let Ok(c) = Cluster::open(&k.path) {
+                c.warm(&nodes.iter().map(|n| Proc::Node(*n)).collect::<Vec<_>>());
+            }
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
             if Instant::now() + 2 * restart_after >= k.run_end {
                 break;

@@ -34,8 +34,8 @@ use super::events::{EventLog, RunClock};
 use super::{self as report, RunChecks, TimelinePoint};
 use crate::cluster::{runtime, Cluster, Proc, Progress};
 use crate::error::HarnessError;
-use crate::hosts::{SshHost, COMMAND_TIMEOUT};
 use crate::measure::{check_and_down, measure_with, up_guarded};
+use crate::place::ProcessHost;
 use crate::Result;
 
 /// How often each coordinator's status is read while the cut lasts.
@@ -99,10 +99,10 @@ impl Cut {
     }
 }
 
-/// Where a route goes: the host to change (`None`: this one) and the address to refuse.
-#[derive(Debug, Clone)]
+/// Where a route goes: the host to change and the address to refuse.
+#[derive(Clone)]
 struct Route {
-    host: Option<SshHost>,
+    host: std::sync::Arc<dyn ProcessHost>,
     label: String,
     address: std::net::IpAddr,
 }
@@ -136,8 +136,8 @@ fn routes(cluster: &Cluster, cut: &Cut) -> Result<Vec<Route>> {
                         b.label()
                     )));
                 }
-                let host = cluster.ssh_of(a);
-                let label = host.as_ref().map_or("this host".to_string(), |h| h.config.to.clone());
+                let host: std::sync::Arc<dyn ProcessHost> = cluster.host_of(a).into();
+                let label = host.name();
                 let r = Route { host, label, address: address(b)? };
                 if !out.iter().any(|o| o.label == r.label && o.address == r.address) {
                     out.push(r);
@@ -151,24 +151,7 @@ fn routes(cluster: &Cluster, cut: &Cut) -> Result<Vec<Route>> {
 /// Runs `ip route VERB prohibit ADDRESS/32` on the route's host.
 fn route(r: &Route, verb: &str) -> Result<()> {
     let prefix = if r.address.is_ipv4() { 32 } else { 128 };
-    let args = ["route", verb, "prohibit", &format!("{}/{prefix}", r.address)];
-    match &r.host {
-        Some(h) => h.run(&format!("ip {}", args.join(" ")), COMMAND_TIMEOUT).map(|_| ()),
-        None => {
-            let out = std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| HarnessError::io("run ip (iproute2) here", e))?;
-            if out.status.success() {
-                return Ok(());
-            }
-            Err(HarnessError::Host {
-                host: "this host".into(),
-                what: format!("ip {}", args.join(" ")),
-                problem: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            })
-        }
-    }
+    r.host.run_tool("ip", &["route", verb, "prohibit", &format!("{}/{prefix}", r.address)]).map(|_| ())
 }
 
 /// The routes in place; deleted on drop (the heal, or a run that ended early).
@@ -369,9 +352,7 @@ fn cut_and_watch(t: CutThread) -> Seen {
     // Each host's shared ssh connection opened now, so that the cut is not held up by key
     // exchanges (the cut's instant is when its last route is in place).
     for r in &planned {
-        if let Some(h) = &r.host {
-            let _ = h.run("true", COMMAND_TIMEOUT);
-        }
+        let _ = r.host.run_tool("true", &[]);
     }
     if super::experiment::sleep_until_on_clock(&events, at_s, run_end).is_none() {
         seen.error = Some("the load never started: nothing was cut".into());
@@ -421,7 +402,6 @@ pub fn experiment(config: &ClusterConfig, x: &CutExperiment, progress: &mut dyn 
     let guard = up_guarded(&cluster, &x.exe, progress)?;
     let rt = runtime()?;
     let client = cluster.client();
-    let local = cluster.running_here();
     let start = Instant::now();
     let run_end = start + Duration::from_secs_f64(x.cfg.warmup_s + duration_s);
     let events = EventLog::new(RunClock::default(), x.cfg.warmup_s, x.quiet);
@@ -440,7 +420,7 @@ pub fn experiment(config: &ClusterConfig, x: &CutExperiment, progress: &mut dyn 
         std::thread::spawn(move || cut_and_watch(t))
     };
     let clock = Some(events.clock().clone());
-    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, &local, x.quiet, clock);
+    let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, x.quiet, clock);
     let seen = thread.join().map_err(|_| HarnessError::Killer("the partition's thread panicked".into()))?;
     events.finish(Some(watcher));
     cluster.fetch_remote_logs();
