@@ -186,14 +186,17 @@ impl ProcessHost for SshHost {
     }
 
     fn signal(&self, cluster: &Cluster, r: &Running, sig: libc::c_int) -> Result<Signalled> {
-        if !cluster.remote_is_ours(self, r.pid, &r.proc)? {
+        // One call: the check that the pid is still ours, the signal, and the host's clock
+        // read right after kill(2) returns — the instant does not depend on how long the
+        // command took to arrive and to answer.
+        let test = cluster.remote_ours_test(self, r.pid, &r.proc);
+        let line = format!("if {test}; then kill -{sig} {pid} && date +%s.%N; else echo gone; fi", pid = r.pid);
+        let sent = Instant::now();
+        let out = self.run(&line, COMMAND_TIMEOUT)?;
+        let answered = Instant::now();
+        if out.trim() == "gone" {
             return Err(gone(r, &self.name()));
         }
-        // The host reads its own clock right after kill(2) returns: the instant does not
-        // depend on how long the command took to arrive and to answer.
-        let sent = Instant::now();
-        let out = self.run(&format!("kill -{sig} {} && date +%s.%N", r.pid), COMMAND_TIMEOUT)?;
-        let answered = Instant::now();
         Ok(signalled_at(out.trim(), sent, answered, crate::record::wall_clock()))
     }
 

@@ -320,26 +320,16 @@ impl Cluster {
         })
     }
 
+    /// A shell condition that holds on `host` when `pid` is a live (not zombie) `glass`
+    /// running `p` from the host's directory ([`ours_test`]), so that a check and what follows
+    /// it (a signal) are one ssh call.
+    pub(crate) fn remote_ours_test(&self, host: &SshHost, pid: u32, p: &Proc) -> String {
+        ours_test(&host.config.dir, pid, &p.args(Path::new("cluster.toml")))
+    }
+
     /// Whether `pid` on `host` is a live `glass` running `p` from the host's directory.
     pub(crate) fn remote_is_ours(&self, host: &SshHost, pid: u32, p: &Proc) -> Result<bool> {
-        let line = format!(
-            "cd -- {} && [ \"$(readlink /proc/{pid}/cwd)\" = \"$(pwd -P)\" ] && cat /proc/{pid}/stat /proc/{pid}/cmdline",
-            quote(&host.config.dir)
-        );
-        let (ran, out) = host.probe(&line, COMMAND_TIMEOUT)?;
-        if !ran {
-            return Ok(false);
-        }
-        let Some(nl) = out.iter().position(|b| *b == b'\n') else { return Ok(false) };
-        let stat = String::from_utf8_lossy(&out[..nl]);
-        let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-        if matches!(state, Some('Z') | Some('X') | None) {
-            return Ok(false);
-        }
-        let args: Vec<String> =
-            out[nl + 1..].split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let want = p.args(Path::new("cluster.toml"));
-        Ok(args.len() > want.len() && args[1..=want.len()] == want[..])
+        Ok(host.probe(&self.remote_ours_test(host, pid, p), COMMAND_TIMEOUT)?.0)
     }
 
     /// The last lines of `p`'s log on `host` (for an error).
@@ -364,6 +354,22 @@ impl Cluster {
             Proc::Node(id) => Identity::Node(*id),
         }
     }
+}
+
+/// A POSIX shell condition that holds when `pid` is a live (not zombie) process whose working
+/// directory is `dir` and whose arguments after argv[0] begin with `args` — read from `/proc`
+/// on the host that runs it, as [`crate::cluster::is_ours`] reads them here.
+pub fn ours_test(dir: &str, pid: u32, args: &[String]) -> String {
+    // Each argument followed by a space: `--id 1 ` never matches `--id 12`; the words read are
+    // not globbed (`set -f`).
+    let want = format!("{} ", args.join(" "));
+    format!(
+        "cd -- {dir} && [ \"$(readlink /proc/{pid}/cwd)\" = \"$(pwd -P)\" ] && s=$(cat /proc/{pid}/stat) && \
+         s=${{s##*) }} && [ \"${{s%% *}}\" != Z ] && [ \"${{s%% *}}\" != X ] && set -f && \
+         set -- $(tr '\\0' ' ' < /proc/{pid}/cmdline) && shift && case \"$* \" in {want}*) true ;; *) false ;; esac",
+        dir = quote(dir),
+        want = quote(&want),
+    )
 }
 
 /// The glass nodes and coordinators in what [`Cluster::check_hosts_free`]'s command printed
@@ -464,6 +470,30 @@ fn parse_reading(text: &str, procs: &[Running]) -> HostReading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The check run on a host before a signal, run here by `sh` on a real process: its
+    /// directory and leading arguments match; another directory, other arguments (`3` is not
+    /// `30`), a zombie and a pid that is gone do not.
+    #[test]
+    fn the_remote_check_tells_a_live_process_by_directory_and_arguments() {
+        let dir = std::env::temp_dir().join(format!("glass-ours-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_str().unwrap();
+        let holds = |line: String| Command::new("sh").arg("-c").arg(line).status().unwrap().success();
+        let mut child = Command::new("sleep").arg("30").current_dir(&dir).spawn().unwrap();
+        let pid = child.id();
+        assert!(holds(ours_test(d, pid, &["30".into()])));
+        assert!(!holds(ours_test(d, pid, &["3".into()])), "a prefix of an argument is not it");
+        assert!(!holds(ours_test(d, pid, &["30".into(), "--rejoin".into()])));
+        assert!(!holds(ours_test("/", pid, &["30".into()])), "another directory");
+        child.kill().unwrap();
+        // Killed and not yet waited for: a zombie.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!holds(ours_test(d, pid, &["30".into()])), "a zombie");
+        child.wait().unwrap();
+        assert!(!holds(ours_test(d, pid, &["30".into()])), "gone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A host's glass processes: nodes and coordinators count, a tool's `glass` does not.
     #[test]
