@@ -429,10 +429,12 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
         "c0,n1/c1,c2,n2",
         "--at",
         "1",
+        // Long enough for the majority to serve while cut: the failure timeout (1 s), an
+        // election, and a take-over that waits its timeout for the cut-off node's standing.
         "--heal-after",
-        "2",
+        "4",
         "--duration",
-        "5",
+        "7",
         "--warmup",
         "0",
         "--json",

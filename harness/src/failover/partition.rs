@@ -149,9 +149,59 @@ fn routes(cluster: &Cluster, cut: &Cut) -> Result<Vec<Route>> {
 }
 
 /// Runs `ip route VERB prohibit ADDRESS/32` on the route's host.
-fn route(r: &Route, verb: &str) -> Result<()> {
-    let prefix = if r.address.is_ipv4() { 32 } else { 128 };
-    r.host.run_tool("ip", &["route", verb, "prohibit", &format!("{}/{prefix}", r.address)]).map(|_| ())
+/// Runs `ip route VERB prohibit ADDRESS/32` for every route: one command per host, every
+/// host at once, so a cut (and a heal) is as sudden as one ssh call — one call per route,
+/// in turn, took 1.5–2.8 s for twelve routes on a loaded machine. Each route's error, if it
+/// has one.
+fn route_all(routes: &[Route], verb: &str) -> Vec<Option<String>> {
+    let prefix = |r: &Route| format!("{}/{}", r.address, if r.address.is_ipv4() { 32 } else { 128 });
+    let mut hosts: Vec<&str> = Vec::new();
+    for r in routes {
+        if !hosts.contains(&r.label.as_str()) {
+            hosts.push(&r.label);
+        }
+    }
+    // Per host: its output (a line `ADDRESS why` per route that failed), or why the
+    // command could not run there.
+    let outputs: Vec<(&str, std::result::Result<String, String>)> = std::thread::scope(|scope| {
+        let running: Vec<_> = hosts
+            .iter()
+            .map(|label| {
+                let group: Vec<&Route> = routes.iter().filter(|r| r.label == *label).collect();
+                let addresses: Vec<String> = group.iter().map(|r| crate::hosts::quote(&prefix(r))).collect();
+                let script = format!(
+                    "for a in {}; do e=$(ip route {verb} prohibit \"$a\" 2>&1) || echo \"$a $e\"; done",
+                    addresses.join(" ")
+                );
+                let host = group[0].host.clone();
+                (*label, scope.spawn(move || host.run_tool("sh", &["-c", &script])))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|(label, h)| {
+                let out = match h.join() {
+                    Ok(r) => r.map_err(|e| crate::error::chain(&e)),
+                    Err(_) => Err("the thread running it panicked".to_string()),
+                };
+                (label, out)
+            })
+            .collect()
+    });
+    routes
+        .iter()
+        .map(|r| {
+            let (_, out) = outputs.iter().find(|(label, _)| *label == r.label)?;
+            match out {
+                Err(e) => Some(e.clone()),
+                Ok(text) => {
+                    let address = prefix(r);
+                    let line = text.lines().find(|l| l.split(' ').next() == Some(address.as_str()))?;
+                    Some(format!("{}: ip route {verb} prohibit {line}", r.label))
+                }
+            }
+        })
+        .collect()
 }
 
 /// The routes in place; deleted on drop (the heal, or a run that ended early).
@@ -159,13 +209,8 @@ struct Applied(Vec<Route>);
 
 impl Applied {
     fn heal(&mut self) -> Vec<String> {
-        let mut errors = Vec::new();
-        for r in self.0.drain(..) {
-            if let Err(e) = route(&r, "del") {
-                errors.push(crate::error::chain(&e));
-            }
-        }
-        errors
+        let routes: Vec<Route> = self.0.drain(..).collect();
+        route_all(&routes, "del").into_iter().flatten().collect()
     }
 }
 
@@ -354,20 +399,31 @@ fn cut_and_watch(t: CutThread) -> Seen {
     for r in &planned {
         let _ = r.host.run_tool("true", &[]);
     }
+    // And the coordinators' status links, so the reading just before the cut is quick.
+    handle.block_on(read_views(&client, &mut links));
     if super::experiment::sleep_until_on_clock(&events, at_s, run_end).is_none() {
         seen.error = Some("the load never started: nothing was cut".into());
         return seen;
     }
     seen.before = handle.block_on(read_views(&client, &mut links));
     let mut applied = Applied(Vec::new());
-    for r in planned {
-        if let Err(e) = route(&r, "add") {
-            seen.error = Some(format!("cannot cut: {}", crate::error::chain(&e)));
-            seen.heal_errors = applied.heal();
-            return seen;
+    let added = route_all(&planned, "add");
+    let mut failed = None;
+    for (r, error) in planned.into_iter().zip(added) {
+        match error {
+            None => {
+                seen.routes.push(format!("{} refuses {}", r.label, r.address));
+                applied.0.push(r);
+            }
+            Some(e) => {
+                failed.get_or_insert(e);
+            }
         }
-        seen.routes.push(format!("{} refuses {}", r.label, r.address));
-        applied.0.push(r);
+    }
+    if let Some(e) = failed {
+        seen.error = Some(format!("cannot cut: {e}"));
+        seen.heal_errors = applied.heal();
+        return seen;
     }
     let cut_at = Instant::now();
     seen.cut_at = Some(cut_at);
