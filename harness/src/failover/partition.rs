@@ -6,8 +6,9 @@
 //!
 //! The cut is routes: on each host of one side, `ip route add prohibit <address>/32` for the
 //! address of every process of the other side (and back), through ssh for a host named by an
-//! `ssh` key, here otherwise (both need the right to change routes: root, or CAP_NET_ADMIN).
-//! The heal deletes exactly those routes, and so does the cut's guard however the run ends.
+//! `ssh` key, here otherwise (both need the right to change routes: root, or CAP_NET_ADMIN);
+//! each host's routes in one command, every host at once. The heal deletes exactly those
+//! routes, the same way, and so does the cut's guard however the run ends.
 //!
 //! While the cut lasts and a little after the heal, every coordinator's status is polled
 //! from the control host every [`POLL`]: the record says who led before, when the side holding
@@ -40,7 +41,8 @@ use crate::Result;
 
 /// How often each coordinator's status is read while the cut lasts.
 pub const POLL: Duration = Duration::from_millis(25);
-/// How long the coordinators are watched after the heal.
+/// How long the coordinators are watched after the heal, beyond `timeouts.connect_timeout_ms`
+/// (the watch ends once every coordinator names one leader).
 const AFTER_HEAL: Duration = Duration::from_secs(3);
 /// How long one status read may take before the coordinator counts as silent in that round.
 const STATUS_PATIENCE: Duration = Duration::from_millis(200);
@@ -437,10 +439,22 @@ fn cut_and_watch(t: CutThread) -> Seen {
     seen.healed_at = Some(Instant::now());
     events.note("network healed".to_string());
     // The cluster serves until the driver's end and the checks after it: the watch may
-    // outlast the measured phase.
-    let watch_end = Instant::now() + AFTER_HEAL;
+    // outlast the measured phase. A coordinator whose dial to a peer began inside the cut
+    // waits for it to time out before it dials again (measured: 3.6 s after a heal), so the
+    // watch lasts that long and more, and ends once every coordinator names one leader.
+    let connect = Duration::from_millis(cluster.config.timeouts.connect_timeout_ms);
+    let watch_end = Instant::now() + connect + AFTER_HEAL;
+    let ids = cluster.config.coordinator_ids().len();
+    let mut latest: std::collections::BTreeMap<u16, Option<u16>> = Default::default();
     while Instant::now() < watch_end {
-        seen.after.extend(handle.block_on(read_views(&client, &mut links)));
+        let views = handle.block_on(read_views(&client, &mut links));
+        latest.extend(views.iter().map(|v| (v.id, v.leader)));
+        seen.after.extend(views);
+        let mut leaders = latest.values();
+        let first = leaders.next().copied().flatten();
+        if latest.len() == ids && first.is_some() && leaders.all(|l| *l == first) {
+            break;
+        }
         std::thread::sleep(POLL);
     }
     seen
