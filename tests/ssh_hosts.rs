@@ -136,8 +136,8 @@ fn deploy_up_bench_check_down_across_five_hosts_over_ssh() {
     let cfg = cluster_toml(&control, &dir, &hosts, &key);
     let cfg_s = cfg.to_str().unwrap();
 
-    // Each server listening first: the first ssh of the run is the refused key's, so no
-    // shared connection (which outlives a changed key for its minute) answers for it.
+    // Each server listening first. The refused key gets a shared connection of its own (the
+    // key is part of what a connection is shared by), so no earlier connection answers for it.
     for i in 0..5 {
         let addr: std::net::SocketAddr = format!("{}:22", hosts.address(i)).parse().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

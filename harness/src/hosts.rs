@@ -69,7 +69,10 @@ impl SshHost {
         opt("ServerAliveInterval=2".into());
         opt("ServerAliveCountMax=3".into());
         opt("ControlMaster=auto".into());
-        opt(format!("ControlPath={}/%C", control.display()));
+        // One shared connection per destination *and* key and known-hosts file: a changed
+        // `identity` (or another cluster's known hosts) never rides a connection
+        // authenticated for the old one.
+        opt(format!("ControlPath={}/{:08x}-%C", control.display(), self.channel_key()));
         opt(format!("ControlPersist={CONTROL_PERSIST_S}"));
         opt("StrictHostKeyChecking=accept-new".into());
         opt(format!("UserKnownHostsFile={}", self.known_hosts.display()));
@@ -84,6 +87,18 @@ impl SshHost {
             o.push("IdentitiesOnly=yes".into());
         }
         Ok(o)
+    }
+
+    /// A short, stable digest (FNV-1a, 32 bits) of what authenticates a connection besides
+    /// the destination `%C` covers: the identity file and the known-hosts file.
+    fn channel_key(&self) -> u32 {
+        let identity = self.config.identity.as_deref().map(|p| p.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        let known = self.known_hosts.as_os_str().as_encoded_bytes();
+        let mut h: u32 = 0x811c_9dc5;
+        for b in identity.iter().chain([0u8].iter()).chain(known) {
+            h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
+        }
+        h
     }
 
     /// `ssh … -- destination 'remote'`: `remote` is one shell command line, its words
@@ -253,6 +268,13 @@ mod tests {
         assert_eq!(args[at("-p") + 1], "2222");
         assert_eq!(args[at("-i") + 1], "/keys/id");
         assert_eq!(&args[at("--") + 1..], ["glass@10.0.0.2", "true"]);
+        // Another key: another shared connection.
+        let path = |args: &[String]| args.iter().find(|a| a.starts_with("ControlPath=")).cloned().unwrap();
+        config.identity = Some(PathBuf::from("/keys/other"));
+        let other = SshHost::new(&config, &run_dir).command("true").unwrap();
+        let other: Vec<String> = other.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_ne!(path(&args), path(&other));
+        assert!(path(&args).ends_with("%C"), "{}", path(&args));
         let _ = std::fs::remove_dir_all(&run_dir);
     }
 
