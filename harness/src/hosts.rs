@@ -69,9 +69,10 @@ impl SshHost {
         opt("ServerAliveInterval=2".into());
         opt("ServerAliveCountMax=3".into());
         opt("ControlMaster=auto".into());
-        // One shared connection per destination *and* key and known-hosts file: a changed
-        // `identity` (or another cluster's known hosts) never rides a connection
-        // authenticated for the old one.
+        // One shared connection per destination *and* key: a changed `identity` never rides a
+        // connection authenticated with the old one. (Not per known-hosts file: the clusters
+        // `compare` and `failover` derive, each with its own run directory, share their base
+        // cluster's connections.)
         opt(format!("ControlPath={}/{:08x}-%C", control.display(), self.channel_key()));
         opt(format!("ControlPersist={CONTROL_PERSIST_S}"));
         opt("StrictHostKeyChecking=accept-new".into());
@@ -90,12 +91,11 @@ impl SshHost {
     }
 
     /// A short, stable digest (FNV-1a, 32 bits) of what authenticates a connection besides
-    /// the destination `%C` covers: the identity file and the known-hosts file.
+    /// the destination `%C` covers: the identity file.
     fn channel_key(&self) -> u32 {
         let identity = self.config.identity.as_deref().map(|p| p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        let known = self.known_hosts.as_os_str().as_encoded_bytes();
         let mut h: u32 = 0x811c_9dc5;
-        for b in identity.iter().chain([0u8].iter()).chain(known) {
+        for b in identity {
             h = (h ^ u32::from(*b)).wrapping_mul(0x0100_0193);
         }
         h

@@ -439,8 +439,9 @@ pub fn remove_data(dir: &Path, cluster: &Cluster, keep_logs: bool) -> Result<u64
 }
 
 /// The files a run left in its directory besides what the launcher writes (process logs, pid
-/// files, the derived cluster.toml) and the coordinators' raft state (decisions about
-/// membership, not data): the nodes' databases, logs and checkpoints, with their sizes.
+/// files, the derived cluster.toml, the host keys ssh learned) and the coordinators' raft
+/// state (decisions about membership, not data): the nodes' databases, logs and checkpoints,
+/// with their sizes.
 fn data_files(dir: &Path, cluster: &Cluster) -> Result<Vec<(PathBuf, u64)>> {
     let run_dir = &cluster.config.run_dir;
     let launcher: Vec<PathBuf> = cluster
@@ -462,7 +463,8 @@ fn data_files(dir: &Path, cluster: &Cluster) -> Result<Vec<(PathBuf, u64)>> {
                 stack.push(path);
             } else if !(launcher.contains(&path)
                 || path.extension().is_some_and(|x| x == "pid")
-                || path == dir.join("cluster.toml"))
+                || path == dir.join("cluster.toml")
+                || path == run_dir.join("ssh").join("known_hosts"))
             {
                 found.push((path, meta.len()));
             }
