@@ -499,7 +499,7 @@ mod tests {
     #[test]
     fn only_glass_nodes_and_coordinators_occupy_a_host() {
         let out = "41\t/srv/other\t./glass node --config cluster.toml --id 1 \n\
-                   42\t/home/me\tglass cluster up --config cluster.toml \n\
+                   42\t/srv/tools\tglass cluster up --config cluster.toml \n\
                    43\t\t/usr/bin/glass coordinator --config /etc/c.toml --id 2 \n";
         assert_eq!(
             foreign_glass(out),
