@@ -162,6 +162,11 @@ pub struct FailoverReport {
     /// `all` (docs/cluster.md, "Agreement").
     pub replicas: usize,
     pub agreement: Option<String>,
+    /// The load the clients offered: connections, the requests each kept in flight (closed
+    /// loop), or the transactions per second offered over all of them (open loop).
+    pub connections: usize,
+    pub inflight: usize,
+    pub offered_txn_per_s: Option<f64>,
     /// The process killed, how (`SIGKILL` or `SIGTERM`), and when (seconds from the run's
     /// start).
     pub killed: Victim,
@@ -404,12 +409,17 @@ impl std::fmt::Display for RunChecks {
 pub const PAUSE_START_AFTER_KILL_MAX: Duration = Duration::from_millis(200);
 
 /// The unavailability of each partition around `kill` (offset from the run's start), from
-/// the pauses between commits its terminals saw (`gaps[p]`: (start, end) offsets) and the
-/// partition's own stretches without a commit (`silences[p]`); `gap_min` is the shortest
-/// pause recorded, `steady_from` where the steady state before the kill begins. A pause
-/// counts when it spans the kill or begins at most [`PAUSE_START_AFTER_KILL_MAX`] after it.
+/// the pauses between commits each of its terminals saw (`gaps[p][t]`: (start, end) offsets)
+/// and the partition's own stretches without a commit (`silences[p]`); `gap_min` is the
+/// shortest pause recorded, `steady_from` where the steady state before the kill begins.
+/// A pause counts when it spans the kill or begins at most [`PAUSE_START_AFTER_KILL_MAX`]
+/// after it; of a terminal's pauses that count, its longest is the one the kill caused, and
+/// the partition was unavailable until the last of its terminals ended that pause. (A
+/// terminal's ordinary wait after its first commit past the outage is not the kill's: in a
+/// mode whose every answer takes longer than `gap_min`, such as the full stack at
+/// saturation, counting every pause begun within the window would report the window.)
 pub fn outages(
-    gaps: &[Vec<(Duration, Duration)>],
+    gaps: &[Vec<Vec<(Duration, Duration)>>],
     silences: &[Vec<(Duration, Duration)>],
     kill: Duration,
     steady_from: Duration,
@@ -420,7 +430,10 @@ pub fn outages(
     gaps.iter()
         .enumerate()
         .map(|(i, g)| {
-            let end = g.iter().filter(at_kill).map(|(_, e)| *e).max();
+            let end = g
+                .iter()
+                .filter_map(|t| t.iter().filter(at_kill).max_by_key(|(s, e)| (*e - *s, *e)).map(|(_, e)| *e))
+                .max();
             let own = silences.get(i).map_or(&[][..], Vec::as_slice);
             let steady = longest_within_at(own, steady_from, kill);
             PartitionOutage {
@@ -490,6 +503,16 @@ impl std::fmt::Display for FailoverReport {
             self.killed_at_s,
             self.restarted_at_s.map_or(String::new(), |t| format!(", restarted at {t:.1} s"))
         )?;
+        match self.offered_txn_per_s {
+            Some(rate) => {
+                writeln!(f, "  load                 {} connections, open loop at {rate:.0} txn/s", self.connections)?
+            }
+            None => writeln!(
+                f,
+                "  load                 {} connections × {} requests in flight (closed loop)",
+                self.connections, self.inflight
+            )?,
+        }
         match &self.detected_by {
             Some(by) => writeln!(f, "  detection            {} (by {by})", ms(self.detection_ms))?,
             None => writeln!(f, "  detection            {}", ms(self.detection_ms))?,
@@ -652,8 +675,10 @@ mod tests {
 
     #[test]
     fn unavailability_is_the_longest_pause_spanning_the_kill() {
-        let gaps =
-            vec![vec![(ms(100), ms(130)), (ms(990), ms(2_150)), (ms(995), ms(2_100))], vec![(ms(3_000), ms(3_050))]];
+        let gaps = vec![
+            vec![vec![(ms(100), ms(130)), (ms(990), ms(2_150))], vec![(ms(995), ms(2_100))]],
+            vec![vec![(ms(3_000), ms(3_050))]],
+        ];
         let silences = vec![vec![(ms(300), ms(340)), (ms(995), ms(2_100))], vec![]];
         let o = outages(&gaps, &silences, ms(1_000), ms(200), ms(20));
         assert_eq!(o[0].unavailability_ms, Some(1_150.0));
@@ -662,6 +687,22 @@ mod tests {
         assert_eq!(o[1].unavailability_ms, None);
         assert_eq!(o[1].unavailability_at_most_ms, Some(20.0), "an upper bound, never zero");
         assert_eq!((o[1].silence_at_kill_ms, o[1].steady_silence_ms), (None, 0.0));
+    }
+
+    /// A terminal whose every answer takes longer than the gap threshold (the full stack at
+    /// saturation) waits again right after the outage: that wait, begun inside the window
+    /// after the kill, is not the kill's. Only each terminal's longest pause there counts.
+    #[test]
+    fn a_terminal_s_ordinary_wait_after_the_outage_is_not_the_kill_s() {
+        let gaps = vec![vec![
+            vec![(ms(960), ms(1_116)), (ms(1_116), ms(1_160)), (ms(1_190), ms(1_240))],
+            vec![(ms(980), ms(1_120)), (ms(1_150), ms(1_199))],
+        ]];
+        let o = outages(&gaps, &[vec![]], ms(1_000), ms(200), ms(20));
+        assert_eq!(o[0].unavailability_ms, Some(120.0), "until the last terminal's first commit after its pause");
+        // One terminal only waited after the kill, begun within the window: that wait counts.
+        let late = vec![vec![vec![(ms(900), ms(990)), (ms(1_050), ms(1_400))]]];
+        assert_eq!(outages(&late, &[vec![]], ms(1_000), ms(200), ms(20))[0].unavailability_ms, Some(400.0));
     }
 
     #[test]

@@ -645,7 +645,8 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
     let end = Duration::from_secs_f64(r.seconds);
     let live = r.recovery_ms.map(|ms| from + Duration::from_secs_f64(ms / 1e3)).filter(|&t| t <= end);
     let until = live.unwrap_or(end);
-    let longest_gap_ms = m.gaps.iter().map(|g| report::longest_within(g, from, until)).collect();
+    let longest_gap_ms =
+        m.gaps.iter().map(|p| p.iter().map(|t| report::longest_within(t, from, until)).fold(0.0, f64::max)).collect();
     let silences: Vec<Option<(f64, f64)>> =
         m.silences.iter().map(|s| report::longest_within_at(s, from, until)).collect();
     let longest_silence_ms = silences.iter().map(|s| s.map_or(0.0, |(ms, _)| ms)).collect();
@@ -766,6 +767,9 @@ fn failover_report(
         mode: config.mode(),
         shipping: config.shipping(),
         replicas: config.replication_factor(),
+        connections: x.cfg.clients,
+        inflight: x.cfg.inflight,
+        offered_txn_per_s: x.cfg.rate,
         agreement: config.mode().every_replica_executes().then(|| config.agreement.name().to_string()),
         killed: victim,
         signal: KillSignal::of(x.signal),

@@ -277,10 +277,12 @@ pub struct DriverOutcome {
     pub fine: Vec<Vec<u64>>,
     /// When the terminals started (the time base of `fine` and `gaps`).
     pub origin: Instant,
-    /// Per partition: the pauses longer than [`GAP_MIN`] between two consecutive commits of
-    /// one of its terminals, as (start, end) offsets from `origin` — how long one client
-    /// waited, which a refusal's back-off lengthens while the partition commits for others.
-    pub gaps: Vec<Vec<(Duration, Duration)>>,
+    /// Per partition, per terminal of it: the pauses longer than [`GAP_MIN`] between two
+    /// consecutive commits of the terminal, as (start, end) offsets from `origin` — how long
+    /// one client waited, which a refusal's back-off lengthens while the partition commits
+    /// for others. Kept per terminal, so that one terminal's pause at a failure is told apart
+    /// from another's ordinary wait just after it.
+    pub gaps: Vec<Vec<Vec<(Duration, Duration)>>>,
     /// Per partition: the stretches longer than [`GAP_MIN`] in which none of its terminals
     /// committed, as (start, end) offsets from `origin` — the partition's own pauses, from its
     /// last commit before each to its first after ([`partition_silences`]). A terminal that
@@ -673,7 +675,7 @@ struct Collected {
     acks: Vec<NewOrderAck>,
     payments: Vec<PaymentAck>,
     fine: Vec<Vec<u64>>,
-    gaps: Vec<Vec<(Duration, Duration)>>,
+    gaps: Vec<Vec<Vec<(Duration, Duration)>>>,
     silences: Vec<Vec<(Duration, Duration)>>,
 }
 
@@ -687,7 +689,7 @@ fn collect(shared: &[Arc<Shared>], partition_of: &[usize], partitions: usize) ->
     let mut own: Vec<Vec<(TerminalSpan, Stretches)>> = vec![Vec::new(); partitions];
     for (s, &p) in shared.iter().zip(partition_of) {
         let mine = s.gaps.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        gaps[p].extend(mine.iter().copied());
+        gaps[p].push(mine.clone());
         if let Some(span) = *s.span.lock().unwrap_or_else(|e| e.into_inner()) {
             own[p].push((span, mine));
         }
