@@ -33,6 +33,22 @@ use crate::Result;
 /// under 10 ms (64 leaves a fifth of the CPU idle between batches; docs/results.md, "The
 /// active-active cluster").
 pub const INFLIGHT_DEFAULT: usize = 128;
+/// The same rule applied to the full stack, whose executor spends ~100 µs on a transaction:
+/// at 16 per connection its p99 is ~10 ms, at 128 each answer waits 40–80 ms behind the
+/// node's queue (p99 ~80–115 ms) for about a tenth more throughput (docs/results.md, "The
+/// full stack's knee"). `glass
+/// failover` uses it for the full stack by default, so that an outage is measured beside
+/// answers that take milliseconds, not beside a queue; `bench` and `compare` keep
+/// [`INFLIGHT_DEFAULT`] for every mode (one load for all).
+pub const INFLIGHT_DEFAULT_FULL_STACK: usize = 16;
+
+/// The requests each connection keeps outstanding in a failover run of `mode` by default.
+pub fn failover_inflight_default(mode: wire::config::Mode) -> usize {
+    match mode {
+        wire::config::Mode::FullStack => INFLIGHT_DEFAULT_FULL_STACK,
+        wire::config::Mode::ActiveActive | wire::config::Mode::ActivePassive => INFLIGHT_DEFAULT,
+    }
+}
 /// Connections per warehouse by default.
 pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 1;
 /// How long a bench waits for a running cluster's partitions to serve.
@@ -241,7 +257,7 @@ pub struct Measurement {
     pub unavailable: u64,
     pub fine: Vec<Vec<u64>>,
     pub origin: Instant,
-    pub gaps: Vec<Vec<(Duration, Duration)>>,
+    pub gaps: Vec<Vec<Vec<(Duration, Duration)>>>,
     /// Per partition: the stretches in which none of its terminals committed
     /// ([`workload::client::driver::DriverOutcome::silences`]).
     pub silences: Vec<Vec<(Duration, Duration)>>,

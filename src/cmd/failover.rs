@@ -23,7 +23,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use harness::failover::experiment::{self as failover, Experiment, KillLoop};
 use harness::failover::partition::{Cut, CutExperiment};
-use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use harness::measure::{failover_inflight_default, CLIENTS_PER_WAREHOUSE_DEFAULT};
 use harness::record::Record;
 use harness::Cluster;
 use wire::config::{AgreementRule, ClusterConfig, Mode, Shipping};
@@ -119,7 +119,9 @@ pub struct FailoverArgs {
     /// Client connections [default: one per warehouse].
     #[arg(long)]
     pub clients: Option<usize>,
-    /// Requests each connection keeps in flight [default: 128].
+    /// Requests each connection keeps in flight [default: 128; 16 for the full stack, whose
+    /// answers at 128 wait 40–80 ms behind the node's queue for no more throughput, so an
+    /// outage would be measured beside a queue (docs/results.md, "The full stack's knee")].
     #[arg(long)]
     pub inflight: Option<usize>,
     /// Open loop: offer this many transactions per second over all connections, so the
@@ -198,7 +200,7 @@ pub fn run(a: FailoverArgs) -> Result<ExitCode> {
         profile: a.profile.into(),
         mix: None,
         clients: a.clients.unwrap_or(warehouses * CLIENTS_PER_WAREHOUSE_DEFAULT),
-        inflight: a.inflight.unwrap_or(INFLIGHT_DEFAULT),
+        inflight: a.inflight.unwrap_or(failover_inflight_default(config.mode())),
         rate: a.rate,
         warmup_s: a.warmup,
         stop: StopAfter::Seconds(a.duration),
