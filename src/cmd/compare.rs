@@ -30,7 +30,7 @@ use clap::Args;
 use harness::compare::plan::{self, Plan, Runs};
 use harness::compare::sweep::{self, SweepPoint};
 use harness::compare::{self as report, CompareRow};
-use harness::measure::{CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
+use harness::measure::{failover_inflight_default, CLIENTS_PER_WAREHOUSE_DEFAULT, INFLIGHT_DEFAULT};
 use harness::record::Record;
 use harness::Cluster;
 use wire::config::{AgreementRule, Mode, Shipping};
@@ -68,7 +68,8 @@ pub struct CompareArgs {
     /// Client connections, each bound to one home warehouse [default: one per warehouse].
     #[arg(long)]
     pub clients: Option<usize>,
-    /// Requests each connection keeps in flight [default: 128].
+    /// Requests each connection keeps in flight [default: 128; --failover's full-stack runs:
+    /// 16, as `glass failover`'s].
     #[arg(long)]
     pub inflight: Option<usize>,
     /// Open loop: offer this many transactions per second over all connections (latency
@@ -237,8 +238,13 @@ fn compare(
         if a.failover {
             let how = (a.duration / 3.0, a.quiet, a.record.keep_logs);
             let mut progress = Console::new(!a.quiet);
+            // The failover runs use `glass failover`'s load for the mode unless --inflight
+            // says otherwise (the full stack's knee, harness::measure::INFLIGHT_DEFAULT_FULL_STACK),
+            // so that the two commands report one figure.
+            let inflight = a.inflight.unwrap_or(failover_inflight_default(plan.mode));
+            let fcfg = DriverConfig { inflight, ..cfg.clone() };
             let passed =
-                plan::run_failovers(plan, &exe, cfg, shares, how, &mut progress, &mut |s| print!("{s}"), &mut row)?;
+                plan::run_failovers(plan, &exe, &fcfg, shares, how, &mut progress, &mut |s| print!("{s}"), &mut row)?;
             let label = format!("{} failover", row.label());
             if !passed && !failed.contains(&label) {
                 failed.push(label);
