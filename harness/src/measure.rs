@@ -36,10 +36,10 @@ pub const INFLIGHT_DEFAULT: usize = 128;
 /// The same rule applied to the full stack, whose executor spends ~100 µs on a transaction:
 /// at 16 per connection its p99 is ~10 ms, at 128 each answer waits 40–80 ms behind the
 /// node's queue (p99 ~80–115 ms) for about a tenth more throughput (docs/results.md, "The
-/// full stack's knee"). `glass
-/// failover` uses it for the full stack by default, so that an outage is measured beside
-/// answers that take milliseconds, not beside a queue; `bench` and `compare` keep
-/// [`INFLIGHT_DEFAULT`] for every mode (one load for all).
+/// full stack's knee"). `glass failover`, and the failover runs of `glass compare
+/// --failover`, use it for the full stack by default, so that an outage is measured beside
+/// answers that take milliseconds, not beside a queue; `bench` and `compare`'s throughput
+/// runs keep [`INFLIGHT_DEFAULT`] for every mode (one load for all).
 pub const INFLIGHT_DEFAULT_FULL_STACK: usize = 16;
 
 /// The requests each connection keeps outstanding in a failover run of `mode` by default.
@@ -49,6 +49,7 @@ pub fn failover_inflight_default(mode: wire::config::Mode) -> usize {
         wire::config::Mode::ActiveActive | wire::config::Mode::ActivePassive => INFLIGHT_DEFAULT,
     }
 }
+
 /// Connections per warehouse by default.
 pub const CLIENTS_PER_WAREHOUSE_DEFAULT: usize = 1;
 /// How long a bench waits for a running cluster's partitions to serve.
