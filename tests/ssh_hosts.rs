@@ -60,10 +60,23 @@ fn start_sshd(hosts: &Hosts, n: usize, dir: &Path) -> Vec<Child> {
             std::fs::write(&config, conf).unwrap();
             let log = dir.join(format!("sshd-{i}.log"));
             let config = config.to_str().unwrap().to_string();
-            hosts.spawn_program(i, "/usr/sbin/sshd", &["-D", "-e", "-f", &config], &log)
+            hosts.spawn_program(i, "/bin/sh", &["-c", CLEAN_SHELL_SSHD, "sshd", "-D", "-e", "-f", &config], &log)
         })
         .collect()
 }
+
+/// Starts sshd (its arguments follow) with root's shell start-up files hidden from the
+/// sessions it serves. The hosts are namespaces of this machine and share its root's home,
+/// and bash sources `~/.bashrc` for every command sshd runs: one that waits blocks every
+/// remote command. (Found on a machine whose `.bashrc` ran `pyenv init`, which waited 60 s
+/// for a rehash lock an interrupted run had left: every `deploy` "found no answer within
+/// 20 s".) `ip netns exec` gives sshd a mount namespace of its own; the files are covered by
+/// `/dev/null` there only.
+const CLEAN_SHELL_SSHD: &str = r#"home=$(getent passwd root | cut -d: -f6)
+for f in .bashrc .bash_profile .bash_login .profile; do
+  if [ -f "$home/$f" ]; then mount --bind /dev/null "$home/$f" || exit 1; fi
+done
+exec /usr/sbin/sshd "$@""#;
 
 /// cluster.toml: coordinators on hosts 0–2, nodes on 3 and 4, each reached as root with
 /// `key`, each host in its own directory (the namespaces share one file system).
