@@ -690,7 +690,31 @@ fn a_replica_rejoins_while_saturating_load_runs_and_the_survivor_never_stops() {
             rejoin["longest_gap_ms"][p],
             rejoin["replayed_batches"][p]
         );
+        let split = |v: &Value| {
+            let procs = v["processes"].as_array().map_or(String::new(), |ps| {
+                ps.iter()
+                    .map(|p| format!("{} {} ms", p["process"].as_str().unwrap_or("?"), p["cpu_ms"]))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            format!("stolen {}, idle {}; {procs}", pct(&v["stolen_pct"]), pct(&v["idle_pct"]))
+        };
+        eprintln!(
+            "partition {}: CPU during the steady state's stretch: {}; during the rejoin's: {}",
+            p + 1,
+            split(&outage["steady_silence_cpu"]),
+            split(&rejoin["longest_silence_cpu"][p])
+        );
         assert!(during <= at_kill.max(1), "partition {}: the survivor stopped during the rejoin: {rejoin}", p + 1);
+    }
+    // Each stretch is read beside who had the CPUs: where the machine's CPU time could be read,
+    // some stretch names a node of this cluster, known by its command line.
+    if !r["cpu_stolen_pct"].is_null() {
+        let splits =
+            (0..2).flat_map(|p| [&r["partitions"][p]["steady_silence_cpu"], &rejoin["longest_silence_cpu"][p]]);
+        let named: Vec<&str> =
+            splits.filter_map(|s| s["processes"].as_array()).flatten().filter_map(|p| p["process"].as_str()).collect();
+        assert!(named.iter().any(|n| n.starts_with("node ")), "no stretch names a node: {named:?} in {r}");
     }
     assert_eq!(r["lost_acknowledged"], 0, "{r}");
     assert_eq!(r["digests_equal"], true, "{r}");

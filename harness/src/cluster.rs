@@ -117,6 +117,26 @@ impl Proc {
             Proc::Node(id) => vec!["node".into(), "--config".into(), config, "--id".into(), id.to_string()],
         }
     }
+
+    /// The name people read of the process whose command line (the program first) is `args`,
+    /// if [`Proc::args`] made it for `config`: `node 1`, `node 1 (rejoining)` for a node
+    /// started with `--rejoin`, `coordinator 2`.
+    pub fn label_of(args: &[String], config: &Path) -> Option<String> {
+        let rest = args.get(1..)?;
+        let id = rest.iter().position(|a| a == "--id").and_then(|i| rest.get(i + 1));
+        let proc = match (rest.first()?.as_str(), id) {
+            ("coordinator", None) => Proc::Coordinator(None),
+            ("coordinator", Some(id)) => Proc::Coordinator(Some(id.parse().ok()?)),
+            ("node", Some(id)) => Proc::Node(id.parse().ok()?),
+            _ => return None,
+        };
+        let want = proc.args(config);
+        if !rest.starts_with(&want) {
+            return None;
+        }
+        let rejoining = rest[want.len()..].iter().any(|a| a == "--rejoin");
+        Some(if rejoining { format!("{} (rejoining)", proc.label()) } else { proc.label() })
+    }
 }
 
 /// A live process found through its pid file.
@@ -1216,6 +1236,28 @@ fn close_inherited_on_exec() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process is named by the command line `Proc::args` made for this configuration, and
+    /// only by it.
+    #[test]
+    fn a_cluster_process_is_named_from_its_command_line() {
+        let config = Path::new("/runs/a/cluster.toml");
+        let line = |p: &Proc, extra: &[&str]| {
+            let mut args = vec!["/bin/glass".to_string()];
+            args.extend(p.args(config));
+            args.extend(extra.iter().map(|a| a.to_string()));
+            args
+        };
+        let label = |args: &[String]| Proc::label_of(args, config);
+        assert_eq!(label(&line(&Proc::Node(2), &[])), Some("node 2".to_string()));
+        assert_eq!(label(&line(&Proc::Node(1), &["--rejoin"])), Some("node 1 (rejoining)".to_string()));
+        assert_eq!(label(&line(&Proc::Coordinator(Some(0)), &[])), Some("coordinator 0".to_string()));
+        assert_eq!(label(&line(&Proc::Coordinator(None), &[])), Some("coordinator".to_string()));
+        let other = Proc::label_of(&line(&Proc::Node(2), &[]), Path::new("/runs/b/cluster.toml"));
+        assert_eq!(other, None, "another cluster's node");
+        assert_eq!(label(&["/bin/glass".to_string(), "bench".to_string()]), None);
+        assert_eq!(label(&["glass".to_string()]), None);
+    }
 
     /// Issue 40: `up` never truncates a log; it keeps the last [`LOGS_KEPT`] runs' aside.
     #[test]

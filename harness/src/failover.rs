@@ -46,6 +46,10 @@ pub struct PartitionOutage {
     /// The share of the machine's CPU time the hypervisor took during that stretch, percent
     /// ([`crate::procfs::StealTrace`]); `None` where it cannot be read.
     pub steady_silence_cpu_stolen_pct: Option<f64>,
+    /// Where this machine's CPU time went during that stretch: stolen, idle, and each of
+    /// this host's cluster processes and the client's share ([`crate::procfs::CpuSplit`]);
+    /// `None` where it cannot be read.
+    pub steady_silence_cpu: Option<crate::procfs::CpuSplit>,
 }
 
 /// One bucket of the timeline.
@@ -234,6 +238,10 @@ pub struct RejoinFigures {
     /// Per partition: the share of the machine's CPU time the hypervisor took during that
     /// stretch, percent; `None` where it cannot be read.
     pub longest_silence_cpu_stolen_pct: Vec<Option<f64>>,
+    /// Per partition: where this machine's CPU time went during that stretch — stolen, idle,
+    /// and which processes had it ([`crate::procfs::CpuSplit`]); `None` where it cannot be
+    /// read.
+    pub longest_silence_cpu: Vec<Option<crate::procfs::CpuSplit>>,
     /// Per partition: the longest one terminal waited between two of its commits in the same
     /// window, ms — longer than `longest_silence_ms` when the catch-up policy answers some
     /// requests busy and their terminals back off while others commit.
@@ -444,6 +452,7 @@ pub fn outages(
                 steady_silence_ms: steady.map_or(0.0, |(ms, _)| ms),
                 steady_silence_at_s: steady.map(|(_, at)| at),
                 steady_silence_cpu_stolen_pct: None,
+                steady_silence_cpu: None,
             }
         })
         .collect()
@@ -579,6 +588,11 @@ impl std::fmt::Display for FailoverReport {
                 at.join(", "),
                 stole.join(", ")
             )?;
+            for (p, split) in r.longest_silence_cpu.iter().enumerate() {
+                if let Some(split) = split {
+                    writeln!(f, "                       CPU in partition {}'s stretch: {split}", p + 1)?;
+                }
+            }
             writeln!(
                 f,
                 "                       longest one client waited per partition [{}]",

@@ -581,9 +581,14 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
         }
     };
     let clock = Some(events.clock().clone());
-    let steal = crate::procfs::StealSampler::start();
+    // Where the CPUs went while the load ran: this process (the clients) and the cluster's
+    // processes on this host, by the command lines `up` and the restarts gave them.
+    let config_path = cluster.path.clone();
+    let cpu = crate::procfs::CpuSampler::start("the clients (glass failover)", move |args| {
+        crate::cluster::Proc::label_of(args, &config_path)
+    });
     let measured = measure_with(&rt, &cluster, &client, &x.cfg, &x.shares, x.quiet, clock);
-    let steal = steal.map(crate::procfs::StealSampler::finish).unwrap_or_default();
+    let cpu = cpu.map(crate::procfs::CpuSampler::finish).unwrap_or_default();
     let ev = killer.join().map_err(|_| HarnessError::Killer("the killer thread panicked".into()))?;
     let run_events = events.finish(Some(watcher));
     if let (libc::SIGSTOP, Some(running)) = (x.signal, &victim_proc) {
@@ -609,32 +614,35 @@ pub fn experiment(config: &ClusterConfig, x: &Experiment, progress: &mut dyn Pro
     if report.recovery == Recovery::Rejoin {
         report.rejoin = Some(rejoin_figures(&report, &m, &cluster.config.run_dir, config.partitions.len()));
     }
-    note_steal(&mut report, &steal, m.origin);
+    note_cpu(&mut report, &cpu, m.origin);
     Ok(report)
 }
 
-/// Places the hypervisor's steal ([`crate::procfs::StealTrace`], read while the load ran) on
-/// the record: each timeline bucket, the measured phase, and the longest stretches without a
-/// commit, so that a stretch is read beside what the machine's CPUs lost meanwhile.
-fn note_steal(r: &mut FailoverReport, steal: &crate::procfs::StealTrace, origin: Instant) {
+/// Places where the machine's CPU time went ([`crate::procfs::CpuTrace`], read while the load
+/// ran) on the record: the hypervisor's steal for each timeline bucket and the measured phase,
+/// and for the longest stretches without a commit the whole split — stolen, idle, and which
+/// processes had the CPUs — so that a stretch is read beside what happened to the machine.
+fn note_cpu(r: &mut FailoverReport, cpu: &crate::procfs::CpuTrace, origin: Instant) {
     let at = |s: f64| origin + Duration::from_secs_f64(s.max(0.0));
     let bucket_s = BUCKET.as_secs_f64();
     for p in &mut r.timeline {
-        p.cpu_stolen_pct = steal.stolen_pct(at(p.t_s), at(p.t_s + bucket_s));
+        p.cpu_stolen_pct = cpu.stolen_pct(at(p.t_s), at(p.t_s + bucket_s));
     }
     r.cpu_stolen_pct =
-        r.timeline.first().zip(r.timeline.last()).and_then(|(a, b)| steal.stolen_pct(at(a.t_s), at(b.t_s)));
+        r.timeline.first().zip(r.timeline.last()).and_then(|(a, b)| cpu.stolen_pct(at(a.t_s), at(b.t_s)));
     for p in &mut r.partitions {
-        p.steady_silence_cpu_stolen_pct =
-            p.steady_silence_at_s.and_then(|s| steal.stolen_pct(at(s), at(s + p.steady_silence_ms / 1e3)));
+        p.steady_silence_cpu = p.steady_silence_at_s.and_then(|s| cpu.split(at(s), at(s + p.steady_silence_ms / 1e3)));
+        p.steady_silence_cpu_stolen_pct = p.steady_silence_cpu.as_ref().map(|c| c.stolen_pct);
     }
     if let Some(j) = r.rejoin.as_mut() {
-        j.longest_silence_cpu_stolen_pct = j
+        j.longest_silence_cpu = j
             .longest_silence_at_s
             .iter()
             .zip(&j.longest_silence_ms)
-            .map(|(s, ms)| s.and_then(|s| steal.stolen_pct(at(s), at(s + ms / 1e3))))
+            .map(|(s, ms)| s.and_then(|s| cpu.split(at(s), at(s + ms / 1e3))))
             .collect();
+        j.longest_silence_cpu_stolen_pct =
+            j.longest_silence_cpu.iter().map(|c| c.as_ref().map(|c| c.stolen_pct)).collect();
     }
 }
 
@@ -666,6 +674,7 @@ fn rejoin_figures(r: &FailoverReport, m: &Measurement, run_dir: &Path, partition
         longest_silence_ms,
         longest_silence_at_s,
         longest_silence_cpu_stolen_pct: Vec::new(),
+        longest_silence_cpu: Vec::new(),
         longest_gap_ms,
         replayed_batches: (1..=partitions).map(|p| replayed_batches(run_dir, r.killed, p as u16)).collect(),
         txn_per_sec_during: during,
