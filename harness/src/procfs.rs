@@ -147,15 +147,20 @@ impl CpuSampler {
                 let mut watched = vec![me];
                 let mut passed: HashSet<u32> = HashSet::new();
                 let mut scanned: Option<Instant> = None;
+                // A child this process forked shows this process's command line until it
+                // executes its own: it is looked at again, not passed over.
+                let forked = command_line(me);
                 while !flag.load(Ordering::Relaxed) {
                     if scanned.is_none_or(|t| t.elapsed() >= CPU_RESCAN) {
                         scanned = Some(Instant::now());
                         for pid in new_processes(&watched, &passed) {
-                            match command_line(pid).and_then(|args| watch(&args)) {
+                            let args = command_line(pid);
+                            match args.as_deref().and_then(&watch) {
                                 Some(name) => {
                                     watched.push(pid);
                                     trace.names.push((pid, name));
                                 }
+                                None if args.is_some() && args == forked => {}
                                 None => {
                                     passed.insert(pid);
                                 }
