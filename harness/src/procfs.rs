@@ -385,6 +385,11 @@ mod tests {
         };
         let marker = "2.7182818";
         let mut sleeper = std::process::Command::new("sleep").arg(marker).spawn().expect("sleep runs");
+        // Until it executes `sleep`, the child shows this test's command line (the sampler
+        // would look at it again only at its next rescan).
+        while command_line(sleeper.id()).is_none_or(|a| a.last().map(String::as_str) != Some(marker)) {
+            std::thread::yield_now();
+        }
         let sampler = CpuSampler::start("this test", move |args| {
             (args.len() == 2 && args[0].ends_with("sleep") && args[1] == marker).then(|| "the sleeper".to_string())
         })
