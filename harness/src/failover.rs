@@ -44,7 +44,7 @@ pub struct PartitionOutage {
     /// Where that stretch began, seconds from the run's start.
     pub steady_silence_at_s: Option<f64>,
     /// The share of the machine's CPU time the hypervisor took during that stretch, percent
-    /// ([`crate::procfs::StealTrace`]); `None` where it cannot be read.
+    /// ([`crate::procfs::CpuTrace`]); `None` where it cannot be read.
     pub steady_silence_cpu_stolen_pct: Option<f64>,
     /// Where this machine's CPU time went during that stretch: stolen, idle, and each of
     /// this host's cluster processes and the client's share ([`crate::procfs::CpuSplit`]);
@@ -201,7 +201,7 @@ pub struct FailoverReport {
     pub txn_per_sec_before: f64,
     pub txn_per_sec_lowest_after: f64,
     /// The share of the machine's CPU time the hypervisor took over the measured phase,
-    /// percent ([`crate::procfs::StealTrace`]; per bucket in `timeline`); `None`: not read.
+    /// percent ([`crate::procfs::CpuTrace`]; per bucket in `timeline`); `None`: not read.
     pub cpu_stolen_pct: Option<f64>,
     /// What the checks after the run found (flattened into the record's JSON).
     #[serde(flatten)]
