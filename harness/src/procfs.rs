@@ -261,7 +261,10 @@ impl CpuTrace {
     /// percent, over the samples enclosing the window (a window shorter than [`CPU_SAMPLE`]
     /// reads a little wider); `None` when the samples do not enclose it or no tick passed.
     pub fn stolen_pct(&self, from: Instant, until: Instant) -> Option<f64> {
-        self.split(from, until).map(|s| s.stolen_pct)
+        let (ia, ib) = self.enclosing(from, until)?;
+        let (a, b) = (self.samples[ia].machine, self.samples[ib].machine);
+        let all = b.all.checked_sub(a.all).filter(|&d| d > 0)?;
+        Some(100.0 * b.steal.saturating_sub(a.steal) as f64 / all as f64)
     }
 
     /// Where the machine's CPU time went between `from` and `until`: stolen, idle, and each
@@ -272,6 +275,7 @@ impl CpuTrace {
         let (a, b) = (&self.samples[ia], &self.samples[ib]);
         let all = b.machine.all.checked_sub(a.machine.all).filter(|&d| d > 0)?;
         let pct = |d: u64| 100.0 * d as f64 / all as f64;
+        let stolen_pct = self.stolen_pct(from, until)?;
         // SAFETY: sysconf has no preconditions.
         let ms_per_tick = 1e3 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64).max(1.0);
         let mut processes: Vec<ProcessCpu> = Vec::new();
@@ -287,7 +291,7 @@ impl CpuTrace {
         processes.sort_by(|x, y| y.cpu_ms.total_cmp(&x.cpu_ms));
         Some(CpuSplit {
             window_ms: b.at.duration_since(a.at).as_secs_f64() * 1e3,
-            stolen_pct: pct(b.machine.steal.saturating_sub(a.machine.steal)),
+            stolen_pct,
             idle_pct: pct(b.machine.idle.saturating_sub(a.machine.idle)),
             processes,
         })
