@@ -88,8 +88,9 @@ pub struct Member {
     /// `timeouts.load_timeout_s`: how long a take-over waits for replicas still loading.
     load_timeout_us: u64,
     /// Client requests handed to the coordinator and not yet answered: answered "outcome
-    /// unknown" if this member stops leading first.
-    open: std::collections::HashSet<(ClientId, u64)>,
+    /// unknown" if this member stops leading first. An insert and a remove per request:
+    /// foldhash, keyed per process, not SipHash.
+    open: foldhash::HashSet<(ClientId, u64)>,
     /// Each node's connection, counted: a message held back goes only to the connection it
     /// was meant for (a node that connected again since is another process).
     connections: BTreeMap<NodeId, u64>,
@@ -177,7 +178,7 @@ impl Member {
             duty: Duty::Standby,
             failure_timeout_us: t.failure_timeout_ms * 1_000,
             load_timeout_us: t.load_timeout_s * 1_000_000,
-            open: std::collections::HashSet::new(),
+            open: foldhash::HashSet::default(),
             connections: BTreeMap::new(),
         })
     }

@@ -25,8 +25,9 @@
 //! - `status`: the memberships the coordinator group records, and status for displays;
 //! - `resume`: a new leader's take-over (docs/design.md §11).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
+use foldhash::{HashMap, HashMapExt};
 use wire::channel::{ChannelMessage, NodeToCoordinator};
 use wire::config::{AgreementRule, ClusterConfig, Mode};
 use wire::messages::{ClientResult, CoordinatorId, NodeId, PartitionId, PieceOutcome, Seq, StateDigest, Timestamp};

@@ -32,8 +32,9 @@
 //!   [`RETRIES_WAITING_MAX`] wait (past it: `NotReady`, ask later), and the ids retried lately
 //!   are kept up to [`RETRIED_KEPT`].
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
+use foldhash::{HashMap, HashSet};
 use wire::channel::CoordinatorToNode;
 use wire::messages::{
     ClientReply, ClientRequest, ClientResult, NodeId, PartitionId, RecalledOutcome, Rejection, RequestId, Seq,

@@ -26,12 +26,13 @@
 //! [`CORE_INBOX_MAX`]: super::CORE_INBOX_MAX
 //! [`NODE_OUTBOX_BYTES_MAX`]: super::NODE_OUTBOX_BYTES_MAX
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use foldhash::HashMap;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, error, info, warn};
 use wire::channel::{

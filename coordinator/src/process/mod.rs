@@ -39,13 +39,14 @@
 //!
 //! [`Links`]: crate::carrier::Links
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToCoordinator, NodeToCoordinator};
