@@ -61,6 +61,7 @@ fn embedded_bench_writes_json_dump_and_passes_the_check() {
         "per_txn",
         "rss_after_load_bytes",
         "rss_bytes",
+        "warehouse_copies",
     ] {
         assert!(v.get(field).is_some(), "json lacks {field}: {v}");
     }

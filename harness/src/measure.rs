@@ -310,7 +310,11 @@ pub fn measure_with(
                 report.cpu_not_measured = Some(why);
             }
         }
-        report.rss_after_load_bytes = s.nodes_rss_bytes;
+        // The nodes' memory once loaded: read as the first phase began, before the warm-up
+        // grew the database (the measured phase's start, if that reading failed).
+        report.rss_after_load_bytes = obs.loaded_rss_bytes.unwrap_or(s.nodes_rss_bytes);
+        report.warehouse_copies =
+            config.partitions.iter().map(|p| p.warehouses.range().count() as u64 * p.replicas.len() as u64).sum();
         report.rss_bytes = e.nodes_rss_bytes;
         let neworders =
             report.per_txn.iter().find(|k| k.txn == engine::procedures::TxnKind::NewOrder).map_or(0, |k| k.count);
@@ -443,6 +447,8 @@ struct Sampler<'a> {
     hosts: Vec<(Box<dyn crate::place::ProcessHost>, Vec<Running>)>,
     start: Option<Sample>,
     end: Option<Sample>,
+    /// The nodes' resident bytes as the driver's first phase began: the database loaded.
+    loaded_rss_bytes: Option<u64>,
     /// Started at the driver's first phase (see [`measure_with`]).
     clock: Option<crate::failover::events::RunClock>,
 }
@@ -472,6 +478,7 @@ impl<'a> Sampler<'a> {
             hosts,
             start: None,
             end: None,
+            loaded_rss_bytes: None,
             clock: None,
         })
     }
@@ -540,6 +547,9 @@ impl Observer for Sampler<'_> {
         self.inner.loading(done, total);
     }
     fn phase(&mut self, name: &str, stop: StopAfter) {
+        if self.loaded_rss_bytes.is_none() {
+            self.loaded_rss_bytes = Some(self.sample().nodes_rss_bytes).filter(|b| *b > 0);
+        }
         if let Some(clock) = &self.clock {
             // The driver's first phase begins as its terminals start: the timeline's origin.
             let _ = clock.set((Instant::now(), crate::record::wall_clock()));

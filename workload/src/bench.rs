@@ -229,10 +229,17 @@ pub struct BenchReport {
     pub p95_us: f64,
     pub p99_us: f64,
     pub per_txn: Vec<KindSummary>,
+    /// Resident bytes of the database's processes once the load is done, before the warm-up
+    /// (a cluster: every node's, summed).
     pub rss_after_load_bytes: u64,
     pub rss_bytes: u64,
-    /// (rss_bytes − rss_after_load_bytes) / NewOrders committed, warm-up included.
+    /// Resident growth per NewOrder committed, per copy of the database: embedded,
+    /// (rss_bytes − rss_after_load_bytes) / NewOrders, warm-up included; a cluster, the
+    /// nodes' growth over the measured phase / (NewOrders measured × replicas).
     pub rss_growth_per_neworder_bytes: f64,
+    /// Copies of a warehouse that `rss_after_load_bytes` holds: the warehouses, each times the
+    /// replicas of its partition (embedded: the warehouses).
+    pub warehouse_copies: u64,
     pub timeline: Vec<IntervalLine>,
     /// Engine that ran: "lean" or "conventional" (absent when the caller did not say).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -307,6 +314,7 @@ impl BenchReport {
             per_txn: m.stats.summary(),
             rss_after_load_bytes: rss_after_load,
             rss_bytes: rss,
+            warehouse_copies: u64::from(m.warehouses),
             rss_growth_per_neworder_bytes: if neworders == 0 {
                 0.0
             } else {

@@ -159,13 +159,20 @@ pub fn render(r: &BenchReport) -> String {
     };
     let _ = writeln!(s, "tpmC         {:.0} NewOrders per minute (measured phase)", r.tpmc);
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
+    let copies = r.warehouse_copies.max(1);
+    let per = if copies == u64::from(r.warehouses) {
+        "per warehouse".to_string()
+    } else {
+        format!("per warehouse per replica: {copies} copies of a warehouse")
+    };
     let _ = writeln!(
         s,
-        "memory       {:.1} MiB resident after load ({:.1} MiB per warehouse), {:.1} MiB at the end ({:.0} bytes per NewOrder)",
+        "memory       {:.1} MiB resident after load ({:.1} MiB {per}), {:.1} MiB at the end ({:.0} bytes per NewOrder{})",
         mb(r.rss_after_load_bytes),
-        mb(r.rss_after_load_bytes) / r.warehouses as f64,
+        mb(r.rss_after_load_bytes) / copies as f64,
         mb(r.rss_bytes),
-        r.rss_growth_per_neworder_bytes
+        r.rss_growth_per_neworder_bytes,
+        if copies == u64::from(r.warehouses) { "" } else { " per replica" }
     );
     s
 }
