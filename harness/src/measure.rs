@@ -547,15 +547,19 @@ impl Observer for Sampler<'_> {
         self.inner.loading(done, total);
     }
     fn phase(&mut self, name: &str, stop: StopAfter) {
-        if self.loaded_rss_bytes.is_none() {
-            self.loaded_rss_bytes = Some(self.sample().nodes_rss_bytes).filter(|b| *b > 0);
-        }
         if let Some(clock) = &self.clock {
             // The driver's first phase begins as its terminals start: the timeline's origin.
             let _ = clock.set((Instant::now(), crate::record::wall_clock()));
         }
         if name == "run" {
-            self.start = Some(self.sample());
+            let start = self.sample();
+            if self.loaded_rss_bytes.is_none() {
+                self.loaded_rss_bytes = Some(start.nodes_rss_bytes).filter(|b| *b > 0);
+            }
+            self.start = Some(start);
+        } else if self.loaded_rss_bytes.is_none() {
+            // The first phase, the warm-up: the database is loaded and has not grown yet.
+            self.loaded_rss_bytes = Some(self.sample().nodes_rss_bytes).filter(|b| *b > 0);
         }
         self.inner.phase(name, stop);
     }
