@@ -275,7 +275,6 @@ impl CpuTrace {
         let (a, b) = (&self.samples[ia], &self.samples[ib]);
         let all = b.machine.all.checked_sub(a.machine.all).filter(|&d| d > 0)?;
         let pct = |d: u64| 100.0 * d as f64 / all as f64;
-        let stolen_pct = self.stolen_pct(from, until)?;
         // SAFETY: sysconf has no preconditions.
         let ms_per_tick = 1e3 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64).max(1.0);
         let mut processes: Vec<ProcessCpu> = Vec::new();
@@ -291,7 +290,7 @@ impl CpuTrace {
         processes.sort_by(|x, y| y.cpu_ms.total_cmp(&x.cpu_ms));
         Some(CpuSplit {
             window_ms: b.at.duration_since(a.at).as_secs_f64() * 1e3,
-            stolen_pct,
+            stolen_pct: pct(b.machine.steal.saturating_sub(a.machine.steal)),
             idle_pct: pct(b.machine.idle.saturating_sub(a.machine.idle)),
             processes,
         })

@@ -160,10 +160,10 @@ pub fn render(r: &BenchReport) -> String {
     let _ = writeln!(s, "tpmC         {:.0} NewOrders per minute (measured phase)", r.tpmc);
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     let copies = r.warehouse_copies.max(1);
-    let per = if copies == u64::from(r.warehouses) {
-        "per warehouse".to_string()
-    } else {
-        format!("per warehouse per replica: {copies} copies of a warehouse")
+    let replicated = copies != u64::from(r.warehouses);
+    let per = match replicated {
+        false => "per warehouse".to_string(),
+        true => format!("per warehouse per replica: {copies} copies of a warehouse"),
     };
     let _ = writeln!(
         s,
@@ -172,7 +172,7 @@ pub fn render(r: &BenchReport) -> String {
         mb(r.rss_after_load_bytes) / copies as f64,
         mb(r.rss_bytes),
         r.rss_growth_per_neworder_bytes,
-        if copies == u64::from(r.warehouses) { "" } else { " per replica" }
+        if replicated { " per replica" } else { "" }
     );
     s
 }
