@@ -62,9 +62,11 @@ fn embedded_bench_writes_json_dump_and_passes_the_check() {
         "rss_after_load_bytes",
         "rss_bytes",
         "warehouse_copies",
+        "growth_pages",
     ] {
         assert!(v.get(field).is_some(), "json lacks {field}: {v}");
     }
+    assert_eq!(v["growth_pages"], "small", "the default pages of the tables' growth");
     assert_eq!(v["committed"].as_u64().unwrap() + v["aborted"].as_u64().unwrap(), 3000);
     assert_eq!(v["profile"], "standard");
     let per_txn = v["per_txn"].as_array().unwrap();
@@ -94,11 +96,12 @@ fn dump_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// Determinism contract (docs/design.md): the same seed gives the same dump byte for byte.
+/// Determinism contract (docs/design.md): the same seed gives the same dump byte for byte,
+/// whatever pages the tables grow into.
 #[test]
 fn same_seed_gives_the_same_dump_byte_for_byte() {
     let dir = scratch("determinism");
-    let run = |name: &str| {
+    let run = |name: &str, pages: &str| {
         let d = dir.join(name);
         let o = glass(&[
             "bench",
@@ -114,14 +117,16 @@ fn same_seed_gives_the_same_dump_byte_for_byte() {
             "--seed",
             "7",
             "--quiet",
+            "--growth-pages",
+            pages,
             "--dump",
             d.to_str().unwrap(),
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
         dump_bytes(&d)
     };
-    let a = run("a");
-    let b = run("b");
+    let a = run("a", "small");
+    let b = run("b", "huge");
     assert_eq!(a.len(), 9);
     assert!(a == b, "dumps differ between two runs with the same seed");
     let _ = std::fs::remove_dir_all(&dir);
@@ -155,6 +160,9 @@ fn bad_input_is_refused_with_a_clear_error_and_writes_nothing() {
     refused(&["bench", "--embedded", "--mix", "neworder=0", "--json", j], "mix");
     refused(&["bench", "--embedded", "--json", "/nonexistent-glass-dir/r.json"], "nonexistent-glass-dir");
     refused(&["bench", "--embedded", "--txns", "0", "--json", j], "txns");
+    let o = glass(&["bench", "--embedded", "--growth-pages", "giant", "--json", j]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("'--growth-pages") && stderr(&o).contains("small or huge"), "{}", stderr(&o));
     assert!(!json.exists(), "nothing is written on bad input");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no stray files");
     let _ = std::fs::remove_dir_all(&dir);

@@ -75,6 +75,7 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     // Issue 38: the memory after load is read before the warm-up, and counted per copy of a
     // warehouse (each of the 2 warehouses is held by both replicas of its partition).
     assert_eq!(v["warehouse_copies"], 4, "{v}");
+    assert_eq!(v["growth_pages"], "small", "cluster.toml's growth_pages: {v}");
     assert!(v["rss_after_load_bytes"].as_u64().unwrap() > 0, "{v}");
     assert!(v["committed"].as_u64().unwrap() > 0, "{v}");
     // Issue 40: the commits counted and the single- and multi-partition commits agree.

@@ -291,6 +291,7 @@ fn the_worker_runner_counts_exactly_and_one_worker_replays_the_single_thread_str
         warmup_s: 0.0,
         warmup_txns: None,
         seed: 7,
+        growth_pages: Default::default(),
     };
     let dir = Scratch::new("runner");
     let config = |workers| Config { log_prealloc_bytes: 1 << 20, ..Config::for_step(Step::FULL_STACK, workers) };

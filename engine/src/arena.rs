@@ -2,9 +2,18 @@
 //! for transparent huge pages, and chunked pools of plain-old-data elements built on them.
 //!
 //! Why: at TPC-C's working set (hundreds of MB) dependent loads cost 150–250 ns and TLB misses
-//! add to them; huge pages cut that (measured on this VM: docs/usage.md, "Design notes"), and on this VM
-//! every newly touched 4 KiB page costs a fault and a zeroing, so a pool grows in whole 2 MiB
-//! pages and never copies: a chunk, once allocated, never moves.
+//! add to them; huge pages cut that (measured on this VM: docs/usage.md, "Design notes"), so
+//! what the load fills sits in huge pages, and a pool grows in whole 2 MiB steps and never
+//! copies: a chunk, once allocated, never moves.
+//!
+//! Memory allocated while the tables grow (after loading: pre-faulting is on) takes the page
+//! size [`GrowthPages`] names, small (4 KiB) pages by default: on a virtual machine whose host
+//! takes back the guest's free memory (virtio-balloon free page reporting, as on the machines
+//! glass is measured on), a huge page the guest has not touched since it was freed costs the
+//! host's backing on first touch, 1.2–2.5 ns per byte, against 0.35 for small pages and 0.06
+//! for a huge page the guest still holds (docs/results.md, "What a fresh page costs"); the
+//! database grows by ~900 bytes per NewOrder, so that choice decides a fifth of a replicated
+//! cluster's CPU. On a host that backs memory up front, `huge` is the cheaper choice.
 //!
 //! Guarantees: ids are dense `u32`s handed out in allocation order (released ids are reused
 //! first, most recently released first); an element's address never changes while it lives.
@@ -33,20 +42,29 @@ unsafe impl<T: Sync> Sync for HugeBuf<T> {}
 
 impl<T: Copy> HugeBuf<T> {
     /// A buffer for at least `cap` elements. Buffers of 2 MiB or more are aligned to 2 MiB,
-    /// rounded up to whole huge pages and advised; smaller ones are plain allocations (a huge
-    /// page would make a small buffer cost 2 MiB of memory).
+    /// rounded up to whole huge pages and advised — for huge pages, or for small ones if they
+    /// are allocated while the tables grow and [`growth_pages`] says so; smaller ones are plain
+    /// allocations (a huge page would make a small buffer cost 2 MiB of memory).
     pub fn new(cap: usize) -> Self {
+        Self::advised(cap, prefault_enabled(), growth_pages())
+    }
+
+    fn advised(cap: usize, growing: bool, growth: GrowthPages) -> Self {
         let size = std::mem::size_of::<T>().max(1);
         let want = cap.max(1) * size;
-        let huge = want >= HUGE_PAGE_BYTES;
-        let (bytes, align) =
-            if huge { (want.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES, HUGE_PAGE_BYTES) } else { (want, 64) };
+        let advice = advice(want, growing, growth);
+        let (bytes, align) = match advice {
+            Advice::Plain => (want, 64),
+            Advice::Huge | Advice::Small => (want.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES, HUGE_PAGE_BYTES),
+        };
         let layout = Layout::from_size_align(bytes, align.max(std::mem::align_of::<T>())).expect("buffer layout");
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { alloc(layout) };
         let ptr = NonNull::new(raw as *mut T).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        if huge {
-            advise_huge(raw, bytes);
+        match advice {
+            Advice::Plain => {}
+            Advice::Huge => advise_huge(raw, bytes),
+            Advice::Small => advise_small(raw, bytes),
         }
         HugeBuf { ptr, cap: bytes / size, layout }
     }
@@ -96,6 +114,81 @@ impl<T> Drop for HugeBuf<T> {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this layout; elements are Copy (nothing to drop).
         unsafe { dealloc(self.ptr.as_ptr() as *mut u8, self.layout) }
+    }
+}
+
+/// The pages of memory allocated while the tables grow (after loading: while pre-faulting is
+/// on). Loaded tables are always advised for huge pages; this only decides the growth.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrowthPages {
+    /// 4 KiB pages (`MADV_NOHUGEPAGE`): the cheaper first touch where the host takes freed
+    /// guest memory back (module documentation).
+    #[default]
+    Small,
+    /// Transparent huge pages (`MADV_HUGEPAGE`), like the loaded tables.
+    Huge,
+}
+
+impl GrowthPages {
+    /// The name `cluster.toml` and `--growth-pages` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GrowthPages::Small => "small",
+            GrowthPages::Huge => "huge",
+        }
+    }
+}
+
+impl std::fmt::Display for GrowthPages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GrowthPages {
+    type Err = String;
+    fn from_str(s: &str) -> Result<GrowthPages, String> {
+        match s {
+            "small" => Ok(GrowthPages::Small),
+            "huge" => Ok(GrowthPages::Huge),
+            other => Err(format!("unknown growth pages '{other}' (expected small or huge)")),
+        }
+    }
+}
+
+static GROWTH_HUGE: AtomicBool = AtomicBool::new(false);
+
+/// Sets the pages of memory allocated from now on while pre-faulting is on (a process-wide
+/// setting, like pre-faulting: a node or a bench sets it once, before its tables grow).
+pub fn set_growth_pages(pages: GrowthPages) {
+    GROWTH_HUGE.store(pages == GrowthPages::Huge, Ordering::Relaxed);
+}
+
+pub fn growth_pages() -> GrowthPages {
+    if GROWTH_HUGE.load(Ordering::Relaxed) {
+        GrowthPages::Huge
+    } else {
+        GrowthPages::Small
+    }
+}
+
+/// What a buffer's pages are advised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Advice {
+    /// Too small to hold a huge page: a plain allocation, no advice.
+    Plain,
+    Huge,
+    Small,
+}
+
+/// The advice for a buffer of `bytes`: huge pages for 2 MiB or more, unless it is allocated
+/// while the tables grow and growth takes small pages.
+fn advice(bytes: usize, growing: bool, growth: GrowthPages) -> Advice {
+    match (bytes >= HUGE_PAGE_BYTES, growing, growth) {
+        (false, _, _) => Advice::Plain,
+        (true, true, GrowthPages::Small) => Advice::Small,
+        (true, _, _) => Advice::Huge,
     }
 }
 
@@ -160,6 +253,18 @@ fn populate(start: usize, len: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (start, len);
+}
+
+/// Asks for small pages over `[ptr, ptr + bytes)`, even where transparent huge pages are on
+/// for every mapping. A hint: failure is harmless.
+fn advise_small(ptr: *mut u8, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: the range lies inside an allocation we own; madvise only records a hint.
+    unsafe {
+        libc::madvise(ptr as *mut libc::c_void, bytes, libc::MADV_NOHUGEPAGE);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, bytes);
 }
 
 /// Asks for transparent huge pages over `[ptr, ptr + bytes)`. A hint: failure is harmless.
@@ -363,6 +468,64 @@ mod tests {
         p.release(7);
         assert_eq!(p.alloc([1; 7]), 7, "released ids are reused");
         assert_eq!(p.live(), 400_000);
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    #[test]
+    fn loaded_tables_take_huge_pages_and_growth_the_pages_it_names() {
+        let big = 4 * HUGE_PAGE_BYTES;
+        assert_eq!(advice(HUGE_PAGE_BYTES - 1, false, GrowthPages::Huge), Advice::Plain);
+        assert_eq!(advice(HUGE_PAGE_BYTES - 1, true, GrowthPages::Small), Advice::Plain);
+        assert_eq!(advice(big, false, GrowthPages::Small), Advice::Huge, "loading: huge whatever growth takes");
+        assert_eq!(advice(big, true, GrowthPages::Small), Advice::Small);
+        assert_eq!(advice(big, true, GrowthPages::Huge), Advice::Huge);
+        assert_eq!(GrowthPages::default(), GrowthPages::Small);
+        for p in [GrowthPages::Small, GrowthPages::Huge] {
+            assert_eq!(p.name().parse::<GrowthPages>(), Ok(p));
+        }
+        let err = "large".parse::<GrowthPages>().unwrap_err();
+        assert!(err.contains("large") && err.contains("small or huge"), "{err}");
+    }
+
+    /// The kernel's flags for the mapping holding `addr` (`VmFlags` of /proc/self/smaps:
+    /// `hg` advised for huge pages, `nh` for none).
+    #[cfg(target_os = "linux")]
+    fn vm_flags(addr: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+                let (lo, hi) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16));
+                inside = matches!((lo, hi), (Ok(lo), Ok(hi)) if lo <= addr && addr < hi);
+            } else if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.split_whitespace().map(str::to_string).collect();
+                }
+            }
+        }
+        panic!("no mapping holds {addr:#x}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_records_the_advice() {
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+            eprintln!("skipped: this kernel has no transparent huge pages to advise");
+            return;
+        }
+        let cap = 4 * HUGE_PAGE_BYTES;
+        let loaded = HugeBuf::<u8>::advised(cap, false, GrowthPages::Small);
+        let grown_small = HugeBuf::<u8>::advised(cap, true, GrowthPages::Small);
+        let grown_huge = HugeBuf::<u8>::advised(cap, true, GrowthPages::Huge);
+        let flags = |b: &HugeBuf<u8>| vm_flags(b.addr(cap / 2) as usize);
+        assert!(flags(&loaded).contains(&"hg".to_string()), "{:?}", flags(&loaded));
+        assert!(flags(&grown_small).contains(&"nh".to_string()), "{:?}", flags(&grown_small));
+        assert!(flags(&grown_huge).contains(&"hg".to_string()), "{:?}", flags(&grown_huge));
     }
 }
 

@@ -316,6 +316,7 @@ pub fn measure_with(
         report.warehouse_copies =
             config.partitions.iter().map(|p| p.warehouses.range().count() as u64 * p.replicas.len() as u64).sum();
         report.rss_bytes = e.nodes_rss_bytes;
+        report.growth_pages = config.growth_pages;
         let neworders =
             report.per_txn.iter().find(|k| k.txn == engine::procedures::TxnKind::NewOrder).map_or(0, |k| k.count);
         if neworders > 0 && e.nodes_rss_bytes > 0 {

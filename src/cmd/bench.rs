@@ -146,6 +146,14 @@ pub struct BenchArgs {
     /// compare-and-swap, waiters spin).
     #[arg(long, value_enum, default_value_t = LatchArg::Mutex)]
     latch: LatchArg,
+    /// The pages the tables grow into once loaded: `small` (4 KiB) or `huge` (transparent
+    /// huge pages, as the loaded tables use). On a virtual machine whose host takes freed
+    /// memory back, a fresh huge page costs several times more to touch first
+    /// (docs/results.md, "What a fresh page costs"); on a host that backs memory up front,
+    /// `huge` is cheaper. A cluster's nodes take cluster.toml's `growth_pages`. [default:
+    /// small]
+    #[arg(long, value_name = "PAGES")]
+    growth_pages: Option<engine::arena::GrowthPages>,
     /// Worker threads, each with its own session and input stream (more than one only on the
     /// conventional stack with locking and latching on, i.e. steps 0–4).
     #[arg(long, default_value_t = 1)]
@@ -229,6 +237,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         warmup_s,
         warmup_txns,
         seed: a.seed,
+        growth_pages: a.growth_pages.unwrap_or_default(),
     };
     cfg.validate()?;
     if let Some(p) = &a.json {
@@ -287,6 +296,7 @@ fn cluster_bench(a: BenchArgs, config: PathBuf) -> super::bench_cluster::Cluster
         (a.buffer_pool_mb.is_some(), "--buffer-pool-mb"),
         (a.no_log_flush, "--no-log-flush"),
         (a.latch != LatchArg::Mutex, "--latch"),
+        (a.growth_pages.is_some(), "--growth-pages"),
     ]
     .into_iter()
     .filter_map(|(given, flag)| given.then_some(flag))

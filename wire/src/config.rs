@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use engine::arena::GrowthPages;
+
 use crate::codec::{FRAME_BYTES_MAX_CEILING, FRAME_BYTES_MAX_DEFAULT, FRAME_HEADER_BYTES};
 use crate::error::{ConfigError, Problem};
 use crate::messages::{CoordinatorId, NodeId, PartitionId, WarehouseId, BATCH_OVERHEAD_BYTES_MAX, TXN_ENTRY_BYTES_MAX};
@@ -71,6 +73,9 @@ pub struct ClusterConfig {
     /// How many replicas' agreeing results answer a client in active-active (`agreement`;
     /// default `majority`, the same as `all` with two replicas or fewer).
     pub agreement: AgreementRule,
+    /// The pages a node's tables grow into after loading (`growth_pages`: `"small"`, the
+    /// default, or `"huge"`; `engine::arena::GrowthPages` says why small is the default).
+    pub growth_pages: GrowthPages,
     /// Batching and resource limits (defaults apply to omitted keys).
     pub limits: Limits,
     /// Timeouts and periods (defaults apply to omitted keys).
@@ -113,6 +118,13 @@ struct RawClusterConfig {
     /// are the same). Not read in the passive modes, whose primary alone executes.
     #[serde(default)]
     agreement: AgreementRule,
+    /// The pages a node's tables grow into once loaded: `"small"` (4 KiB, the default) or
+    /// `"huge"` (transparent huge pages, as the loaded tables use). On a virtual machine whose
+    /// host takes freed guest memory back, a fresh huge page costs several times what small
+    /// pages cost to touch first (docs/results.md, "What a fresh page costs"); on a host
+    /// that backs memory up front, `"huge"` is cheaper. Results are the same either way.
+    #[serde(default)]
+    growth_pages: GrowthPages,
     seed: u64,
     run_dir: PathBuf,
     cert_dir: PathBuf,
@@ -140,6 +152,7 @@ impl From<RawClusterConfig> for ClusterConfig {
         ClusterConfig {
             replication: Replication::of(raw.mode, file.shipping, file.full_stack),
             agreement: raw.agreement,
+            growth_pages: raw.growth_pages,
             seed: raw.seed,
             run_dir: raw.run_dir,
             cert_dir: raw.cert_dir,
@@ -161,6 +174,7 @@ impl From<ClusterConfig> for RawClusterConfig {
             mode: c.mode(),
             shipping: settings.shipping,
             agreement: c.agreement,
+            growth_pages: c.growth_pages,
             seed: c.seed,
             run_dir: c.run_dir,
             cert_dir: c.cert_dir,
@@ -1225,6 +1239,23 @@ mod tests {
         // Written back with the key.
         let again = ClusterConfig::parse(&toml::to_string(&ClusterConfig::parse(&all).unwrap()).unwrap()).unwrap();
         assert_eq!(again.agreement, AgreementRule::All);
+    }
+
+    /// The pages tables grow into (engine::arena::GrowthPages): small unless the file says.
+    #[test]
+    fn growth_pages_default_to_small_and_refuse_unknown_names() {
+        assert_eq!(base().growth_pages, GrowthPages::Small);
+        let omitted = COMMITTED.replace("growth_pages = \"small\"\n", "");
+        assert_ne!(omitted, COMMITTED);
+        assert_eq!(ClusterConfig::parse(&omitted).unwrap().growth_pages, GrowthPages::Small, "the default");
+        let huge = COMMITTED.replace("growth_pages = \"small\"", "growth_pages = \"huge\"");
+        assert_eq!(ClusterConfig::parse(&huge).unwrap().growth_pages, GrowthPages::Huge);
+        let again = ClusterConfig::parse(&toml::to_string(&ClusterConfig::parse(&huge).unwrap()).unwrap()).unwrap();
+        assert_eq!(again.growth_pages, GrowthPages::Huge, "written back with the key");
+        let bad = COMMITTED.replace("growth_pages = \"small\"", "growth_pages = \"giant\"");
+        let (field, message) = parse_error(&bad);
+        assert_eq!(field, "growth_pages", "{message}");
+        assert!(message.contains("giant") && message.contains("small"), "{message}");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct BenchConfig {
     /// seed gives byte-identical dumps (the guarantee above).
     pub warmup_txns: Option<u64>,
     pub seed: u64,
+    /// The pages the tables grow into once loaded (`engine::arena::GrowthPages`).
+    pub growth_pages: engine::arena::GrowthPages,
 }
 
 impl BenchConfig {
@@ -240,6 +242,8 @@ pub struct BenchReport {
     /// Copies of a warehouse that `rss_after_load_bytes` holds: the warehouses, each times the
     /// replicas of its partition (embedded: the warehouses).
     pub warehouse_copies: u64,
+    /// The pages the tables grew into once loaded (a cluster: its nodes', `growth_pages`).
+    pub growth_pages: engine::arena::GrowthPages,
     pub timeline: Vec<IntervalLine>,
     /// Engine that ran: "lean" or "conventional" (absent when the caller did not say).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -315,6 +319,7 @@ impl BenchReport {
             rss_after_load_bytes: rss_after_load,
             rss_bytes: rss,
             warehouse_copies: u64::from(m.warehouses),
+            growth_pages: engine::arena::growth_pages(),
             rss_growth_per_neworder_bytes: if neworders == 0 {
                 0.0
             } else {
@@ -353,7 +358,9 @@ pub fn run<S: Storage>(
 ) -> Result<BenchReport, BenchError> {
     cfg.validate()?;
     let rss_after_load = rss_bytes().unwrap_or(0);
-    // From here on tables grow: keep their next pages faulted in off the executor thread.
+    // From here on tables grow, into the pages the run names: keep their next pages faulted in
+    // off the executor thread.
+    engine::arena::set_growth_pages(cfg.growth_pages);
     engine::arena::set_prefault(true);
     let mut gen = Generator::new(cfg.gen_config(), run_seed(cfg.seed), cfg.seed)?;
     let mut ts: u64 = 0;

@@ -48,6 +48,7 @@ pub fn execute_vs_replay(cfg: &BenchConfig, obs: &mut dyn Observer) -> Result<Re
     let mut backup = LeanDb::new();
     bench::load(&mut primary, cfg.warehouses, cfg.seed, obs)?;
     bench::load(&mut backup, cfg.warehouses, cfg.seed, obs)?;
+    engine::arena::set_growth_pages(cfg.growth_pages);
     engine::arena::set_prefault(true);
     primary.set_redo_capture(true);
     let mut gen = Generator::new(cfg.gen_config(), bench::run_seed(cfg.seed), cfg.seed)?;

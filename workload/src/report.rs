@@ -167,12 +167,13 @@ pub fn render(r: &BenchReport) -> String {
     };
     let _ = writeln!(
         s,
-        "memory       {:.1} MiB resident after load ({:.1} MiB {per}), {:.1} MiB at the end ({:.0} bytes per NewOrder{})",
+        "memory       {:.1} MiB resident after load ({:.1} MiB {per}), {:.1} MiB at the end ({:.0} bytes per NewOrder{}, grown into {} pages)",
         mb(r.rss_after_load_bytes),
         mb(r.rss_after_load_bytes) / copies as f64,
         mb(r.rss_bytes),
         r.rss_growth_per_neworder_bytes,
-        if replicated { " per replica" } else { "" }
+        if replicated { " per replica" } else { "" },
+        r.growth_pages
     );
     s
 }

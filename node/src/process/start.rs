@@ -107,10 +107,13 @@ pub async fn run(
         Some((field, address)) => Some(wire::metrics::bind(&field, address).await?),
         None => None,
     };
+    // The pages the tables grow into once loaded (`growth_pages`; engine::arena says why).
+    engine::arena::set_growth_pages(config.growth_pages);
     info!(
         node = id,
         partitions = ?partitions.iter().map(|p| p.id).collect::<Vec<_>>(),
         seed = config.seed,
+        growth_pages = %config.growth_pages,
         "node starting"
     );
     let _watch =
