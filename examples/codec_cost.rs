@@ -34,7 +34,7 @@ fn main() {
         let outcome = TxnOutcome::Committed(out);
         results.push(TxnResult { ts, digest: outcome.digest(), outcome });
     }
-    let batch = CoordinatorToNode::Batch(Batch { partition: 1, seq: 7, txns, digest_after: false });
+    let batch = CoordinatorToNode::Batch(Batch { partition: 1, seq: 7, txns, digest_after: false, answerer: None });
     let res = NodeToCoordinator::Results(Results { partition: 1, seq: 7, results });
     measure("batch", &batch);
     measure("results", &res);

@@ -1,7 +1,8 @@
 //! Result agreement for one partition: every live replica executes every batch, and a
 //! transaction is answered only when enough live replicas have reported its result and the
-//! results agree — VoltDB's check, a 64-bit result digest per transaction (and the full
-//! outcome, which replicas send anyway). Section 5.3 of the paper makes this the safety net of
+//! results agree — VoltDB's check, a 64-bit result digest per transaction and the full outcome
+//! among the outputs sent, and a 64-bit digest of the batch's outputs from every replica that
+//! sends only that (below). Section 5.3 of the paper makes this the safety net of
 //! log-free replication: a replica that diverged must not serve.
 //!
 //! How many is enough is the [`Quorum`] (docs/cluster.md, "Agreement"): every live replica
@@ -39,12 +40,21 @@
 //!   ([`Agreement::on_joiner_results`]): they decide nothing while the replicas the batch was
 //!   sent to live, but if those all fail, the rejoined replica's results decide the batch; a
 //!   batch sent before the joiner's copy was taken that no one is left to answer took effect
-//!   in every live replica (they copied it) and is [`Verdict::Unknown`], not a lost partition.
+//!   in every live replica (they copied it) and is [`Verdict::Unknown`], not a lost partition;
+//! - one replica answers (docs/design.md §10, "One replica answers"): a batch may name the
+//!   replica that sends its outputs ([`Agreement::sent_answered_by`]); the others report the
+//!   digest of theirs ([`Agreement::on_results_digest`]), and every report's digest must equal
+//!   that of the outputs answered. A batch is answered only with outputs in hand: when the
+//!   named replica fails first, [`Verdict::SendResults`] asks one that sent a digest for its
+//!   outputs, which must match the digest it sent; if it no longer keeps them
+//!   ([`Agreement::on_results_forgotten`]), the batch's outcome is [`Verdict::Unknown`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
-use wire::messages::{NodeId, PartitionId, Results, Seq, StateDigest, Timestamp, TxnOutcome};
+use wire::messages::{
+    outputs_digest, NodeId, PartitionId, Results, ResultsDigest, Seq, StateDigest, Timestamp, TxnOutcome,
+};
 
 /// How many replicas' agreeing results answer a batch (docs/cluster.md, "Agreement").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +95,9 @@ pub enum Verdict<T> {
     /// whose state includes it (they copied a state after it): its transactions took effect
     /// and their results are lost — "outcome unknown".
     Unknown { seq: Seq, unanswered: Vec<(Timestamp, T)> },
+    /// Ask replica `from` for its outputs of batches `seqs` in full: it reported their digest
+    /// alone, and the replica named to send them failed first.
+    SendResults { from: NodeId, seqs: Vec<Seq> },
 }
 
 /// An agreed batch.
@@ -124,6 +137,9 @@ pub enum DivergenceKind {
     Shape { node: NodeId, problem: String },
     /// A replica's result digest does not match the outcome it reported.
     DigestMismatch { node: NodeId, ts: Timestamp },
+    /// Different digests of the batch's outputs ([`wire::messages::outputs_digest`]): each
+    /// replica's, of the outputs it sent or of those it kept.
+    Outputs { digests: Vec<(NodeId, u64)> },
 }
 
 impl fmt::Display for Divergence {
@@ -154,6 +170,13 @@ impl fmt::Display for Divergence {
             DivergenceKind::DigestMismatch { node, ts } => {
                 write!(f, "node {node}'s result digest for transaction {ts} does not match its outcome")
             }
+            DivergenceKind::Outputs { digests } => {
+                write!(f, "the digests of the batch's outputs differ:")?;
+                for (node, d) in digests {
+                    write!(f, " node {node} {d:016x}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -182,6 +205,28 @@ pub enum Ignored {
 /// whether it asked for a digest).
 pub type TakenBatch<T> = (Seq, Vec<(Timestamp, T)>, bool);
 
+/// One replica's report of a batch: the digest of its outputs, and the outputs themselves
+/// when it sent them (until the batch is answered: then only who reported, and the digest,
+/// matter).
+#[derive(Debug)]
+struct Report {
+    digest: u64,
+    results: Option<Results>,
+}
+
+impl Report {
+    fn full(results: Results) -> Report {
+        Report { digest: outputs_digest(&results.results), results: Some(results) }
+    }
+}
+
+/// The outputs a batch was answered with, which later reports must match.
+#[derive(Debug, Clone)]
+struct Answered {
+    digest: u64,
+    results: Results,
+}
+
 #[derive(Debug)]
 struct PendingBatch<T> {
     seq: Seq,
@@ -194,11 +239,15 @@ struct PendingBatch<T> {
     wait_all: bool,
     /// The results it was answered with (a majority's), once answered: later reports are
     /// compared with them.
-    answered: Option<Results>,
+    answered: Option<Answered>,
     /// The live replicas when it was sent (minus those failed since): whose results decide it.
     expected: Vec<NodeId>,
-    /// Results from live replicas, in arrival order.
-    replies: Vec<(NodeId, Results)>,
+    /// The replica named to send the outputs (the others send their digest); `None`: all do.
+    answerer: Option<NodeId>,
+    /// The replica asked for its outputs ([`Verdict::SendResults`]), until it answers or fails.
+    asked: Option<NodeId>,
+    /// Reports from live replicas, in arrival order.
+    replies: Vec<(NodeId, Report)>,
     /// Results of rejoining replicas, which the batch does not wait for.
     joiners: Vec<(NodeId, Results)>,
 }
@@ -234,6 +283,12 @@ struct DigestsDue {
     /// is agreed).
     got: Vec<(NodeId, Result<StateDigest, String>)>,
 }
+
+/// Pending batches past which a batch names no replica to send its outputs (every replica
+/// sends them): well below the executed batches a replica keeps (256), so that a replica
+/// asked for the outputs of a batch it reported by digest still has them — unless a failure
+/// goes unnoticed long enough for many smaller batches to follow.
+pub const ONE_ANSWERS_PENDING_MAX: usize = 64;
 
 /// The default lag limit (`limits.replica_lag_batches_max`'s default).
 pub const LAG_BATCHES_DEFAULT: usize = 1024;
@@ -330,6 +385,18 @@ impl<T> Agreement<T> {
     ///
     /// Panics if `seq` is not the next number or the tracker is stopped.
     pub fn sent(&mut self, seq: Seq, txns: Vec<(Timestamp, T)>, digest_after: bool) {
+        self.sent_answered_by(seq, txns, digest_after, None);
+    }
+
+    /// [`Agreement::sent`] for a batch whose outputs replica `answerer` sends (the others
+    /// their digest; `None`: every replica sends them).
+    pub fn sent_answered_by(
+        &mut self,
+        seq: Seq,
+        txns: Vec<(Timestamp, T)>,
+        digest_after: bool,
+        answerer: Option<NodeId>,
+    ) {
         assert!(!self.stopped, "batch {seq} sent on stopped partition {}", self.partition);
         assert_eq!(seq, self.next_seq, "partition {}: batches must be sent in order", self.partition);
         self.next_seq += 1;
@@ -350,16 +417,38 @@ impl<T> Agreement<T> {
             answered: None,
             replies: Vec::with_capacity(expected.len()),
             expected,
+            answerer,
+            asked: None,
             joiners: Vec::new(),
         });
+    }
+
+    /// The replica that should send batch `seq`'s outputs, if one alone should: when every
+    /// live replica must report before it is answered (the quorum is all of them) and there
+    /// are two or more, the live replicas take turns by sequence number; otherwise none, and
+    /// all send them (under `majority` with replicas to spare, the first majority's outputs
+    /// answer whoever they are).
+    /// And none while [`ONE_ANSWERS_PENDING_MAX`] batches or more are pending, so that a
+    /// replica asked for its outputs still keeps them.
+    pub fn answerer_for(&self, seq: Seq) -> Option<NodeId> {
+        let n = self.live.len();
+        let one = n >= 2 && self.quorum.needed(n) == n && self.pending.len() < ONE_ANSWERS_PENDING_MAX;
+        one.then(|| self.live[(seq % n as u64) as usize])
     }
 
     /// [`Agreement::sent`] for a batch only `expected` of the live replicas will answer (a new
     /// leader's adopted batch: a replica that executed it and no longer keeps its results
     /// cannot; docs/design.md §11). A batch none will answer is decided by
     /// [`Agreement::decide_unanswerable`].
-    pub fn sent_expecting(&mut self, seq: Seq, txns: Vec<(Timestamp, T)>, digest_after: bool, expected: &[NodeId]) {
-        self.sent(seq, txns, digest_after);
+    pub fn sent_expecting(
+        &mut self,
+        seq: Seq,
+        txns: Vec<(Timestamp, T)>,
+        digest_after: bool,
+        answerer: Option<NodeId>,
+        expected: &[NodeId],
+    ) {
+        self.sent_answered_by(seq, txns, digest_after, answerer);
         let b = self.pending.back_mut().expect("just sent");
         b.expected.retain(|n| expected.contains(n));
     }
@@ -393,18 +482,58 @@ impl<T> Agreement<T> {
         }
     }
 
-    /// Takes replica `from`'s results; returns the batches this decided, in order.
+    /// Takes replica `from`'s results (its outputs in full); returns the batches this decided,
+    /// and the outputs to ask for, in order.
     pub fn on_results(&mut self, from: NodeId, results: Results) -> Result<Vec<Verdict<T>>, Ignored> {
+        let (partition, seq, count) = (results.partition, results.seq, results.results.len());
+        self.on_report(from, partition, seq, count, Report::full(results))
+    }
+
+    /// Takes replica `from`'s digest of a batch's outputs (another replica sends them);
+    /// returns as [`Agreement::on_results`] does.
+    pub fn on_results_digest(&mut self, from: NodeId, digest: ResultsDigest) -> Result<Vec<Verdict<T>>, Ignored> {
+        let count = digest.count as usize;
+        self.on_report(from, digest.partition, digest.seq, count, Report { digest: digest.digest, results: None })
+    }
+
+    /// Replica `from`, asked for its outputs of batch `seq` ([`Verdict::SendResults`]), no
+    /// longer keeps them: the batch took effect (it executed it), and its outcome is
+    /// [`Verdict::Unknown`]. Returns that and whatever it makes decidable.
+    pub fn on_results_forgotten(&mut self, from: NodeId, seq: Seq) -> Result<Vec<Verdict<T>>, Ignored> {
         if self.stopped {
             return Err(Ignored::Stopped);
         }
-        if results.partition != self.partition {
-            return Err(Ignored::WrongPartition { expected: self.partition, got: results.partition });
+        let Some(batch) = self.pending.iter_mut().find(|b| b.seq == seq) else {
+            return Err(Ignored::AlreadyDecided { seq });
+        };
+        if batch.asked != Some(from) {
+            return Err(Ignored::NotExpected { node: from, seq });
+        }
+        batch.asked = None;
+        batch.expected.clear();
+        batch.replies.clear();
+        let mut verdicts = self.decide_unanswerable();
+        verdicts.extend(self.ask_for_outputs());
+        Ok(verdicts)
+    }
+
+    fn on_report(
+        &mut self,
+        from: NodeId,
+        partition: PartitionId,
+        seq: Seq,
+        count: usize,
+        report: Report,
+    ) -> Result<Vec<Verdict<T>>, Ignored> {
+        if self.stopped {
+            return Err(Ignored::Stopped);
+        }
+        if partition != self.partition {
+            return Err(Ignored::WrongPartition { expected: self.partition, got: partition });
         }
         if !self.live.contains(&from) {
             return Err(Ignored::NotLive { node: from });
         }
-        let seq = results.seq;
         if seq >= self.next_seq {
             return Err(Ignored::NeverSent { seq });
         }
@@ -415,37 +544,57 @@ impl<T> Agreement<T> {
         let batch = self.pending.iter_mut().find(|b| b.seq == seq).ok_or(Ignored::AlreadyDecided { seq })?;
         if !batch.expected.contains(&from) {
             // A replica that rejoined after the batch was sent, and executed it while it
-            // copied: kept, not waited for (see `on_joiner_results`).
-            if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, &results).is_some() {
+            // copied: kept, not waited for (see `on_joiner_results`). Its digest alone would
+            // decide nothing.
+            let Some(results) = report.results else { return Err(Ignored::NotExpected { node: from, seq }) };
+            if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, count, Some(&results)).is_some() {
                 return Err(Ignored::NotExpected { node: from, seq });
             }
             batch.joiners.push((from, results));
             return Ok(Vec::new());
         }
-        if batch.replies.iter().any(|(n, _)| *n == from) {
-            return Err(Ignored::Duplicate { node: from, seq });
-        }
         let after_answer = batch.answered.is_some();
-        if let Some(problem) = shape_problem(batch, &results) {
+        if let Some(problem) = shape_problem(batch, count, report.results.as_ref()) {
             let kind = DivergenceKind::Shape { node: from, problem };
             let divergence = Divergence { partition: self.partition, seq, kind, after_answer };
             return Ok(vec![self.stop_diverged(divergence)]);
         }
-        if let Some(reference) = &batch.answered {
-            // Answered by a majority: this replica's results must still agree.
-            let first = batch.replies.first().map_or(from, |(n, _)| *n);
-            let mut both = [(first, reference.clone()), (from, results)];
-            if let Err(kind) = compare(&mut both) {
+        if let Some(at) = batch.replies.iter().position(|(n, _)| *n == from) {
+            // Only the outputs of a batch it reported the digest of, once asked for them.
+            let earlier = &batch.replies[at].1;
+            if earlier.results.is_some() || report.results.is_none() || after_answer {
+                return Err(Ignored::Duplicate { node: from, seq });
+            }
+            if earlier.digest != report.digest {
+                let problem = format!(
+                    "its outputs' digest {:016x} is not the digest {:016x} it sent",
+                    report.digest, earlier.digest
+                );
+                let kind = DivergenceKind::Shape { node: from, problem };
                 let divergence = Divergence { partition: self.partition, seq, kind, after_answer };
                 return Ok(vec![self.stop_diverged(divergence)]);
             }
-            let [_, (_, results)] = both;
-            // Only who reported is needed now: the results agreed.
-            batch.replies.push((from, Results { results: Vec::new(), ..results }));
-        } else {
-            batch.replies.push((from, results));
+            if batch.asked == Some(from) {
+                batch.asked = None;
+            }
+            batch.replies[at].1 = report;
+            return Ok(self.decide_and_ask());
         }
-        Ok(self.decide())
+        if let Some(reference) = &batch.answered {
+            // Answered by a majority: this replica's report must still agree.
+            let first = batch.replies.first().map_or(from, |(n, _)| *n);
+            let both =
+                [(first, reference.digest, Some(&reference.results)), (from, report.digest, report.results.as_ref())];
+            if let Err(kind) = compare(&both) {
+                let divergence = Divergence { partition: self.partition, seq, kind, after_answer };
+                return Ok(vec![self.stop_diverged(divergence)]);
+            }
+            // Only who reported is needed now: the reports agreed.
+            batch.replies.push((from, Report { digest: report.digest, results: None }));
+        } else {
+            batch.replies.push((from, report));
+        }
+        Ok(self.decide_and_ask())
     }
 
     /// Results of a rejoining replica (not live yet) for a batch it held while copying: kept
@@ -467,7 +616,8 @@ impl<T> Agreement<T> {
             // Answered already: a joiner's results would never decide it.
             return Err(Ignored::AlreadyDecided { seq });
         }
-        if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, &results).is_some() {
+        let count = results.results.len();
+        if batch.joiners.iter().any(|(n, _)| *n == from) || shape_problem(batch, count, Some(&results)).is_some() {
             return Err(Ignored::Duplicate { node: from, seq });
         }
         batch.joiners.push((from, results));
@@ -486,12 +636,15 @@ impl<T> Agreement<T> {
             b.replies.retain(|(n, _)| *n != node);
             b.expected.retain(|n| *n != node);
             b.joiners.retain(|(n, _)| *n != node);
+            if b.asked == Some(node) {
+                b.asked = None;
+            }
             if b.expected.is_empty() && b.answered.is_none() {
                 // Everyone it was sent to failed: a rejoined replica that executed it answers.
                 let joined: Vec<(NodeId, Results)> =
                     std::mem::take(&mut b.joiners).into_iter().filter(|(n, _)| live.contains(n)).collect();
                 b.expected = joined.iter().map(|(n, _)| *n).collect();
-                b.replies = joined;
+                b.replies = joined.into_iter().map(|(n, r)| (n, Report::full(r))).collect();
             }
         }
         if self.live.is_empty() {
@@ -510,6 +663,9 @@ impl<T> Agreement<T> {
                 from.retain(|n| *n != node);
             }
             verdicts.extend(self.digests_complete(seq));
+        }
+        if !self.stopped {
+            verdicts.extend(self.ask_for_outputs());
         }
         verdicts
     }
@@ -592,6 +748,39 @@ impl<T> Agreement<T> {
         Verdict::Diverged { divergence, unanswered: self.drain_unanswered() }
     }
 
+    /// [`Agreement::decide`], then [`Agreement::ask_for_outputs`] unless that stopped it.
+    fn decide_and_ask(&mut self) -> Vec<Verdict<T>> {
+        let mut verdicts = self.decide();
+        if !self.stopped {
+            verdicts.extend(self.ask_for_outputs());
+        }
+        verdicts
+    }
+
+    /// Asks for the outputs of every unanswered batch reported only by digests whose named
+    /// replica will not send them (it failed, or none was named): of the first replica that
+    /// reported it, once.
+    fn ask_for_outputs(&mut self) -> Vec<Verdict<T>> {
+        let mut asks: BTreeMap<NodeId, Vec<Seq>> = BTreeMap::new();
+        for b in &mut self.pending {
+            if b.answered.is_some() || b.asked.is_some() || b.replies.iter().any(|(_, r)| r.results.is_some()) {
+                continue;
+            }
+            let awaited =
+                b.answerer.is_some_and(|a| b.expected.contains(&a) && !b.replies.iter().any(|(n, _)| *n == a));
+            let Some(&(from, _)) = b.replies.first().filter(|_| !awaited) else { continue };
+            b.asked = Some(from);
+            asks.entry(from).or_default().push(b.seq);
+        }
+        let mut verdicts = Vec::new();
+        for (from, seqs) in asks {
+            for chunk in seqs.chunks(wire::channel::control::SEND_RESULTS_MAX) {
+                verdicts.push(Verdict::SendResults { from, seqs: chunk.to_vec() });
+            }
+        }
+        verdicts
+    }
+
     /// Answers every leading batch whose quorum reported and agreed, and forgets answered
     /// batches every expected replica reported.
     fn decide(&mut self) -> Vec<Verdict<T>> {
@@ -605,11 +794,13 @@ impl<T> Agreement<T> {
             }
             let needed =
                 if b.digest_after || b.wait_all { b.expected.len() } else { self.quorum.needed(b.expected.len()) };
-            if b.replies.len() < needed {
+            if b.replies.len() < needed || !b.replies.iter().any(|(_, r)| r.results.is_some()) {
+                // Too few reports, or digests alone: the outputs come from the replica named
+                // to send them, or when asked (`ask_for_outputs`).
                 break;
             }
             let complete = b.replies.len() == b.expected.len();
-            match judge(self.partition, b) {
+            match judge(self.partition, b, complete) {
                 Ok(agreed) => {
                     if let Some(from) = &agreed.digest_from {
                         digests_from.push((agreed.seq, from.clone()));
@@ -621,11 +812,9 @@ impl<T> Agreement<T> {
                     return verdicts;
                 }
             }
-            if !complete {
-                // Kept for the remaining replicas' reports: only who reported counts now.
-                for (_, r) in &mut b.replies {
-                    r.results = Vec::new();
-                }
+            // Only who reported, and their digests, count now.
+            for (_, r) in &mut b.replies {
+                r.results = None;
             }
         }
         while self.pending.front().is_some_and(|b| b.answered.is_some() && b.replies.len() == b.expected.len()) {
@@ -667,50 +856,71 @@ impl<T> Agreement<T> {
     }
 }
 
-/// Compares a batch's reports so far; on agreement marks it answered (keeping the reference
-/// results) and returns the answers.
-fn judge<T>(partition: PartitionId, batch: &mut PendingBatch<T>) -> Result<AgreedBatch<T>, Divergence> {
+/// Compares a batch's reports so far; on agreement marks it answered (keeping the outputs
+/// answered, while replicas that are to report remain: `complete` is false) and returns the
+/// answers.
+fn judge<T>(partition: PartitionId, batch: &mut PendingBatch<T>, complete: bool) -> Result<AgreedBatch<T>, Divergence> {
     let seq = batch.seq;
-    compare(&mut batch.replies).map_err(|kind| Divergence { partition, seq, kind, after_answer: false })?;
-    let first = &batch.replies[0].1;
+    let view: Vec<_> = batch.replies.iter().map(|(n, r)| (*n, r.digest, r.results.as_ref())).collect();
+    compare(&view).map_err(|kind| Divergence { partition, seq, kind, after_answer: false })?;
+    let at = batch.replies.iter().position(|(_, r)| r.results.is_some()).expect("answered only with outputs in hand");
     let digest_from = batch.digest_after.then(|| batch.replies.iter().map(|(n, _)| *n).collect());
+    let report = &mut batch.replies[at].1;
+    let results = report.results.take().expect("found");
     let answers = std::mem::take(&mut batch.txns)
         .into_iter()
-        .zip(&first.results)
+        .zip(&results.results)
         .map(|((ts, tag), r)| (tag, ts, r.outcome.clone()))
         .collect();
-    batch.answered = Some(first.clone());
+    // A complete batch is forgotten at once: nothing will be compared with its outputs.
+    let results = if complete { Results { results: Vec::new(), ..results } } else { results };
+    batch.answered = Some(Answered { digest: report.digest, results });
     Ok(AgreedBatch { seq, answers, digest_from })
 }
 
-/// Whether `replies` (each already fits the batch) agree: every transaction's digest and
-/// outcome; the first disagreement found otherwise.
-fn compare(replies: &mut [(NodeId, Results)]) -> Result<(), DivergenceKind> {
-    let (first, rest) = replies.split_first().expect("at least one report");
-    for (i, reference) in first.1.results.iter().enumerate() {
-        if cfg!(debug_assertions) {
-            for (node, r) in std::iter::once(first).chain(rest) {
-                if r.results[i].digest != r.results[i].outcome.digest() {
-                    return Err(DivergenceKind::DigestMismatch { node: *node, ts: reference.ts });
+/// Whether `reports` (each already fits the batch: node, digest of its outputs, the outputs
+/// if sent) agree: every transaction's digest and outcome among the outputs sent, and every
+/// report's digest of its outputs; the first disagreement found otherwise.
+fn compare(reports: &[(NodeId, u64, Option<&Results>)]) -> Result<(), DivergenceKind> {
+    let full: Vec<(NodeId, &Results)> = reports.iter().filter_map(|(n, _, r)| r.map(|r| (*n, r))).collect();
+    if let Some(((first_node, first), rest)) = full.split_first() {
+        for (i, reference) in first.results.iter().enumerate() {
+            if cfg!(debug_assertions) {
+                for (node, r) in std::iter::once(&(*first_node, *first)).chain(rest) {
+                    if r.results[i].digest != r.results[i].outcome.digest() {
+                        return Err(DivergenceKind::DigestMismatch { node: *node, ts: reference.ts });
+                    }
                 }
             }
+            let agree = rest
+                .iter()
+                .all(|(_, r)| r.results[i].digest == reference.digest && r.results[i].outcome == reference.outcome);
+            if !agree {
+                let mut digests: Vec<(NodeId, u64)> = std::iter::once(&(*first_node, *first))
+                    .chain(rest)
+                    .map(|(n, r)| (*n, r.results[i].digest))
+                    .collect();
+                digests.sort_unstable_by_key(|(n, _)| *n);
+                return Err(DivergenceKind::Outcome { ts: reference.ts, digests });
+            }
         }
-        let agree = rest
-            .iter()
-            .all(|(_, r)| r.results[i].digest == reference.digest && r.results[i].outcome == reference.outcome);
-        if !agree {
-            let mut digests: Vec<(NodeId, u64)> =
-                std::iter::once(first).chain(rest).map(|(n, r)| (*n, r.results[i].digest)).collect();
-            digests.sort_unstable_by_key(|(n, _)| *n);
-            return Err(DivergenceKind::Outcome { ts: reference.ts, digests });
-        }
+    }
+    if reports.iter().any(|(_, d, _)| *d != reports[0].1) {
+        let mut digests: Vec<(NodeId, u64)> = reports.iter().map(|(n, d, _)| (*n, *d)).collect();
+        digests.sort_unstable_by_key(|(n, _)| *n);
+        return Err(DivergenceKind::Outputs { digests });
     }
     Ok(())
 }
 
-/// What is wrong with `results` as an answer to `batch`, if anything.
-fn shape_problem<T>(batch: &PendingBatch<T>, results: &Results) -> Option<String> {
-    if results.results.len() != batch.stamps.len() {
+/// What is wrong with a report of `count` results (`results`, when sent in full) as an answer
+/// to `batch`, if anything.
+fn shape_problem<T>(batch: &PendingBatch<T>, count: usize, results: Option<&Results>) -> Option<String> {
+    if count != batch.stamps.len() {
+        return Some(format!("{count} results for {} transactions", batch.stamps.len()));
+    }
+    let results = results?;
+    if results.results.len() != count {
         return Some(format!("{} results for {} transactions", results.results.len(), batch.stamps.len()));
     }
     if let Some((i, r)) = results.results.iter().enumerate().find(|(i, r)| r.ts != batch.stamps[*i]) {

@@ -154,6 +154,7 @@ impl CoordinatorMetrics {
     pub fn on_node_message(&mut self, node: NodeId, msg: &NodeToCoordinator) {
         match msg {
             NodeToCoordinator::Results(r) => self.on_results(node, r.partition, r.seq),
+            NodeToCoordinator::ResultsDigest(d) => self.on_results(node, d.partition, d.seq),
             NodeToCoordinator::BackupApplied { partition, seq } => self.reached(*partition, node, *seq),
             _ => {}
         }

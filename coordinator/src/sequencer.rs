@@ -182,7 +182,7 @@ impl Sequencer {
     fn close(&mut self, digest_after: bool) -> Batch {
         let txns = std::mem::replace(&mut self.open, Vec::with_capacity(self.limits.batch_txns_max));
         self.opened_at_us = None;
-        let batch = Batch { partition: self.partition, seq: self.next_seq, txns, digest_after };
+        let batch = Batch { partition: self.partition, seq: self.next_seq, txns, digest_after, answerer: None };
         self.next_seq += 1;
         batch
     }

@@ -438,6 +438,54 @@ fn a_silent_node_fails_and_the_survivor_answers_alone() {
     assert!(c.status().iter().all(|p| p.phase == Phase::Unavailable));
 }
 
+/// docs/design.md §10, "One replica answers": each batch names one replica to send its
+/// outputs, the other sends their digest; when the named one is lost first, the survivor is
+/// asked for its outputs and they answer the clients; a digest that is not that of the outputs
+/// stops the partition as different results do.
+#[test]
+fn one_replica_sends_the_outputs_and_a_lost_one_is_replaced_by_asking_the_other() {
+    let mut c = serving(1, 64);
+    let b1 = batches(&c.on_client_request(1, request(1, payment(1, 1, 1)), START_US)).remove(0).1;
+    let b2 = batches(&c.on_client_request(2, request(2, payment(1, 1, 2)), START_US)).remove(0).1;
+    // The two replicas take turns.
+    assert_eq!((b1.answerer, b2.answerer), (Some(2), Some(1)));
+    let digest = |b: &Batch| NodeToCoordinator::ResultsDigest(execute(b).digest());
+    assert!(replies(&c.on_node_message(1, digest(&b1), START_US)).is_empty());
+    let r = replies(&c.on_node_message(2, NodeToCoordinator::Results(execute(&b1)), START_US));
+    assert!(matches!(&r[..], [(1, ClientReply { request_id: 1, result: ClientResult::Committed { .. } })]), "{r:?}");
+    // Node 1, named for batch 2, is lost; node 2 sent the digest and is asked for the outputs.
+    assert!(c.on_node_message(2, digest(&b2), START_US).is_empty());
+    let out = c.on_node_lost(1, link_lost(), START_US);
+    assert!(replies(&out).is_empty(), "{out:?}");
+    assert!(
+        out.iter().any(|o| matches!(o, Output::ToNodes { nodes, msg: CoordinatorToNode::SendResults { partition: 1, seqs } } if nodes == &vec![2] && seqs == &vec![2])),
+        "{out:?}"
+    );
+    let r = replies(&c.on_node_message(2, NodeToCoordinator::Results(execute(&b2)), START_US));
+    assert!(matches!(&r[..], [(2, ClientReply { request_id: 2, result: ClientResult::Committed { .. } })]), "{r:?}");
+    // With one replica left, batches name none.
+    let b3 = batches(&c.on_client_request(3, request(3, payment(1, 1, 3)), START_US)).remove(0).1;
+    assert_eq!(b3.answerer, None);
+}
+
+#[test]
+fn a_forged_digest_stops_the_partition() {
+    let mut c = serving(1, 64);
+    let b1 = batches(&c.on_client_request(1, request(1, payment(1, 1, 1)), START_US)).remove(0).1;
+    let mut forged = execute(&b1).digest();
+    forged.digest ^= 1;
+    c.on_node_message(1, NodeToCoordinator::ResultsDigest(forged), START_US);
+    let out = c.on_node_message(2, NodeToCoordinator::Results(execute(&b1)), START_US);
+    let r = replies(&out);
+    assert!(matches!(
+        &r[..],
+        [(_, ClientReply { result: ClientResult::Rejected(Rejection::PartitionStopped { .. }), .. })]
+    ));
+    let e = events(&out);
+    let [Event::Diverged(d)] = &e[..] else { panic!("{e:?}") };
+    assert!(matches!(d.kind, DivergenceKind::Outputs { .. }), "{d}");
+}
+
 #[test]
 fn a_partition_that_does_not_load_in_time_stops() {
     let mut cfg = config(1, 64);

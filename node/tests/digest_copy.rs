@@ -40,7 +40,7 @@ fn batch(seq: Seq, digest_after: bool) -> Batch {
     let new_order = TxnInput::NewOrder(NewOrderInput { w_id: 1, d_id: 2, c_id: 1, ol_cnt: 5, lines, entry_d: DATE });
     let inputs = [payment(1), new_order, payment(2)];
     let txns = inputs.iter().enumerate().map(|(n, i)| BatchTxn::whole(Timestamp(seq * 10 + n as u64), *i)).collect();
-    Batch { partition: 1, seq, txns, digest_after }
+    Batch { partition: 1, seq, txns, digest_after, answerer: None }
 }
 
 fn state_digests(out: &[Emit]) -> Vec<(Seq, Result<StateDigest, String>)> {

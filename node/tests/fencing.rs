@@ -85,7 +85,8 @@ fn the_newest_epoch_leads_and_older_ones_are_fenced() {
     assert_eq!(partitions, vec![1, 2], "every partition held reports its standing");
 
     // The deposed leader's batch: refused, and it is told.
-    let batch = CoordinatorToNode::Batch(Batch { partition: P, seq: 9, txns: Vec::new(), digest_after: false });
+    let batch =
+        CoordinatorToNode::Batch(Batch { partition: P, seq: 9, txns: Vec::new(), digest_after: false, answerer: None });
     let out = m.on_coordinator(0, 4, batch.clone());
     assert_eq!(out, vec![NodeEffect::ToCoordinator { coordinator: 0, msg: NodeToCoordinator::Fenced { epoch: 5 } }]);
     // Another coordinator claiming the leader's epoch cannot be its leader.
@@ -185,6 +186,7 @@ fn batch(seq: Seq) -> Batch {
         seq,
         txns: vec![BatchTxn { ts: ts(seq), input, part: Part::Whole, id: RequestId::NONE }],
         digest_after: false,
+        answerer: None,
     }
 }
 

@@ -282,7 +282,7 @@ fn outcomes_of(emitted: Vec<node::replica::Emit>) -> Vec<TxnOutcome> {
 }
 
 fn run(r: &mut node::Replica, seq: u64, txns: &[BatchTxn]) -> Vec<TxnOutcome> {
-    let batch = wire::messages::Batch { partition: 1, seq, txns: txns.to_vec(), digest_after: false };
+    let batch = wire::messages::Batch { partition: 1, seq, txns: txns.to_vec(), digest_after: false, answerer: None };
     outcomes_of(r.on_control(wire::channel::CoordinatorToNode::Batch(batch)).unwrap())
 }
 

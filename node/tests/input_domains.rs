@@ -109,7 +109,7 @@ fn in_domain() -> [TxnInput; 2] {
 /// Batch 1 of partition 1 holding `inputs` at timestamps 1000, 1001, …
 fn mixed_batch(inputs: &[TxnInput]) -> Batch {
     let txns = inputs.iter().enumerate().map(|(n, i)| BatchTxn::whole(Timestamp(1_000 + n as u64), *i)).collect();
-    Batch { partition: 1, seq: 1, txns, digest_after: false }
+    Batch { partition: 1, seq: 1, txns, digest_after: false, answerer: None }
 }
 
 /// Runs, on `refusing` and on `reference` (two replicas loaded alike), the in-domain
@@ -149,7 +149,8 @@ fn refused_inputs_change_nothing(mut refusing: Replica, mut reference: Replica) 
     // A batch of refused transactions alone leaves the state exactly as it was.
     let before = refusing.state_digest();
     let txns = bad.iter().enumerate().map(|(n, (i, _))| BatchTxn::whole(Timestamp(2_000 + n as u64), *i)).collect();
-    let alone = refusing.on_batch(Batch { partition: 1, seq: 2, txns, digest_after: false }).unwrap().remove(0);
+    let alone =
+        refusing.on_batch(Batch { partition: 1, seq: 2, txns, digest_after: false, answerer: None }).unwrap().remove(0);
     assert!(alone.results.iter().all(|r| matches!(r.outcome, TxnOutcome::Failed { .. })), "{alone:?}");
     assert_eq!(refusing.state_digest(), before);
 }
@@ -175,8 +176,9 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
     let mut remote = Replica::new(2, 2, loaded(3..=3), 16);
     let before = remote.state_digest();
     let txns = vec![BatchTxn { ts, input, part: Part::Remote { home: 1 }, id: RequestId::NONE }];
-    let out =
-        remote.on_control(CoordinatorToNode::Batch(Batch { partition: 2, seq: 1, txns, digest_after: false })).unwrap();
+    let out = remote
+        .on_control(CoordinatorToNode::Batch(Batch { partition: 2, seq: 1, txns, digest_after: false, answerer: None }))
+        .unwrap();
     let [Emit::ToCoordinator(NodeToCoordinator::PieceReads(reads)), Emit::ToCoordinator(NodeToCoordinator::Results(results))] =
         &out[..]
     else {
@@ -191,7 +193,7 @@ fn out_of_domain_pieces_change_nothing_on_either_partition() {
     let before = home.state_digest();
     let txns = vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 }, id: RequestId::NONE }];
     assert!(home
-        .on_control(CoordinatorToNode::Batch(Batch { partition: 1, seq: 1, txns, digest_after: false }))
+        .on_control(CoordinatorToNode::Batch(Batch { partition: 1, seq: 1, txns, digest_after: false, answerer: None }))
         .unwrap()
         .is_empty());
     let out = home.on_control(CoordinatorToNode::PieceReads(reads.clone())).unwrap();

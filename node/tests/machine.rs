@@ -36,7 +36,7 @@ fn population() -> LeanDb {
 
 /// An empty batch (the replica executes it: the sequence advances).
 fn batch(seq: Seq) -> CoordinatorToNode {
-    CoordinatorToNode::Batch(Batch { partition: P, seq, txns: Vec::new(), digest_after: false })
+    CoordinatorToNode::Batch(Batch { partition: P, seq, txns: Vec::new(), digest_after: false, answerer: None })
 }
 
 /// A live replica that executed batches 1..=`through`.

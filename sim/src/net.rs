@@ -152,7 +152,12 @@ impl Envelope {
         match &self.msg {
             Carried::ToNode { msg, .. } => matches!(msg, CoordinatorToNode::Batch(_)),
             Carried::ToCoordinator { msg, .. } => {
-                matches!(msg, NodeToCoordinator::Results(_) | NodeToCoordinator::Heartbeat { .. })
+                matches!(
+                    msg,
+                    NodeToCoordinator::Results(_)
+                        | NodeToCoordinator::ResultsDigest(_)
+                        | NodeToCoordinator::Heartbeat { .. }
+                )
             }
             // Raft tolerates duplicated messages.
             Carried::Raft { .. } => true,

@@ -97,7 +97,7 @@ impl Stream {
             .collect();
         let seq = self.next_seq;
         self.next_seq += 1;
-        Batch { partition: 1, seq, txns, digest_after: false }
+        Batch { partition: 1, seq, txns, digest_after: false, answerer: None }
     }
 }
 

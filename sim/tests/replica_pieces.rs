@@ -43,7 +43,7 @@ fn batches(inputs: &[TxnInput]) -> [Vec<Batch>; 2] {
     let close = |p: usize, open: &mut [Vec<BatchTxn>; 2], out: &mut [Vec<Batch>; 2]| {
         let txns = std::mem::take(&mut open[p]);
         let seq = out[p].len() as u64 + 1;
-        out[p].push(Batch { partition: p as u16 + 1, seq, txns, digest_after: false });
+        out[p].push(Batch { partition: p as u16 + 1, seq, txns, digest_after: false, answerer: None });
     };
     for (n, input) in inputs.iter().enumerate() {
         let ts = Timestamp(1_000 + n as u64);
@@ -193,12 +193,14 @@ fn one_multi_partition_new_order() -> (TxnInput, Batch, Batch) {
         seq: 1,
         txns: vec![BatchTxn { ts, input, part: Part::Home { remotes: 1 }, id: RequestId::NONE }],
         digest_after: false,
+        answerer: None,
     };
     let remote = Batch {
         partition: 2,
         seq: 1,
         txns: vec![BatchTxn { ts, input, part: Part::Remote { home: 1 }, id: RequestId::NONE }],
         digest_after: false,
+        answerer: None,
     };
     (input, home, remote)
 }

@@ -282,6 +282,7 @@ mod tests {
                     ..BatchTxn::whole(ts, input)
                 }],
                 digest_after: true,
+                answerer: Some(u16::MAX),
             })
         };
         let empty = size(&CoordinatorToNode::Batch(Batch {
@@ -289,6 +290,7 @@ mod tests {
             seq: u64::MAX,
             txns: vec![],
             digest_after: true,
+            answerer: Some(u16::MAX),
         }));
         assert!(empty <= BATCH_OVERHEAD_BYTES_MAX);
         for input in [worst_new_order(), payment()] {

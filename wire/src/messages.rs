@@ -4,7 +4,8 @@
 //!
 //! Guarantees:
 //! - the hot path carries many transactions per frame: the coordinator sends a partition's
-//!   transactions as one [`Batch`], a replica answers with one [`Results`], a client sends
+//!   transactions as one [`Batch`], a replica answers with one [`Results`] (or, when the
+//!   batch names another replica to send the outputs, one [`ResultsDigest`]), a client sends
 //!   [`crate::channel::ClientToCoordinator::ClientRequests`] and receives
 //!   [`crate::channel::CoordinatorToClient::ClientReplies`];
 //! - a transaction is identified by its timestamp, which one coordinator never issues twice;
@@ -35,8 +36,10 @@ use serde::{Deserialize, Serialize};
 /// apart from its [`Results`], in `NodeToCoordinator::StateDigest`; 13: a status report's
 /// partitions carry their latency buckets; 15: requests carry a [`RequestId`] (the client's id
 /// and sequence number), which batches carry on to the replicas, and a new leader recalls
-/// outcomes from them (docs/design.md §11, "Exactly-once answers").
-pub const PROTOCOL_VERSION: u8 = 15;
+/// outcomes from them (docs/design.md §11, "Exactly-once answers"); 16: a batch names the
+/// replica that sends its outputs ([`Batch::answerer`]), the others send their digest alone
+/// ([`ResultsDigest`]; docs/design.md §10, "One replica answers").
+pub const PROTOCOL_VERSION: u8 = 16;
 
 /// Longest reason string a message carries (abort reasons, refusals); longer ones are cut at
 /// a character boundary by [`bounded_reason`].
@@ -306,6 +309,17 @@ pub struct Batch {
     pub txns: Vec<BatchTxn>,
     /// Compute the state digest after executing this batch and return it in [`Results`].
     pub digest_after: bool,
+    /// The replica that sends the batch's outputs in full ([`Results`]); every other replica
+    /// sends their digest alone ([`ResultsDigest`]) and keeps them for the coordinator to ask
+    /// again. `None`: every replica sends them (docs/design.md §10, "One replica answers").
+    pub answerer: Option<NodeId>,
+}
+
+impl Batch {
+    /// Whether `node` sends this batch's outputs in full.
+    pub fn answered_by(&self, node: NodeId) -> bool {
+        self.answerer.is_none_or(|a| a == node)
+    }
 }
 
 /// Where one replica of a partition stands, as it tells a new leader (docs/design.md §11,
@@ -415,6 +429,39 @@ pub struct Results {
     pub partition: PartitionId,
     pub seq: Seq,
     pub results: Vec<TxnResult>,
+}
+
+impl Results {
+    /// The digest of these outputs that replicas compare ([`outputs_digest`]).
+    pub fn digest(&self) -> ResultsDigest {
+        let digest = outputs_digest(&self.results);
+        ResultsDigest { partition: self.partition, seq: self.seq, count: self.results.len() as u32, digest }
+    }
+}
+
+/// A digest of a batch's outputs on one replica: of each transaction's timestamp and result
+/// digest ([`TxnOutcome::digest`]), in batch order. Two replicas' outputs agree when their
+/// digests are equal (but for a 64-bit collision): VoltDB compares hashes of results the same
+/// way.
+pub fn outputs_digest(results: &[TxnResult]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for r in results {
+        h.update(&r.ts.0.to_le_bytes());
+        h.update(&r.digest.to_le_bytes());
+    }
+    h.digest()
+}
+
+/// A replica's report of a batch whose outputs another replica sends ([`Batch::answerer`]):
+/// how many results it has and their [`outputs_digest`]. The replica keeps the outputs, and
+/// sends them in full when the coordinator asks
+/// ([`crate::channel::control::CoordinatorToNode::SendResults`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultsDigest {
+    pub partition: PartitionId,
+    pub seq: Seq,
+    pub count: u32,
+    pub digest: u64,
 }
 
 /// A client's transaction request.

@@ -46,6 +46,7 @@ pub fn batch() -> Batch {
             BatchTxn::whole(ts(), payment()),
         ],
         digest_after: true,
+        answerer: Some(u16::MAX),
     }
 }
 
@@ -182,6 +183,7 @@ pub fn to_nodes() -> Vec<CoordinatorToNode> {
             through: 9,
             ids: vec![RequestId { client: 3, seq: 4 }, RequestId { client: u64::MAX, seq: u64::MAX }],
         },
+        CoordinatorToNode::SendResults { partition: 1, seqs: vec![1, u64::MAX] },
     ]
 }
 
@@ -244,6 +246,8 @@ pub fn from_nodes() -> Vec<NodeToCoordinator> {
                 outcome: Some(results().results[0].outcome.clone()),
             }],
         },
+        NodeToCoordinator::ResultsDigest(results().digest()),
+        NodeToCoordinator::ResultsForgotten { partition: 1, seq: u64::MAX },
     ]
 }
 

@@ -94,7 +94,7 @@ fn batch(txns: u32) -> CoordinatorToNode {
     let txns = (0..txns)
         .map(|i| BatchTxn::whole(Timestamp::new(1 + u64::from(i >> 13), u64::from(i & 0x1fff), 0), payment(i)))
         .collect();
-    CoordinatorToNode::Batch(Batch { partition: 1, seq: 9, txns, digest_after: true })
+    CoordinatorToNode::Batch(Batch { partition: 1, seq: 9, txns, digest_after: true, answerer: None })
 }
 
 /// The largest batch of payments whose frame fits in `frame_bytes_max` (binary search).

@@ -430,3 +430,141 @@ fn the_quorum_sizes() {
     assert_eq!(Quorum::Majority { replicas: 5 }.needed(5), 3);
     assert_eq!(Quorum::All.needed(3), 3);
 }
+
+/// Batches 1–3 of two transactions, each naming node `answerer` to send its outputs.
+fn answered_by(replicas: &[NodeId], answerer: NodeId) -> Agreement<u32> {
+    let mut a = Agreement::new(1, replicas.iter().copied());
+    for seq in 1..=3u64 {
+        let t = seq as u32 * 10;
+        let txns = vec![(Timestamp(seq * 100), t), (Timestamp(seq * 100 + 1), t + 1)];
+        a.sent_answered_by(seq, txns, false, Some(answerer));
+    }
+    a
+}
+
+/// docs/design.md §10, "One replica answers": the named replica's outputs answer the batch
+/// once every other replica's digest matches them, whichever comes first.
+#[test]
+fn one_replica_sends_the_outputs_and_the_others_their_digest() {
+    let mut a = answered_by(&[1, 2], 1);
+    assert_eq!(a.on_results_digest(2, good(1).digest()).unwrap(), vec![], "a digest alone answers nothing");
+    let v = a.on_results(1, good(1)).unwrap();
+    let Verdict::Agreed(b) = &v[0] else { panic!("{v:?}") };
+    assert_eq!(
+        b.answers.iter().map(|(t, _, o)| (*t, o.clone())).collect::<Vec<_>>(),
+        vec![(10, committed(1)), (11, committed(51))]
+    );
+    assert_eq!(a.on_results(1, good(2)).unwrap(), vec![], "the outputs wait for the digest");
+    assert_eq!(agreed_seqs(&a.on_results_digest(2, good(2).digest()).unwrap()), vec![2]);
+    assert_eq!(a.on_results_digest(2, good(2).digest()), Err(Ignored::AlreadyDecided { seq: 2 }));
+}
+
+/// A digest that is not the digest of the outputs answered is a divergence (Section 5.3's
+/// safety net holds with one replica answering): the partition stops, nothing is answered.
+#[test]
+fn a_digest_that_differs_from_the_outputs_stops_the_partition() {
+    let mut a = answered_by(&[1, 2], 1);
+    let other = results(1, &[(100, committed(1)), (101, committed(99))]);
+    a.on_results_digest(2, other.digest()).unwrap();
+    let v = a.on_results(1, good(1)).unwrap();
+    let [Verdict::Diverged { divergence, unanswered }] = &v[..] else { panic!("{v:?}") };
+    assert!(matches!(&divergence.kind, DivergenceKind::Outputs { digests } if digests.len() == 2), "{divergence}");
+    assert_eq!(unanswered.len(), 6);
+    assert!(a.is_stopped());
+}
+
+/// A digest of more or fewer results than the batch has transactions does not fit it.
+#[test]
+fn a_digest_of_the_wrong_number_of_results_does_not_fit() {
+    let mut a = answered_by(&[1, 2], 1);
+    let short = results(1, &[(100, committed(1))]);
+    let v = a.on_results_digest(2, short.digest()).unwrap();
+    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    assert!(matches!(&divergence.kind, DivergenceKind::Shape { node: 2, .. }), "{divergence}");
+}
+
+/// The named replica fails before sending its outputs: the replica that sent the digest is
+/// asked for them, once, and they answer the batch — if they match the digest it sent.
+#[test]
+fn when_the_answering_replica_fails_the_outputs_are_asked_of_another() {
+    let mut a = answered_by(&[1, 2], 1);
+    a.on_results_digest(2, good(1).digest()).unwrap();
+    a.on_results_digest(2, good(2).digest()).unwrap();
+    assert_eq!(a.replica_down(1), vec![Verdict::SendResults { from: 2, seqs: vec![1, 2] }]);
+    // Batch 3's digest comes after the failure: asked for at once.
+    assert_eq!(
+        a.on_results_digest(2, good(3).digest()).unwrap(),
+        vec![Verdict::SendResults { from: 2, seqs: vec![3] }]
+    );
+    assert_eq!(a.on_results(2, good(2)).unwrap(), vec![], "batch 1 comes first");
+    assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1, 2]);
+    assert_eq!(a.on_results(2, good(2)), Err(Ignored::AlreadyDecided { seq: 2 }));
+    // Outputs that are not those it sent the digest of: the replica contradicts itself.
+    let other = results(3, &[(300, committed(3)), (301, committed(7))]);
+    let v = a.on_results(2, other).unwrap();
+    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    assert!(matches!(&divergence.kind, DivergenceKind::Shape { node: 2, .. }), "{divergence}");
+}
+
+/// Asked for outputs it no longer keeps, a replica says so: the batch took effect and its
+/// outcome is unknown; the batches after it go on. Only the replica asked may say it.
+#[test]
+fn outputs_no_longer_kept_leave_the_outcome_unknown() {
+    let mut a = answered_by(&[1, 2], 1);
+    a.on_results_digest(2, good(1).digest()).unwrap();
+    assert_eq!(a.replica_down(1), vec![Verdict::SendResults { from: 2, seqs: vec![1] }]);
+    assert_eq!(a.on_results_forgotten(3, 1), Err(Ignored::NotExpected { node: 3, seq: 1 }));
+    let v = a.on_results_forgotten(2, 1).unwrap();
+    let [Verdict::Unknown { seq: 1, unanswered }] = &v[..] else { panic!("{v:?}") };
+    assert_eq!(unanswered.iter().map(|(_, t)| *t).collect::<Vec<_>>(), vec![10, 11]);
+    assert_eq!(agreed_seqs(&a.on_results(2, good(2)).unwrap()), vec![2]);
+    assert!(!a.is_stopped());
+}
+
+/// Three replicas that must all report: when the replica asked for the outputs fails too,
+/// the next one that sent a digest is asked.
+#[test]
+fn when_the_replica_asked_fails_too_another_is_asked() {
+    let mut a = answered_by(&[1, 2, 3], 1);
+    a.on_results_digest(2, good(1).digest()).unwrap();
+    a.on_results_digest(3, good(1).digest()).unwrap();
+    assert_eq!(a.replica_down(1), vec![Verdict::SendResults { from: 2, seqs: vec![1] }]);
+    assert_eq!(a.replica_down(2), vec![Verdict::SendResults { from: 3, seqs: vec![1] }]);
+    assert_eq!(agreed_seqs(&a.on_results(3, good(1)).unwrap()), vec![1]);
+}
+
+/// The replicas take turns sending outputs when every live one must report; when a majority
+/// answers with one to spare, or one replica is left, all send them.
+#[test]
+fn who_sends_the_outputs() {
+    let a: Agreement<u32> = Agreement::new(1, [1, 2]);
+    assert_eq!((1..=4).map(|s| a.answerer_for(s)).collect::<Vec<_>>(), vec![Some(2), Some(1), Some(2), Some(1)]);
+    assert_eq!(Agreement::<u32>::new(1, [1]).answerer_for(1), None);
+    assert_eq!(majority(&[1, 2, 3], 16).answerer_for(1), None);
+    assert_eq!(majority(&[1, 2], 16).answerer_for(1), Some(2));
+}
+
+/// Under `majority`, a replica's digest that comes after the batch was answered is compared
+/// with the outputs answered: a different one stops the partition.
+#[test]
+fn a_late_digest_under_majority_is_compared_with_the_answer() {
+    let mut a = majority(&[1, 2, 3], 16);
+    a.on_results(1, good(1)).unwrap();
+    assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
+    let other = results(1, &[(100, committed(2)), (101, committed(51))]);
+    let v = a.on_results_digest(3, other.digest()).unwrap();
+    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    assert!(divergence.after_answer && matches!(divergence.kind, DivergenceKind::Outputs { .. }), "{divergence}");
+}
+
+/// With [`ONE_ANSWERS_PENDING_MAX`] batches pending, the next names no replica: a replica
+/// asked later for outputs it reported by digest must still keep them (it keeps 256 batches).
+#[test]
+fn many_pending_batches_name_no_replica_to_answer() {
+    let mut a: Agreement<u32> = Agreement::new(1, [1, 2]);
+    for seq in 1..=ONE_ANSWERS_PENDING_MAX as u64 {
+        assert!(a.answerer_for(seq).is_some(), "batch {seq}");
+        a.sent(seq, vec![], false);
+    }
+    assert_eq!(a.answerer_for(ONE_ANSWERS_PENDING_MAX as u64 + 1), None);
+}

@@ -20,8 +20,8 @@
 
 use wire::channel::{ClientToCoordinator, CoordinatorToClient, CoordinatorToNode};
 use wire::messages::{
-    ClientReply, ClientRequest, ClientResult, DigestOutcome, NodeId, PartitionId, Rejection, Results, Seq, Timestamp,
-    TxnOutcome,
+    ClientReply, ClientRequest, ClientResult, DigestOutcome, NodeId, PartitionId, Rejection, Results, ResultsDigest,
+    Seq, Timestamp, TxnOutcome,
 };
 
 use super::{ClientId, ClientRef, Coordinator, Event, Output, Partition, Phase, DIGEST_REQUESTS_INFLIGHT_MAX};
@@ -138,36 +138,93 @@ impl Coordinator {
         out
     }
 
-    pub(super) fn on_results(&mut self, from: NodeId, results: Results, out: &mut Vec<Output>) {
-        let Some(p) = self.partitions.get_mut(&results.partition) else {
+    /// A replica's report of a batch: its outputs in full, or (another replica sends them)
+    /// their digest.
+    pub(super) fn on_results(&mut self, from: NodeId, report: BatchReport, out: &mut Vec<Output>) {
+        let (partition, seq) = report.batch();
+        let Some(p) = self.partitions.get_mut(&partition) else {
             out.push(Output::Event(Event::Ignored {
                 node: from,
-                what: format!("results for unknown partition {}", results.partition),
+                what: format!("results for unknown partition {partition}"),
             }));
             return;
         };
         if let Some((done, _)) = p.catching_up_mut().and_then(|c| c.get_mut(&from)) {
-            *done = (*done).max(results.seq);
+            *done = (*done).max(seq);
         }
-        if let Some(s) = p.passive_mut().filter(|s| s.lost.front().is_some_and(|b| b.seq <= results.seq)) {
+        if let Some(s) = p.passive_mut().filter(|s| s.lost.front().is_some_and(|b| b.seq <= seq)) {
             // A replica back from its log executed the lost batches up to this one (in order):
             // their clients were answered already.
-            let replayed = s.lost.iter().any(|b| b.seq == results.seq);
-            while s.lost.front().is_some_and(|b| b.seq <= results.seq) {
+            let replayed = s.lost.iter().any(|b| b.seq == seq);
+            while s.lost.front().is_some_and(|b| b.seq <= seq) {
                 s.lost.pop_front();
             }
             if replayed {
                 return;
             }
         }
-        if p.joining.iter().any(|(n, from_seq)| *n == from && results.seq >= *from_seq) {
-            // A rejoining replica's results for a batch it held: kept, not waited for.
-            if let Err(e) = p.agreement.on_joiner_results(from, results) {
+        if p.joining.iter().any(|(n, from_seq)| *n == from && seq >= *from_seq) {
+            // A rejoining replica's results for a batch it held: kept, not waited for. (Its
+            // batches name no replica to answer, so it sends outputs, not digests.)
+            let kept = match report {
+                BatchReport::Outputs(results) => p.agreement.on_joiner_results(from, results),
+                BatchReport::Digest(_) => Err(Ignored::NotExpected { node: from, seq }),
+            };
+            if let Err(e) = kept {
                 out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() }));
             }
             return;
         }
-        match p.agreement.on_results(from, results) {
+        let verdicts = match report {
+            BatchReport::Outputs(results) => p.agreement.on_results(from, results),
+            BatchReport::Digest(digest) => p.agreement.on_results_digest(from, digest),
+        };
+        p.take_verdicts(from, verdicts, out);
+    }
+
+    /// Replica `from` no longer keeps the outputs of batch `seq` it was asked for.
+    pub(super) fn on_results_forgotten(
+        &mut self,
+        from: NodeId,
+        partition: PartitionId,
+        seq: Seq,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(p) = self.partitions.get_mut(&partition) {
+            let verdicts = p.agreement.on_results_forgotten(from, seq);
+            p.take_verdicts(from, verdicts, out);
+        }
+    }
+}
+
+/// A replica's report of one batch.
+pub(super) enum BatchReport {
+    /// Its outputs in full.
+    Outputs(Results),
+    /// Their digest: another replica sends them ([`wire::messages::Batch::answerer`]).
+    Digest(ResultsDigest),
+}
+
+impl BatchReport {
+    /// The partition and batch reported.
+    fn batch(&self) -> (PartitionId, Seq) {
+        match self {
+            BatchReport::Outputs(r) => (r.partition, r.seq),
+            BatchReport::Digest(d) => (d.partition, d.seq),
+        }
+    }
+}
+
+impl Partition {
+    /// Applies the verdicts of a replica's report, or notes why it was set aside.
+    fn take_verdicts(
+        &mut self,
+        from: NodeId,
+        verdicts: Result<Vec<Verdict<ClientRef>>, Ignored>,
+        out: &mut Vec<Output>,
+    ) {
+        let p = self;
+        match verdicts {
             Ok(verdicts) => {
                 for v in verdicts {
                     p.apply(v, out);
@@ -178,9 +235,7 @@ impl Coordinator {
             Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
         }
     }
-}
 
-impl Partition {
     /// Forgets the batches answered through `seq` (kept for a promotion in the passive modes).
     fn answered_through(&mut self, seq: Seq) {
         if let Some(s) = self.passive_mut() {
@@ -213,7 +268,12 @@ impl Partition {
         debug_assert_eq!(batch.txns.len(), self.open_tags.len());
         let tags = std::mem::take(&mut self.open_tags);
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
-        self.agreement.sent(batch.seq, txns, batch.digest_after);
+        // One replica sends the outputs, the others their digest (docs/design.md §10, "One
+        // replica answers"); while a replica rejoins, every replica sends them.
+        let mut batch = batch;
+        let one_answers = self.mode.every_replica_executes() && self.joining.is_empty();
+        batch.answerer = one_answers.then(|| self.agreement.answerer_for(batch.seq)).flatten();
+        self.agreement.sent_answered_by(batch.seq, txns, batch.digest_after, batch.answerer);
         // Active-active joiners get the batches; passive ones get the primary's shipments.
         let nodes = self.agreement.live().iter().copied().chain(self.batch_joiners()).collect();
         if let Some(s) = self.passive_mut() {
@@ -314,12 +374,17 @@ impl Partition {
                 self.answered_through(seq);
                 self.sequencer.complete(unanswered.len());
                 for (ts, tag) in unanswered {
-                    let reason = format!("every replica batch {seq} was sent to failed before answering");
+                    let reason =
+                        format!("the replicas batch {seq} was sent to failed or lost its outputs before answering");
                     out.push(outcome_unknown(tag, ts, reason));
                 }
                 if let Some(waiters) = self.digest_waiters.remove(&seq) {
                     self.reject_waiters(waiters, Rejection::NoLiveReplica { partition: self.id }, out);
                 }
+            }
+            Verdict::SendResults { from, seqs } => {
+                let msg = CoordinatorToNode::SendResults { partition: self.id, seqs };
+                out.push(Output::ToNodes { nodes: vec![from], msg });
             }
             Verdict::NoLiveReplica { unanswered } => {
                 let rejection = Rejection::NoLiveReplica { partition: self.id };

@@ -364,7 +364,15 @@ impl Coordinator {
                     }
                 }
             }
-            NodeToCoordinator::Results(results) => self.on_results(from, results, &mut out),
+            NodeToCoordinator::Results(results) => {
+                self.on_results(from, admission::BatchReport::Outputs(results), &mut out)
+            }
+            NodeToCoordinator::ResultsDigest(digest) => {
+                self.on_results(from, admission::BatchReport::Digest(digest), &mut out)
+            }
+            NodeToCoordinator::ResultsForgotten { partition, seq } => {
+                self.on_results_forgotten(from, partition, seq, &mut out)
+            }
             NodeToCoordinator::StateDigest { partition, seq, digest } => {
                 if let Some(p) = self.partitions.get_mut(&partition) {
                     match p.agreement.on_state_digest(from, seq, digest) {

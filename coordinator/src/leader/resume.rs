@@ -204,7 +204,7 @@ impl Coordinator {
                                 .map(|(n, _)| *n)
                                 .collect(),
                         };
-                        p.agreement.sent_expecting(b.seq, tags, b.digest_after, &expected);
+                        p.agreement.sent_expecting(b.seq, tags, b.digest_after, b.answerer, &expected);
                         if let Some(s) = p.passive_mut() {
                             s.unanswered.push_back(b.clone());
                         }
@@ -330,7 +330,16 @@ impl Coordinator {
                 let r = &resumed.partitions[&x];
                 let (lo, adopted) = r.resumed_from(self.mode, &resumed.live_nodes);
                 let seq = lo + adopted.len() as Seq + 1;
-                (x, Batch { partition: x, seq, txns: txns.into_values().collect(), digest_after: false })
+                (
+                    x,
+                    Batch {
+                        partition: x,
+                        seq,
+                        txns: txns.into_values().collect(),
+                        digest_after: false,
+                        answerer: None,
+                    },
+                )
             })
             .collect()
     }

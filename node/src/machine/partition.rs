@@ -644,6 +644,12 @@ impl<R> PartitionMachine<R> {
             | CoordinatorToNode::Promote { .. }
             | CoordinatorToNode::SendBatches { .. }
             | CoordinatorToNode::ShipTo { .. } => Vec::new(),
+            // Executed nothing the coordinator counts: nothing kept.
+            CoordinatorToNode::SendResults { partition, seqs } => seqs
+                .into_iter()
+                .take(wire::channel::control::SEND_RESULTS_MAX)
+                .map(|seq| Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::ResultsForgotten { partition, seq })))
+                .collect(),
             // Remembers nothing yet: "not found", and trusted by no leader.
             CoordinatorToNode::RecallOutcomes { partition, recall, .. } => {
                 vec![Effect::Emit(Emit::ToCoordinator(NodeToCoordinator::Recalled {

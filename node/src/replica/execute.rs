@@ -276,10 +276,17 @@ impl Replica {
                 p.pos += 1;
             }
             let digest_after = p.batch.digest_after;
+            let answered_here = p.batch.answered_by(self.node);
             let (results, shipment) = self.finish(p)?;
             let seq = results.seq;
             out.extend(shipment.map(Emit::Ship));
-            out.push(Emit::ToCoordinator(NodeToCoordinator::Results(results)));
+            // Another replica sends the outputs; this one their digest, keeping them in
+            // `recent` should the coordinator ask (docs/design.md §10, "One replica answers").
+            let report = match answered_here {
+                true => NodeToCoordinator::Results(results),
+                false => NodeToCoordinator::ResultsDigest(results.digest()),
+            };
+            out.push(Emit::ToCoordinator(report));
             self.answer_recalls(out);
             if digest_after {
                 if let Some(digest) = self.begin_digest(seq) {
@@ -402,6 +409,21 @@ impl Replica {
             }
         }
         Ok(None)
+    }
+
+    /// The outputs of executed batch `seq` in full, as the coordinator asks for them when the
+    /// replica named to send them failed ([`wire::channel::CoordinatorToNode::SendResults`]);
+    /// or that they are no longer kept.
+    pub(super) fn kept_results(&self, seq: Seq) -> NodeToCoordinator {
+        match self.kept_outputs(seq) {
+            Some(results) => NodeToCoordinator::Results(results.clone()),
+            None => NodeToCoordinator::ResultsForgotten { partition: self.partition, seq },
+        }
+    }
+
+    /// The outputs of executed batch `seq`, while this replica keeps them (its recent batches).
+    pub fn kept_outputs(&self, seq: Seq) -> Option<&Results> {
+        self.recent.iter().find(|r| r.batch.seq == seq).map(|r| &r.results)
     }
 
     /// Runs a read-only transaction against the current state (a replica read); anything else

@@ -473,6 +473,13 @@ impl Replica {
                 self.on_recall(recall, through, ids, &mut out);
                 Ok(out)
             }
+            CoordinatorToNode::SendResults { partition, seqs } => {
+                self.check_partition(partition)?;
+                if seqs.len() > wire::channel::control::SEND_RESULTS_MAX {
+                    return Err(ReplicaError::Unexpected { what: "a request for more batches than SEND_RESULTS_MAX" });
+                }
+                Ok(seqs.into_iter().map(|seq| Emit::ToCoordinator(self.kept_results(seq))).collect())
+            }
             CoordinatorToNode::Heartbeat { .. } => Ok(Vec::new()),
             CoordinatorToNode::Shutdown { .. } => {
                 Err(ReplicaError::Unexpected { what: "a shutdown (the node's, not a replica's)" })

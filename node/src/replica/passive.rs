@@ -187,7 +187,13 @@ impl Replica {
                     applied_pieces.pop_front();
                 }
                 let (partition, seq) = (self.partition, shipment.seq);
-                applied_pieces.push_back(Batch { partition, seq, txns: shipment.pieces, digest_after: false });
+                applied_pieces.push_back(Batch {
+                    partition,
+                    seq,
+                    txns: shipment.pieces,
+                    digest_after: false,
+                    answerer: None,
+                });
             }
         }
         self.next_seq += 1;

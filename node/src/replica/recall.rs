@@ -155,7 +155,7 @@ mod tests {
     fn batch(seq: Seq, ts: u64) -> Batch {
         let input = TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 1 });
         let t = BatchTxn { ts: Timestamp(ts), input, part: Part::Whole, id: RequestId { client: CLIENT, seq: ts } };
-        Batch { partition: 1, seq, txns: vec![t], digest_after: false }
+        Batch { partition: 1, seq, txns: vec![t], digest_after: false, answerer: None }
     }
 
     fn recall(r: &mut Replica, through: Seq, seqs: &[u64]) -> Vec<(u64, Seq, Timestamp, Vec<u64>)> {

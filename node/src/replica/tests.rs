@@ -17,7 +17,7 @@ fn batch(seq: Seq, ts: &[u64]) -> Batch {
             input: TxnInput::Delivery(DeliveryInput { w_id: 1, o_carrier_id: 1, date: 1 }),
         })
         .collect();
-    Batch { partition: 1, seq, txns, digest_after: false }
+    Batch { partition: 1, seq, txns, digest_after: false, answerer: None }
 }
 
 fn replica() -> Replica {
@@ -215,4 +215,32 @@ fn the_kept_window_holds_still_until_the_new_leaders_membership() {
     assert!(kept.is_empty(), "batch 1 is no longer kept");
     let (kept, _) = r.held_batches(3, 0);
     assert_eq!(kept.first().map(|b| b.seq), Some(4), "aged out to the last {RECENT_BATCHES_KEPT} again");
+}
+
+/// docs/design.md §10, "One replica answers": a batch naming another replica to send its
+/// outputs gets their digest from this one, which keeps them and sends them in full when the
+/// coordinator asks — or says it no longer keeps them.
+#[test]
+fn a_replica_not_named_to_answer_sends_the_digest_and_keeps_the_outputs() {
+    let mut r = replica();
+    let mut b = batch(1, &[10, 11]);
+    b.answerer = Some(2);
+    let out = r.on_control(CoordinatorToNode::Batch(b)).unwrap();
+    let [Emit::ToCoordinator(NodeToCoordinator::ResultsDigest(d))] = &out[..] else { panic!("{out:?}") };
+    let kept = r.kept_outputs(1).expect("kept").clone();
+    assert_eq!((d.seq, d.count), (1, 2));
+    assert_eq!(*d, kept.digest());
+    let mut mine = batch(2, &[20]);
+    mine.answerer = Some(1);
+    let out = r.on_control(CoordinatorToNode::Batch(mine)).unwrap();
+    assert!(matches!(&out[..], [Emit::ToCoordinator(NodeToCoordinator::Results(res))] if res.seq == 2), "{out:?}");
+    let out = r.on_control(CoordinatorToNode::SendResults { partition: 1, seqs: vec![1, 9] }).unwrap();
+    let [Emit::ToCoordinator(NodeToCoordinator::Results(res)), Emit::ToCoordinator(NodeToCoordinator::ResultsForgotten { partition: 1, seq: 9 })] =
+        &out[..]
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*res, kept);
+    let too_many = vec![1; wire::channel::control::SEND_RESULTS_MAX + 1];
+    assert!(r.on_control(CoordinatorToNode::SendResults { partition: 1, seqs: too_many }).is_err());
 }

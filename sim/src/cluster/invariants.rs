@@ -58,7 +58,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use coordinator::{ClientId, Coordinator, PartitionStatus};
 use node::machine::Standing;
 use node::replica::ReplicaRole;
-use wire::messages::{Batch, ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, Seq, Timestamp};
+use wire::messages::{
+    Batch, ClientResult, CoordinatorId, Epoch, NodeId, PartitionId, Results, ResultsDigest, Seq, Timestamp,
+};
 
 use super::Sim;
 use crate::error::Violation;
@@ -176,6 +178,27 @@ impl Sim {
     fn invariant_broken(&mut self, invariant: Invariant, detail: String) {
         self.trace_line(|| format!("INVARIANT {invariant}: {detail}"));
         self.violations.push(Violation::Invariant { step: self.step, invariant, detail });
+    }
+
+    /// Checks a replica's digest of a batch's outputs as it emits it (another replica sends
+    /// them): the outputs it keeps (`kept`) must exist, hash to it, and pass
+    /// [`Sim::check_results`] as if sent.
+    pub(super) fn check_results_digest(&mut self, node: NodeId, d: &ResultsDigest, kept: Option<Results>) {
+        self.checker.checks += 1;
+        match kept {
+            Some(r) if r.digest() == *d => self.check_results(node, &r),
+            kept => {
+                let detail = format!(
+                    "node {node} p{} sent digest {:#x} of batch {}'s {} outputs, and keeps {}",
+                    d.partition,
+                    d.digest,
+                    d.seq,
+                    d.count,
+                    kept.map_or("none".to_string(), |r| format!("{:?}", r.digest()))
+                );
+                self.invariant_broken(Invariant::OneBatchOneResult, detail);
+            }
+        }
     }
 
     /// Checks a replica's results as it emits them: the same batch and result digest as every

@@ -173,8 +173,15 @@ impl PartitionLinks<PeerAddr> for PartitionWorld<'_> {
     }
 
     fn emit(&mut self, emitted: Emit) {
-        if let Emit::ToCoordinator(NodeToCoordinator::Results(r)) = &emitted {
-            self.sim.check_results(self.node, r);
+        match &emitted {
+            Emit::ToCoordinator(NodeToCoordinator::Results(r)) => self.sim.check_results(self.node, r),
+            Emit::ToCoordinator(NodeToCoordinator::ResultsDigest(d)) => {
+                // Another replica sends the outputs: check the ones this replica keeps, and
+                // that the digest it sends is theirs.
+                let kept = self.machine().and_then(|m| m.replica()).and_then(|r| r.kept_outputs(d.seq)).cloned();
+                self.sim.check_results_digest(self.node, d, kept);
+            }
+            _ => {}
         }
         let now = self.sim.now_us;
         let effects = self.sim.node_mut(self.node).machine.on_emit(emitted, now);

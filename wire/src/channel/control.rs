@@ -11,7 +11,7 @@ use engine::procedures::TxnInput;
 use crate::channel::channel_enum;
 use crate::messages::{
     Batch, Epoch, LoadState, NodeId, PartitionId, PieceReads, RecalledOutcome, ReplicaStanding, RequestId, Results,
-    Seq, StateDigest, Timestamp,
+    ResultsDigest, Seq, StateDigest, Timestamp,
 };
 
 channel_enum! {
@@ -73,8 +73,17 @@ channel_enum! {
         /// through `through`, answer [`NodeToCoordinator::Recalled`] with the outcomes you
         /// remember of `ids` (at most [`RECALL_IDS_MAX`]).
         RecallOutcomes { partition: PartitionId, recall: u64, through: Seq, ids: Vec<RequestId> },
+        /// To a replica that sent only the digest of these batches' outputs
+        /// ([`NodeToCoordinator::ResultsDigest`]) when the replica named to send them
+        /// ([`Batch::answerer`]) failed first: send them in full ([`NodeToCoordinator::Results`]),
+        /// or [`NodeToCoordinator::ResultsForgotten`] for those no longer kept (at most
+        /// [`SEND_RESULTS_MAX`] batches; docs/design.md §10, "One replica answers").
+        SendResults { partition: PartitionId, seqs: Vec<Seq> },
     }
 }
+
+/// Batches one [`CoordinatorToNode::SendResults`] asks for, at most.
+pub const SEND_RESULTS_MAX: usize = 1_024;
 
 /// Request ids one [`CoordinatorToNode::RecallOutcomes`] asks about, at most.
 pub const RECALL_IDS_MAX: usize = 1_024;
@@ -118,9 +127,9 @@ impl CoordinatorToNode {
             | CoordinatorToNode::Promote { partition, .. }
             | CoordinatorToNode::ShipTo { partition, .. }
             | CoordinatorToNode::RederivePiece { partition, .. } => Some(*partition),
-            CoordinatorToNode::SendBatches { partition, .. } | CoordinatorToNode::RecallOutcomes { partition, .. } => {
-                Some(*partition)
-            }
+            CoordinatorToNode::SendBatches { partition, .. }
+            | CoordinatorToNode::RecallOutcomes { partition, .. }
+            | CoordinatorToNode::SendResults { partition, .. } => Some(*partition),
             CoordinatorToNode::Heartbeat { .. }
             | CoordinatorToNode::Shutdown { .. }
             | CoordinatorToNode::TakeOver { .. } => None,
@@ -186,6 +195,12 @@ channel_enum! {
             remembered_after: Timestamp,
             found: Vec<RecalledOutcome>,
         },
+        /// A replica's report of a batch another replica answers ([`Batch::answerer`]): the
+        /// digest of its outputs, which it keeps.
+        ResultsDigest(ResultsDigest),
+        /// The answer to [`CoordinatorToNode::SendResults`] for batch `seq`, whose outputs
+        /// this replica no longer keeps (it executed it; they are lost).
+        ResultsForgotten { partition: PartitionId, seq: Seq },
     }
 }
 
