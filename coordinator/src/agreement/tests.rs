@@ -431,6 +431,12 @@ fn the_quorum_sizes() {
     assert_eq!(Quorum::All.needed(3), 3);
 }
 
+/// The divergence of verdicts that hold nothing but it.
+fn only_divergence(v: &[Verdict<u32>]) -> &Divergence {
+    let [Verdict::Diverged { divergence, .. }] = v else { panic!("{v:?}") };
+    divergence
+}
+
 /// Batches 1–3 of two transactions, each naming node `answerer` to send its outputs.
 fn answered_by(replicas: &[NodeId], answerer: NodeId) -> Agreement<u32> {
     let mut a = Agreement::new(1, replicas.iter().copied());
@@ -479,7 +485,7 @@ fn a_digest_of_the_wrong_number_of_results_does_not_fit() {
     let mut a = answered_by(&[1, 2], 1);
     let short = results(1, &[(100, committed(1))]);
     let v = a.on_results_digest(2, short.digest()).unwrap();
-    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    let divergence = only_divergence(&v);
     assert!(matches!(&divergence.kind, DivergenceKind::Shape { node: 2, .. }), "{divergence}");
 }
 
@@ -502,7 +508,7 @@ fn when_the_answering_replica_fails_the_outputs_are_asked_of_another() {
     // Outputs that are not those it sent the digest of: the replica contradicts itself.
     let other = results(3, &[(300, committed(3)), (301, committed(7))]);
     let v = a.on_results(2, other).unwrap();
-    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    let divergence = only_divergence(&v);
     assert!(matches!(&divergence.kind, DivergenceKind::Shape { node: 2, .. }), "{divergence}");
 }
 
@@ -553,7 +559,7 @@ fn a_late_digest_under_majority_is_compared_with_the_answer() {
     assert_eq!(agreed_seqs(&a.on_results(2, good(1)).unwrap()), vec![1]);
     let other = results(1, &[(100, committed(2)), (101, committed(51))]);
     let v = a.on_results_digest(3, other.digest()).unwrap();
-    let [Verdict::Diverged { divergence, .. }] = &v[..] else { panic!("{v:?}") };
+    let divergence = only_divergence(&v);
     assert!(divergence.after_answer && matches!(divergence.kind, DivergenceKind::Outputs { .. }), "{divergence}");
 }
 

@@ -223,13 +223,12 @@ impl Partition {
         verdicts: Result<Vec<Verdict<ClientRef>>, Ignored>,
         out: &mut Vec<Output>,
     ) {
-        let p = self;
         match verdicts {
             Ok(verdicts) => {
                 for v in verdicts {
-                    p.apply(v, out);
+                    self.apply(v, out);
                 }
-                p.prune_reads();
+                self.prune_reads();
             }
             Err(Ignored::Stopped | Ignored::NotExpected { .. }) => {}
             Err(e) => out.push(Output::Event(Event::Ignored { node: from, what: e.to_string() })),
@@ -264,13 +263,12 @@ impl Partition {
     }
 
     /// Sends a closed batch to every live replica and records it for agreement.
-    pub(super) fn send(&mut self, batch: wire::messages::Batch, out: &mut Vec<Output>) {
+    pub(super) fn send(&mut self, mut batch: wire::messages::Batch, out: &mut Vec<Output>) {
         debug_assert_eq!(batch.txns.len(), self.open_tags.len());
         let tags = std::mem::take(&mut self.open_tags);
         let txns = batch.txns.iter().map(|t| t.ts).zip(tags).collect();
         // One replica sends the outputs, the others their digest (docs/design.md §10, "One
         // replica answers"); while a replica rejoins, every replica sends them.
-        let mut batch = batch;
         let one_answers = self.mode.every_replica_executes() && self.joining.is_empty();
         batch.answerer = one_answers.then(|| self.agreement.answerer_for(batch.seq)).flatten();
         self.agreement.sent_answered_by(batch.seq, txns, batch.digest_after, batch.answerer);
