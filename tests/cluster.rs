@@ -19,6 +19,12 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
     let dir = scratch("run");
     let config = cluster_toml(&dir, "run/certs");
     let endpoints = with_metrics(&config);
+    // Node 2 pinned, each executor to a CPU of its own in turn; node 1 left to the kernel
+    // (docs/design.md §2, "A core per executor").
+    let file = std::fs::read_to_string(&config).unwrap();
+    let node2 = file.split("[[nodes]]").nth(2).and_then(|t| t.lines().find(|l| l.starts_with("address")));
+    let node2 = node2.expect("the file's second node has an address").to_string();
+    std::fs::write(&config, file.replacen(&node2, &format!("{node2}\ncpus = [1, 0]"), 1)).unwrap();
     let _teardown = Teardown(config.clone());
     let cfg = config.to_str().unwrap();
 
@@ -52,6 +58,29 @@ fn a_three_process_cluster_runs_stays_consistent_and_leaves_nothing_behind() {
             "process {pid} holds only stdio and its own files: {files:?}"
         );
     }
+
+    // Node 2 runs on the CPUs its `cpus` names among those this machine lets the processes
+    // use (modulo their number); its executors (partition 1, then 2: the file's order) each
+    // on one of them in turn, its other threads on all of them; node 1 where it started.
+    let allowed = cpu_list(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let on = |i: usize| allowed[i % allowed.len()];
+    let mut node2_on = vec![on(1), on(0)];
+    node2_on.sort_unstable();
+    node2_on.dedup();
+    let mut pinned = 0;
+    for (node, pid) in processes_of(&config).into_iter().filter_map(|pid| Some((node_id(pid)?, pid))) {
+        for (name, cpus) in thread_cpus(pid) {
+            pinned += usize::from(node == 2 && name.starts_with("replica-p"));
+            let want = match (node, name.as_str()) {
+                (2, "replica-p1") => vec![on(1)],
+                (2, "replica-p2") => vec![on(0)],
+                (2, _) => node2_on.clone(),
+                _ => allowed.clone(),
+            };
+            assert_eq!(cpus, want, "node {node}'s thread {name}");
+        }
+    }
+    assert_eq!(pinned, 2, "node 2's two executors were seen");
 
     // `up` on a running cluster says so and starts nothing.
     let o = glass(&["cluster", "up", "--config", cfg]);
@@ -265,6 +294,39 @@ fn a_bench_without_a_running_cluster_starts_one_and_stops_it() {
 
 /// The value of the sample of `name` (a counter's with or without `_total`) whose labels
 /// include `labels`.
+/// The CPUs of a `Cpus_allowed_list:` line of a `/proc/…/status` text (`0-1,4`).
+fn cpu_list(status: &str) -> Vec<usize> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("a Cpus_allowed_list line");
+    let mut cpus = Vec::new();
+    for range in line.trim().split(',') {
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        cpus.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
+/// The node id of process `pid` (its `--id`), if it is a node.
+fn node_id(pid: u32) -> Option<u16> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if !args.iter().any(|a| a == "node") {
+        return None;
+    }
+    args.iter().position(|a| a == "--id").and_then(|i| args.get(i + 1)?.parse().ok())
+}
+
+/// Each thread of process `pid`: its name and the CPUs it may run on.
+fn thread_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .filter_map(|t| {
+            let name = std::fs::read_to_string(t.path().join("comm")).ok()?.trim().to_string();
+            Some((name, cpu_list(&std::fs::read_to_string(t.path().join("status")).ok()?)))
+        })
+        .collect()
+}
+
 fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     let total = format!("{name}_total");
     scrape

@@ -342,7 +342,13 @@ fn a_full_stack_partition_comes_back_from_its_last_primarys_log() {
 fn the_most_up_to_date_backup_is_promoted_and_the_others_stop_counting() {
     let mut c = ClusterConfig::parse(include_str!("../../cluster.toml")).unwrap();
     c = c.with_mode(Mode::ActivePassive, None);
-    c.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7405".into(), metrics: None, ssh: None });
+    c.nodes.push(wire::config::NodeConfig {
+        id: 3,
+        address: "127.0.0.1:7405".into(),
+        metrics: None,
+        ssh: None,
+        cpus: None,
+    });
     let c = c.with_replication(3).unwrap();
     assert_eq!(c.partitions[0].replicas, vec![1, 2, 3]);
     let mut co = Coordinator::new(&c, START_US).unwrap();

@@ -221,6 +221,7 @@ fn prefault_async(ptr: *mut u8, bytes: usize) {
     let q = QUEUE.get_or_init(|| {
         let (tx, rx) = sync_channel::<(usize, usize)>(PREFAULT_QUEUE_MAX);
         let spawned = std::thread::Builder::new().name("glass-prefault".into()).spawn(move || {
+            run_where_the_process_runs();
             for (start, len) in rx {
                 populate(start, len);
             }
@@ -232,6 +233,23 @@ fn prefault_async(ptr: *mut u8, bytes: usize) {
     });
     if let Ok(tx) = q.lock() {
         let _ = tx.try_send((ptr as usize, bytes));
+    }
+}
+
+/// Gives the calling thread the CPUs of the process's main thread: the pre-faulter is started
+/// by whichever executor first grows, and an executor pinned to one CPU (a node's `cpus` in
+/// `cluster.toml`) must not take the pre-faulter with it.
+fn run_where_the_process_runs() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set; both calls get its size.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: `set` is a live cpu_set_t of `size` bytes; the main thread's id is the pid.
+        if unsafe { libc::sched_getaffinity(libc::getpid(), size, &mut set) } == 0 {
+            // SAFETY: as above; 0 is the calling thread. A refusal leaves it where it was.
+            unsafe { libc::sched_setaffinity(0, size, &set) };
+        }
     }
 }
 

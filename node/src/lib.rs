@@ -6,6 +6,7 @@
 //! and a rejoining replica), and ships and collects a full-stack primary's log base; [`metrics`] names the figures a
 //! node's Prometheus endpoint serves.
 
+pub mod affinity;
 pub mod carrier;
 pub mod error;
 pub mod faults;

@@ -55,6 +55,12 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         Some(addr) => addr,
         None => wire::config::resolve(&format!("nodes[{i}].address"), &n.address)?,
     };
+    // Before the runtime starts, so that every thread the node creates inherits the mask.
+    if let Some(cpus) = &n.cpus {
+        let on =
+            node::affinity::pin(cpus).with_context(|| format!("pin node {} to nodes[{i}].cpus = {cpus:?}", a.id))?;
+        tracing::info!(node = a.id, cpus = ?cpus, on = ?on, "pinned to CPUs");
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(NODE_RUNTIME_THREADS)
         .thread_name(format!("node-{}-net", a.id))

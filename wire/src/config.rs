@@ -11,14 +11,15 @@
 //!   met (a full batch fits in a frame and in the in-flight bound), transport windows within
 //!   [`WINDOW_BYTES_MIN`]..=[`WINDOW_BYTES_MAX`], a full-stack worker count within bounds, and
 //!   a non-empty `run_dir` and `cert_dir` (an empty one is not made the file's directory:
-//!   [`ClusterConfig::from_file`] leaves it empty for validation to refuse);
+//!   [`ClusterConfig::from_file`] leaves it empty for validation to refuse), and a node's
+//!   `cpus`, when given, non-empty, without repeats and within the kernel's CPU set;
 //! - errors name the field (`partitions[1].replicas: node 2 holds two replicas of partition 1`);
 //! - [`check_ports_free`] (what a launcher calls before starting processes) binds a UDP
 //!   socket on every address and names the first one that fails.
 //!
 //! The doc comment of each field is the schema's documentation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::{Path, PathBuf};
 
@@ -493,7 +494,20 @@ pub struct NodeConfig {
     /// that runs `glass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<SshConfig>,
+    /// The CPUs the node runs on, `cpus = [0, 1]`: indices into the CPUs the process may use
+    /// when it starts (ascending), taken modulo their number, so that the file pins on a
+    /// machine with fewer CPUs too. Each executor runs on one of them, the node's replicas
+    /// taking the list in turn in the order of `[[partitions]]`; its other threads on any
+    /// (docs/design.md §2, "A core per executor"). None: the kernel places every thread. At
+    /// most [`CPU_INDICES_MAX`] entries, each below [`CPU_SET_SIZE`], none twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Vec<usize>>,
 }
+
+/// The most entries a node's `cpus` may list.
+pub const CPU_INDICES_MAX: usize = 64;
+/// One past the largest CPU index `cpus` may name: the size of the kernel's CPU set type.
+pub const CPU_SET_SIZE: usize = 1024;
 
 /// A partition: a contiguous range of warehouses and the nodes holding its replicas.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -654,6 +668,22 @@ impl Default for Timeouts {
 }
 
 /// The first failing field: `Err(Invalid { field, problem })`.
+/// What is wrong with a node's `cpus`, if anything: an empty list, too many entries, an
+/// index past the CPU set, or a repeat.
+fn cpus_problem(cpus: &[usize]) -> Option<Problem> {
+    if cpus.is_empty() {
+        return Some(Problem::NoCpus);
+    }
+    if cpus.len() > CPU_INDICES_MAX {
+        return Some(Problem::TooManyCpus { count: cpus.len(), max: CPU_INDICES_MAX });
+    }
+    if let Some(&cpu) = cpus.iter().find(|&&c| c >= CPU_SET_SIZE) {
+        return Some(Problem::CpuOutOfRange { cpu, size: CPU_SET_SIZE });
+    }
+    let mut seen = BTreeSet::new();
+    cpus.iter().find(|c| !seen.insert(**c)).map(|&cpu| Problem::DuplicateCpu { cpu })
+}
+
 fn invalid(field: impl Into<String>, problem: Problem) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid { field: field.into(), problem })
 }
@@ -815,6 +845,9 @@ impl ClusterConfig {
                 );
             }
             check_address(format!("nodes[{i}].address"), &node.address)?;
+            if let Some(problem) = node.cpus.as_deref().and_then(cpus_problem) {
+                return invalid(format!("nodes[{i}].cpus"), problem);
+            }
         }
         let ssh = self.coordinators.iter().enumerate().map(|(i, c)| (self.coordinator_field(i), c.ssh.as_ref()));
         let ssh =
@@ -1134,11 +1167,12 @@ impl ClusterConfig {
     /// `cluster.toml` is refused.
     pub fn fingerprint(&self) -> u64 {
         let settings = self.settings();
-        // A process's metrics endpoint and the way to its host are its own business: the others need not agree on it.
+        // A process's metrics endpoint, the way to its host and its CPUs are its own business:
+        // the others need not agree on them.
         let coordinators: Vec<CoordinatorConfig> =
             self.coordinators.iter().map(|c| CoordinatorConfig { metrics: None, ssh: None, ..c.clone() }).collect();
         let nodes: Vec<NodeConfig> =
-            self.nodes.iter().map(|n| NodeConfig { metrics: None, ssh: None, ..n.clone() }).collect();
+            self.nodes.iter().map(|n| NodeConfig { metrics: None, ssh: None, cpus: None, ..n.clone() }).collect();
         let shared =
             (self.mode(), settings.shipping, self.seed, &coordinators, &nodes, &self.partitions, &settings.full_stack);
         let bytes = bincode::serde::encode_to_vec(shared, bincode::config::standard())
@@ -1472,6 +1506,38 @@ mod tests {
         let (field, _, msg) = problem_at(&c);
         assert_eq!(field, "nodes[0].metrics");
         assert!(msg.ends_with("is also used by coordinators[0].metrics"), "{msg}");
+    }
+
+    /// docs/design.md §2, "A core per executor": `cpus` is optional, checked, and a process's
+    /// own business (the others need not agree on it).
+    #[test]
+    fn node_cpus_are_optional_checked_and_not_agreed_on() {
+        let text = COMMITTED.replacen("address = \"127.0.0.1:7402\"", "address = \"127.0.0.1:7402\"\ncpus = [1, 0]", 1);
+        let c = ClusterConfig::parse(&text).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.nodes[1].cpus, Some(vec![1, 0]));
+        assert_eq!(base().nodes.iter().filter(|n| n.cpus.is_some()).count(), 0, "the default file pins nothing");
+        assert_eq!(c.fingerprint(), base().fingerprint());
+
+        let too_many: Vec<usize> = (0..=CPU_INDICES_MAX).collect();
+        for (cpus, want) in [
+            (vec![], "lists no CPU"),
+            (vec![0, 2, 0], "CPU index 0 is listed twice"),
+            (vec![CPU_SET_SIZE], "past the kernel's CPU set"),
+            (too_many, "at most 64"),
+        ] {
+            let mut c = base();
+            c.nodes[0].cpus = Some(cpus);
+            let (field, _, msg) = problem_at(&c);
+            assert_eq!(field, "nodes[0].cpus");
+            assert!(msg.contains(want), "{msg}");
+        }
+        let (field, msg) = parse_error(&COMMITTED.replacen(
+            "address = \"127.0.0.1:7401\"",
+            "address = \"127.0.0.1:7401\"\ncpus = [-1]",
+            1,
+        ));
+        assert!(field.starts_with("nodes"), "{field}: {msg}");
     }
 
     #[test]

@@ -87,6 +87,14 @@ pub enum Problem {
     DuplicateAddress { address: String, other: String },
     #[error("`{address}` is not host:port ({why})")]
     BadAddress { address: String, why: &'static str },
+    #[error("lists no CPU: name at least one, or leave `cpus` out to let the kernel place the node's threads")]
+    NoCpus,
+    #[error("lists {count} CPUs; at most {max}")]
+    TooManyCpus { count: usize, max: usize },
+    #[error("CPU index {cpu} is past the kernel's CPU set (indices run below {size})")]
+    CpuOutOfRange { cpu: usize, size: usize },
+    #[error("CPU index {cpu} is listed twice")]
+    DuplicateCpu { cpu: usize },
     #[error("warehouse ids start at 1")]
     WarehouseZero,
     #[error("first warehouse {first} is after last warehouse {last}")]

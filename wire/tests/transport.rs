@@ -783,7 +783,13 @@ fn existing_certificates_are_checked_against_the_current_addresses_and_ca() {
 
     // A node added to cluster.toml after `cluster init` has no certificate yet.
     let (mut grown, _grown_dir) = cluster("check-certificates-grown");
-    grown.nodes.push(wire::config::NodeConfig { id: 3, address: "127.0.0.1:7405".into(), metrics: None, ssh: None });
+    grown.nodes.push(wire::config::NodeConfig {
+        id: 3,
+        address: "127.0.0.1:7405".into(),
+        metrics: None,
+        ssh: None,
+        cpus: None,
+    });
     match tls::check_certificates(&grown) {
         Err(e @ TlsError::Missing { role: Identity::Node(3), .. }) => {
             assert!(e.to_string().contains("node-3.pem") && e.to_string().contains("init --force"), "{e}")

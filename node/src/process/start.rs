@@ -295,9 +295,17 @@ fn start_replica(
         fetches: Default::default(),
         started: Instant::now(),
     };
+    // The node's k-th replica in the file's order (a partition joined besides them: by id)
+    // takes the k-th of the node's CPUs when `cpus` pins it (crate::affinity).
+    let k = config.partitions_on_node(id).position(|q| q.id == p.id).unwrap_or(usize::from(p.id));
     std::thread::Builder::new()
         .name(format!("replica-p{}", p.id))
         .spawn(move || {
+            match crate::affinity::pin_executor(k) {
+                Ok(Some(cpu)) => info!(partition = executor.partition.id, cpu, "executor pinned"),
+                Ok(None) => {}
+                Err(e) => warn!(partition = executor.partition.id, error = %e, "executor stays on the node's CPUs"),
+            }
             executor.run(rx);
             drop(exit_tx);
         })

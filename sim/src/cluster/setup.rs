@@ -35,6 +35,7 @@ pub fn config_for(nodes: u8, seed: u64, mode: Mode, shipping: Shipping) -> Clust
             address: format!("127.0.0.1:{}", 7500 + u16::from(id)),
             metrics: None,
             ssh: None,
+            cpus: None,
         })
         .collect();
     for (i, p) in c.partitions.iter_mut().enumerate() {
