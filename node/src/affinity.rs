@@ -8,8 +8,9 @@
 //!
 //! Guarantees: [`pin`] sets the mask of every thread the process has when it is called, and
 //! threads created later inherit it (the runtime's, the pre-fault threads); [`pin_executor`]
-//! narrows the calling executor thread to its own CPU, and does nothing in a process that
-//! was not pinned. When the kernel refuses, the error names the call and the thread.
+//! narrows the calling executor thread to its own CPU, and [`spread`] gives a thread an
+//! executor started (the full stack's workers, a copy's sender) the node's CPUs back; both
+//! do nothing in a process that was not pinned. When the kernel refuses, the error names the call and the thread.
 //! [`resolve`] is the whole decision, pure, so tests check it without touching the test
 //! process's own mask.
 
@@ -80,6 +81,16 @@ pub fn pin_executor(k: usize) -> io::Result<Option<usize>> {
     let cpu = cpus[k % cpus.len()];
     set_mask(0, &[cpu])?;
     Ok(Some(cpu))
+}
+
+/// Gives the calling thread all the node's CPUs again: for a thread an executor starts (the
+/// full stack's workers, a copy's sender), which would otherwise inherit the executor's one
+/// CPU. Nothing changes in a process that was not pinned; a refusal leaves the thread where
+/// it was (it still runs, on its executor's CPU).
+pub fn spread() {
+    if let Some(cpus) = PINNED.get() {
+        let _ = set_mask(0, cpus);
+    }
 }
 
 #[cfg(test)]

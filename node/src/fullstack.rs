@@ -485,6 +485,8 @@ impl Pool {
             let h = std::thread::Builder::new()
                 .name(format!("worker-{i}"))
                 .spawn(move || {
+                    // The full stack's workers are its executors: all the node's CPUs.
+                    crate::affinity::spread();
                     let me = std::fs::read_link("/proc/thread-self").ok();
                     let _ = started_tx.send(me.map(|me| PathBuf::from("/proc").join(me).join("schedstat")));
                     loop {

@@ -90,6 +90,7 @@ impl Executor {
         let reply = reply.clone();
         let name = format!("log-base-p{partition}");
         let sender = std::thread::Builder::new().name(name.clone()).spawn(move || {
+            crate::affinity::spread();
             let t0 = Instant::now();
             let (base, image) = match base.read(checkpoint) {
                 Ok(read) => read,

@@ -163,7 +163,10 @@ impl ImageCopyTask {
         };
         std::thread::Builder::new()
             .name(format!("image-copy-p{partition}"))
-            .spawn(rebuild)
+            .spawn(move || {
+                crate::affinity::spread();
+                rebuild()
+            })
             .map_err(|e| format!("cannot start the thread rebuilding the copy: {e}"))
             .inspect_err(|_| {
                 db.abort_image_copy();

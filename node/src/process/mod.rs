@@ -488,6 +488,7 @@ const DEAF_TOOLS_MAX: usize = 16;
 /// goes on meanwhile).
 fn send_from_thread<R: Send + 'static>(name: String, msgs: Vec<R>, reply: mpsc::Sender<R>) {
     let sender = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        crate::affinity::spread();
         for m in msgs {
             if reply.blocking_send(m).is_err() {
                 return;

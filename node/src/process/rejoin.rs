@@ -44,6 +44,7 @@ impl Executor {
         let patience = Duration::from_millis(config.timeouts.transfer_patience_ms);
         let period = (patience / 8).clamp(Duration::from_millis(10), FETCH_PROGRESS_PERIOD_MAX);
         let spawned = std::thread::Builder::new().name(format!("fetch-p{pid}")).spawn(move || {
+            crate::affinity::spread();
             let received = std::sync::atomic::AtomicU64::new(0);
             let progress = |bytes: u64| {
                 received.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
