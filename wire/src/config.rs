@@ -667,7 +667,6 @@ impl Default for Timeouts {
     }
 }
 
-/// The first failing field: `Err(Invalid { field, problem })`.
 /// What is wrong with a node's `cpus`, if anything: an empty list, too many entries, an
 /// index past the CPU set, or a repeat.
 fn cpus_problem(cpus: &[usize]) -> Option<Problem> {
@@ -684,6 +683,7 @@ fn cpus_problem(cpus: &[usize]) -> Option<Problem> {
     cpus.iter().find(|c| !seen.insert(**c)).map(|&cpu| Problem::DuplicateCpu { cpu })
 }
 
+/// The first failing field: `Err(Invalid { field, problem })`.
 fn invalid(field: impl Into<String>, problem: Problem) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid { field: field.into(), problem })
 }
